@@ -1,0 +1,33 @@
+# rangetable — two entry points: `make up` (local cluster) and `make test` (the suite).
+PYTHON ?= python3.11
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: up test lint bench clean down
+
+$(STAMP): requirements.lock pyproject.toml
+	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "need $(PYTHON) on PATH (set PYTHON=...)"; exit 1; }
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --disable-pip-version-check -r requirements.lock
+	$(BIN)/pip install -q --disable-pip-version-check --no-deps --no-build-isolation -e .
+	@touch $(STAMP)
+
+up: $(STAMP)
+	$(BIN)/rangetable up $(ARGS)
+
+down: $(STAMP)
+	$(BIN)/rangetable down $(ARGS)
+
+test: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+
+bench: $(STAMP)
+	$(BIN)/rangetable bench store
+
+clean:
+	rm -rf $(VENV) rangetable-data

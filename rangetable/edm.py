@@ -1,0 +1,167 @@
+"""EDM type codes, DateTime ticks and ETags: the typed core every layer shares.
+
+Inside rangetable a property value is a pair ``[code, value]`` (a list, because msgpack turns tuples
+into lists), with the value normalised per type:
+
+======== ==== ==========================================================
+EdmType  code value
+======== ==== ==========================================================
+String   0    ``str``
+Int32    1    ``int`` in [-2**31, 2**31)
+Int64    2    ``int`` in [-2**63, 2**63)
+Double   3    ``float`` (NaN and ±Infinity allowed)
+Boolean  4    ``bool``
+DateTime 5    ``int``: 100 ns ticks since 0001-01-01T00:00:00Z (.NET ticks)
+Guid     6    ``str``: canonical lower-case ``8-4-4-4-12``
+Binary   7    ``bytes``
+======== ==== ==========================================================
+
+A set of properties ("typed props") is ``dict[str, list]`` mapping names to such pairs; it never
+holds PartitionKey, RowKey or Timestamp, which travel separately.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import UTC, datetime, timedelta
+from enum import Enum
+from urllib.parse import quote, unquote
+
+STRING, INT32, INT64, DOUBLE, BOOLEAN, DATETIME, GUID, BINARY = range(8)
+
+
+class EdmType(str, Enum):
+    """The eight EDM types, with the same member names as ``azure.data.tables.EdmType``."""
+
+    STRING = "Edm.String"
+    INT32 = "Edm.Int32"
+    INT64 = "Edm.Int64"
+    DOUBLE = "Edm.Double"
+    BOOLEAN = "Edm.Boolean"
+    DATETIME = "Edm.DateTime"
+    GUID = "Edm.Guid"
+    BINARY = "Edm.Binary"
+
+    @property
+    def type_code(self) -> int:
+        """The compact integer code used in storage and on the wire."""
+        return _CODE_OF[self]
+
+    @classmethod
+    def from_code(cls, c: int) -> EdmType:
+        """The EdmType for an integer code."""
+        return _TYPES[c]
+
+
+_TYPES = [
+    EdmType.STRING,
+    EdmType.INT32,
+    EdmType.INT64,
+    EdmType.DOUBLE,
+    EdmType.BOOLEAN,
+    EdmType.DATETIME,
+    EdmType.GUID,
+    EdmType.BINARY,
+]
+_CODE_OF = {t: i for i, t in enumerate(_TYPES)}
+TYPE_NAMES = [t.value for t in _TYPES]
+
+INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+
+# --- DateTime as ticks -------------------------------------------------------------------------
+
+_EPOCH = datetime(1, 1, 1, tzinfo=UTC)
+TICKS_PER_SECOND = 10_000_000
+UNIX_EPOCH_TICKS = 621355968000000000  # ticks of 1970-01-01T00:00:00Z
+MIN_DATETIME_TICKS = 504911232000000000  # 1601-01-01T00:00:00Z, Azure's lower limit
+MAX_DATETIME_TICKS = 3155378975999999999  # 9999-12-31T23:59:59.9999999Z
+
+_ISO_RE = re.compile(
+    r"^(\d{4})-(\d{2})-(\d{2})T(\d{2}):(\d{2})(?::(\d{2})(?:\.(\d{1,7}))?)?(Z|[+-]00:00)?$"
+)
+
+
+def datetime_to_ticks(dt: datetime) -> int:
+    """Ticks of a datetime; naive datetimes are taken as UTC."""
+    if dt.tzinfo is None:
+        dt = dt.replace(tzinfo=UTC)
+    delta = dt - _EPOCH
+    return (delta.days * 86400 + delta.seconds) * TICKS_PER_SECOND + delta.microseconds * 10
+
+
+def ticks_to_datetime(ticks: int) -> datetime:
+    """A UTC datetime for ticks, truncated to microseconds (Python's precision)."""
+    return _EPOCH + timedelta(microseconds=ticks // 10)
+
+
+def iso_to_ticks(text: str) -> int:
+    """Parse an ISO-8601 UTC timestamp with up to 7 fractional digits into ticks.
+
+    Raises ValueError on anything else. A value without an offset is taken as UTC.
+    """
+    m = _ISO_RE.match(text.strip())
+    if not m:
+        raise ValueError(f"not an ISO-8601 UTC datetime: {text!r}")
+    y, mo, d, h, mi, s, frac, _ = m.groups()
+    base = datetime(int(y), int(mo), int(d), int(h), int(mi), int(s or 0), tzinfo=UTC)
+    ticks = datetime_to_ticks(base)
+    if frac:
+        ticks += int(frac.ljust(7, "0"))
+    return ticks
+
+
+def ticks_to_iso(ticks: int, *, full: bool = False) -> str:
+    """Format ticks as ``YYYY-MM-DDTHH:MM:SS[.fffffff]Z``.
+
+    ``full`` always prints 7 fractional digits (as Azure does for Timestamp); otherwise trailing
+    zeros are dropped, so a value written without a fraction reads back without one.
+    """
+    seconds, frac = divmod(ticks, TICKS_PER_SECOND)
+    dt = _EPOCH + timedelta(seconds=seconds)
+    head = dt.strftime("%Y-%m-%dT%H:%M:%S")
+    if len(head) < 19:  # years below 1000 are not zero-padded by strftime on every platform
+        head = f"{dt.year:04d}" + head[head.index("-") :]
+    if full:
+        return f"{head}.{frac:07d}Z"
+    if frac == 0:
+        return head + "Z"
+    return f"{head}.{frac:07d}".rstrip("0") + "Z"
+
+
+def now_ticks() -> int:
+    """The current wall-clock time in ticks."""
+    return datetime_to_ticks(datetime.now(UTC))
+
+
+# --- ETags -------------------------------------------------------------------------------------
+
+
+def etag_from_ticks(ticks: int) -> str:
+    """Azure's ETag for an entity whose Timestamp is ``ticks``: ``W/"datetime'<url-encoded>'"``."""
+    return "W/\"datetime'" + quote(ticks_to_iso(ticks, full=True), safe="") + "'\""
+
+
+def ticks_from_etag(etag: str) -> int:
+    """Inverse of :func:`etag_from_ticks`; raises ValueError for anything that is not such an ETag."""
+    if not (etag.startswith("W/\"datetime'") and etag.endswith("'\"")):
+        raise ValueError(f"not a valid ETag: {etag!r}")
+    return iso_to_ticks(unquote(etag[len("W/\"datetime'") : -2]))
+
+
+# --- A stored entity ---------------------------------------------------------------------------
+
+from typing import Any, NamedTuple  # noqa: E402
+
+
+class Entity(NamedTuple):
+    """An entity as the storage and routing layers see it.
+
+    ``ts`` is the Timestamp in ticks (its ETag is ``etag_from_ticks(ts)``); ``props`` are typed props
+    (``{name: [code, value]}``) without PartitionKey, RowKey or Timestamp.
+    """
+
+    pk: str
+    rk: str
+    ts: int
+    props: dict[str, Any]
