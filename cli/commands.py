@@ -1,0 +1,306 @@
+"""User and admin commands: tables, entities, queries, the partition map, events, manual changes."""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+import click
+
+from cli.admin import call
+from cli.main import data_dir_option, main
+from rangetable.values import json_to_typed, typed_to_json
+
+endpoint_option = click.option("--endpoint", default=None, help="Native endpoint (default: from cluster.json).")
+json_option = click.option("--json", "as_json", is_flag=True, help="Machine-readable JSON output.")
+
+
+def _cluster(data_dir: str) -> dict:
+    from cli.supervisor import read_cluster
+
+    doc = read_cluster(data_dir)
+    if doc is None:
+        raise click.ClickException(f"no cluster.json in {data_dir}: start one with `rangetable up` "
+                                   "or pass --endpoint")
+    return doc
+
+
+def _native(data_dir: str, endpoint: str | None) -> str:
+    return endpoint or _cluster(data_dir)["native"]
+
+
+def _coordinator(data_dir: str, endpoint: str | None) -> str:
+    return endpoint or _cluster(data_dir)["coordinator"]
+
+
+def _entity_json(wire: list) -> dict:
+    pk, rk, ts, props = wire
+    return typed_to_json(pk, rk, ts, props, metadata="minimal")
+
+
+def _emit(obj: Any, as_json: bool, text: str) -> None:
+    click.echo(json.dumps(obj, indent=2, default=str) if as_json else text)
+
+
+# --- tables --------------------------------------------------------------------------------------
+
+
+@main.group("table")
+def table_group() -> None:
+    """Create, delete and list tables."""
+
+
+@table_group.command("create")
+@click.argument("name")
+@data_dir_option
+@endpoint_option
+def table_create(name: str, data_dir: str, endpoint: str | None) -> None:
+    """Create a table."""
+    call(_native(data_dir, endpoint), {"op": "create_table", "table": name})
+    click.echo(f"created table {name}")
+
+
+@table_group.command("delete")
+@click.argument("name")
+@data_dir_option
+@endpoint_option
+def table_delete(name: str, data_dir: str, endpoint: str | None) -> None:
+    """Delete a table and all its entities."""
+    call(_native(data_dir, endpoint), {"op": "delete_table", "table": name})
+    click.echo(f"deleted table {name}")
+
+
+@table_group.command("list")
+@data_dir_option
+@endpoint_option
+@json_option
+def table_list(data_dir: str, endpoint: str | None, as_json: bool) -> None:
+    """List tables."""
+    res = call(_native(data_dir, endpoint), {"op": "list_tables"})
+    _emit(res["tables"], as_json, "\n".join(res["tables"]) or "(no tables)")
+
+
+# --- entities ------------------------------------------------------------------------------------
+
+
+@main.group("entity")
+def entity_group() -> None:
+    """Put, get and delete entities (JSON as in the Azure REST API, @odata.type annotations allowed)."""
+
+
+@entity_group.command("put")
+@click.argument("table")
+@click.argument("entity_json")
+@click.option("--mode", type=click.Choice(["replace", "merge", "insert"]), default="replace", show_default=True,
+              help="replace/merge: upsert; insert: fail if the entity exists.")
+@click.option("--if-match", default=None, help="Only update when the entity's ETag matches (or '*').")
+@data_dir_option
+@endpoint_option
+@json_option
+def entity_put(table: str, entity_json: str, mode: str, if_match: str | None, data_dir: str,
+               endpoint: str | None, as_json: bool) -> None:
+    """Insert or update an entity given as JSON."""
+    try:
+        body = json.loads(entity_json)
+    except ValueError as exc:
+        raise click.ClickException(f"InvalidInput: not JSON: {exc}") from None
+    pk, rk, props = json_to_typed(body)
+    if mode == "insert":
+        op = "insert"
+    elif if_match:
+        op = mode
+    else:
+        op = "insert_or_" + mode
+    res = call(_native(data_dir, endpoint), {"op": "write", "table": table, "write": {
+        "op": op, "pk": pk, "rk": rk, "props": props, "if_match": if_match}})
+    from rangetable.edm import etag_from_ticks
+
+    etag = etag_from_ticks(res[2])
+    _emit({"etag": etag}, as_json, f"ok  etag {etag}")
+
+
+@entity_group.command("get")
+@click.argument("table")
+@click.argument("partition_key")
+@click.argument("row_key")
+@data_dir_option
+@endpoint_option
+def entity_get(table: str, partition_key: str, row_key: str, data_dir: str, endpoint: str | None) -> None:
+    """Print one entity as JSON."""
+    res = call(_native(data_dir, endpoint), {"op": "get", "table": table, "pk": partition_key, "rk": row_key})
+    click.echo(json.dumps(_entity_json(res), indent=2))
+
+
+@entity_group.command("delete")
+@click.argument("table")
+@click.argument("partition_key")
+@click.argument("row_key")
+@click.option("--if-match", default="*", show_default=True, help="ETag the entity must have.")
+@data_dir_option
+@endpoint_option
+def entity_delete(table: str, partition_key: str, row_key: str, if_match: str, data_dir: str,
+                  endpoint: str | None) -> None:
+    """Delete one entity."""
+    call(_native(data_dir, endpoint), {"op": "write", "table": table, "write": {
+        "op": "delete", "pk": partition_key, "rk": row_key, "if_match": if_match}})
+    click.echo("deleted")
+
+
+@main.command("query")
+@click.argument("table")
+@click.argument("filter_text", required=False, default=None, metavar="[FILTER]")
+@click.option("--select", default=None, help="Comma-separated properties to return.")
+@click.option("--top", type=int, default=None, help="Stop after this many entities.")
+@click.option("--page-size", type=int, default=1000, show_default=True)
+@data_dir_option
+@endpoint_option
+@json_option
+def query_cmd(table: str, filter_text: str | None, select: str | None, top: int | None, page_size: int,
+              data_dir: str, endpoint: str | None, as_json: bool) -> None:
+    """Query a table with an OData $filter, e.g. "PartitionKey eq 'p1' and qty ge 2"."""
+    ep = _native(data_dir, endpoint)
+    sel = [s.strip() for s in select.split(",")] if select else None
+    token = None
+    out: list[dict] = []
+    pages = 0
+    while True:
+        size = page_size if top is None else min(page_size, top - len(out))
+        res = call(ep, {"op": "query", "table": table, "filter": filter_text, "select": sel, "top": size,
+                        "next": token})
+        pages += 1
+        for w in res["entities"]:
+            e = _entity_json(w)
+            out.append(e)
+            if not as_json:
+                click.echo(json.dumps(e))
+        token = res["next"]
+        if token is None or (top is not None and len(out) >= top):
+            break
+    if as_json:
+        click.echo(json.dumps(out, indent=2))
+    else:
+        click.echo(f"({len(out)} entities, {pages} page{'s' if pages != 1 else ''})", err=True)
+
+
+# --- admin ---------------------------------------------------------------------------------------
+
+coordinator_option = click.option("--coordinator", default=None, help="Coordinator endpoint (default: cluster.json).")
+
+
+def _fmt_key(k: str | None, unbounded: str) -> str:
+    return unbounded if k is None else (repr(k) if k else "''")
+
+
+@main.command("ranges")
+@click.argument("table", required=False)
+@data_dir_option
+@coordinator_option
+@json_option
+def ranges_cmd(table: str | None, data_dir: str, coordinator: str | None, as_json: bool) -> None:
+    """Show the partition map: every range with its bounds, owner, epoch and load."""
+    st = call(_coordinator(data_dir, coordinator), {"op": "status"})
+    load: dict[str, dict] = {}
+    for s in st["servers"]:
+        load.update(s.get("load", {}))
+    rs = [r for r in st["ranges"] if table is None or r["table"].lower() == table.lower()]
+    if as_json:
+        click.echo(json.dumps({"version": st["version"], "servers": st["servers"],
+                               "ranges": [{**r, "load": load.get(r["id"], {})} for r in rs]}, indent=2))
+        return
+    click.echo(f"map version {st['version']}, {len(st['tables'])} tables, {len(st['ranges'])} ranges")
+    click.echo(f"{'range':8} {'table':14} {'low':>12} {'high':>12} {'owner':8} {'epoch':>5} {'state':9} "
+               f"{'entities':>9} {'req/s':>8}")
+    for r in rs:
+        ld = load.get(r["id"], {})
+        rps = ld.get("reads_s", 0) + ld.get("writes_s", 0)
+        click.echo(f"{r['id']:8} {r['table'][:14]:14} {_fmt_key(r['low'], ''):>12} {_fmt_key(r['high'], '∞'):>12} "
+                   f"{str(r['owner']):8} {r['epoch']:>5} {r['state']:9} {ld.get('entities', 0):>9} {rps:>8.1f}")
+    click.echo("")
+    for s in st["servers"]:
+        state = "alive" if s["alive"] else "DEAD"
+        click.echo(f"server {s['id']:8} {state:5} {s['endpoint']:24} pid {s['pid']:<7} ranges {s['ranges']}")
+
+
+@main.command("events")
+@click.option("--follow", "-f", is_flag=True, help="Keep printing new events.")
+@click.option("--limit", default=50, show_default=True)
+@data_dir_option
+@coordinator_option
+@json_option
+def events_cmd(follow: bool, limit: int, data_dir: str, coordinator: str | None, as_json: bool) -> None:
+    """Show splits, merges, moves, failovers and warnings, with durations and offline times."""
+    ep = _coordinator(data_dir, coordinator)
+    since = 0
+    first = True
+    while True:
+        evs = call(ep, {"op": "events", "since": since, "limit": limit if first else 1000})
+        first = False
+        for e in evs:
+            since = max(since, e["seq"])
+            if as_json:
+                click.echo(json.dumps(e))
+                continue
+            when = time.strftime("%H:%M:%S", time.localtime(e["time"]))
+            rest = " ".join(f"{k}={v}" for k, v in e.items() if k not in ("seq", "time", "kind"))
+            click.echo(f"{when} {e['kind']:12} {rest}")
+        if not follow:
+            return
+        time.sleep(0.5)
+
+
+@main.command("split")
+@click.argument("range_id")
+@click.argument("key", required=False)
+@data_dir_option
+@coordinator_option
+@json_option
+def split_cmd(range_id: str, key: str | None, data_dir: str, coordinator: str | None, as_json: bool) -> None:
+    """Split a range at a PartitionKey (default: the data median)."""
+    res = call(_coordinator(data_dir, coordinator), {"op": "split", "range": range_id, "key": key}, timeout=60)
+    _emit(res, as_json, f"split {range_id} at {res['key']!r} into {res['left']} and {res['right']}, "
+                        f"offline {res['offline_ms']} ms")
+
+
+@main.command("move")
+@click.argument("range_id")
+@click.argument("server")
+@data_dir_option
+@coordinator_option
+@json_option
+def move_cmd(range_id: str, server: str, data_dir: str, coordinator: str | None, as_json: bool) -> None:
+    """Move a range to another partition server."""
+    res = call(_coordinator(data_dir, coordinator), {"op": "move", "range": range_id, "server": server}, timeout=60)
+    _emit(res, as_json, f"moved {range_id} to {server}, offline {res['offline_ms']} ms")
+
+
+@main.command("merge")
+@click.argument("range_id")
+@data_dir_option
+@coordinator_option
+@json_option
+def merge_cmd(range_id: str, data_dir: str, coordinator: str | None, as_json: bool) -> None:
+    """Merge a range with its right-hand neighbour."""
+    res = call(_coordinator(data_dir, coordinator), {"op": "merge", "range": range_id}, timeout=60)
+    _emit(res, as_json, f"merged {res['left']} and {res['right']} into {res['range']}, "
+                        f"offline {res['offline_ms']} ms")
+
+
+@main.group("bench")
+def bench_group() -> None:
+    """Benchmarks that print figures."""
+
+
+@bench_group.command("store")
+@click.option("-n", "count", default=50_000, show_default=True, help="Entities per phase.")
+@click.option("--data-dir", default=None, help="Where to put the store (default: a temp dir).")
+@json_option
+def bench_store(count: int, data_dir: str | None, as_json: bool) -> None:
+    """Single-process range-store figures: point write/read, EGT of 100, filtered scan."""
+    from rangetable.bench_store import run_store_bench
+
+    res = run_store_bench(count, data_dir)
+    if as_json:
+        click.echo(json.dumps(res, indent=2))
+
+

@@ -1,0 +1,173 @@
+"""``rangetable`` — the command line: run processes, start a local cluster, use and administer it."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+import click
+
+from rangetable.config import CoordinatorConfig, FrontendConfig, PartitionServerConfig, env_name, load
+from rangetable.errors import TableError
+
+DATA_DIR_ENV = "RANGETABLE_DATA_DIR"
+
+
+def _config_options(cls: type) -> Callable:
+    """Decorate a command with one ``--field-name`` option per config field."""
+
+    def deco(fn: Callable) -> Callable:
+        for f in reversed(dataclasses.fields(cls)):
+            flag = "--" + f.name.replace("_", "-")
+            help_ = f"[env {env_name(cls, f.name)}; default {f.default!r}]"
+            if isinstance(f.default, bool):
+                fn = click.option(flag, f.name, is_flag=True, default=None, help=help_)(fn)
+            else:
+                fn = click.option(flag, f.name, type=type(f.default), default=None, help=help_)(fn)
+        return fn
+
+    return deco
+
+
+def _logging(verbose: bool = False) -> None:
+    logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO,
+                        format="%(asctime)s %(name)s %(levelname)s %(message)s")
+
+
+class _Group(click.Group):
+    """A click group that prints TableErrors as one line with Azure's error code."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except TableError as exc:
+            raise click.ClickException(f"{exc.error_code}: {exc.message}") from None
+
+
+@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
+def main() -> None:
+    """rangetable: a sharded table store with the semantics of Azure Table Storage."""
+
+
+# --- processes -----------------------------------------------------------------------------------
+
+
+@main.command("coordinator")
+@_config_options(CoordinatorConfig)
+def coordinator_cmd(**kw: Any) -> None:
+    """Run the coordinator (partition manager) in the foreground."""
+    from coordinator.server import run
+
+    _logging()
+    run(load(CoordinatorConfig, **kw))
+
+
+@main.command("partition-server")
+@_config_options(PartitionServerConfig)
+def partition_server_cmd(**kw: Any) -> None:
+    """Run a partition server in the foreground."""
+    from partition_server.server import run
+
+    _logging()
+    run(load(PartitionServerConfig, **kw))
+
+
+@main.command("frontend")
+@_config_options(FrontendConfig)
+def frontend_cmd(**kw: Any) -> None:
+    """Run a frontend in the foreground."""
+    from frontend.server import run
+
+    _logging()
+    run(load(FrontendConfig, **kw))
+
+
+# --- the local cluster ---------------------------------------------------------------------------
+
+data_dir_option = click.option("--data-dir", default=lambda: os.environ.get(DATA_DIR_ENV, "./rangetable-data"),
+                               show_default="./rangetable-data", help=f"Data root [env {DATA_DIR_ENV}].")
+
+
+@main.command("up")
+@data_dir_option
+@click.option("--servers", default=2, show_default=True, help="Number of partition servers.")
+@click.option("--frontends", default=1, show_default=True, help="Number of frontends.")
+@click.option("--native-port", default=10012, show_default=True, help="Native port of the first frontend (0 = any).")
+@click.option("--detach", is_flag=True, help="Run in the background; stop with `rangetable down`.")
+@click.option("--no-restart", is_flag=True, help="Do not restart processes that die.")
+@click.option("--sync", is_flag=True, help="fsync every write before acknowledging it.")
+@click.option("--lease-s", default=2.0, show_default=True, help="Partition-server lease.")
+@click.option("--json", "as_json", is_flag=True, help="Print cluster.json once ready.")
+def up_cmd(data_dir: str, servers: int, frontends: int, native_port: int, detach: bool, no_restart: bool,
+           sync: bool, lease_s: float, as_json: bool) -> None:
+    """Start a local cluster: a coordinator, partition servers and frontends."""
+    from cli.supervisor import ClusterSpec, down, pid_alive, read_cluster, supervise
+
+    doc = read_cluster(data_dir)
+    if doc and pid_alive(doc.get("supervisor_pid", 0)):
+        raise click.ClickException(f"a cluster is already running on {data_dir} (pid {doc['supervisor_pid']}); "
+                                   "stop it with `rangetable down`")
+    if doc:
+        down(data_dir)  # leftovers of a supervisor that was killed
+    spec = ClusterSpec(os.path.abspath(data_dir), servers, frontends, native_port, not no_restart, sync, lease_s)
+
+    def ready(doc: dict) -> None:
+        if as_json:
+            click.echo(json.dumps(doc, indent=2))
+            return
+        click.echo(f"rangetable is up: {servers} partition servers, {frontends} frontend(s), data in {spec.data_dir}")
+        click.echo(f"  native endpoint:  {doc['native']}")
+        click.echo(f"  coordinator:      {doc['coordinator']}")
+        click.echo(f"  logs:             {os.path.join(spec.data_dir, 'logs')}")
+        click.echo("Stop with Ctrl-C" + ("" if not detach else f" or `rangetable down --data-dir {data_dir}`"))
+
+    if not detach:
+        try:
+            supervise(spec, echo=click.echo, on_ready=ready)
+        except RuntimeError as exc:
+            raise click.ClickException(str(exc)) from None
+        return
+    os.makedirs(os.path.join(spec.data_dir, "logs"), exist_ok=True)
+    argv = [sys.executable, "-m", "cli.main", "up", "--data-dir", spec.data_dir, "--servers", str(servers),
+            "--frontends", str(frontends), "--native-port", str(native_port), "--lease-s", str(lease_s)]
+    argv += ["--no-restart"] * no_restart + ["--sync"] * sync
+    with open(os.path.join(spec.data_dir, "logs", "supervisor.log"), "ab") as log:
+        proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                start_new_session=True)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        doc = read_cluster(spec.data_dir)
+        if doc and doc.get("supervisor_pid") == proc.pid:
+            ready(doc)
+            return
+        if proc.poll() is not None:
+            raise click.ClickException(f"the cluster failed to start; see {spec.data_dir}/logs/supervisor.log")
+        time.sleep(0.1)
+    proc.terminate()
+    raise click.ClickException("the cluster did not become ready within 60 s")
+
+
+@main.command("down")
+@data_dir_option
+def down_cmd(data_dir: str) -> None:
+    """Stop the local cluster running on a data dir."""
+    from cli.supervisor import down, read_cluster
+
+    if read_cluster(data_dir) is None:
+        click.echo(f"no cluster is running on {data_dir}")
+        return
+    killed = down(data_dir)
+    click.echo("stopped" + (f" (killed {len(killed)} stragglers)" if killed else ""))
+
+
+from cli import commands  # noqa: E402,F401  (registers the user and admin commands)
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,283 @@
+"""The local cluster: start, supervise and stop a coordinator, partition servers and frontends.
+
+``rangetable up`` runs :func:`supervise` in the foreground (or detached with ``--detach``): it picks
+ports, starts every process with its output in ``<data-dir>/logs/``, waits until the cluster
+answers requests, writes ``<data-dir>/cluster.json``, restarts a process that dies (after a short
+back-off), and stops everything on Ctrl-C, SIGTERM or ``rangetable down``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from rangetable.errors import TableError
+
+CLUSTER_FILE = "cluster.json"
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that is free right now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def pid_alive(pid: int) -> bool:
+    """True when a process with this pid exists (and is not a zombie of ours)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(")")[-1].split()[0] != "Z"
+    except OSError:
+        return True
+
+
+def read_cluster(data_dir: str) -> dict | None:
+    """The cluster.json of a data dir, or None."""
+    try:
+        with open(os.path.join(data_dir, CLUSTER_FILE)) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return None
+
+
+@dataclass
+class Child:
+    """One supervised process."""
+
+    role: str
+    id: str
+    argv: list[str]
+    log_path: str
+    extra: dict = field(default_factory=dict)
+    proc: subprocess.Popen | None = None
+    restarts: int = 0
+    started: float = 0.0
+    backoff: float = 0.5
+    due: float = 0.0
+
+    def start(self) -> None:
+        """Launch the process, appending to its log."""
+        log = open(self.log_path, "ab")
+        self.proc = subprocess.Popen(
+            self.argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True
+        )
+        log.close()
+        self.started = time.monotonic()
+
+    def info(self) -> dict:
+        """The process entry of cluster.json."""
+        return {"role": self.role, "id": self.id, "pid": self.proc.pid if self.proc else None,
+                "log": self.log_path, "restarts": self.restarts, **self.extra}
+
+
+@dataclass
+class ClusterSpec:
+    """What ``rangetable up`` was asked for."""
+
+    data_dir: str
+    servers: int = 2
+    frontends: int = 1
+    native_port: int = 10012
+    restart: bool = True
+    sync: bool = False
+    lease_s: float = 2.0
+
+
+class Supervisor:
+    """Starts and watches the processes of a local cluster."""
+
+    def __init__(self, spec: ClusterSpec, echo: Any = print) -> None:
+        self.spec = spec
+        self.echo = echo
+        self.data_dir = os.path.abspath(spec.data_dir)
+        self.logs = os.path.join(self.data_dir, "logs")
+        self.children: list[Child] = []
+        self.stopping = False
+
+    def _cmd(self, *args: str) -> list[str]:
+        return [sys.executable, "-m", "cli.main", *args]
+
+    def plan(self) -> None:
+        """Choose ports and build the command line of every process."""
+        os.makedirs(self.logs, exist_ok=True)
+        d = self.data_dir
+        self.coordinator = f"tcp://127.0.0.1:{free_port()}"
+        self.pub = f"tcp://127.0.0.1:{free_port()}"
+        lease = str(self.spec.lease_s)
+        self.children.append(Child("coordinator", "coordinator", self._cmd(
+            "coordinator", "--data-dir", d, "--bind", self.coordinator, "--pub-bind", self.pub, "--lease-s", lease),
+            os.path.join(self.logs, "coordinator.log"), {"endpoint": self.coordinator, "pub": self.pub}))
+        for i in range(1, self.spec.servers + 1):
+            sid = f"ps-{i}"
+            bind = f"tcp://127.0.0.1:{free_port()}"
+            argv = self._cmd("partition-server", "--data-dir", d, "--coordinator", self.coordinator,
+                             "--bind", bind, "--server-id", sid)
+            if self.spec.sync:
+                argv.append("--sync")
+            self.children.append(Child("partition-server", sid, argv, os.path.join(self.logs, f"{sid}.log"),
+                                       {"endpoint": bind}))
+        self.natives = []
+        for i in range(1, self.spec.frontends + 1):
+            port = self.spec.native_port + i - 1 if self.spec.native_port else free_port()
+            native = f"tcp://127.0.0.1:{port}"
+            self.natives.append(native)
+            fid = f"fe-{i}"
+            self.children.append(Child("frontend", fid, self._cmd(
+                "frontend", "--coordinator", self.coordinator, "--native", native, "--frontend-id", fid),
+                os.path.join(self.logs, f"{fid}.log"), {"native": native}))
+
+    def write_cluster_file(self) -> None:
+        """Write cluster.json atomically."""
+        doc = {
+            "native": self.natives[0],
+            "frontends": self.natives,
+            "coordinator": self.coordinator,
+            "pub": self.pub,
+            "data_dir": self.data_dir,
+            "supervisor_pid": os.getpid(),
+            "processes": [c.info() for c in self.children],
+        }
+        path = os.path.join(self.data_dir, CLUSTER_FILE)
+        with open(path + ".tmp", "w") as f:
+            json.dump(doc, f, indent=2)
+        os.replace(path + ".tmp", path)
+
+    def wait_ready(self, timeout: float = 30.0) -> None:
+        """Block until the coordinator sees every server and every frontend answers."""
+        from cli.admin import call
+
+        deadline = time.monotonic() + timeout
+        last: Exception | None = None
+        while time.monotonic() < deadline:
+            if any(c.proc and c.proc.poll() is not None for c in self.children) and not self.spec.restart:
+                raise RuntimeError("a process exited during start-up; see " + self.logs)
+            try:
+                st = call(self.coordinator, {"op": "status"}, timeout=1.0)
+                alive = [s for s in st["servers"] if s["alive"] and s["endpoint"]]
+                if len(alive) >= self.spec.servers:
+                    for n in self.natives:
+                        call(n, {"op": "hello", "version": 1}, timeout=1.0)
+                        m = call(n, {"op": "map"}, timeout=1.0)
+                        if not m or len(m.get("servers", {})) < self.spec.servers:
+                            raise TableError("ServerBusy", "frontend has no map yet")
+                    return
+            except (TableError, KeyError) as exc:
+                last = exc
+            self.poll()
+            time.sleep(0.1)
+        raise RuntimeError(f"cluster did not become ready in {timeout:.0f} s: {last}; see {self.logs}")
+
+    def start(self) -> None:
+        """Start every process in order and wait until the cluster serves."""
+        self.plan()
+        for c in self.children:
+            c.start()
+        self.wait_ready()
+        self.write_cluster_file()
+
+    def poll(self) -> None:
+        """Restart processes that died (after a back-off), unless stopping or --no-restart."""
+        now = time.monotonic()
+        changed = False
+        for c in self.children:
+            if c.proc is None or c.proc.poll() is None or self.stopping:
+                continue
+            if not self.spec.restart:
+                continue
+            if c.due == 0.0:
+                if now - c.started > 30:
+                    c.backoff = 0.5
+                c.due = now + c.backoff
+                self.echo(f"{c.id} (pid {c.proc.pid}) exited with {c.proc.returncode}; restarting in {c.backoff:.1f} s")
+                c.backoff = min(c.backoff * 2, 10.0)
+            elif now >= c.due:
+                c.due = 0.0
+                c.restarts += 1
+                c.start()
+                changed = True
+                self.echo(f"{c.id} restarted as pid {c.proc.pid}")
+        if changed and os.path.exists(os.path.join(self.data_dir, CLUSTER_FILE)):
+            self.write_cluster_file()
+
+    def run(self) -> None:
+        """Supervise until asked to stop."""
+        while not self.stopping:
+            self.poll()
+            time.sleep(0.2)
+
+    def stop(self) -> None:
+        """Stop frontends, then partition servers, then the coordinator; SIGKILL stragglers."""
+        self.stopping = True
+        for role in ("frontend", "partition-server", "coordinator"):
+            group = [c for c in self.children if c.role == role and c.proc and c.proc.poll() is None]
+            for c in group:
+                c.proc.send_signal(signal.SIGTERM)
+            deadline = time.monotonic() + 10
+            for c in group:
+                try:
+                    c.proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+                except subprocess.TimeoutExpired:
+                    c.proc.kill()
+                    c.proc.wait()
+        try:
+            os.remove(os.path.join(self.data_dir, CLUSTER_FILE))
+        except OSError:
+            pass
+
+
+def supervise(spec: ClusterSpec, echo: Any = print, on_ready: Any = None) -> None:
+    """Run a local cluster in the foreground until SIGINT/SIGTERM."""
+    sup = Supervisor(spec, echo)
+
+    def stop(signum: int, frame: Any) -> None:
+        sup.stopping = True
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    try:
+        sup.start()
+        if on_ready:
+            on_ready(read_cluster(sup.data_dir))
+        sup.run()
+    finally:
+        sup.stop()
+
+
+def down(data_dir: str, timeout: float = 20.0) -> list[int]:
+    """Stop the cluster of a data dir; returns the pids that had to be killed."""
+    doc = read_cluster(data_dir)
+    if doc is None:
+        return []
+    pid = doc.get("supervisor_pid")
+    if pid and pid_alive(pid):
+        os.kill(pid, signal.SIGTERM)
+        deadline = time.monotonic() + timeout
+        while pid_alive(pid) and time.monotonic() < deadline:
+            time.sleep(0.05)
+    killed = []
+    for p in doc.get("processes", []):
+        if p.get("pid") and pid_alive(p["pid"]):
+            os.kill(p["pid"], signal.SIGKILL)
+            killed.append(p["pid"])
+    if pid and pid_alive(pid):
+        os.kill(pid, signal.SIGKILL)
+        killed.append(pid)
+    try:
+        os.remove(os.path.join(data_dir, CLUSTER_FILE))
+    except OSError:
+        pass
+    return killed

@@ -1,0 +1,107 @@
+"""The controller: the coordinator's worker thread that carries out multi-step changes.
+
+Jobs run one at a time, in order: create/delete table, move, split, merge, failover, reconcile.
+Each one is logged (as a map state or an intent) and committed to the meta store before it acts, and
+is idempotent, so a crash at any step converges to one valid map on restart. The controller talks
+to partition servers over its own DEALER sockets; it hands replies and map publications back to the
+coordinator's loop through an inproc socket, because ZeroMQ sockets belong to one thread.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import queue
+import threading
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import zmq
+
+from rangetable import protocol
+from rangetable.errors import TableError
+
+if TYPE_CHECKING:
+    from coordinator.server import Coordinator
+
+log = logging.getLogger("rangetable.coordinator")
+
+Reply = Callable[[Any, TableError | None], None]
+
+
+class Controller(threading.Thread):
+    """Runs jobs sequentially against the partition map and the partition servers."""
+
+    def __init__(self, coord: Coordinator) -> None:
+        super().__init__(name="controller", daemon=True)
+        self.coord = coord
+        self.jobs: queue.Queue = queue.Queue()
+        self.pending_keys: set[str] = set()
+        self._socks: dict[str, tuple[str, zmq.Socket]] = {}
+        self._ids = itertools.count()
+        self.stopping = False
+
+    # --- job queue ----------------------------------------------------------------------------
+
+    def submit(self, fn: Callable[..., Any], *args: Any, reply: Reply | None = None, key: str | None = None) -> bool:
+        """Queue a job; with ``key``, at most one such job waits at a time (returns False if queued)."""
+        if key is not None:
+            with self.coord.lock:
+                if key in self.pending_keys:
+                    return False
+                self.pending_keys.add(key)
+        self.jobs.put((fn, args, reply, key))
+        return True
+
+    def run(self) -> None:
+        """The thread body."""
+        while not self.stopping:
+            try:
+                fn, args, reply, key = self.jobs.get(timeout=0.2)
+            except queue.Empty:
+                continue
+            if key is not None:
+                with self.coord.lock:
+                    self.pending_keys.discard(key)
+            try:
+                res, err = fn(*args), None
+            except TableError as exc:
+                res, err = None, exc
+            except Exception as exc:
+                log.exception("job %s failed", getattr(fn, "__name__", fn))
+                res, err = None, TableError("InternalError", f"{type(exc).__name__}: {exc}")
+            if reply is not None:
+                reply(res, err)
+        for _, s in self._socks.values():
+            s.close(0)
+
+    # --- talking to partition servers ---------------------------------------------------------
+
+    def call(self, server: str, body: dict, timeout: float | None = None) -> Any:
+        """Send one command to a partition server and wait for its answer (raises TableError)."""
+        endpoint = self.coord.server_endpoint(server)
+        if endpoint is None:
+            raise TableError("ServerBusy", f"partition server {server} is not registered")
+        ent = self._socks.get(server)
+        if ent is None or ent[0] != endpoint:
+            if ent is not None:
+                ent[1].close(0)
+            s = self.coord.ctx.socket(zmq.DEALER)
+            s.setsockopt(zmq.LINGER, 0)
+            s.connect(endpoint)
+            ent = self._socks[server] = (endpoint, s)
+        sock = ent[1]
+        rid = b"c%d" % next(self._ids)
+        sock.send_multipart([rid, protocol.pack(body)])
+        deadline = time.monotonic() + (timeout or self.coord.cfg.command_timeout_s)
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0 or not sock.poll(int(left * 1000) + 1):
+                # Drop the socket so a late answer is never taken for another command's.
+                sock.close(0)
+                del self._socks[server]
+                raise TableError("OperationTimedOut", f"{body['op']} on {server} timed out")
+            frames = sock.recv_multipart()
+            if frames[0] == rid:
+                return protocol.result(frames[1])

@@ -1,0 +1,267 @@
+"""Multi-step changes of the partition map, run by the controller thread one at a time.
+
+Every operation commits its intent (a range state such as ``moving``, or an intent record) before
+it acts and its result in one atomic commit (the *commit point*); :func:`recover` rolls an
+uncommitted operation back after a coordinator restart. Partition-server commands are idempotent, so
+re-running any step is harmless.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import TYPE_CHECKING, Any
+
+from coordinator.partition_map import range_key
+from rangetable.errors import TableError
+
+if TYPE_CHECKING:
+    from coordinator.controller import Controller
+    from coordinator.server import Coordinator
+
+log = logging.getLogger("rangetable.coordinator")
+
+
+def _ms(t0: float) -> float:
+    return round((time.monotonic() - t0) * 1000, 2)
+
+
+def _public(rec: dict) -> dict:
+    return {k: rec[k] for k in ("id", "table", "low", "high", "epoch", "path")}
+
+
+def create_table(co: Coordinator, ctl: Controller, name: str) -> dict:
+    """Add a table with one range on the least-loaded live server and open it there."""
+    from rangetable.entity import validate_table_name
+
+    validate_table_name(name)
+    with co.lock:
+        owner = co.pick_server()
+        rec, writes = co.pmap.create_table(name, owner)
+        co.commit(writes)
+    if owner is not None:
+        _load(co, ctl, owner, rec)
+    return {"table": name}
+
+
+def delete_table(co: Coordinator, ctl: Controller, name: str) -> None:
+    """Drop a table from the catalog and destroy its range directories."""
+    with co.lock:
+        gone, writes = co.pmap.delete_table(name)
+        co.commit(writes)
+    for r in gone:
+        if r["owner"] and co.is_alive(r["owner"]):
+            try:
+                ctl.call(r["owner"], {"op": "destroy", "range": _public(r)})
+            except TableError as exc:
+                log.warning("destroy %s: %s", r["id"], exc)
+
+
+def _load(co: Coordinator, ctl: Controller, server: str, rec: dict) -> bool:
+    try:
+        ctl.call(server, {"op": "load", "range": _public(rec), "version": co.pmap.version})
+        return True
+    except TableError as exc:
+        log.warning("load %s on %s failed: %s", rec["id"], server, exc)
+        return False
+
+
+def assign_orphans(co: Coordinator, ctl: Controller) -> None:
+    """Give every range without a live owner to a live server."""
+    with co.lock:
+        orphans = [
+            r for r in co.pmap.ranges.values() if r["state"] == "serving" and not co.is_alive(r["owner"])
+        ]
+    for r in orphans:
+        fail_over(co, ctl, r["id"], reason="owner not alive")
+
+
+def fail_over(co: Coordinator, ctl: Controller, rid: str, reason: str) -> None:
+    """Reassign one range whose owner is dead (its lease has surely lapsed) to a live server."""
+    t0 = time.monotonic()
+    with co.lock:
+        rec = co.pmap.ranges.get(rid)
+        if rec is None or co.is_alive(rec["owner"]):
+            return
+        old = rec["owner"]
+        target = co.pick_server()
+        if target is None:
+            return
+        co.commit(co.pmap.update(rec, owner=target))
+        rec = dict(co.pmap.ranges[rid])
+    ok = _load(co, ctl, target, rec)
+    co.event("failover", range=rid, table=rec["table"], source=old, target=target, reason=reason,
+             duration_ms=_ms(t0), ok=ok)
+
+
+def reconcile(co: Coordinator, ctl: Controller, server: str) -> None:
+    """Make a server's open ranges match the map: load what it should serve, unload the rest."""
+    with co.lock:
+        info = co.servers.get(server)
+        if info is None or not info.alive:
+            return
+        reported = {rid: (epoch, state) for rid, epoch, state in info.ranges}
+        desired = {r["id"]: dict(r) for r in co.pmap.owned_by(server) if r["state"] == "serving"}
+        known = set(co.pmap.ranges)
+        busy = {r["id"] for r in co.pmap.ranges.values() if r["state"] != "serving"}
+    for rid, rec in desired.items():
+        if reported.get(rid) != (rec["epoch"], "serving"):
+            _load(co, ctl, server, rec)
+    for rid, (epoch, _state) in reported.items():
+        if rid in desired or rid in busy:
+            continue
+        try:
+            if rid in known:
+                ctl.call(server, {"op": "unload", "range": rid, "epoch": epoch})
+            else:  # the half of a split or merge that never committed: garbage
+                ctl.call(server, {"op": "destroy", "range": {"id": rid, "path": f"ranges/{rid}"}})
+        except TableError as exc:
+            log.warning("reconcile %s on %s: %s", rid, server, exc)
+
+
+def move(co: Coordinator, ctl: Controller, rid: str, target: str, reason: str = "manual") -> dict:
+    """Move a range: source closes it, the map records the new owner, the target opens it."""
+    with co.lock:
+        rec = co.pmap.ranges.get(rid)
+        if rec is None:
+            raise TableError("ResourceNotFound", f"no range {rid}")
+        if not co.is_alive(target):
+            raise TableError("InvalidInput", f"server {target} is not alive")
+        if rec["owner"] == target:
+            return {"range": rid, "offline_ms": 0.0}
+        source = rec["owner"]
+        co.commit(co.pmap.update(rec, state="moving"))
+        epoch = rec["epoch"]
+    t0 = time.monotonic()
+    if source and co.is_alive(source):
+        try:
+            ctl.call(source, {"op": "unload", "range": rid, "epoch": epoch, "version": co.pmap.version})
+        except TableError as exc:
+            with co.lock:
+                co.commit(co.pmap.update(co.pmap.ranges[rid], state="serving"))
+            raise TableError("ServerBusy", f"source {source} did not release {rid}: {exc}") from None
+    with co.lock:  # the commit point
+        co.commit(co.pmap.update(co.pmap.ranges[rid], owner=target, state="serving"))
+        rec = dict(co.pmap.ranges[rid])
+    ok = _load(co, ctl, target, rec)
+    offline = _ms(t0)
+    co.event("move", range=rid, table=rec["table"], source=source, target=target, reason=reason,
+             offline_ms=offline, duration_ms=offline, ok=ok)
+    if not ok:
+        raise TableError("ServerBusy", f"target {target} could not open {rid}; it will be retried")
+    return {"range": rid, "source": source, "target": target, "offline_ms": offline}
+
+
+def split(co: Coordinator, ctl: Controller, rid: str, key: str | None, reason: str = "manual") -> dict:
+    """Split a range at a PartitionKey (or at the data median) into two ranges on the same server."""
+    with co.lock:
+        rec = co.pmap.ranges.get(rid)
+        if rec is None:
+            raise TableError("ResourceNotFound", f"no range {rid}")
+        owner = rec["owner"]
+        if rec["state"] != "serving" or not co.is_alive(owner):
+            raise TableError("ServerBusy", f"range {rid} is not serving")
+    if key is None:
+        key = ctl.call(owner, {"op": "split_key", "range": rid, "epoch": rec["epoch"]})
+        if key is None:
+            raise TableError("InvalidInput", f"range {rid} holds fewer than two PartitionKeys")
+    if not (rec["low"] < key and (rec["high"] is None or key < rec["high"])):
+        raise TableError("InvalidInput", f"split key {key!r} is not strictly inside {rid}")
+    with co.lock:
+        left = co.pmap.new_range(rec["table"], rec["low"], key, owner, rec["epoch"] + 1)
+        right = co.pmap.new_range(rec["table"], key, rec["high"], owner, rec["epoch"] + 1)
+        puts, dels = co.pmap.update(rec, state="splitting")
+        co.commit((puts, dels))
+        epoch = rec["epoch"]
+    t0 = time.monotonic()
+    try:
+        ctl.call(owner, {"op": "split", "range": rid, "epoch": epoch, "key": key,
+                         "left": _public(left), "right": _public(right), "version": co.pmap.version})
+    except TableError:
+        with co.lock:
+            co.commit(co.pmap.update(co.pmap.ranges[rid], state="serving"))
+        ctl.submit(reconcile, co, ctl, owner, key=f"reconcile:{owner}")
+        raise
+    with co.lock:  # the commit point
+        old = co.pmap.ranges[rid]
+        co.commit(co.pmap.replace([old], [left, right]))
+    for r in (left, right):
+        _load(co, ctl, owner, r)
+    offline = _ms(t0)
+    try:
+        ctl.call(owner, {"op": "destroy", "range": _public(rec)})
+    except TableError as exc:
+        log.warning("destroy %s after split: %s", rid, exc)
+    co.event("split", range=rid, table=rec["table"], key=key, left=left["id"], right=right["id"],
+             server=owner, reason=reason, offline_ms=offline, duration_ms=offline)
+    return {"range": rid, "key": key, "left": left["id"], "right": right["id"], "offline_ms": offline}
+
+
+def merge(co: Coordinator, ctl: Controller, rid: str, reason: str = "manual") -> dict:
+    """Merge a range with its right-hand neighbour (moving the neighbour first if needed)."""
+    with co.lock:
+        rec = co.pmap.ranges.get(rid)
+        if rec is None:
+            raise TableError("ResourceNotFound", f"no range {rid}")
+        rs = co.pmap.ranges_of(rec["table"])
+        i = [r["id"] for r in rs].index(rid)
+        if i + 1 >= len(rs):
+            raise TableError("InvalidInput", f"range {rid} is the last of its table; merge its left neighbour")
+        right = rs[i + 1]
+    if right["owner"] != rec["owner"]:
+        move(co, ctl, right["id"], rec["owner"], reason=f"merge with {rid}")
+    with co.lock:
+        left, right = dict(co.pmap.ranges[rid]), dict(co.pmap.ranges[right["id"]])
+        owner = left["owner"]
+        if left["state"] != "serving" or right["state"] != "serving" or not co.is_alive(owner):
+            raise TableError("ServerBusy", "ranges are not serving")
+        out = co.pmap.new_range(left["table"], left["low"], right["high"], owner,
+                                max(left["epoch"], right["epoch"]) + 1)
+        p1, _ = co.pmap.update(co.pmap.ranges[left["id"]], state="merging")
+        p2, _ = co.pmap.update(co.pmap.ranges[right["id"]], state="merging")
+        co.commit(({**p1, **p2}, []))
+    t0 = time.monotonic()
+    try:
+        ctl.call(owner, {"op": "merge", "left": _public(left), "right": _public(right), "out": _public(out),
+                         "version": co.pmap.version})
+    except TableError:
+        with co.lock:
+            for r in (left, right):
+                co.pmap.ranges[r["id"]]["state"] = "serving"
+            co.commit(({range_key(r["id"]): co.pmap.ranges[r["id"]] for r in (left, right)}, []))
+        ctl.submit(reconcile, co, ctl, owner, key=f"reconcile:{owner}")
+        raise
+    with co.lock:  # the commit point
+        co.commit(co.pmap.replace([co.pmap.ranges[left["id"]], co.pmap.ranges[right["id"]]], [out]))
+    _load(co, ctl, owner, out)
+    offline = _ms(t0)
+    for r in (left, right):
+        try:
+            ctl.call(owner, {"op": "destroy", "range": _public(r)})
+        except TableError as exc:
+            log.warning("destroy %s after merge: %s", r["id"], exc)
+    co.event("merge", range=out["id"], table=out["table"], left=left["id"], right=right["id"], server=owner,
+             reason=reason, offline_ms=offline, duration_ms=offline)
+    return {"range": out["id"], "left": left["id"], "right": right["id"], "offline_ms": offline}
+
+
+def recover(co: Coordinator) -> list[str]:
+    """After a restart: roll back operations that never reached their commit point.
+
+    A range still ``moving``, ``splitting`` or ``merging`` was not committed (the commit point
+    sets it back to ``serving`` or replaces it), so it returns to ``serving`` under its recorded
+    owner; reconciliation then reloads it there and discards any uncommitted halves.
+    """
+    fixed: list[str] = []
+    with co.lock:
+        puts: dict[bytes, Any] = {}
+        for r in co.pmap.ranges.values():
+            if r["state"] != "serving":
+                r["state"] = "serving"
+                puts[range_key(r["id"])] = r
+                fixed.append(r["id"])
+        if puts:
+            co.pmap.version += 1
+            puts[b"meta/version"] = co.pmap.version
+            co.commit((puts, []))
+    return fixed

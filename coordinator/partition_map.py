@@ -1,0 +1,187 @@
+"""The partition map and table catalog: pure data, with the invariants that must always hold.
+
+A range record is a dict ``{"id", "table", "low", "high", "owner", "epoch", "path", "state"}``:
+PartitionKey bounds ``[low, high)`` (``high`` None = unbounded), the owning server id (or None while
+unassigned), an epoch that grows on every change of owner or bounds, the range's directory relative
+to the data root, and ``state`` (``serving``, or ``moving`` / ``splitting`` / ``merging`` while an
+operation holds it). The map has a version that grows on every change.
+
+Every mutation returns the meta-store writes that persist it (``puts``, ``deletes``), so the
+coordinator commits the change durably before acting on it.
+"""
+
+from __future__ import annotations
+
+import bisect
+from dataclasses import dataclass, field
+from typing import Any
+
+from rangetable.errors import TableError
+
+Writes = tuple[dict[bytes, Any], list[bytes]]
+
+
+def range_key(rid: str) -> bytes:
+    """Meta-store key of a range record."""
+    return b"range/" + rid.encode()
+
+
+def table_key(name: str) -> bytes:
+    """Meta-store key of a catalog entry (case-insensitive)."""
+    return b"table/" + name.lower().encode()
+
+
+@dataclass
+class PartitionMap:
+    """Tables, ranges, the map version and the id counter."""
+
+    tables: dict[str, str] = field(default_factory=dict)  # lower-case name -> name as created
+    ranges: dict[str, dict] = field(default_factory=dict)
+    version: int = 0
+    next_id: int = 1
+
+    # --- queries ------------------------------------------------------------------------------
+
+    def table_name(self, name: str) -> str:
+        """The table's name as created; raises TableNotFound."""
+        try:
+            return self.tables[name.lower()]
+        except KeyError:
+            raise TableError("TableNotFound") from None
+
+    def ranges_of(self, table: str) -> list[dict]:
+        """The ranges of a table in key order."""
+        key = table.lower()
+        return sorted((r for r in self.ranges.values() if r["table"].lower() == key), key=lambda r: r["low"])
+
+    def range_for(self, table: str, pk: str) -> dict:
+        """The range holding a PartitionKey."""
+        rs = self.ranges_of(table)
+        i = bisect.bisect_right([r["low"] for r in rs], pk) - 1
+        if i < 0:
+            raise TableError("TableNotFound")
+        return rs[i]
+
+    def owned_by(self, server: str) -> list[dict]:
+        """Ranges assigned to a server."""
+        return [r for r in self.ranges.values() if r["owner"] == server]
+
+    def snapshot(self) -> dict:
+        """The whole map as plain data (for frontends and the CLI)."""
+        return {
+            "version": self.version,
+            "tables": sorted(self.tables.values()),
+            "ranges": sorted(self.ranges.values(), key=lambda r: (r["table"].lower(), r["low"])),
+        }
+
+    def check(self) -> list[str]:
+        """Violations of the map invariants (empty when the map is valid).
+
+        Per table: ranges disjoint, covering ["", ∞) with no gap, bounds never inside a
+        PartitionKey (they are PartitionKeys, so that holds by construction); every range of a
+        known table; ids unique (dict keys).
+        """
+        problems = []
+        for name in self.tables.values():
+            rs = self.ranges_of(name)
+            if not rs:
+                problems.append(f"table {name} has no ranges")
+                continue
+            if rs[0]["low"] != "":
+                problems.append(f"table {name}: first range starts at {rs[0]['low']!r}")
+            for a, b in zip(rs, rs[1:], strict=False):
+                if a["high"] != b["low"]:
+                    problems.append(f"table {name}: {a['id']} ends at {a['high']!r}, {b['id']} starts at {b['low']!r}")
+            if rs[-1]["high"] is not None:
+                problems.append(f"table {name}: last range ends at {rs[-1]['high']!r}")
+        for r in self.ranges.values():
+            if r["table"].lower() not in self.tables:
+                problems.append(f"range {r['id']} belongs to unknown table {r['table']}")
+            if r["high"] is not None and not r["low"] < r["high"]:
+                problems.append(f"range {r['id']} is empty: [{r['low']!r}, {r['high']!r})")
+        return problems
+
+    # --- mutations (each returns its meta-store writes) -----------------------------------------
+
+    def _bump(self, puts: dict[bytes, Any]) -> None:
+        self.version += 1
+        puts[b"meta/version"] = self.version
+        puts[b"meta/next_id"] = self.next_id
+
+    def new_range(self, table: str, low: str, high: str | None, owner: str | None, epoch: int = 1) -> dict:
+        """A fresh range record with a new id (not yet in the map)."""
+        rid = f"r{self.next_id:06d}"
+        self.next_id += 1
+        return {
+            "id": rid,
+            "table": table,
+            "low": low,
+            "high": high,
+            "owner": owner,
+            "epoch": epoch,
+            "path": f"ranges/{rid}",
+            "state": "serving",
+        }
+
+    def create_table(self, name: str, owner: str | None) -> tuple[dict, Writes]:
+        """Add a table with one range covering the whole key space."""
+        if name.lower() in self.tables:
+            raise TableError("TableAlreadyExists")
+        self.tables[name.lower()] = name
+        rec = self.new_range(name, "", None, owner)
+        self.ranges[rec["id"]] = rec
+        puts: dict[bytes, Any] = {table_key(name): name, range_key(rec["id"]): rec}
+        self._bump(puts)
+        return rec, (puts, [])
+
+    def delete_table(self, name: str) -> tuple[list[dict], Writes]:
+        """Remove a table and its ranges; returns the removed ranges (their directories are garbage)."""
+        real = self.tables.pop(name.lower(), None)
+        if real is None:
+            raise TableError("ResourceNotFound")
+        gone = self.ranges_of(real)
+        for r in gone:
+            del self.ranges[r["id"]]
+        puts: dict[bytes, Any] = {}
+        self._bump(puts)
+        return gone, (puts, [table_key(real)] + [range_key(r["id"]) for r in gone])
+
+    def update(self, rec: dict, **changes: Any) -> Writes:
+        """Change fields of a range; a new owner or new bounds bump its epoch."""
+        cur = self.ranges[rec["id"]]
+        if any(k in changes and changes[k] != cur[k] for k in ("owner", "low", "high")):
+            cur["epoch"] += 1
+        cur.update(changes)
+        puts: dict[bytes, Any] = {range_key(cur["id"]): cur}
+        self._bump(puts)
+        return puts, []
+
+    def replace(self, old: list[dict], new: list[dict]) -> Writes:
+        """Swap ranges for others covering the same keys (the commit point of a split or merge)."""
+        lo_old = min(r["low"] for r in old)
+        lo_new = min(r["low"] for r in new)
+        if lo_old != lo_new:
+            raise ValueError("replacement must cover the same key span")
+        for r in old:
+            del self.ranges[r["id"]]
+        puts: dict[bytes, Any] = {}
+        for r in new:
+            self.ranges[r["id"]] = r
+            puts[range_key(r["id"])] = r
+        self._bump(puts)
+        return puts, [range_key(r["id"]) for r in old]
+
+    @classmethod
+    def load(cls, items: list[tuple[bytes, Any]]) -> PartitionMap:
+        """Rebuild the map from meta-store items."""
+        pm = cls()
+        for k, v in items:
+            if k.startswith(b"table/"):
+                pm.tables[k[6:].decode()] = v
+            elif k.startswith(b"range/"):
+                pm.ranges[v["id"]] = v
+            elif k == b"meta/version":
+                pm.version = v
+            elif k == b"meta/next_id":
+                pm.next_id = v
+        return pm

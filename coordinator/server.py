@@ -1,0 +1,332 @@
+"""The coordinator process: the partition manager.
+
+The loop only moves messages:
+
+* ROUTER at ``bind`` — heartbeats from partition servers (answered at once with a lease: the
+  ZeroMQ guide's *Paranoid Pirate* pattern), map snapshots for frontends, admin requests;
+* PUB at ``pub_bind`` — every map change as a numbered full snapshot, plus ``hugz`` carrying the
+  current version every second (the guide's *Clone* pattern: a subscriber that sees a gap, or a
+  hugz newer than its map, fetches a fresh snapshot);
+* an inproc PULL — answers and publish requests from the controller thread, which runs every
+  multi-step change (see :mod:`coordinator.operations`).
+
+A partition server is declared dead when nothing was heard from it for ``lease_s + lease_grace_s``:
+its lease (counted from when it *sent* its last answered heartbeat) has surely lapsed by then, so its
+ranges can be reassigned without two servers ever serving one range.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import zmq
+
+from coordinator import operations as ops
+from coordinator.controller import Controller
+from coordinator.meta_store import MetaStore
+from coordinator.partition_map import PartitionMap
+from rangetable import protocol
+from rangetable.config import CoordinatorConfig
+from rangetable.errors import TableError
+
+log = logging.getLogger("rangetable.coordinator")
+MAX_EVENTS = 1000
+
+
+@dataclass
+class ServerInfo:
+    """What the coordinator knows of one partition server."""
+
+    id: str
+    endpoint: str
+    incarnation: str
+    last_seen: float
+    pid: int = 0
+    alive: bool = True
+    ranges: list = field(default_factory=list)
+    load: dict = field(default_factory=dict)
+
+
+class Coordinator:
+    """State and loop of the coordinator."""
+
+    def __init__(self, cfg: CoordinatorConfig, ctx: zmq.Context | None = None) -> None:
+        self.cfg = cfg
+        self.ctx = ctx or zmq.Context.instance()
+        self.lock = threading.RLock()
+        self.meta = MetaStore(cfg.data_dir)
+        self.pmap = PartitionMap.load(self.meta.items())
+        self.events: list[dict] = [v for _, v in self.meta.items(b"event/")][-MAX_EVENTS:]
+        self._event_seq = (self.events[-1]["seq"] + 1) if self.events else 1
+        self.servers: dict[str, ServerInfo] = {}
+        self.started = time.monotonic()
+        self.stopping = False
+        self.controller = Controller(self)
+        self.pub_endpoint = ""
+        self.endpoint = ""
+        self._tls = threading.local()
+        self._inproc = f"inproc://coordinator-{id(self)}"
+        rolled = ops.recover(self)
+        if rolled:
+            log.warning("rolled back uncommitted operations on ranges %s", rolled)
+
+    # --- shared helpers (called from both threads under self.lock) ------------------------------
+
+    def commit(self, writes: tuple[dict, list]) -> None:
+        """Persist a map change, then ask the loop to publish the new map."""
+        puts, deletes = writes
+        self.meta.commit(puts, deletes)
+        self._notify([b"publish"])
+
+    def event(self, kind: str, **fields: Any) -> None:
+        """Record an event (split, move, merge, failover, hot key …) durably."""
+        with self.lock:
+            ev = {"seq": self._event_seq, "time": time.time(), "kind": kind, **fields}
+            self._event_seq += 1
+            self.events.append(ev)
+            deletes = []
+            if len(self.events) > MAX_EVENTS:
+                old = self.events.pop(0)
+                deletes.append(b"event/%012d" % old["seq"])
+            self.meta.commit({b"event/%012d" % ev["seq"]: ev}, deletes)
+        log.info("event %s", ev)
+
+    def is_alive(self, server: str | None) -> bool:
+        """True for a registered server that has not been declared dead."""
+        info = self.servers.get(server) if server else None
+        return info is not None and info.alive
+
+    def server_endpoint(self, server: str) -> str | None:
+        """The data endpoint of a registered server."""
+        info = self.servers.get(server)
+        return info.endpoint if info else None
+
+    def pick_server(self) -> str | None:
+        """The live server with the fewest ranges (None when none is alive)."""
+        live = [s for s in self.servers.values() if s.alive and s.endpoint]
+        if not live:
+            return None
+        counts = {s.id: 0 for s in live}
+        for r in self.pmap.ranges.values():
+            if r["owner"] in counts:
+                counts[r["owner"]] += 1
+        return min(live, key=lambda s: (counts[s.id], s.id)).id
+
+    def map_snapshot(self) -> dict:
+        """The partition map plus server endpoints and the PUB endpoint."""
+        with self.lock:
+            snap = self.pmap.snapshot()
+            snap["servers"] = {s.id: s.endpoint for s in self.servers.values() if s.alive}
+            snap["pub"] = self.pub_endpoint
+            return snap
+
+    def status(self) -> dict:
+        """Servers with their load, for ``rangetable ranges`` and ``servers``."""
+        now = time.monotonic()
+        with self.lock:
+            snap = self.map_snapshot()
+            snap["endpoints"] = snap.pop("servers")
+            return {
+                **snap,
+                "servers": [
+                    {"id": s.id, "endpoint": s.endpoint, "alive": s.alive, "pid": s.pid,
+                     "last_seen_s": round(now - s.last_seen, 2), "ranges": len(s.ranges), "load": s.load}
+                    for s in sorted(self.servers.values(), key=lambda s: s.id)
+                ],
+            }
+
+    def _notify(self, frames: list[bytes]) -> None:
+        sock = getattr(self._tls, "push", None)
+        if sock is None:
+            sock = self.ctx.socket(zmq.PUSH)
+            sock.setsockopt(zmq.LINGER, 1000)
+            sock.connect(self._inproc)
+            self._tls.push = sock
+        sock.send_multipart(frames)
+
+    # --- requests -----------------------------------------------------------------------------
+
+    def _heartbeat(self, req: dict) -> dict:
+        sid = req["server"]
+        now = time.monotonic()
+        with self.lock:
+            info = self.servers.get(sid)
+            fresh = info is None or info.incarnation != req["incarnation"] or not info.alive
+            if fresh:
+                info = ServerInfo(sid, req["endpoint"], req["incarnation"], now, int(req.get("pid", 0)))
+                self.servers[sid] = info
+                log.info("partition server %s registered at %s", sid, info.endpoint)
+                self._notify([b"publish"])
+            info.last_seen = now
+            info.ranges = req.get("ranges", [])
+            info.load = req.get("load", {})
+            mismatch = self._mismatch(info)
+        if fresh:
+            self.controller.submit(ops.assign_orphans, self, self.controller, key="orphans")
+        if mismatch:
+            self.controller.submit(ops.reconcile, self, self.controller, sid, key=f"reconcile:{sid}")
+        return {"lease_s": self.cfg.lease_s, "version": self.pmap.version}
+
+    def _mismatch(self, info: ServerInfo) -> bool:
+        reported = {(rid, epoch) for rid, epoch, state in info.ranges if state == "serving"}
+        pending = {rid for rid, _, state in info.ranges if state != "serving"}
+        desired = {(r["id"], r["epoch"]) for r in self.pmap.owned_by(info.id) if r["state"] == "serving"}
+        busy = {r["id"] for r in self.pmap.ranges.values() if r["state"] != "serving"}
+        extra = {rid for rid, _ in reported - desired if rid not in busy}
+        stale_pending = {rid for rid in pending if rid in self.pmap.ranges or rid < f"r{self.pmap.next_id:06d}"}
+        stale_pending -= busy
+        return bool(desired - reported or extra or (stale_pending and not self.controller.jobs.qsize()))
+
+    def _admin(self, ident: bytes, rid: bytes, req: dict) -> bytes | None:
+        """Answer an admin request now (returns the body) or hand it to the controller (None)."""
+        op = req["op"]
+        if op == "heartbeat":
+            return protocol.ok(self._heartbeat(req))
+        if op == "map":
+            return protocol.ok(self.map_snapshot())
+        if op in ("status", "ranges", "servers"):
+            return protocol.ok(self.status())
+        if op == "events":
+            since = int(req.get("since", 0))
+            with self.lock:
+                return protocol.ok([e for e in self.events if e["seq"] > since][-int(req.get("limit", 200)):])
+        if op == "list_tables":
+            with self.lock:
+                return protocol.ok({"tables": sorted(self.pmap.tables.values(), key=str.lower), "next": None})
+        if op == "get_table":
+            with self.lock:
+                return protocol.ok({"table": self.pmap.table_name(req["table"])})
+        jobs = {
+            "create_table": (ops.create_table, lambda r: (r["table"],)),
+            "delete_table": (ops.delete_table, lambda r: (r["table"],)),
+            "move": (ops.move, lambda r: (r["range"], r["server"])),
+            "split": (ops.split, lambda r: (r["range"], r.get("key"))),
+            "merge": (ops.merge, lambda r: (r["range"],)),
+        }
+        if op not in jobs:
+            raise TableError("InvalidInput", f"unknown op {op!r}")
+        fn, args = jobs[op]
+        try:
+            argv = args(req)
+        except KeyError as exc:
+            raise TableError("InvalidInput", f"missing field {exc}") from None
+
+        def reply(res: Any, err: TableError | None) -> None:
+            self._notify([b"reply", ident, rid, protocol.error(err) if err else protocol.ok(res)])
+
+        self.controller.submit(fn, self, self.controller, *argv, reply=reply)
+        return None
+
+    # --- loop ---------------------------------------------------------------------------------
+
+    def _publish(self) -> None:
+        snap = self.map_snapshot()
+        self.pub.send_multipart([b"map", protocol.pack(snap)])
+
+    def _check_servers(self) -> None:
+        now = time.monotonic()
+        limit = self.cfg.lease_s + self.cfg.lease_grace_s
+        dead = []
+        with self.lock:
+            for s in self.servers.values():
+                if s.alive and now - s.last_seen > limit:
+                    s.alive = False
+                    dead.append(s)
+        for s in dead:
+            log.warning("partition server %s silent for %.1f s: declared dead", s.id, now - s.last_seen)
+            self.event("server_dead", server=s.id, silent_s=round(now - s.last_seen, 2))
+            self._publish()
+            self.controller.submit(ops.assign_orphans, self, self.controller, key="orphans")
+
+    def serve(self) -> None:
+        """Run until SIGTERM/SIGINT."""
+        pull = self.ctx.socket(zmq.PULL)
+        pull.bind(self._inproc)
+        router = self.ctx.socket(zmq.ROUTER)
+        router.setsockopt(zmq.LINGER, 0)
+        router.setsockopt(zmq.MAXMSGSIZE, protocol.HARD_MAX_MESSAGE)
+        router.bind(self.cfg.bind)
+        self.pub = self.ctx.socket(zmq.PUB)
+        self.pub.setsockopt(zmq.LINGER, 0)
+        self.pub.bind(self.cfg.pub_bind)
+        self.pub_endpoint = self.pub.getsockopt(zmq.LAST_ENDPOINT).decode()
+        self.endpoint = router.getsockopt(zmq.LAST_ENDPOINT).decode()
+        self.controller.start()
+        log.info("coordinator on %s, map updates on %s, map version %d", self.endpoint, self.pub_endpoint,
+                 self.pmap.version)
+        poller = zmq.Poller()
+        poller.register(router, zmq.POLLIN)
+        poller.register(pull, zmq.POLLIN)
+        next_tick = 0.0
+        next_hugz = 0.0
+        # After a restart, give servers a full lease to show up before orphaning their ranges.
+        for r in self.pmap.ranges.values():
+            if r["owner"] and r["owner"] not in self.servers:
+                self.servers[r["owner"]] = ServerInfo(r["owner"], "", "", time.monotonic())
+        while not self.stopping:
+            events = dict(poller.poll(100))
+            if router in events:
+                for _ in range(512):
+                    try:
+                        frames = router.recv_multipart(zmq.NOBLOCK)
+                    except zmq.Again:
+                        break
+                    self._on_request(router, frames)
+            if pull in events:
+                published = False
+                while True:
+                    try:
+                        msg = pull.recv_multipart(zmq.NOBLOCK)
+                    except zmq.Again:
+                        break
+                    if msg[0] == b"reply":
+                        router.send_multipart(msg[1:])
+                    elif not published:
+                        self._publish()
+                        published = True
+            now = time.monotonic()
+            if now >= next_tick:
+                next_tick = now + 0.1
+                self._check_servers()
+            if now >= next_hugz:
+                next_hugz = now + 1.0
+                self.pub.send_multipart([b"hugz", protocol.pack({"version": self.pmap.version})])
+        self.controller.stopping = True
+        self.controller.join(timeout=5)
+        for s in (router, pull, self.pub):
+            s.close(0)
+        push = getattr(self._tls, "push", None)
+        if push is not None:
+            push.close(0)
+        self.meta.close()
+
+    def _on_request(self, router: zmq.Socket, frames: list[bytes]) -> None:
+        ident = frames[0]
+        rid = frames[1] if len(frames) > 1 else b""
+        try:
+            rid, req = protocol.parse_request(frames[1:])
+            body = self._admin(ident, rid, req)
+        except TableError as exc:
+            body = protocol.error(exc)
+        except Exception as exc:
+            log.exception("request failed")
+            body = protocol.error(TableError("InternalError", f"{type(exc).__name__}: {exc}"))
+        if body is not None:
+            router.send_multipart([ident, rid, body])
+
+
+def run(cfg: CoordinatorConfig) -> None:
+    """Entry point for ``rangetable coordinator``."""
+    co = Coordinator(cfg)
+
+    def stop(signum: int, frame: Any) -> None:
+        co.stopping = True
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    co.serve()

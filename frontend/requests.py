@@ -1,0 +1,192 @@
+"""What a frontend does with each native request: route, relay, retry, stitch query pages.
+
+:meth:`Handler.run` (re)starts a request at its current step and sends one sub-request;
+:meth:`Handler.answer` takes the sub-request's answer and either replies to the client, retries, or
+runs the next step. Retried steps are idempotent: entity writes carry a request id, and a query's
+:class:`~frontend.routing.QueryCursor` only advances on an answer.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from typing import TYPE_CHECKING, Any
+
+from frontend.routing import QueryCursor, token_to_key
+from rangetable import protocol
+from rangetable.errors import TableError
+from rangetable.filter import compile_cached
+from rangetable.planner import plan
+
+if TYPE_CHECKING:
+    from frontend.server import Frontend, Pending
+
+RETRY_CODES = frozenset({"NotOwner", "RangeBusy"})
+COORDINATOR_OPS = frozenset(
+    {"create_table", "delete_table", "list_tables", "get_table", "split", "move", "merge", "events", "servers",
+     "status"}
+)
+MAX_PAGE = 1000
+TABLE_WAIT_ATTEMPTS = 5  # how often a request for an unknown table waits for a fresher map
+
+
+def _require(req: dict, name: str, kind: type | tuple) -> Any:
+    v = req.get(name)
+    if not isinstance(v, kind):
+        raise TableError("InvalidInput", f"field {name!r} is missing or has the wrong type")
+    return v
+
+
+class Handler:
+    """Request logic of a frontend (the loop in :mod:`frontend.server` moves the messages)."""
+
+    def __init__(self, fe: Frontend) -> None:
+        self.fe = fe
+
+    def run(self, p: Pending) -> None:
+        """Start or continue a request."""
+        op = p.req["op"]
+        if op == "hello":
+            if p.req.get("version") != protocol.VERSION:
+                raise TableError("InvalidInput", f"protocol version {p.req.get('version')} not supported")
+            self.fe.reply(p, protocol.ok({"version": protocol.VERSION, "max_message": protocol.MAX_MESSAGE,
+                                          "frontend": self.fe.id}))
+        elif op == "map":
+            self.fe.reply(p, protocol.ok(self.fe.cache.snapshot))
+        elif op in COORDINATOR_OPS:
+            self.fe.send_coordinator(p, p.req, "relay")
+        elif op in ("get", "write", "batch"):
+            self._entity_op(p)
+        elif op == "query":
+            self._query(p)
+        else:
+            raise TableError("InvalidInput", f"unknown op {op!r}")
+
+    # --- routing helpers ----------------------------------------------------------------------
+
+    def _table(self, p: Pending) -> str | None:
+        table = _require(p.req, "table", str)
+        if self.fe.cache.has_table(table):
+            return table
+        if p.attempts < TABLE_WAIT_ATTEMPTS:  # maybe just created: wait for a fresher map
+            self.fe.retry_later(p, "table not in map")
+            return None
+        raise TableError("TableNotFound")
+
+    def _entity_op(self, p: Pending) -> None:
+        req = p.req
+        table = self._table(p)
+        if table is None:
+            return
+        op = req["op"]
+        if op == "get":
+            pk = _require(req, "pk", str)
+            _require(req, "rk", str)
+            body = {"op": "get", "pk": pk, "rk": req["rk"], "select": req.get("select")}
+        elif op == "write":
+            w = _require(req, "write", dict)
+            pk = _require(w, "pk", str)
+            body = {"op": "write", "write": w}
+        else:
+            ops = _require(req, "ops", list)
+            if not ops or not isinstance(ops[0], dict) or not isinstance(ops[0].get("pk"), str):
+                raise TableError("InvalidInput", "a batch needs at least one operation with a PartitionKey")
+            pk = ops[0]["pk"]
+            body = {"op": "batch", "ops": ops}
+        if op != "get":
+            if "rid" not in req or not isinstance(req["rid"], str):
+                req["rid"] = uuid.uuid4().hex  # so our own retries are applied once
+            body["rid"] = req["rid"]
+        route = self.fe.cache.route(table, pk)
+        if route.endpoint is None:
+            self.fe.retry_later(p, f"range {route.range['id']} has no serving owner")
+            return
+        body["range"] = route.range["id"]
+        body["epoch"] = route.range["epoch"]
+        self.fe.send_ps(p, route.endpoint, body, "entity")
+
+    def _query(self, p: Pending) -> None:
+        req = p.req
+        table = self._table(p)
+        if table is None:
+            return
+        cur: QueryCursor | None = p.state
+        if cur is None:
+            top = req.get("top") or MAX_PAGE
+            if not isinstance(top, int) or not 1 <= top <= MAX_PAGE:
+                raise TableError("InvalidInput", "top must be between 1 and 1000")
+            filt = req.get("filter")
+            if filt is not None and not isinstance(filt, str):
+                raise TableError("InvalidInput", "filter must be a string")
+            node, _ = compile_cached(filt or None)
+            cur = QueryCursor(plan(node), top)
+            if req.get("next") is not None:
+                cur.pos = token_to_key(req["next"])
+            p.state = cur
+            p.extra["page_end"] = time.monotonic() + self.fe.cfg.page_budget_ms / 1000.0
+        seg = cur.next_segment(self.fe.cache, table)
+        if seg is None:
+            self._finish_query(p, cur)
+            return
+        route, lo, hi = seg
+        if route.endpoint is None:
+            self.fe.retry_later(p, f"range {route.range['id']} has no serving owner")
+            return
+        left_ms = max(1, int((p.extra["page_end"] - time.monotonic()) * 1000))
+        body = {"op": "scan", "range": route.range["id"], "epoch": route.range["epoch"], "lo": lo, "hi": hi,
+                "filter": req.get("filter") or None, "select": req.get("select"), "limit": cur.remaining,
+                "budget_ms": left_ms}
+        self.fe.send_ps(p, route.endpoint, body, ("scan", hi))
+
+    def _finish_query(self, p: Pending, cur: QueryCursor) -> None:
+        self.fe.reply(p, protocol.ok({"entities": cur.results, "next": cur.token()}))
+
+    # --- answers ------------------------------------------------------------------------------
+
+    def answer(self, p: Pending, step: Any, reply: dict, raw: bytes) -> None:
+        """Take the answer to a sub-request."""
+        err = reply.get("error") if isinstance(reply, dict) else None
+        if err is not None and err.get("code") in RETRY_CODES:
+            self.fe.retry_later(p, err.get("message", err["code"]))
+            return
+        if step == "relay":
+            self._relay(p, reply, raw)
+        elif step == "entity":
+            self.fe.reply(p, raw)
+        else:
+            if err is not None:
+                self.fe.reply(p, raw)
+                return
+            cur: QueryCursor = p.state
+            res = reply["ok"]
+            cur.advance(res["entities"], res["next"], step[1])
+            if cur.remaining <= 0 or cur.done or time.monotonic() >= p.extra["page_end"]:
+                self._finish_query(p, cur)
+            else:
+                self.run(p)
+
+    def _relay(self, p: Pending, reply: dict, raw: bytes) -> None:
+        op = p.req["op"]
+        if op in ("create_table", "delete_table") and "error" not in reply:
+            self.fe.refresh_map(force=True)
+        if op == "list_tables" and "error" not in reply:
+            self.fe.reply(p, protocol.ok(self._page_tables(p.req, reply["ok"]["tables"])))
+            return
+        self.fe.reply(p, raw)
+
+    @staticmethod
+    def _page_tables(req: dict, names: list[str]) -> dict:
+        """Filter (on ``TableName``) and page the table list."""
+        _, pred = compile_cached(req.get("filter") or None)
+        after = req.get("next")
+        top = req.get("top") or MAX_PAGE
+        if not isinstance(top, int) or not 1 <= top <= MAX_PAGE:
+            raise TableError("InvalidInput", "top must be between 1 and 1000")
+        out = []
+        for n in names:
+            if after is not None and n.lower() < str(after).lower():
+                continue
+            if pred("", "", 0, {"TableName": [0, n]}):
+                out.append(n)
+        nxt = out[top] if len(out) > top else None
+        return {"tables": out[:top], "next": nxt}

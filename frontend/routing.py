@@ -1,0 +1,135 @@
+"""Routing policy of a frontend: the cached partition map and query cursors. Pure, no sockets.
+
+:class:`MapCache` answers "which range, which server" for a key; :class:`QueryCursor` walks the
+scans of a query plan across range boundaries and produces the next sub-request, so the frontend
+loop only moves messages.
+"""
+
+from __future__ import annotations
+
+import bisect
+from dataclasses import dataclass, field
+from typing import Any
+
+from rangetable.errors import TableError
+from rangetable.keys import encode_key, range_bounds
+from rangetable.planner import Plan
+
+
+@dataclass
+class Route:
+    """Where a request goes."""
+
+    range: dict
+    endpoint: str | None
+
+
+class MapCache:
+    """A frontend's copy of the partition map (refreshed by snapshot, kept by updates)."""
+
+    def __init__(self) -> None:
+        self.version = -1
+        self.tables: dict[str, str] = {}
+        self.by_table: dict[str, tuple[list[str], list[dict]]] = {}
+        self.servers: dict[str, str] = {}
+        self.pub = ""
+        self.snapshot: dict = {}
+
+    def apply(self, snap: dict) -> bool:
+        """Install a snapshot if it is newer than ours; returns True when it was installed."""
+        if snap.get("version", -1) < self.version:
+            return False
+        self.version = snap["version"]
+        self.snapshot = snap
+        self.tables = {t.lower(): t for t in snap.get("tables", [])}
+        groups: dict[str, list[dict]] = {}
+        for r in snap.get("ranges", []):
+            groups.setdefault(r["table"].lower(), []).append(r)
+        self.by_table = {}
+        for t, rs in groups.items():
+            rs.sort(key=lambda r: r["low"])
+            self.by_table[t] = ([r["low"] for r in rs], rs)
+        self.servers = dict(snap.get("servers", {}))
+        self.pub = snap.get("pub", self.pub)
+        return True
+
+    def has_table(self, table: str) -> bool:
+        """True when the table is in the cached catalog."""
+        return table.lower() in self.tables
+
+    def route(self, table: str, pk: str) -> Route:
+        """The range holding PartitionKey ``pk`` and its owner's endpoint (None if unassigned)."""
+        lows, rs = self.by_table.get(table.lower(), ((), ()))
+        i = bisect.bisect_right(lows, pk) - 1  # type: ignore[arg-type]
+        if i < 0:
+            raise TableError("TableNotFound")
+        r = rs[i]
+        return Route(r, self.servers.get(r["owner"]) if r["state"] == "serving" else None)
+
+    def route_key(self, table: str, key: bytes) -> Route:
+        """The range holding an encoded key (a key position of a scan)."""
+        pk = key.split(b"\x00", 1)[0].decode("utf-8", "surrogatepass")
+        return self.route(table, pk)
+
+
+def key_to_token(key: bytes) -> list[str]:
+    """A resume key as the ``[PartitionKey, RowKey]`` continuation token."""
+    pk, _, rk = key.partition(b"\x00")
+    return [pk.decode("utf-8", "surrogatepass"), rk.decode("utf-8", "surrogatepass")]
+
+
+def token_to_key(token: Any) -> bytes:
+    """Inverse of :func:`key_to_token`; raises InvalidInput for a malformed token."""
+    if not (isinstance(token, list | tuple) and len(token) == 2 and all(isinstance(t, str) for t in token)):
+        raise TableError("InvalidInput", "continuation token must be [PartitionKey, RowKey]")
+    return encode_key(token[0], token[1])
+
+
+@dataclass
+class QueryCursor:
+    """Walks a plan's scans in key order, one range at a time, until a page is full."""
+
+    plan: Plan
+    limit: int
+    pos: bytes = b""
+    index: int = 0
+    results: list = field(default_factory=list)
+
+    def next_segment(self, cache: MapCache, table: str) -> tuple[Route, bytes, bytes | None] | None:
+        """The next (route, lo, hi) to scan, or None when the plan is exhausted."""
+        scans = self.plan.scans
+        while self.index < len(scans):
+            s = scans[self.index]
+            lo = max(s.lo, self.pos)
+            if s.hi is not None and lo >= s.hi:
+                self.index += 1
+                continue
+            route = cache.route_key(table, lo)
+            _, rhi = range_bounds(route.range["low"], route.range["high"])
+            hi = s.hi if rhi is None else (rhi if s.hi is None else min(s.hi, rhi))
+            return route, lo, hi
+        return None
+
+    def advance(self, entities: list, resume: bytes | None, seg_hi: bytes | None) -> None:
+        """Take a segment's answer: its matches and where it stopped (None = segment exhausted)."""
+        self.results.extend(entities)
+        if resume is not None:
+            self.pos = resume
+        elif seg_hi is None:
+            self.index = len(self.plan.scans)
+        else:
+            self.pos = seg_hi
+
+    @property
+    def remaining(self) -> int:
+        """How many more entities fit on this page."""
+        return self.limit - len(self.results)
+
+    @property
+    def done(self) -> bool:
+        """True when every scan is exhausted."""
+        return self.index >= len(self.plan.scans)
+
+    def token(self) -> list[str] | None:
+        """The continuation token for the page so far (None when the query is complete)."""
+        return None if self.done else key_to_token(self.pos)

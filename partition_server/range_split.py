@@ -1,0 +1,128 @@
+"""Split and merge of range stores (the disk side; the coordinator commits the map change).
+
+Split: hard-linked checkpoints of the live store, then in each copy a ``delete_range`` of the other
+half plus a compaction of that span, so the deleted data really goes and key estimates recover.
+Merge: a checkpoint of the left store, then the right store's entities and request records copied
+in. Both only ever write their output directories and remove leftovers of an earlier attempt first,
+so a crash at any step is repaired by running the step again.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+
+import rocksdict
+
+from partition_server.range_store import META_TS, REQT_END, REQT_PREFIX, pack_meta, unpack_meta
+from partition_server.storage import open_range_db
+from rangetable.keys import META_PREFIX
+
+COPY_BATCH_BYTES = 1 << 20
+
+
+def _remove(path: str) -> None:
+    """Remove a leftover output of an earlier (crashed) attempt."""
+    if os.path.isdir(path) and not os.path.islink(path):
+        shutil.rmtree(path)
+    elif os.path.lexists(path):
+        os.unlink(path)
+
+
+def _prepare_output(path: str) -> None:
+    _remove(path)
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+
+
+def _checkpoint(db: rocksdict.Rdict, path: str) -> None:
+    """Hard-link checkpoint of ``db`` at ``path`` (the Checkpoint object is dropped at once)."""
+    cp = rocksdict.Checkpoint(db)
+    try:
+        cp.create_checkpoint(path)
+    finally:
+        del cp
+
+
+def _drop_span(path: str, lo: bytes, hi: bytes, compact: bool) -> None:
+    """Delete the keys ``[lo, hi)`` from the store at ``path`` (and compact that span away)."""
+    db = open_range_db(path, create=False)
+    try:
+        if lo < hi:
+            db.delete_range(lo, hi)
+            if compact:
+                db.compact_range(lo or None, hi)
+        db.flush(True)
+    finally:
+        db.close()
+
+
+def split_store(
+    db: rocksdict.Rdict, split_pk: str, left_path: str, right_path: str, *, compact: bool = True
+) -> None:
+    """Checkpoint ``db`` into ``left_path`` (pks < split_pk) and ``right_path`` (pks >= split_pk).
+
+    Meta keys (last Timestamp, request records) stay in both halves. ``db`` itself is not changed.
+    """
+    if os.path.abspath(left_path) == os.path.abspath(right_path):
+        raise ValueError("left and right paths must differ")
+    _prepare_output(left_path)
+    _prepare_output(right_path)
+    db.flush(True)  # memtables to SSTs, so both checkpoints are hard links only
+    _checkpoint(db, left_path)
+    _checkpoint(db, right_path)
+    spk = split_pk.encode("utf-8")
+    _drop_span(left_path, spk, META_PREFIX, compact)
+    _drop_span(right_path, b"", spk, compact)
+
+
+def _count_request_records(db: rocksdict.Rdict) -> int:
+    ro = rocksdict.ReadOptions()
+    ro.set_iterate_upper_bound(REQT_END)
+    it = db.keys(from_key=REQT_PREFIX, read_opt=ro)
+    try:
+        return sum(1 for _ in it)
+    finally:
+        it = None
+
+
+def merge_stores(left_path: str, right_path: str, out_path: str) -> None:
+    """Write ``out_path`` = left ∪ right (entities and request records; last Timestamp = max)."""
+    if not os.path.isdir(left_path) or not os.path.isdir(right_path):
+        raise FileNotFoundError(f"merge inputs missing: {left_path}, {right_path}")
+    _prepare_output(out_path)
+    ldb = open_range_db(left_path, create=False)
+    try:
+        left_ts = unpack_meta(ldb.get(META_TS))[0]
+        _checkpoint(ldb, out_path)
+    finally:
+        ldb.close()
+    odb = open_range_db(out_path, create=False)
+    try:
+        rdb = open_range_db(right_path, create=False)
+        try:
+            right_ts = unpack_meta(rdb.get(META_TS))[0]
+            wo = rocksdict.WriteOptions()
+            wo.disable_wal = True  # flushed below; a crash before that is repaired by re-running
+            wb = rocksdict.WriteBatch(raw_mode=True)
+            size = 0
+            it = rdb.items()
+            try:
+                for k, v in it:
+                    if k == META_TS:
+                        continue
+                    wb.put(k, v)
+                    size += len(k) + len(v)
+                    if size >= COPY_BATCH_BYTES:
+                        odb.write(wb, wo)
+                        wb = rocksdict.WriteBatch(raw_mode=True)
+                        size = 0
+            finally:
+                it = None
+            if len(wb):
+                odb.write(wb, wo)
+        finally:
+            rdb.close()
+        odb.put(META_TS, pack_meta(max(left_ts, right_ts), _count_request_records(odb)), wo)
+        odb.flush(True)
+    finally:
+        odb.close()

@@ -1,0 +1,580 @@
+"""One key range of a table: a RocksDB directory holding entities, their Timestamps and meta keys.
+
+Layout (all raw bytes, opened only through :func:`partition_server.storage.open_range_db`):
+
+* entity ``encode_key(pk, rk)`` → ``msgpack([ts_ticks, typed_props])``;
+* ``META_TS`` → ``>QQ`` (last Timestamp handed out, number of request records);
+* ``REQ_PREFIX + request_id`` → ``msgpack([ts, kind, result])``, the answer of a write or batch that
+  carried a request id (``kind`` "w" or "b"), so a retry gets the same answer without re-applying it;
+* ``REQT_PREFIX + >Q ts + request_id`` → ``b""``, the same records ordered oldest first for purging.
+
+Every write is one WriteBatch that carries the entity change, the new ``META_TS`` and any request
+record, so Timestamps stay strictly increasing across restarts and retries stay exactly-once.
+The store is a library: the partition server process drives it. Writes are serialised by a lock;
+reads need none.
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+import struct
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import msgpack
+import rocksdict
+
+from partition_server.storage import open_range_db
+from rangetable.edm import UNIX_EPOCH_TICKS, Entity, etag_from_ticks, ticks_from_etag
+from rangetable.entity import validate_entity
+from rangetable.errors import TableError
+from rangetable.keys import META_PREFIX, encode_key
+
+META_TS = META_PREFIX + b"ts"
+REQ_PREFIX = META_PREFIX + b"req/"
+REQT_PREFIX = META_PREFIX + b"reqt/"
+REQT_END = META_PREFIX + b"reqt0"  # b"/" + 1
+MAX_BATCH_OPS = 100
+MAX_BATCH_BYTES = 4 << 20
+PURGE_EVERY = 1000  # request-id writes between age-based purges
+PURGE_MAX_DELETES = 5000
+
+_META = struct.Struct(">QQ")
+_TS = struct.Struct(">Q")
+_packb = msgpack.packb
+_unpackb = msgpack.unpackb
+_MISSING = object()
+
+Predicate = Callable[[str, str, int, dict[str, Any]], bool]
+
+
+def wall_ticks() -> int:
+    """The wall clock in .NET ticks (100 ns since 0001-01-01 UTC); the default store clock."""
+    return time.time_ns() // 100 + UNIX_EPOCH_TICKS
+
+
+def pack_meta(last_ts: int, req_count: int) -> bytes:
+    """Encode the ``META_TS`` value."""
+    return _META.pack(last_ts, max(req_count, 0))
+
+
+def unpack_meta(v: bytes | None) -> tuple[int, int]:
+    """Decode a ``META_TS`` value into (last_ts, request record count); (0, 0) when absent."""
+    if not v:
+        return 0, 0
+    if len(v) == 8:
+        return _TS.unpack(v)[0], 0
+    return _META.unpack(v)
+
+
+def _to_wire(e: Entity | None) -> list | None:
+    return None if e is None else [e.pk, e.rk, e.ts, e.props]
+
+
+def _from_wire(x: list | None) -> Entity | None:
+    return None if x is None else Entity(x[0], x[1], x[2], x[3])
+
+
+class _Closed:
+    """Stands in for the DB after close(): any use answers RangeBusy (a retriable error)."""
+
+    def __getattr__(self, name: str) -> Any:
+        raise TableError("RangeBusy", "The range store is closed.")
+
+
+_CLOSED = _Closed()
+
+
+class RangeStore:
+    """A range's entities in one RocksDB directory; see the module docstring for the layout."""
+
+    def __init__(
+        self,
+        db: rocksdict.Rdict,
+        path: str,
+        *,
+        sync: bool = False,
+        request_window_s: float = 600.0,
+        request_window_max: int = 100_000,
+        clock: Callable[[], int] | None = None,
+    ) -> None:
+        self._db: Any = db
+        self.path = path
+        self.sync = sync
+        self.request_window_s = request_window_s
+        self.request_window_max = request_window_max
+        self.clock: Callable[[], int] = clock or wall_ticks
+        self._wo = rocksdict.WriteOptions()
+        self._wo.sync = sync
+        self._lock = threading.Lock()
+        self._last_ts, self._req_count = unpack_meta(db.get(META_TS))
+        self._req_writes = 0
+        self._ops_total = 0  # WriteBatch entries since open, and how many of them were meta keys:
+        self._ops_meta = 0  # used to discount META_TS rewrites still counted in the memtables
+
+    @classmethod
+    def open(
+        cls,
+        path: str | os.PathLike[str],
+        *,
+        sync: bool = False,
+        create: bool = True,
+        request_window_s: float = 600.0,
+        request_window_max: int = 100_000,
+        clock: Callable[[], int] | None = None,
+    ) -> RangeStore:
+        """Open the store at ``path`` (created if missing unless ``create=False``)."""
+        p = os.fspath(path)
+        db = open_range_db(p, create=create)
+        return cls(
+            db,
+            p,
+            sync=sync,
+            request_window_s=request_window_s,
+            request_window_max=request_window_max,
+            clock=clock,
+        )
+
+    # --- lifecycle ---------------------------------------------------------------------------
+
+    @property
+    def last_ts(self) -> int:
+        """The last Timestamp (ticks) this store handed out; 0 for a fresh store."""
+        return self._last_ts
+
+    @property
+    def closed(self) -> bool:
+        """True after :meth:`close`."""
+        return self._db is _CLOSED
+
+    def close(self) -> None:
+        """Close the DB and release its directory LOCK; later calls are no-ops.
+
+        Scans and split_key never keep iterators beyond their call, so nothing derived from the DB
+        outlives this and the LOCK is free for another process (or this one) at once.
+        """
+        with self._lock:
+            db = self._db
+            if db is _CLOSED:
+                return
+            self._db = _CLOSED
+            try:
+                db.close()
+            except rocksdict.DbClosedError:
+                pass
+
+    def flush(self) -> None:
+        """Flush memtables to SST files (for moves and checkpoints)."""
+        self._db.flush(True)
+
+    def __enter__(self) -> RangeStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # --- reads -------------------------------------------------------------------------------
+
+    def get(self, pk: str, rk: str) -> Entity | None:
+        """The entity at (pk, rk), or None."""
+        v = self._db.get(encode_key(pk, rk))
+        if v is None:
+            return None
+        ts, props = _unpackb(v)
+        return Entity(pk, rk, ts, props)
+
+    def scan(
+        self,
+        lo: bytes,
+        hi: bytes | None,
+        predicate: Predicate | None = None,
+        select: list[str] | None = None,
+        limit: int = 1000,
+        budget_s: float | None = None,
+    ) -> tuple[list[Entity], bytes | None]:
+        """Forward scan of entity keys in ``[lo, hi)`` (``hi`` None: to the end of the entities).
+
+        Returns the matches of ``predicate(pk, rk, ts, props)`` (all if None), props projected to
+        ``select``, stopping after ``limit`` matches or once ``budget_s`` seconds have passed
+        (checked every 64 entities), and the key of the first entity not examined (None when the
+        span is exhausted).
+        """
+        upper = META_PREFIX if hi is None or hi > META_PREFIX else hi
+        if lo >= upper:
+            return [], None
+        limit = max(1, limit)
+        sel = tuple(select) if select is not None else None
+        deadline = time.perf_counter() + budget_s if budget_s is not None else None
+        perf = time.perf_counter
+        unpack = _unpackb
+        out: list[Entity] = []
+        append = out.append
+        next_key: bytes | None = None
+        stop = False
+        n = 0
+        last_pkb = b""
+        pk = ""
+        ro = rocksdict.ReadOptions()
+        ro.set_iterate_upper_bound(upper)  # never set_iterate_lower_bound (rocksdict bug)
+        # The loop allocates many short-lived containers; the cyclic GC would then walk the whole
+        # heap again and again (halving scan speed in a big process). Nothing here forms cycles,
+        # so pause it for this bounded page.
+        gc_was_on = gc.isenabled()
+        if gc_was_on:
+            gc.disable()
+        it = self._db.items(from_key=lo, read_opt=ro)
+        try:
+            for k, v in it:
+                if stop:
+                    next_key = k
+                    break
+                n += 1
+                if deadline is not None and not n & 63 and perf() >= deadline:
+                    stop = True
+                pkb, _, rkb = k.partition(b"\x00")
+                if pkb != last_pkb:
+                    last_pkb = pkb
+                    pk = pkb.decode()
+                rk = rkb.decode()
+                ts, props = unpack(v)
+                if predicate is None or predicate(pk, rk, ts, props):
+                    if sel is not None:
+                        props = {name: props[name] for name in sel if name in props}
+                    append(Entity(pk, rk, ts, props))
+                    if len(out) >= limit:
+                        stop = True
+        finally:
+            it = None  # drop the iterator now: a live one keeps the DB LOCK after close()
+            if gc_was_on:
+                gc.enable()
+        return out, next_key
+
+    def stats(self) -> dict[str, int]:
+        """Approximate ``{"entities": count, "bytes": data size}``; cheap (DB properties only)."""
+        db = self._db
+        keys = db.property_int_value("rocksdb.estimate-num-keys") or 0
+        meta = 1 + 2 * self._req_count
+        if self._ops_total:
+            mem = (db.property_int_value("rocksdb.num-entries-active-mem-table") or 0) + (
+                db.property_int_value("rocksdb.num-entries-imm-mem-tables") or 0
+            )
+            meta += mem * self._ops_meta // self._ops_total
+        live = db.property_int_value("rocksdb.estimate-live-data-size") or 0
+        mem = db.property_int_value("rocksdb.cur-size-all-mem-tables") or 0
+        return {"entities": max(0, keys - meta), "bytes": live + mem}
+
+    def split_key(self) -> str | None:
+        """A PartitionKey near the median entity that leaves both halves non-empty (None if < 2 pks).
+
+        One pass over the keys only; remembers at most ~2k partition starts (thinned evenly), so
+        memory stays bounded however many partitions the range holds.
+        """
+        starts: list[tuple[int, bytes]] = []  # (index of first key, pk bytes), excluding the first pk
+        stride = 1
+        last_idx = 0
+        first: bytes | None = None
+        prefix = b""
+        n = 0
+        ro = rocksdict.ReadOptions()
+        ro.set_iterate_upper_bound(META_PREFIX)
+        it = self._db.keys(read_opt=ro)
+        try:
+            for k in it:
+                if not k.startswith(prefix) or first is None:
+                    pkb = k[: k.find(b"\x00")]
+                    prefix = pkb + b"\x00"
+                    if first is None:
+                        first = pkb
+                    elif n - last_idx >= stride:
+                        starts.append((n, pkb))
+                        last_idx = n
+                        if len(starts) > 2048:
+                            starts = starts[::2]
+                            stride *= 2
+                n += 1
+        finally:
+            it = None
+        if not starts:
+            return None
+        half = n / 2
+        _, best = min(starts, key=lambda s: abs(s[0] - half))
+        return best.decode()
+
+    # --- writes ------------------------------------------------------------------------------
+
+    def _check_if_match(self, if_match: Any) -> str | None:
+        """The ETag to compare, or None for an unconditional ("*" or absent) write."""
+        if if_match is None or if_match == "*":
+            return None
+        if type(if_match) is not str:
+            raise TableError("InvalidInput", f"The etag value {if_match!r} is not valid.")
+        try:
+            ticks_from_etag(if_match)
+        except ValueError:
+            raise TableError("InvalidInput", f"The etag value {if_match!r} is not valid.") from None
+        return if_match
+
+    def _prepare(self, op: dict, ts: int) -> tuple[bytes, bytes | None, Entity | None]:
+        """Evaluate one op against the current state: (key, new value or None to delete, result)."""
+        try:
+            kind = op["op"]
+            pk = op["pk"]
+            rk = op["rk"]
+        except (KeyError, TypeError):
+            raise TableError("InvalidInput", "An operation needs 'op', 'pk' and 'rk'.") from None
+        if kind == "insert_or_replace":
+            props = op.get("props")
+            if props is None:
+                props = {}
+            validate_entity(pk, rk, props)
+            return encode_key(pk, rk), _packb([ts, props]), Entity(pk, rk, ts, props)
+        if kind == "insert":
+            props = op.get("props")
+            if props is None:
+                props = {}
+            validate_entity(pk, rk, props)
+            key = encode_key(pk, rk)
+            if self._db.get(key) is not None:
+                raise TableError("EntityAlreadyExists")
+            return key, _packb([ts, props]), Entity(pk, rk, ts, props)
+        if kind == "delete":
+            validate_entity(pk, rk, {})
+            etag = self._check_if_match(op.get("if_match"))
+            key = encode_key(pk, rk)
+            cur = self._db.get(key)
+            if cur is None:
+                raise TableError("ResourceNotFound")
+            if etag is not None and etag != etag_from_ticks(_unpackb(cur)[0]):
+                raise TableError("UpdateConditionNotSatisfied")
+            return key, None, None
+        if kind not in ("replace", "merge", "insert_or_merge"):
+            raise TableError("InvalidInput", f"Unknown operation {kind!r}.")
+        props = op.get("props")
+        if props is None:
+            props = {}
+        validate_entity(pk, rk, props)
+        key = encode_key(pk, rk)
+        etag = None
+        if kind == "insert_or_merge":
+            cur = self._db.get(key)
+        else:
+            etag = self._check_if_match(op.get("if_match"))
+            cur = self._db.get(key)
+            if cur is None:
+                raise TableError("ResourceNotFound")
+        if cur is not None:
+            cts, cprops = _unpackb(cur)
+            if etag is not None and etag != etag_from_ticks(cts):
+                raise TableError("UpdateConditionNotSatisfied")
+            if kind != "replace" and cprops:
+                cprops.update(props)
+                props = cprops
+                validate_entity(pk, rk, props)
+        return key, _packb([ts, props]), Entity(pk, rk, ts, props)
+
+    def _next_ts(self) -> int:
+        ts = self.clock()
+        last = self._last_ts
+        return ts if ts > last else last + 1
+
+    def _lookup(self, rid: bytes) -> tuple[Any, bytes | None]:
+        """(stored result or _MISSING, index key of an expired record to drop)."""
+        rec = self._db.get(REQ_PREFIX + rid)
+        if rec is None:
+            return _MISSING, None
+        rts, kind, payload = _unpackb(rec)
+        if rts >= self.clock() - int(self.request_window_s * 10_000_000):
+            if kind == "b":
+                return [_from_wire(x) for x in payload], None
+            return _from_wire(payload), None
+        return _MISSING, REQT_PREFIX + _TS.pack(rts) + rid
+
+    def _purge(self, wb: rocksdict.WriteBatch, count: int) -> int:
+        """Add deletes of expired / surplus request records (oldest first) to ``wb``; new count."""
+        cutoff = self.clock() - int(self.request_window_s * 10_000_000)
+        limit = self.request_window_max
+        plen = len(REQT_PREFIX)
+        deleted = 0
+        ro = rocksdict.ReadOptions()
+        ro.set_iterate_upper_bound(REQT_END)
+        it = self._db.keys(from_key=REQT_PREFIX, read_opt=ro)
+        try:
+            for k in it:
+                if deleted >= PURGE_MAX_DELETES:
+                    break
+                if count <= limit and _TS.unpack_from(k, plen)[0] >= cutoff:
+                    break
+                wb.delete(k)
+                wb.delete(REQ_PREFIX + k[plen + 8 :])
+                count -= 1
+                deleted += 1
+        finally:
+            it = None
+        return count
+
+    def _commit(
+        self,
+        wb: rocksdict.WriteBatch,
+        ts: int,
+        rid: bytes | None,
+        kind: str,
+        payload: Any,
+        stale: bytes | None,
+    ) -> None:
+        """Add meta (and the request record) to ``wb`` and write it atomically."""
+        count = self._req_count
+        if rid is not None:
+            if stale is not None:
+                wb.delete(stale)
+                count -= 1
+            count += 1
+            self._req_writes += 1
+            if count > self.request_window_max or self._req_writes % PURGE_EVERY == 0:
+                count = self._purge(wb, count)  # deletes go before the new record's puts
+            wb.put(REQ_PREFIX + rid, _packb([ts, kind, payload]))
+            wb.put(REQT_PREFIX + _TS.pack(ts) + rid, b"")
+        wb.put(META_TS, _META.pack(ts, count))
+        n = len(wb)
+        self._db.write(wb, self._wo)
+        self._ops_total += n
+        self._ops_meta += 1
+        self._last_ts = ts
+        self._req_count = count
+
+    def write(self, op: dict, request_id: str | None = None) -> Entity | None:
+        """Apply one entity operation (see the module of the partition server for the op dict).
+
+        Returns the entity as written (with its new Timestamp), None for a delete. Raises TableError
+        with Azure's code. With ``request_id``, a repeated call returns the first call's answer.
+        """
+        with self._lock:
+            rid = stale = None
+            if request_id is not None:
+                rid = request_id.encode()
+                prev, stale = self._lookup(rid)
+                if prev is not _MISSING:
+                    return prev
+            ts = self._next_ts()
+            key, value, ent = self._prepare(op, ts)
+            wb = rocksdict.WriteBatch(raw_mode=True)
+            if value is None:
+                wb.delete(key)
+            else:
+                wb.put(key, value)
+            self._commit(wb, ts, rid, "w", _to_wire(ent) if rid is not None else None, stale)
+            return ent
+
+    def batch(self, ops: list[dict], request_id: str | None = None) -> list[Entity | None]:
+        """Apply an entity group transaction atomically: every op or none.
+
+        At most 100 ops, one PartitionKey, each row once, at most 4 MiB; all written entities share
+        one Timestamp. A failure raises TableError with ``index`` set to the failing op (except
+        RequestBodyTooLarge, which concerns the whole request).
+        """
+        with self._lock:
+            rid = stale = None
+            if request_id is not None:
+                rid = request_id.encode()
+                prev, stale = self._lookup(rid)
+                if prev is not _MISSING:
+                    return prev
+            self._check_batch_shape(ops)
+            ts = self._next_ts()
+            wb = rocksdict.WriteBatch(raw_mode=True)
+            results: list[Entity | None] = []
+            size = 0
+            for i, op in enumerate(ops):
+                try:
+                    key, value, ent = self._prepare(op, ts)
+                except TableError as e:
+                    if e.index is None:
+                        raise TableError(e.error_code, e.message, index=i) from None
+                    raise
+                if value is None:
+                    wb.delete(key)
+                    size += len(key)
+                else:
+                    wb.put(key, value)
+                    size += len(key) + len(value)
+                if size > MAX_BATCH_BYTES:
+                    raise TableError("RequestBodyTooLarge", "The batch request exceeds 4 MiB.")
+                results.append(ent)
+            if not results:
+                return results
+            payload = [_to_wire(e) for e in results] if rid is not None else None
+            self._commit(wb, ts, rid, "b", payload, stale)
+            return results
+
+    @staticmethod
+    def _check_batch_shape(ops: list[dict]) -> None:
+        """Count, single partition and unique rows; raises TableError naming the offending op."""
+        if not isinstance(ops, list):
+            raise TableError("InvalidInput", "A batch is a list of operations.")
+        if len(ops) > MAX_BATCH_OPS:
+            raise TableError(
+                "InvalidInput",
+                "The batch request operation exceeds the maximum 100 changes per change set.",
+                index=0,
+            )
+        seen: set[str] = set()
+        pk0 = None
+        for i, op in enumerate(ops):
+            try:
+                pk = op["pk"]
+                rk = op["rk"]
+            except (KeyError, TypeError):
+                raise TableError("InvalidInput", "An operation needs 'op', 'pk' and 'rk'.", index=i) from None
+            if i == 0:
+                pk0 = pk
+            elif pk != pk0:
+                raise TableError("CommandsInBatchActOnDifferentPartitions", index=i)
+            if rk in seen:
+                raise TableError(
+                    "InvalidDuplicateRow",
+                    f"A command with RowKey '{rk}' is already present in the batch. "
+                    "An operation can only be present once in a batch request.",
+                    index=i,
+                )
+            try:
+                seen.add(rk)
+            except TypeError:
+                raise TableError("InvalidInput", "The RowKey must be a string.", index=i) from None
+
+    # --- split / merge (see range_split.py) ---------------------------------------------------
+
+    def split(
+        self,
+        split_pk: str,
+        left_path: str | os.PathLike[str],
+        right_path: str | os.PathLike[str],
+        *,
+        compact: bool = True,
+    ) -> None:
+        """Write two new stores: ``left_path`` holds pks < ``split_pk``, ``right_path`` the rest.
+
+        Hard-linked checkpoints, then a delete_range of the other half in each, compacted away unless
+        ``compact=False`` (then RocksDB's background compaction reclaims it later and entity estimates
+        stay high until then). Meta (last Timestamp, request records) is kept in both. This store
+        stays open and unchanged. Safe to re-run after a crash (leftover outputs are removed first).
+        """
+        from partition_server.range_split import split_store
+
+        with self._lock:
+            split_store(self._db, split_pk, os.fspath(left_path), os.fspath(right_path), compact=compact)
+
+    @staticmethod
+    def merge(
+        left_path: str | os.PathLike[str],
+        right_path: str | os.PathLike[str],
+        out_path: str | os.PathLike[str],
+    ) -> None:
+        """Write ``out_path`` holding the union of two closed adjacent stores (left below right).
+
+        Request records are united, the last Timestamp is the max of both. Re-runnable after a crash.
+        """
+        from partition_server.range_split import merge_stores
+
+        merge_stores(os.fspath(left_path), os.fspath(right_path), os.fspath(out_path))

@@ -1,0 +1,284 @@
+"""The set of ranges one partition server serves, and the requests it runs against them.
+
+A range record (from the coordinator) is ``{"id", "table", "low", "high", "epoch", "path"}``;
+``high`` is None for the last range of a table. A served range is open (its RocksDB directory
+locked by this process) in one of two states: ``serving``, or ``pending`` — the two halves of a
+split waiting for the coordinator to commit them (they answer ``RangeBusy``).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import random
+import shutil
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from partition_server.range_store import RangeStore
+from rangetable.errors import TableError
+from rangetable.filter import compile_cached
+from rangetable.keys import range_bounds
+from rangetable.protocol import entity_to_wire
+
+log = logging.getLogger("rangetable.partition_server")
+
+SAMPLE_SIZE = 64
+
+
+@dataclass
+class Load:
+    """Counters of one range since the last load report."""
+
+    reads: int = 0
+    writes: int = 0
+    entities: int = 0
+    bytes: int = 0
+    busy: int = 0
+    lat_max: float = 0.0
+    lat_sum: float = 0.0
+    sample: list[str] = field(default_factory=list)  # reservoir of request PartitionKeys
+    seen: int = 0
+
+    def note(self, pk: str | None, weight: int = 1) -> None:
+        """Add a request PartitionKey to the reservoir sample (weighted by cost)."""
+        if pk is None:
+            return
+        for _ in range(min(weight, 8)):
+            self.seen += 1
+            if len(self.sample) < SAMPLE_SIZE:
+                self.sample.append(pk)
+            else:
+                j = random.randrange(self.seen)
+                if j < SAMPLE_SIZE:
+                    self.sample[j] = pk
+
+
+@dataclass
+class Served:
+    """One open range."""
+
+    record: dict
+    store: RangeStore
+    state: str = "serving"
+    lo: bytes = b""
+    hi: bytes | None = None
+    load: Load = field(default_factory=Load)
+
+    def contains_pk(self, pk: str) -> bool:
+        """True when the PartitionKey falls inside this range's bounds."""
+        r = self.record
+        return r["low"] <= pk and (r["high"] is None or pk < r["high"])
+
+
+class RangeSet:
+    """Ranges open in this process, keyed by range id."""
+
+    CONTROL_OPS = frozenset({"load", "unload", "split", "split_key", "merge", "destroy", "status"})
+    DATA_OPS = frozenset({"get", "write", "batch", "scan"})
+
+    def __init__(self, data_dir: str, *, sync: bool = False, scan_budget_ms: int = 200) -> None:
+        self.data_dir = data_dir
+        self.sync = sync
+        self.scan_budget_s = scan_budget_ms / 1000.0
+        self.open: dict[str, Served] = {}
+        self.version = 0  # highest map version seen in a command
+        self._last_report = time.monotonic()
+
+    def _path(self, record: dict) -> str:
+        return os.path.join(self.data_dir, record["path"])
+
+    # --- control ------------------------------------------------------------------------------
+
+    def control(self, op: str, req: dict) -> Any:
+        """Run a coordinator command."""
+        self.version = max(self.version, int(req.get("version", 0)))
+        if op == "load":
+            return self.load(req["range"])
+        if op == "unload":
+            return self.unload(req["range"], int(req.get("epoch", -1)))
+        if op == "split":
+            return self.split(req["range"], int(req["epoch"]), req["key"], req["left"], req["right"])
+        if op == "merge":
+            return self.merge(req["left"], req["right"], req["out"])
+        if op == "destroy":
+            return self.destroy(req["range"])
+        if op == "split_key":
+            return self._served(req["range"], int(req.get("epoch", -1))).store.split_key()
+        return self.report()
+
+    def load(self, record: dict) -> None:
+        """Open (or activate) a range at the record's epoch."""
+        rid = record["id"]
+        cur = self.open.get(rid)
+        if cur is not None:
+            cur.record = dict(record)
+            cur.state = "serving"
+            cur.lo, cur.hi = range_bounds(record["low"], record["high"])
+            return
+        t0 = time.monotonic()
+        try:
+            store = RangeStore.open(self._path(record), sync=self.sync)
+        except Exception as exc:  # a lock still held by a paused process, a missing disk …
+            raise TableError("RangeBusy", f"cannot open range {rid}: {exc}") from None
+        lo, hi = range_bounds(record["low"], record["high"])
+        self.open[rid] = Served(dict(record), store, "serving", lo, hi)
+        log.info("loaded range %s epoch %s in %.1f ms", rid, record["epoch"], (time.monotonic() - t0) * 1e3)
+
+    def unload(self, rid: str, epoch: int = -1) -> None:
+        """Stop serving a range and close its store (the lock is released on return)."""
+        served = self.open.pop(rid, None)
+        if served is not None:
+            served.store.close()
+
+    def unload_all(self) -> int:
+        """Close every range; returns how many were open."""
+        n = len(self.open)
+        for rid in list(self.open):
+            self.unload(rid)
+        return n
+
+    def split(self, rid: str, epoch: int, key: str, left: dict, right: dict) -> dict:
+        """Split a served range at PartitionKey ``key`` into two pending ranges (hard-linked)."""
+        served = self._served(rid, epoch)
+        if not (served.record["low"] < key and (served.record["high"] is None or key < served.record["high"])):
+            raise TableError("InvalidInput", f"split key {key!r} is not strictly inside range {rid}")
+        for rec in (left, right):
+            if rec["id"] in self.open:
+                self.unload(rec["id"])
+        t0 = time.monotonic()
+        served.store.split(key, self._path(left), self._path(right))
+        self.unload(rid)
+        for rec in (left, right):
+            store = RangeStore.open(self._path(rec), sync=self.sync)
+            lo, hi = range_bounds(rec["low"], rec["high"])
+            self.open[rec["id"]] = Served(dict(rec), store, "pending", lo, hi)
+        return {"ms": round((time.monotonic() - t0) * 1e3, 2)}
+
+    def merge(self, left: dict, right: dict, out: dict) -> dict:
+        """Merge two adjacent ranges served here into one pending range."""
+        for rec in (left, right):
+            self._served(rec["id"], int(rec["epoch"]))
+        t0 = time.monotonic()
+        self.unload(left["id"])
+        self.unload(right["id"])
+        if out["id"] in self.open:
+            self.unload(out["id"])
+        RangeStore.merge(self._path(left), self._path(right), self._path(out))
+        store = RangeStore.open(self._path(out), sync=self.sync)
+        lo, hi = range_bounds(out["low"], out["high"])
+        self.open[out["id"]] = Served(dict(out), store, "pending", lo, hi)
+        return {"ms": round((time.monotonic() - t0) * 1e3, 2)}
+
+    def destroy(self, record: dict) -> None:
+        """Delete a range's directory (after the coordinator dropped it from the map)."""
+        self.unload(record["id"])
+        shutil.rmtree(self._path(record), ignore_errors=True)
+
+    # --- data ---------------------------------------------------------------------------------
+
+    def _served(self, rid: Any, epoch: int) -> Served:
+        served = self.open.get(rid)
+        if served is None or (epoch >= 0 and served.record["epoch"] != epoch):
+            raise TableError("NotOwner", f"range {rid} epoch {epoch} is not served here")
+        return served
+
+    def _serving(self, req: dict, pk: str | None) -> Served:
+        served = self._served(req.get("range"), int(req.get("epoch", -2)))
+        if served.state != "serving":
+            served.load.busy += 1
+            raise TableError("RangeBusy", f"range {served.record['id']} is {served.state}")
+        if pk is not None and not served.contains_pk(pk):
+            raise TableError("NotOwner", f"PartitionKey {pk!r} is outside range {served.record['id']}")
+        return served
+
+    def data(self, op: str, req: dict) -> Any:
+        """Run a data request against the range it names."""
+        t0 = time.perf_counter()
+        if op == "get":
+            served = self._serving(req, req["pk"])
+            e = served.store.get(req["pk"], req["rk"])
+            if e is None:
+                raise TableError("ResourceNotFound")
+            sel = req.get("select")
+            if sel:
+                e = e._replace(props={k: v for k, v in e.props.items() if k in sel})
+            served.load.reads += 1
+            served.load.entities += 1
+            served.load.note(req["pk"])
+            result: Any = entity_to_wire(e)
+        elif op == "write":
+            w = req["write"]
+            served = self._serving(req, w.get("pk"))
+            e = served.store.write(w, request_id=req.get("rid"))
+            served.load.writes += 1
+            served.load.entities += 1
+            served.load.note(w.get("pk"))
+            result = None if e is None else entity_to_wire(e)
+        elif op == "batch":
+            ops = req["ops"]
+            served = self._serving(req, ops[0].get("pk") if ops else None)
+            out = served.store.batch(ops, request_id=req.get("rid"))
+            served.load.writes += 1
+            served.load.entities += len(ops)
+            served.load.note(ops[0].get("pk") if ops else None, len(ops))
+            result = [None if e is None else entity_to_wire(e) for e in out]
+        else:
+            served = self._serving(req, None)
+            result = self._scan(served, req)
+        dt = time.perf_counter() - t0
+        served.load.lat_sum += dt
+        served.load.lat_max = max(served.load.lat_max, dt)
+        return result
+
+    def _scan(self, served: Served, req: dict) -> dict:
+        lo = max(req.get("lo") or b"", served.lo)
+        hi = req.get("hi")
+        if served.hi is not None and (hi is None or hi > served.hi):
+            hi = served.hi
+        _, pred = compile_cached(req.get("filter"))
+        budget = min(float(req.get("budget_ms", 1e9)) / 1000.0, self.scan_budget_s)
+        if hi is not None and lo >= hi:
+            return {"entities": [], "next": None}
+        ents, nxt = served.store.scan(
+            lo, hi, pred, req.get("select"), limit=int(req.get("limit", 1000)), budget_s=budget
+        )
+        served.load.reads += 1
+        served.load.entities += len(ents)
+        if ents:
+            served.load.note(ents[0].pk, 1 + len(ents) // 100)
+        return {"entities": [entity_to_wire(e) for e in ents], "next": nxt}
+
+    # --- reports ------------------------------------------------------------------------------
+
+    def report(self) -> list[list]:
+        """``[[range id, epoch, state], …]`` for the heartbeat."""
+        return [[rid, s.record["epoch"], s.state] for rid, s in self.open.items()]
+
+    def load_report(self) -> dict[str, dict]:
+        """Per-range load since the last report (rates per second), then reset the counters."""
+        now = time.monotonic()
+        dt = max(now - self._last_report, 1e-3)
+        self._last_report = now
+        out: dict[str, dict] = {}
+        for rid, s in self.open.items():
+            ld = s.load
+            reqs = ld.reads + ld.writes
+            try:
+                st = s.store.stats()
+            except Exception:
+                st = {"entities": 0, "bytes": 0}
+            out[rid] = {
+                "reads_s": round(ld.reads / dt, 1),
+                "writes_s": round(ld.writes / dt, 1),
+                "entities_s": round(ld.entities / dt, 1),
+                "busy_s": round(ld.busy / dt, 1),
+                "lat_avg_ms": round(ld.lat_sum / reqs * 1e3, 3) if reqs else 0.0,
+                "lat_max_ms": round(ld.lat_max * 1e3, 3),
+                "entities": st.get("entities", 0),
+                "bytes": st.get("bytes", 0),
+                "sample": list(ld.sample),
+            }
+            s.load = Load()
+        return out

@@ -1,0 +1,205 @@
+"""The partition server process: serves the ranges the coordinator assigns to it.
+
+One thread, one poll loop over two sockets (the loop only moves messages; the work is in
+:class:`~partition_server.range_store.RangeStore` and :mod:`partition_server.ranges`):
+
+* a ROUTER bound at ``bind`` — data requests from frontends and control commands
+  (load / unload / split / merge / destroy) from the coordinator;
+* a DEALER connected to the coordinator — heartbeats carrying the load report, whose answers renew
+  the lease (the ZeroMQ guide's *Paranoid Pirate* pattern: the server heartbeats, the coordinator
+  answers, silence past the lease means the peer is gone).
+
+Fencing: every data request checks the lease first. When the lease lapses (the coordinator is
+unreachable, or this process was paused), the server closes every range store and answers
+``NotOwner`` until the coordinator assigns ranges again — a paused server that wakes up never serves
+or writes a single request with a stale lease.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import socket
+import time
+import uuid
+from typing import Any
+
+import zmq
+
+from partition_server.ranges import RangeSet
+from rangetable import protocol
+from rangetable.config import PartitionServerConfig
+from rangetable.errors import TableError
+
+log = logging.getLogger("rangetable.partition_server")
+
+
+class PartitionServer:
+    """The process loop of one partition server."""
+
+    def __init__(self, cfg: PartitionServerConfig, ctx: zmq.Context | None = None) -> None:
+        self.cfg = cfg
+        self.ctx = ctx or zmq.Context.instance()
+        self.incarnation = uuid.uuid4().hex[:12]
+        self.ranges = RangeSet(cfg.data_dir, sync=cfg.sync, scan_budget_ms=cfg.scan_budget_ms)
+        self.lease_until = 0.0  # monotonic; no lease until the coordinator first answers
+        self.had_lease = False
+        self.stopping = False
+        self.endpoint = ""
+        self.server_id = cfg.server_id
+        self._hb_sent: dict[bytes, float] = {}
+        self._hb_seq = 0
+
+    # --- sockets ------------------------------------------------------------------------------
+
+    def _bind(self) -> None:
+        self.router = self.ctx.socket(zmq.ROUTER)
+        self.router.setsockopt(zmq.LINGER, 0)
+        self.router.setsockopt(zmq.MAXMSGSIZE, protocol.HARD_MAX_MESSAGE)
+        self.router.bind(self.cfg.bind)
+        self.endpoint = self.router.getsockopt(zmq.LAST_ENDPOINT).decode()
+        if not self.server_id:
+            self.server_id = f"{socket.gethostname()}:{self.endpoint.rsplit(':', 1)[-1]}"
+        self._connect_coordinator()
+
+    def _connect_coordinator(self) -> None:
+        self.coord = self.ctx.socket(zmq.DEALER)
+        self.coord.setsockopt(zmq.LINGER, 0)
+        self.coord.connect(self.cfg.coordinator)
+
+    # --- lease --------------------------------------------------------------------------------
+
+    def lease_valid(self) -> bool:
+        """True while the lease granted by the coordinator holds; closes every range when it lapses."""
+        if time.monotonic() < self.lease_until:
+            return True
+        if self.had_lease:
+            self.had_lease = False
+            n = self.ranges.unload_all()
+            log.warning("lease lapsed: stopped serving %d ranges", n)
+        return False
+
+    def _send_heartbeat(self) -> None:
+        self._hb_seq += 1
+        rid = b"hb%d" % self._hb_seq
+        self._hb_sent[rid] = time.monotonic()
+        if len(self._hb_sent) > 64:  # answers that never came
+            for k in sorted(self._hb_sent, key=self._hb_sent.__getitem__)[:32]:
+                del self._hb_sent[k]
+        body = {
+            "op": "heartbeat",
+            "server": self.server_id,
+            "endpoint": self.endpoint,
+            "incarnation": self.incarnation,
+            "pid": os.getpid(),
+            "ranges": self.ranges.report(),
+            "load": self.ranges.load_report(),
+        }
+        self.coord.send_multipart([rid, protocol.pack(body)])
+
+    def _on_heartbeat_reply(self, frames: list[bytes]) -> None:
+        if len(frames) != 2:
+            return
+        sent = self._hb_sent.pop(frames[0], None)
+        if sent is None:
+            return
+        try:
+            reply = protocol.result(frames[1])
+        except TableError as exc:
+            log.warning("heartbeat refused: %s", exc)
+            return
+        # The lease counts from when the heartbeat was sent, so it lapses here no later than the
+        # coordinator believes it does (Paranoid Pirate with a safety margin built in).
+        self.lease_until = max(self.lease_until, sent + float(reply["lease_s"]))
+        self.had_lease = True
+
+    # --- requests -----------------------------------------------------------------------------
+
+    def handle(self, req: dict) -> Any:
+        """Execute one request (data or control) and return its result; raises TableError."""
+        op = req["op"]
+        if op in RangeSet.CONTROL_OPS:
+            return self.ranges.control(op, req)
+        if op in RangeSet.DATA_OPS:
+            if not self.lease_valid():
+                raise TableError("NotOwner", f"{self.server_id} holds no lease")
+            return self.ranges.data(op, req)
+        if op == "ping":
+            return {"server": self.server_id, "lease": self.lease_valid()}
+        raise TableError("InvalidInput", f"unknown op {op!r}")
+
+    def _on_request(self, frames: list[bytes]) -> None:
+        ident = frames[0]
+        rid = frames[1] if len(frames) > 1 else b""
+        try:
+            rid, req = protocol.parse_request(frames[1:])
+            body = protocol.ok(self.handle(req))
+        except TableError as exc:
+            body = protocol.error(exc)
+        except Exception as exc:  # a bug must not take the server down; report it
+            log.exception("request failed")
+            body = protocol.error(TableError("InternalError", f"{type(exc).__name__}: {exc}"))
+        self.router.send_multipart([ident, rid, body])
+
+    # --- the loop -----------------------------------------------------------------------------
+
+    def serve(self) -> None:
+        """Run until SIGTERM/SIGINT; closes every range store on the way out."""
+        self._bind()
+        log.info("partition server %s serving on %s", self.server_id, self.endpoint)
+        self._write_endpoint_file()
+        poller = zmq.Poller()
+        poller.register(self.router, zmq.POLLIN)
+        poller.register(self.coord, zmq.POLLIN)
+        next_hb = 0.0
+        hb = self.cfg.heartbeat_s
+        while not self.stopping:
+            now = time.monotonic()
+            if now >= next_hb:
+                self._send_heartbeat()
+                next_hb = now + hb
+            events = dict(poller.poll(max(1, int((next_hb - now) * 1000))))
+            if self.coord in events:
+                while True:
+                    try:
+                        self._on_heartbeat_reply(self.coord.recv_multipart(zmq.NOBLOCK))
+                    except zmq.Again:
+                        break
+            if self.router in events:
+                for _ in range(256):  # drain, but keep heartbeats on time
+                    try:
+                        frames = self.router.recv_multipart(zmq.NOBLOCK)
+                    except zmq.Again:
+                        break
+                    self._on_request(frames)
+                    if time.monotonic() >= next_hb:
+                        break
+        self.close()
+
+    def _write_endpoint_file(self) -> None:
+        run = os.path.join(self.cfg.data_dir, "run")
+        os.makedirs(run, exist_ok=True)
+        path = os.path.join(run, f"ps-{self.server_id.replace(':', '_').replace('/', '_')}.endpoint")
+        with open(path + ".tmp", "w") as f:
+            f.write(self.endpoint)
+        os.replace(path + ".tmp", path)
+
+    def close(self) -> None:
+        """Close every store and socket."""
+        self.ranges.unload_all()
+        for s in (getattr(self, "router", None), getattr(self, "coord", None)):
+            if s is not None:
+                s.close(0)
+
+
+def run(cfg: PartitionServerConfig) -> None:
+    """Entry point for ``rangetable partition-server``."""
+    server = PartitionServer(cfg)
+
+    def stop(signum: int, frame: Any) -> None:
+        server.stopping = True
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    server.serve()

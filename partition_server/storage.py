@@ -1,0 +1,136 @@
+"""The one place that opens a RocksDB directory.
+
+Every range store (and anything else holding a RocksDB) must open it through :func:`open_range_db`:
+
+* it forces ``Options(raw_mode=True)`` — rocksdict's default mode pickles values, prefixes keys and
+  uses a private comparator, a different on-disk format (stack notes §1, gotcha 1);
+* it repairs a ``rocksdict-config.json`` that a stray non-raw open (``Rdict(path)`` in a debug shell)
+  rewrote to ``raw_mode:false``, which would otherwise make every later raw open fail with
+  ``does not match existing comparator leveldb.BytewiseComparator`` (gotcha 2);
+* it sizes each DB for many DBs per process: 8 MiB memtables, one block cache and one write-buffer
+  manager shared by every store of the process, bloom filters for point reads, few open files.
+
+A test checks that no other module calls ``Rdict(`` directly.
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import threading
+
+import rocksdict
+
+CONFIG_FILE = "rocksdict-config.json"
+RAW_CONFIG = {"raw_mode": True, "prefix_extractors": {}}
+
+WRITE_BUFFER_SIZE = 8 << 20  # per memtable
+MAX_WRITE_BUFFERS = 3
+SHARED_CACHE_BYTES = 128 << 20  # one LRU block cache per process
+SHARED_WRITE_BUFFER_BYTES = 256 << 20  # memtable budget across every DB of the process
+MAX_OPEN_FILES = 256  # per DB; many DBs share the process's descriptor limit
+
+_shared_lock = threading.Lock()
+_shared: tuple[rocksdict.Cache, rocksdict.WriteBufferManager] | None = None
+
+
+class StorageConfigError(Exception):
+    """The directory holds a RocksDB that was not created in raw mode (not one of ours)."""
+
+
+def _shared_resources() -> tuple[rocksdict.Cache, rocksdict.WriteBufferManager]:
+    """The process-wide block cache and write-buffer manager, created on first use."""
+    global _shared
+    with _shared_lock:
+        if _shared is None:
+            cache = rocksdict.Cache(SHARED_CACHE_BYTES)
+            wbm = rocksdict.WriteBufferManager(SHARED_WRITE_BUFFER_BYTES, False)
+            _shared = (cache, wbm)
+        return _shared
+
+
+def db_options(*, create: bool = True) -> rocksdict.Options:
+    """Raw-mode Options tuned for many small DBs in one process (shared cache and memtable budget)."""
+    cache, wbm = _shared_resources()
+    o = rocksdict.Options(raw_mode=True)
+    o.create_if_missing(create)
+    o.set_write_buffer_size(WRITE_BUFFER_SIZE)
+    o.set_max_write_buffer_number(MAX_WRITE_BUFFERS)
+    o.set_write_buffer_manager(wbm)
+    o.set_max_open_files(MAX_OPEN_FILES)
+    o.set_keep_log_file_num(2)
+    o.set_max_log_file_size(4 << 20)
+    o.set_target_file_size_base(16 << 20)
+    o.set_max_bytes_for_level_base(64 << 20)
+    bb = rocksdict.BlockBasedOptions()
+    bb.set_block_cache(cache)
+    bb.set_bloom_filter(10, False)
+    bb.set_cache_index_and_filter_blocks(True)
+    bb.set_pin_l0_filter_and_index_blocks_in_cache(True)
+    o.set_block_based_table_factory(bb)
+    return o
+
+
+def _comparator(path: str) -> str | None:
+    """The comparator named in the newest OPTIONS file of ``path`` (None if there is none)."""
+    files = glob.glob(os.path.join(path, "OPTIONS-*"))
+    if not files:
+        return None
+    newest = max(files, key=lambda f: int(f.rsplit("-", 1)[1]) if f.rsplit("-", 1)[1].isdigit() else -1)
+    try:
+        with open(newest, encoding="utf-8", errors="replace") as f:
+            for line in f:
+                s = line.strip()
+                if s.startswith("comparator="):
+                    return s.split("=", 1)[1]
+    except OSError:
+        return None
+    return None
+
+
+def repair_config(path: str | os.PathLike[str]) -> bool:
+    """Restore ``raw_mode:true`` in ``path``'s rocksdict config if a non-raw open rewrote it.
+
+    Returns True when the file was rewritten. Raises :class:`StorageConfigError` if the DB really
+    was created in non-raw mode (its comparator is rocksdict's own), since opening it raw cannot work.
+    """
+    p = os.fspath(path)
+    cfg_path = os.path.join(p, CONFIG_FILE)
+    try:
+        with open(cfg_path, encoding="utf-8") as f:
+            cfg = json.load(f)
+    except FileNotFoundError:
+        return False
+    except (OSError, ValueError):
+        cfg = None  # unreadable or torn: rewrite below if the data is ours
+    if isinstance(cfg, dict) and cfg.get("raw_mode") is True:
+        return False
+    comp = _comparator(p)
+    if comp is not None and comp != "leveldb.BytewiseComparator":
+        raise StorageConfigError(
+            f"{p} is a non-raw rocksdict DB (comparator {comp!r}); refusing to open it raw"
+        )
+    tmp = cfg_path + ".tmp"
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump(RAW_CONFIG, f, separators=(",", ":"))
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, cfg_path)
+    return True
+
+
+def open_range_db(path: str | os.PathLike[str], *, create: bool = True) -> rocksdict.Rdict:
+    """Open (or with ``create`` make) the raw-mode RocksDB at ``path``.
+
+    With ``create=False`` a missing directory raises FileNotFoundError. Lock conflicts surface as
+    rocksdict's plain ``Exception('IO error: ... LOCK ...')``.
+    """
+    p = os.fspath(path)
+    if os.path.isdir(p):
+        repair_config(p)
+    elif not create:
+        raise FileNotFoundError(f"no range store at {p}")
+    else:
+        os.makedirs(os.path.dirname(os.path.abspath(p)), exist_ok=True)
+    return rocksdict.Rdict(p, db_options(create=create))

@@ -1,0 +1,433 @@
+"""The native client: ``TableServiceClient`` and ``TableClient`` with azure-data-tables' API.
+
+Code written for the SDK moves over by changing the import and the constructor::
+
+    from rangetable import TableServiceClient, UpdateMode
+    service = TableServiceClient("tcp://127.0.0.1:10012")   # or TableServiceClient.from_cluster()
+    table = service.create_table_if_not_exists("orders")
+    table.create_entity({"PartitionKey": "p", "RowKey": "1", "Total": 9.5})
+
+Entities are converted by :mod:`rangetable.values` exactly as the SDK types them; errors are
+:class:`rangetable.errors.TableError` subclasses named like ``azure.core.exceptions``. Requests
+that fail with a retriable error are retried under the client's retry policy (default
+:class:`~rangetable.retry.ExponentialRetry`); every write carries a request id that stays the same
+across retries, so the server applies a retried write at most once.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import uuid
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from rangetable.client_models import (
+    ResourceExistsError,
+    ResourceNotFoundError,
+    TableItem,
+    TransactionOperation,
+    UpdateMode,
+    if_match,
+    transaction_error,
+)
+from rangetable.client_paging import ItemPaged, parameter_filter_substitution, select_list
+from rangetable.client_transport import Transport
+from rangetable.edm import Entity, etag_from_ticks
+from rangetable.errors import TableError
+from rangetable.retry import RetryPolicy, call_with_retry, default_policy
+from rangetable.values import TableEntity, TablesDatetime, entity_to_typed, typed_to_entity
+
+__all__ = ["TableServiceClient", "TableClient"]
+
+DEFAULT_DATA_DIR = "./rangetable-data"
+MAX_BATCH = 100
+
+
+def _cluster_endpoint(data_dir: str | os.PathLike[str]) -> str:
+    """The native endpoint recorded in ``<data_dir>/cluster.json``."""
+    path = os.path.join(os.fspath(data_dir), "cluster.json")
+    try:
+        with open(path, encoding="utf-8") as f:
+            info = json.load(f)
+    except FileNotFoundError:
+        raise FileNotFoundError(f"{path} not found: is a cluster running (rangetable up)?") from None
+    endpoint = info.get("native") if isinstance(info, dict) else None
+    if not isinstance(endpoint, str):
+        raise ValueError(f"{path} has no 'native' endpoint")
+    return endpoint
+
+
+def _write_metadata(wire: list | None) -> dict[str, Any]:
+    """The SDK-style metadata dict of a write result (``None`` for a delete)."""
+    if wire is None:
+        return {"etag": None, "timestamp": None, "date": None}
+    ts = wire[2]
+    when = TablesDatetime.from_ticks(ts)
+    return {"etag": etag_from_ticks(ts), "timestamp": when, "date": when}
+
+
+def _entity_token(token: Any) -> list[str] | None:
+    """A query continuation token (``{"PartitionKey", "RowKey"}`` or a pair) in wire form."""
+    if not token:
+        return None
+    if isinstance(token, Mapping):
+        return [token.get("PartitionKey"), token.get("RowKey")]
+    if isinstance(token, list | tuple) and len(token) == 2:
+        return [token[0], token[1]]
+    raise ValueError("Invalid continuation token format.")
+
+
+class _Client:
+    """What both clients share: the transport, the retry policy, close and context management."""
+
+    def __init__(
+        self,
+        endpoint: str,
+        *,
+        retry_policy: RetryPolicy | None = None,
+        timeout: float = 30.0,
+        _transport: Transport | None = None,
+    ) -> None:
+        self._owns_transport = _transport is None
+        self._transport = _transport or Transport(endpoint, timeout)
+        self.endpoint: str = self._transport.endpoint
+        self.retry_policy: RetryPolicy = retry_policy if retry_policy is not None else default_policy()
+
+    @property
+    def url(self) -> str:
+        """The endpoint (the SDK's name for it)."""
+        return self.endpoint
+
+    def _call(self, body: dict[str, Any]) -> Any:
+        """One request under the retry policy; a write's ``rid`` is fixed before the first try."""
+        return call_with_retry(lambda: self._transport.request(body), self.retry_policy)
+
+    def close(self) -> None:
+        """Close the connection (a client from ``get_table_client`` leaves its parent's open)."""
+        if self._owns_transport:
+            self._transport.close()
+
+    def __enter__(self) -> Any:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class TableServiceClient(_Client):
+    """A client for the tables of a rangetable cluster, reached through a frontend's native endpoint."""
+
+    def __init__(
+        self, endpoint: str, *, retry_policy: RetryPolicy | None = None, timeout: float = 30.0
+    ) -> None:
+        super().__init__(endpoint, retry_policy=retry_policy, timeout=timeout)
+
+    @classmethod
+    def from_cluster(cls, data_dir: str | os.PathLike[str] = DEFAULT_DATA_DIR, **kwargs: Any) -> TableServiceClient:
+        """A client for the local cluster whose ``cluster.json`` lives in ``data_dir``."""
+        return cls(_cluster_endpoint(data_dir), **kwargs)
+
+    def get_table_client(self, table_name: str) -> TableClient:
+        """A client for one table (which need not exist yet), sharing this client's connection."""
+        return TableClient(
+            self.endpoint, table_name, retry_policy=self.retry_policy, _transport=self._transport
+        )
+
+    def create_table(self, table_name: str) -> TableClient:
+        """Create a table; raises ResourceExistsError (TableAlreadyExists) if it exists."""
+        table = self.get_table_client(table_name)
+        table.create_table()
+        return table
+
+    def create_table_if_not_exists(self, table_name: str) -> TableClient:
+        """Create a table unless it exists; either way return its client."""
+        table = self.get_table_client(table_name)
+        try:
+            table.create_table()
+        except ResourceExistsError:
+            pass
+        return table
+
+    def delete_table(self, table_name: str) -> None:
+        """Delete a table; no error if it does not exist."""
+        self.get_table_client(table_name).delete_table()
+
+    def list_tables(
+        self, filter: str | None = None, *, results_per_page: int | None = None
+    ) -> ItemPaged[TableItem]:
+        """All tables (optionally those matching a ``TableName`` filter), as TableItems, page by page."""
+
+        def fetch(token: Any) -> tuple[Any, list[TableItem]]:
+            body: dict[str, Any] = {"op": "list_tables"}
+            if filter:
+                body["filter"] = filter
+            if results_per_page is not None:
+                body["top"] = results_per_page
+            if token:
+                body["next"] = token
+            res = self._call(body) or {}
+            return res.get("next") or None, [TableItem(name) for name in res.get("tables", [])]
+
+        return ItemPaged(fetch)
+
+    def query_tables(
+        self,
+        query_filter: str,
+        *,
+        results_per_page: int | None = None,
+        parameters: dict[str, Any] | None = None,
+    ) -> ItemPaged[TableItem]:
+        """Tables matching ``query_filter`` (e.g. ``"TableName eq @name"`` with ``parameters``)."""
+        return self.list_tables(
+            parameter_filter_substitution(parameters, query_filter), results_per_page=results_per_page
+        )
+
+
+class TableClient(_Client):
+    """A client for one table: entities, queries and transactions."""
+
+    def __init__(
+        self,
+        endpoint: str,
+        table_name: str,
+        *,
+        retry_policy: RetryPolicy | None = None,
+        timeout: float = 30.0,
+        _transport: Transport | None = None,
+    ) -> None:
+        if not table_name:
+            raise ValueError("Please specify a table name.")
+        self.table_name: str = table_name
+        super().__init__(endpoint, retry_policy=retry_policy, timeout=timeout, _transport=_transport)
+
+    @classmethod
+    def from_cluster(
+        cls, table_name: str, data_dir: str | os.PathLike[str] = DEFAULT_DATA_DIR, **kwargs: Any
+    ) -> TableClient:
+        """A client for ``table_name`` on the local cluster whose ``cluster.json`` is in ``data_dir``."""
+        return cls(_cluster_endpoint(data_dir), table_name, **kwargs)
+
+    # --- tables ---------------------------------------------------------------------------------
+
+    def create_table(self) -> TableItem:
+        """Create this table; raises ResourceExistsError (TableAlreadyExists) if it exists."""
+        self._call({"op": "create_table", "table": self.table_name})
+        return TableItem(self.table_name)
+
+    def delete_table(self) -> None:
+        """Delete this table; no error if it does not exist."""
+        try:
+            self._call({"op": "delete_table", "table": self.table_name})
+        except ResourceNotFoundError:
+            pass
+
+    # --- single entities ------------------------------------------------------------------------
+
+    def _write(self, kind: str, entity: Mapping[str, Any], match: str | None = None) -> dict[str, Any]:
+        pk, rk, props = entity_to_typed(entity)
+        op = {"op": kind, "pk": pk, "rk": rk, "props": props, "if_match": match}
+        body = {"op": "write", "table": self.table_name, "write": op, "rid": uuid.uuid4().hex}
+        return _write_metadata(self._call(body))
+
+    def create_entity(self, entity: Mapping[str, Any]) -> dict[str, Any]:
+        """Insert an entity; raises ResourceExistsError (EntityAlreadyExists) if the key is taken.
+
+        Returns ``{"etag", "timestamp", "date"}`` of the stored entity.
+        """
+        return self._write("insert", entity)
+
+    def update_entity(
+        self,
+        entity: Mapping[str, Any],
+        mode: UpdateMode | str = UpdateMode.MERGE,
+        *,
+        etag: str | None = None,
+        match_condition: Any = None,
+    ) -> dict[str, Any]:
+        """Merge or replace an existing entity (ResourceNotFoundError if it is missing).
+
+        With ``match_condition=MatchConditions.IfNotModified`` the stored ETag must equal ``etag``
+        (or ``entity.metadata["etag"]``), else ResourceModifiedError (412).
+        """
+        match = if_match(etag, match_condition, entity)
+        if mode == UpdateMode.REPLACE:
+            return self._write("replace", entity, match)
+        if mode == UpdateMode.MERGE:
+            return self._write("merge", entity, match)
+        raise ValueError(f"Mode type '{mode}' is not supported.")
+
+    def upsert_entity(
+        self, entity: Mapping[str, Any], mode: UpdateMode | str = UpdateMode.MERGE
+    ) -> dict[str, Any]:
+        """Insert the entity, or merge/replace it into an existing one."""
+        if mode == UpdateMode.MERGE:
+            return self._write("insert_or_merge", entity)
+        if mode == UpdateMode.REPLACE:
+            return self._write("insert_or_replace", entity)
+        raise ValueError(
+            f"Update mode {mode} is not supported. For a list of supported modes see the UpdateMode enum."
+        )
+
+    def delete_entity(
+        self,
+        *args: Any,
+        etag: str | None = None,
+        match_condition: Any = None,
+        **kwargs: Any,
+    ) -> None:
+        """Delete an entity given as ``(partition_key, row_key)`` or as an entity mapping.
+
+        No error when it does not exist. ``etag`` + ``MatchConditions.IfNotModified`` make the delete
+        conditional (ResourceModifiedError on mismatch).
+        """
+        entity = kwargs.pop("entity", None)
+        pk = kwargs.pop("partition_key", None)
+        rk = kwargs.pop("row_key", None)
+        if kwargs:
+            raise TypeError(f"unexpected keyword arguments: {', '.join(kwargs)}")
+        if entity is None and args and isinstance(args[0], Mapping):
+            entity = args[0]
+        if entity is not None:
+            pk, rk = entity["PartitionKey"], entity["RowKey"]
+        else:
+            rest = list(args)
+            if pk is None and rest:
+                pk = rest.pop(0)
+            if rk is None and rest:
+                rk = rest.pop(0)
+            if pk is None or rk is None:
+                raise TypeError("delete_entity needs an entity or a partition_key and a row_key")
+        match = if_match(etag, match_condition, entity)
+        try:
+            self._write("delete", {"PartitionKey": pk, "RowKey": rk}, match)
+        except ResourceNotFoundError:
+            pass
+
+    def get_entity(
+        self, partition_key: str, row_key: str, *, select: str | list[str] | None = None
+    ) -> TableEntity:
+        """Read one entity; raises ResourceNotFoundError if it does not exist."""
+        names = select_list(select)
+        body: dict[str, Any] = {"op": "get", "table": self.table_name, "pk": partition_key, "rk": row_key}
+        if names:
+            body["select"] = names
+        wire = self._call(body)
+        return typed_to_entity(Entity(*wire), names)
+
+    # --- queries --------------------------------------------------------------------------------
+
+    def query_entities(
+        self,
+        query_filter: str,
+        *,
+        select: str | list[str] | None = None,
+        results_per_page: int | None = None,
+        parameters: dict[str, Any] | None = None,
+    ) -> ItemPaged[TableEntity]:
+        """Entities matching an OData ``$filter``; ``@name`` placeholders take ``parameters``.
+
+        Iterate for entities, or ``.by_page(continuation_token)`` for pages; the page iterator's
+        ``continuation_token`` is ``{"PartitionKey", "RowKey"}`` of the next page, or None.
+        """
+        return self._query(parameter_filter_substitution(parameters, query_filter), select, results_per_page)
+
+    def list_entities(
+        self, *, select: str | list[str] | None = None, results_per_page: int | None = None
+    ) -> ItemPaged[TableEntity]:
+        """Every entity of the table, in key order, page by page."""
+        return self._query(None, select, results_per_page)
+
+    def _query(
+        self, query_filter: str | None, select: str | list[str] | None, results_per_page: int | None
+    ) -> ItemPaged[TableEntity]:
+        names = select_list(select)
+
+        def fetch(token: Any) -> tuple[Any, list[TableEntity]]:
+            body: dict[str, Any] = {"op": "query", "table": self.table_name}
+            if query_filter:
+                body["filter"] = query_filter
+            if names:
+                body["select"] = names
+            if results_per_page is not None:
+                body["top"] = results_per_page
+            nxt = _entity_token(token)
+            if nxt is not None:
+                body["next"] = nxt
+            res = self._call(body) or {}
+            entities = [typed_to_entity(Entity(*w), names) for w in res.get("entities", [])]
+            after = res.get("next")
+            return ({"PartitionKey": after[0], "RowKey": after[1]} if after else None), entities
+
+        return ItemPaged(fetch)
+
+    # --- transactions ---------------------------------------------------------------------------
+
+    def submit_transaction(self, operations: Iterable[Any]) -> list[dict[str, Any]]:
+        """Apply up to 100 operations on one partition atomically.
+
+        ``operations`` are SDK-style tuples: ``("create", entity)``, ``("upsert", entity, {"mode": ...})``,
+        ``("update", entity, {"mode", "etag", "match_condition"})``, ``("delete", entity, {...})``.
+        Returns one metadata dict per operation; on failure nothing is applied and
+        :class:`TableTransactionError` names the failing operation in ``.index``.
+        """
+        try:
+            ops = [_batch_op(op) for op in operations]
+        except TypeError as exc:
+            raise TypeError(
+                "The value of 'operations' must be an iterator of Tuples. "
+                "Please check documentation for correct Tuple format."
+            ) from exc
+        if not ops:
+            return []
+        if len({op["pk"] for op in ops}) > 1:
+            raise ValueError("Partition Keys in the batch must all be the same.")
+        body = {"op": "batch", "table": self.table_name, "ops": ops, "rid": uuid.uuid4().hex}
+        try:
+            results = self._call(body)
+        except TableError as exc:
+            raise transaction_error(exc) from None
+        return [_write_metadata(w) for w in results]
+
+
+def _batch_op(operation: Any) -> dict[str, Any]:
+    """One SDK-style transaction tuple as a wire write operation."""
+    if isinstance(operation, str | bytes) or not isinstance(operation, tuple | list):
+        raise TypeError(f"not an operation tuple: {operation!r}")
+    if len(operation) == 3:
+        kind, entity, kwargs = operation
+        kwargs = dict(kwargs or {})
+    elif len(operation) == 2:
+        (kind, entity), kwargs = operation, {}
+    else:
+        raise TypeError(f"not an operation tuple: {operation!r}")
+    try:
+        kind = TransactionOperation(kind.lower() if isinstance(kind, str) else kind)
+    except (ValueError, AttributeError):
+        raise ValueError(f"Unrecognized operation: {kind}") from None
+    if not isinstance(entity, Mapping) or "PartitionKey" not in entity or "RowKey" not in entity:
+        raise ValueError("PartitionKey and/or RowKey were not provided in entity")
+    mode = kwargs.pop("mode", UpdateMode.MERGE)
+    etag = kwargs.pop("etag", None)
+    condition = kwargs.pop("match_condition", None)
+    if kwargs:
+        raise ValueError(f"Unsupported arguments for {kind.value}: {', '.join(kwargs)}")
+    if kind is TransactionOperation.CREATE:
+        name, match = "insert", None
+    elif kind is TransactionOperation.UPSERT:
+        name, match = _mode_name(mode, "insert_or_merge", "insert_or_replace"), None
+    elif kind is TransactionOperation.UPDATE:
+        name, match = _mode_name(mode, "merge", "replace"), if_match(etag, condition, entity)
+    else:
+        name, match = "delete", if_match(etag, condition, entity)
+        entity = {"PartitionKey": entity["PartitionKey"], "RowKey": entity["RowKey"]}
+    pk, rk, props = entity_to_typed(entity)
+    return {"op": name, "pk": pk, "rk": rk, "props": props, "if_match": match}
+
+
+def _mode_name(mode: Any, merge: str, replace: str) -> str:
+    if mode == UpdateMode.MERGE:
+        return merge
+    if mode == UpdateMode.REPLACE:
+        return replace
+    raise ValueError(f"Mode type '{mode}' is not supported.")

@@ -1,0 +1,121 @@
+"""The native client's transport: one ZeroMQ DEALER socket, one request in flight at a time.
+
+Requests are ``[request_id, msgpack body]`` (see ``docs/protocol.md``); ids come from a counter.
+The first request on a transport is preceded by a ``hello`` handshake checking the protocol
+version. A lock serialises requests, so a transport (and the clients sharing it) may be used from
+several threads. On a timeout the socket is closed with linger 0 and a new one connected, so a
+late reply to the abandoned request can never be taken for the answer to a later one.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import time
+from typing import Any
+
+import zmq
+
+from rangetable import protocol
+from rangetable.client_models import specific_error
+from rangetable.errors import TableError
+
+
+class Transport:
+    """A DEALER connection to a frontend's native endpoint."""
+
+    def __init__(self, endpoint: str, timeout: float = 30.0) -> None:
+        if not isinstance(endpoint, str) or "://" not in endpoint:
+            raise ValueError(f"endpoint must look like tcp://host:port, not {endpoint!r}")
+        if timeout <= 0:
+            raise ValueError("timeout must be > 0")
+        self.endpoint = endpoint
+        self.timeout = float(timeout)
+        self.server_info: dict[str, Any] | None = None
+        self._max_message = protocol.MAX_MESSAGE
+        self._ctx = zmq.Context.instance()
+        self._sock: zmq.Socket | None = None
+        self._ids = itertools.count(1)
+        self._lock = threading.Lock()
+        self._closed = False
+
+    # --- socket lifecycle -----------------------------------------------------------------------
+
+    def _socket(self) -> zmq.Socket:
+        if self._closed:
+            raise ValueError("the client is closed")
+        if self._sock is None:
+            sock = self._ctx.socket(zmq.DEALER)
+            sock.setsockopt(zmq.LINGER, 0)
+            sock.setsockopt(zmq.MAXMSGSIZE, protocol.HARD_MAX_MESSAGE)
+            sock.connect(self.endpoint)
+            self._sock = sock
+        return self._sock
+
+    def _reset(self) -> None:
+        if self._sock is not None:
+            self._sock.close(linger=0)
+            self._sock = None
+
+    def close(self) -> None:
+        """Close the socket; later requests raise ValueError."""
+        with self._lock:
+            self._reset()
+            self._closed = True
+
+    @property
+    def closed(self) -> bool:
+        """True once :meth:`close` ran."""
+        return self._closed
+
+    # --- requests -------------------------------------------------------------------------------
+
+    def request(self, body: dict[str, Any], timeout: float | None = None) -> Any:
+        """Send one request and return its result.
+
+        Raises the reply's error as a TableError (404/409/412 as the azure-core-named subclasses) or
+        ``OperationTimedOut`` when no reply arrives within ``timeout`` (default: the transport's).
+        """
+        with self._lock:
+            if self.server_info is None:
+                self._hello(timeout)
+            return self._roundtrip(body, timeout)
+
+    def _hello(self, timeout: float | None) -> None:
+        info = self._roundtrip({"op": "hello", "version": protocol.VERSION}, timeout)
+        if not isinstance(info, dict) or info.get("version") != protocol.VERSION:
+            version = info.get("version") if isinstance(info, dict) else None
+            raise TableError("InvalidInput", f"the server speaks protocol version {version}, not {protocol.VERSION}")
+        self._max_message = int(info.get("max_message") or protocol.MAX_MESSAGE)
+        self.server_info = info
+
+    def _roundtrip(self, body: dict[str, Any], timeout: float | None) -> Any:
+        data = protocol.pack(body)
+        if len(data) > self._max_message:
+            raise specific_error(
+                TableError("RequestBodyTooLarge", f"request of {len(data)} bytes exceeds {self._max_message}")
+            )
+        limit = self.timeout if timeout is None else timeout
+        deadline = time.monotonic() + limit
+        sock = self._socket()
+        request_id = next(self._ids).to_bytes(8, "big")
+        if not sock.poll(limit * 1000, zmq.POLLOUT):
+            self._timed_out(body, limit)
+        sock.send_multipart([request_id, data], copy=len(data) < 65536)
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0 or not sock.poll(remaining * 1000, zmq.POLLIN):
+                self._timed_out(body, limit)
+            frames = sock.recv_multipart()
+            if len(frames) != 2 or frames[0] != request_id:
+                continue  # not ours (cannot happen after a reset, but never misattribute a reply)
+            try:
+                return protocol.result(frames[1])
+            except TableError as exc:
+                raise specific_error(exc) from None
+
+    def _timed_out(self, body: dict[str, Any], limit: float) -> None:
+        self._reset()
+        raise TableError(
+            "OperationTimedOut", f"no reply to {body.get('op')!r} from {self.endpoint} within {limit:g} s"
+        )

@@ -1,0 +1,82 @@
+"""One config object per process.
+
+Every field has a default here, a CLI flag (``--field-name``, wired by ``cli/``) and an environment
+variable ``RANGETABLE_FIELD_NAME``. Precedence: flag, then environment, then default.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field, fields
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+
+
+@dataclass
+class CoordinatorConfig:
+    """Settings of the coordinator (partition manager)."""
+
+    data_dir: str = "./rangetable-data"
+    bind: str = "tcp://127.0.0.1:10010"  # ROUTER: heartbeats, admin, map snapshots
+    pub_bind: str = "tcp://127.0.0.1:10011"  # PUB: partition-map updates (Clone pattern)
+    lease_s: float = 2.0  # a partition server's lease, renewed by every heartbeat answer
+    lease_grace_s: float = 0.5  # extra wait past a lapsed lease before reassigning its ranges
+    command_timeout_s: float = 10.0  # how long a load/unload/split/merge command may take
+
+
+@dataclass
+class PartitionServerConfig:
+    """Settings of a partition server."""
+
+    data_dir: str = "./rangetable-data"
+    coordinator: str = "tcp://127.0.0.1:10010"
+    bind: str = "tcp://127.0.0.1:0"  # 0 = any free port; the server reports its endpoint
+    server_id: str = ""  # stable name; empty = derived from the host name and port
+    heartbeat_s: float = 0.5
+    sync: bool = False  # fsync every write before acknowledging it (survives machine loss)
+    scan_budget_ms: int = 200  # a scan page stops after this long and returns a resume key
+
+
+@dataclass
+class FrontendConfig:
+    """Settings of a frontend."""
+
+    coordinator: str = "tcp://127.0.0.1:10010"
+    native: str = "tcp://127.0.0.1:10012"  # ROUTER for native clients
+    frontend_id: str = ""
+    deadline_s: float = 10.0  # internal retries across moves stop here; the client then gets ServerBusy
+    attempt_timeout_s: float = 2.0  # one try at a partition server; then the map is refreshed and it retries
+    page_budget_ms: int = 1000  # a query page stops early after this long, with a continuation
+
+
+def env_name(cls: type, name: str) -> str:
+    """The environment variable for a config field."""
+    return "RANGETABLE_" + name.upper()
+
+
+def _convert(raw: str, default: Any) -> Any:
+    if isinstance(default, bool):
+        return raw.strip().lower() in ("1", "true", "yes", "on")
+    if isinstance(default, int):
+        return int(raw)
+    if isinstance(default, float):
+        return float(raw)
+    return raw
+
+
+def load(cls: type[T], **overrides: Any) -> T:
+    """Build a config: explicit (non-None) overrides, then RANGETABLE_* variables, then defaults."""
+    values: dict[str, Any] = {}
+    for f in fields(cls):  # type: ignore[arg-type]
+        default = f.default
+        if overrides.get(f.name) is not None:
+            values[f.name] = overrides[f.name]
+            continue
+        raw = os.environ.get(env_name(cls, f.name))
+        if raw is not None:
+            values[f.name] = _convert(raw, default)
+    return cls(**values)
+
+
+__all__ = ["CoordinatorConfig", "PartitionServerConfig", "FrontendConfig", "load", "env_name", "field"]

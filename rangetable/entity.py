@@ -1,0 +1,227 @@
+"""Validation of table names, keys and entities against Azure Table Storage's limits.
+
+All checks raise :class:`rangetable.errors.TableError` with the code Azure answers with. They run on
+every write, so the common path is kept cheap: property names already seen valid are cached, and
+UTF-16 lengths are only computed when a string is long enough to possibly exceed a limit.
+
+Sizes follow Azure's conventions: string limits are in UTF-16 code units (a character outside the
+BMP counts twice), binary limits in bytes.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from rangetable.edm import (
+    BINARY,
+    BOOLEAN,
+    DATETIME,
+    DOUBLE,
+    GUID,
+    INT32,
+    INT32_MAX,
+    INT32_MIN,
+    INT64,
+    INT64_MAX,
+    INT64_MIN,
+    MAX_DATETIME_TICKS,
+    MIN_DATETIME_TICKS,
+    STRING,
+    TYPE_NAMES,
+)
+from rangetable.errors import TableError
+
+MAX_KEY_BYTES = 1024  # UTF-16 bytes, i.e. 512 UTF-16 code units (Azurite's reading of "1 KiB")
+MAX_CUSTOM_PROPERTIES = 252  # 255 including PartitionKey, RowKey and Timestamp
+MAX_PROPERTY_NAME = 255
+MAX_STRING_BYTES = 65536  # UTF-16 bytes, i.e. 32768 code units
+MAX_BINARY_BYTES = 65536
+MAX_ENTITY_SIZE = 1048576
+RESERVED_NAMES = frozenset(("PartitionKey", "RowKey", "Timestamp"))
+
+# Characters Azure forbids in keys, plus lone surrogates (not encodable, so never storable).
+_BAD_KEY_CHARS = re.compile("[/\\\\#?\x00-\x1f\x7f-\x9f\ud800-\udfff]")
+_SURROGATE = re.compile("[\ud800-\udfff]")
+_GUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
+_TABLE_CHARS = re.compile(r"[A-Za-z][A-Za-z0-9]*")
+
+_valid_names: set[str] = set()  # property names known to be valid (bounded cache)
+_VALID_NAMES_CAP = 65536
+
+
+def _u16(s: str) -> int:
+    """Length of ``s`` in UTF-16 code units."""
+    if s.isascii():
+        return len(s)
+    return len(s.encode("utf-16-le", "surrogatepass")) >> 1
+
+
+def validate_key(name: str, value: object) -> None:
+    """Check a PartitionKey or RowKey value (``name`` is used in messages).
+
+    It must be a ``str`` of at most 512 UTF-16 code units (1 KiB as UTF-16, Azurite's reading of
+    Azure's 1 KiB limit) without ``/ \\ # ?``, control characters U+0000–U+001F, U+007F–U+009F or lone
+    surrogates. The empty string is valid. Violations raise InvalidInput.
+    """
+    if type(value) is not str:
+        if not isinstance(value, str):
+            raise TableError("InvalidInput", f"The {name} must be a string, not {type(value).__name__}.")
+    if len(value) > 256 and _u16(value) > MAX_KEY_BYTES // 2:
+        raise TableError(
+            "InvalidInput", f"The {name} is longer than the maximum allowed length of 1 KiB (512 characters)."
+        )
+    if _BAD_KEY_CHARS.search(value) is not None:
+        raise TableError("InvalidInput", f"The {name} contains an invalid character.")
+
+
+def _check_name(name: object) -> None:
+    """Validate one custom property name, raising PropertyNameTooLong/PropertyNameInvalid."""
+    if not isinstance(name, str):
+        raise TableError("PropertyNameInvalid", f"The property name {name!r} is not a string.")
+    if len(name) > MAX_PROPERTY_NAME:
+        raise TableError("PropertyNameTooLong")
+    if not name.isidentifier():
+        raise TableError("PropertyNameInvalid", f"The property name {name!r} is invalid.")
+    if name in RESERVED_NAMES:
+        raise TableError("PropertyNameInvalid", f"The property name {name!r} is reserved.")
+    if len(_valid_names) >= _VALID_NAMES_CAP:
+        _valid_names.clear()
+    _valid_names.add(name)
+
+
+def _bad_value(name: str, code: Any, what: str, err: str = "InvalidInput") -> TableError:
+    tname = TYPE_NAMES[code] if type(code) is int and 0 <= code < len(TYPE_NAMES) else repr(code)
+    return TableError(err, f"The value of property {name!r} ({tname}) {what}.")
+
+
+def _check_props(props: dict[str, Any]) -> int:
+    """Validate typed props and return their share of the entity size (see :func:`entity_size`)."""
+    if type(props) is not dict:
+        raise TableError("InvalidInput", "Properties must be a dict of name to [code, value].")
+    if len(props) > MAX_CUSTOM_PROPERTIES:
+        raise TableError("TooManyProperties")
+    size = 0
+    valid = _valid_names
+    for name, pair in props.items():
+        if name not in valid:
+            _check_name(name)
+        try:
+            code, v = pair
+        except (TypeError, ValueError):
+            raise TableError("InvalidInput", f"Property {name!r} is not a [code, value] pair.") from None
+        t = type(v)
+        if code == STRING:
+            if t is not str:
+                raise _bad_value(name, code, "must be a str", "InvalidValueType")
+            n = len(v)
+            if not v.isascii():
+                if _SURROGATE.search(v) is not None:
+                    raise _bad_value(name, code, "contains a lone surrogate")
+                n = len(v.encode("utf-16-le")) >> 1
+            if n > MAX_STRING_BYTES // 2:
+                raise TableError("PropertyValueTooLarge")
+            vsize = 2 * n + 4
+        elif code == INT32:
+            if t is not int:
+                raise _bad_value(name, code, "must be an int", "InvalidValueType")
+            if not INT32_MIN <= v <= INT32_MAX:
+                raise _bad_value(name, code, "is out of range")
+            vsize = 4
+        elif code == DOUBLE:
+            if t is not float:
+                raise _bad_value(name, code, "must be a float", "InvalidValueType")
+            vsize = 8
+        elif code == BOOLEAN:
+            if t is not bool:
+                raise _bad_value(name, code, "must be a bool", "InvalidValueType")
+            vsize = 1
+        elif code == INT64:
+            if t is not int:
+                raise _bad_value(name, code, "must be an int", "InvalidValueType")
+            if not INT64_MIN <= v <= INT64_MAX:
+                raise _bad_value(name, code, "is out of range")
+            vsize = 8
+        elif code == DATETIME:
+            if t is not int:
+                raise _bad_value(name, code, "must be int ticks", "InvalidValueType")
+            if not MIN_DATETIME_TICKS <= v <= MAX_DATETIME_TICKS:
+                raise _bad_value(name, code, "is outside 1601-01-01..9999-12-31")
+            vsize = 8
+        elif code == GUID:
+            if t is not str:
+                raise _bad_value(name, code, "must be a str", "InvalidValueType")
+            if len(v) != 36 or _GUID.fullmatch(v) is None:
+                raise _bad_value(name, code, "is not a canonical lower-case GUID")
+            vsize = 16
+        elif code == BINARY:
+            if t is not bytes:
+                raise _bad_value(name, code, "must be bytes", "InvalidValueType")
+            if len(v) > MAX_BINARY_BYTES:
+                raise TableError("PropertyValueTooLarge")
+            vsize = len(v) + 4
+        else:
+            raise _bad_value(name, code, "has an unknown type code")
+        size += 8 + 2 * len(name) + vsize
+    return size
+
+
+def validate_props(props: dict[str, Any]) -> None:
+    """Check typed props: count, names, and each value's type, range and size.
+
+    Raises TooManyProperties, PropertyNameTooLong, PropertyNameInvalid (also for PartitionKey, RowKey
+    and Timestamp, which callers strip), PropertyValueTooLarge, InvalidValueType (Python type does not
+    match the code) or InvalidInput (out of range, malformed pair, unknown code, non-canonical Guid).
+    """
+    _check_props(props)
+
+
+def _value_size(code: int, v: Any) -> int:
+    if code == STRING:
+        return 2 * _u16(v) + 4
+    if code == BINARY:
+        return len(v) + 4
+    if code == GUID:
+        return 16
+    if code == INT32:
+        return 4
+    if code == BOOLEAN:
+        return 1
+    return 8
+
+
+def entity_size(pk: str, rk: str, props: dict[str, Any]) -> int:
+    """Azure's size estimate of an entity in bytes.
+
+    ``4 + 2·len(PK+RK) + Σ(8 + 2·len(name) + value size)`` with value sizes string 2·len+4, binary
+    n+4, DateTime/Int64/Double 8, Guid 16, Int32 4, Boolean 1; lengths in UTF-16 code units.
+    """
+    size = 4 + 2 * (_u16(pk) + _u16(rk))
+    for name, (code, v) in props.items():
+        size += 8 + 2 * len(name) + _value_size(code, v)
+    return size
+
+
+def validate_entity(pk: str, rk: str, props: dict[str, Any]) -> None:
+    """Validate both keys and the typed props, then the 1 MiB entity size (EntityTooLarge)."""
+    validate_key("PartitionKey", pk)
+    validate_key("RowKey", rk)
+    size = 4 + 2 * (_u16(pk) + _u16(rk)) + _check_props(props)
+    if size > MAX_ENTITY_SIZE:
+        raise TableError("EntityTooLarge")
+
+
+def validate_table_name(name: str) -> None:
+    """Check a table name against ``^[A-Za-z][A-Za-z0-9]{2,62}$`` and the reserved name ``tables``.
+
+    Bad characters or a leading digit raise InvalidResourceName; a length outside 3..63 raises
+    OutOfRangeInput; ``tables`` in any case raises InvalidResourceName.
+    """
+    if not isinstance(name, str) or (name and _TABLE_CHARS.fullmatch(name) is None):
+        raise TableError("InvalidResourceName")
+    if not 3 <= len(name) <= 63:
+        raise TableError(
+            "OutOfRangeInput", "The specified resource name length is not within the permissible limits."
+        )
+    if name.lower() == "tables":
+        raise TableError("InvalidResourceName", "The table name 'tables' is reserved.")

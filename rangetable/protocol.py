@@ -1,0 +1,94 @@
+"""The wire protocol: ZeroMQ multipart frames carrying msgpack bodies.
+
+Every request is ``[request_id, body]`` sent from a DEALER to a ROUTER; every reply is
+``[request_id, body]`` back (the ROUTER adds and strips the peer identity frame). ``request_id`` is
+opaque bytes chosen by the sender (at most 64 bytes), so a client may pipeline any number of
+requests on one socket and match replies by id. ``body`` is a msgpack map:
+
+* request: ``{"op": str, ...fields}``
+* success: ``{"ok": result}``
+* failure: ``{"error": {"code": AzureName, "message": str, "index": int?}}``
+
+The same framing is used on every hop: client → frontend, frontend → partition server,
+coordinator → partition server, partition server → coordinator (heartbeats), frontend →
+coordinator. The coordinator also publishes partition-map updates on a PUB socket as
+``[b"map", body]`` (see ``coordinator/publisher.py``: the ZeroMQ guide's *Clone* pattern). The full
+description, with every op, is in ``docs/protocol.md``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgpack
+
+from rangetable.errors import TableError
+
+VERSION = 1
+MAX_MESSAGE = 8 * 1024 * 1024  # a request body larger than this is refused with RequestBodyTooLarge
+HARD_MAX_MESSAGE = 64 * 1024 * 1024  # zmq.MAXMSGSIZE: beyond this the socket drops the peer
+MAX_REQUEST_ID = 64
+
+_packb = msgpack.Packer(use_bin_type=True).pack
+
+
+def pack(obj: Any) -> bytes:
+    """Encode a body."""
+    return msgpack.packb(obj, use_bin_type=True)
+
+
+def unpack(data: bytes) -> Any:
+    """Decode a body; raises TableError(InvalidInput) on malformed msgpack."""
+    try:
+        return msgpack.unpackb(data, raw=False, strict_map_key=False)
+    except Exception as exc:  # msgpack raises several unrelated exception types
+        raise TableError("InvalidInput", f"malformed message body: {exc}") from None
+
+
+def ok(result: Any = None) -> bytes:
+    """A success reply body."""
+    return pack({"ok": result})
+
+
+def error(exc: TableError) -> bytes:
+    """A failure reply body."""
+    return pack({"error": exc.to_wire()})
+
+
+def error_body(name: str, message: str | None = None) -> bytes:
+    """A failure reply body from a code name."""
+    return error(TableError(name, message))
+
+
+def result(body: bytes | dict) -> Any:
+    """Return a reply's result, or raise the TableError it carries."""
+    reply = unpack(body) if isinstance(body, bytes | bytearray | memoryview) else body
+    if not isinstance(reply, dict):
+        raise TableError("InternalError", "malformed reply")
+    if "error" in reply:
+        raise TableError.from_wire(reply["error"])
+    return reply.get("ok")
+
+
+def parse_request(frames: list[bytes]) -> tuple[bytes, dict]:
+    """Split ``[request_id, body]`` into the id and the decoded request map.
+
+    Raises TableError(InvalidInput / RequestBodyTooLarge) for anything else; the id is returned
+    when it could be read so the caller can still address its error reply.
+    """
+    if len(frames) != 2:
+        raise TableError("InvalidInput", f"expected 2 frames [request_id, body], got {len(frames)}")
+    rid, body = frames
+    if len(rid) > MAX_REQUEST_ID:
+        raise TableError("InvalidInput", "request id longer than 64 bytes")
+    if len(body) > MAX_MESSAGE:
+        raise TableError("RequestBodyTooLarge", f"message of {len(body)} bytes exceeds {MAX_MESSAGE}")
+    req = unpack(body)
+    if not isinstance(req, dict) or not isinstance(req.get("op"), str):
+        raise TableError("InvalidInput", "request body must be a map with a string 'op'")
+    return rid, req
+
+
+def entity_to_wire(e: Any) -> list:
+    """An :class:`rangetable.edm.Entity` as ``[pk, rk, ts, props]``."""
+    return [e.pk, e.rk, e.ts, e.props]

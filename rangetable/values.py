@@ -1,0 +1,497 @@
+"""The SDK-shaped value layer: Python values ⇄ typed pairs ``[code, value]`` ⇄ Azure's JSON bodies.
+
+Names and behaviour mirror ``azure-data-tables`` 12.x (EntityProperty, TableEntity with ``.metadata``,
+EdmType, Int64 read back as ``EntityProperty(int, EdmType.INT64)``, DateTime as a tz-aware datetime
+with ``tables_service_value``), so user code can switch by changing its import. The JSON functions
+follow reference §2.2 (input) and §2.3 (output). Conversion only ensures well-typed pairs; limits are
+checked by :func:`rangetable.entity.validate_entity`.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import math
+import re
+from collections.abc import Callable, Mapping
+from datetime import UTC, datetime
+from enum import Enum
+from operator import index
+from typing import Any, NamedTuple
+from uuid import UUID
+
+from rangetable.edm import (
+    BINARY,
+    BOOLEAN,
+    DATETIME,
+    DOUBLE,
+    GUID,
+    INT32,
+    INT32_MAX,
+    INT32_MIN,
+    INT64,
+    INT64_MAX,
+    INT64_MIN,
+    STRING,
+    TYPE_NAMES,
+    EdmType,
+    Entity,
+    datetime_to_ticks,
+    etag_from_ticks,
+    iso_to_ticks,
+    ticks_to_datetime,
+    ticks_to_iso,
+)
+from rangetable.errors import TableError
+
+__all__ = ["EdmType", "EntityProperty", "TableEntity", "TablesDatetime", "entity_to_typed", "from_typed"]
+__all__ += ["json_to_typed", "to_typed", "typed_to_entity", "typed_to_json"]
+
+_RESERVED = ("PartitionKey", "RowKey", "Timestamp")
+_ANNOTATION = "@odata.type"
+_CODE_BY_NAME = {n: i for i, n in enumerate(TYPE_NAMES)}
+_CODE_BY_LOWER = {n.lower(): i for i, n in enumerate(TYPE_NAMES)}
+_INT_RE = re.compile(r"[+-]?[0-9]+")
+_FLOAT_RE = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
+_GUID_RE = re.compile(r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}")
+_SPECIAL_FLOATS = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
+_LEVELS = {"no": 0, "nometadata": 0, "minimal": 1, "minimalmetadata": 1, "full": 2, "fullmetadata": 2}
+
+
+class EntityProperty(NamedTuple):
+    """A value with an explicit EDM type, exactly like ``azure.data.tables.EntityProperty``."""
+
+    value: Any
+    edm_type: str | EdmType
+
+
+class TableEntity(dict):  # type: ignore[type-arg]
+    """An entity dict with ``.metadata`` (``etag``, ``timestamp``), like the SDK's TableEntity."""
+
+    _metadata: dict[str, Any] = {"etag": None, "timestamp": None}
+
+    @property
+    def metadata(self) -> dict[str, Any]:
+        """The entity's metadata: ``{"etag": str | None, "timestamp": datetime | None}``."""
+        return self._metadata
+
+
+class TablesDatetime(datetime):
+    """A tz-aware UTC datetime that remembers its exact 100 ns ticks.
+
+    Like the SDK's ``TablesEntityDatetime`` it has ``tables_service_value`` (the 7-digit ISO text), so
+    writing it back through rangetable or the SDK keeps the full precision. Arithmetic and
+    ``replace()`` produce instances without remembered ticks, which fall back to the datetime value.
+    """
+
+    __slots__ = ("_ticks",)
+
+    @classmethod
+    def from_ticks(cls, ticks: int) -> TablesDatetime:
+        """The datetime for ``ticks`` (truncated to µs) carrying the exact ticks."""
+        dt = ticks_to_datetime(ticks)
+        obj = cls(dt.year, dt.month, dt.day, dt.hour, dt.minute, dt.second, dt.microsecond, tzinfo=UTC)
+        obj._ticks = ticks
+        return obj
+
+    @property
+    def ticks(self) -> int:
+        """The exact value in 100 ns ticks since 0001-01-01T00:00:00Z."""
+        try:
+            return self._ticks
+        except AttributeError:
+            return datetime_to_ticks(self)
+
+    @property
+    def tables_service_value(self) -> str:
+        """The value as Azure prints a Timestamp, ``YYYY-MM-DDTHH:MM:SS.fffffffZ``."""
+        return ticks_to_iso(self.ticks, full=True)
+
+    def __reduce_ex__(self, protocol: Any) -> tuple[Any, ...]:
+        return (TablesDatetime.from_ticks, (self.ticks,))  # pickle/copy keep the exact ticks
+
+
+def _invalid(message: str) -> TableError:
+    return TableError("InvalidInput", message)
+
+
+# --- Python value -> typed pair ----------------------------------------------------------------
+
+
+def _int_pair(v: int) -> list[Any]:
+    if INT32_MIN <= v <= INT32_MAX:
+        return [INT32, v]
+    if INT64_MIN <= v <= INT64_MAX:
+        return [INT64, v]
+    raise _invalid(f"The integer {v} does not fit in Edm.Int64.")
+
+
+def _datetime_ticks(dt: datetime) -> int:
+    """Ticks of a datetime, keeping 100 ns precision carried by a round-tripped value."""
+    ticks = datetime_to_ticks(dt)
+    if isinstance(dt, TablesDatetime):
+        exact = dt.ticks
+    else:
+        text = getattr(dt, "tables_service_value", None)  # the SDK's TablesEntityDatetime
+        if not text or type(text) is not str:
+            return ticks
+        try:
+            exact = iso_to_ticks(text)
+        except ValueError:
+            return ticks
+    return exact if exact // 10 == ticks // 10 else ticks
+
+
+def _as_int(v: Any) -> int:
+    if isinstance(v, str) and _INT_RE.fullmatch(v.strip()):
+        return int(v)
+    if isinstance(v, float) and v.is_integer():
+        return int(v)
+    if isinstance(v, bool | str | float):
+        raise ValueError(f"not an integer: {v!r}")
+    return index(v)
+
+
+def _ranged(v: int, low: int, high: int, edm: str) -> int:
+    if not low <= v <= high:
+        raise ValueError(f"{v} is out of range for {edm}")
+    return v
+
+
+def _as_double(v: Any) -> float:
+    if isinstance(v, str):
+        s = v.strip()
+        if s in _SPECIAL_FLOATS:
+            return _SPECIAL_FLOATS[s]
+        if _FLOAT_RE.fullmatch(s):
+            return float(s)
+    elif isinstance(v, int | float) and not isinstance(v, bool):
+        return float(v)
+    raise ValueError(f"not a number: {v!r}")
+
+
+def _as_bool(v: Any) -> bool:
+    if isinstance(v, bool):
+        return v
+    if isinstance(v, str) and v.strip().lower() in ("true", "false"):
+        return v.strip().lower() == "true"
+    raise ValueError(f"not a boolean: {v!r}")
+
+
+def _as_datetime(v: Any) -> int:
+    if isinstance(v, datetime):
+        return _datetime_ticks(v)
+    return iso_to_ticks(v)  # AttributeError/ValueError for non-strings and bad text
+
+
+def _as_guid(v: Any) -> str:
+    return str(v if isinstance(v, UUID) else UUID(v))  # UUID() raises for non-strings and bad text
+
+
+def _as_binary(v: Any) -> bytes:
+    if isinstance(v, str):  # the SDK sends str(value).encode("utf-8") for a Binary EntityProperty
+        return v.encode("utf-8")
+    return bytes(memoryview(v))  # TypeError unless bytes-like
+
+
+_COERCE: list[Callable[[Any], Any]] = [
+    lambda v: v if type(v) is str else str(v),
+    lambda v: _ranged(_as_int(v), INT32_MIN, INT32_MAX, "Edm.Int32"),
+    lambda v: _ranged(_as_int(v), INT64_MIN, INT64_MAX, "Edm.Int64"),
+    _as_double,
+    _as_bool,
+    _as_datetime,
+    _as_guid,
+    _as_binary,
+]
+
+
+def _edm_code(edm_type: Any) -> int:
+    code = _CODE_BY_LOWER.get(edm_type.lower()) if isinstance(edm_type, str) else None
+    if code is None:
+        raise _invalid(f"Unknown EDM type {edm_type!r}.")
+    return code
+
+
+def to_typed(value: Any) -> list[Any] | None:
+    """Convert one Python value to ``[code, value]`` the way the SDK types it; None means absent.
+
+    bool → Boolean, int → Int32 or (if wider) Int64, float → Double, str → String, datetime →
+    DateTime (naive is UTC; 100 ns kept from ``tables_service_value``), UUID → Guid, bytes/bytearray →
+    Binary, Enum → String ``str(member)`` (as the SDK does), ``EntityProperty(value, edm_type)`` (any
+    2-tuple, like the SDK) → that type after conversion. Raises TableError InvalidInput for values
+    that do not convert or fit, InvalidValueType for unsupported Python types.
+    """
+    t = type(value)
+    if t is str:
+        return [STRING, value]
+    if t is bool:
+        return [BOOLEAN, value]
+    if t is int:
+        return _int_pair(value)
+    if t is float:
+        return [DOUBLE, value]
+    if value is None:
+        return None
+    if isinstance(value, Enum):
+        return [STRING, str(value)]
+    if isinstance(value, datetime):
+        return [DATETIME, _datetime_ticks(value)]
+    if isinstance(value, tuple):
+        if len(value) != 2:
+            raise TableError("InvalidValueType", "A typed value must be an EntityProperty(value, edm_type).")
+        v, edm_type = value
+        if v is None:
+            return None
+        code = _edm_code(edm_type)
+        try:
+            return [code, _COERCE[code](v)]
+        except (ValueError, TypeError, AttributeError, OverflowError) as exc:
+            raise _invalid(f"The value {v!r} is not a valid {TYPE_NAMES[code]}: {exc}") from None
+    if isinstance(value, UUID):
+        return [GUID, str(value)]
+    if isinstance(value, bytes | bytearray | memoryview):
+        return [BINARY, bytes(value)]
+    if isinstance(value, int):
+        return _int_pair(int(value))
+    if isinstance(value, float):
+        return [DOUBLE, float(value)]
+    if isinstance(value, str):
+        return [STRING, str(value)]
+    raise TableError("InvalidValueType", f"Type not supported when sending data to the service: {t!r}.")
+
+
+def from_typed(pair: list[Any] | tuple[int, Any]) -> Any:
+    """Convert ``[code, value]`` to what the SDK returns: Int64 as ``EntityProperty(int, INT64)``,
+    DateTime as :class:`TablesDatetime`, Guid as UUID, Binary as bytes, others as plain values."""
+    code, v = pair
+    if code == STRING or code == INT32 or code == DOUBLE or code == BOOLEAN:
+        return v
+    if code == INT64:
+        return EntityProperty(v, EdmType.INT64)
+    if code == DATETIME:
+        return TablesDatetime.from_ticks(v)
+    if code == GUID:
+        return UUID(v)
+    if code == BINARY:
+        return bytes(v)
+    raise _invalid(f"Unknown type code {code!r}.")
+
+
+# --- entities ----------------------------------------------------------------------------------
+
+
+def _key(name: str, value: Any) -> str:
+    if isinstance(value, tuple) and len(value) == 2 and value[0] is not None:
+        if _edm_code(value[1]) != STRING:
+            raise _invalid(f"The {name} must be an Edm.String.")
+        value = value[0]
+    if value is None:
+        raise TableError("PropertiesNeedValue", f"The {name} must be present and not null.")
+    if not isinstance(value, str):
+        raise _invalid(f"The {name} must be a string, not {type(value).__name__}.")
+    return value
+
+
+def entity_to_typed(entity: Mapping[str, Any]) -> tuple[str, str, dict[str, list[Any]]]:
+    """Split an entity mapping into ``(pk, rk, typed props)``.
+
+    None values are skipped, ``Timestamp`` and ``odata.*`` keys ignored. A missing or null key raises
+    PropertiesNeedValue, a non-string key InvalidInput.
+    """
+    pk: Any = None
+    rk: Any = None
+    props: dict[str, list[Any]] = {}
+    for name, value in entity.items():
+        if name == "PartitionKey":
+            pk = value
+        elif name == "RowKey":
+            rk = value
+        elif name == "Timestamp" or (isinstance(name, str) and name.startswith("odata.")):
+            continue
+        else:
+            pair = to_typed(value)
+            if pair is not None:
+                props[name] = pair
+    return _key("PartitionKey", pk), _key("RowKey", rk), props
+
+
+def typed_to_entity(
+    e: Entity, select: list[str] | None = None, *, include_timestamp: bool = False
+) -> TableEntity:
+    """The :class:`TableEntity` the SDK would return for a stored entity.
+
+    Like the SDK, Timestamp is reported in ``metadata["timestamp"]`` and not as a key (pass
+    ``include_timestamp=True`` to also get ``entity["Timestamp"]``). With ``select`` only the selected
+    properties appear, selected-but-missing ones as None, and ``metadata["timestamp"]`` is set only
+    when Timestamp was selected (as the SDK sees it).
+    """
+    ts = TablesDatetime.from_ticks(e.ts)
+    everything = not select or "*" in select
+    wanted = {} if everything else dict.fromkeys(select or ())
+    out = TableEntity()
+    for key, value in (("PartitionKey", e.pk), ("RowKey", e.rk)):
+        if everything or key in wanted:
+            out[key] = value
+    with_ts = everything or "Timestamp" in wanted
+    if include_timestamp and with_ts:
+        out["Timestamp"] = ts
+    props = e.props
+    for name in props if everything else wanted:
+        if name not in _RESERVED:
+            pair = props.get(name)
+            out[name] = None if pair is None else from_typed(pair)
+    out._metadata = {"etag": etag_from_ticks(e.ts), "timestamp": ts if with_ts else None}
+    return out
+
+
+# --- JSON (REST payloads) ----------------------------------------------------------------------
+
+
+# JSON types each annotation accepts; the value is then converted like an EntityProperty's.
+_JSON_TYPES = [(str,), (int, str), (int, str), (int, float, str), (bool, str), (str,), (str,), (str,)]
+
+
+def _json_value(name: str, v: Any, annotation: Any) -> list[Any]:
+    if annotation is None:
+        t = type(v)
+        if t is str:
+            return [STRING, v]
+        if t is bool:
+            return [BOOLEAN, v]
+        if t is int:
+            if INT32_MIN <= v <= INT32_MAX:
+                return [INT32, v]
+            raise _invalid(f"The value of {name!r} is out of range for Edm.Int32; annotate it as Edm.Int64.")
+        if t is float and math.isfinite(v):
+            return [DOUBLE, v]
+        raise _invalid(f"The value of {name!r} is not a valid property value.")
+    code = _CODE_BY_NAME.get(annotation) if type(annotation) is str else None
+    if code is None:
+        raise _invalid(f"Unknown type annotation {annotation!r} on {name!r}.")
+    try:
+        if type(v) not in _JSON_TYPES[code]:
+            raise TypeError
+        if code == BINARY:
+            return [code, base64.b64decode(v, validate=True)]
+        value = _COERCE[code](v)
+        if code == DOUBLE and math.isinf(value) and v not in _SPECIAL_FLOATS:
+            raise ValueError  # overflowed to ±Infinity
+        return [code, value]
+    except (ValueError, TypeError, OverflowError, binascii.Error):
+        raise _invalid(f"The value of {name!r} is not a valid {annotation}.") from None
+
+
+def json_to_typed(
+    body: Mapping[str, Any], *, pk: str | None = None, rk: str | None = None
+) -> tuple[str, str, dict[str, list[Any]]]:
+    """Decode a REST entity body into ``(pk, rk, typed props)``.
+
+    Reads ``Prop@odata.type`` annotations (reference §2.2); null values are absent, ``odata.*`` members
+    and a client-supplied ``Timestamp`` are ignored. ``pk``/``rk`` (e.g. from the URL) stand in for
+    keys the body leaves out. Raises PropertiesNeedValue for a missing key and InvalidInput for a
+    non-string key, an unknown annotation, a value that does not match its annotation, an annotation
+    without its property, or an unannotated integer outside Int32.
+    """
+    if not isinstance(body, Mapping):
+        raise _invalid("The entity body must be a JSON object.")
+    values: dict[str, Any] = {}
+    annotations: dict[str, Any] = {}
+    for name, v in body.items():
+        if name.startswith("odata."):
+            continue
+        if name.endswith(_ANNOTATION):
+            annotations[name[: -len(_ANNOTATION)]] = v
+        else:
+            values[name] = v
+    for name in annotations:
+        if name not in values:
+            raise _invalid(f"The type annotation for {name!r} has no property.")
+    keys = []
+    for name, default in (("PartitionKey", pk), ("RowKey", rk)):
+        v = values.pop(name, None)
+        ann = annotations.get(name)
+        if v is None:
+            if default is None:
+                raise TableError("PropertiesNeedValue", f"The {name} must be present and not null.")
+            v = default
+        elif ann is not None and ann != "Edm.String":
+            raise _invalid(f"The {name} must be an Edm.String.")
+        if type(v) is not str:
+            raise _invalid(f"The {name} must be a string.")
+        keys.append(v)
+    props: dict[str, list[Any]] = {}
+    for name, v in values.items():
+        if v is None or name == "Timestamp":
+            continue
+        props[name] = _json_value(name, v, annotations.get(name))
+    return keys[0], keys[1], props
+
+
+def _put_json(out: dict[str, Any], name: str, code: int, v: Any, annotate: bool) -> None:
+    if code == STRING or code == INT32 or code == BOOLEAN:
+        out[name] = v
+        return
+    if code == DOUBLE:
+        if math.isfinite(v):
+            out[name] = float(v)
+            return
+        text = "NaN" if v != v else ("Infinity" if v > 0 else "-Infinity")
+        if annotate:
+            out[name + _ANNOTATION] = "Edm.Double"
+        out[name] = text
+        return
+    if code == INT64:
+        text = str(v)
+    elif code == DATETIME:
+        text = ticks_to_iso(v)
+    elif code == GUID:
+        text = v
+    elif code == BINARY:
+        text = base64.b64encode(v).decode("ascii")
+    else:
+        raise _invalid(f"Unknown type code {code!r} for {name!r}.")
+    if annotate:
+        out[name + _ANNOTATION] = TYPE_NAMES[code]
+    out[name] = text
+
+
+def typed_to_json(
+    pk: str,
+    rk: str,
+    ts: int,
+    props: Mapping[str, list[Any]],
+    metadata: str = "minimal",
+    select: list[str] | None = None,
+) -> dict[str, Any]:
+    """Encode an entity as Azure's JSON output (reference §2.3), without any ``odata.*`` members.
+
+    Order: PartitionKey, RowKey, Timestamp (7 digits; ``Timestamp@odata.type`` only for "full"), then
+    custom properties, each preceded by its annotation: Int64 (as a string), DateTime, Guid, Binary
+    (base64) and non-finite Double are annotated for "minimal" and "full", nothing for "no".
+    ``metadata`` also accepts "nometadata"/"minimalmetadata"/"fullmetadata". With ``select`` only the
+    selected properties are output (keys and Timestamp too), missing ones as None.
+    """
+    level = _LEVELS.get(metadata)
+    if level is None:
+        raise ValueError(f"unknown metadata level {metadata!r}")
+    annotate = level > 0
+    out: dict[str, Any] = {}
+    everything = not select or "*" in select
+    wanted = {} if everything else dict.fromkeys(select or ())
+    if everything or "PartitionKey" in wanted:
+        out["PartitionKey"] = pk
+    if everything or "RowKey" in wanted:
+        out["RowKey"] = rk
+    if everything or "Timestamp" in wanted:
+        if level == 2:
+            out["Timestamp" + _ANNOTATION] = "Edm.DateTime"
+        out["Timestamp"] = ticks_to_iso(ts, full=True)
+    for name in props if everything else wanted:
+        if name not in _RESERVED:
+            pair = props.get(name)
+            if pair is None:
+                out[name] = None
+            else:
+                _put_json(out, name, pair[0], pair[1], annotate)
+    return out
