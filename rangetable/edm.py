@@ -30,7 +30,7 @@ from urllib.parse import quote, unquote
 STRING, INT32, INT64, DOUBLE, BOOLEAN, DATETIME, GUID, BINARY = range(8)
 
 
-class EdmType(str, Enum):
+class EdmType(str, Enum):  # noqa: UP042  (same base classes as the SDK's EdmType)
     """The eight EDM types, with the same member names as ``azure.data.tables.EdmType``."""
 
     STRING = "Edm.String"
