@@ -1,0 +1,126 @@
+"""A real local cluster for tests: `rangetable up --detach` on ephemeral ports and a temporary data dir.
+
+Used as a context manager; on exit it runs `rangetable down` and then SIGKILLs any process of the
+cluster that is still alive, so a failing test never leaks a process.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from cli.admin import call
+from cli.supervisor import down, pid_alive, read_cluster
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+class Cluster:
+    """A running local cluster (coordinator, partition servers, frontends)."""
+
+    def __init__(self, data_dir: str | os.PathLike, servers: int = 2, frontends: int = 1,
+                 extra: list[str] | None = None) -> None:
+        self.data_dir = str(data_dir)
+        self.servers = servers
+        self.frontends = frontends
+        self.extra = extra or []
+        self.doc: dict[str, Any] = {}
+        self._pids: set[int] = set()
+
+    def start(self) -> Cluster:
+        """Start the cluster and wait until it serves."""
+        argv = [sys.executable, "-m", "cli.main", "up", "--detach", "--data-dir", self.data_dir,
+                "--native-port", "0", "--servers", str(self.servers), "--frontends", str(self.frontends),
+                *self.extra]
+        out = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=90)
+        if out.returncode != 0:
+            raise RuntimeError(f"rangetable up failed: {out.stdout}\n{out.stderr}\n{self.logs()}")
+        self.refresh()
+        return self
+
+    def refresh(self) -> dict:
+        """Re-read cluster.json (pids change when the supervisor restarts a process)."""
+        self.doc = read_cluster(self.data_dir) or self.doc
+        self._pids |= {p["pid"] for p in self.doc.get("processes", []) if p.get("pid")}
+        if self.doc.get("supervisor_pid"):
+            self._pids.add(self.doc["supervisor_pid"])
+        return self.doc
+
+    @property
+    def native(self) -> str:
+        """The first frontend's native endpoint."""
+        return self.doc["native"]
+
+    @property
+    def coordinator(self) -> str:
+        """The coordinator's endpoint."""
+        return self.doc["coordinator"]
+
+    def pid(self, proc_id: str) -> int:
+        """The current pid of a process by id (``coordinator``, ``ps-1``, ``fe-1`` …)."""
+        self.refresh()
+        for p in self.doc["processes"]:
+            if p["id"] == proc_id:
+                return p["pid"]
+        raise KeyError(proc_id)
+
+    def kill(self, proc_id: str, sig: int = signal.SIGKILL) -> int:
+        """Send a signal to one process of the cluster; returns its pid."""
+        pid = self.pid(proc_id)
+        os.kill(pid, sig)
+        return pid
+
+    def status(self) -> dict:
+        """The coordinator's status (map + servers)."""
+        return call(self.coordinator, {"op": "status"}, timeout=5)
+
+    def admin(self, body: dict, timeout: float = 30) -> Any:
+        """One coordinator request."""
+        return call(self.coordinator, body, timeout=timeout)
+
+    def wait(self, predicate: Any, timeout: float = 20.0, what: str = "condition") -> Any:
+        """Poll until predicate() is truthy (exceptions count as false)."""
+        deadline = time.monotonic() + timeout
+        last: Any = None
+        while time.monotonic() < deadline:
+            try:
+                last = predicate()
+                if last:
+                    return last
+            except Exception as exc:  # the cluster may be mid-restart
+                last = exc
+            time.sleep(0.1)
+        raise AssertionError(f"timed out waiting for {what}: {last}")
+
+    def logs(self) -> str:
+        """The tail of every log, for failure messages."""
+        out = []
+        logdir = Path(self.data_dir) / "logs"
+        for f in sorted(logdir.glob("*.log")) if logdir.exists() else []:
+            out.append(f"== {f.name}\n" + "\n".join(f.read_text(errors="replace").splitlines()[-15:]))
+        return "\n".join(out)
+
+    def stop(self) -> None:
+        """Stop the cluster; SIGKILL anything left."""
+        self.refresh()
+        try:
+            down(self.data_dir, timeout=15)
+        finally:
+            for pid in self._pids:
+                if pid_alive(pid):
+                    os.kill(pid, signal.SIGKILL)
+
+    def __enter__(self) -> Cluster:
+        try:
+            return self.start()
+        except BaseException:
+            self.stop()
+            raise
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
