@@ -1,0 +1,186 @@
+"""The cluster with real processes: routing, stitched queries, split/move/merge under load, restart."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+import zmq
+
+from cli.admin import call
+from rangetable import TableServiceClient, protocol
+from rangetable.errors import TableError
+from tests.cluster import Cluster
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory):
+    with Cluster(tmp_path_factory.mktemp("cluster"), servers=2) as c:
+        yield c
+
+
+def ranges_of(c: Cluster, table: str) -> list[dict]:
+    return [r for r in c.status()["ranges"] if r["table"] == table]
+
+
+def test_table_catalog(cluster: Cluster) -> None:
+    svc = TableServiceClient(cluster.native)
+    svc.create_table("Catalog1")
+    with pytest.raises(TableError) as e:
+        svc.create_table("catalog1")  # case-insensitive uniqueness
+    assert e.value.error_code == "TableAlreadyExists"
+    with pytest.raises(TableError) as e:
+        svc.create_table("1bad")
+    assert e.value.error_code == "InvalidResourceName"
+    assert "Catalog1" in [t.name for t in svc.list_tables()]
+    svc.delete_table("Catalog1")
+    assert "Catalog1" not in [t.name for t in svc.list_tables()]
+    with pytest.raises(TableError) as e:
+        svc.get_table_client("Catalog1").get_entity("a", "b")
+    assert e.value.error_code == "TableNotFound"
+
+
+def test_query_is_stitched_across_ranges(cluster: Cluster) -> None:
+    t = TableServiceClient(cluster.native).create_table("Stitch")
+    for p in range(20):
+        t.submit_transaction([("upsert", {"PartitionKey": f"p{p:02d}", "RowKey": f"r{r:03d}", "n": p * 100 + r})
+                              for r in range(50)])
+    rid = ranges_of(cluster, "Stitch")[0]["id"]
+    first = cluster.admin({"op": "split", "range": rid, "key": "p07"})
+    cluster.admin({"op": "split", "range": first["right"], "key": "p13"})
+    assert len(ranges_of(cluster, "Stitch")) == 3
+    pages = list(t.query_entities("n ge 0", results_per_page=333).by_page())
+    got = [(e["PartitionKey"], e["RowKey"]) for page in pages for e in page]
+    assert len(got) == 1000 and got == sorted(got) and len(set(got)) == 1000
+    assert len(pages) >= 4
+    assert [e["n"] for e in t.query_entities("PartitionKey ge 'p06' and PartitionKey lt 'p08' and n lt 610")] == \
+        list(range(600, 610))
+
+
+def test_split_move_merge_under_load_loses_nothing(cluster: Cluster) -> None:
+    t = TableServiceClient(cluster.native).create_table("Busy")
+    errors: list[Exception] = []
+    written: dict[tuple[str, str], int] = {}
+    stop = threading.Event()
+
+    def writer(w: int) -> None:
+        client = TableServiceClient(cluster.native).get_table_client("Busy")
+        i = 0
+        while not stop.is_set():
+            key = (f"k{(i * 7 + w) % 40:02d}", f"w{w}-{i}")
+            try:
+                client.upsert_entity({"PartitionKey": key[0], "RowKey": key[1], "v": i})
+                written[key] = i
+            except Exception as exc:  # any client-visible error fails the test
+                errors.append(exc)
+            i += 1
+
+    threads = [threading.Thread(target=writer, args=(w,)) for w in range(3)]
+    for th in threads:
+        th.start()
+    try:
+        time.sleep(0.5)
+        rid = ranges_of(cluster, "Busy")[0]["id"]
+        s = cluster.admin({"op": "split", "range": rid, "key": "k20"})
+        time.sleep(0.3)
+        home = {r["id"]: r["owner"] for r in ranges_of(cluster, "Busy")}[s["left"]]
+        other = "ps-2" if home == "ps-1" else "ps-1"
+        m = cluster.admin({"op": "move", "range": s["right"], "server": other})
+        owner = {r["id"]: r["owner"] for r in ranges_of(cluster, "Busy")}
+        assert owner[s["right"]] == other and owner[s["left"]] == home
+        time.sleep(0.3)
+        g = cluster.admin({"op": "merge", "range": s["left"]})
+        time.sleep(0.3)
+    finally:
+        stop.set()
+        for th in threads:
+            th.join()
+    assert not errors, errors[:3]
+    assert len(ranges_of(cluster, "Busy")) == 1
+    for ev in (s, m, g):
+        assert ev["offline_ms"] < 2000
+    rows = {(e["PartitionKey"], e["RowKey"]): e["v"] for e in t.list_entities()}
+    assert rows == written
+
+
+def test_malformed_messages_get_errors_and_nothing_crashes(cluster: Cluster) -> None:
+    sock = zmq.Context.instance().socket(zmq.DEALER)
+    sock.setsockopt(zmq.LINGER, 0)
+    sock.connect(cluster.native)
+    try:
+        cases = [
+            ([b"1", b"\xc1not msgpack"], "InvalidInput"),
+            ([b"2", protocol.pack([1, 2])], "InvalidInput"),
+            ([b"3", protocol.pack({"op": "nope"})], "InvalidInput"),
+            ([b"4", protocol.pack({"op": "get", "table": 5})], "InvalidInput"),
+            ([b"5", b"x" * (protocol.MAX_MESSAGE + 1)], "RequestBodyTooLarge"),
+            ([b"6", protocol.pack({"op": "hello", "version": 99})], "InvalidInput"),
+            ([b"7", protocol.pack({"op": "query", "table": "Stitch", "filter": "startswith(PartitionKey,'a')"})],
+             "NotImplemented"),
+        ]
+        for frames, code in cases:
+            sock.send_multipart(frames)
+            assert sock.poll(5000)
+            rid, body = sock.recv_multipart()
+            assert rid == frames[0]
+            with pytest.raises(TableError) as e:
+                protocol.result(body)
+            assert e.value.error_code == code
+        sock.send_multipart([b"a", b"b", b"c"])  # wrong frame count
+        assert sock.poll(5000)
+        assert protocol.unpack(sock.recv_multipart()[-1])["error"]["code"] == "InvalidInput"
+    finally:
+        sock.close(0)
+    assert call(cluster.native, {"op": "hello", "version": 1})["version"] == 1
+
+
+def test_pipelined_requests_on_one_socket(cluster: Cluster) -> None:
+    TableServiceClient(cluster.native).create_table_if_not_exists("Pipe")
+    sock = zmq.Context.instance().socket(zmq.DEALER)
+    sock.setsockopt(zmq.LINGER, 0)
+    sock.connect(cluster.native)
+    try:
+        n = 500
+        for i in range(n):
+            w = {"op": "insert_or_replace", "pk": f"p{i % 7}", "rk": str(i), "props": {"i": [1, i]}}
+            sock.send_multipart([b"%d" % i, protocol.pack({"op": "write", "table": "Pipe", "write": w})])
+        seen = set()
+        while len(seen) < n:
+            assert sock.poll(10000)
+            rid, body = sock.recv_multipart()
+            assert protocol.result(body)[0] == f"p{int(rid) % 7}"
+            seen.add(rid)
+    finally:
+        sock.close(0)
+
+
+def test_supervisor_restarts_a_dead_frontend(cluster: Cluster) -> None:
+    old = cluster.kill("fe-1")
+    cluster.wait(lambda: cluster.pid("fe-1") != old, what="frontend restart")
+    cluster.wait(lambda: call(cluster.native, {"op": "hello", "version": 1}, timeout=1), what="frontend answers")
+
+
+def test_partition_server_kill9_fails_over(cluster: Cluster) -> None:
+    t = TableServiceClient(cluster.native).create_table("Fail")
+    for i in range(50):
+        t.upsert_entity({"PartitionKey": "p", "RowKey": str(i), "i": i})
+    owner = ranges_of(cluster, "Fail")[0]["owner"]
+    cluster.kill(owner)
+    t0 = time.monotonic()
+    t.upsert_entity({"PartitionKey": "p", "RowKey": "after", "i": -1})
+    assert time.monotonic() - t0 < 10
+    assert len(list(t.list_entities())) == 51
+
+
+def test_up_again_brings_back_every_table_and_entity(tmp_path) -> None:
+    with Cluster(tmp_path, servers=2) as c:
+        svc = TableServiceClient(c.native)
+        t = svc.create_table("Durable")
+        t.submit_transaction([("create", {"PartitionKey": "p", "RowKey": str(i), "i": i}) for i in range(100)])
+        rid = ranges_of(c, "Durable")[0]["id"]
+        c.admin({"op": "split", "range": rid, "key": "p"})
+    with Cluster(tmp_path, servers=2) as c:
+        t = TableServiceClient(c.native).get_table_client("Durable")
+        assert sorted(int(e["RowKey"]) for e in t.list_entities()) == list(range(100))
+        assert len(ranges_of(c, "Durable")) == 2
