@@ -213,10 +213,37 @@ class Supervisor:
         if changed and os.path.exists(os.path.join(self.data_dir, CLUSTER_FILE)):
             self.write_cluster_file()
 
+    def fence(self) -> list[str]:
+        """Kill partition servers the coordinator declared dead whose process still runs.
+
+        A paused (SIGSTOP) server keeps its RocksDB locks, so no other server can open its ranges;
+        its lease has lapsed, so it would answer nothing anyway. Killing it lets failover complete
+        (what a multi-host deployment needs instead is described in deploy/README.md).
+        """
+        from cli.admin import call
+
+        try:
+            st = call(self.coordinator, {"op": "status"}, timeout=0.3)
+        except TableError:
+            return []
+        killed = []
+        dead = {s["id"]: s["pid"] for s in st.get("servers", []) if not s["alive"]}
+        for c in self.children:
+            if c.role == "partition-server" and c.id in dead and c.proc and c.proc.poll() is None \
+                    and c.proc.pid == dead[c.id]:
+                c.proc.kill()
+                killed.append(c.id)
+                self.echo(f"{c.id} (pid {c.proc.pid}) lost its lease but is still running: killed it")
+        return killed
+
     def run(self) -> None:
         """Supervise until asked to stop."""
+        next_fence = 0.0
         while not self.stopping:
             self.poll()
+            if time.monotonic() >= next_fence:
+                next_fence = time.monotonic() + 0.5
+                self.fence()
             time.sleep(0.2)
 
     def stop(self) -> None:

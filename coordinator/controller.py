@@ -93,15 +93,20 @@ class Controller(threading.Thread):
             ent = self._socks[server] = (endpoint, s)
         sock = ent[1]
         rid = b"c%d" % next(self._ids)
+        incarnation = self.coord.server_incarnation(server)
         sock.send_multipart([rid, protocol.pack(body)])
         deadline = time.monotonic() + (timeout or self.coord.cfg.command_timeout_s)
         while True:
             left = deadline - time.monotonic()
-            if left <= 0 or not sock.poll(int(left * 1000) + 1):
+            gone = self.coord.server_incarnation(server) != incarnation or not self.coord.is_alive(server)
+            if left <= 0 or gone:
                 # Drop the socket so a late answer is never taken for another command's.
                 sock.close(0)
                 del self._socks[server]
-                raise TableError("OperationTimedOut", f"{body['op']} on {server} timed out")
+                why = "died or restarted" if gone else "timed out"
+                raise TableError("OperationTimedOut", f"{body['op']} on {server} {why}")
+            if not sock.poll(min(100, int(left * 1000) + 1)):
+                continue
             frames = sock.recv_multipart()
             if frames[0] == rid:
                 return protocol.result(frames[1])

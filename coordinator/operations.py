@@ -9,10 +9,13 @@ re-running any step is harmless.
 from __future__ import annotations
 
 import logging
+import os
+import shutil
 import time
 from typing import TYPE_CHECKING, Any
 
 from coordinator.partition_map import range_key
+from rangetable.crash import crash_point
 from rangetable.errors import TableError
 
 if TYPE_CHECKING:
@@ -132,6 +135,7 @@ def move(co: Coordinator, ctl: Controller, rid: str, target: str, reason: str = 
         source = rec["owner"]
         co.commit(co.pmap.update(rec, state="moving"))
         epoch = rec["epoch"]
+        crash_point("move.after_intent", co.cfg.data_dir)
     t0 = time.monotonic()
     if source and co.is_alive(source):
         try:
@@ -140,9 +144,11 @@ def move(co: Coordinator, ctl: Controller, rid: str, target: str, reason: str = 
             with co.lock:
                 co.commit(co.pmap.update(co.pmap.ranges[rid], state="serving"))
             raise TableError("ServerBusy", f"source {source} did not release {rid}: {exc}") from None
+    crash_point("move.after_unload", co.cfg.data_dir)
     with co.lock:  # the commit point
         co.commit(co.pmap.update(co.pmap.ranges[rid], owner=target, state="serving"))
         rec = dict(co.pmap.ranges[rid])
+        crash_point("move.after_commit", co.cfg.data_dir)
     ok = _load(co, ctl, target, rec)
     offline = _ms(t0)
     co.event("move", range=rid, table=rec["table"], source=source, target=target, reason=reason,
@@ -173,6 +179,7 @@ def split(co: Coordinator, ctl: Controller, rid: str, key: str | None, reason: s
         puts, dels = co.pmap.update(rec, state="splitting")
         co.commit((puts, dels))
         epoch = rec["epoch"]
+        crash_point("split.after_intent", co.cfg.data_dir)
     t0 = time.monotonic()
     try:
         ctl.call(owner, {"op": "split", "range": rid, "epoch": epoch, "key": key,
@@ -182,9 +189,11 @@ def split(co: Coordinator, ctl: Controller, rid: str, key: str | None, reason: s
             co.commit(co.pmap.update(co.pmap.ranges[rid], state="serving"))
         ctl.submit(reconcile, co, ctl, owner, key=f"reconcile:{owner}")
         raise
+    crash_point("split.after_split", co.cfg.data_dir)
     with co.lock:  # the commit point
         old = co.pmap.ranges[rid]
         co.commit(co.pmap.replace([old], [left, right]))
+        crash_point("split.after_commit", co.cfg.data_dir)
     for r in (left, right):
         _load(co, ctl, owner, r)
     offline = _ms(t0)
@@ -220,6 +229,7 @@ def merge(co: Coordinator, ctl: Controller, rid: str, reason: str = "manual") ->
         p1, _ = co.pmap.update(co.pmap.ranges[left["id"]], state="merging")
         p2, _ = co.pmap.update(co.pmap.ranges[right["id"]], state="merging")
         co.commit(({**p1, **p2}, []))
+        crash_point("merge.after_intent", co.cfg.data_dir)
     t0 = time.monotonic()
     try:
         ctl.call(owner, {"op": "merge", "left": _public(left), "right": _public(right), "out": _public(out),
@@ -231,8 +241,10 @@ def merge(co: Coordinator, ctl: Controller, rid: str, reason: str = "manual") ->
             co.commit(({range_key(r["id"]): co.pmap.ranges[r["id"]] for r in (left, right)}, []))
         ctl.submit(reconcile, co, ctl, owner, key=f"reconcile:{owner}")
         raise
+    crash_point("merge.after_merge", co.cfg.data_dir)
     with co.lock:  # the commit point
         co.commit(co.pmap.replace([co.pmap.ranges[left["id"]], co.pmap.ranges[right["id"]]], [out]))
+        crash_point("merge.after_commit", co.cfg.data_dir)
     _load(co, ctl, owner, out)
     offline = _ms(t0)
     for r in (left, right):
@@ -243,6 +255,27 @@ def merge(co: Coordinator, ctl: Controller, rid: str, reason: str = "manual") ->
     co.event("merge", range=out["id"], table=out["table"], left=left["id"], right=right["id"], server=owner,
              reason=reason, offline_ms=offline, duration_ms=offline)
     return {"range": out["id"], "left": left["id"], "right": right["id"], "offline_ms": offline}
+
+
+def collect_garbage(co: Coordinator, ctl: Controller) -> list[str]:
+    """Delete range directories that no range in the map and no live server refers to.
+
+    They are left behind by splits and merges that crashed before or after their commit point. The
+    controller runs jobs one at a time, so no operation that allocated a directory is in flight.
+    """
+    root = os.path.join(co.cfg.data_dir, "ranges")
+    with co.lock:
+        used = set(co.pmap.ranges)
+        for info in co.servers.values():
+            used |= {r[0] for r in info.ranges}
+    removed = []
+    for name in sorted(os.listdir(root)) if os.path.isdir(root) else []:
+        if name not in used:
+            shutil.rmtree(os.path.join(root, name), ignore_errors=True)
+            removed.append(name)
+    if removed:
+        log.info("removed unused range directories %s", removed)
+    return removed
 
 
 def recover(co: Coordinator) -> list[str]:

@@ -106,6 +106,11 @@ class Coordinator:
         info = self.servers.get(server)
         return info.endpoint if info else None
 
+    def server_incarnation(self, server: str) -> str | None:
+        """The incarnation id a server registered with (changes when it restarts)."""
+        info = self.servers.get(server)
+        return info.incarnation if info else None
+
     def pick_server(self) -> str | None:
         """The live server with the fewest ranges (None when none is alive)."""
         live = [s for s in self.servers.values() if s.alive and s.endpoint]
@@ -121,7 +126,7 @@ class Coordinator:
         """The partition map plus server endpoints and the PUB endpoint."""
         with self.lock:
             snap = self.pmap.snapshot()
-            snap["servers"] = {s.id: s.endpoint for s in self.servers.values() if s.alive}
+            snap["servers"] = {s.id: s.endpoint for s in self.servers.values() if s.alive and s.endpoint}
             snap["pub"] = self.pub_endpoint
             return snap
 
@@ -161,6 +166,7 @@ class Coordinator:
                 info = ServerInfo(sid, req["endpoint"], req["incarnation"], now, int(req.get("pid", 0)))
                 self.servers[sid] = info
                 log.info("partition server %s registered at %s", sid, info.endpoint)
+                self.meta.commit({b"server/" + sid.encode(): {"endpoint": info.endpoint, "pid": info.pid}})
                 self._notify([b"publish"])
             info.last_seen = now
             info.ranges = req.get("ranges", [])
@@ -264,10 +270,13 @@ class Coordinator:
         poller.register(pull, zmq.POLLIN)
         next_tick = 0.0
         next_hugz = 0.0
-        # After a restart, give servers a full lease to show up before orphaning their ranges.
-        for r in self.pmap.ranges.values():
-            if r["owner"] and r["owner"] not in self.servers:
-                self.servers[r["owner"]] = ServerInfo(r["owner"], "", "", time.monotonic())
+        next_gc = time.monotonic() + 2 * (self.cfg.lease_s + self.cfg.lease_grace_s)
+        # After a restart, servers known before keep their ranges for a full lease: a restart
+        # shorter than the lease is invisible to clients. Silent ones are then declared dead.
+        for k, v in self.meta.items(b"server/"):
+            sid = k[len(b"server/"):].decode()
+            if sid not in self.servers:
+                self.servers[sid] = ServerInfo(sid, v["endpoint"], "", time.monotonic(), v.get("pid", 0))
         while not self.stopping:
             events = dict(poller.poll(100))
             if router in events:
@@ -293,6 +302,9 @@ class Coordinator:
             if now >= next_tick:
                 next_tick = now + 0.1
                 self._check_servers()
+            if now >= next_gc:
+                next_gc = now + 30.0
+                self.controller.submit(ops.collect_garbage, self, self.controller, key="gc")
             if now >= next_hugz:
                 next_hugz = now + 1.0
                 self.pub.send_multipart([b"hugz", protocol.pack({"version": self.pmap.version})])

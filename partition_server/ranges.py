@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from partition_server.range_store import RangeStore
+from rangetable.crash import crash_point
 from rangetable.errors import TableError
 from rangetable.filter import compile_cached
 from rangetable.keys import range_bounds
@@ -118,6 +119,7 @@ class RangeSet:
             cur.lo, cur.hi = range_bounds(record["low"], record["high"])
             return
         t0 = time.monotonic()
+        crash_point("ps.load.before_open", self.data_dir)
         try:
             store = RangeStore.open(self._path(record), sync=self.sync)
         except Exception as exc:  # a lock still held by a paused process, a missing disk …
@@ -131,6 +133,7 @@ class RangeSet:
         served = self.open.pop(rid, None)
         if served is not None:
             served.store.close()
+            crash_point("ps.unload.after_close", self.data_dir)
 
     def unload_all(self) -> int:
         """Close every range; returns how many were open."""
@@ -149,6 +152,7 @@ class RangeSet:
                 self.unload(rec["id"])
         t0 = time.monotonic()
         served.store.split(key, self._path(left), self._path(right))
+        crash_point("ps.split.after_split", self.data_dir)
         self.unload(rid)
         for rec in (left, right):
             store = RangeStore.open(self._path(rec), sync=self.sync)
@@ -166,6 +170,7 @@ class RangeSet:
         if out["id"] in self.open:
             self.unload(out["id"])
         RangeStore.merge(self._path(left), self._path(right), self._path(out))
+        crash_point("ps.merge.after_merge", self.data_dir)
         store = RangeStore.open(self._path(out), sync=self.sync)
         lo, hi = range_bounds(out["low"], out["high"])
         self.open[out["id"]] = Served(dict(out), store, "pending", lo, hi)
