@@ -172,6 +172,14 @@ class PartitionMap:
         return puts, [range_key(r["id"]) for r in old]
 
     @classmethod
+    def from_snapshot(cls, snap: dict) -> PartitionMap:
+        """A map rebuilt from :meth:`snapshot` output (to check invariants from outside)."""
+        pm = cls(version=snap["version"])
+        pm.tables = {t.lower(): t for t in snap["tables"]}
+        pm.ranges = {r["id"]: dict(r) for r in snap["ranges"]}
+        return pm
+
+    @classmethod
     def load(cls, items: list[tuple[bytes, Any]]) -> PartitionMap:
         """Rebuild the map from meta-store items."""
         pm = cls()

@@ -20,7 +20,7 @@ import json
 import os
 import uuid
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import Any, Self
 
 from rangetable.client_models import (
     ResourceExistsError,
@@ -108,7 +108,7 @@ class _Client:
         if self._owns_transport:
             self._transport.close()
 
-    def __enter__(self) -> Any:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:

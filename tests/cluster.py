@@ -24,11 +24,12 @@ class Cluster:
     """A running local cluster (coordinator, partition servers, frontends)."""
 
     def __init__(self, data_dir: str | os.PathLike, servers: int = 2, frontends: int = 1,
-                 extra: list[str] | None = None) -> None:
+                 extra: list[str] | None = None, env: dict[str, str] | None = None) -> None:
         self.data_dir = str(data_dir)
         self.servers = servers
         self.frontends = frontends
         self.extra = extra or []
+        self.env = env
         self.doc: dict[str, Any] = {}
         self._pids: set[int] = set()
 
@@ -37,7 +38,8 @@ class Cluster:
         argv = [sys.executable, "-m", "cli.main", "up", "--detach", "--data-dir", self.data_dir,
                 "--native-port", "0", "--servers", str(self.servers), "--frontends", str(self.frontends),
                 *self.extra]
-        out = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=90)
+        env = {**os.environ, **self.env} if self.env else None
+        out = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=90, env=env)
         if out.returncode != 0:
             raise RuntimeError(f"rangetable up failed: {out.stdout}\n{out.stderr}\n{self.logs()}")
         self.refresh()
@@ -96,6 +98,22 @@ class Cluster:
                 last = exc
             time.sleep(0.1)
         raise AssertionError(f"timed out waiting for {what}: {last}")
+
+    def check_map(self) -> list[str]:
+        """Violations of the map invariants, plus ranges without a live serving owner."""
+        from coordinator.partition_map import PartitionMap
+
+        st = self.status()
+        problems = PartitionMap.from_snapshot(st).check()
+        alive = {s["id"] for s in st["servers"] if s["alive"]}
+        for r in st["ranges"]:
+            if r["state"] != "serving" or r["owner"] not in alive:
+                problems.append(f"range {r['id']} is {r['state']} on {r['owner']}")
+            else:
+                loaded = next(s for s in st["servers"] if s["id"] == r["owner"]).get("load", {})
+                if r["id"] not in loaded:
+                    problems.append(f"range {r['id']} is not open on {r['owner']}")
+        return problems
 
     def logs(self) -> str:
         """The tail of every log, for failure messages."""

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import threading
 import uuid
 from datetime import UTC, datetime
 from pathlib import Path
@@ -17,6 +18,7 @@ import pytest
 from rangetable import (
     EdmType,
     EntityProperty,
+    FixedRetry,
     MatchConditions,
     ResourceExistsError,
     ResourceModifiedError,
@@ -28,6 +30,7 @@ from rangetable import (
     TableTransactionError,
     UpdateMode,
 )
+from rangetable.client_transport import Transport
 from rangetable.edm import datetime_to_ticks, ticks_from_etag
 
 if not (Path(__file__).parent / "cluster.py").exists():
@@ -425,3 +428,60 @@ def test_errors_carry_codes(table: TableClient) -> None:
     with pytest.raises(TableError) as info:
         list(table.query_entities("this is not a filter"))
     assert info.value.status_code == 400
+
+
+# --- retries and threads -----------------------------------------------------------------------
+
+
+class LosesFirstWriteReply(Transport):
+    """A real transport whose first write reply is "lost" after the server applied the write."""
+
+    def __init__(self, endpoint: str) -> None:
+        super().__init__(endpoint, timeout=10)
+        self.rids: list[str] = []
+
+    def request(self, body: dict, timeout: float | None = None):
+        result = super().request(body, timeout)
+        if body["op"] in ("write", "batch"):
+            self.rids.append(body["rid"])
+            if len(self.rids) == 1:
+                raise TableError("OperationTimedOut", "reply lost (injected)")
+        return result
+
+
+@pytest.mark.parametrize("how", ["create_entity", "submit_transaction"])
+def test_retried_write_is_applied_once(table: TableClient, how: str) -> None:
+    transport = LosesFirstWriteReply(table.endpoint)
+    client = TableClient(
+        table.endpoint, table.table_name, retry_policy=FixedRetry(delay=0.01, max_attempts=3), _transport=transport
+    )
+    with client:
+        entity = {"PartitionKey": "once", "RowKey": "1", "V": 1}
+        if how == "create_entity":
+            md = client.create_entity(entity)  # a second insert would be EntityAlreadyExists
+        else:
+            md = client.submit_transaction([("create", entity), ("create", {**entity, "RowKey": "2"})])[0]
+    assert len(transport.rids) == 2 and transport.rids[0] == transport.rids[1]
+    assert table.get_entity("once", "1").metadata["etag"] == md["etag"]
+    with pytest.raises(ResourceExistsError):
+        table.create_entity(entity)  # a new request (new rid) is not deduplicated
+
+
+def test_one_client_many_threads(table: TableClient) -> None:
+    errors: list[BaseException] = []
+
+    def work(n: int) -> None:
+        try:
+            for i in range(40):
+                table.upsert_entity({"PartitionKey": f"th{n}", "RowKey": f"{i:03d}", "N": i})
+                assert table.get_entity(f"th{n}", f"{i:03d}")["N"] == i
+        except BaseException as exc:  # surfaced below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work, args=(n,)) for n in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    assert sum(1 for _ in table.list_entities()) == 320
