@@ -89,6 +89,18 @@ def frontend_cmd(**kw: Any) -> None:
     run(load(FrontendConfig, **kw))
 
 
+@main.command("http-frontend")
+@_config_options(FrontendConfig)
+@click.option("--http-server", type=click.Choice(["granian", "uvicorn"]), default="granian", show_default=True,
+              help="The ASGI server (uvicorn only if installed).")
+def http_frontend_cmd(http_server: str, **kw: Any) -> None:
+    """Run an HTTP frontend (Azure Table REST API) in the foreground."""
+    from frontend.http.serve import run
+
+    _logging()
+    run(load(FrontendConfig, **kw), http_server)
+
+
 # --- the local cluster ---------------------------------------------------------------------------
 
 data_dir_option = click.option("--data-dir", default=lambda: os.environ.get(DATA_DIR_ENV, "./rangetable-data"),
@@ -100,12 +112,14 @@ data_dir_option = click.option("--data-dir", default=lambda: os.environ.get(DATA
 @click.option("--servers", default=2, show_default=True, help="Number of partition servers.")
 @click.option("--frontends", default=1, show_default=True, help="Number of frontends.")
 @click.option("--native-port", default=10012, show_default=True, help="Native port of the first frontend (0 = any).")
+@click.option("--http-port", default=10002, show_default=True,
+              help="REST (Azure Table API) port of the first HTTP frontend (0 = any).")
 @click.option("--detach", is_flag=True, help="Run in the background; stop with `rangetable down`.")
 @click.option("--no-restart", is_flag=True, help="Do not restart processes that die.")
 @click.option("--sync", is_flag=True, help="fsync every write before acknowledging it.")
 @click.option("--lease-s", default=2.0, show_default=True, help="Partition-server lease.")
 @click.option("--json", "as_json", is_flag=True, help="Print cluster.json once ready.")
-def up_cmd(data_dir: str, servers: int, frontends: int, native_port: int, detach: bool, no_restart: bool,
+def up_cmd(data_dir: str, servers: int, frontends: int, native_port: int, http_port: int, detach: bool, no_restart: bool,
            sync: bool, lease_s: float, as_json: bool) -> None:
     """Start a local cluster: a coordinator, partition servers and frontends."""
     from cli.supervisor import ClusterSpec, down, pid_alive, read_cluster, supervise
@@ -116,7 +130,8 @@ def up_cmd(data_dir: str, servers: int, frontends: int, native_port: int, detach
                                    "stop it with `rangetable down`")
     if doc:
         down(data_dir)  # leftovers of a supervisor that was killed
-    spec = ClusterSpec(os.path.abspath(data_dir), servers, frontends, native_port, not no_restart, sync, lease_s)
+    spec = ClusterSpec(os.path.abspath(data_dir), servers, frontends, native_port, not no_restart, sync, lease_s,
+                       http_port)
 
     def ready(doc: dict) -> None:
         if as_json:
@@ -124,6 +139,7 @@ def up_cmd(data_dir: str, servers: int, frontends: int, native_port: int, detach
             return
         click.echo(f"rangetable is up: {servers} partition servers, {frontends} frontend(s), data in {spec.data_dir}")
         click.echo(f"  native endpoint:  {doc['native']}")
+        click.echo(f"  REST endpoint:    {doc['http']}")
         click.echo(f"  coordinator:      {doc['coordinator']}")
         click.echo(f"  logs:             {os.path.join(spec.data_dir, 'logs')}")
         click.echo("Stop with Ctrl-C" + ("" if not detach else f" or `rangetable down --data-dir {data_dir}`"))
@@ -136,7 +152,8 @@ def up_cmd(data_dir: str, servers: int, frontends: int, native_port: int, detach
         return
     os.makedirs(os.path.join(spec.data_dir, "logs"), exist_ok=True)
     argv = [sys.executable, "-m", "cli.main", "up", "--data-dir", spec.data_dir, "--servers", str(servers),
-            "--frontends", str(frontends), "--native-port", str(native_port), "--lease-s", str(lease_s)]
+            "--frontends", str(frontends), "--native-port", str(native_port), "--lease-s", str(lease_s),
+            "--http-port", str(http_port)]
     argv += ["--no-restart"] * no_restart + ["--sync"] * sync
     with open(os.path.join(spec.data_dir, "logs", "supervisor.log"), "ab") as log:
         proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
@@ -167,7 +184,7 @@ def down_cmd(data_dir: str) -> None:
     click.echo("stopped" + (f" (killed {len(killed)} stragglers)" if killed else ""))
 
 
-from cli import commands  # noqa: E402,F401  (registers the user and admin commands)
+from cli import chaos, commands, drill  # noqa: E402,F401  (registers the user, admin and drill commands)
 
 if __name__ == "__main__":
     main()

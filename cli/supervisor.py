@@ -95,6 +95,16 @@ class ClusterSpec:
     restart: bool = True
     sync: bool = False
     lease_s: float = 2.0
+    http_port: int = 10002  # REST port of the first HTTP frontend (0 = any free port)
+
+
+DEV_KEY = "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="
+
+
+def connection_string(http: str, account: str = "devstoreaccount1", key: str = DEV_KEY) -> str:
+    """The Azure SDK connection string for an HTTP frontend's account URL."""
+    return (f"DefaultEndpointsProtocol=http;AccountName={account};AccountKey={key};"
+            f"TableEndpoint={http};")
 
 
 class Supervisor:
@@ -139,12 +149,22 @@ class Supervisor:
             self.children.append(Child("frontend", fid, self._cmd(
                 "frontend", "--coordinator", self.coordinator, "--native", native, "--frontend-id", fid),
                 os.path.join(self.logs, f"{fid}.log"), {"native": native}))
+        self.https = []
+        for i in range(1, self.spec.frontends + 1):
+            port = self.spec.http_port + i - 1 if self.spec.http_port else free_port()
+            hid = f"http-{i}"
+            self.https.append(f"http://127.0.0.1:{port}/devstoreaccount1")
+            self.children.append(Child("http-frontend", hid, self._cmd(
+                "http-frontend", "--coordinator", self.coordinator, "--http", f"127.0.0.1:{port}",
+                "--frontend-id", hid), os.path.join(self.logs, f"{hid}.log"), {"http": self.https[-1]}))
 
     def write_cluster_file(self) -> None:
         """Write cluster.json atomically."""
         doc = {
             "native": self.natives[0],
             "frontends": self.natives,
+            "http": self.https[0],
+            "connection_string": connection_string(self.https[0]),
             "coordinator": self.coordinator,
             "pub": self.pub,
             "data_dir": self.data_dir,
@@ -174,7 +194,8 @@ class Supervisor:
                         m = call(n, {"op": "map"}, timeout=1.0)
                         if not m or len(m.get("servers", {})) < self.spec.servers:
                             raise TableError("ServerBusy", "frontend has no map yet")
-                    return
+                    if all(_http_ready(h) for h in self.https):
+                        return
             except (TableError, KeyError) as exc:
                 last = exc
             self.poll()
@@ -249,7 +270,7 @@ class Supervisor:
     def stop(self) -> None:
         """Stop frontends, then partition servers, then the coordinator; SIGKILL stragglers."""
         self.stopping = True
-        for role in ("frontend", "partition-server", "coordinator"):
+        for role in ("http-frontend", "frontend", "partition-server", "coordinator"):
             group = [c for c in self.children if c.role == role and c.proc and c.proc.poll() is None]
             for c in group:
                 c.proc.send_signal(signal.SIGTERM)
@@ -264,6 +285,23 @@ class Supervisor:
             os.remove(os.path.join(self.data_dir, CLUSTER_FILE))
         except OSError:
             pass
+
+
+def _http_ready(url: str) -> bool:
+    """True when an HTTP frontend answers (any HTTP status counts)."""
+    import http.client
+    from urllib.parse import urlsplit
+
+    u = urlsplit(url)
+    conn = http.client.HTTPConnection(u.hostname, u.port, timeout=1.0)
+    try:
+        conn.request("GET", u.path + "/?restype=service&comp=stats")
+        conn.getresponse().read()
+        return True
+    except OSError:
+        return False
+    finally:
+        conn.close()
 
 
 def supervise(spec: ClusterSpec, echo: Any = print, on_ready: Any = None) -> None:

@@ -26,6 +26,7 @@ from typing import Any
 
 import zmq
 
+from coordinator import acl
 from coordinator import operations as ops
 from coordinator.controller import Controller
 from coordinator.meta_store import MetaStore
@@ -139,8 +140,9 @@ class Coordinator:
             return {
                 **snap,
                 "servers": [
-                    {"id": s.id, "endpoint": s.endpoint, "alive": s.alive, "pid": s.pid,
-                     "last_seen_s": round(now - s.last_seen, 2), "ranges": len(s.ranges), "load": s.load}
+                    {"id": s.id, "endpoint": s.endpoint, "alive": s.alive, "pid": s.pid, "incarnation": s.incarnation,
+                     "last_seen_s": round(now - s.last_seen, 2), "ranges": len(self.pmap.owned_by(s.id)),
+                     "load": s.load}
                     for s in sorted(self.servers.values(), key=lambda s: s.id)
                 ],
             }
@@ -207,6 +209,8 @@ class Coordinator:
         if op == "get_table":
             with self.lock:
                 return protocol.ok({"table": self.pmap.table_name(req["table"])})
+        if op in acl.OPS:
+            return protocol.ok(acl.handle(self, op, req))
         jobs = {
             "create_table": (ops.create_table, lambda r: (r["table"],)),
             "delete_table": (ops.delete_table, lambda r: (r["table"],)),

@@ -1,0 +1,182 @@
+"""``rangetable drill failover``: kill (or pause) a partition server under a verifying workload.
+
+The drill creates a fresh table spread over every partition server, runs :class:`Workload`, kills
+or SIGSTOPs the server that owns the most of its ranges, and reports a timeline — when the server
+died, when the coordinator noticed, when each of its ranges answered again — plus the client's view
+(operations, failures, worst latency) and the verdicts: lost acknowledged writes, duplicate
+applications, linearizability.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import threading
+import time
+from typing import Any
+
+import click
+
+from cli.admin import call
+from cli.main import data_dir_option, main
+from cli.supervisor import pid_alive, read_cluster
+from rangetable.errors import TableError
+from rangetable.workload import Workload
+
+
+def _ranges(coordinator: str, table: str) -> list[dict]:
+    return [r for r in call(coordinator, {"op": "status"})["ranges"] if r["table"] == table]
+
+
+def prepare_table(coordinator: str, native: str, table: str, pieces: int = 4) -> list[dict]:
+    """Create the drill table split into ``pieces`` ranges spread over the live servers."""
+    call(native, {"op": "create_table", "table": table})
+    servers = sorted(s["id"] for s in call(coordinator, {"op": "status"})["servers"] if s["alive"])
+    keys = [f"p{int(8 * i / pieces):02d}" for i in range(1, pieces)]
+    for k in keys:
+        r = next(r for r in _ranges(coordinator, table) if r["low"] < k and (r["high"] is None or k < r["high"]))
+        call(coordinator, {"op": "split", "range": r["id"], "key": k}, timeout=60)
+    for i, r in enumerate(_ranges(coordinator, table)):
+        target = servers[i % len(servers)]
+        if r["owner"] != target:
+            call(coordinator, {"op": "move", "range": r["id"], "server": target}, timeout=60)
+    return _ranges(coordinator, table)
+
+
+class Prober(threading.Thread):
+    """Reads one key of each watched range every 50 ms; remembers when each first answered after t0."""
+
+    def __init__(self, native: str, table: str, ranges: list[dict], t0: float) -> None:
+        super().__init__(daemon=True)
+        self.native, self.table, self.t0 = native, table, t0
+        self.pending = {r["id"]: r["low"] for r in ranges}
+        self.served: dict[str, float] = {}
+        self.stop = threading.Event()
+
+    def run(self) -> None:
+        """Probe until every watched range answered or stopped."""
+        while self.pending and not self.stop.is_set():
+            for rid, low in list(self.pending.items()):
+                try:
+                    call(self.native, {"op": "get", "table": self.table, "pk": low or "p00", "rk": "probe"},
+                         timeout=0.5)
+                except TableError as exc:
+                    if exc.error_code not in ("ResourceNotFound",):
+                        continue
+                self.served[rid] = round(time.monotonic() - self.t0, 3)
+                del self.pending[rid]
+            time.sleep(0.05)
+
+
+def run_failover_drill(data_dir: str, *, mode: str = "kill", server: str | None = None, duration: float = 10.0,
+                       threads: int = 6, seed: int | None = None, echo: Any = None) -> dict[str, Any]:
+    """Run one failover drill against the cluster of ``data_dir``; returns the report."""
+    doc = read_cluster(data_dir)
+    if doc is None:
+        raise click.ClickException(f"no cluster running on {data_dir}: start one with `rangetable up`")
+    coord, native = doc["coordinator"], doc["native"]
+    say = echo or (lambda _m: None)
+    seed = int(time.time()) if seed is None else seed
+    table = f"drill{int(time.time() * 1000) % 10**9}"
+    ranges = prepare_table(coord, native, table)
+    st = call(coord, {"op": "status"})
+    owned: dict[str, int] = {}
+    for r in ranges:
+        owned[r["owner"]] = owned.get(r["owner"], 0) + 1
+    victim = server or max(sorted(owned), key=lambda s: owned[s])
+    info = next((s for s in st["servers"] if s["id"] == victim), None)
+    if info is None or not info["alive"]:
+        raise click.ClickException(f"partition server {victim} is not alive")
+    watched = [r for r in ranges if r["owner"] == victim]
+    say(f"table {table}: {len(ranges)} ranges; victim {victim} (pid {info['pid']}) owns {len(watched)}; seed {seed}")
+    wl = Workload(native, table, threads=threads, seed=seed)
+    wl.start()
+    warmup = min(2.0, duration / 4)
+    time.sleep(warmup)
+    t0 = time.monotonic()
+    os.kill(info["pid"], signal.SIGKILL if mode == "kill" else signal.SIGSTOP)
+    say(f"{'killed' if mode == 'kill' else 'paused'} {victim} (pid {info['pid']})")
+    prober = Prober(native, table, watched, t0)
+    prober.start()
+    noticed = None
+    while time.monotonic() - t0 < max(duration - warmup, 1.0):
+        if noticed is None:
+            try:
+                now_info = next((s for s in call(coord, {"op": "status"}, timeout=1)["servers"]
+                                 if s["id"] == victim), None)
+                if now_info and (not now_info["alive"] or now_info["incarnation"] != info["incarnation"]):
+                    noticed = round(time.monotonic() - t0, 3)
+            except TableError:
+                pass
+        time.sleep(0.05)
+    prober.join(timeout=15)
+    prober.stop.set()
+    wl.stop()
+    if mode == "pause" and pid_alive(info["pid"]):
+        os.kill(info["pid"], signal.SIGCONT)  # no supervisor fenced it: let it wake (it must serve nothing)
+    say("verifying the history …")
+    verdict = wl.verify()
+    served = max(prober.served.values()) if prober.served and not prober.pending else None
+    report = {
+        "drill": "failover", "mode": mode, "seed": seed, "table": table, "victim": victim,
+        "victim_pid": info["pid"], "ranges_on_victim": len(watched),
+        "timeline_s": {"killed": 0.0, "coordinator_noticed": noticed, "all_ranges_served": served,
+                       "per_range_served": prober.served, "never_served": sorted(prober.pending)},
+        "client": wl.stats.to_dict(), **verdict,
+    }
+    report["passed"] = (report["lost_writes"] == 0 and report["duplicate_applications"] == 0
+                        and report["linearizable"] and served is not None)
+    return report
+
+
+def format_report(r: dict[str, Any]) -> str:
+    """The report as text."""
+    t, c = r["timeline_s"], r["client"]
+    lines = [
+        f"failover drill ({r['mode']}) of {r['victim']} (pid {r['victim_pid']}), {r['ranges_on_victim']} ranges, "
+        f"seed {r['seed']}",
+        "  timeline:",
+        f"    t=0.000 s   {r['victim']} {'killed (SIGKILL)' if r['mode'] == 'kill' else 'paused (SIGSTOP)'}",
+        f"    t={t['coordinator_noticed']} s   coordinator noticed (declared dead or re-registered)",
+        f"    t={t['all_ranges_served']} s   every range served again",
+    ]
+    for rid, s in sorted(t["per_range_served"].items()):
+        lines.append(f"                 {rid} answered at {s} s")
+    lat = c["latency_ms"]
+    lines += [
+        f"  client: {c['ops']} ops, {c['ok']} ok, {c['fail']} failed precondition, {c['unknown']} unknown, "
+        f"{c['slow_over_1s']} slower than 1 s; latency p50 {lat['p50']} ms, p99 {lat['p99']} ms, "
+        f"worst {lat['max']} ms",
+        f"  lost acknowledged writes: {r['lost_writes']}",
+        f"  duplicate applications:   {r['duplicate_applications']}",
+        f"  linearizable:             {'yes' if r['linearizable'] else 'NO'} ({r['history_ops']} ops checked)",
+        f"  verdict: {'PASS' if r['passed'] else 'FAIL'}",
+    ]
+    if not r["linearizable"]:
+        lines.append(r["linearizability_detail"])
+    return "\n".join(lines)
+
+
+@main.group("drill")
+def drill_group() -> None:
+    """Failure drills against a running cluster."""
+
+
+@drill_group.command("failover")
+@click.option("--kill", "mode", flag_value="kill", default=True, help="SIGKILL the server (default).")
+@click.option("--pause", "mode", flag_value="pause", help="SIGSTOP the server past its lease.")
+@click.option("--server", default=None, help="Partition server id (default: the one owning most drill ranges).")
+@click.option("--duration", default=10.0, show_default=True, help="Seconds of workload.")
+@click.option("--threads", default=6, show_default=True, help="Client threads.")
+@click.option("--seed", type=int, default=None, help="Workload seed (printed, for replay).")
+@data_dir_option
+@click.option("--json", "as_json", is_flag=True)
+def drill_failover(mode: str, server: str | None, duration: float, threads: int, seed: int | None, data_dir: str,
+                   as_json: bool) -> None:
+    """Kill (or pause) a partition server under a verifying workload and report how the cluster coped."""
+    report = run_failover_drill(data_dir, mode=mode, server=server, duration=duration, threads=threads, seed=seed,
+                                echo=None if as_json else click.echo)
+    click.echo(json.dumps(report, indent=2) if as_json else format_report(report))
+    if not report["passed"]:
+        raise SystemExit(1)
