@@ -118,9 +118,11 @@ data_dir_option = click.option("--data-dir", default=lambda: os.environ.get(DATA
 @click.option("--no-restart", is_flag=True, help="Do not restart processes that die.")
 @click.option("--sync", is_flag=True, help="fsync every write before acknowledging it.")
 @click.option("--lease-s", default=2.0, show_default=True, help="Partition-server lease.")
+@click.option("--partition-target", default=0.0, show_default=True,
+              help="Entities/s per PartitionKey before ServerBusy, as Azure enforces (2000); 0 = off.")
 @click.option("--json", "as_json", is_flag=True, help="Print cluster.json once ready.")
 def up_cmd(data_dir: str, servers: int, frontends: int, native_port: int, http_port: int, detach: bool, no_restart: bool,
-           sync: bool, lease_s: float, as_json: bool) -> None:
+           sync: bool, lease_s: float, partition_target: float, as_json: bool) -> None:
     """Start a local cluster: a coordinator, partition servers and frontends."""
     from cli.supervisor import ClusterSpec, down, pid_alive, read_cluster, supervise
 
@@ -131,7 +133,7 @@ def up_cmd(data_dir: str, servers: int, frontends: int, native_port: int, http_p
     if doc:
         down(data_dir)  # leftovers of a supervisor that was killed
     spec = ClusterSpec(os.path.abspath(data_dir), servers, frontends, native_port, not no_restart, sync, lease_s,
-                       http_port)
+                       http_port, partition_target)
 
     def ready(doc: dict) -> None:
         if as_json:
@@ -153,7 +155,7 @@ def up_cmd(data_dir: str, servers: int, frontends: int, native_port: int, http_p
     os.makedirs(os.path.join(spec.data_dir, "logs"), exist_ok=True)
     argv = [sys.executable, "-m", "cli.main", "up", "--data-dir", spec.data_dir, "--servers", str(servers),
             "--frontends", str(frontends), "--native-port", str(native_port), "--lease-s", str(lease_s),
-            "--http-port", str(http_port)]
+            "--http-port", str(http_port), "--partition-target", str(partition_target)]
     argv += ["--no-restart"] * no_restart + ["--sync"] * sync
     with open(os.path.join(spec.data_dir, "logs", "supervisor.log"), "ab") as log:
         proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
@@ -184,7 +186,7 @@ def down_cmd(data_dir: str) -> None:
     click.echo("stopped" + (f" (killed {len(killed)} stragglers)" if killed else ""))
 
 
-from cli import chaos, commands, drill  # noqa: E402,F401  (registers the user, admin and drill commands)
+from cli import chaos, commands, drill, stress  # noqa: E402,F401  (registers the user, admin and drill commands)
 
 if __name__ == "__main__":
     main()

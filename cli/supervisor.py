@@ -96,6 +96,7 @@ class ClusterSpec:
     sync: bool = False
     lease_s: float = 2.0
     http_port: int = 10002  # REST port of the first HTTP frontend (0 = any free port)
+    partition_target: float = 0.0  # entities/s per PartitionKey before ServerBusy; 0 = off
 
 
 DEV_KEY = "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="
@@ -138,6 +139,8 @@ class Supervisor:
                              "--bind", bind, "--server-id", sid)
             if self.spec.sync:
                 argv.append("--sync")
+            if self.spec.partition_target:
+                argv += ["--partition-target", str(self.spec.partition_target)]
             self.children.append(Child("partition-server", sid, argv, os.path.join(self.logs, f"{sid}.log"),
                                        {"endpoint": bind}))
         self.natives = []

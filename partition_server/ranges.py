@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from partition_server.range_store import RangeStore
+from partition_server.throttle import PartitionThrottle
 from rangetable.crash import crash_point
 from rangetable.errors import TableError
 from rangetable.filter import compile_cached
@@ -79,8 +80,10 @@ class RangeSet:
     CONTROL_OPS = frozenset({"load", "unload", "split", "split_key", "merge", "destroy", "status"})
     DATA_OPS = frozenset({"get", "write", "batch", "scan"})
 
-    def __init__(self, data_dir: str, *, sync: bool = False, scan_budget_ms: int = 200) -> None:
+    def __init__(self, data_dir: str, *, sync: bool = False, scan_budget_ms: int = 200,
+                 partition_target: float = 0.0) -> None:
         self.data_dir = data_dir
+        self.throttle = PartitionThrottle(partition_target)
         self.sync = sync
         self.scan_budget_s = scan_budget_ms / 1000.0
         self.open: dict[str, Served] = {}
@@ -189,13 +192,19 @@ class RangeSet:
             raise TableError("NotOwner", f"range {rid} epoch {epoch} is not served here")
         return served
 
-    def _serving(self, req: dict, pk: str | None) -> Served:
+    def _serving(self, req: dict, pk: str | None, cost: int = 1) -> Served:
         served = self._served(req.get("range"), int(req.get("epoch", -2)))
         if served.state != "serving":
             served.load.busy += 1
             raise TableError("RangeBusy", f"range {served.record['id']} is {served.state}")
         if pk is not None and not served.contains_pk(pk):
             raise TableError("NotOwner", f"PartitionKey {pk!r} is outside range {served.record['id']}")
+        if pk is not None and self.throttle.enabled:
+            try:
+                self.throttle.admit(pk, cost)
+            except TableError:
+                served.load.busy += 1
+                raise
         return served
 
     def data(self, op: str, req: dict) -> Any:
@@ -223,7 +232,7 @@ class RangeSet:
             result = None if e is None else entity_to_wire(e)
         elif op == "batch":
             ops = req["ops"]
-            served = self._serving(req, ops[0].get("pk") if ops else None)
+            served = self._serving(req, ops[0].get("pk") if ops else None, max(1, len(ops)))
             out = served.store.batch(ops, request_id=req.get("rid"))
             served.load.writes += 1
             served.load.entities += len(ops)

@@ -42,7 +42,8 @@ class PartitionServer:
         self.cfg = cfg
         self.ctx = ctx or zmq.Context.instance()
         self.incarnation = uuid.uuid4().hex[:12]
-        self.ranges = RangeSet(cfg.data_dir, sync=cfg.sync, scan_budget_ms=cfg.scan_budget_ms)
+        self.ranges = RangeSet(cfg.data_dir, sync=cfg.sync, scan_budget_ms=cfg.scan_budget_ms,
+                               partition_target=cfg.partition_target)
         self.lease_until = 0.0  # monotonic; no lease until the coordinator first answers
         self.had_lease = False
         self.stopping = False

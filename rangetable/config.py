@@ -36,6 +36,7 @@ class PartitionServerConfig:
     heartbeat_s: float = 0.5
     sync: bool = False  # fsync every write before acknowledging it (survives machine loss)
     scan_budget_ms: int = 200  # a scan page stops after this long and returns a resume key
+    partition_target: float = 0.0  # entities/s per PartitionKey before ServerBusy (Azure: 2000); 0 = off
 
 
 @dataclass
@@ -48,6 +49,8 @@ class FrontendConfig:
     deadline_s: float = 10.0  # internal retries across moves stop here; the client then gets ServerBusy
     attempt_timeout_s: float = 2.0  # one try at a partition server; then the map is refreshed and it retries
     page_budget_ms: int = 1000  # a query page stops early after this long, with a continuation
+    http: str = "127.0.0.1:10002"  # HOST:PORT of the Azure Table REST listener (`rangetable http-frontend`)
+    accounts: str = ""  # NAME:KEY[,NAME:KEY...]; empty = devstoreaccount1 with its well-known key
 
 
 def env_name(cls: type, name: str) -> str:
