@@ -304,3 +304,29 @@ def bench_store(count: int, data_dir: str | None, as_json: bool) -> None:
         click.echo(json.dumps(res, indent=2))
 
 
+
+
+@bench_group.command("http")
+@click.option("-n", "count", default=2000, show_default=True, help="Point operations per phase.")
+@click.option("--batches", default=50, show_default=True, help="100-operation batches.")
+@click.option("--big", default=50_000, show_default=True, help="Table size for the second PartitionKey query run.")
+@click.option("--threads", default=2, show_default=True, help="Client threads.")
+@click.option("--data-dir", default=None, help="Use the running cluster of this data dir (default: start one in a temp dir).")
+@json_option
+def bench_http(count: int, batches: int, big: int, threads: int, data_dir: str | None, as_json: bool) -> None:
+    """The Azure SDK workload through the REST API: ops/s and server CPU per operation."""
+    from rangetable.bench_http import run_http_bench, start_temp_cluster, stop_temp_cluster
+
+    temp = None
+    if data_dir:
+        doc = _cluster(data_dir)
+    else:
+        temp, doc = start_temp_cluster()
+    try:
+        click.echo(f"REST endpoint {doc['http']}")
+        res = run_http_bench(doc, count, batches, big=big, threads=threads, echo=click.echo)
+    finally:
+        if temp:
+            stop_temp_cluster(temp)
+    if as_json:
+        click.echo(json.dumps(res, indent=2))

@@ -186,7 +186,7 @@ def down_cmd(data_dir: str) -> None:
     click.echo("stopped" + (f" (killed {len(killed)} stragglers)" if killed else ""))
 
 
-from cli import chaos, commands, drill, stress  # noqa: E402,F401  (registers the user, admin and drill commands)
+from cli import balance, chaos, commands, drill, stress  # noqa: E402,F401  (registers the user, admin and drill commands)
 
 if __name__ == "__main__":
     main()

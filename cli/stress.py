@@ -8,18 +8,14 @@ latency percentiles.
 
 from __future__ import annotations
 
-import itertools
 import json
-import random
-import time
 from typing import Any
 
 import click
-import zmq
 
 from cli.admin import call
+from cli.loadgen import LoadGen
 from cli.main import data_dir_option, main
-from rangetable import protocol
 from rangetable.errors import TableError
 
 AZURE_PARTITION_TARGET = 2000
@@ -39,73 +35,24 @@ def parse_mix(mix: str) -> float:
 def run_stress(native: str, table: str, partition: str, *, get_share: float = 0.5, duration: float = 10.0,
                window: int = 64, rows: int = 1000, seed: int = 0) -> dict[str, Any]:
     """Drive one partition for ``duration`` seconds; returns throughput, busy answers and latency."""
-    rnd = random.Random(seed)
     try:
         call(native, {"op": "create_table", "table": table})
     except TableError as exc:
         if exc.error_code != "TableAlreadyExists":
             raise
-    sock = zmq.Context.instance().socket(zmq.DEALER)
-    sock.setsockopt(zmq.LINGER, 0)
-    sock.connect(native)
-    ids = itertools.count(1)
-    inflight: dict[bytes, tuple[str, float]] = {}
-    counts = {"get": 0, "put": 0, "busy": 0, "errors": 0, "not_found": 0}
-    lat: dict[str, list[float]] = {"get": [], "put": []}
-
-    def send() -> None:
-        rk = f"r{rnd.randrange(rows):06d}"
-        kind = "get" if rnd.random() < get_share else "put"
-        if kind == "get":
-            body = {"op": "get", "table": table, "pk": partition, "rk": rk}
-        else:
-            body = {"op": "write", "table": table, "write": {
-                "op": "insert_or_replace", "pk": partition, "rk": rk,
-                "props": {"n": [1, rnd.randrange(1 << 30)], "pad": [0, "x" * 100]}, "if_match": None}}
-        rid = b"%d" % next(ids)
-        inflight[rid] = (kind, time.perf_counter())
-        sock.send_multipart([rid, protocol.pack(body)])
-
-    try:
-        t0 = time.monotonic()
-        end = t0 + duration
-        while len(inflight) < window:
-            send()
-        while inflight:
-            if not sock.poll(5000):
-                break
-            rid, body = sock.recv_multipart()
-            kind, sent = inflight.pop(rid)
-            err = protocol.unpack(body).get("error")
-            if err is None:
-                counts[kind] += 1
-                lat[kind].append(time.perf_counter() - sent)
-            elif err["code"] == "ServerBusy":
-                counts["busy"] += 1
-            elif err["code"] == "ResourceNotFound":
-                counts["not_found"] += 1
-                counts[kind] += 1
-                lat[kind].append(time.perf_counter() - sent)
-            else:
-                counts["errors"] += 1
-            if time.monotonic() < end:
-                send()
-        elapsed = time.monotonic() - t0
-    finally:
-        sock.close(0)
-
-    def pct(xs: list[float], p: float) -> float:
-        xs = sorted(xs)
-        return round(xs[min(len(xs) - 1, int(p * len(xs)))] * 1000, 2) if xs else 0.0
-
-    total = counts["get"] + counts["put"]
+    gen = LoadGen(native, table, lambda rnd, _n: (partition, f"r{rnd.randrange(rows):06d}"), get_share=get_share,
+                  window=window, duration=duration, seed=seed)
+    gen.run()
+    r = gen.result
+    elapsed = max(r.elapsed, 1e-9)
+    total = r.gets + r.puts
     return {
         "table": table, "partition": partition, "duration_s": round(elapsed, 2), "window": window,
-        "get_per_s": round(counts["get"] / elapsed, 1), "put_per_s": round(counts["put"] / elapsed, 1),
+        "get_per_s": round(r.gets / elapsed, 1), "put_per_s": round(r.puts / elapsed, 1),
         "entities_per_s": round(total / elapsed, 1), "azure_target_per_s": AZURE_PARTITION_TARGET,
         "vs_target": round(total / elapsed / AZURE_PARTITION_TARGET, 2),
-        "busy": counts["busy"], "busy_per_s": round(counts["busy"] / elapsed, 1), "errors": counts["errors"],
-        "latency_ms": {k: {"p50": pct(v, 0.5), "p99": pct(v, 0.99), "max": pct(v, 1.0)} for k, v in lat.items()},
+        "busy": r.busy, "busy_per_s": round(r.busy / elapsed, 1), "errors": r.error_count,
+        "latency_ms": {k: {"p50": r.pct(k, 0.5), "p99": r.pct(k, 0.99), "max": r.pct(k, 1.0)} for k in ("get", "put")},
     }
 
 

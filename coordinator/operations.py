@@ -14,6 +14,7 @@ import shutil
 import time
 from typing import TYPE_CHECKING, Any
 
+from coordinator.acl import acl_key
 from coordinator.partition_map import range_key
 from rangetable.crash import crash_point
 from rangetable.errors import TableError
@@ -51,6 +52,7 @@ def delete_table(co: Coordinator, ctl: Controller, name: str) -> None:
     """Drop a table from the catalog and destroy its range directories."""
     with co.lock:
         gone, writes = co.pmap.delete_table(name)
+        writes[1].append(acl_key(name))  # the table's stored access policies go with it
         co.commit(writes)
     for r in gone:
         if r["owner"] and co.is_alive(r["owner"]):
@@ -206,8 +208,9 @@ def split(co: Coordinator, ctl: Controller, rid: str, key: str | None, reason: s
     return {"range": rid, "key": key, "left": left["id"], "right": right["id"], "offline_ms": offline}
 
 
-def merge(co: Coordinator, ctl: Controller, rid: str, reason: str = "manual") -> dict:
-    """Merge a range with its right-hand neighbour (moving the neighbour first if needed)."""
+def merge(co: Coordinator, ctl: Controller, rid: str, reason: str = "manual", target: str | None = None) -> dict:
+    """Merge a range with its right-hand neighbour on ``target`` (default: the left range's owner),
+    moving either range there first if needed."""
     with co.lock:
         rec = co.pmap.ranges.get(rid)
         if rec is None:
@@ -217,8 +220,10 @@ def merge(co: Coordinator, ctl: Controller, rid: str, reason: str = "manual") ->
         if i + 1 >= len(rs):
             raise TableError("InvalidInput", f"range {rid} is the last of its table; merge its left neighbour")
         right = rs[i + 1]
-    if right["owner"] != rec["owner"]:
-        move(co, ctl, right["id"], rec["owner"], reason=f"merge with {rid}")
+    target = target or rec["owner"]
+    for r in (rec, right):
+        if r["owner"] != target:
+            move(co, ctl, r["id"], target, reason=f"merge of {rid} and {right['id']}")
     with co.lock:
         left, right = dict(co.pmap.ranges[rid]), dict(co.pmap.ranges[right["id"]])
         owner = left["owner"]

@@ -28,6 +28,7 @@ import zmq
 
 from coordinator import acl
 from coordinator import operations as ops
+from coordinator.balancing import Balancing
 from coordinator.controller import Controller
 from coordinator.meta_store import MetaStore
 from coordinator.partition_map import PartitionMap
@@ -68,6 +69,7 @@ class Coordinator:
         self.started = time.monotonic()
         self.stopping = False
         self.controller = Controller(self)
+        self.balancing = Balancing(self)
         self.pub_endpoint = ""
         self.endpoint = ""
         self._tls = threading.local()
@@ -173,6 +175,7 @@ class Coordinator:
             info.last_seen = now
             info.ranges = req.get("ranges", [])
             info.load = req.get("load", {})
+            self.balancing.on_heartbeat(sid, info.load, now)
             mismatch = self._mismatch(info)
         if fresh:
             self.controller.submit(ops.assign_orphans, self, self.controller, key="orphans")
@@ -199,6 +202,9 @@ class Coordinator:
             return protocol.ok(self.map_snapshot())
         if op in ("status", "ranges", "servers"):
             return protocol.ok(self.status())
+        if op == "balancer":
+            with self.lock:
+                return protocol.ok(self.balancing.control(req))
         if op == "events":
             since = int(req.get("since", 0))
             with self.lock:
@@ -250,6 +256,7 @@ class Coordinator:
         for s in dead:
             log.warning("partition server %s silent for %.1f s: declared dead", s.id, now - s.last_seen)
             self.event("server_dead", server=s.id, silent_s=round(now - s.last_seen, 2))
+            self.balancing.on_server_dead(s.id)
             self._publish()
             self.controller.submit(ops.assign_orphans, self, self.controller, key="orphans")
 
@@ -306,6 +313,7 @@ class Coordinator:
             if now >= next_tick:
                 next_tick = now + 0.1
                 self._check_servers()
+                self.balancing.tick(now)
             if now >= next_gc:
                 next_gc = now + 30.0
                 self.controller.submit(ops.collect_garbage, self, self.controller, key="gc")

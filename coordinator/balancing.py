@@ -1,0 +1,144 @@
+"""The balancer's process side: feeds load reports to the pure policy and carries out its actions.
+
+:class:`Balancing` collects every heartbeat's load report into a
+:class:`~coordinator.load_history.LoadHistory`, runs :func:`~coordinator.balancer.plan_actions`
+every ``interval_s``, and hands splits, moves and merges to the controller (one job per range at a
+time); hot-key and append-hotspot warnings become events. In dry-run mode every action is only an
+event. Settings are persisted in the meta store and changed at run time with the ``balancer`` admin
+op (``rangetable balancer …``).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import TYPE_CHECKING, Any
+
+from coordinator import operations as ops
+from coordinator.balancer import Action, Settings, plan_actions
+from coordinator.load_history import LoadHistory
+from rangetable.errors import TableError
+
+if TYPE_CHECKING:
+    from coordinator.server import Coordinator
+
+log = logging.getLogger("rangetable.coordinator")
+SETTINGS_KEY = b"balancer/settings"
+FAILED_BACKOFF_S = 30.0
+
+
+class Balancing:
+    """Load history, settings and the action loop of the balancer."""
+
+    def __init__(self, co: Coordinator) -> None:
+        self.co = co
+        self.settings = Settings()
+        for k, v in co.meta.items(SETTINGS_KEY):
+            if k == SETTINGS_KEY:
+                for name, value in v.items():
+                    try:
+                        self.settings.set(name, str(value))
+                    except ValueError:
+                        log.warning("ignoring stored balancer setting %s=%r", name, value)
+        self.history = LoadHistory(window_s=max(180.0, 2 * self.settings.merge_cooldown_s))
+        self.recent: dict[str, dict[str, float]] = {}
+        self.in_flight = 0
+        self.busy: set[str] = set()  # ranges with a balancer job queued or running
+        self.backoff: dict[str, float] = {}  # range -> monotonic time before which it is left alone
+        self.last_run = 0.0
+        self.last_actions: list[dict] = []
+
+    # --- inputs -------------------------------------------------------------------------------
+
+    def on_heartbeat(self, server: str, load: dict, now: float) -> None:
+        """Record a server's per-range load report."""
+        if load:
+            self.history.add(now, server, load)
+
+    def on_server_dead(self, server: str) -> None:
+        """Forget a dead server's load."""
+        self.history.forget_server(server)
+
+    # --- the loop -----------------------------------------------------------------------------
+
+    def tick(self, now: float) -> list[Action]:
+        """Run one round when due; returns the actions it started (or logged, in dry-run mode)."""
+        s = self.settings
+        if not s.enabled or now - self.last_run < s.interval_s:
+            return []
+        self.last_run = now
+        co = self.co
+        with co.lock:
+            ranges = [dict(r) for r in co.pmap.ranges.values()]
+            live = [sid for sid, info in co.servers.items() if info.alive and info.endpoint]
+        ranges = [r for r in ranges if r["id"] not in self.busy and self.backoff.get(r["id"], 0) <= now]
+        actions = plan_actions(ranges, live, self.history, s, now, self.recent, self.in_flight)
+        for a in actions:
+            self._act(a, now)
+        if actions:
+            self.last_actions = [a.to_dict() for a in actions]
+        return actions
+
+    def _act(self, a: Action, now: float) -> None:
+        co = self.co
+        if self.settings.dry_run:
+            co.event("balancer_dry_run", action=a.kind, range=a.range, key=a.key, target=a.target, reason=a.reason)
+            return
+        if a.kind in ("hot_key", "append_hotspot"):
+            self.recent.setdefault(a.kind, {})[a.range] = now
+            co.event(a.kind, range=a.range, key=a.key, reason=a.reason, **a.detail)
+            return
+        ids = [a.range] + ([a.detail["right"]] if a.kind == "merge" else [])
+        self.busy.update(ids)
+        moving = a.kind == "move" or (a.kind == "merge" and a.detail.get("needs_move"))
+        if moving:
+            self.in_flight += 1
+        co.controller.submit(self._job, a, ids, moving)
+
+    def _job(self, a: Action, ids: list[str], moving: bool) -> None:
+        co, ctl = self.co, self.co.controller
+        reason = f"balancer: {a.reason}"
+        try:
+            if a.kind == "split":
+                res = ops.split(co, ctl, a.range, a.key, reason=reason)
+                t = time.monotonic()
+                for half in (res["left"], res["right"]):
+                    self.recent.setdefault("split", {})[half] = t
+            elif a.kind == "move":
+                ops.move(co, ctl, a.range, a.target, reason=reason)
+                self.recent.setdefault("move", {})[a.range] = time.monotonic()
+            elif a.kind == "merge":
+                res = ops.merge(co, ctl, a.range, reason=reason, target=a.target)
+                self.recent.setdefault("merge", {})[res["range"]] = time.monotonic()
+        except TableError as exc:
+            log.warning("balancer %s of %s failed: %s", a.kind, a.range, exc)
+            for rid in ids:
+                self.backoff[rid] = time.monotonic() + FAILED_BACKOFF_S
+        finally:
+            self.busy.difference_update(ids)
+            if moving:
+                self.in_flight -= 1
+
+    # --- control ------------------------------------------------------------------------------
+
+    def control(self, req: dict) -> dict[str, Any]:
+        """The ``balancer`` admin op: status, on, off, dry-run, set KEY VALUE."""
+        action = req.get("action", "status")
+        s = self.settings
+        if action == "on":
+            s.enabled, s.dry_run = True, False
+        elif action == "off":
+            s.enabled = False
+        elif action == "dry-run":
+            s.enabled, s.dry_run = True, True
+        elif action == "set":
+            try:
+                s.set(str(req.get("key")), str(req.get("value")))
+            except ValueError as exc:
+                raise TableError("InvalidInput", str(exc)) from None
+        elif action != "status":
+            raise TableError("InvalidInput", f"unknown balancer action {action!r}")
+        if action != "status":
+            self.co.meta.commit({SETTINGS_KEY: s.to_dict()})
+        return {"settings": s.to_dict(), "in_flight": self.in_flight, "busy_ranges": sorted(self.busy),
+                "last_actions": self.last_actions}

@@ -1,0 +1,182 @@
+"""Per-range load history for the balancer: timed heartbeat load reports in a bounded window.
+
+Pure data: time is always passed in, nothing runs by itself. The coordinator calls ``add`` with
+every heartbeat's load report (``partition_server.ranges.RangeSet.load_report``: per range
+``reads_s, writes_s, entities_s, busy_s, lat_avg_ms, lat_max_ms, entities, bytes, sample``) and
+hands the history to ``coordinator.balancer.plan_actions``.
+
+**Load score.** One number per range and report, used for every load threshold::
+
+    score = reads_s + writes_s + busy_s + entities_s / 100
+
+i.e. requests per second (a point read or write, a batch, or a query page each count 1), plus the
+requests refused as busy (demand the range could not serve: WAS's throttling trigger, anchors §1),
+plus one more unit per 100 entities moved, so a 1000-entity scan page costs like 11 point reads
+(WAS learnt that request rate alone misses scan load, anchors §1 "lessons").
+
+Samples are kept per range id (a moved range keeps its history; the halves of a split start new
+ones) for ``window_s`` seconds and at most ``max_samples`` reports per range.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+RATE_KEYS = ("reads_s", "writes_s", "busy_s")
+ENTITY_WEIGHT = 0.01  # one score unit per 100 entities/s
+
+
+def load_score(load: Mapping[str, Any]) -> float:
+    """The load score of one range report: reads_s + writes_s + busy_s + entities_s / 100."""
+    total = sum(float(load.get(k, 0.0) or 0.0) for k in RATE_KEYS)
+    return total + ENTITY_WEIGHT * float(load.get("entities_s", 0.0) or 0.0)
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One range's load in one heartbeat: when, from which server, its score and the raw report."""
+
+    t: float
+    server: str
+    score: float
+    load: Mapping[str, Any]
+
+    def metric(self, name: str) -> float:
+        """A metric of this report; ``"score"`` is the load score."""
+        if name == "score":
+            return self.score
+        return float(self.load.get(name, 0.0) or 0.0)
+
+    @property
+    def keys(self) -> list[str]:
+        """The sampled request PartitionKeys of this report."""
+        return [k for k in self.load.get("sample", ()) or () if isinstance(k, str)]
+
+
+class LoadHistory:
+    """Load reports per range over a sliding window, with the queries the balancer needs."""
+
+    def __init__(self, window_s: float = 180.0, max_samples: int = 2048) -> None:
+        self.window_s = window_s  # keep >= the balancer's merge_cooldown_s (coldness is judged over it)
+        self.max_samples = max_samples
+        self.now = float("-inf")  # the latest time passed to add()
+        self._ranges: dict[str, deque[Sample]] = {}
+        self._first: dict[str, float] = {}
+        self._servers: dict[str, tuple[float, dict[str, float]]] = {}
+
+    # --- input --------------------------------------------------------------------------------
+
+    def add(self, now: float, server: str, loads: Mapping[str, Mapping[str, Any]]) -> None:
+        """Record one heartbeat's per-range load report from ``server`` at time ``now``."""
+        self.now = max(self.now, now)
+        scores: dict[str, float] = {}
+        for rid, load in loads.items():
+            s = Sample(now, server, load_score(load), dict(load))
+            q = self._ranges.setdefault(rid, deque(maxlen=self.max_samples))
+            q.append(s)
+            self._first.setdefault(rid, now)
+            scores[rid] = s.score
+        self._servers[server] = (now, scores)
+        self._prune()
+
+    def forget_server(self, server: str) -> None:
+        """Drop a server's last report (it died or left); its ranges' samples stay."""
+        self._servers.pop(server, None)
+
+    def _prune(self) -> None:
+        horizon = self.now - self.window_s
+        for rid in list(self._ranges):
+            q = self._ranges[rid]
+            while q and q[0].t < horizon:
+                q.popleft()
+            if not q:
+                del self._ranges[rid]
+                self._first.pop(rid, None)
+        for server in [s for s, (t, _) in self._servers.items() if t < horizon]:
+            del self._servers[server]
+
+    # --- queries ------------------------------------------------------------------------------
+
+    def ranges(self) -> list[str]:
+        """Ids of the ranges with samples in the window."""
+        return sorted(self._ranges)
+
+    def history(self, rid: str) -> list[Sample]:
+        """All samples of a range in the window, oldest first."""
+        return list(self._ranges.get(rid, ()))
+
+    def latest(self, rid: str) -> Sample | None:
+        """The newest sample of a range."""
+        q = self._ranges.get(rid)
+        return q[-1] if q else None
+
+    def first_seen(self, rid: str) -> float | None:
+        """When the range was first reported (in its current unbroken presence in the window)."""
+        return self._first.get(rid)
+
+    def window(self, rid: str, window_s: float, now: float | None = None) -> list[Sample]:
+        """Samples of a range with ``t > now - window_s`` (``now`` defaults to the latest add)."""
+        now = self.now if now is None else now
+        return [s for s in self._ranges.get(rid, ()) if now - window_s < s.t <= now]
+
+    def hot_since(self, rid: str, threshold: float, max_gap: float = float("inf")) -> float | None:
+        """Start of the current run of reports with score > ``threshold``, or None when not hot now.
+
+        The run is the longest suffix of the range's samples that are all above the threshold with
+        no two consecutive reports further than ``max_gap`` apart; its start is the time of its first
+        sample (conservative: the load before the first hot report is unknown). A single report
+        at or below the threshold (a dip) ends the run.
+        """
+        q = self._ranges.get(rid)
+        if not q or q[-1].score <= threshold:
+            return None
+        start = q[-1].t
+        for s in reversed(q):
+            if s.score <= threshold or start - s.t > max_gap:
+                break
+            start = s.t
+        return start
+
+    def avg(self, rid: str, metric: str = "score", window_s: float = 6.0, now: float | None = None) -> float | None:
+        """Mean of a metric over the range's reports in the last ``window_s`` (None: no reports)."""
+        xs = [s.metric(metric) for s in self.window(rid, window_s, now)]
+        return sum(xs) / len(xs) if xs else None
+
+    def peak(self, rid: str, metric: str = "score", window_s: float = 6.0, now: float | None = None) -> float | None:
+        """Maximum of a metric over the range's reports in the last ``window_s`` (None: no reports)."""
+        xs = [s.metric(metric) for s in self.window(rid, window_s, now)]
+        return max(xs) if xs else None
+
+    def key_batches(self, rid: str, window_s: float, now: float | None = None) -> list[list[str]]:
+        """The sampled keys of each report in the window, oldest report first (empty ones left out)."""
+        return [ks for s in self.window(rid, window_s, now) if (ks := s.keys)]
+
+    def samples(self, rid: str, window_s: float | None = None, now: float | None = None) -> list[tuple[str, float]]:
+        """Merged key samples over the window: ``[(PartitionKey, load weight)]`` in key order.
+
+        Each report's sample is a reservoir over that interval's requests, so each of its keys
+        stands for ``score / len(sample)`` of load (1 / len when the score is 0); summing over
+        reports weights busy intervals more. ``window_s`` None means the whole history.
+        """
+        ss = self.history(rid) if window_s is None else self.window(rid, window_s, now)
+        acc: dict[str, float] = {}
+        for s in ss:
+            ks = s.keys
+            if not ks:
+                continue
+            w = (s.score if s.score > 0 else 1.0) / len(ks)
+            for k in ks:
+                acc[k] = acc.get(k, 0.0) + w
+        return sorted(acc.items())
+
+    def server_load(self, server: str) -> float:
+        """Total score of the ranges in the server's latest report (0.0 if none in the window)."""
+        rep = self._servers.get(server)
+        return sum(rep[1].values()) if rep else 0.0
+
+    def servers(self) -> list[str]:
+        """Servers with a report in the window."""
+        return sorted(self._servers)
