@@ -10,9 +10,8 @@ import click
 
 from cli.admin import call
 from cli.commands import _coordinator, _native, coordinator_option
-from cli.drill import drill_group
 from cli.loadgen import LoadGen
-from cli.main import data_dir_option, main
+from cli.main import data_dir_option, drill_group, main
 from rangetable.errors import TableError
 
 

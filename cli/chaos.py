@@ -21,8 +21,8 @@ from typing import Any
 import click
 
 from cli.admin import call
-from cli.drill import drill_group, prepare_table
-from cli.main import data_dir_option
+from cli.drill import prepare_table
+from cli.main import data_dir_option, drill_group
 from cli.supervisor import pid_alive, read_cluster
 from coordinator.partition_map import PartitionMap
 from rangetable.errors import TableError

@@ -310,10 +310,10 @@ def bench_store(count: int, data_dir: str | None, as_json: bool) -> None:
 @click.option("-n", "count", default=2000, show_default=True, help="Point operations per phase.")
 @click.option("--batches", default=50, show_default=True, help="100-operation batches.")
 @click.option("--big", default=50_000, show_default=True, help="Table size for the second PartitionKey query run.")
-@click.option("--threads", default=2, show_default=True, help="Client threads.")
+@click.option("--procs", default=4, show_default=True, help="Client processes.")
 @click.option("--data-dir", default=None, help="Use the running cluster of this data dir (default: start one in a temp dir).")
 @json_option
-def bench_http(count: int, batches: int, big: int, threads: int, data_dir: str | None, as_json: bool) -> None:
+def bench_http(count: int, batches: int, big: int, procs: int, data_dir: str | None, as_json: bool) -> None:
     """The Azure SDK workload through the REST API: ops/s and server CPU per operation."""
     from rangetable.bench_http import run_http_bench, start_temp_cluster, stop_temp_cluster
 
@@ -324,7 +324,7 @@ def bench_http(count: int, batches: int, big: int, threads: int, data_dir: str |
         temp, doc = start_temp_cluster()
     try:
         click.echo(f"REST endpoint {doc['http']}")
-        res = run_http_bench(doc, count, batches, big=big, threads=threads, echo=click.echo)
+        res = run_http_bench(doc, count, batches, big=big, procs=procs, echo=click.echo)
     finally:
         if temp:
             stop_temp_cluster(temp)

@@ -19,7 +19,7 @@ from typing import Any
 import click
 
 from cli.admin import call
-from cli.main import data_dir_option, main
+from cli.main import data_dir_option, drill_group
 from cli.supervisor import pid_alive, read_cluster
 from rangetable.errors import TableError
 from rangetable.workload import Workload
@@ -156,11 +156,6 @@ def format_report(r: dict[str, Any]) -> str:
     if not r["linearizable"]:
         lines.append(r["linearizability_detail"])
     return "\n".join(lines)
-
-
-@main.group("drill")
-def drill_group() -> None:
-    """Failure drills against a running cluster."""
 
 
 @drill_group.command("failover")

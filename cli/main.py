@@ -186,6 +186,11 @@ def down_cmd(data_dir: str) -> None:
     click.echo("stopped" + (f" (killed {len(killed)} stragglers)" if killed else ""))
 
 
+@main.group("drill")
+def drill_group() -> None:
+    """Failure drills against a running cluster."""
+
+
 from cli import balance, chaos, commands, drill, stress  # noqa: E402,F401  (registers the user, admin and drill commands)
 
 if __name__ == "__main__":

@@ -124,6 +124,16 @@ def reconcile(co: Coordinator, ctl: Controller, server: str) -> None:
             log.warning("reconcile %s on %s: %s", rid, server, exc)
 
 
+def _prepare(ctl: Controller, server: str | None, rid: str, epoch: int) -> None:
+    """Ask the owner to flush a range while it still serves (shortens the offline window)."""
+    if server is None:
+        return
+    try:
+        ctl.call(server, {"op": "prepare", "range": rid, "epoch": epoch})
+    except TableError as exc:
+        log.info("prepare %s on %s: %s", rid, server, exc)
+
+
 def move(co: Coordinator, ctl: Controller, rid: str, target: str, reason: str = "manual") -> dict:
     """Move a range: source closes it, the map records the new owner, the target opens it."""
     with co.lock:
@@ -135,6 +145,11 @@ def move(co: Coordinator, ctl: Controller, rid: str, target: str, reason: str = 
         if rec["owner"] == target:
             return {"range": rid, "offline_ms": 0.0}
         source = rec["owner"]
+    _prepare(ctl, source, rid, rec["epoch"])
+    with co.lock:
+        rec = co.pmap.ranges.get(rid)
+        if rec is None or rec["owner"] != source or rec["state"] != "serving":
+            raise TableError("ServerBusy", f"range {rid} changed while preparing its move")
         co.commit(co.pmap.update(rec, state="moving"))
         epoch = rec["epoch"]
         crash_point("move.after_intent", co.cfg.data_dir)
@@ -175,7 +190,10 @@ def split(co: Coordinator, ctl: Controller, rid: str, key: str | None, reason: s
             raise TableError("InvalidInput", f"range {rid} holds fewer than two PartitionKeys")
     if not (rec["low"] < key and (rec["high"] is None or key < rec["high"])):
         raise TableError("InvalidInput", f"split key {key!r} is not strictly inside {rid}")
+    _prepare(ctl, owner, rid, rec["epoch"])
     with co.lock:
+        if co.pmap.ranges.get(rid) is not rec or rec["state"] != "serving":
+            raise TableError("ServerBusy", f"range {rid} changed while preparing its split")
         left = co.pmap.new_range(rec["table"], rec["low"], key, owner, rec["epoch"] + 1)
         right = co.pmap.new_range(rec["table"], key, rec["high"], owner, rec["epoch"] + 1)
         puts, dels = co.pmap.update(rec, state="splitting")

@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 RETRY_CODES = frozenset({"NotOwner", "RangeBusy"})
 COORDINATOR_OPS = frozenset(
     {"create_table", "delete_table", "list_tables", "get_table", "split", "move", "merge", "events", "servers",
-     "status"}
+     "status", "get_acl", "set_acl", "get_service_properties", "set_service_properties"}
 )
 MAX_PAGE = 1000
 TABLE_WAIT_ATTEMPTS = 5  # how often a request for an unknown table waits for a fresher map
@@ -139,7 +139,7 @@ class Handler:
         self.fe.send_ps(p, route.endpoint, body, ("scan", hi))
 
     def _finish_query(self, p: Pending, cur: QueryCursor) -> None:
-        self.fe.reply(p, protocol.ok({"entities": cur.results, "next": cur.token()}))
+        self.fe.reply_ok(p, {"entities": cur.results, "next": cur.token()})
 
     # --- answers ------------------------------------------------------------------------------
 
@@ -170,7 +170,7 @@ class Handler:
         if op in ("create_table", "delete_table") and "error" not in reply:
             self.fe.refresh_map(force=True)
         if op == "list_tables" and "error" not in reply:
-            self.fe.reply(p, protocol.ok(self._page_tables(p.req, reply["ok"]["tables"])))
+            self.fe.reply_ok(p, self._page_tables(p.req, reply["ok"]["tables"]))
             return
         self.fe.reply(p, raw)
 

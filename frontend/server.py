@@ -98,6 +98,10 @@ class Frontend:
             p.done = True
             self.router.send_multipart([p.ident, p.rid, body], copy=False)
 
+    def reply_ok(self, p: Pending, result: Any) -> None:
+        """Answer the client with a success result."""
+        self.reply(p, protocol.ok(result))
+
     def fail(self, p: Pending, exc: TableError) -> None:
         """Answer the client with an error."""
         self.reply(p, protocol.error(exc))

@@ -63,8 +63,9 @@ def split_store(
 
     Meta keys (last Timestamp, request records) stay in both halves. ``db`` itself is not changed.
     """
-    if os.path.abspath(left_path) == os.path.abspath(right_path):
-        raise ValueError("left and right paths must differ")
+    paths = {os.path.realpath(p) for p in (left_path, right_path, db.path())}
+    if len(paths) != 3:
+        raise ValueError("split outputs must be two new directories, distinct from the store's own")
     _prepare_output(left_path)
     _prepare_output(right_path)
     db.flush(True)  # memtables to SSTs, so both checkpoints are hard links only
@@ -89,6 +90,8 @@ def merge_stores(left_path: str, right_path: str, out_path: str) -> None:
     """Write ``out_path`` = left ∪ right (entities and request records; last Timestamp = max)."""
     if not os.path.isdir(left_path) or not os.path.isdir(right_path):
         raise FileNotFoundError(f"merge inputs missing: {left_path}, {right_path}")
+    if len({os.path.realpath(p) for p in (left_path, right_path, out_path)}) != 3:
+        raise ValueError("merge output must be a new directory, distinct from both inputs")
     _prepare_output(out_path)
     ldb = open_range_db(left_path, create=False)
     try:

@@ -27,9 +27,9 @@ from typing import Any
 import msgpack
 import rocksdict
 
+from partition_server.range_ops import MAX_BATCH_BYTES, check_batch_shape, prepare_op
 from partition_server.storage import open_range_db
-from rangetable.edm import UNIX_EPOCH_TICKS, Entity, etag_from_ticks, ticks_from_etag
-from rangetable.entity import validate_entity
+from rangetable.edm import UNIX_EPOCH_TICKS, Entity
 from rangetable.errors import TableError
 from rangetable.keys import META_PREFIX, encode_key
 
@@ -37,8 +37,6 @@ META_TS = META_PREFIX + b"ts"
 REQ_PREFIX = META_PREFIX + b"req/"
 REQT_PREFIX = META_PREFIX + b"reqt/"
 REQT_END = META_PREFIX + b"reqt0"  # b"/" + 1
-MAX_BATCH_OPS = 100
-MAX_BATCH_BYTES = 4 << 20
 PURGE_EVERY = 1000  # request-id writes between age-based purges
 PURGE_MAX_DELETES = 5000
 
@@ -305,76 +303,6 @@ class RangeStore:
 
     # --- writes ------------------------------------------------------------------------------
 
-    def _check_if_match(self, if_match: Any) -> str | None:
-        """The ETag to compare, or None for an unconditional ("*" or absent) write."""
-        if if_match is None or if_match == "*":
-            return None
-        if type(if_match) is not str:
-            raise TableError("InvalidInput", f"The etag value {if_match!r} is not valid.")
-        try:
-            ticks_from_etag(if_match)
-        except ValueError:
-            raise TableError("InvalidInput", f"The etag value {if_match!r} is not valid.") from None
-        return if_match
-
-    def _prepare(self, op: dict, ts: int) -> tuple[bytes, bytes | None, Entity | None]:
-        """Evaluate one op against the current state: (key, new value or None to delete, result)."""
-        try:
-            kind = op["op"]
-            pk = op["pk"]
-            rk = op["rk"]
-        except (KeyError, TypeError):
-            raise TableError("InvalidInput", "An operation needs 'op', 'pk' and 'rk'.") from None
-        if kind == "insert_or_replace":
-            props = op.get("props")
-            if props is None:
-                props = {}
-            validate_entity(pk, rk, props)
-            return encode_key(pk, rk), _packb([ts, props]), Entity(pk, rk, ts, props)
-        if kind == "insert":
-            props = op.get("props")
-            if props is None:
-                props = {}
-            validate_entity(pk, rk, props)
-            key = encode_key(pk, rk)
-            if self._db.get(key) is not None:
-                raise TableError("EntityAlreadyExists")
-            return key, _packb([ts, props]), Entity(pk, rk, ts, props)
-        if kind == "delete":
-            validate_entity(pk, rk, {})
-            etag = self._check_if_match(op.get("if_match"))
-            key = encode_key(pk, rk)
-            cur = self._db.get(key)
-            if cur is None:
-                raise TableError("ResourceNotFound")
-            if etag is not None and etag != etag_from_ticks(_unpackb(cur)[0]):
-                raise TableError("UpdateConditionNotSatisfied")
-            return key, None, None
-        if kind not in ("replace", "merge", "insert_or_merge"):
-            raise TableError("InvalidInput", f"Unknown operation {kind!r}.")
-        props = op.get("props")
-        if props is None:
-            props = {}
-        validate_entity(pk, rk, props)
-        key = encode_key(pk, rk)
-        etag = None
-        if kind == "insert_or_merge":
-            cur = self._db.get(key)
-        else:
-            etag = self._check_if_match(op.get("if_match"))
-            cur = self._db.get(key)
-            if cur is None:
-                raise TableError("ResourceNotFound")
-        if cur is not None:
-            cts, cprops = _unpackb(cur)
-            if etag is not None and etag != etag_from_ticks(cts):
-                raise TableError("UpdateConditionNotSatisfied")
-            if kind != "replace" and cprops:
-                cprops.update(props)
-                props = cprops
-                validate_entity(pk, rk, props)
-        return key, _packb([ts, props]), Entity(pk, rk, ts, props)
-
     def _next_ts(self) -> int:
         ts = self.clock()
         last = self._last_ts
@@ -445,10 +373,14 @@ class RangeStore:
         self._req_count = count
 
     def write(self, op: dict, request_id: str | None = None) -> Entity | None:
-        """Apply one entity operation (see the module of the partition server for the op dict).
+        """Apply one entity operation ``{"op", "pk", "rk", "props", "if_match"}``.
 
-        Returns the entity as written (with its new Timestamp), None for a delete. Raises TableError
-        with Azure's code. With ``request_id``, a repeated call returns the first call's answer.
+        ``op`` is insert | replace | merge | delete | insert_or_replace | insert_or_merge; ``props``
+        are typed props (not for delete); ``if_match`` None | "*" | an ETag (replace, merge and
+        delete only; None counts as "*"). Returns the entity as written (with its new Timestamp),
+        None for a delete. Raises TableError with Azure's code (EntityAlreadyExists,
+        ResourceNotFound, UpdateConditionNotSatisfied, InvalidInput, validation codes). With
+        ``request_id``, a repeated call returns the first call's answer without applying it again.
         """
         with self._lock:
             rid = stale = None
@@ -458,7 +390,7 @@ class RangeStore:
                 if prev is not _MISSING:
                     return prev
             ts = self._next_ts()
-            key, value, ent = self._prepare(op, ts)
+            key, value, ent = prepare_op(self._db.get, op, ts)
             wb = rocksdict.WriteBatch(raw_mode=True)
             if value is None:
                 wb.delete(key)
@@ -481,14 +413,15 @@ class RangeStore:
                 prev, stale = self._lookup(rid)
                 if prev is not _MISSING:
                     return prev
-            self._check_batch_shape(ops)
+            check_batch_shape(ops)
             ts = self._next_ts()
+            get = self._db.get
             wb = rocksdict.WriteBatch(raw_mode=True)
             results: list[Entity | None] = []
             size = 0
             for i, op in enumerate(ops):
                 try:
-                    key, value, ent = self._prepare(op, ts)
+                    key, value, ent = prepare_op(get, op, ts)
                 except TableError as e:
                     if e.index is None:
                         raise TableError(e.error_code, e.message, index=i) from None
@@ -507,41 +440,6 @@ class RangeStore:
             payload = [_to_wire(e) for e in results] if rid is not None else None
             self._commit(wb, ts, rid, "b", payload, stale)
             return results
-
-    @staticmethod
-    def _check_batch_shape(ops: list[dict]) -> None:
-        """Count, single partition and unique rows; raises TableError naming the offending op."""
-        if not isinstance(ops, list):
-            raise TableError("InvalidInput", "A batch is a list of operations.")
-        if len(ops) > MAX_BATCH_OPS:
-            raise TableError(
-                "InvalidInput",
-                "The batch request operation exceeds the maximum 100 changes per change set.",
-                index=0,
-            )
-        seen: set[str] = set()
-        pk0 = None
-        for i, op in enumerate(ops):
-            try:
-                pk = op["pk"]
-                rk = op["rk"]
-            except (KeyError, TypeError):
-                raise TableError("InvalidInput", "An operation needs 'op', 'pk' and 'rk'.", index=i) from None
-            if i == 0:
-                pk0 = pk
-            elif pk != pk0:
-                raise TableError("CommandsInBatchActOnDifferentPartitions", index=i)
-            if rk in seen:
-                raise TableError(
-                    "InvalidDuplicateRow",
-                    f"A command with RowKey '{rk}' is already present in the batch. "
-                    "An operation can only be present once in a batch request.",
-                    index=i,
-                )
-            try:
-                seen.add(rk)
-            except TypeError:
-                raise TableError("InvalidInput", "The RowKey must be a string.", index=i) from None
 
     # --- split / merge (see range_split.py) ---------------------------------------------------
 

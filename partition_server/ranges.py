@@ -77,7 +77,7 @@ class Served:
 class RangeSet:
     """Ranges open in this process, keyed by range id."""
 
-    CONTROL_OPS = frozenset({"load", "unload", "split", "split_key", "merge", "destroy", "status"})
+    CONTROL_OPS = frozenset({"load", "unload", "prepare", "split", "split_key", "merge", "destroy", "status"})
     DATA_OPS = frozenset({"get", "write", "batch", "scan"})
 
     def __init__(self, data_dir: str, *, sync: bool = False, scan_budget_ms: int = 200,
@@ -108,6 +108,11 @@ class RangeSet:
             return self.merge(req["left"], req["right"], req["out"])
         if op == "destroy":
             return self.destroy(req["range"])
+        if op == "prepare":
+            # Flush while still serving, so the offline window of the move or split that follows
+            # only has a small memtable to flush and replay.
+            self._served(req["range"], int(req.get("epoch", -1))).store.flush()
+            return None
         if op == "split_key":
             return self._served(req["range"], int(req.get("epoch", -1))).store.split_key()
         return self.report()
@@ -154,7 +159,7 @@ class RangeSet:
             if rec["id"] in self.open:
                 self.unload(rec["id"])
         t0 = time.monotonic()
-        served.store.split(key, self._path(left), self._path(right))
+        served.store.split(key, self._path(left), self._path(right), compact=False)
         crash_point("ps.split.after_split", self.data_dir)
         self.unload(rid)
         for rec in (left, right):

@@ -36,7 +36,7 @@ class Cluster:
     def start(self) -> Cluster:
         """Start the cluster and wait until it serves."""
         argv = [sys.executable, "-m", "cli.main", "up", "--detach", "--data-dir", self.data_dir,
-                "--native-port", "0", "--servers", str(self.servers), "--frontends", str(self.frontends),
+                "--native-port", "0", "--http-port", "0", "--servers", str(self.servers), "--frontends", str(self.frontends),
                 *self.extra]
         env = {**os.environ, **self.env} if self.env else None
         out = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=90, env=env)
@@ -57,6 +57,16 @@ class Cluster:
     def native(self) -> str:
         """The first frontend's native endpoint."""
         return self.doc["native"]
+
+    @property
+    def http(self) -> str:
+        """The first HTTP frontend's account URL (``http://127.0.0.1:PORT/devstoreaccount1``)."""
+        return self.doc["http"]
+
+    @property
+    def connection_string(self) -> str:
+        """The Azure SDK connection string of the first HTTP frontend."""
+        return self.doc["connection_string"]
 
     @property
     def coordinator(self) -> str:

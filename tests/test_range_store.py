@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 import rocksdict
 
-from partition_server.range_store import RangeStore
+from partition_server import range_store
+from partition_server.range_store import REQ_PREFIX, RangeStore
 from partition_server.storage import StorageConfigError, open_range_db, repair_config
 from rangetable.edm import BINARY, INT32, STRING, etag_from_ticks
 from rangetable.errors import TableError
@@ -148,21 +149,30 @@ def test_merge_keeps_unmentioned_and_replace_drops_them(store):
 def test_merge_result_is_validated(store):
     store.write({"op": "insert", "pk": "p", "rk": "r", "props": P(**{f"a{i}": i for i in range(200)})})
     more = P(**{f"b{i}": i for i in range(60)})
-    assert err(store.write, {"op": "merge", "pk": "p", "rk": "r", "props": more}).error_code == "TooManyProperties"
+    assert (
+        err(store.write, {"op": "merge", "pk": "p", "rk": "r", "props": more}).error_code
+        == "TooManyProperties"
+    )
     assert len(store.get("p", "r").props) == 200
 
 
 def test_bad_ops(store):
     assert err(store.write, {"op": "upsert", "pk": "p", "rk": "r", "props": {}}).error_code == "InvalidInput"
     assert err(store.write, {"op": "insert", "rk": "r"}).error_code == "InvalidInput"
-    assert err(store.write, {"op": "insert", "pk": "a/b", "rk": "r", "props": {}}).error_code == "InvalidInput"
+    assert (
+        err(store.write, {"op": "insert", "pk": "a/b", "rk": "r", "props": {}}).error_code == "InvalidInput"
+    )
     bad = {"op": "insert", "pk": "p", "rk": "r", "props": {"x": [INT32, "nope"]}}
     assert err(store.write, bad).error_code == "InvalidValueType"
     assert store.get("p", "r") is None
 
 
 def test_types_round_trip(store, tmp_path):
-    props = {"s": [STRING, "é"], "b": [BINARY, b"\x00\xff"], "g": [6, "0" * 8 + "-0000-0000-0000-" + "0" * 12]}
+    props = {
+        "s": [STRING, "é"],
+        "b": [BINARY, b"\x00\xff"],
+        "g": [6, "0" * 8 + "-0000-0000-0000-" + "0" * 12],
+    }
     store.write({"op": "insert", "pk": "p", "rk": "r", "props": props})
     e = store.get("p", "r")
     assert e.props == props and type(e.props["b"][1]) is bytes and type(e.props["g"][1]) is str
@@ -256,15 +266,26 @@ def test_request_id_retry_returns_original_result(tmp_path):
     s.close()
 
 
-def test_request_window_is_bounded(tmp_path):
+def _request_records(s: RangeStore) -> int:
+    return sum(1 for k in s._db.keys(from_key=REQ_PREFIX) if k.startswith(REQ_PREFIX))
+
+
+def test_request_window_is_bounded(tmp_path, monkeypatch):
     now = [10**17]
     s = RangeStore.open(tmp_path / "r", request_window_max=3, request_window_s=60, clock=lambda: now[0])
     for i in range(5):
         s.write(ins("p", str(i)), request_id=f"id{i}")
+    assert _request_records(s) == 3
     assert err(s.write, ins("p", "0"), request_id="id0").error_code == "EntityAlreadyExists"  # evicted
     assert s.write(ins("p", "4"), request_id="id4").rk == "4"
     now[0] += 61 * 10**7
     assert err(s.write, ins("p", "4"), request_id="id4").error_code == "EntityAlreadyExists"  # expired
+    monkeypatch.setattr(range_store, "PURGE_EVERY", 1)
+    s.write(ins("p", "5"), request_id="id5")  # the age-based purge drops every expired record
+    assert _request_records(s) == 1
+    s.close()
+    s = RangeStore.open(tmp_path / "r")
+    assert s.stats()["entities"] >= 0 and s._req_count == 1
     s.close()
 
 
@@ -288,7 +309,9 @@ def test_scan_bounds_predicate_select_limit(filled):
     assert nxt is None and (got[0].pk, got[0].rk) == ("p3", "r10") and got[-1].pk == "p4" and len(got) == 50
     pred = lambda pk, rk, ts, props: props.get("n", [0, -1])[1] % 7 == 0  # noqa: E731
     got, _ = s.scan(b"", None, pred, select=["n", "missing"])
-    assert [e.props["n"][1] for e in got] == [n for n in (p * 100 + r for p in range(10) for r in range(30)) if n % 7 == 0]
+    assert [e.props["n"][1] for e in got] == [
+        n for n in (p * 100 + r for p in range(10) for r in range(30)) if n % 7 == 0
+    ]
     assert all(set(e.props) == {"n"} and e.ts > 0 for e in got)
     page, nxt = s.scan(b"", None, limit=10)
     assert len(page) == 10 and nxt == encode_key("p0", "r10")
@@ -312,7 +335,10 @@ def test_scan_resumes_without_gaps_or_duplicates(filled, kw):
 def test_stats(store):
     assert store.stats()["entities"] == 0
     for i in range(20):
-        ops = [{"op": "insert", "pk": f"p{i}", "rk": str(r), "props": {"b": [BINARY, os.urandom(100)]}} for r in range(50)]
+        ops = [
+            {"op": "insert", "pk": f"p{i}", "rk": str(r), "props": {"b": [BINARY, os.urandom(100)]}}
+            for r in range(50)
+        ]
         store.batch(ops)
     for i in range(100):
         store.write(ins("q", str(i)), request_id=str(i))
@@ -376,6 +402,8 @@ def test_split_and_merge(tmp_path, store):
 def test_split_checkpoints_are_hard_links(tmp_path, store):
     for p in "abcd":
         store.batch([ins(p, str(i)) for i in range(50)])
+    with pytest.raises(ValueError):
+        store.split("c", tmp_path / "L", store.path)
     store.split("c", tmp_path / "L", tmp_path / "R", compact=False)
     source = _sst_files(store.path)
     assert source and all(f.stat().st_nlink == 3 for f in source)
@@ -410,7 +438,9 @@ def test_close_releases_lock_in_process_and_for_a_subprocess(tmp_path):
         "import sys; from partition_server.range_store import RangeStore;"
         "s = RangeStore.open(sys.argv[1]); print(len(s.scan(b'', None)[0])); s.close()"
     )
-    out = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True, text=True, cwd=REPO, timeout=60)
+    out = subprocess.run(
+        [sys.executable, "-c", code, str(path)], capture_output=True, text=True, cwd=REPO, timeout=60
+    )
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "100"
     assert re.search("LOCK", out.stderr) is None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import tempfile
 from pathlib import Path
@@ -10,10 +11,12 @@ import hypothesis.strategies as st
 from hypothesis import HealthCheck, settings
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from partition_server.range_store import RangeStore
+from partition_server.range_store import RangeStore, wall_ticks
 from rangetable.edm import INT32, STRING, etag_from_ticks
 from rangetable.errors import TableError
 
+# A tmpfs keeps the many opens, checkpoints and fsyncs of this logic test off a busy disk.
+SCRATCH = "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
 PKS = ["a", "b", "c", "d", "e"]
 RKS = ["1", "2", "3"]
 OPS = ["insert", "replace", "merge", "delete", "insert_or_replace", "insert_or_merge"]
@@ -21,7 +24,9 @@ NEVER_ETAG = etag_from_ticks(630000000000000000)
 
 props_st = st.dictionaries(
     st.sampled_from(["x", "y", "z"]),
-    st.one_of(st.integers(-5, 5).map(lambda v: [INT32, v]), st.text("ab", max_size=3).map(lambda v: [STRING, v])),
+    st.one_of(
+        st.integers(-5, 5).map(lambda v: [INT32, v]), st.text("ab", max_size=3).map(lambda v: [STRING, v])
+    ),
     max_size=3,
 )
 if_match_st = st.sampled_from(["none", "star", "right", "wrong"])
@@ -30,12 +35,17 @@ if_match_st = st.sampled_from(["none", "star", "right", "wrong"])
 class RangeStoreMachine(RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
-        self.root = Path(tempfile.mkdtemp(prefix="rt-stateful-"))
+        self.root = Path(tempfile.mkdtemp(prefix="rt-stateful-", dir=SCRATCH))
         self.gen = 0
+        self.n_req = 0
         # (low pk inclusive or None, high pk exclusive or None, store, last ts seen in its lineage)
         self.ranges: list[list] = [[None, None, RangeStore.open(self._path()), 0]]
         self.model: dict[tuple[str, str], tuple[int, dict]] = {}
         self.last_req: tuple | None = None  # (method, pk, request id, argument, result) to retry
+
+    def _rid(self) -> str:
+        self.n_req += 1
+        return f"req-{self.n_req}"
 
     def _path(self) -> Path:
         self.gen += 1
@@ -77,14 +87,20 @@ class RangeStoreMachine(RuleBasedStateMachine):
         assert ts > r[3]
         r[3] = ts
 
-    @rule(kind=st.sampled_from(OPS), pk=st.sampled_from(PKS), rk=st.sampled_from(RKS), props=props_st, im=if_match_st)
+    @rule(
+        kind=st.sampled_from(OPS),
+        pk=st.sampled_from(PKS),
+        rk=st.sampled_from(RKS),
+        props=props_st,
+        im=if_match_st,
+    )
     def write(self, kind, pk, rk, props, im):
         op = {"op": kind, "pk": pk, "rk": rk, "if_match": self._if_match(im, (pk, rk))}
         if kind != "delete":
             op["props"] = props
         want, new = self._expect(op)
         r = self._range_of(pk)
-        rid = f"w{self.gen}-{len(self.model)}-{r[3]}"
+        rid = self._rid()
         try:
             res = r[2].write(op, request_id=rid)
         except TableError as e:
@@ -120,7 +136,7 @@ class RangeStoreMachine(RuleBasedStateMachine):
         fail = next((i for i, (e, _) in enumerate(expected) if e), None)
         r = self._range_of(pk)
         before = r[2].last_ts
-        rid = f"b{self.gen}-{before}"
+        rid = self._rid()
         try:
             res = r[2].batch(ops, request_id=rid)
         except TableError as e:
@@ -181,8 +197,9 @@ class RangeStoreMachine(RuleBasedStateMachine):
 
     @rule(back=st.integers(1, 10**9))
     def clock_goes_back(self, back):
+        # Up to 100 s behind the wall clock (request records stay inside their 600 s window).
         for r in self.ranges:
-            r[2].clock = lambda b=back, s=r[2]: s.last_ts - b
+            r[2].clock = lambda b=back: wall_ticks() - b
 
     @invariant()
     def contents_match_model(self):

@@ -308,7 +308,9 @@ def check_key(
     deadline = t0 + timeout_s
     best_depth, best_op, best_states, best_tail = -1, -1, set(), []
     steps = 0
-    entry = nxt[0]
+    # Each node first tries the definite ops that may go next (phase 0), then the unknown ones (phase
+    # 1), so the first visit of a (definite set, state) pair tends to spend the fewest unknown ops.
+    entry, phase = nxt[0], 0
     while remaining:
         steps += 1
         if not steps & 1023 and (time.monotonic() > deadline or n_states > max_states):
@@ -319,7 +321,7 @@ def check_key(
             return KeyResult(key, "timeout", text, n, n_states, time.monotonic() - t0)
         i = node_op[entry]
         if is_call[entry]:
-            if earlier[i] & ~ul:
+            if definite[i] == phase or earlier[i] & ~ul:
                 entry = nxt[entry]
                 continue
             new = _step(scodes[i], state, values[i], expects[i])
@@ -349,9 +351,12 @@ def check_key(
                             prv[nxt[x]] = prv[x]
                     if definite[i]:
                         remaining -= 1
-                    entry = nxt[0]
+                    entry, phase = nxt[0], 0
                     continue
             entry = nxt[entry]
+            continue
+        if not phase:  # definite candidates exhausted: now try applying unknown ops
+            entry, phase = nxt[0], 1
             continue
         # A return whose op is not linearized yet: dead end, backtrack.
         depth = n_def - remaining
@@ -372,7 +377,7 @@ def check_key(
             if x >= 0:
                 nxt[prv[x]] = x
                 prv[nxt[x]] = x
-        entry = nxt[call_node[j]]
+        entry, phase = nxt[call_node[j]], 0 if definite[j] else 1
     elapsed = time.monotonic() - t0
     if not remaining:
         return KeyResult(key, "ok", "", n, n_states, elapsed)

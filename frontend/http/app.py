@@ -1,0 +1,282 @@
+"""The ASGI app of the HTTP frontend: Azure Table REST on top of the frontend's Handler.
+
+Framework-free: one callable reads the request (body capped at 4 MiB), parses the URL
+(:mod:`frontend.http.urls`), authenticates (:mod:`frontend.http.security`), runs the operation
+(:mod:`frontend.http.ops`) through :class:`frontend.aio.AioFrontend`, and writes the response with
+the standard headers (``x-ms-request-id``, ``x-ms-version``, ``Date``, the client request id echo,
+CORS). Errors become Azure's error bodies — ``odata.error`` JSON for OData operations, XML for the
+others — with ``x-ms-error-code``; nothing a client sends produces a 5xx or a stack trace.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from email.utils import formatdate
+from typing import Any
+
+from frontend.http import odata, ops
+from frontend.http.security import Security
+from frontend.http.urls import Resource, parse_query, parse_resource
+from rangetable.errors import TableError
+
+log = logging.getLogger("rangetable.http")
+
+MAX_BODY = 4 * 1024 * 1024  # larger bodies get 413 RequestBodyTooLarge
+DRAIN_LIMIT = 64 * 1024 * 1024  # beyond this we stop reading and answer at once
+DEFAULT_VERSION = "2019-02-02"
+KNOWN_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "MERGE", "PATCH", "DELETE", "OPTIONS"})
+XMETHODS = frozenset({"GET", "MERGE", "PATCH", "DELETE"})
+PROPS_TTL_S = 5.0
+
+_date_cache: list[Any] = [0, b""]
+
+
+def http_date() -> bytes:
+    """The current time as RFC 1123 (cached per second)."""
+    now = int(time.time())
+    if _date_cache[0] != now:
+        _date_cache[0] = now
+        _date_cache[1] = formatdate(now, usegmt=True).encode()
+    return _date_cache[1]
+
+
+def iso_now() -> str:
+    """The current time as Azure prints it in error messages."""
+    t = time.time()
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(t)) + f".{int(t % 1 * 1e7):07d}Z"
+
+
+class Request:
+    """One HTTP request as the operations see it."""
+
+    __slots__ = ("method", "raw_path", "query_string", "query", "headers", "host", "scheme", "body",
+                 "request_id", "version", "res", "auth", "xml_errors", "level", "cors_rule", "client_ip")
+
+    def __init__(self, scope: dict) -> None:
+        self.method: str = scope["method"].upper()
+        raw = scope.get("raw_path")
+        self.raw_path: str = raw.decode("latin-1").split("?", 1)[0] if raw else scope["path"]
+        qs = scope.get("query_string") or b""
+        self.query_string: str = qs.decode("latin-1")
+        self.headers: dict[str, str] = {}
+        xm = 0
+        for k, v in scope["headers"]:
+            name = k.decode("latin-1").lower()
+            if name == "x-http-method":
+                xm += 1
+            self.headers[name] = v.decode("latin-1")
+        if xm > 1:
+            self.headers["x-http-method"] = "\x00multiple"
+        self.host: str = self.headers.get("host") or "127.0.0.1"
+        self.scheme: str = scope.get("scheme") or "http"
+        client = scope.get("client")
+        self.client_ip: str | None = client[0] if client else None
+        self.body = b""
+        self.request_id = str(uuid.uuid4())
+        self.version = self.headers.get("x-ms-version") or DEFAULT_VERSION
+        self.query: dict[str, list[str]] = {}
+        self.res: Resource | None = None
+        self.auth: Any = None
+        self.xml_errors = False
+        self.level = odata.MINIMAL
+        self.cors_rule: dict | None = None
+
+    def param(self, name: str) -> str | None:
+        """The first value of a query parameter."""
+        v = self.query.get(name)
+        return v[0] if v else None
+
+    @property
+    def base(self) -> str:
+        """The account's base URL as the client addressed it (for odata.metadata links)."""
+        assert self.res is not None
+        if self.raw_path.lstrip("/").split("/", 1)[0] == self.res.account or not self.res.account:
+            return f"{self.scheme}://{self.host}/{self.res.account}"
+        return f"{self.scheme}://{self.host}"
+
+
+class Response:
+    """What an operation answers."""
+
+    __slots__ = ("status", "headers", "body")
+
+    def __init__(self, status: int, headers: list[tuple[bytes, bytes]] | None = None, body: bytes = b"") -> None:
+        self.status = status
+        self.headers = headers if headers is not None else []
+        self.body = body
+
+
+class RestApp:
+    """The ASGI callable. ``fe`` is an :class:`frontend.aio.AioFrontend` (started on lifespan startup)."""
+
+    def __init__(self, fe: Any, accounts: list[str] | None = None, own_frontend: bool = True) -> None:
+        self.fe = fe
+        self.own_frontend = own_frontend
+        self.security = Security(accounts or [], self._fetch_acl)
+        self._props: tuple[float, dict] | None = None
+
+    # --- shared state ---------------------------------------------------------------------------
+
+    async def _fetch_acl(self, table: str) -> dict:
+        res = await self.fe.request({"op": "get_acl", "table": table})
+        return (res or {}).get("policies") or {}
+
+    async def service_properties(self, fresh: bool = False) -> dict:
+        """The service properties (cached for a few seconds)."""
+        now = time.monotonic()
+        if not fresh and self._props is not None and now - self._props[0] < PROPS_TTL_S:
+            return self._props[1]
+        try:
+            res = await self.fe.request({"op": "get_service_properties"})
+        except TableError as exc:
+            if self._props is not None and exc.retriable:
+                return self._props[1]
+            raise
+        props = (res or {}).get("properties") if isinstance(res, dict) else {}
+        self._props = (now, props or {})
+        return self._props[1]
+
+    def forget_properties(self) -> None:
+        """Drop the cached service properties (after a Set through this frontend)."""
+        self._props = None
+
+    # --- ASGI -----------------------------------------------------------------------------------
+
+    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+        kind = scope["type"]
+        if kind == "http":
+            await self._http(scope, receive, send)
+        elif kind == "lifespan":
+            await self._lifespan(receive, send)
+
+    async def _lifespan(self, receive: Any, send: Any) -> None:
+        while True:
+            msg = await receive()
+            if msg["type"] == "lifespan.startup":
+                try:
+                    if self.own_frontend:
+                        await self.fe.start()
+                except Exception as exc:  # pragma: no cover - reported to the server
+                    await send({"type": "lifespan.startup.failed", "message": str(exc)})
+                    return
+                await send({"type": "lifespan.startup.complete"})
+            elif msg["type"] == "lifespan.shutdown":
+                if self.own_frontend:
+                    await self.fe.close()
+                await send({"type": "lifespan.shutdown.complete"})
+                return
+
+    async def _read_body(self, rq: Request, receive: Any) -> bool:
+        """Read the body; False when it is over the limit (the error is then already decided)."""
+        declared = rq.headers.get("content-length")
+        if declared is not None:
+            try:
+                n = int(declared)
+            except ValueError:
+                raise TableError("InvalidHeaderValue", "The Content-Length header is not valid.") from None
+            if n > DRAIN_LIMIT:
+                return False
+        chunks = []
+        size = 0
+        too_big = False
+        while True:
+            msg = await receive()
+            if msg["type"] != "http.request":
+                break
+            chunk = msg.get("body", b"")
+            size += len(chunk)
+            if size > MAX_BODY:
+                too_big = True
+                if size > DRAIN_LIMIT:
+                    return False
+            elif chunk:
+                chunks.append(chunk)
+            if not msg.get("more_body", False):
+                break
+        if too_big:
+            return False
+        rq.body = chunks[0] if len(chunks) == 1 else b"".join(chunks)
+        return True
+
+    async def _http(self, scope: dict, receive: Any, send: Any) -> None:
+        try:
+            rq = Request(scope)
+        except Exception:  # undecodable scope: answer something sane
+            await send({"type": "http.response.start", "status": 400, "headers": []})
+            await send({"type": "http.response.body", "body": b""})
+            return
+        try:
+            if not await self._read_body(rq, receive):
+                raise TableError("RequestBodyTooLarge")
+            resp = await self._dispatch(rq)
+        except TableError as exc:
+            resp = self.error_response(rq, exc)
+        except Exception as exc:
+            log.exception("request %s %s failed", rq.method, rq.raw_path)
+            resp = self.error_response(rq, TableError("InternalError", f"{type(exc).__name__}"))
+        await self._send(rq, resp, send)
+
+    async def _send(self, rq: Request, resp: Response, send: Any) -> None:
+        h = resp.headers
+        h.append((b"x-ms-request-id", rq.request_id.encode()))
+        h.append((b"x-ms-version", rq.version.encode("latin-1", "replace")))
+        h.append((b"date", http_date()))
+        crid = rq.headers.get("x-ms-client-request-id")
+        if crid is not None:
+            h.append((b"x-ms-client-request-id", crid[:1024].encode("latin-1", "replace")))
+        if rq.cors_rule is not None:
+            h.extend(ops.cors_headers(rq.cors_rule, rq.headers.get("origin", "")))
+        body = b"" if rq.method == "HEAD" else resp.body
+        h.append((b"content-length", str(len(resp.body)).encode()))
+        await send({"type": "http.response.start", "status": resp.status, "headers": h})
+        await send({"type": "http.response.body", "body": body})
+
+    def error_response(self, rq: Request, exc: TableError, detail: str | None = None) -> Response:
+        """An Azure error response (JSON ``odata.error`` or XML ``<Error>``)."""
+        status = exc.status_code
+        if exc.error_code in ("NotOwner", "RangeBusy"):
+            exc, status = TableError("ServerBusy", exc.message), 503
+        headers = [(b"x-ms-error-code", exc.error_code.encode())]
+        if rq.xml_errors or exc.error_code.startswith(("Authentication", "Authorization")) \
+                or exc.error_code in ("InvalidXmlDocument", "CorsPreflightFailure"):
+            body = odata.error_xml(exc, rq.request_id, iso_now(), detail or getattr(exc, "detail", None))
+            headers.append((b"content-type", b"application/xml"))
+        else:
+            body = odata.error_json(exc, rq.request_id, iso_now())
+            headers.append((b"content-type", odata.CONTENT_TYPES[odata.MINIMAL]))
+            headers.append((b"dataserviceversion", b"3.0;"))
+        if exc.retriable:
+            headers.append((b"retry-after", b"1"))
+        return Response(status, headers, body)
+
+    # --- dispatch -------------------------------------------------------------------------------
+
+    async def _dispatch(self, rq: Request) -> Response:
+        method = rq.method
+        if method not in KNOWN_METHODS:
+            raise TableError("MethodNotAllowed", f"The HTTP verb {method!r} is not supported.")
+        xm = rq.headers.get("x-http-method")
+        if xm is not None:
+            if xm == "\x00multiple":
+                raise TableError("XMethodIncorrectCount")
+            if method != "POST":
+                raise TableError("XMethodNotUsingPost")
+            if xm.upper() not in XMETHODS:
+                raise TableError("XMethodIncorrectValue")
+            method = xm.upper()
+        rq.query = parse_query(rq.query_string)
+        res = rq.res = parse_resource(rq.raw_path, rq.query, rq.host)
+        comp = rq.param("comp")
+        rq.xml_errors = res.kind == "service" or comp is not None
+        if method == "OPTIONS":
+            return await ops.preflight(self, rq)
+        if res.kind != "service" and comp is None and res.kind != "batch":
+            rq.level = odata.metadata_level(rq.headers.get("accept"), rq.param("$format"))
+        rq.auth = await self.security.authenticate(rq.method, rq.raw_path, rq.query, rq.headers, res.table,
+                                                   rq.scheme, rq.client_ip)
+        if "origin" in rq.headers:
+            rq.cors_rule = await ops.cors_rule_for(self, rq, method)
+        handler = ops.route(res, method, comp)
+        return await handler(self, rq)

@@ -1,0 +1,153 @@
+"""``POST /$batch`` — entity group transactions (reference §6).
+
+The changeset's operations become one native ``batch`` request (one RocksDB WriteBatch on the
+partition server: all or nothing). The answer is always 202 with a multipart body unless the whole
+request is unusable (malformed multipart, no operation, authentication, > 4 MiB, server busy): an
+operation that fails is reported as the changeset's only part, with its status, its Content-ID and
+an ``odata.error`` whose message starts with the operation's 0-based index — what the SDK turns
+into ``TableTransactionError(index=…)``.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
+
+from frontend.http import odata
+from frontend.http.batch import SubRequest, SubResponse, format_batch, parse_batch
+from frontend.http.ops import ODATA_HEADERS, _resp, prefer, write_op
+from frontend.http.security import check
+from frontend.http.urls import Resource, entity_path, parse_query, parse_resource
+from rangetable.errors import TableError
+
+if TYPE_CHECKING:
+    from frontend.http.app import Request, Response, RestApp
+
+_HDRS = [(k.decode(), v.decode()) for k, v in ODATA_HEADERS]
+
+
+def sub_resource(rq: Request, sub: SubRequest) -> Resource:
+    """The resource a batch operation's URL (absolute or relative) addresses."""
+    url = sub.url
+    if "://" in url:
+        parts = urlsplit(url)
+        path, qs, host = parts.path, parts.query, parts.netloc
+    else:
+        path, _, qs = url.partition("?")
+        host = rq.host
+        if not path.startswith("/"):
+            path = f"/{rq.res.account}/{path}"
+    return parse_resource(path, parse_query(qs), host)
+
+
+def _effective_method(sub: SubRequest) -> str:
+    xm = sub.headers.get("x-http-method")
+    if xm is None:
+        return sub.method
+    if sub.method != "POST":
+        raise TableError("XMethodNotUsingPost")
+    if xm.upper() not in ("MERGE", "PATCH", "DELETE", "GET"):
+        raise TableError("XMethodIncorrectValue")
+    return xm.upper()
+
+
+def _error_part(rq: Request, exc: TableError, index: int, content_id: str | None) -> SubResponse:
+    from frontend.http.app import iso_now
+
+    body = odata.error_json(exc, rq.request_id, iso_now(), index)
+    headers = _HDRS + [("Content-Type", odata.CONTENT_TYPES[odata.MINIMAL].decode())]
+    return SubResponse(exc.status_code, headers, body, content_id)
+
+
+def _reply(rq: Request, parts: list[SubResponse], changeset: bool = True) -> Response:
+    ctype, body = format_batch(parts, changeset)
+    return _resp(202, [(b"content-type", ctype.encode()), *ODATA_HEADERS], body)
+
+
+async def _single_get(app: RestApp, rq: Request, sub: SubRequest) -> Response:
+    """A lone GET of one entity outside a changeset."""
+    try:
+        if _effective_method(sub) != "GET":
+            raise TableError("InvalidInput", "Only a GET may appear outside a changeset.")
+        res = sub_resource(rq, sub)
+        if res.kind != "entity":
+            raise TableError("InvalidInput", "A batch query must address one entity.")
+        check(rq.auth, "get", res.table, res.pk, res.rk)
+        level = odata.metadata_level(sub.headers.get("accept"))
+        ent = await app.fe.request({"op": "get", "table": res.table, "pk": res.pk, "rk": res.rk})
+    except TableError as exc:
+        if exc.retriable:
+            raise
+        return _reply(rq, [_error_part(rq, exc, 0, sub.content_id)], changeset=False)
+    prefix = odata.metadata_prefix(level, rq.base, f"{res.table}/@Element")
+    body = odata.entity_text(ent, level, prefix=prefix, base=rq.base, account=res.account, table=res.table)
+    headers = _HDRS + [("Content-Type", odata.CONTENT_TYPES[level].decode()), ("ETag", odata.etag_of(ent[2]))]
+    return _reply(rq, [SubResponse(200, headers, body.encode(), sub.content_id)], changeset=False)
+
+
+async def run_batch(app: RestApp, rq: Request) -> Response:
+    """POST /$batch."""
+    batch = parse_batch(rq.headers.get("content-type"), rq.body)
+    if batch.changeset is None:
+        return await _single_get(app, rq, batch.singles[0])
+    subs = batch.changeset
+    if not subs:
+        raise TableError("InvalidInput", "The changeset contains no operation.")
+    ops: list[dict] = []
+    meta: list[tuple[str | None, str, Resource]] = []  # (prefer, level, resource) per op
+    table: str | None = None
+    for i, sub in enumerate(subs):
+        try:
+            method = _effective_method(sub)
+            if method == "GET":
+                raise TableError("InvalidInput", "A GET may not appear inside a changeset.")
+            res = sub_resource(rq, sub)
+            if res.kind not in ("entities", "entity"):
+                raise TableError("InvalidInput", "A batch operation must address an entity or an entity set.")
+            if res.account != rq.res.account:
+                raise TableError("InvalidInput", "All batch operations must address the batch's account.")
+            if table is None:
+                table = res.table
+            elif res.table.lower() != table.lower():
+                raise TableError("InvalidInput", "All operations of a batch must address the same table.")
+            op = write_op(method, sub.headers, res, sub.body)
+            check(rq.auth, op["op"], res.table, op["pk"], op["rk"])
+            pref = prefer(sub.headers) if op["op"] == "insert" else None
+            level = odata.metadata_level(sub.headers.get("accept"))
+        except TableError as exc:
+            if exc.error_code.startswith(("Authentication", "Authorization")):
+                raise
+            return _reply(rq, [_error_part(rq, exc, i, sub.content_id)])
+        ops.append(op)
+        meta.append((pref, level, res))
+    try:
+        results = await app.fe.request({"op": "batch", "table": table, "ops": ops})
+    except TableError as exc:
+        if exc.retriable or exc.error_code == "RequestBodyTooLarge":
+            raise
+        i = exc.index if exc.index is not None and 0 <= exc.index < len(subs) else 0
+        return _reply(rq, [_error_part(rq, exc, i, subs[i].content_id)])
+    parts = []
+    for sub, op, (pref, level, res), ent in zip(subs, ops, meta, results, strict=True):
+        parts.append(_op_response(rq, sub, op, pref, level, res, ent))
+    return _reply(rq, parts)
+
+
+def _op_response(rq: Request, sub: SubRequest, op: dict, pref: str | None, level: str, res: Resource,
+                 ent: Any) -> SubResponse:
+    headers = list(_HDRS)
+    if ent is None:
+        return SubResponse(204, headers, b"", sub.content_id)
+    headers.append(("ETag", odata.etag_of(ent[2])))
+    if op["op"] != "insert":
+        return SubResponse(204, headers, b"", sub.content_id)
+    link = f"{rq.base}/{entity_path(res.table, ent[0], ent[1])}"
+    headers += [("Location", link), ("DataServiceId", link)]
+    if pref is not None:
+        headers.append(("Preference-Applied", pref))
+    if pref == "return-no-content":
+        return SubResponse(204, headers, b"", sub.content_id)
+    headers.append(("Content-Type", odata.CONTENT_TYPES[level].decode()))
+    prefix = odata.metadata_prefix(level, rq.base, f"{res.table}/@Element")
+    body = odata.entity_text(ent, level, prefix=prefix, base=rq.base, account=res.account, table=res.table)
+    return SubResponse(201, headers, body.encode(), sub.content_id)
