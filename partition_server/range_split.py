@@ -12,9 +12,10 @@ from __future__ import annotations
 import os
 import shutil
 
+import msgpack
 import rocksdict
 
-from partition_server.range_store import META_TS, REQT_END, REQT_PREFIX, pack_meta, unpack_meta
+from partition_server.range_store import DROP_KEY, META_TS, REQT_END, REQT_PREFIX, pack_meta, unpack_meta
 from partition_server.storage import open_range_db
 from rangetable.keys import META_PREFIX
 
@@ -44,13 +45,16 @@ def _checkpoint(db: rocksdict.Rdict, path: str) -> None:
 
 
 def _drop_span(path: str, lo: bytes, hi: bytes, compact: bool) -> None:
-    """Delete the keys ``[lo, hi)`` from the store at ``path`` (and compact that span away)."""
+    """Delete the keys ``[lo, hi)`` from the store at ``path`` and compact that span away, or
+    (``compact=False``) note it under ``DROP_KEY`` for a later ``RangeStore.compact_pending``."""
     db = open_range_db(path, create=False)
     try:
         if lo < hi:
             db.delete_range(lo, hi)
             if compact:
                 db.compact_range(lo or None, hi)
+            else:
+                db.put(DROP_KEY, msgpack.packb([lo, hi]))
         db.flush(True)
     finally:
         db.close()

@@ -6,7 +6,9 @@ Layout (all raw bytes, opened only through :func:`partition_server.storage.open_
 * ``META_TS`` → ``>QQ`` (last Timestamp handed out, number of request records);
 * ``REQ_PREFIX + request_id`` → ``msgpack([ts, kind, result])``, the answer of a write or batch that
   carried a request id (``kind`` "w" or "b"), so a retry gets the same answer without re-applying it;
-* ``REQT_PREFIX + >Q ts + request_id`` → ``b""``, the same records ordered oldest first for purging.
+* ``REQT_PREFIX + >Q ts + request_id`` → ``b""``, the same records ordered oldest first for purging;
+* ``DROP_KEY`` → ``msgpack([lo, hi])`` after ``split(compact=False)``: the span deleted but not yet
+  compacted (size and count estimates stay too high until :meth:`RangeStore.compact_pending`).
 
 Every write is one WriteBatch that carries the entity change, the new ``META_TS`` and any request
 record, so Timestamps stay strictly increasing across restarts and retries stay exactly-once.
@@ -37,6 +39,7 @@ META_TS = META_PREFIX + b"ts"
 REQ_PREFIX = META_PREFIX + b"req/"
 REQT_PREFIX = META_PREFIX + b"reqt/"
 REQT_END = META_PREFIX + b"reqt0"  # b"/" + 1
+DROP_KEY = META_PREFIX + b"drop"  # msgpack [lo, hi]: a span a split dropped but did not compact yet
 PURGE_EVERY = 1000  # request-id writes between age-based purges
 PURGE_MAX_DELETES = 5000
 
@@ -108,7 +111,9 @@ class RangeStore:
         self._wo = rocksdict.WriteOptions()
         self._wo.sync = sync
         self._lock = threading.Lock()
+        self._compact_lock = threading.Lock()
         self._last_ts, self._req_count = unpack_meta(db.get(META_TS))
+        self._drop_pending = db.get(DROP_KEY) is not None
         self._req_writes = 0
         self._ops_total = 0  # WriteBatch entries since open, and how many of them were meta keys:
         self._ops_meta = 0  # used to discount META_TS rewrites still counted in the memtables
@@ -152,9 +157,10 @@ class RangeStore:
         """Close the DB and release its directory LOCK; later calls are no-ops.
 
         Scans and split_key never keep iterators beyond their call, so nothing derived from the DB
-        outlives this and the LOCK is free for another process (or this one) at once.
+        outlives this and the LOCK is free for another process (or this one) at once. Waits for a
+        running :meth:`compact_pending`.
         """
-        with self._lock:
+        with self._compact_lock, self._lock:
             db = self._db
             if db is _CLOSED:
                 return
@@ -163,6 +169,31 @@ class RangeStore:
                 db.close()
             except rocksdict.DbClosedError:
                 pass
+
+    @property
+    def compaction_pending(self) -> bool:
+        """True while a span dropped by ``split(compact=False)`` still awaits :meth:`compact_pending`."""
+        return self._drop_pending
+
+    def compact_pending(self) -> bool:
+        """Compact away the span a ``split(compact=False)`` dropped; False if there was none.
+
+        Safe to run in a background thread while the store serves (RocksDB compacts without the
+        GIL; reads and writes go on); :meth:`close` waits for it. Afterwards :meth:`stats` is right.
+        """
+        with self._compact_lock:
+            db = self._db
+            if db is _CLOSED:
+                return False
+            v = db.get(DROP_KEY)
+            if v is None:
+                self._drop_pending = False
+                return False
+            lo, hi = _unpackb(v)
+            db.compact_range(lo or None, hi)
+            db.delete(DROP_KEY, self._wo)
+            self._drop_pending = False
+            return True
 
     def flush(self) -> None:
         """Flush memtables to SST files (for moves and checkpoints)."""
@@ -251,7 +282,11 @@ class RangeStore:
         return out, next_key
 
     def stats(self) -> dict[str, int]:
-        """Approximate ``{"entities": count, "bytes": data size}``; cheap (DB properties only)."""
+        """Approximate ``{"entities", "bytes", "compaction_pending"}``; cheap (DB properties only).
+
+        While ``compaction_pending`` is true (a split half not yet compacted) both figures still
+        include the dropped half.
+        """
         db = self._db
         keys = db.property_int_value("rocksdb.estimate-num-keys") or 0
         meta = 1 + 2 * self._req_count
@@ -262,7 +297,11 @@ class RangeStore:
             meta += mem * self._ops_meta // self._ops_total
         live = db.property_int_value("rocksdb.estimate-live-data-size") or 0
         mem = db.property_int_value("rocksdb.cur-size-all-mem-tables") or 0
-        return {"entities": max(0, keys - meta), "bytes": live + mem}
+        return {
+            "entities": max(0, keys - meta),
+            "bytes": live + mem,
+            "compaction_pending": self._drop_pending,
+        }
 
     def split_key(self) -> str | None:
         """A PartitionKey near the median entity that leaves both halves non-empty (None if < 2 pks).

@@ -12,6 +12,7 @@ import logging
 import os
 import random
 import shutil
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -125,6 +126,7 @@ class RangeSet:
             cur.record = dict(record)
             cur.state = "serving"
             cur.lo, cur.hi = range_bounds(record["low"], record["high"])
+            self._compact_later(cur.store)
             return
         t0 = time.monotonic()
         crash_point("ps.load.before_open", self.data_dir)
@@ -135,6 +137,14 @@ class RangeSet:
         lo, hi = range_bounds(record["low"], record["high"])
         self.open[rid] = Served(dict(record), store, "serving", lo, hi)
         log.info("loaded range %s epoch %s in %.1f ms", rid, record["epoch"], (time.monotonic() - t0) * 1e3)
+        self._compact_later(store)
+
+    @staticmethod
+    def _compact_later(store: RangeStore) -> None:
+        """Compact away the half a split dropped, in the background while the range serves
+        (RocksDB compacts without the GIL; ``close()`` waits for it)."""
+        if store.compaction_pending:
+            threading.Thread(target=store.compact_pending, name="compact", daemon=True).start()
 
     def unload(self, rid: str, epoch: int = -1) -> None:
         """Stop serving a range and close its store (the lock is released on return)."""

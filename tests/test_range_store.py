@@ -412,6 +412,13 @@ def test_split_checkpoints_are_hard_links(tmp_path, store):
             assert (tmp_path / half / f.name).stat().st_ino == f.stat().st_ino
     L = RangeStore.open(tmp_path / "L")
     assert {e.pk for e in L.scan(b"", None)[0]} == {"a", "b"}
+    assert L.compaction_pending and L.stats()["compaction_pending"]
+    assert L.compact_pending() is True
+    assert L.stats() == {"entities": 100, "bytes": L.stats()["bytes"], "compaction_pending": False}
+    assert L.compact_pending() is False
+    L.close()
+    L = RangeStore.open(tmp_path / "L")
+    assert not L.compaction_pending and {e.pk for e in L.scan(b"", None)[0]} == {"a", "b"}
     L.close()
 
 

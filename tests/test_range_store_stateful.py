@@ -159,11 +159,11 @@ class RangeStoreMachine(RuleBasedStateMachine):
             self._ts_check(r, stamps.pop())
 
     @precondition(lambda self: len(self.ranges) == 1)
-    @rule(spk=st.sampled_from(PKS[1:]))
-    def split(self, spk):
+    @rule(spk=st.sampled_from(PKS[1:]), compact=st.booleans())
+    def split(self, spk, compact):
         _, _, s, last = self.ranges[0]
         left, right = self._path(), self._path()
-        s.split(spk, left, right)
+        s.split(spk, left, right, compact=compact)
         s.close()
         shutil.rmtree(s.path)
         self.ranges = [[None, spk, RangeStore.open(left), last], [spk, None, RangeStore.open(right), last]]
@@ -188,6 +188,12 @@ class RangeStoreMachine(RuleBasedStateMachine):
         before = r[2].last_ts
         assert getattr(r[2], method)(arg, request_id=rid) == res
         assert r[2].last_ts == before  # nothing applied again
+
+    @rule()
+    def compact_pending(self):
+        for r in self.ranges:
+            r[2].compact_pending()
+            assert not r[2].compaction_pending
 
     @rule()
     def reopen(self):
