@@ -55,9 +55,22 @@ def _drop_span(path: str, lo: bytes, hi: bytes, compact: bool) -> None:
                 db.compact_range(lo or None, hi)
             else:
                 db.put(DROP_KEY, msgpack.packb([lo, hi]))
-        db.flush(True)
+        if compact:
+            db.flush(True)  # without compaction the WAL already holds the delete durably
     finally:
         db.close()
+
+
+def checkpoint_halves(db: rocksdict.Rdict, left_path: str, right_path: str) -> None:
+    """Two hard-linked checkpoints of ``db`` (leftovers of an earlier attempt removed first)."""
+    paths = {os.path.realpath(p) for p in (left_path, right_path, db.path())}
+    if len(paths) != 3:
+        raise ValueError("split outputs must be two new directories, distinct from the store's own")
+    _prepare_output(left_path)
+    _prepare_output(right_path)
+    db.flush(True)  # memtables to SSTs, so both checkpoints are hard links only
+    _checkpoint(db, left_path)
+    _checkpoint(db, right_path)
 
 
 def split_store(
@@ -67,14 +80,7 @@ def split_store(
 
     Meta keys (last Timestamp, request records) stay in both halves. ``db`` itself is not changed.
     """
-    paths = {os.path.realpath(p) for p in (left_path, right_path, db.path())}
-    if len(paths) != 3:
-        raise ValueError("split outputs must be two new directories, distinct from the store's own")
-    _prepare_output(left_path)
-    _prepare_output(right_path)
-    db.flush(True)  # memtables to SSTs, so both checkpoints are hard links only
-    _checkpoint(db, left_path)
-    _checkpoint(db, right_path)
+    checkpoint_halves(db, left_path, right_path)
     spk = split_pk.encode("utf-8")
     _drop_span(left_path, spk, META_PREFIX, compact)
     _drop_span(right_path, b"", spk, compact)

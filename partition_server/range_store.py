@@ -502,6 +502,36 @@ class RangeStore:
         with self._lock:
             split_store(self._db, split_pk, os.fspath(left_path), os.fspath(right_path), compact=compact)
 
+    def split_open(
+        self, split_pk: str, left_path: str | os.PathLike[str], right_path: str | os.PathLike[str]
+    ) -> tuple[RangeStore, RangeStore]:
+        """Like ``split(compact=False)`` but returns the two halves open, saving two opens and closes
+        inside a split's offline window. The dropped halves are compacted by :meth:`compact_pending`."""
+        from partition_server.range_split import checkpoint_halves
+
+        with self._lock:
+            checkpoint_halves(self._db, os.fspath(left_path), os.fspath(right_path))
+        spk = split_pk.encode("utf-8")
+        left = RangeStore.open(left_path, sync=self.sync, request_window_s=self.request_window_s,
+                               request_window_max=self.request_window_max)
+        right = RangeStore.open(right_path, sync=self.sync, request_window_s=self.request_window_s,
+                                request_window_max=self.request_window_max)
+        left.drop_span(spk, META_PREFIX)
+        right.drop_span(b"", spk)
+        return left, right
+
+    def drop_span(self, lo: bytes, hi: bytes) -> None:
+        """Delete the entity keys ``[lo, hi)`` (one range tombstone, atomically with a note of the
+        span), to be compacted away later by :meth:`compact_pending`."""
+        if not lo < hi:
+            return
+        with self._lock:
+            wb = rocksdict.WriteBatch(raw_mode=True)
+            wb.delete_range(lo, hi)
+            wb.put(DROP_KEY, msgpack.packb([lo, hi]))
+            self._db.write(wb, self._wo)
+            self._drop_pending = True
+
     @staticmethod
     def merge(
         left_path: str | os.PathLike[str],

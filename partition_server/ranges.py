@@ -169,11 +169,10 @@ class RangeSet:
             if rec["id"] in self.open:
                 self.unload(rec["id"])
         t0 = time.monotonic()
-        served.store.split(key, self._path(left), self._path(right), compact=False)
+        halves = served.store.split_open(key, self._path(left), self._path(right))
         crash_point("ps.split.after_split", self.data_dir)
         self.unload(rid)
-        for rec in (left, right):
-            store = RangeStore.open(self._path(rec), sync=self.sync)
+        for rec, store in zip((left, right), halves, strict=True):
             lo, hi = range_bounds(rec["low"], rec["high"])
             self.open[rec["id"]] = Served(dict(rec), store, "pending", lo, hi)
         return {"ms": round((time.monotonic() - t0) * 1e3, 2)}
