@@ -286,9 +286,36 @@ def merge_cmd(range_id: str, data_dir: str, coordinator: str | None, as_json: bo
                         f"offline {res['offline_ms']} ms")
 
 
-@main.group("bench")
-def bench_group() -> None:
-    """Benchmarks that print figures."""
+@main.group("bench", invoke_without_command=True)
+@click.option("--http", "use_http", is_flag=True, help="The Azure SDK workload over REST (= `bench http`).")
+@click.option("-n", "count", default=20_000, show_default=True, help="Operations per phase (native path).")
+@click.option("--data-dir", default=None, help="Use the running cluster of this data dir (default: start one).")
+@json_option
+@click.pass_context
+def bench_group(ctx: click.Context, use_http: bool, count: int, data_dir: str | None, as_json: bool) -> None:
+    """Benchmarks that print figures. Without a subcommand: the native path (point ops, EGT, queries,
+    scan, bulk ingest) next to a bare two-hop ZeroMQ echo; `--http` for the REST path."""
+    if ctx.invoked_subcommand is not None:
+        return
+    if use_http:
+        ctx.invoke(bench_http, data_dir=data_dir, as_json=as_json)
+        return
+    from rangetable.bench_http import start_temp_cluster, stop_temp_cluster
+    from rangetable.bench_native import run_native_bench
+
+    temp = None
+    if data_dir:
+        doc = _cluster(data_dir)
+    else:
+        temp, doc = start_temp_cluster()
+    try:
+        click.echo(f"native endpoint {doc['native']}, {count:,} operations per phase")
+        res = run_native_bench(doc["native"], count, echo=click.echo)
+    finally:
+        if temp:
+            stop_temp_cluster(temp)
+    if as_json:
+        click.echo(json.dumps(res, indent=2))
 
 
 @bench_group.command("store")

@@ -155,7 +155,7 @@ class AioFrontend:
             self._ps[endpoint] = s
         srid = self._srid()
         self._sub[srid] = (p, step, time.monotonic(), endpoint)
-        s.send_multipart([srid, protocol.pack(body)], copy=False)
+        s.send_multipart([srid, protocol.pack(body)])
         self._kick()
 
     def send_coordinator(self, p: Pending, body: dict, step: Any) -> None:

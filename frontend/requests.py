@@ -8,6 +8,7 @@ runs the next step. Retried steps are idempotent: entity writes carry a request 
 
 from __future__ import annotations
 
+import itertools
 import time
 import uuid
 from typing import TYPE_CHECKING, Any
@@ -42,6 +43,8 @@ class Handler:
 
     def __init__(self, fe: Frontend) -> None:
         self.fe = fe
+        self._rid_prefix = uuid.uuid4().hex[:16] + "-"  # unique per process, so ids never repeat
+        self._rids = itertools.count(1)
 
     def run(self, p: Pending) -> None:
         """Start or continue a request."""
@@ -95,7 +98,7 @@ class Handler:
             body = {"op": "batch", "ops": ops}
         if op != "get":
             if "rid" not in req or not isinstance(req["rid"], str):
-                req["rid"] = uuid.uuid4().hex  # so our own retries are applied once
+                req["rid"] = f"{self._rid_prefix}{next(self._rids)}"  # so our own retries are applied once
             body["rid"] = req["rid"]
         route = self.fe.cache.route(table, pk)
         if route.endpoint is None:

@@ -269,6 +269,18 @@ class TableClient(_Client):
             f"Update mode {mode} is not supported. For a list of supported modes see the UpdateMode enum."
         )
 
+    def upsert_entities(
+        self, entities: Iterable[Mapping[str, Any]], mode: UpdateMode | str = UpdateMode.MERGE, *, window: int = 16
+    ) -> int:
+        """Bulk import: upsert many entities, grouped by PartitionKey into transactions of up to 100
+        with ``window`` transactions in flight; returns how many were written. Sorting the input by
+        PartitionKey makes the transactions fuller (see :mod:`rangetable.bulk`)."""
+        from rangetable.bulk import bulk_upsert
+
+        kind = "merge" if mode == UpdateMode.MERGE else "replace"
+        return bulk_upsert(self.endpoint, self.table_name, entities, mode=kind, window=window,
+                           timeout=self._transport.timeout).entities
+
     def delete_entity(
         self,
         *args: Any,

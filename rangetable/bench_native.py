@@ -1,0 +1,198 @@
+"""``rangetable bench``: the native path, next to a bare two-hop ZeroMQ echo on the same machine.
+
+Phases, each pipelined on one DEALER socket with a window of requests in flight: point insert,
+point get, upsert, EGT of 100, PartitionKey query (a 100-entity partition), full scan (pages of 1000,
+sequential: each page needs the previous continuation), and bulk ingest (:mod:`rangetable.bulk`).
+Each prints ops/s and p50/p99 latency. The echo baseline runs the same pipelining through a Python
+forwarding process to a Python echo process — the cost of two hops with no work — so the ratio
+of our point operations to it is visible.
+"""
+
+from __future__ import annotations
+
+import itertools
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import zmq
+
+from rangetable import protocol
+from rangetable.bulk import bulk_upsert
+
+ECHO_SERVER = """
+import sys, zmq
+s = zmq.Context().socket(zmq.ROUTER); s.bind(sys.argv[1])
+while True:
+    s.send_multipart(s.recv_multipart())
+"""
+FORWARDER = """
+import sys, zmq
+ctx = zmq.Context(); front = ctx.socket(zmq.ROUTER); front.bind(sys.argv[1])
+back = ctx.socket(zmq.DEALER); back.connect(sys.argv[2])
+poller = zmq.Poller(); poller.register(front, zmq.POLLIN); poller.register(back, zmq.POLLIN)
+while True:
+    for sock in dict(poller.poll()):
+        while True:
+            try:
+                msg = sock.recv_multipart(zmq.NOBLOCK)
+            except zmq.Again:
+                break
+            (back if sock is front else front).send_multipart(msg)
+"""
+
+
+def pipelined(endpoint: str, bodies: Iterator[bytes], window: int = 64) -> dict[str, Any]:
+    """Send every body with ``window`` in flight; returns ops/s, p50/p99 ms and error count."""
+    sock = zmq.Context.instance().socket(zmq.DEALER)
+    sock.setsockopt(zmq.LINGER, 0)
+    sock.connect(endpoint)
+    ids = itertools.count(1)
+    sent: dict[bytes, float] = {}
+    lat: list[float] = []
+    errors = 0
+    t0 = time.perf_counter()
+    try:
+        exhausted = False
+        while True:
+            while not exhausted and len(sent) < window:
+                body = next(bodies, None)
+                if body is None:
+                    exhausted = True
+                    break
+                rid = b"%d" % next(ids)
+                sent[rid] = time.perf_counter()
+                sock.send_multipart([rid, body])
+            if not sent:
+                break
+            if not sock.poll(30000):
+                raise RuntimeError(f"no answer from {endpoint}")
+            rid, raw = sock.recv_multipart()
+            lat.append(time.perf_counter() - sent.pop(rid))
+            if raw[:1] != b"\x81" or b"error" in raw[:8]:
+                errors += 1
+    finally:
+        sock.close(0)
+    elapsed = time.perf_counter() - t0
+    lat.sort()
+
+    def pct(p: float) -> float:
+        return round(lat[min(len(lat) - 1, int(p * len(lat)))] * 1000, 2) if lat else 0.0
+
+    return {"ops": len(lat), "ops_per_s": round(len(lat) / elapsed, 1), "p50_ms": pct(0.5), "p99_ms": pct(0.99),
+            "errors": errors}
+
+
+def echo_baseline(n: int, window: int = 64, payload: int = 200) -> dict[str, Any]:
+    """Throughput of client → Python forwarder → Python echo server (two bare hops)."""
+    from cli.supervisor import free_port
+
+    back, front = f"tcp://127.0.0.1:{free_port()}", f"tcp://127.0.0.1:{free_port()}"
+    procs = [subprocess.Popen([sys.executable, "-c", ECHO_SERVER, back]),
+             subprocess.Popen([sys.executable, "-c", FORWARDER, front, back])]
+    try:
+        time.sleep(0.5)
+        body = protocol.pack({"ok": "x" * payload})
+        pipelined(front, iter([body] * 1000), window)  # warm-up
+        return pipelined(front, iter([body] * n), window)
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()
+
+
+def _ent(i: int) -> dict:
+    return {"name": [0, f"customer-{i:08d}"], "qty": [1, i % 100], "price": [3, i * 0.25 + 0.5],
+            "active": [4, i % 3 == 0], "note": [0, "lorem ipsum dolor sit amet " * 3]}
+
+
+def run_native_bench(native: str, n: int = 20_000, *, echo: Callable[[str], None] = print) -> dict[str, Any]:
+    """Run every phase against a running cluster's native endpoint; prints and returns the figures."""
+    table = f"bench{int(time.time() * 1000) % 10**9}"
+    protocol.result(_one(native, {"op": "create_table", "table": table}))
+    parts = max(1, n // 100)
+
+    def write(kind: str, i: int) -> bytes:
+        w = {"op": kind, "pk": f"p{i % parts:05d}", "rk": f"r{i // parts:05d}", "props": _ent(i), "if_match": None}
+        return protocol.pack({"op": "write", "table": table, "write": w})
+
+    res: dict[str, Any] = {}
+    res["echo_two_hops"] = echo_baseline(n)
+    res["insert"] = pipelined(native, (write("insert", i) for i in range(n)))
+    res["get"] = pipelined(native, (protocol.pack({"op": "get", "table": table, "pk": f"p{i % parts:05d}",
+                                                   "rk": f"r{i // parts:05d}"}) for i in range(n)))
+    res["upsert"] = pipelined(native, (write("insert_or_merge", i) for i in range(n)))
+
+    def egt(b: int) -> bytes:
+        ops = [{"op": "insert_or_replace", "pk": f"b{b:05d}", "rk": f"r{j:03d}", "props": _ent(j), "if_match": None}
+               for j in range(100)]
+        return protocol.pack({"op": "batch", "table": table, "ops": ops})
+
+    nb = max(10, n // 100)
+    r = pipelined(native, (egt(b) for b in range(nb)), window=8)
+    r["entities_per_s"] = round(r["ops_per_s"] * 100, 1)
+    res["egt100"] = r
+    res["pk_query"] = pipelined(native, (protocol.pack({"op": "query", "table": table, "filter":
+                                                       f"PartitionKey eq 'b{q % nb:05d}'"}) for q in range(n // 20)),
+                                window=16)
+    t0 = time.perf_counter()
+    token, pages, rows, page_lat = None, 0, 0, []
+    while True:
+        t1 = time.perf_counter()
+        page = protocol.result(_one(native, {"op": "query", "table": table, "next": token}))
+        page_lat.append(time.perf_counter() - t1)
+        pages += 1
+        rows += len(page["entities"])
+        token = page["next"]
+        if token is None:
+            break
+    page_lat.sort()
+    el = time.perf_counter() - t0
+    res["full_scan"] = {"entities": rows, "pages": pages, "entities_per_s": round(rows / el, 1),
+                        "page_p50_ms": round(page_lat[len(page_lat) // 2] * 1000, 2),
+                        "page_p99_ms": round(page_lat[min(len(page_lat) - 1, int(0.99 * len(page_lat)))] * 1000, 2)}
+    bulk = bulk_upsert(native, table, ({"PartitionKey": f"k{i // 100:05d}", "RowKey": f"{i % 100:03d}",
+                                        "name": f"c{i}", "qty": i % 100} for i in range(max(n, 50_000))))
+    res["bulk_ingest"] = {"entities": bulk.entities, "entities_per_s": round(bulk.rate, 1), "batches": bulk.batches}
+    base = res["echo_two_hops"]["ops_per_s"]
+    for k in ("insert", "get", "upsert"):
+        res[k]["vs_echo"] = round(res[k]["ops_per_s"] / base, 2)
+    _print(res, echo)
+    _one(native, {"op": "delete_table", "table": table})
+    return res
+
+
+def _one(endpoint: str, body: dict) -> bytes:
+    sock = zmq.Context.instance().socket(zmq.DEALER)
+    sock.setsockopt(zmq.LINGER, 0)
+    sock.connect(endpoint)
+    try:
+        sock.send_multipart([b"1", protocol.pack(body)])
+        if not sock.poll(60000):
+            raise RuntimeError("no answer")
+        return sock.recv_multipart()[1]
+    finally:
+        sock.close(0)
+
+
+def _print(res: dict[str, Any], echo: Callable[[str], None]) -> None:
+    e = res["echo_two_hops"]
+    echo(f"bare two-hop ZeroMQ echo (Python forwarder + echo): {e['ops_per_s']:>10,.0f} msg/s  "
+         f"p50 {e['p50_ms']} ms  p99 {e['p99_ms']} ms")
+    for k, label in (("insert", "point insert"), ("get", "point get"), ("upsert", "upsert (merge)")):
+        r = res[k]
+        echo(f"{label:22} {r['ops_per_s']:>10,.0f} ops/s  p50 {r['p50_ms']} ms  p99 {r['p99_ms']} ms  "
+             f"({r['vs_echo']}x echo){'  errors ' + str(r['errors']) if r['errors'] else ''}")
+    r = res["egt100"]
+    echo(f"{'EGT of 100':22} {r['ops_per_s']:>10,.0f} batches/s = {r['entities_per_s']:,.0f} entities/s  "
+         f"p50 {r['p50_ms']} ms  p99 {r['p99_ms']} ms")
+    r = res["pk_query"]
+    echo(f"{'PartitionKey query':22} {r['ops_per_s']:>10,.0f} queries/s (100 entities each)  p50 {r['p50_ms']} ms  "
+         f"p99 {r['p99_ms']} ms")
+    r = res["full_scan"]
+    echo(f"{'full scan':22} {r['entities_per_s']:>10,.0f} entities/s ({r['pages']} pages)  page p50 "
+         f"{r['page_p50_ms']} ms  p99 {r['page_p99_ms']} ms")
+    r = res["bulk_ingest"]
+    echo(f"{'bulk ingest':22} {r['entities_per_s']:>10,.0f} entities/s ({r['entities']:,} entities)")
