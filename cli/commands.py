@@ -120,6 +120,21 @@ def entity_put(table: str, entity_json: str, mode: str, if_match: str | None, da
     _emit({"etag": etag}, as_json, f"ok  etag {etag}")
 
 
+@entity_group.command("merge")
+@click.argument("table")
+@click.argument("entity_json")
+@click.option("--if-match", default=None, help="Only merge when the entity's ETag matches (or '*').")
+@data_dir_option
+@endpoint_option
+@json_option
+@click.pass_context
+def entity_merge(ctx: click.Context, table: str, entity_json: str, if_match: str | None, data_dir: str,
+                 endpoint: str | None, as_json: bool) -> None:
+    """Merge properties into an entity (inserting it if absent, unless --if-match is given)."""
+    ctx.invoke(entity_put, table=table, entity_json=entity_json, mode="merge", if_match=if_match,
+               data_dir=data_dir, endpoint=endpoint, as_json=as_json)
+
+
 @entity_group.command("get")
 @click.argument("table")
 @click.argument("partition_key")
@@ -210,16 +225,63 @@ def ranges_cmd(table: str | None, data_dir: str, coordinator: str | None, as_jso
         return
     click.echo(f"map version {st['version']}, {len(st['tables'])} tables, {len(st['ranges'])} ranges")
     click.echo(f"{'range':8} {'table':14} {'low':>12} {'high':>12} {'owner':8} {'epoch':>5} {'state':9} "
-               f"{'entities':>9} {'req/s':>8}")
+               f"{'entities':>9} {'size':>9} {'req/s':>8}")
     for r in rs:
         ld = load.get(r["id"], {})
         rps = ld.get("reads_s", 0) + ld.get("writes_s", 0)
         click.echo(f"{r['id']:8} {r['table'][:14]:14} {_fmt_key(r['low'], ''):>12} {_fmt_key(r['high'], '∞'):>12} "
-                   f"{str(r['owner']):8} {r['epoch']:>5} {r['state']:9} {ld.get('entities', 0):>9} {rps:>8.1f}")
+                   f"{str(r['owner']):8} {r['epoch']:>5} {r['state']:9} {ld.get('entities', 0):>9} "
+                   f"{_size(ld.get('bytes', 0)):>9} {rps:>8.1f}")
     click.echo("")
-    for s in st["servers"]:
+    _print_servers(st["servers"])
+
+
+def _size(n: int) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return str(n)
+
+
+def _print_servers(servers: list[dict]) -> None:
+    for s in servers:
         state = "alive" if s["alive"] else "DEAD"
         click.echo(f"server {s['id']:8} {state:5} {s['endpoint']:24} pid {s['pid']:<7} ranges {s['ranges']}")
+
+
+@main.command("servers")
+@data_dir_option
+@coordinator_option
+@json_option
+def servers_cmd(data_dir: str, coordinator: str | None, as_json: bool) -> None:
+    """List partition servers: alive or dead, endpoint, pid, ranges."""
+    st = call(_coordinator(data_dir, coordinator), {"op": "status"})
+    if as_json:
+        click.echo(json.dumps(st["servers"], indent=2))
+    else:
+        _print_servers(st["servers"])
+
+
+@main.command("status")
+@data_dir_option
+@json_option
+def status_cmd(data_dir: str, as_json: bool) -> None:
+    """The cluster at a glance: processes, endpoints, map version, tables, ranges, servers."""
+    from cli.supervisor import pid_alive
+
+    doc = _cluster(data_dir)
+    st = call(doc["coordinator"], {"op": "status"})
+    if as_json:
+        click.echo(json.dumps({"cluster": doc, "status": st}, indent=2))
+        return
+    click.echo(f"native {doc['native']}" + (f"   REST {doc['http']}" if doc.get("http") else ""))
+    click.echo(f"coordinator {doc['coordinator']}   map version {st['version']}, {len(st['tables'])} tables, "
+               f"{len(st['ranges'])} ranges")
+    for p in doc["processes"]:
+        up = "running" if p.get("pid") and pid_alive(p["pid"]) else "DOWN"
+        click.echo(f"  {p['id']:12} {p['role']:17} pid {p['pid']:<7} {up:8} restarts {p.get('restarts', 0)}")
+    _print_servers(st["servers"])
 
 
 @main.command("events")
@@ -251,7 +313,7 @@ def events_cmd(follow: bool, limit: int, data_dir: str, coordinator: str | None,
 
 @main.command("split")
 @click.argument("range_id")
-@click.argument("key", required=False)
+@click.option("--at", "key", default=None, help="PartitionKey to split at (default: the data median).")
 @data_dir_option
 @coordinator_option
 @json_option
@@ -264,7 +326,7 @@ def split_cmd(range_id: str, key: str | None, data_dir: str, coordinator: str | 
 
 @main.command("move")
 @click.argument("range_id")
-@click.argument("server")
+@click.option("--to", "server", required=True, help="Target partition server id.")
 @data_dir_option
 @coordinator_option
 @json_option

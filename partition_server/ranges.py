@@ -175,7 +175,9 @@ class RangeSet:
         for rec, store in zip((left, right), halves, strict=True):
             lo, hi = range_bounds(rec["low"], rec["high"])
             self.open[rec["id"]] = Served(dict(rec), store, "pending", lo, hi)
-        return {"ms": round((time.monotonic() - t0) * 1e3, 2)}
+        ms = round((time.monotonic() - t0) * 1e3, 2)
+        log.info("split %s at %r into %s and %s in %.1f ms", rid, key, left["id"], right["id"], ms)
+        return {"ms": ms}
 
     def merge(self, left: dict, right: dict, out: dict) -> dict:
         """Merge two adjacent ranges served here into one pending range."""

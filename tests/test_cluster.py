@@ -184,3 +184,31 @@ def test_up_again_brings_back_every_table_and_entity(tmp_path) -> None:
         t = TableServiceClient(c.native).get_table_client("Durable")
         assert sorted(int(e["RowKey"]) for e in t.list_entities()) == list(range(100))
         assert len(ranges_of(c, "Durable")) == 2
+
+
+QUERY_KINDS = [
+    # (filter, expected (pk, rk) keys) over partitions p00..p19 x rows r000..r049, split at p07 and p13
+    ("PartitionKey eq 'p07' and RowKey eq 'r010'", [("p07", "r010")]),  # point, on a range's low bound
+    ("PartitionKey eq 'p12' and RowKey ge 'r045'", [("p12", f"r{r:03d}") for r in range(45, 50)]),  # row range
+    ("PartitionKey ge 'p06' and PartitionKey lt 'p14' and RowKey eq 'r001'",  # partition range, 3 ranges
+     [(f"p{p:02d}", "r001") for p in range(6, 14)]),
+    ("RowKey eq 'r002' and n ge 1500", [(f"p{p:02d}", "r002") for p in range(15, 20)]),  # full scan
+    ("(PartitionKey eq 'p01' or PartitionKey eq 'p19') and RowKey lt 'r002'",  # two point partitions
+     [("p01", "r000"), ("p01", "r001"), ("p19", "r000"), ("p19", "r001")]),
+]
+
+
+@pytest.mark.parametrize("filt, expected", QUERY_KINDS)
+def test_four_query_kinds_page_across_range_boundaries(cluster: Cluster, filt: str, expected: list) -> None:
+    t = TableServiceClient(cluster.native).get_table_client("Stitch")
+    for per_page in (1, 3, 1000):
+        pages = list(t.query_entities(filt, results_per_page=per_page).by_page())
+        got = [(e["PartitionKey"], e["RowKey"]) for page in pages for e in page]
+        assert got == expected, (filt, per_page)
+
+
+def test_bulk_upsert_imports_everything(cluster: Cluster) -> None:
+    t = TableServiceClient(cluster.native).create_table("Bulk")
+    n = t.upsert_entities({"PartitionKey": f"p{i % 13}", "RowKey": f"{i:05d}", "i": i} for i in range(5000))
+    assert n == 5000
+    assert sum(1 for _ in t.list_entities()) == 5000
