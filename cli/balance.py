@@ -52,21 +52,22 @@ def server_loads(status: dict) -> dict[str, float]:
 def render_top(status: dict) -> str:
     """One frame of ``rangetable top``."""
     lines = [f"map version {status['version']}   {time.strftime('%H:%M:%S')}", "",
-             f"{'server':10} {'alive':5} {'ranges':>6} {'load/s':>9}"]
+             f"{'server':10} {'alive':5} {'ranges':>6} {'load/s':>9} {'queued':>6}"]
     loads = server_loads(status)
     for s in status["servers"]:
-        lines.append(f"{s['id']:10} {'yes' if s['alive'] else 'NO':5} {s['ranges']:>6} {loads.get(s['id'], 0):>9.1f}")
+        lines.append(f"{s['id']:10} {'yes' if s['alive'] else 'NO':5} {s['ranges']:>6} {loads.get(s['id'], 0):>9.1f} "
+                     f"{s.get('pending', 0):>6}")
     per_range: dict[str, dict] = {}
     for s in status["servers"]:
         per_range.update(s.get("load", {}))
     lines += ["", f"{'range':8} {'table':14} {'low':>10} {'owner':6} {'reads/s':>8} {'writes/s':>8} {'busy/s':>7} "
-                  f"{'p99ms':>6} {'entities':>9}"]
+                  f"{'p99ms':>6} {'KiB/s':>7} {'entities':>9}"]
     rows = sorted(status["ranges"], key=lambda r: -_score(per_range.get(r["id"], {})))
     for r in rows[:30]:
         ld = per_range.get(r["id"], {})
         lines.append(f"{r['id']:8} {r['table'][:14]:14} {repr(r['low'])[:10]:>10} {str(r['owner'])[:6]:6} "
                      f"{ld.get('reads_s', 0):>8.1f} {ld.get('writes_s', 0):>8.1f} {ld.get('busy_s', 0):>7.1f} "
-                     f"{ld.get('lat_max_ms', 0):>6.1f} {ld.get('entities', 0):>9}")
+                     f"{ld.get('lat_p99_ms', 0):>6.1f} {ld.get('bytes_s', 0) / 1024:>7.1f} {ld.get('entities', 0):>9}")
     return "\n".join(lines)
 
 

@@ -52,6 +52,7 @@ class ServerInfo:
     alive: bool = True
     ranges: list = field(default_factory=list)
     load: dict = field(default_factory=dict)
+    pending: int = 0  # requests queued at the server in its last loop turn
 
 
 class Coordinator:
@@ -144,6 +145,7 @@ class Coordinator:
                 "servers": [
                     {"id": s.id, "endpoint": s.endpoint, "alive": s.alive, "pid": s.pid, "incarnation": s.incarnation,
                      "last_seen_s": round(now - s.last_seen, 2), "ranges": len(self.pmap.owned_by(s.id)),
+                     "pending": s.pending,
                      "load": s.load}
                     for s in sorted(self.servers.values(), key=lambda s: s.id)
                 ],
@@ -175,6 +177,7 @@ class Coordinator:
             info.last_seen = now
             info.ranges = req.get("ranges", [])
             info.load = req.get("load", {})
+            info.pending = int(req.get("pending", 0))
             self.balancing.on_heartbeat(sid, info.load, now)
             mismatch = self._mismatch(info)
         if fresh:

@@ -28,6 +28,7 @@ from rangetable.protocol import entity_to_wire
 log = logging.getLogger("rangetable.partition_server")
 
 SAMPLE_SIZE = 64
+LAT_SAMPLES = 512
 
 
 @dataclass
@@ -41,6 +42,8 @@ class Load:
     busy: int = 0
     lat_max: float = 0.0
     lat_sum: float = 0.0
+    bytes_in: int = 0
+    lats: list[float] = field(default_factory=list)  # up to LAT_SAMPLES request latencies, for p99
     sample: list[str] = field(default_factory=list)  # reservoir of request PartitionKeys
     seen: int = 0
 
@@ -223,7 +226,7 @@ class RangeSet:
                 raise
         return served
 
-    def data(self, op: str, req: dict) -> Any:
+    def data(self, op: str, req: dict, nbytes: int = 0) -> Any:
         """Run a data request against the range it names."""
         t0 = time.perf_counter()
         if op == "get":
@@ -258,8 +261,14 @@ class RangeSet:
             served = self._serving(req, None)
             result = self._scan(served, req)
         dt = time.perf_counter() - t0
-        served.load.lat_sum += dt
-        served.load.lat_max = max(served.load.lat_max, dt)
+        ld = served.load
+        ld.lat_sum += dt
+        ld.lat_max = max(ld.lat_max, dt)
+        ld.bytes_in += nbytes
+        if len(ld.lats) < LAT_SAMPLES:
+            ld.lats.append(dt)
+        else:
+            ld.lats[random.randrange(LAT_SAMPLES)] = dt
         return result
 
     def _scan(self, served: Served, req: dict) -> dict:
@@ -306,6 +315,8 @@ class RangeSet:
                 "busy_s": round(ld.busy / dt, 1),
                 "lat_avg_ms": round(ld.lat_sum / reqs * 1e3, 3) if reqs else 0.0,
                 "lat_max_ms": round(ld.lat_max * 1e3, 3),
+                "lat_p99_ms": round(sorted(ld.lats)[int(0.99 * (len(ld.lats) - 1))] * 1e3, 3) if ld.lats else 0.0,
+                "bytes_s": round(ld.bytes_in / dt, 1),
                 "entities": st.get("entities", 0),
                 "bytes": st.get("bytes", 0),
                 "sample": list(ld.sample),

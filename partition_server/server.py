@@ -51,6 +51,8 @@ class PartitionServer:
         self.server_id = cfg.server_id
         self._hb_sent: dict[bytes, float] = {}
         self._hb_seq = 0
+        self._nbytes = 0
+        self.pending = 0  # requests found queued in the last loop turn (the backlog)
 
     # --- sockets ------------------------------------------------------------------------------
 
@@ -96,6 +98,7 @@ class PartitionServer:
             "pid": os.getpid(),
             "ranges": self.ranges.report(),
             "load": self.ranges.load_report(),
+            "pending": self.pending,
         }
         self.coord.send_multipart([rid, protocol.pack(body)])
 
@@ -125,7 +128,7 @@ class PartitionServer:
         if op in RangeSet.DATA_OPS:
             if not self.lease_valid():
                 raise TableError("NotOwner", f"{self.server_id} holds no lease")
-            return self.ranges.data(op, req)
+            return self.ranges.data(op, req, self._nbytes)
         if op == "ping":
             return {"server": self.server_id, "lease": self.lease_valid()}
         raise TableError("InvalidInput", f"unknown op {op!r}")
@@ -135,6 +138,7 @@ class PartitionServer:
         rid = frames[1] if len(frames) > 1 else b""
         try:
             rid, req = protocol.parse_request(frames[1:])
+            self._nbytes = len(frames[-1])
             body = protocol.ok(self.handle(req))
         except TableError as exc:
             body = protocol.error(exc)
@@ -168,11 +172,13 @@ class PartitionServer:
                     except zmq.Again:
                         break
             if self.router in events:
+                self.pending = 0
                 for _ in range(256):  # drain, but keep heartbeats on time
                     try:
                         frames = self.router.recv_multipart(zmq.NOBLOCK)
                     except zmq.Again:
                         break
+                    self.pending += 1
                     self._on_request(frames)
                     if time.monotonic() >= next_hb:
                         break
