@@ -76,7 +76,7 @@ class LoadGen(threading.Thread):
                     "props": {"n": [1, self.rnd.randrange(1 << 30)], "pad": [0, self.pad]}, "if_match": None}}
             rid = b"%d" % next(ids)
             inflight[rid] = (kind, time.perf_counter())
-            sock.send_multipart([rid, protocol.pack(body)])
+            protocol.send_frames(sock, [rid, protocol.pack(body)])
 
         try:
             t0 = time.monotonic()
@@ -87,7 +87,7 @@ class LoadGen(threading.Thread):
                 if not sock.poll(15000):
                     res.errors["NoAnswer"] = res.errors.get("NoAnswer", 0) + len(inflight)
                     break
-                rid, body = sock.recv_multipart()
+                rid, body = protocol.recv_frames(sock)
                 kind, sent = inflight.pop(rid)
                 err = protocol.unpack(body).get("error")
                 if err is None or err["code"] == "ResourceNotFound":

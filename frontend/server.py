@@ -84,7 +84,7 @@ class Frontend:
         """Send a sub-request to a partition server; ``step`` comes back with the answer."""
         srid = b"%d" % next(self._ids)
         self._sub[srid] = (p, step, time.monotonic(), endpoint)
-        self._ps_socket(endpoint).send_multipart([srid, protocol.pack(body)])
+        protocol.send_frames(self._ps_socket(endpoint), [srid, protocol.pack(body)])
 
     def send_coordinator(self, p: Pending, body: dict, step: Any) -> None:
         """Send a request to the coordinator; ``step`` comes back with the answer."""
@@ -96,7 +96,7 @@ class Frontend:
         """Answer the client (once)."""
         if not p.done:
             p.done = True
-            self.router.send_multipart([p.ident, p.rid, body])
+            protocol.send_frames(self.router, [p.ident, p.rid, body])
 
     def reply_ok(self, p: Pending, result: Any) -> None:
         """Answer the client with a success result."""
@@ -230,7 +230,7 @@ class Frontend:
             for sock in events:
                 for _ in range(1024):
                     try:
-                        frames = sock.recv_multipart(zmq.NOBLOCK)
+                        frames = protocol.recv_frames(sock, protocol.NOBLOCK)
                     except zmq.Again:
                         break
                     if sock is self.router:

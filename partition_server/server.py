@@ -145,7 +145,7 @@ class PartitionServer:
         except Exception as exc:  # a bug must not take the server down; report it
             log.exception("request failed")
             body = protocol.error(TableError("InternalError", f"{type(exc).__name__}: {exc}"))
-        self.router.send_multipart([ident, rid, body])
+        protocol.send_frames(self.router, [ident, rid, body])
 
     # --- the loop -----------------------------------------------------------------------------
 
@@ -175,7 +175,7 @@ class PartitionServer:
                 self.pending = 0
                 for _ in range(256):  # drain, but keep heartbeats on time
                     try:
-                        frames = self.router.recv_multipart(zmq.NOBLOCK)
+                        frames = protocol.recv_frames(self.router, protocol.NOBLOCK)
                     except zmq.Again:
                         break
                     self.pending += 1

@@ -24,12 +24,14 @@ from rangetable.bulk import bulk_upsert
 
 ECHO_SERVER = """
 import sys, zmq
+from rangetable.protocol import recv_frames, send_frames
 s = zmq.Context().socket(zmq.ROUTER); s.bind(sys.argv[1])
 while True:
-    s.send_multipart(s.recv_multipart())
+    send_frames(s, recv_frames(s))
 """
 FORWARDER = """
 import sys, zmq
+from rangetable.protocol import NOBLOCK, recv_frames, send_frames
 ctx = zmq.Context(); front = ctx.socket(zmq.ROUTER); front.bind(sys.argv[1])
 back = ctx.socket(zmq.DEALER); back.connect(sys.argv[2])
 poller = zmq.Poller(); poller.register(front, zmq.POLLIN); poller.register(back, zmq.POLLIN)
@@ -37,10 +39,10 @@ while True:
     for sock in dict(poller.poll()):
         while True:
             try:
-                msg = sock.recv_multipart(zmq.NOBLOCK)
+                msg = recv_frames(sock, NOBLOCK)
             except zmq.Again:
                 break
-            (back if sock is front else front).send_multipart(msg)
+            send_frames(back if sock is front else front, msg)
 """
 
 
@@ -64,12 +66,12 @@ def pipelined(endpoint: str, bodies: Iterator[bytes], window: int = 64) -> dict[
                     break
                 rid = b"%d" % next(ids)
                 sent[rid] = time.perf_counter()
-                sock.send_multipart([rid, body])
+                protocol.send_frames(sock, [rid, body])
             if not sent:
                 break
             if not sock.poll(30000):
                 raise RuntimeError(f"no answer from {endpoint}")
-            rid, raw = sock.recv_multipart()
+            rid, raw = protocol.recv_frames(sock)
             lat.append(time.perf_counter() - sent.pop(rid))
             if raw[:1] != b"\x81" or b"error" in raw[:8]:
                 errors += 1

@@ -80,7 +80,7 @@ def bulk_upsert(endpoint: str, table: str, entities: Iterable[Mapping[str, Any]]
     def send(body: dict, attempt: int) -> None:
         rid = b"%d" % next(ids)
         inflight[rid] = (body, attempt, time.monotonic())
-        sock.send_multipart([rid, protocol.pack(body)])
+        protocol.send_frames(sock, [rid, protocol.pack(body)])
 
     try:
         exhausted = False
@@ -95,7 +95,7 @@ def bulk_upsert(endpoint: str, table: str, entities: Iterable[Mapping[str, Any]]
                 break
             if not sock.poll(int(timeout * 1000)):
                 raise TableError("OperationTimedOut", f"no answer within {timeout} s ({len(inflight)} in flight)")
-            rid, raw = sock.recv_multipart()
+            rid, raw = protocol.recv_frames(sock)
             entry = inflight.pop(rid, None)
             if entry is None:
                 continue

@@ -101,12 +101,12 @@ class Transport:
         request_id = next(self._ids).to_bytes(8, "big")
         if not sock.poll(limit * 1000, zmq.POLLOUT):
             self._timed_out(body, limit)
-        sock.send_multipart([request_id, data], copy=len(data) < 65536)
+        protocol.send_frames(sock, [request_id, data])
         while True:
             remaining = deadline - time.monotonic()
             if remaining <= 0 or not sock.poll(remaining * 1000, zmq.POLLIN):
                 self._timed_out(body, limit)
-            frames = sock.recv_multipart()
+            frames = protocol.recv_frames(sock)
             if len(frames) != 2 or frames[0] != request_id:
                 continue  # not ours (cannot happen after a reset, but never misattribute a reply)
             try:
