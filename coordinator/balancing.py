@@ -84,6 +84,10 @@ class Balancing:
         if self.settings.dry_run:
             co.event("balancer_dry_run", action=a.kind, range=a.range, key=a.key, target=a.target, reason=a.reason)
             return
+        if a.kind == "split" and a.key is None:
+            last = self.history.latest(a.range)
+            if last is not None and last.load.get("compacting"):
+                return  # its size still counts the half a split dropped; wait for the compaction
         if a.kind in ("hot_key", "append_hotspot"):
             self.recent.setdefault(a.kind, {})[a.range] = now
             co.event(a.kind, range=a.range, key=a.key, reason=a.reason, **a.detail)

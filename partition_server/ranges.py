@@ -317,6 +317,7 @@ class RangeSet:
                 "lat_max_ms": round(ld.lat_max * 1e3, 3),
                 "lat_p99_ms": round(sorted(ld.lats)[int(0.99 * (len(ld.lats) - 1))] * 1e3, 3) if ld.lats else 0.0,
                 "bytes_s": round(ld.bytes_in / dt, 1),
+                "compacting": bool(st.get("compaction_pending", False)),
                 "entities": st.get("entities", 0),
                 "bytes": st.get("bytes", 0),
                 "sample": list(ld.sample),
