@@ -101,7 +101,10 @@ COUNTER_CASES: dict[str, tuple[list, dict, list, list]] = {
     "counter missing at the end": (incs("c", "ok"), {}, ["c"], []),
     "counter never incremented": ([], {"c": 1}, [], ["c"]),
     "retries of one request count once": (
-        [("c", 7, "unknown"), ("c", 7, "ok"), ("c", 7, "fail"), ("c", 8, "ok")], {"c": 2}, [], []
+        [("c", 7, "unknown"), ("c", 7, "ok"), ("c", 7, "fail"), ("c", 8, "ok")],
+        {"c": 2},
+        [],
+        [],
     ),
     "retried request applied twice": ([("c", 7, "unknown"), ("c", 7, "ok")], {"c": 2}, [], ["c"]),
     "keys are independent": (incs("a", "ok") + incs("b", "ok", "ok"), {"a": 2, "b": 1}, ["b"], ["a"]),
@@ -149,7 +152,9 @@ def test_combine() -> None:
     n_procs=st.integers(1, 6),
     p_unknown=st.sampled_from([0.0, 0.1, 0.3]),
 )
-def test_simulated_final_state_passes(seed: int, n_ops: int, n_keys: int, n_procs: int, p_unknown: float) -> None:
+def test_simulated_final_state_passes(
+    seed: int, n_ops: int, n_keys: int, n_procs: int, p_unknown: float
+) -> None:
     ops, final = simulate(random.Random(seed), n_ops, n_keys, n_procs, p_unknown)
     r = check_ack_loss(ops, final)
     assert r.ok, r.summary

@@ -139,8 +139,14 @@ def test_initial_value() -> None:
 
 
 def test_explanation_names_key_and_stuck_op() -> None:
-    ops = [Op(0, ("t", "p", "r"), "write", "a", None, 0, 1, "ok"), Op(1, ("t", "p", "r"), "write", "b", None, 2, 3, "ok")]
-    ops += [Op(2, ("t", "p", "r"), "read", "a", None, 4, 5, "ok"), Op(3, "other", "write", "z", None, 0, 9, "ok")]
+    ops = [
+        Op(0, ("t", "p", "r"), "write", "a", None, 0, 1, "ok"),
+        Op(1, ("t", "p", "r"), "write", "b", None, 2, 3, "ok"),
+    ]
+    ops += [
+        Op(2, ("t", "p", "r"), "read", "a", None, 4, 5, "ok"),
+        Op(3, "other", "write", "z", None, 0, 9, "ok"),
+    ]
     r = check(ops)
     assert r.key == ("t", "p", "r") and r.keys_checked == 2
     assert "#2 read -> 'a'" in r.explanation and "#1 write 'b'" in r.explanation
@@ -215,61 +221,94 @@ def test_recorder_threads_and_pending_ops(tmp_path) -> None:
 # --- cross-check against brute force on tiny arbitrary histories -------------------------------
 
 
-def brute_force(ops: list[Op], initial: Any = None) -> bool:
-    """Linearizable? By trying every subset of unknown ops in every real-time-respecting order."""
+_BAD: Any = object()
+_ANY: Any = object()
+
+
+def model_step(o: Op, state: Any) -> Any:
+    """The register after ``o`` (the spec, written independently of the checker), or ``_BAD``."""
+    applied = o.outcome != "fail"
+    pre = {
+        "read": state == o.value,
+        "write": True,
+        "cas": (state == o.expected) == applied,
+        "insert": (state is None) == applied,
+        "update": (state is not None) == applied,
+        "delete": True if applied else state is None,
+    }[o.kind]
+    if not pre:
+        return _BAD
+    return o.value if o.kind != "read" and applied else state
+
+
+def brute_force(ops: list[Op], initial: Any = None) -> bool | None:
+    """Linearizable? By trying every subset of unknown ops in every real-time-respecting order.
+
+    Ops that carry no information are ignored (an empty history after that is linearizable);
+    ``initial=_ANY`` only asks whether anything is left (None if not).
+    """
     relevant = [
         o for o in ops
         if o.outcome != "aborted"
         and not (o.kind == "read" and o.outcome != "ok")
         and not (o.kind == "write" and o.outcome == "fail")
     ]  # fmt: skip
+    if initial is _ANY:
+        return True if relevant else None
     definite = [o for o in relevant if o.outcome != "unknown"]
     unknown = [o for o in relevant if o.outcome == "unknown"]
     for mask in range(2 ** len(unknown)):
         chosen = definite + [u for j, u in enumerate(unknown) if mask >> j & 1]
         for perm in itertools.permutations(chosen):
-            if any(perm[j].end_time < perm[i].start for i in range(len(perm)) for j in range(i + 1, len(perm))):
+            if any(
+                perm[j].end_time < perm[i].start for i in range(len(perm)) for j in range(i + 1, len(perm))
+            ):
                 continue
-            state, good = initial, True
+            state = initial
             for o in perm:
-                applied = o.outcome != "fail"
-                pre = {
-                    "read": state == o.value,
-                    "write": True,
-                    "cas": (state == o.expected) == applied,
-                    "insert": (state is None) == applied,
-                    "update": (state is not None) == applied,
-                    "delete": True if applied else state is None,
-                }[o.kind]
-                if not pre:
-                    good = False
+                state = model_step(o, state)
+                if state is _BAD:
                     break
-                if o.kind != "read" and applied:
-                    state = o.value
-            if good:
+            else:
                 return True
     return False
 
 
 tiny_op = st.tuples(
     st.sampled_from(["read", "read", "write", "cas", "cas", "insert", "update", "delete"]),
-    st.integers(0, 6),
-    st.integers(0, 4),
-    st.sampled_from(["a", "b", "c", None]),
-    st.sampled_from(["a", "b", None]),
-    st.sampled_from(["ok", "ok", "ok", "fail", "unknown", "aborted"]),
+    st.integers(0, 6),  # start
+    st.integers(0, 4),  # duration
+    st.integers(0, 7),  # picks the value (a read's: of another op, or None)
+    st.integers(0, 7),  # picks a cas's expected value
+    st.sampled_from(["ok", "ok", "ok", "fail", "unknown", "unknown", "aborted"]),
 )
 
 
-@settings(max_examples=400, deadline=None)
-@given(specs=st.lists(tiny_op, min_size=1, max_size=6), initial=st.sampled_from([None, "a"]))
-def test_agrees_with_brute_force(specs: list[tuple], initial: Any) -> None:
+@settings(max_examples=600, deadline=None)
+@given(
+    specs=st.lists(tiny_op, min_size=1, max_size=7),
+    initial=st.sampled_from([None, "w0"]),
+    unique=st.booleans(),
+)
+def test_agrees_with_brute_force(specs: list[tuple], initial: Any, unique: bool) -> None:
+    """Tiny arbitrary histories (most not linearizable): same verdict as exhaustive search.
+
+    With ``unique`` each op writes its own value and reads return another op's value (the shape of
+    the real workload); otherwise values repeat, which exercises the symmetry reductions.
+    """
+
+    def pick(j: int) -> Any:
+        if unique:
+            return f"w{j}" if j < len(specs) else None
+        return ["w0", "w1", "w2", None][j % 4]
+
     ops = []
-    for i, (kind, start, dur, value, expected, outcome) in enumerate(specs):
-        if kind == "delete" or (kind in ("write", "insert", "update") and value is None):
-            value = None if kind == "delete" else "c"
+    for i, (kind, start, dur, v, e, outcome) in enumerate(specs):
+        value = None if kind == "delete" else pick(v) if kind == "read" else f"w{i}" if unique else pick(v)
+        if value is None and kind in ("write", "insert", "update", "cas") and kind != "cas":
+            value = "w2"
         end = None if outcome == "unknown" else start + dur
-        ops.append(Op(i, "k", kind, value, expected if kind == "cas" else None, start, end, outcome))
+        ops.append(Op(i, "k", kind, value, pick(e) if kind == "cas" else None, start, end, outcome))
     expected_ok = brute_force(ops, initial)
     r = check(ops, initial={"k": initial})
     assert r.ok == expected_ok, (expected_ok, r.explanation, [o.describe() for o in ops])
@@ -335,7 +374,9 @@ def simulate(
             value = None if kind in ("read", "delete") else f"v{fresh}"
             expected = None
             if kind == "cas":
-                expected = rng.choice([seen[i].get(key), state.get(key), state.get(key), f"v{rng.randrange(fresh)}"])
+                expected = rng.choice(
+                    [seen[i].get(key), state.get(key), state.get(key), f"v{rng.randrange(fresh)}"]
+                )
             op = Op(issued, key, kind, value, expected, start=t, process=i)
             ops.append(op)
             issued += 1
@@ -391,13 +432,17 @@ def provably_stale(ops: list[Op]) -> list[tuple[Op, Any]]:
     n_procs=st.integers(1, 6),
     p_unknown=st.sampled_from([0.0, 0.05, 0.3]),
 )
-def test_simulated_correct_histories_pass(seed: int, n_ops: int, n_keys: int, n_procs: int, p_unknown: float) -> None:
+def test_simulated_correct_histories_pass(
+    seed: int, n_ops: int, n_keys: int, n_procs: int, p_unknown: float
+) -> None:
     ops, _ = simulate(random.Random(seed), n_ops, n_keys, n_procs, p_unknown)
     r = check(ops, timeout_s=20)
     assert r.ok, r.explanation
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+@settings(
+    max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much]
+)
 @given(
     seed=st.integers(0, 2**32 - 1),
     n_ops=st.integers(5, 80),
@@ -416,6 +461,44 @@ def test_injected_stale_read_fails(
     read.value = stale
     r = check(ops, timeout_s=20)
     assert r.status == "violation" and read.key in r.bad_keys, r.explanation
+
+
+def reference(ops: list[Op], initial: Any = None) -> bool:
+    """Plain memoized Wing & Gong search, none of the checker's reductions: an oracle for mid sizes."""
+    rel = [o for o in ops if brute_force([o], _ANY) is not None]  # same filter as brute_force
+    n, failed = len(rel), set()
+    definite = [i for i in range(n) if rel[i].outcome != "unknown"]
+
+    def search(done: int, state: Any) -> bool:
+        pending = [rel[i].end_time for i in definite if not done >> i & 1]
+        if not pending:
+            return True
+        if (done, state) in failed:
+            return False
+        for i in range(n):
+            if not done >> i & 1 and rel[i].start <= min(pending):
+                new = model_step(rel[i], state)
+                if new is not _BAD and search(done | 1 << i, new):
+                    return True
+        failed.add((done, state))
+        return False
+
+    return search(0, initial)
+
+
+@settings(max_examples=200, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), n_ops=st.integers(5, 28), n_procs=st.integers(1, 5))
+def test_agrees_with_reference_on_corrupted_simulations(seed: int, n_ops: int, n_procs: int) -> None:
+    """Simulated histories with many unknown ops and random corruption: same verdict as the oracle."""
+    rng = random.Random(seed)
+    ops, _ = simulate(rng, n_ops, 1, n_procs, rng.choice([0.1, 0.3, 0.5]))
+    reads = [o for o in ops if o.kind == "read" and o.outcome == "ok"]
+    values = [o.value for o in ops if o.kind != "read"] + [None]
+    for _ in range(rng.choice([0, 1, 2])):
+        if reads:
+            rng.choice(reads).value = rng.choice(values)
+    r = check(ops, timeout_s=30)
+    assert r.ok == reference(ops), r.explanation
 
 
 def test_scale_20k_ops_200_keys() -> None:

@@ -14,15 +14,28 @@ interval; ``fail`` ops too, as checks that do not change the value (a failed cas
 than ``expected``, a failed insert saw a present value, a failed update or delete an absent one);
 ``unknown`` ops have no return event: they may be linearized anywhere after their start, or never.
 The search succeeds once every definite op is linearized, since the remaining unknown ops can be
-left out. Unknown writes of values nobody observed are dropped up front when that is provably safe
-(no failed cas/insert or update on the key could depend on them), which keeps histories with many
-timeouts cheap.
+left out.
+
+Unknown ops are what makes the search expensive (each may or may not have happened, anywhere after
+its start), so it is reduced in ways that keep the verdict exact (cross-checked against exhaustive
+search in the tests):
+
+- unknown ops that cannot matter are dropped up front (a cas on a value nobody could have written;
+  writes of values nobody read, when no op on the key tests for inequality or presence);
+- the memo keys on the register value only up to what the remaining ops can tell apart: a value that
+  no remaining op reads or cas-expects is folded into one abstract "dead" value;
+- a node is skipped when an explored node with the same definite ops and abstract value spent no
+  more unknown ops (fewer spent ops means more options), counting unknown ops with dead values
+  by class (an unconditional write of a dead value can stand in for an insert, update or cas);
+- unknown ops with the same effect are interchangeable: only the earliest pending one is tried;
+- each node tries its definite candidates before the unknown ones, so a (definite set, value) pair
+  is first reached spending few unknown ops, and later visits are mostly dominated.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Hashable, Iterable, Mapping
+from collections.abc import Callable, Hashable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -45,46 +58,28 @@ class _Unobserved:
 _UNOBS = _Unobserved()
 
 
-def _code(op: Op) -> int | None:
-    """The step code of ``op``, or None when it carries no information and is skipped."""
-    if op.outcome == "aborted":
-        return None
-    applied = op.outcome in ("ok", "unknown")
-    kind = op.kind
-    if kind == "read":
-        return _READ if op.outcome == "ok" else None
-    if kind == "write":
-        return _WRITE if applied else None
-    if kind == "cas":
-        return _CAS if applied else _CAS_FAIL
-    if kind == "insert":
-        return _INS if applied else _INS_FAIL
-    if kind == "update":
-        return _UPD if applied else _UPD_FAIL
-    return _DEL if applied else _DEL_FAIL
+_CODES = {
+    ("read", "ok"): _READ, ("write", "ok"): _WRITE, ("write", "unknown"): _WRITE,
+    ("cas", "ok"): _CAS, ("cas", "unknown"): _CAS, ("cas", "fail"): _CAS_FAIL,
+    ("insert", "ok"): _INS, ("insert", "unknown"): _INS, ("insert", "fail"): _INS_FAIL,
+    ("update", "ok"): _UPD, ("update", "unknown"): _UPD, ("update", "fail"): _UPD_FAIL,
+    ("delete", "ok"): _DEL, ("delete", "unknown"): _DEL, ("delete", "fail"): _DEL_FAIL,
+}  # fmt: skip
+"""(kind, outcome) -> step code; pairs missing here carry no information and are skipped."""
 
-
-def _step(code: int, state: Any, value: Any, expected: Any) -> Any:
-    """The register value after linearizing an op in ``state``, or ``_NO`` if it cannot be."""
-    if code == _READ:
-        return state if state == value else _NO
-    if code == _WRITE:
-        return value
-    if code == _CAS:
-        return value if state == expected else _NO
-    if code == _CAS_FAIL:
-        return state if state != expected else _NO
-    if code == _INS:
-        return value if state is None else _NO
-    if code == _INS_FAIL:
-        return state if state is not None else _NO
-    if code == _UPD:
-        return value if state is not None else _NO
-    if code == _UPD_FAIL:
-        return state if state is None else _NO
-    if code == _DEL:
-        return None
-    return state if state is None else _NO  # _DEL_FAIL
+# The register value after linearizing an op (state, value, expected), or _NO if it cannot be.
+_STEPS: tuple[Callable[[Any, Any, Any], Any], ...] = (
+    lambda s, v, e: s if s == v else _NO,  # _READ
+    lambda s, v, e: v,  # _WRITE
+    lambda s, v, e: v if s == e else _NO,  # _CAS
+    lambda s, v, e: s if s != e else _NO,  # _CAS_FAIL
+    lambda s, v, e: v if s is None else _NO,  # _INS
+    lambda s, v, e: s if s is not None else _NO,  # _INS_FAIL
+    lambda s, v, e: v if s is not None else _NO,  # _UPD
+    lambda s, v, e: s if s is None else _NO,  # _UPD_FAIL
+    lambda s, v, e: None,  # _DEL
+    lambda s, v, e: s if s is None else _NO,  # _DEL_FAIL
+)
 
 
 @dataclass
@@ -126,18 +121,12 @@ class Result:
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-friendly summary (for ``rangetable drill --json``)."""
-        return {
-            "ok": self.ok,
-            "status": self.status,
-            "key": self.key,
-            "explanation": self.explanation,
-            "ops_checked": self.ops_checked,
-            "keys_checked": self.keys_checked,
-            "bad_keys": self.bad_keys,
-            "timed_out_keys": self.timed_out_keys,
-            "failing_ops": [op.describe() for op in self.failing_ops],
-            "elapsed_s": round(self.elapsed_s, 3),
-        }
+        names = ("ok", "status", "key", "explanation", "ops_checked", "keys_checked", "bad_keys")
+        out = {name: getattr(self, name) for name in names}
+        out["timed_out_keys"] = self.timed_out_keys
+        out["failing_ops"] = [op.describe() for op in self.failing_ops]
+        out["elapsed_s"] = round(self.elapsed_s, 3)
+        return out
 
 
 def _fmt_ops(ops: Iterable[Op], indent: str = "  ") -> str:
@@ -234,7 +223,7 @@ def check_key(
     """
     t0 = time.monotonic()
     initial = freeze(initial)
-    coded = [(op, c) for op in ops if (c := _code(op)) is not None]
+    coded = [(op, c) for op in ops if (c := _CODES.get((op.kind, op.outcome))) is not None]
     all_ops = [op for op, _ in coded]
     codes = [c for _, c in coded]
     for op in all_ops:
@@ -251,15 +240,22 @@ def check_key(
     scodes = [codes[i] for i in keep]
     n = len(sops)
     definite = [op.outcome != "unknown" for op in sops]
-    # Values no op tests for equality are indistinguishable: fold them into one abstract value.
-    observed = {fvals[i] for i in keep if codes[i] == _READ}
-    observed |= {fexps[i] for i in keep if codes[i] in (_CAS, _CAS_FAIL)}
+    values = [fvals[i] for i in keep]
+    expects = [fexps[i] for i in keep]
+    step = [_STEPS[c] for c in scodes]
+    # Values that no remaining op tests for equality (reads, cas) are indistinguishable from here on:
+    # the memo folds them into one abstract value. live[v] counts the unlinearized ops testing v.
+    obs: list[Any] = [_NO] * n
+    live: dict[Any, int] = {}
+    for i, c in enumerate(scodes):
+        v = values[i] if c == _READ else expects[i] if c in (_CAS, _CAS_FAIL) else None
+        if v is not None:
+            live[v] = live.get(v, 0) + 1
+            if definite[i]:  # an unknown cas pins its expected value for good (liveness then
+                obs[i] = v  # depends only on which definite ops are linearized)
 
     def abstract(v: Any) -> Any:
-        return v if v is None or v in observed else _UNOBS
-
-    values = [abstract(fvals[i]) for i in keep]
-    expects = [abstract(fexps[i]) for i in keep]
+        return v if v is None or live.get(v) else _UNOBS
 
     # Events: calls at start, returns at end (none for unknown ops); at equal times calls come first,
     # so ops that touch are treated as concurrent.
@@ -287,23 +283,64 @@ def check_key(
     earlier = [0] * n
     n_def = n_unk = 0
     classes: dict[tuple[int, Any, Any], int] = {}
+    unknown_ops: list[int] = []
+    dead_cls = [-1] * n  # the class of an unknown op once its value is dead (no op tests it any more)
+    dead_ids: dict[tuple[int, Any], int] = {}
     for _, kind, i in events:
         if kind or definite[i]:
             if kind == 0:
                 bit[i], n_def = 1 << n_def, n_def + 1
             continue
         bit[i], n_unk = 1 << n_unk, n_unk + 1
-        cls = (scodes[i], values[i], expects[i] if scodes[i] == _CAS else None)
+        unknown_ops.append(i)
+        c = scodes[i]
+        cls = (c, abstract(values[i]), abstract(expects[i]) if c == _CAS else None)
         earlier[i] = classes.get(cls, 0)
         classes[cls] = earlier[i] | bit[i]
+        if values[i] is None:
+            c = _DEL
+        elif c == _CAS and expects[i] is None:
+            c = _INS
+        dk = (c, expects[i] if c == _CAS else None)
+        dead_cls[i] = dead_ids.setdefault(dk, len(dead_ids))
 
-    state: Any = abstract(initial)
+    write_cls = dead_ids.get((_WRITE, None), -1)
+    del_cls = dead_ids.get((_DEL, None), -1)
+
+    def summarize(ul: int) -> tuple[int, dict[int, int]]:
+        """``ul`` as (the ops whose value is live, how many ops of each dead class were applied)."""
+        counts: dict[int, int] = {}
+        for u in unknown_ops:
+            if ul & bit[u] and not live.get(values[u]):
+                ul ^= bit[u]
+                counts[dead_cls[u]] = counts.get(dead_cls[u], 0) + 1
+        return ul, counts
+
+    def covers(a: tuple[int, dict[int, int]], b: tuple[int, dict[int, int]]) -> bool:
+        """Whether a node that spent ``a`` has every option of one that spent ``b`` (same ops and
+        state otherwise): it spent a subset of the live ops and no more of each dead class, except
+        that an unconditional write of a dead value can stand in for an insert, update or cas."""
+        if a[0] & ~b[0]:
+            return False
+        ca, cb = a[1], b[1]
+        surplus = cb.get(write_cls, 0) - ca.get(write_cls, 0)
+        if surplus < 0:
+            return False
+        for c, k in ca.items():
+            extra = k - cb.get(c, 0)
+            if extra > 0 and c != write_cls:
+                surplus -= extra
+                if c == del_cls or surplus < 0:
+                    return False
+        return True
+
+    state: Any = initial
     dl = ul = 0  # linearized definite / unknown ops
     remaining = n_def
     stack: list[tuple[int, Any]] = []
-    # (definite mask, state) -> unknown masks explored; a node is redundant if one of them is a subset
-    # of its own: with fewer optional ops spent, the explored node had every option it has.
-    cache: dict[tuple[int, Any], list[int]] = {(0, state): [0]}
+    # (definite mask, abstract state) -> unknown masks explored; a node is redundant if one of them is
+    # a subset of its own: with fewer optional ops spent, the explored node had every option it has.
+    cache: dict[tuple[int, Any], list[tuple[int, dict[int, int]]]] = {(0, abstract(state)): [(0, {})]}
     n_states = 1
     deadline = t0 + timeout_s
     best_depth, best_op, best_states, best_tail = -1, -1, set(), []
@@ -324,35 +361,46 @@ def check_key(
             if definite[i] == phase or earlier[i] & ~ul:
                 entry = nxt[entry]
                 continue
-            new = _step(scodes[i], state, values[i], expects[i])
+            new = step[i](state, values[i], expects[i])
             if new is not _NO:
                 if definite[i]:
                     ndl, nul = dl | bit[i], ul
                 else:
                     ndl, nul = dl, ul | bit[i]
-                seen = cache.get((ndl, new))
+                o = obs[i]
+                if o is not _NO:
+                    live[o] -= 1
+                for x in (entry, ret_node[i]):  # lift the call and its return out of the list
+                    if x >= 0:
+                        nxt[prv[x]] = nxt[x]
+                        prv[nxt[x]] = prv[x]
+                ck = (ndl, new if new is None or live.get(new) else _UNOBS)
+                spent = summarize(nul) if nul else (0, {})
+                seen = cache.get(ck)
                 fresh = True
                 if seen is None:
-                    cache[(ndl, new)] = [nul]
+                    cache[ck] = [spent]
                 else:
-                    for mask in seen:
-                        if not mask & ~nul:
+                    for old in seen:
+                        if covers(old, spent):
                             fresh = False
                             break
                     else:
-                        seen.append(nul)
+                        seen.append(spent)
                 if fresh:
                     n_states += 1
                     stack.append((i, state))
                     state, dl, ul = new, ndl, nul
-                    for x in (entry, ret_node[i]):  # lift the call and its return out of the list
-                        if x >= 0:
-                            nxt[prv[x]] = nxt[x]
-                            prv[nxt[x]] = prv[x]
                     if definite[i]:
                         remaining -= 1
                     entry, phase = nxt[0], 0
                     continue
+                for x in (ret_node[i], entry):  # not worth it: put them back
+                    if x >= 0:
+                        nxt[prv[x]] = x
+                        prv[nxt[x]] = x
+                if o is not _NO:
+                    live[o] += 1
             entry = nxt[entry]
             continue
         if not phase:  # definite candidates exhausted: now try applying unknown ops
@@ -368,6 +416,8 @@ def check_key(
         if not stack:
             break
         j, state = stack.pop()
+        if obs[j] is not _NO:
+            live[obs[j]] += 1
         if definite[j]:
             dl ^= bit[j]
             remaining += 1
@@ -406,15 +456,21 @@ def check(
     history: Iterable[Op],
     initial: Mapping[Hashable, Any] | None = None,
     timeout_s: float = 60.0,
-    key_timeout_s: float | None = None,
+    key_timeout_s: float | None = 10.0,
     max_states_per_key: int = 1_000_000,
 ) -> Result:
     """Check that ``history`` is linearizable, key by key, for a register model.
 
     ``initial`` maps keys to their value before the history (missing keys start absent, None).
-    ``timeout_s`` bounds the whole check; ``key_timeout_s`` (default: ``timeout_s``) and
-    ``max_states_per_key`` bound each key. Keys are checked smallest first; a key the budget runs
-    out on is reported as timed out (status ``"timeout"``), never as a pass.
+    ``timeout_s`` bounds the whole check; ``key_timeout_s`` (None: no per-key bound) and
+    ``max_states_per_key`` bound each key, so one hard key cannot starve the others. Keys are
+    checked smallest first; a key the budget runs out on is reported as timed out (status
+    ``"timeout"``), never as a pass.
+
+    Cost: correct histories check in about linear time (20k ops over 200 keys with 8 clients take
+    well under a second). Refuting a violation needs the search to exhaust the orders before it,
+    which grows with the number of unknown ops pending on the key at the time: fine for a few
+    percent of timeouts, while hundreds of unknown ops on one long-lived key may hit the bound.
     """
     t0 = time.monotonic()
     deadline = t0 + timeout_s
