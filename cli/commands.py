@@ -399,7 +399,7 @@ def bench_store(count: int, data_dir: str | None, as_json: bool) -> None:
 @click.option("-n", "count", default=2000, show_default=True, help="Point operations per phase.")
 @click.option("--batches", default=50, show_default=True, help="100-operation batches.")
 @click.option("--big", default=50_000, show_default=True, help="Table size for the second PartitionKey query run.")
-@click.option("--procs", default=4, show_default=True, help="Client processes.")
+@click.option("--procs", default=8, show_default=True, help="Client processes (the SDK needs ~1 ms of CPU per call).")
 @click.option("--data-dir", default=None, help="Use the running cluster of this data dir (default: start one in a temp dir).")
 @json_option
 def bench_http(count: int, batches: int, big: int, procs: int, data_dir: str | None, as_json: bool) -> None:

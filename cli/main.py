@@ -98,7 +98,10 @@ def http_frontend_cmd(http_server: str, **kw: Any) -> None:
     from frontend.http.serve import run
 
     _logging()
-    run(load(FrontendConfig, **kw), http_server)
+    try:
+        run(load(FrontendConfig, **kw), http_server)
+    except ValueError as exc:  # a bad --accounts spec or --http address
+        raise click.ClickException(str(exc)) from None
 
 
 # --- the local cluster ---------------------------------------------------------------------------
@@ -194,4 +197,8 @@ def drill_group() -> None:
 from cli import balance, chaos, commands, drill, stress  # noqa: E402,F401  (registers the user, admin and drill commands)
 
 if __name__ == "__main__":
-    main()
+    # Under `python -m cli.main` this file runs as __main__, while the command modules register on the
+    # group of the imported `cli.main`; run that one so every command is there.
+    from cli.main import main as registered
+
+    registered()

@@ -109,7 +109,7 @@ def _parallel(pool: Any, procs: int, kind: str, n: int) -> int:
     return sum(pool.map(_chunk, [(kind, k, n, procs) for k in range(procs)]))
 
 
-def run_http_bench(doc: dict, n: int = 2000, batches: int = 50, big: int = 50_000, procs: int = 4,
+def run_http_bench(doc: dict, n: int = 2000, batches: int = 50, big: int = 50_000, procs: int = 8,
                    echo: Callable[[str], None] = print) -> dict[str, Any]:
     """Run the workload against the cluster described by ``doc`` (its cluster.json) with ``procs``
     client processes; returns the figures per phase."""

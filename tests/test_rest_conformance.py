@@ -422,6 +422,8 @@ def test_c18_paging(svc, raw):
         assert len(r.json()["value"]) == 10 and r.headers["x-ms-continuation-nextpartitionkey"]
         r = raw.get(f"/{name}()?NextPartitionKey=garbage")
         assert (r.status, r.code) == (400, "InvalidInput")
+        r = raw.get(f"/{name}()?NextPartitionKey=1!cDAw&NextRowKey=")  # "p00", empty NextRowKey
+        assert (r.status, r.code) == (400, "InvalidInput")
     finally:
         svc.delete_table(name)
     names = sorted(t.name for t in svc.list_tables())
@@ -620,3 +622,13 @@ def test_c25_protocol_hygiene(raw, table):
         r = raw.request(method, path, body, headers=headers)
         assert r.status == status, (method, path, r)
         assert r.code and r.headers["x-ms-request-id"]
+
+
+def test_bench_http_smoke(cluster):
+    """`rangetable bench http` runs end to end (tiny sizes; the figures themselves are not checked)."""
+    from rangetable.bench_http import run_http_bench
+
+    lines: list[str] = []
+    res = run_http_bench(cluster.refresh(), n=20, batches=2, big=0, procs=2, echo=lines.append)
+    assert set(res) == {"insert", "get", "upsert", "batch100", "pk_query", "pk_query_big", "scan_page"}
+    assert all(r["ops"] > 0 and r["cpu_ms_per_op"] >= 0 for r in res.values()) and len(lines) == 8

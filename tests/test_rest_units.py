@@ -253,6 +253,14 @@ def test_parse_sdk_batch(eol):
     assert delete.headers["if-match"] == "*" and delete.body == b"" and delete.url.endswith("RowKey='4')")
 
 
+def test_parse_batch_pretty_json_with_crlf_inside():
+    pretty = '{\r\n  "PartitionKey": "b",\r\n  "RowKey": "1"\r\n}'
+    body = SDK_BATCH.replace('{"PartitionKey": "b", "RowKey": "1"}', pretty).replace(
+        "Content-Length: 32", f"Content-Length: {len(pretty)}")
+    b = batch.parse_batch("multipart/mixed; boundary=batch_f8", body.encode())
+    assert json.loads(b.changeset[0].body) == {"PartitionKey": "b", "RowKey": "1"}
+
+
 def test_parse_batch_without_content_length_and_quoted_boundary():
     body = SDK_BATCH.replace("Content-Length: 32\r\n", "").encode()
     b = batch.parse_batch('multipart/mixed; boundary="batch_f8"', body)
@@ -264,7 +272,7 @@ def test_parse_batch_without_content_length_and_quoted_boundary():
     ("multipart/mixed; boundary=other", SDK_BATCH), ("multipart/mixed; boundary=batch_f8", SDK_BATCH[:200]),
     ("multipart/mixed; boundary=batch_f8", "--batch_f8--\r\n"),
     ("multipart/mixed; boundary=batch_f8", SDK_BATCH.replace("POST http", "POSThttp")),
-    ("multipart/mixed; boundary=batch_f8", SDK_BATCH.replace("Content-Length: 32", "Content-Length: 9999")),
+    ("multipart/mixed; boundary=batch_f8", SDK_BATCH.replace("Content-Length: 32", "Content-Length: -1")),
     ("multipart/mixed; boundary=batch_f8", SDK_BATCH.replace("Content-Type: application/http", "Content-Type: text/plain", 1)),
     ("multipart/mixed; boundary=batch_f8", SDK_BATCH.replace("--batch_f8--", "--batch_f8\r\nContent-Type: multipart/mixed;"
                                                              " boundary=c2\r\n\r\n--c2--\r\n--batch_f8--")),
@@ -375,8 +383,11 @@ class StubFrontend:
 
 def _call(app: RestApp, method: str, path: str, body: bytes = b"", headers: list | None = None) -> tuple[int, dict, bytes]:
     raw_path, _, qs = path.partition("?")
+    headers = list(headers or [])
+    if body and not any(k == b"content-length" for k, _ in headers):
+        headers.append((b"content-length", str(len(body)).encode()))
     scope = {"type": "http", "method": method, "path": raw_path, "raw_path": raw_path.encode("latin-1"),
-             "query_string": qs.encode("latin-1"), "headers": headers or [], "scheme": "http", "client": ("127.0.0.1", 1)}
+             "query_string": qs.encode("latin-1"), "headers": headers, "scheme": "http", "client": ("127.0.0.1", 1)}
     sent: list[dict] = []
     chunks = [body[i:i + 65536] for i in range(0, len(body), 65536)] or [b""]
 
@@ -440,3 +451,12 @@ def test_app_fuzz_never_5xx(app):
         st, h, _ = _call(app, rnd.choice(methods), path, rnd.choice(bodies), rnd.choice(headers))
         assert 200 <= st < 500, (path, st)
         assert h["x-ms-request-id"] and h["date"].endswith("GMT")
+
+
+def test_app_lone_get_in_batch(app):
+    _call(app, "POST", "/devstoreaccount1/t", b'{"PartitionKey":"p","RowKey":"r","A":1}')
+    body = (b"--batch_g\r\nContent-Type: application/http\r\nContent-Transfer-Encoding: binary\r\n\r\n"
+            b"GET http://h/devstoreaccount1/t(PartitionKey='p',RowKey='r') HTTP/1.1\r\nAccept: application/json\r\n\r\n"
+            b"\r\n--batch_g--\r\n")
+    st, h, out = _call(app, "POST", "/devstoreaccount1/$batch", body, [(b"content-type", b"multipart/mixed; boundary=batch_g")])
+    assert st == 202 and b"HTTP/1.1 200 OK" in out and b'"A":1' in out and b"changesetresponse" not in out

@@ -13,10 +13,10 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from email.utils import formatdate
 from typing import Any
 
 from frontend.http import odata, ops
+from frontend.http.common import Response, http_date, iso_now
 from frontend.http.security import Security
 from frontend.http.urls import Resource, parse_query, parse_resource
 from rangetable.errors import TableError
@@ -30,22 +30,14 @@ KNOWN_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "MERGE", "PATCH", "DELE
 XMETHODS = frozenset({"GET", "MERGE", "PATCH", "DELETE"})
 PROPS_TTL_S = 5.0
 
-_date_cache: list[Any] = [0, b""]
+_RID_PREFIX = str(uuid.uuid4())[:24]
+_rid_counter = [0]
 
 
-def http_date() -> bytes:
-    """The current time as RFC 1123 (cached per second)."""
-    now = int(time.time())
-    if _date_cache[0] != now:
-        _date_cache[0] = now
-        _date_cache[1] = formatdate(now, usegmt=True).encode()
-    return _date_cache[1]
-
-
-def iso_now() -> str:
-    """The current time as Azure prints it in error messages."""
-    t = time.time()
-    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(t)) + f".{int(t % 1 * 1e7):07d}Z"
+def _next_request_id() -> str:
+    """A UUID-shaped request id, unique per process run (a random prefix and a counter)."""
+    _rid_counter[0] += 1
+    return f"{_RID_PREFIX}{_rid_counter[0] & 0xFFFFFFFFFFFF:012x}"
 
 
 class Request:
@@ -74,7 +66,7 @@ class Request:
         client = scope.get("client")
         self.client_ip: str | None = client[0] if client else None
         self.body = b""
-        self.request_id = str(uuid.uuid4())
+        self.request_id = _next_request_id()
         self.version = self.headers.get("x-ms-version") or DEFAULT_VERSION
         self.query: dict[str, list[str]] = {}
         self.res: Resource | None = None
@@ -95,17 +87,6 @@ class Request:
         if self.raw_path.lstrip("/").split("/", 1)[0] == self.res.account or not self.res.account:
             return f"{self.scheme}://{self.host}/{self.res.account}"
         return f"{self.scheme}://{self.host}"
-
-
-class Response:
-    """What an operation answers."""
-
-    __slots__ = ("status", "headers", "body")
-
-    def __init__(self, status: int, headers: list[tuple[bytes, bytes]] | None = None, body: bytes = b"") -> None:
-        self.status = status
-        self.headers = headers if headers is not None else []
-        self.body = body
 
 
 class RestApp:
@@ -178,6 +159,10 @@ class RestApp:
                 raise TableError("InvalidHeaderValue", "The Content-Length header is not valid.") from None
             if n > DRAIN_LIMIT:
                 return False
+            if n == 0:
+                return True  # nothing to read: skip a round trip through the server
+        elif "transfer-encoding" not in rq.headers:
+            return True
         chunks = []
         size = 0
         too_big = False

@@ -71,38 +71,42 @@ def boundary_of(content_type: str | None) -> str:
 
 def _split_parts(body: bytes, boundary: str) -> list[bytes]:
     """The parts between ``--boundary`` delimiter lines (body already LF-normalised)."""
-    delim = re.compile(rb"(?m)^--" + re.escape(boundary.encode("latin-1")) + rb"(--)?[ \t]*$")
-    marks = list(delim.finditer(body))
+    delim = b"--" + boundary.encode("latin-1")
+    marks: list[tuple[int, int, bool]] = []  # (line start, line end, closing)
+    i = body.find(delim)
+    while i >= 0:
+        if i == 0 or body[i - 1] == 10:  # at the start of a line
+            end = body.find(b"\n", i)
+            end = len(body) if end < 0 else end
+            tail = body[i + len(delim):end].rstrip(b" \t")
+            if tail in (b"", b"--"):
+                marks.append((i, end, tail == b"--"))
+                if tail == b"--":
+                    break
+        i = body.find(delim, i + len(delim))
     if not marks:
         raise _bad("The multipart body has no delimiter for its boundary.")
+    if not marks[-1][2]:
+        raise _bad("The multipart body is not terminated by its closing delimiter.")
     parts = []
-    closed = False
-    for m, nxt in zip(marks, marks[1:] + [None], strict=True):
-        if m.group(1):
-            closed = True
-            break
-        if nxt is None:
-            break
-        start = m.end() + 1
-        end = nxt.start() - 1
-        parts.append(body[start:max(start, end)])
+    for (_, end, _), (nxt, _, _) in zip(marks, marks[1:], strict=False):
+        start = end + 1
+        parts.append(body[start:max(start, nxt - 1)])
         if len(parts) > MAX_PARTS:
             raise _bad("Too many parts in the multipart body.")
-    if not closed:
-        raise _bad("The multipart body is not terminated by its closing delimiter.")
     return parts
 
 
+_HEADER = re.compile(rb"^[ \t]*([^:\s][^:\n]*?)[ \t]*:[ \t]*(.*?)[ \t\r]*$", re.M)
+
+
 def _headers(block: bytes) -> dict[str, str]:
-    out: dict[str, str] = {}
-    for line in block.split(b"\n"):
-        if not line.strip():
-            continue
-        name, sep, value = line.partition(b":")
-        if not sep or not name.strip():
-            raise _bad(f"Malformed header line in a batch part: {line[:80]!r}")
-        out[name.strip().decode("latin-1").lower()] = value.strip().decode("latin-1")
-    return out
+    text = block.decode("latin-1")
+    pairs = _HEADER.findall(block)
+    if len(pairs) != sum(1 for ln in text.split("\n") if ln.strip()):
+        bad = next(ln for ln in text.split("\n") if ln.strip() and ":" not in ln or ln.strip().startswith(":"))
+        raise _bad(f"Malformed header line in a batch part: {bad[:80]!r}")
+    return {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in pairs}
 
 
 def _head_body(part: bytes) -> tuple[bytes, bytes]:
@@ -130,9 +134,10 @@ def _sub_request(part: bytes) -> SubRequest:
             length = int(n)
         except ValueError:
             raise _bad("Bad Content-Length in a batch operation.") from None
-        if length < 0 or length > len(body):
-            raise _bad("Content-Length of a batch operation exceeds its body.")
-        body = body[:length]
+        if length < 0:
+            raise _bad("Bad Content-Length in a batch operation.")
+        # CRLF was normalised to LF, so a body with CRLF inside (pretty-printed JSON) is now shorter
+        body = body[:length] if length <= len(body) else body.rstrip(b"\n")
     else:
         body = body.rstrip(b"\n")
     return SubRequest(words[0].upper(), words[1], headers, body, ph.get("content-id"))

@@ -15,13 +15,14 @@ from urllib.parse import urlsplit
 
 from frontend.http import odata
 from frontend.http.batch import SubRequest, SubResponse, format_batch, parse_batch
+from frontend.http.common import Response, iso_now
 from frontend.http.ops import ODATA_HEADERS, _resp, prefer, write_op
 from frontend.http.security import check
 from frontend.http.urls import Resource, entity_path, parse_query, parse_resource
 from rangetable.errors import TableError
 
 if TYPE_CHECKING:
-    from frontend.http.app import Request, Response, RestApp
+    from frontend.http.app import Request, RestApp
 
 _HDRS = [(k.decode(), v.decode()) for k, v in ODATA_HEADERS]
 
@@ -52,8 +53,6 @@ def _effective_method(sub: SubRequest) -> str:
 
 
 def _error_part(rq: Request, exc: TableError, index: int, content_id: str | None) -> SubResponse:
-    from frontend.http.app import iso_now
-
     body = odata.error_json(exc, rq.request_id, iso_now(), index)
     headers = _HDRS + [("Content-Type", odata.CONTENT_TYPES[odata.MINIMAL].decode())]
     return SubResponse(exc.status_code, headers, body, content_id)

@@ -141,12 +141,13 @@ def entity_text(
     pk, rk, ts, props = ent
     out: list[str] = []
     annotate = level != NO
+    iso = iso_ticks(ts)
     if annotate:
         if level == FULL:
             link = entity_path(table, pk, rk)
             out.append('"odata.type":' + _esc(f"{account}.{table}"))
             out.append('"odata.id":' + _esc(f"{base}/{link}"))
-        out.append('"odata.etag":' + _esc(etag_of(ts)))
+        out.append('"odata.etag":"W/\\"datetime\'' + iso.replace(":", "%3A") + '\'\\""')
         if level == FULL:
             out.append('"odata.editLink":' + _esc(link))
     everything = not select or "*" in select
@@ -155,9 +156,18 @@ def entity_text(
         out.append('"RowKey":' + _esc(rk))
         if level == FULL:
             out.append('"Timestamp@odata.type":"Edm.DateTime"')
-        out.append('"Timestamp":"' + iso_ticks(ts) + '"')
+        out.append('"Timestamp":"' + iso + '"')
+        names = _names
         for name, pair in props.items():
-            _value(out, name, pair[0], pair[1], annotate)
+            code, v = pair
+            if code == 0 or code == 1 or code == 4:  # the common cases inline: String, Int32, Boolean
+                key = names.get(name)
+                if key is None:
+                    key = _name(name)
+                out.append(key[0] + (_esc(v) if code == 0 else str(int(v)) if code == 1 else
+                                     ("true" if v else "false")))
+            else:
+                _value(out, name, code, v, annotate)
     else:
         wanted = dict.fromkeys(select)
         if "PartitionKey" in wanted:
@@ -167,7 +177,7 @@ def entity_text(
         if "Timestamp" in wanted:
             if level == FULL:
                 out.append('"Timestamp@odata.type":"Edm.DateTime"')
-            out.append('"Timestamp":"' + iso_ticks(ts) + '"')
+            out.append('"Timestamp":"' + iso + '"')
         for name in wanted:
             if name in ("PartitionKey", "RowKey", "Timestamp"):
                 continue

@@ -12,13 +12,14 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from frontend.http import odata, xmldocs
+from frontend.http.common import Response, http_date
 from frontend.http.security import check
 from frontend.http.urls import Resource, entity_path
 from rangetable.errors import TableError
 from rangetable.values import json_to_typed
 
 if TYPE_CHECKING:
-    from frontend.http.app import Request, Response, RestApp
+    from frontend.http.app import Request, RestApp
 
 Handler = Callable[["RestApp", "Request"], Awaitable["Response"]]
 
@@ -29,8 +30,6 @@ MAX_TOP = 1000
 
 
 def _resp(status: int, headers: list | None = None, body: bytes = b"") -> Response:
-    from frontend.http.app import Response
-
     return Response(status, headers if headers is not None else [], body)
 
 
@@ -134,8 +133,8 @@ async def query_entities(app: RestApp, rq: Request) -> Response:
                            "select": select, "top": parse_top(rq.param("$top"))}
     npk = rq.param("NextPartitionKey")
     if npk is not None:
-        nrk = rq.param("NextRowKey")
-        req["next"] = [odata.decode_token(npk), odata.decode_token(nrk) if nrk else ""]
+        nrk = rq.param("NextRowKey")  # absent = the start of the partition; present but empty = 400
+        req["next"] = [odata.decode_token(npk), "" if nrk is None else odata.decode_token(nrk)]
     out = await app.fe.request(req)
     ents = out["entities"]
     sas = getattr(rq.auth, "sas", None)
@@ -213,7 +212,7 @@ async def query_tables(app: RestApp, rq: Request) -> Response:
     req: dict[str, Any] = {"op": "list_tables", "filter": rq.param("$filter") or None,
                            "top": parse_top(rq.param("$top"))}
     nxt = rq.param("NextTableName")
-    if nxt:
+    if nxt is not None:
         req["next"] = odata.decode_token(nxt)
     out = await app.fe.request(req)
     h = _odata_headers(rq, True)
@@ -294,8 +293,6 @@ async def set_properties(app: RestApp, rq: Request) -> Response:
 
 async def get_stats(app: RestApp, rq: Request) -> Response:
     """GET /?restype=service&comp=stats (normally on the -secondary account)."""
-    from frontend.http.app import http_date
-
     check(rq.auth, "service_read", None)
     return _resp(200, [XML_TYPE], xmldocs.format_stats(http_date().decode()))
 
@@ -358,8 +355,6 @@ async def not_allowed(app: RestApp, rq: Request) -> Response:
 
 def route(res: Resource, method: str, comp: str | None) -> Handler:
     """The handler for a resource, effective verb and ``comp`` parameter."""
-    from frontend.http.batch_ops import run_batch
-
     if method == "HEAD":
         method = "GET"
     kind = res.kind
@@ -379,6 +374,8 @@ def route(res: Resource, method: str, comp: str | None) -> Handler:
         raise TableError("InvalidQueryParameterValue", "Value for one of the query parameters specified in "
                          "the request URI is invalid.")
     if not _ROUTES:
+        from frontend.http.batch_ops import run_batch
+
         _ROUTES.update({
             ("tables", "GET"): query_tables, ("tables", "POST"): create_table,
             ("table", "DELETE"): delete_table, ("table", "GET"): get_table,

@@ -10,9 +10,9 @@ measurement in ``docs/http.md``).
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import signal
-from typing import Any
 
 from frontend.aio import AioFrontend
 from frontend.http.app import RestApp
@@ -32,17 +32,39 @@ def split_hostport(text: str, default_port: int = 10002) -> tuple[str, int]:
     return host.strip("[]") or "127.0.0.1", int(port)
 
 
-def make_app(cfg: FrontendConfig) -> RestApp:
-    """The ASGI app with its own asyncio frontend (started by the ASGI lifespan)."""
+def make_app(cfg: FrontendConfig, own_frontend: bool = True) -> RestApp:
+    """The ASGI app with its own asyncio frontend (started by the ASGI lifespan when ``own_frontend``)."""
     specs = [s.strip() for s in cfg.accounts.split(",") if s.strip()]
-    return RestApp(AioFrontend(cfg), specs)
+    return RestApp(AioFrontend(cfg), specs, own_frontend=own_frontend)
 
 
-async def serve_async(cfg: FrontendConfig, server: str = "granian", ready: Any = None) -> None:
+def tune_gc() -> None:
+    """Keep the cyclic GC off the hot path.
+
+    A 1000-entity query page allocates ~20k containers (msgpack decode, JSON encode); with the
+    default thresholds each page triggers full collections that walk the whole heap, which cost more
+    than the decoding itself. Freezing the start-up heap and collecting young objects less often cut
+    the decode of a page by about half.
+    """
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(20_000, 50, 100)
+
+
+async def serve_async(cfg: FrontendConfig, server: str = "granian") -> None:
     """Serve until SIGTERM/SIGINT."""
     host, port = split_hostport(cfg.http)
-    app = make_app(cfg)
+    app = make_app(cfg, own_frontend=False)
     loop = asyncio.get_running_loop()
+    await app.fe.start()
+    tune_gc()
+    try:
+        await _serve(app, host, port, loop, server)
+    finally:
+        await app.fe.close()
+
+
+async def _serve(app: RestApp, host: str, port: int, loop: asyncio.AbstractEventLoop, server: str) -> None:
     if server == "uvicorn":
         import uvicorn
 

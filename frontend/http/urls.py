@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from urllib.parse import parse_qs, unquote
+from urllib.parse import parse_qs, quote, unquote
 
 from rangetable.errors import TableError
 
@@ -191,8 +191,6 @@ def parse_resource(raw_path: str, query: dict[str, list[str]], host: str | None 
 
 def quote_key(value: str) -> str:
     """A key as it appears inside ``'…'`` in an edit link (quotes doubled, then percent-encoded)."""
-    from urllib.parse import quote
-
     return quote(value.replace("'", "''"), safe="'()*!$&+,;=@:~")
 
 
