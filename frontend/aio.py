@@ -20,16 +20,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import socket
 import time
-import uuid
 from typing import Any
 
 import zmq
 
-from frontend.requests import Handler
-from frontend.routing import MapCache
-from frontend.server import Pending
+from frontend.driver import DriverCore, Pending
 from rangetable import protocol
 from rangetable.config import FrontendConfig
 from rangetable.errors import TableError
@@ -39,14 +35,7 @@ log = logging.getLogger("rangetable.frontend.aio")
 DRAIN_BATCH = 256  # messages taken from one socket before yielding to the loop
 SWEEP_S = 0.05  # how often attempt timeouts are checked
 # Plain ints: pyzmq's flag enums cost microseconds per operation on the hot path.
-_SNDMORE, _NOBLOCK, _EVENTS, _POLLIN = int(zmq.SNDMORE), int(zmq.NOBLOCK), int(zmq.EVENTS), int(zmq.POLLIN)
-_COPY_LIMIT = 64 * 1024  # larger bodies are sent zero-copy
-
-
-def _send(s: zmq.Socket, srid: bytes, body: bytes) -> None:
-    """Send ``[srid, body]`` (two plain sends: cheaper than send_multipart's enum arithmetic)."""
-    s.send(srid, _SNDMORE)
-    s.send(body, 0, copy=len(body) < _COPY_LIMIT)
+_EVENTS, _POLLIN = int(zmq.EVENTS), int(zmq.POLLIN)
 
 
 class AioPending(Pending):
@@ -57,28 +46,18 @@ class AioPending(Pending):
         self.fut = fut
 
 
-class AioFrontend:
-    """The Handler's ``fe``: sockets, timers and futures on an asyncio loop."""
+class AioFrontend(DriverCore):
+    """The Handler's driver on an asyncio loop: sockets watched by the loop, timers, futures."""
 
     def __init__(self, cfg: FrontendConfig, ctx: zmq.Context | None = None) -> None:
-        self.cfg = cfg
-        self.ctx = ctx or zmq.Context.instance()
-        self.id = cfg.frontend_id or f"{socket.gethostname()}-{uuid.uuid4().hex[:6]}"
-        self.cache = MapCache()
-        self.handler = Handler(self)
-        self._n = 0
-        self._sub: dict[bytes, tuple[Pending, Any, float, str]] = {}
+        super().__init__(cfg, ctx)
         self._ps: dict[str, zmq.Socket] = {}
         self._socks: list[zmq.Socket] = []
         self._handlers: dict[zmq.Socket, Any] = {}
-        self._map_asked = 0.0
         self._kicked = False
-        self._last: tuple[Any, Any] = (None, None)  # (raw body, decoded) of the answer being handled
-        self._sub_connected = ""
         self._sweeper: asyncio.Task | None = None
         self._map_event: asyncio.Event | None = None
         self.loop: asyncio.AbstractEventLoop | None = None
-        self.closed = False
 
     # --- lifecycle ----------------------------------------------------------------------------
 
@@ -150,29 +129,24 @@ class AioFrontend:
 
     # --- the Handler's interface ----------------------------------------------------------------
 
-    def _srid(self) -> bytes:
-        self._n += 1
-        return b"%d" % self._n
-
-    def send_ps(self, p: Pending, endpoint: str, body: dict, step: Any) -> None:
-        """Send a sub-request to a partition server; ``step`` comes back with the answer."""
+    def _ps_socket(self, endpoint: str) -> zmq.Socket:
         s = self._ps.get(endpoint)
         if s is None:
             s = self._socket(zmq.DEALER)
             s.connect(endpoint)
-            self._watch(s, self._on_answer)
+            self._watch(s, self._on_ps_answer)
             self._ps[endpoint] = s
-        srid = self._srid()
-        self._sub[srid] = (p, step, time.monotonic(), endpoint)
-        _send(s, srid, protocol.pack(body))
+        return s
+
+    def _schedule(self, delay: float, p: Pending) -> None:
+        self.loop.call_later(delay, self.start_request, p)
+
+    def _sent(self) -> None:
         self._kick()
 
-    def send_coordinator(self, p: Pending, body: dict, step: Any) -> None:
-        """Send a request to the coordinator; ``step`` comes back with the answer."""
-        srid = self._srid()
-        self._sub[srid] = (p, step, time.monotonic(), "coordinator")
-        _send(self.coord, srid, protocol.pack(body))
-        self._kick()
+    def _map_installed(self) -> None:
+        if self._map_event is not None and self.cache.version >= 0:
+            self._map_event.set()
 
     def reply(self, p: Pending, body: bytes) -> None:
         """Resolve the request's future with a reply body (once)."""
@@ -199,42 +173,6 @@ class AioFrontend:
             if not fut.done():
                 fut.set_exception(exc)
 
-    def retry_later(self, p: Pending, why: str) -> None:
-        """Back off and run the request again with a fresh map, or give up at the deadline."""
-        p.attempts += 1
-        now = time.monotonic()
-        if now >= p.deadline:
-            self.fail(p, TableError("ServerBusy", f"gave up after {p.attempts} attempts: {why}"))
-            return
-        self.refresh_map()
-        delay = min(0.002 * (2 ** min(p.attempts, 6)), 0.1)
-        self.loop.call_later(delay, self.start_request, p)
-
-    def refresh_map(self, force: bool = False) -> None:
-        """Ask the coordinator for a snapshot (at most one request per 50 ms)."""
-        now = time.monotonic()
-        if force or now - self._map_asked > 0.05:
-            self._map_asked = now
-            self.coord.send_multipart([b"map", protocol.pack({"op": "map"})])
-            self._kick()
-
-    # --- running requests -----------------------------------------------------------------------
-
-    def start_request(self, p: Pending) -> None:
-        """(Re)run a request from the beginning of its current step."""
-        if p.done:
-            return
-        if self.closed:  # a retry timer that fired after close()
-            self.fail(p, TableError("ServerBusy", "the frontend is shutting down"))
-            return
-        try:
-            self.handler.run(p)
-        except TableError as exc:
-            self.fail(p, exc)
-        except Exception as exc:
-            log.exception("request failed")
-            self.fail(p, TableError("InternalError", f"{type(exc).__name__}: {exc}"))
-
     # --- receiving ------------------------------------------------------------------------------
 
     def _kick(self) -> None:
@@ -257,62 +195,20 @@ class AioFrontend:
             try:
                 if not s.getsockopt(_EVENTS) & _POLLIN:  # cheaper than provoking zmq.Again
                     return
-                frames = s.recv_multipart(_NOBLOCK)
+                frames = protocol.recv_frames(s, protocol.NOBLOCK)
             except zmq.ZMQError:
                 return
             handler(frames, s)
         self._kick()  # more may be waiting: come back after other callbacks ran
 
     def _on_coord(self, frames: list[bytes], s: zmq.Socket) -> None:
-        if len(frames) == 2 and frames[0] == b"map":
-            try:
-                self._apply_map(protocol.result(frames[1]))
-            except TableError as exc:
-                log.warning("map snapshot failed: %s", exc)
-            return
-        self._on_answer(frames, s)
+        self._on_answer(frames, from_coordinator=True)
 
-    def _apply_map(self, snap: dict) -> None:
-        self.cache.apply(snap)
-        if self.cache.pub and self.cache.pub != self._sub_connected:
-            if self._sub_connected:
-                self.sub.disconnect(self._sub_connected)
-            self.sub.connect(self.cache.pub)
-            self._sub_connected = self.cache.pub
-        if self._map_event is not None and self.cache.version >= 0:
-            self._map_event.set()
-
-    def _on_answer(self, frames: list[bytes], s: zmq.Socket) -> None:
-        if len(frames) != 2:
-            return
-        srid, body = frames
-        ent = self._sub.pop(srid, None)
-        if ent is None:
-            return  # an answer to an attempt we already gave up on
-        p, step, _, _ = ent
-        if p.done:
-            return
-        try:
-            reply = protocol.unpack(body)
-            self._last = (body, reply)
-            self.handler.answer(p, step, reply, body)
-        except TableError as exc:
-            self.fail(p, exc)
-        except Exception as exc:
-            log.exception("answer handling failed")
-            self.fail(p, TableError("InternalError", f"{type(exc).__name__}: {exc}"))
+    def _on_ps_answer(self, frames: list[bytes], s: zmq.Socket) -> None:
+        self._on_answer(frames)
 
     def _on_sub(self, frames: list[bytes], s: zmq.Socket) -> None:
-        if len(frames) != 2:
-            return
-        try:
-            msg = protocol.unpack(frames[1])
-        except TableError:
-            return
-        if frames[0] == b"map":
-            self._apply_map(msg)
-        elif frames[0] == b"hugz" and isinstance(msg, dict) and msg.get("version", -1) > self.cache.version:
-            self.refresh_map()  # we missed an update: fetch a snapshot
+        self._on_update(frames)
 
     async def _sweep_loop(self) -> None:
         while True:
@@ -321,14 +217,3 @@ class AioFrontend:
                 self._sweep()
             except Exception:  # never let the sweeper die
                 log.exception("sweep failed")
-
-    def _sweep(self) -> None:
-        now = time.monotonic()
-        limit = self.cfg.attempt_timeout_s
-        stale = [k for k, (p, _, sent, _) in self._sub.items() if p.done or now - sent > limit]
-        for k in stale:
-            p, _, _, target = self._sub.pop(k)
-            if not p.done:
-                self.retry_later(p, f"no answer from {target}")
-        if self.cache.version < 0 and now - self._map_asked > 0.5:
-            self.refresh_map(force=True)

@@ -20,7 +20,8 @@ from rangetable.filter import compile_cached
 from rangetable.planner import plan
 
 if TYPE_CHECKING:
-    from frontend.server import Frontend, Pending
+    from frontend.driver import DriverCore as Frontend
+    from frontend.driver import Pending
 
 RETRY_CODES = frozenset({"NotOwner", "RangeBusy"})
 COORDINATOR_OPS = frozenset(

@@ -16,58 +16,35 @@ is never applied twice.
 from __future__ import annotations
 
 import heapq
-import itertools
 import logging
 import signal
-import socket
 import time
-import uuid
-from dataclasses import dataclass, field
 from typing import Any
 
 import zmq
 
-from frontend.requests import Handler
-from frontend.routing import MapCache
+from frontend.driver import DriverCore, Pending
 from rangetable import protocol
 from rangetable.config import FrontendConfig
 from rangetable.errors import TableError
 
 log = logging.getLogger("rangetable.frontend")
+SWEEP_S = 0.02
+
+__all__ = ["Frontend", "Pending", "run"]
 
 
-@dataclass
-class Pending:
-    """One client request in flight."""
-
-    ident: bytes
-    rid: bytes
-    req: dict
-    deadline: float
-    attempts: int = 0
-    state: Any = None
-    done: bool = False
-    extra: dict = field(default_factory=dict)
-
-
-class Frontend:
-    """State and loop of one frontend."""
+class Frontend(DriverCore):
+    """The blocking poll loop of a frontend for native clients."""
 
     def __init__(self, cfg: FrontendConfig, ctx: zmq.Context | None = None) -> None:
-        self.cfg = cfg
-        self.ctx = ctx or zmq.Context.instance()
-        self.id = cfg.frontend_id or f"{socket.gethostname()}-{uuid.uuid4().hex[:6]}"
-        self.cache = MapCache()
-        self.handler = Handler(self)
+        super().__init__(cfg, ctx)
         self.stopping = False
-        self._ids = itertools.count(1)
-        self._sub: dict[bytes, tuple[Pending, Any, float, str]] = {}  # sub rid -> (pending, step, sent, target)
         self._timers: list[tuple[float, int, Pending]] = []
         self._ps: dict[str, zmq.Socket] = {}
-        self._map_asked = 0.0
         self.endpoint = ""
 
-    # --- sending ------------------------------------------------------------------------------
+    # --- the driver hooks ---------------------------------------------------------------------
 
     def _ps_socket(self, endpoint: str) -> zmq.Socket:
         s = self._ps.get(endpoint)
@@ -80,17 +57,8 @@ class Frontend:
             self._ps[endpoint] = s
         return s
 
-    def send_ps(self, p: Pending, endpoint: str, body: dict, step: Any) -> None:
-        """Send a sub-request to a partition server; ``step`` comes back with the answer."""
-        srid = b"%d" % next(self._ids)
-        self._sub[srid] = (p, step, time.monotonic(), endpoint)
-        protocol.send_frames(self._ps_socket(endpoint), [srid, protocol.pack(body)])
-
-    def send_coordinator(self, p: Pending, body: dict, step: Any) -> None:
-        """Send a request to the coordinator; ``step`` comes back with the answer."""
-        srid = b"%d" % next(self._ids)
-        self._sub[srid] = (p, step, time.monotonic(), "coordinator")
-        self.coord.send_multipart([srid, protocol.pack(body)])
+    def _schedule(self, delay: float, p: Pending) -> None:
+        heapq.heappush(self._timers, (time.monotonic() + delay, next(self._ids), p))
 
     def reply(self, p: Pending, body: bytes) -> None:
         """Answer the client (once)."""
@@ -106,24 +74,6 @@ class Frontend:
         """Answer the client with an error."""
         self.reply(p, protocol.error(exc))
 
-    def retry_later(self, p: Pending, why: str) -> None:
-        """Back off and run the request again with a fresh map, or give up at the deadline."""
-        p.attempts += 1
-        now = time.monotonic()
-        if now >= p.deadline:
-            self.fail(p, TableError("ServerBusy", f"gave up after {p.attempts} attempts: {why}"))
-            return
-        self.refresh_map()
-        delay = min(0.002 * (2 ** min(p.attempts, 6)), 0.1)
-        heapq.heappush(self._timers, (now + delay, next(self._ids), p))
-
-    def refresh_map(self, force: bool = False) -> None:
-        """Ask the coordinator for a snapshot (at most one request per 50 ms)."""
-        now = time.monotonic()
-        if force or now - self._map_asked > 0.05:
-            self._map_asked = now
-            self.coord.send_multipart([b"map", protocol.pack({"op": "map"})])
-
     # --- receiving ----------------------------------------------------------------------------
 
     def _on_client(self, frames: list[bytes]) -> None:
@@ -132,71 +82,16 @@ class Frontend:
         try:
             rid, req = protocol.parse_request(frames[1:])
         except TableError as exc:
-            self.router.send_multipart([ident, rid[: protocol.MAX_REQUEST_ID], protocol.error(exc)])
+            protocol.send_frames(self.router, [ident, rid[: protocol.MAX_REQUEST_ID], protocol.error(exc)])
             return
         p = Pending(ident, rid, req, time.monotonic() + self.cfg.deadline_s)
-        self.start(p)
+        self.start_request(p)
 
-    def start(self, p: Pending) -> None:
-        """(Re)run a request from the beginning of its current step."""
-        if p.done:
-            return
-        try:
-            self.handler.run(p)
-        except TableError as exc:
-            self.fail(p, exc)
-        except Exception as exc:
-            log.exception("request failed")
-            self.fail(p, TableError("InternalError", f"{type(exc).__name__}: {exc}"))
-
-    def _on_answer(self, frames: list[bytes], from_coordinator: bool) -> None:
-        if len(frames) != 2:
-            return
-        srid, body = frames
-        if from_coordinator and srid == b"map":
-            try:
-                self.cache.apply(protocol.result(body))
-            except TableError as exc:
-                log.warning("map snapshot failed: %s", exc)
-            return
-        ent = self._sub.pop(srid, None)
-        if ent is None:
-            return  # an answer to an attempt we already gave up on
-        p, step, _, _ = ent
-        if p.done:
-            return
-        try:
-            reply = protocol.unpack(body)
-            self.handler.answer(p, step, reply, body)
-        except TableError as exc:
-            self.fail(p, exc)
-        except Exception as exc:
-            log.exception("answer handling failed")
-            self.fail(p, TableError("InternalError", f"{type(exc).__name__}: {exc}"))
-
-    def _on_sub(self, frames: list[bytes]) -> None:
-        if len(frames) != 2:
-            return
-        try:
-            msg = protocol.unpack(frames[1])
-        except TableError:
-            return
-        if frames[0] == b"map":
-            self.cache.apply(msg)
-        elif frames[0] == b"hugz" and msg.get("version", -1) > self.cache.version:
-            self.refresh_map()  # we missed an update: fetch a snapshot
-
-    def _sweep(self) -> None:
+    def _run_timers(self) -> None:
         now = time.monotonic()
         while self._timers and self._timers[0][0] <= now:
             _, _, p = heapq.heappop(self._timers)
-            self.start(p)
-        limit = self.cfg.attempt_timeout_s
-        stale = [k for k, (p, _, sent, _) in self._sub.items() if p.done or now - sent > limit]
-        for k in stale:
-            p, _, _, target = self._sub.pop(k)
-            if not p.done:
-                self.retry_later(p, f"no answer from {target}")
+            self.start_request(p)
 
     # --- loop ---------------------------------------------------------------------------------
 
@@ -220,7 +115,6 @@ class Frontend:
             self.poller.register(s, zmq.POLLIN)
         log.info("frontend %s serving native clients on %s", self.id, self.endpoint)
         self.refresh_map(force=True)
-        sub_connected = ""
         next_sweep = 0.0
         while not self.stopping:
             timeout = 20
@@ -236,20 +130,14 @@ class Frontend:
                     if sock is self.router:
                         self._on_client(frames)
                     elif sock is self.sub:
-                        self._on_sub(frames)
+                        self._on_update(frames)
                     else:
                         self._on_answer(frames, sock is self.coord)
-            if self.cache.pub and self.cache.pub != sub_connected:
-                if sub_connected:
-                    self.sub.disconnect(sub_connected)
-                self.sub.connect(self.cache.pub)
-                sub_connected = self.cache.pub
+            self._run_timers()
             now = time.monotonic()
-            if now >= next_sweep or self._timers:
-                next_sweep = now + 0.02
+            if now >= next_sweep:
+                next_sweep = now + SWEEP_S
                 self._sweep()
-            if self.cache.version < 0 and now - self._map_asked > 0.5:
-                self.refresh_map(force=True)
         for s in [self.router, self.coord, self.sub, *self._ps.values()]:
             s.close(0)
 

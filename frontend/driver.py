@@ -1,0 +1,201 @@
+"""What both frontend drivers share: sub-request bookkeeping, retries, answers, map updates.
+
+:class:`~frontend.requests.Handler` holds the request logic and talks to a driver through
+``send_ps``, ``send_coordinator``, ``reply``, ``reply_ok``, ``fail``, ``retry_later`` and
+``refresh_map``. :class:`DriverCore` implements everything of that which does not depend on how
+sockets are waited on; the blocking native loop (:mod:`frontend.server`) and the asyncio driver of
+the HTTP frontend (:mod:`frontend.aio`) add only their sockets, timers and the way they answer.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import socket
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+import zmq
+
+from frontend.requests import Handler
+from frontend.routing import MapCache
+from rangetable import protocol
+from rangetable.config import FrontendConfig
+from rangetable.errors import TableError
+
+log = logging.getLogger("rangetable.frontend")
+MAP_REFRESH_S = 0.05  # at most one snapshot request per this long
+
+
+@dataclass
+class Pending:
+    """One client request in flight."""
+
+    ident: bytes
+    rid: bytes
+    req: dict
+    deadline: float
+    attempts: int = 0
+    state: Any = None
+    done: bool = False
+    extra: dict = field(default_factory=dict)
+
+
+class DriverCore:
+    """The driver-independent half of a frontend. Subclasses provide ``coord`` (a DEALER to the
+    coordinator), ``sub`` (a SUB for map updates), ``_ps_socket``, ``_schedule``, ``reply``,
+    ``reply_ok`` and ``fail``."""
+
+    coord: zmq.Socket
+    sub: zmq.Socket
+
+    def __init__(self, cfg: FrontendConfig, ctx: zmq.Context | None = None) -> None:
+        self.cfg = cfg
+        self.ctx = ctx or zmq.Context.instance()
+        self.id = cfg.frontend_id or f"{socket.gethostname()}-{uuid.uuid4().hex[:6]}"
+        self.cache = MapCache()
+        self.handler = Handler(self)  # type: ignore[arg-type]
+        self._ids = itertools.count(1)
+        self._sub: dict[bytes, tuple[Pending, Any, float, str]] = {}  # sub rid -> (pending, step, sent, target)
+        self._map_asked = 0.0
+        self._sub_connected = ""
+        self._last: tuple[Any, Any] = (None, None)  # (raw body, decoded) of the answer being handled
+        self.closed = False
+
+    # --- hooks -------------------------------------------------------------------------------
+
+    def _ps_socket(self, endpoint: str) -> zmq.Socket:
+        raise NotImplementedError
+
+    def _schedule(self, delay: float, p: Pending) -> None:
+        raise NotImplementedError
+
+    def _sent(self) -> None:
+        """Called after every send (the asyncio driver re-checks its edge-triggered sockets)."""
+
+    def _map_installed(self) -> None:
+        """Called after a snapshot or update was installed."""
+
+    def reply(self, p: Pending, body: bytes) -> None:
+        raise NotImplementedError
+
+    def fail(self, p: Pending, exc: TableError) -> None:
+        raise NotImplementedError
+
+    # --- the Handler's interface --------------------------------------------------------------
+
+    def _track(self, p: Pending, step: Any, target: str) -> bytes:
+        srid = b"%d" % next(self._ids)
+        self._sub[srid] = (p, step, time.monotonic(), target)
+        return srid
+
+    def send_ps(self, p: Pending, endpoint: str, body: dict, step: Any) -> None:
+        """Send a sub-request to a partition server; ``step`` comes back with the answer."""
+        srid = self._track(p, step, endpoint)
+        protocol.send_frames(self._ps_socket(endpoint), [srid, protocol.pack(body)])
+        self._sent()
+
+    def send_coordinator(self, p: Pending, body: dict, step: Any) -> None:
+        """Send a request to the coordinator; ``step`` comes back with the answer."""
+        srid = self._track(p, step, "coordinator")
+        protocol.send_frames(self.coord, [srid, protocol.pack(body)])
+        self._sent()
+
+    def retry_later(self, p: Pending, why: str) -> None:
+        """Back off and run the request again with a fresh map, or give up at the deadline."""
+        p.attempts += 1
+        if time.monotonic() >= p.deadline:
+            self.fail(p, TableError("ServerBusy", f"gave up after {p.attempts} attempts: {why}"))
+            return
+        self.refresh_map()
+        self._schedule(min(0.002 * (2 ** min(p.attempts, 6)), 0.1), p)
+
+    def refresh_map(self, force: bool = False) -> None:
+        """Ask the coordinator for a snapshot (at most one request per 50 ms)."""
+        now = time.monotonic()
+        if force or now - self._map_asked > MAP_REFRESH_S:
+            self._map_asked = now
+            protocol.send_frames(self.coord, [b"map", protocol.pack({"op": "map"})])
+            self._sent()
+
+    # --- running requests ---------------------------------------------------------------------
+
+    def start_request(self, p: Pending) -> None:
+        """(Re)run a request from the beginning of its current step."""
+        if p.done:
+            return
+        if self.closed:  # a retry timer that fired after close()
+            self.fail(p, TableError("ServerBusy", "the frontend is shutting down"))
+            return
+        try:
+            self.handler.run(p)
+        except TableError as exc:
+            self.fail(p, exc)
+        except Exception as exc:
+            log.exception("request failed")
+            self.fail(p, TableError("InternalError", f"{type(exc).__name__}: {exc}"))
+
+    # --- receiving ----------------------------------------------------------------------------
+
+    def _on_answer(self, frames: list[bytes], from_coordinator: bool = False) -> None:
+        """An answer from a partition server or the coordinator (or a map snapshot)."""
+        if len(frames) != 2:
+            return
+        srid, body = frames
+        if from_coordinator and srid == b"map":
+            try:
+                self._apply_map(protocol.result(body))
+            except TableError as exc:
+                log.warning("map snapshot failed: %s", exc)
+            return
+        ent = self._sub.pop(srid, None)
+        if ent is None:
+            return  # an answer to an attempt we already gave up on
+        p, step, _, _ = ent
+        if p.done:
+            return
+        try:
+            reply = protocol.unpack(body)
+            self._last = (body, reply)
+            self.handler.answer(p, step, reply, body)
+        except TableError as exc:
+            self.fail(p, exc)
+        except Exception as exc:
+            log.exception("answer handling failed")
+            self.fail(p, TableError("InternalError", f"{type(exc).__name__}: {exc}"))
+
+    def _on_update(self, frames: list[bytes]) -> None:
+        """A message on the SUB socket: a map update, or hugz with the current version (Clone)."""
+        if len(frames) != 2:
+            return
+        try:
+            msg = protocol.unpack(frames[1])
+        except TableError:
+            return
+        if frames[0] == b"map":
+            self._apply_map(msg)
+        elif frames[0] == b"hugz" and isinstance(msg, dict) and msg.get("version", -1) > self.cache.version:
+            self.refresh_map()  # we missed an update: fetch a snapshot
+
+    def _apply_map(self, snap: dict) -> None:
+        self.cache.apply(snap)
+        if self.cache.pub and self.cache.pub != self._sub_connected:
+            if self._sub_connected:
+                self.sub.disconnect(self._sub_connected)
+            self.sub.connect(self.cache.pub)
+            self._sub_connected = self.cache.pub
+        self._map_installed()
+
+    def _sweep(self) -> None:
+        """Retry sub-requests that got no answer within ``attempt_timeout_s``; ask for a map if none."""
+        now = time.monotonic()
+        limit = self.cfg.attempt_timeout_s
+        stale = [k for k, (p, _, sent, _) in self._sub.items() if p.done or now - sent > limit]
+        for k in stale:
+            p, _, _, target = self._sub.pop(k)
+            if not p.done:
+                self.retry_later(p, f"no answer from {target}")
+        if self.cache.version < 0 and now - self._map_asked > 0.5:
+            self.refresh_map(force=True)
