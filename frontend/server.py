@@ -27,6 +27,7 @@ from frontend.driver import DriverCore, Pending
 from rangetable import protocol
 from rangetable.config import FrontendConfig
 from rangetable.errors import TableError
+from rangetable.gc_tuning import tune_gc
 
 log = logging.getLogger("rangetable.frontend")
 SWEEP_S = 0.02
@@ -151,4 +152,5 @@ def run(cfg: FrontendConfig) -> None:
 
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
+    tune_gc()
     fe.serve()

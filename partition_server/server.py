@@ -31,6 +31,7 @@ from partition_server.ranges import RangeSet
 from rangetable import protocol
 from rangetable.config import PartitionServerConfig
 from rangetable.errors import TableError
+from rangetable.gc_tuning import tune_gc
 
 log = logging.getLogger("rangetable.partition_server")
 
@@ -209,4 +210,5 @@ def run(cfg: PartitionServerConfig) -> None:
 
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
+    tune_gc()
     server.serve()
