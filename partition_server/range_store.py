@@ -347,6 +347,14 @@ class RangeStore:
         last = self._last_ts
         return ts if ts > last else last + 1
 
+    def _replay(self, request_id: str | None) -> tuple[bytes | None, bytes | None, Any]:
+        """(encoded id, index key of an expired record to drop, stored answer or _MISSING)."""
+        if request_id is None:
+            return None, None, _MISSING
+        rid = request_id.encode()
+        prev, stale = self._lookup(rid)
+        return rid, stale, prev
+
     def _lookup(self, rid: bytes) -> tuple[Any, bytes | None]:
         """(stored result or _MISSING, index key of an expired record to drop)."""
         rec = self._db.get(REQ_PREFIX + rid)
@@ -422,12 +430,9 @@ class RangeStore:
         ``request_id``, a repeated call returns the first call's answer without applying it again.
         """
         with self._lock:
-            rid = stale = None
-            if request_id is not None:
-                rid = request_id.encode()
-                prev, stale = self._lookup(rid)
-                if prev is not _MISSING:
-                    return prev
+            rid, stale, prev = self._replay(request_id)
+            if prev is not _MISSING:
+                return prev
             ts = self._next_ts()
             key, value, ent = prepare_op(self._db.get, op, ts)
             wb = rocksdict.WriteBatch(raw_mode=True)
@@ -446,12 +451,9 @@ class RangeStore:
         RequestBodyTooLarge, which concerns the whole request).
         """
         with self._lock:
-            rid = stale = None
-            if request_id is not None:
-                rid = request_id.encode()
-                prev, stale = self._lookup(rid)
-                if prev is not _MISSING:
-                    return prev
+            rid, stale, prev = self._replay(request_id)
+            if prev is not _MISSING:
+                return prev
             check_batch_shape(ops)
             ts = self._next_ts()
             get = self._db.get
