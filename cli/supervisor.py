@@ -189,14 +189,16 @@ class Supervisor:
             if any(c.proc and c.proc.poll() is not None for c in self.children) and not self.spec.restart:
                 raise RuntimeError("a process exited during start-up; see " + self.logs)
             try:
+                # Every partition server we started must be registered at the endpoint we gave it
+                # (after a restart the coordinator still remembers the previous run's endpoints).
+                ours = {c.extra["endpoint"] for c in self.children if c.role == "partition-server"}
                 st = call(self.coordinator, {"op": "status"}, timeout=1.0)
-                alive = [s for s in st["servers"] if s["alive"] and s["endpoint"]]
-                if len(alive) >= self.spec.servers:
+                if ours <= {s["endpoint"] for s in st["servers"] if s["alive"]}:
                     for n in self.natives:
                         call(n, {"op": "hello", "version": 1}, timeout=1.0)
                         m = call(n, {"op": "map"}, timeout=1.0)
-                        if not m or len(m.get("servers", {})) < self.spec.servers:
-                            raise TableError("ServerBusy", "frontend has no map yet")
+                        if not m or not ours <= set(m.get("servers", {}).values()):
+                            raise TableError("ServerBusy", "frontend has no current map yet")
                     if all(_http_ready(h) for h in self.https):
                         return
             except (TableError, KeyError) as exc:
