@@ -100,6 +100,13 @@ class Coordinator:
             self.meta.commit({b"event/%012d" % ev["seq"]: ev}, deletes)
         log.info("event %s", ev)
 
+    def _membership_changed(self, puts: dict | None = None) -> None:
+        """A server joined or died: the endpoints in the map changed, so the map version grows too
+        (a frontend that missed the update learns of it from the next hugz — Clone pattern)."""
+        with self.lock:
+            self.pmap.version += 1
+            self.commit(({**(puts or {}), b"meta/version": self.pmap.version}, []))
+
     def is_alive(self, server: str | None) -> bool:
         """True for a registered server that has not been declared dead."""
         info = self.servers.get(server) if server else None
@@ -172,8 +179,7 @@ class Coordinator:
                 info = ServerInfo(sid, req["endpoint"], req["incarnation"], now, int(req.get("pid", 0)))
                 self.servers[sid] = info
                 log.info("partition server %s registered at %s", sid, info.endpoint)
-                self.meta.commit({b"server/" + sid.encode(): {"endpoint": info.endpoint, "pid": info.pid}})
-                self._notify([b"publish"])
+                self._membership_changed({b"server/" + sid.encode(): {"endpoint": info.endpoint, "pid": info.pid}})
             info.last_seen = now
             info.ranges = req.get("ranges", [])
             info.load = req.get("load", {})
@@ -260,7 +266,7 @@ class Coordinator:
             log.warning("partition server %s silent for %.1f s: declared dead", s.id, now - s.last_seen)
             self.event("server_dead", server=s.id, silent_s=round(now - s.last_seen, 2))
             self.balancing.on_server_dead(s.id)
-            self._publish()
+            self._membership_changed()
             self.controller.submit(ops.assign_orphans, self, self.controller, key="orphans")
 
     def serve(self) -> None:
