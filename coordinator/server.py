@@ -18,7 +18,6 @@ ranges can be reassigned without two servers ever serving one range.
 from __future__ import annotations
 
 import logging
-import signal
 import threading
 import time
 from dataclasses import dataclass, field
@@ -35,6 +34,7 @@ from coordinator.partition_map import PartitionMap
 from rangetable import protocol
 from rangetable.config import CoordinatorConfig
 from rangetable.errors import TableError
+from rangetable.process import serve_until_signalled
 
 log = logging.getLogger("rangetable.coordinator")
 MAX_EVENTS = 1000
@@ -355,11 +355,4 @@ class Coordinator:
 
 def run(cfg: CoordinatorConfig) -> None:
     """Entry point for ``rangetable coordinator``."""
-    co = Coordinator(cfg)
-
-    def stop(signum: int, frame: Any) -> None:
-        co.stopping = True
-
-    signal.signal(signal.SIGTERM, stop)
-    signal.signal(signal.SIGINT, stop)
-    co.serve()
+    serve_until_signalled(Coordinator(cfg), gc_tuned=False)

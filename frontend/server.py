@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import heapq
 import logging
-import signal
 import time
 from typing import Any
 
@@ -27,7 +26,7 @@ from frontend.driver import DriverCore, Pending
 from rangetable import protocol
 from rangetable.config import FrontendConfig
 from rangetable.errors import TableError
-from rangetable.gc_tuning import tune_gc
+from rangetable.process import serve_until_signalled
 
 log = logging.getLogger("rangetable.frontend")
 SWEEP_S = 0.02
@@ -145,12 +144,4 @@ class Frontend(DriverCore):
 
 def run(cfg: FrontendConfig) -> None:
     """Entry point for ``rangetable frontend``."""
-    fe = Frontend(cfg)
-
-    def stop(signum: int, frame: Any) -> None:
-        fe.stopping = True
-
-    signal.signal(signal.SIGTERM, stop)
-    signal.signal(signal.SIGINT, stop)
-    tune_gc()
-    fe.serve()
+    serve_until_signalled(Frontend(cfg))

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import logging
 import os
-import signal
 import socket
 import time
 import uuid
@@ -31,7 +30,7 @@ from partition_server.ranges import RangeSet
 from rangetable import protocol
 from rangetable.config import PartitionServerConfig
 from rangetable.errors import TableError
-from rangetable.gc_tuning import tune_gc
+from rangetable.process import serve_until_signalled
 
 log = logging.getLogger("rangetable.partition_server")
 
@@ -203,12 +202,4 @@ class PartitionServer:
 
 def run(cfg: PartitionServerConfig) -> None:
     """Entry point for ``rangetable partition-server``."""
-    server = PartitionServer(cfg)
-
-    def stop(signum: int, frame: Any) -> None:
-        server.stopping = True
-
-    signal.signal(signal.SIGTERM, stop)
-    signal.signal(signal.SIGINT, stop)
-    tune_gc()
-    server.serve()
+    serve_until_signalled(PartitionServer(cfg))
