@@ -102,7 +102,7 @@ def _fault(kind: str, rnd: random.Random, data_dir: str, coord: str, table: str,
 
 
 def run_chaos(data_dir: str, *, seed: int, duration: float = 40.0, interval: float = 1.5, threads: int = 4,
-              lease_s: float = 2.0, echo: Any = None) -> dict[str, Any]:
+              lease_s: float = 2.0, echo: Any = None, kinds: tuple[str, ...] = FAULTS) -> dict[str, Any]:
     """Run seeded chaos for ``duration`` seconds; returns the report (``passed`` says it all)."""
     say = echo or (lambda _m: None)
     doc = read_cluster(data_dir)
@@ -121,7 +121,7 @@ def run_chaos(data_dir: str, *, seed: int, duration: float = 40.0, interval: flo
     t0 = time.monotonic()
     while time.monotonic() - t0 < duration:
         time.sleep(rnd.uniform(0.5, 2 * interval - 0.5))
-        kind = rnd.choice(FAULTS)
+        kind = rnd.choice(kinds)
         at = round(time.monotonic() - t0, 2)
         what = _fault(kind, rnd, data_dir, coord, table, lease_s)
         faults.append({"t": at, "fault": kind, "what": what})

@@ -70,9 +70,14 @@ class Handler:
 
     def _table(self, p: Pending) -> str | None:
         table = _require(p.req, "table", str)
-        if self.fe.cache.has_table(table):
+        cache = self.fe.cache
+        if cache.has_table(table):
             return table
-        if p.attempts < TABLE_WAIT_ATTEMPTS:  # maybe just created: wait for a fresher map
+        started = p.extra.setdefault("started", time.monotonic())
+        # TableNotFound only on the word of a map received after this request began (and a few
+        # tries, for a table created a moment ago); without one — no map yet, coordinator away —
+        # keep waiting until the deadline, which ends in ServerBusy, never in a false 404.
+        if cache.received < started or p.attempts < TABLE_WAIT_ATTEMPTS:
             self.fe.retry_later(p, "table not in map")
             return None
         raise TableError("TableNotFound")

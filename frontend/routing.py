@@ -8,6 +8,7 @@ loop only moves messages.
 from __future__ import annotations
 
 import bisect
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -34,11 +35,13 @@ class MapCache:
         self.servers: dict[str, str] = {}
         self.pub = ""
         self.snapshot: dict = {}
+        self.received = float("-inf")  # monotonic time the current map was last confirmed
 
     def apply(self, snap: dict) -> bool:
-        """Install a snapshot if it is newer than ours; returns True when it was installed."""
+        """Install a snapshot if it is not older than ours; returns True when it was installed."""
         if snap.get("version", -1) < self.version:
             return False
+        self.received = time.monotonic()
         self.version = snap["version"]
         self.snapshot = snap
         self.tables = {t.lower(): t for t in snap.get("tables", [])}

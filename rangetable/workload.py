@@ -31,6 +31,8 @@ FAIL_STATUSES = frozenset({404, 409, 412})
 
 def outcome_of(exc: TableError) -> str:
     """How an error counts in the history: definite failure, unknown, or aborted."""
+    if exc.error_code == "TableNotFound":
+        return "aborted"  # nothing was applied, and it says nothing about the entity
     if exc.status_code in FAIL_STATUSES:
         return "fail"
     if exc.retriable or exc.status_code >= 500:
@@ -137,7 +139,7 @@ class Workload:
             try:
                 e = c.get_entity(*key)
             except TableError as exc:
-                if exc.status_code == 404:
+                if exc.error_code == "ResourceNotFound":  # not TableNotFound: that says nothing of the entity
                     return None
                 raise
             holder["etag"] = e.metadata["etag"]
