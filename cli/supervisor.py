@@ -229,7 +229,9 @@ class Supervisor:
                     c.backoff = 0.5
                 c.due = now + c.backoff
                 self.echo(f"{c.id} (pid {c.proc.pid}) exited with {c.proc.returncode}; restarting in {c.backoff:.1f} s")
-                c.backoff = min(c.backoff * 2, 10.0)
+                # The coordinator comes back within a lease so a crash of it stays invisible to
+                # clients; other processes back off further when they keep dying.
+                c.backoff = min(c.backoff * 2, 1.0 if c.role == "coordinator" else 10.0)
             elif now >= c.due:
                 c.due = 0.0
                 c.restarts += 1
