@@ -13,6 +13,7 @@ from cli.commands import _coordinator, _native, coordinator_option
 from cli.loadgen import LoadGen
 from cli.main import data_dir_option, drill_group, main
 from rangetable.errors import TableError
+from rangetable.stats import percentile
 
 
 @main.command("balancer")
@@ -117,7 +118,7 @@ def run_rebalance_drill(data_dir: str, *, duration: float = 30.0, echo: Any = No
     timeline = [{"t": round(e["time"] - t0, 2), "kind": e["kind"], "range": e.get("range"),
                  "offline_ms": e.get("offline_ms"), "key": e.get("key"), "target": e.get("target"),
                  "reason": e.get("reason")} for e in events]
-    offline = sorted(e["offline_ms"] for e in timeline if e["offline_ms"] is not None)
+    offline = [e["offline_ms"] for e in timeline if e["offline_ms"] is not None]
     first_split = next((e["t"] for e in timeline if e["kind"] == "split"), None)
     first_move = next((e["t"] for e in timeline if e["kind"] == "move"), None)
     errs = {**hot.result.errors}
@@ -125,8 +126,7 @@ def run_rebalance_drill(data_dir: str, *, duration: float = 30.0, echo: Any = No
         errs[k] = errs.get(k, 0) + v
     return {
         "duration_s": duration, "timeline": timeline, "first_split_s": first_split, "first_move_s": first_move,
-        "offline_ms": {"count": len(offline), "max": offline[-1] if offline else None,
-                       "p99": offline[min(len(offline) - 1, int(0.99 * len(offline)))] if offline else None},
+        "offline_ms": {"count": len(offline), "max": max(offline, default=None), "p99": percentile(offline, 0.99)},
         "load_before": before, "load_during": during, "load_after": after,
         "hot_ops": hot.result.gets + hot.result.puts, "append_ops": seq.result.puts,
         "client_errors": errs, "client_busy": hot.result.busy + seq.result.busy,

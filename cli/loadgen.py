@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 import zmq
 
 from rangetable import protocol
+from rangetable.stats import percentile_ms
 
 KeyFn = Callable[[random.Random, int], tuple[str, str]]
 
@@ -33,8 +34,7 @@ class LoadResult:
 
     def pct(self, kind: str, p: float) -> float:
         """Latency percentile in ms."""
-        xs = sorted(self.lat[kind])
-        return round(xs[min(len(xs) - 1, int(p * len(xs)))] * 1000, 2) if xs else 0.0
+        return percentile_ms(self.lat[kind], p)
 
     @property
     def error_count(self) -> int:

@@ -24,6 +24,7 @@ from rangetable.errors import TableError
 from rangetable.filter import compile_cached
 from rangetable.keys import range_bounds
 from rangetable.protocol import entity_to_wire
+from rangetable.stats import percentile_ms
 
 log = logging.getLogger("rangetable.partition_server")
 
@@ -315,7 +316,7 @@ class RangeSet:
                 "busy_s": round(ld.busy / dt, 1),
                 "lat_avg_ms": round(ld.lat_sum / reqs * 1e3, 3) if reqs else 0.0,
                 "lat_max_ms": round(ld.lat_max * 1e3, 3),
-                "lat_p99_ms": round(sorted(ld.lats)[int(0.99 * (len(ld.lats) - 1))] * 1e3, 3) if ld.lats else 0.0,
+                "lat_p99_ms": percentile_ms(ld.lats, 0.99, 3),
                 "bytes_s": round(ld.bytes_in / dt, 1),
                 "compacting": bool(st.get("compaction_pending", False)),
                 "entities": st.get("entities", 0),

@@ -21,6 +21,7 @@ import zmq
 
 from rangetable import protocol
 from rangetable.bulk import bulk_upsert
+from rangetable.stats import percentile_ms
 
 # The echo baseline, in two flavours: with the fast send/receive helpers every rangetable process uses
 # ("fast"), and with pyzmq's own send_multipart/recv_multipart as the stack notes measured it ("pyzmq").
@@ -84,13 +85,8 @@ def pipelined(endpoint: str, bodies: Iterator[bytes], window: int = 64) -> dict[
     finally:
         sock.close(0)
     elapsed = time.perf_counter() - t0
-    lat.sort()
-
-    def pct(p: float) -> float:
-        return round(lat[min(len(lat) - 1, int(p * len(lat)))] * 1000, 2) if lat else 0.0
-
-    return {"ops": len(lat), "ops_per_s": round(len(lat) / elapsed, 1), "p50_ms": pct(0.5), "p99_ms": pct(0.99),
-            "errors": errors}
+    return {"ops": len(lat), "ops_per_s": round(len(lat) / elapsed, 1), "p50_ms": percentile_ms(lat, 0.5),
+            "p99_ms": percentile_ms(lat, 0.99), "errors": errors}
 
 
 def echo_baseline(n: int, window: int = 64, payload: int = 200, flavour: str = "fast") -> dict[str, Any]:
@@ -158,11 +154,9 @@ def run_native_bench(native: str, n: int = 20_000, *, echo: Callable[[str], None
         token = page["next"]
         if token is None:
             break
-    page_lat.sort()
     el = time.perf_counter() - t0
     res["full_scan"] = {"entities": rows, "pages": pages, "entities_per_s": round(rows / el, 1),
-                        "page_p50_ms": round(page_lat[len(page_lat) // 2] * 1000, 2),
-                        "page_p99_ms": round(page_lat[min(len(page_lat) - 1, int(0.99 * len(page_lat)))] * 1000, 2)}
+                        "page_p50_ms": percentile_ms(page_lat, 0.5), "page_p99_ms": percentile_ms(page_lat, 0.99)}
     bulk = bulk_upsert(native, table, ({"PartitionKey": f"k{i // 100:05d}", "RowKey": f"{i % 100:03d}",
                                         "name": f"c{i}", "qty": i % 100} for i in range(max(n, 50_000))))
     res["bulk_ingest"] = {"entities": bulk.entities, "entities_per_s": round(bulk.rate, 1), "batches": bulk.batches}

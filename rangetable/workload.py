@@ -23,6 +23,7 @@ from rangetable.client import TableClient, TableServiceClient
 from rangetable.client_models import MatchConditions, UpdateMode
 from rangetable.errors import TableError
 from rangetable.retry import ExponentialRetry
+from rangetable.stats import percentile_ms
 from rangetable.verify import check, check_ack_loss
 from rangetable.verify.history import Recorder
 
@@ -55,14 +56,11 @@ class Stats:
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-friendly summary with latency percentiles in ms."""
-        lat = sorted(self.latencies)
-
-        def pct(p: float) -> float:
-            return round(lat[min(len(lat) - 1, int(p * len(lat)))] * 1000, 1) if lat else 0.0
-
+        lat = self.latencies
         return {"ops": self.ops, "ok": self.ok, "fail": self.fail, "unknown": self.unknown,
                 "aborted": self.aborted, "slow_over_1s": self.slow, "errors": dict(self.errors),
-                "latency_ms": {"p50": pct(0.5), "p99": pct(0.99), "max": pct(1.0)}}
+                "latency_ms": {"p50": percentile_ms(lat, 0.5, 1), "p99": percentile_ms(lat, 0.99, 1),
+                               "max": percentile_ms(lat, 1.0, 1)}}
 
 
 class Workload:
