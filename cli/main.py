@@ -91,15 +91,13 @@ def frontend_cmd(**kw: Any) -> None:
 
 @main.command("http-frontend")
 @_config_options(FrontendConfig)
-@click.option("--http-server", type=click.Choice(["granian", "uvicorn"]), default="granian", show_default=True,
-              help="The ASGI server (uvicorn only if installed).")
-def http_frontend_cmd(http_server: str, **kw: Any) -> None:
+def http_frontend_cmd(**kw: Any) -> None:
     """Run an HTTP frontend (Azure Table REST API) in the foreground."""
     from frontend.http.serve import run
 
     _logging()
     try:
-        run(load(FrontendConfig, **kw), http_server)
+        run(load(FrontendConfig, **kw))
     except ValueError as exc:  # a bad --accounts spec or --http address
         raise click.ClickException(str(exc)) from None
 

@@ -51,6 +51,7 @@ class FrontendConfig:
     page_budget_ms: int = 1000  # a query page stops early after this long, with a continuation
     http: str = "127.0.0.1:10002"  # HOST:PORT of the Azure Table REST listener (`rangetable http-frontend`)
     accounts: str = ""  # NAME:KEY[,NAME:KEY...]; empty = devstoreaccount1 with its well-known key
+    http_server: str = "builtin"  # builtin (frontend/http/listener.py), granian or uvicorn (ASGI)
 
 
 def env_name(cls: type, name: str) -> str:

@@ -29,12 +29,13 @@ DEFAULT_VERSION = "2019-02-02"
 KNOWN_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "MERGE", "PATCH", "DELETE", "OPTIONS"})
 XMETHODS = frozenset({"GET", "MERGE", "PATCH", "DELETE"})
 PROPS_TTL_S = 5.0
+MULTIPLE = "\x00multiple"  # the value standing for a repeated X-HTTP-Method header
 
 _RID_PREFIX = str(uuid.uuid4())[:24]
 _rid_counter = [0]
 
 
-def _next_request_id() -> str:
+def next_request_id() -> str:
     """A UUID-shaped request id, unique per process run (a random prefix and a counter)."""
     _rid_counter[0] += 1
     return f"{_RID_PREFIX}{_rid_counter[0] & 0xFFFFFFFFFFFF:012x}"
@@ -46,34 +47,42 @@ class Request:
     __slots__ = ("method", "raw_path", "query_string", "query", "headers", "host", "scheme", "body",
                  "request_id", "version", "res", "auth", "xml_errors", "level", "cors_rule", "client_ip")
 
-    def __init__(self, scope: dict) -> None:
-        self.method: str = scope["method"].upper()
-        raw = scope.get("raw_path")
-        self.raw_path: str = raw.decode("latin-1").split("?", 1)[0] if raw else scope["path"]
-        qs = scope.get("query_string") or b""
-        self.query_string: str = qs.decode("latin-1")
-        self.headers: dict[str, str] = {}
-        xm = 0
-        for k, v in scope["headers"]:
-            name = k.decode("latin-1").lower()
-            if name == "x-http-method":
-                xm += 1
-            self.headers[name] = v.decode("latin-1")
-        if xm > 1:
-            self.headers["x-http-method"] = "\x00multiple"
-        self.host: str = self.headers.get("host") or "127.0.0.1"
-        self.scheme: str = scope.get("scheme") or "http"
-        client = scope.get("client")
-        self.client_ip: str | None = client[0] if client else None
+    def __init__(self, method: str, raw_path: str, query_string: str, headers: dict[str, str],
+                 client_ip: str | None = None, scheme: str = "http") -> None:
+        self.method: str = method.upper()
+        self.raw_path: str = raw_path
+        self.query_string: str = query_string
+        self.headers: dict[str, str] = headers  # lower-case names; a repeated X-HTTP-Method is "\x00multiple"
+        self.host: str = headers.get("host") or "127.0.0.1"
+        self.scheme: str = scheme
+        self.client_ip: str | None = client_ip
         self.body = b""
-        self.request_id = _next_request_id()
-        self.version = self.headers.get("x-ms-version") or DEFAULT_VERSION
+        self.request_id = next_request_id()
+        self.version = headers.get("x-ms-version") or DEFAULT_VERSION
         self.query: dict[str, list[str]] = {}
         self.res: Resource | None = None
         self.auth: Any = None
         self.xml_errors = False
         self.level = odata.MINIMAL
         self.cors_rule: dict | None = None
+
+    @classmethod
+    def from_scope(cls, scope: dict) -> Request:
+        """The request an ASGI ``http`` scope describes (the body is read separately)."""
+        raw = scope.get("raw_path")
+        raw_path = raw.decode("latin-1").split("?", 1)[0] if raw else scope["path"]
+        headers: dict[str, str] = {}
+        xm = 0
+        for k, v in scope["headers"]:
+            name = k.decode("latin-1").lower()
+            if name == "x-http-method":
+                xm += 1
+            headers[name] = v.decode("latin-1")
+        if xm > 1:
+            headers["x-http-method"] = MULTIPLE
+        client = scope.get("client")
+        return cls(scope["method"], raw_path, (scope.get("query_string") or b"").decode("latin-1"), headers,
+                   client[0] if client else None, scope.get("scheme") or "http")
 
     def param(self, name: str) -> str | None:
         """The first value of a query parameter."""
@@ -187,13 +196,29 @@ class RestApp:
 
     async def _http(self, scope: dict, receive: Any, send: Any) -> None:
         try:
-            rq = Request(scope)
+            rq = Request.from_scope(scope)
         except Exception:  # undecodable scope: answer something sane
             await send({"type": "http.response.start", "status": 400, "headers": []})
             await send({"type": "http.response.body", "body": b""})
             return
         try:
-            if not await self._read_body(rq, receive):
+            too_big = not await self._read_body(rq, receive)
+        except TableError as exc:
+            resp = self.finish(rq, self.error_response(rq, exc))
+        else:
+            resp = await self.respond(rq, too_big)
+        await send({"type": "http.response.start", "status": resp.status, "headers": resp.headers})
+        await send({"type": "http.response.body", "body": b"" if rq.method == "HEAD" else resp.body})
+
+    async def respond(self, rq: Request, too_big: bool = False) -> Response:
+        """Answer one request whose body has been read (``too_big``: it was over :data:`MAX_BODY`).
+
+        The server-neutral core of the app: both the ASGI callable and the built-in HTTP/1.1
+        listener (:mod:`frontend.http.listener`) call it. Never raises; the response carries the
+        standard headers (see :meth:`finish`).
+        """
+        try:
+            if too_big:
                 raise TableError("RequestBodyTooLarge")
             resp = await self._dispatch(rq)
         except TableError as exc:
@@ -201,9 +226,10 @@ class RestApp:
         except Exception as exc:
             log.exception("request %s %s failed", rq.method, rq.raw_path)
             resp = self.error_response(rq, TableError("InternalError", f"{type(exc).__name__}"))
-        await self._send(rq, resp, send)
+        return self.finish(rq, resp)
 
-    async def _send(self, rq: Request, resp: Response, send: Any) -> None:
+    def finish(self, rq: Request, resp: Response) -> Response:
+        """Add the standard headers (request id, version, Date, client request id echo, CORS, length)."""
         h = resp.headers
         h.append((b"x-ms-request-id", rq.request_id.encode()))
         h.append((b"x-ms-version", rq.version.encode("latin-1", "replace")))
@@ -213,10 +239,8 @@ class RestApp:
             h.append((b"x-ms-client-request-id", crid[:1024].encode("latin-1", "replace")))
         if rq.cors_rule is not None:
             h.extend(ops.cors_headers(rq.cors_rule, rq.headers.get("origin", "")))
-        body = b"" if rq.method == "HEAD" else resp.body
         h.append((b"content-length", str(len(resp.body)).encode()))
-        await send({"type": "http.response.start", "status": resp.status, "headers": h})
-        await send({"type": "http.response.body", "body": body})
+        return resp
 
     def error_response(self, rq: Request, exc: TableError, detail: str | None = None) -> Response:
         """An Azure error response (JSON ``odata.error`` or XML ``<Error>``)."""
@@ -244,7 +268,7 @@ class RestApp:
             raise TableError("MethodNotAllowed", f"The HTTP verb {method!r} is not supported.")
         xm = rq.headers.get("x-http-method")
         if xm is not None:
-            if xm == "\x00multiple":
+            if xm == MULTIPLE:
                 raise TableError("XMethodIncorrectCount")
             if method != "POST":
                 raise TableError("XMethodNotUsingPost")

@@ -1,10 +1,10 @@
-"""The ``rangetable http-frontend`` process: the REST app on granian, in one process.
+"""The ``rangetable http-frontend`` process: the REST app and its HTTP server, in one process.
 
-granian's embedded server runs the ASGI app on *this* process's asyncio loop (its HTTP parsing and
-socket work happen on a Rust thread), so the frontend's ZeroMQ sockets, the app and the server share
-one loop and one pid — which keeps CPU accounting (``rangetable bench http``) and supervision simple.
-``--http-server uvicorn`` is a fallback for environments without granian (and was used for the
-measurement in ``docs/http.md``).
+The default server is the built-in HTTP/1.1 listener (:mod:`frontend.http.listener`): the
+connections, the app and the frontend's ZeroMQ sockets share this process's uvloop loop and one
+thread. ``--http-server granian`` (embedded: its HTTP work on Rust threads, the ASGI app on this
+loop) and ``--http-server uvicorn`` run the same app as ASGI; ``docs/http.md`` has the measurement
+that chose between them.
 """
 
 from __future__ import annotations
@@ -38,8 +38,12 @@ def make_app(cfg: FrontendConfig, own_frontend: bool = True) -> RestApp:
     return RestApp(AioFrontend(cfg), specs, own_frontend=own_frontend)
 
 
-async def serve_async(cfg: FrontendConfig, server: str = "granian") -> None:
-    """Serve until SIGTERM/SIGINT."""
+SERVERS = ("builtin", "granian", "uvicorn")
+
+
+async def serve_async(cfg: FrontendConfig) -> None:
+    """Serve until SIGTERM/SIGINT with the server ``cfg.http_server`` names."""
+    server = cfg.http_server
     host, port = split_hostport(cfg.http)
     app = make_app(cfg, own_frontend=False)
     loop = asyncio.get_running_loop()
@@ -52,6 +56,15 @@ async def serve_async(cfg: FrontendConfig, server: str = "granian") -> None:
 
 
 async def _serve(app: RestApp, host: str, port: int, loop: asyncio.AbstractEventLoop, server: str) -> None:
+    if server == "builtin":
+        from frontend.http.listener import serve
+
+        stop = asyncio.Event()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        log.info("http frontend %s serving Azure Table REST on http://%s:%d", app.fe.id, host, port)
+        await serve(app, host, port, stop)
+        return
     if server == "uvicorn":
         import uvicorn
 
@@ -74,8 +87,10 @@ async def _serve(app: RestApp, host: str, port: int, loop: asyncio.AbstractEvent
     await gserver.serve()
 
 
-def run(cfg: FrontendConfig, server: str = "granian") -> None:
-    """Entry point for ``rangetable http-frontend``."""
+def run(cfg: FrontendConfig) -> None:
+    """Entry point for ``rangetable http-frontend``; raises ValueError for an unknown server."""
+    if cfg.http_server not in SERVERS:
+        raise ValueError(f"--http-server must be one of {', '.join(SERVERS)}, not {cfg.http_server!r}")
     logging.getLogger("granian").setLevel(logging.WARNING)
     try:
         import uvloop  # type: ignore[import-not-found]
@@ -83,4 +98,4 @@ def run(cfg: FrontendConfig, server: str = "granian") -> None:
         uvloop.install()
     except ImportError:
         pass
-    asyncio.run(serve_async(cfg, server))
+    asyncio.run(serve_async(cfg))
