@@ -55,6 +55,7 @@ class AioFrontend(DriverCore):
         self._socks: list[zmq.Socket] = []
         self._handlers: dict[zmq.Socket, Any] = {}
         self._kicked = False
+        self._touched: set[zmq.Socket] = set()  # sent on since the last pump
         self._sweeper: asyncio.Task | None = None
         self._map_event: asyncio.Event | None = None
         self.loop: asyncio.AbstractEventLoop | None = None
@@ -141,7 +142,8 @@ class AioFrontend(DriverCore):
     def _schedule(self, delay: float, p: Pending) -> None:
         self.loop.call_later(delay, self.start_request, p)
 
-    def _sent(self) -> None:
+    def _sent(self, sock: zmq.Socket) -> None:
+        self._touched.add(sock)
         self._kick()
 
     def _map_installed(self) -> None:
@@ -176,14 +178,16 @@ class AioFrontend(DriverCore):
     # --- receiving ------------------------------------------------------------------------------
 
     def _kick(self) -> None:
-        """Re-check the sockets once this loop turn ends (ZMQ_FD is edge-triggered)."""
+        """Re-check the touched sockets once this loop turn ends (ZMQ_FD is edge-triggered: a send
+        or an unfinished drain may have consumed the edge that announced readable messages)."""
         if not self._kicked:
             self._kicked = True
             self.loop.call_soon(self._pump)
 
     def _pump(self) -> None:
         self._kicked = False
-        for s in list(self._socks):
+        touched, self._touched = self._touched, set()
+        for s in touched:
             if not s.closed and s.getsockopt(_EVENTS) & _POLLIN:
                 self._drain(s)
 
@@ -199,6 +203,7 @@ class AioFrontend(DriverCore):
             except zmq.ZMQError:
                 return
             handler(frames, s)
+        self._touched.add(s)
         self._kick()  # more may be waiting: come back after other callbacks ran
 
     def _on_coord(self, frames: list[bytes], s: zmq.Socket) -> None:

@@ -72,8 +72,8 @@ class DriverCore:
     def _schedule(self, delay: float, p: Pending) -> None:
         raise NotImplementedError
 
-    def _sent(self) -> None:
-        """Called after every send (the asyncio driver re-checks its edge-triggered sockets)."""
+    def _sent(self, sock: zmq.Socket) -> None:
+        """Called after every send on ``sock`` (the asyncio driver re-checks it: its FD is edge-triggered)."""
 
     def _map_installed(self) -> None:
         """Called after a snapshot or update was installed."""
@@ -94,14 +94,15 @@ class DriverCore:
     def send_ps(self, p: Pending, endpoint: str, body: dict, step: Any) -> None:
         """Send a sub-request to a partition server; ``step`` comes back with the answer."""
         srid = self._track(p, step, endpoint)
-        protocol.send_frames(self._ps_socket(endpoint), [srid, protocol.pack(body)])
-        self._sent()
+        sock = self._ps_socket(endpoint)
+        protocol.send_frames(sock, [srid, protocol.pack(body)])
+        self._sent(sock)
 
     def send_coordinator(self, p: Pending, body: dict, step: Any) -> None:
         """Send a request to the coordinator; ``step`` comes back with the answer."""
         srid = self._track(p, step, "coordinator")
         protocol.send_frames(self.coord, [srid, protocol.pack(body)])
-        self._sent()
+        self._sent(self.coord)
 
     def retry_later(self, p: Pending, why: str) -> None:
         """Back off and run the request again with a fresh map, or give up at the deadline."""
@@ -118,7 +119,7 @@ class DriverCore:
         if force or now - self._map_asked > MAP_REFRESH_S:
             self._map_asked = now
             protocol.send_frames(self.coord, [b"map", protocol.pack({"op": "map"})])
-            self._sent()
+            self._sent(self.coord)
 
     # --- running requests ---------------------------------------------------------------------
 
