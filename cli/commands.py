@@ -10,7 +10,7 @@ import click
 
 from cli.admin import call
 from cli.main import data_dir_option, main
-from rangetable.values import json_to_typed, typed_to_json
+from rangetable.rest_json import json_to_typed, typed_to_json
 
 endpoint_option = click.option("--endpoint", default=None, help="Native endpoint (default: from cluster.json).")
 json_option = click.option("--json", "as_json", is_flag=True, help="Machine-readable JSON output.")

@@ -2,15 +2,13 @@
 
 Names and behaviour mirror ``azure-data-tables`` 12.x (EntityProperty, TableEntity with ``.metadata``,
 EdmType, Int64 read back as ``EntityProperty(int, EdmType.INT64)``, DateTime as a tz-aware datetime
-with ``tables_service_value``), so user code can switch by changing its import. The JSON functions
-follow reference §2.2 (input) and §2.3 (output). Conversion only ensures well-typed pairs; limits are
-checked by :func:`rangetable.entity.validate_entity`.
+with ``tables_service_value``), so user code can switch by changing its import. Azure's JSON bodies are
+:mod:`rangetable.rest_json`. Conversion only ensures well-typed pairs; limits are checked by
+:func:`rangetable.entity.validate_entity`.
 """
 
 from __future__ import annotations
 
-import base64
-import binascii
 import math
 import re
 from collections.abc import Callable, Mapping
@@ -45,17 +43,13 @@ from rangetable.edm import (
 from rangetable.errors import TableError
 
 __all__ = ["EdmType", "EntityProperty", "TableEntity", "TablesDatetime", "entity_to_typed", "from_typed"]
-__all__ += ["json_to_typed", "to_typed", "typed_to_entity", "typed_to_json"]
+__all__ += ["to_typed", "typed_to_entity"]
 
 _RESERVED = ("PartitionKey", "RowKey", "Timestamp")
-_ANNOTATION = "@odata.type"
-_CODE_BY_NAME = {n: i for i, n in enumerate(TYPE_NAMES)}
 _CODE_BY_LOWER = {n.lower(): i for i, n in enumerate(TYPE_NAMES)}
 _INT_RE = re.compile(r"[+-]?[0-9]+")
 _FLOAT_RE = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
-_GUID_RE = re.compile(r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}")
 _SPECIAL_FLOATS = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
-_LEVELS = {"no": 0, "nometadata": 0, "minimal": 1, "minimalmetadata": 1, "full": 2, "fullmetadata": 2}
 
 
 class EntityProperty(NamedTuple):
@@ -342,156 +336,4 @@ def typed_to_entity(
             pair = props.get(name)
             out[name] = None if pair is None else from_typed(pair)
     out._metadata = {"etag": etag_from_ticks(e.ts), "timestamp": ts if with_ts else None}
-    return out
-
-
-# --- JSON (REST payloads) ----------------------------------------------------------------------
-
-
-# JSON types each annotation accepts; the value is then converted like an EntityProperty's.
-_JSON_TYPES = [(str,), (int, str), (int, str), (int, float, str), (bool, str), (str,), (str,), (str,)]
-
-
-def _json_value(name: str, v: Any, annotation: Any) -> list[Any]:
-    if annotation is None:
-        t = type(v)
-        if t is str:
-            return [STRING, v]
-        if t is bool:
-            return [BOOLEAN, v]
-        if t is int:
-            if INT32_MIN <= v <= INT32_MAX:
-                return [INT32, v]
-            raise _invalid(f"The value of {name!r} is out of range for Edm.Int32; annotate it as Edm.Int64.")
-        if t is float and math.isfinite(v):
-            return [DOUBLE, v]
-        raise _invalid(f"The value of {name!r} is not a valid property value.")
-    code = _CODE_BY_NAME.get(annotation) if type(annotation) is str else None
-    if code is None:
-        raise _invalid(f"Unknown type annotation {annotation!r} on {name!r}.")
-    try:
-        if type(v) not in _JSON_TYPES[code]:
-            raise TypeError
-        if code == BINARY:
-            return [code, base64.b64decode(v, validate=True)]
-        value = _COERCE[code](v)
-        if code == DOUBLE and math.isinf(value) and v not in _SPECIAL_FLOATS:
-            raise ValueError  # overflowed to ±Infinity
-        return [code, value]
-    except (ValueError, TypeError, OverflowError, binascii.Error):
-        raise _invalid(f"The value of {name!r} is not a valid {annotation}.") from None
-
-
-def json_to_typed(
-    body: Mapping[str, Any], *, pk: str | None = None, rk: str | None = None
-) -> tuple[str, str, dict[str, list[Any]]]:
-    """Decode a REST entity body into ``(pk, rk, typed props)``.
-
-    Reads ``Prop@odata.type`` annotations (reference §2.2); null values are absent, ``odata.*`` members
-    and a client-supplied ``Timestamp`` are ignored. ``pk``/``rk`` (e.g. from the URL) stand in for
-    keys the body leaves out. Raises PropertiesNeedValue for a missing key and InvalidInput for a
-    non-string key, an unknown annotation, a value that does not match its annotation, an annotation
-    without its property, or an unannotated integer outside Int32.
-    """
-    if not isinstance(body, Mapping):
-        raise _invalid("The entity body must be a JSON object.")
-    values: dict[str, Any] = {}
-    annotations: dict[str, Any] = {}
-    for name, v in body.items():
-        if name.startswith("odata."):
-            continue
-        if name.endswith(_ANNOTATION):
-            annotations[name[: -len(_ANNOTATION)]] = v
-        else:
-            values[name] = v
-    for name in annotations:
-        if name not in values:
-            raise _invalid(f"The type annotation for {name!r} has no property.")
-    keys = []
-    for name, default in (("PartitionKey", pk), ("RowKey", rk)):
-        v = values.pop(name, None)
-        ann = annotations.get(name)
-        if v is None:
-            if default is None:
-                raise TableError("PropertiesNeedValue", f"The {name} must be present and not null.")
-            v = default
-        elif ann is not None and ann != "Edm.String":
-            raise _invalid(f"The {name} must be an Edm.String.")
-        if type(v) is not str:
-            raise _invalid(f"The {name} must be a string.")
-        keys.append(v)
-    props: dict[str, list[Any]] = {}
-    for name, v in values.items():
-        if v is None or name == "Timestamp":
-            continue
-        props[name] = _json_value(name, v, annotations.get(name))
-    return keys[0], keys[1], props
-
-
-def _put_json(out: dict[str, Any], name: str, code: int, v: Any, annotate: bool) -> None:
-    if code == STRING or code == INT32 or code == BOOLEAN:
-        out[name] = v
-        return
-    if code == DOUBLE:
-        if math.isfinite(v):
-            out[name] = float(v)
-            return
-        text = "NaN" if v != v else ("Infinity" if v > 0 else "-Infinity")
-        if annotate:
-            out[name + _ANNOTATION] = "Edm.Double"
-        out[name] = text
-        return
-    if code == INT64:
-        text = str(v)
-    elif code == DATETIME:
-        text = ticks_to_iso(v)
-    elif code == GUID:
-        text = v
-    elif code == BINARY:
-        text = base64.b64encode(v).decode("ascii")
-    else:
-        raise _invalid(f"Unknown type code {code!r} for {name!r}.")
-    if annotate:
-        out[name + _ANNOTATION] = TYPE_NAMES[code]
-    out[name] = text
-
-
-def typed_to_json(
-    pk: str,
-    rk: str,
-    ts: int,
-    props: Mapping[str, list[Any]],
-    metadata: str = "minimal",
-    select: list[str] | None = None,
-) -> dict[str, Any]:
-    """Encode an entity as Azure's JSON output (reference §2.3), without any ``odata.*`` members.
-
-    Order: PartitionKey, RowKey, Timestamp (7 digits; ``Timestamp@odata.type`` only for "full"), then
-    custom properties, each preceded by its annotation: Int64 (as a string), DateTime, Guid, Binary
-    (base64) and non-finite Double are annotated for "minimal" and "full", nothing for "no".
-    ``metadata`` also accepts "nometadata"/"minimalmetadata"/"fullmetadata". With ``select`` only the
-    selected properties are output (keys and Timestamp too), missing ones as None.
-    """
-    level = _LEVELS.get(metadata)
-    if level is None:
-        raise ValueError(f"unknown metadata level {metadata!r}")
-    annotate = level > 0
-    out: dict[str, Any] = {}
-    everything = not select or "*" in select
-    wanted = {} if everything else dict.fromkeys(select or ())
-    if everything or "PartitionKey" in wanted:
-        out["PartitionKey"] = pk
-    if everything or "RowKey" in wanted:
-        out["RowKey"] = rk
-    if everything or "Timestamp" in wanted:
-        if level == 2:
-            out["Timestamp" + _ANNOTATION] = "Edm.DateTime"
-        out["Timestamp"] = ticks_to_iso(ts, full=True)
-    for name in props if everything else wanted:
-        if name not in _RESERVED:
-            pair = props.get(name)
-            if pair is None:
-                out[name] = None
-            else:
-                _put_json(out, name, pair[0], pair[1], annotate)
     return out

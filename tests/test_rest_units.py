@@ -16,7 +16,7 @@ from frontend.http.app import RestApp
 from frontend.http.urls import entity_path, parse_keys, parse_query, parse_resource
 from rangetable.edm import etag_from_ticks, now_ticks, ticks_to_iso
 from rangetable.errors import TableError
-from rangetable.values import typed_to_json
+from rangetable.rest_json import typed_to_json
 
 # --- URLs ---------------------------------------------------------------------------------------------
 
@@ -273,6 +273,8 @@ def test_parse_batch_without_content_length_and_quoted_boundary():
     ("multipart/mixed; boundary=batch_f8", "--batch_f8--\r\n"),
     ("multipart/mixed; boundary=batch_f8", SDK_BATCH.replace("POST http", "POSThttp")),
     ("multipart/mixed; boundary=batch_f8", SDK_BATCH.replace("Content-Length: 32", "Content-Length: -1")),
+    ("multipart/mixed; boundary=batch_f8", SDK_BATCH.replace("Content-Length: 32", "\x0bContent-Length: 32")),
+    ("multipart/mixed; boundary=batch_f8", SDK_BATCH.replace("Content-Length: 32", ": 32")),
     ("multipart/mixed; boundary=batch_f8", SDK_BATCH.replace("Content-Type: application/http", "Content-Type: text/plain", 1)),
     ("multipart/mixed; boundary=batch_f8", SDK_BATCH.replace("--batch_f8--", "--batch_f8\r\nContent-Type: multipart/mixed;"
                                                              " boundary=c2\r\n\r\n--c2--\r\n--batch_f8--")),

@@ -35,6 +35,7 @@ from rangetable.edm import (
 )
 from rangetable.entity import validate_entity
 from rangetable.errors import TableError
+from rangetable.rest_json import json_to_typed, typed_to_json
 from rangetable.values import (
     EdmType,
     EntityProperty,
@@ -42,10 +43,8 @@ from rangetable.values import (
     TablesDatetime,
     entity_to_typed,
     from_typed,
-    json_to_typed,
     to_typed,
     typed_to_entity,
-    typed_to_json,
 )
 
 U = uuid.UUID("c9da6455-213d-42c9-9a79-3e9149a57833")

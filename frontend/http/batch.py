@@ -10,7 +10,6 @@ InvalidInput.
 
 from __future__ import annotations
 
-import re
 import uuid
 from dataclasses import dataclass, field
 from http import HTTPStatus
@@ -97,16 +96,18 @@ def _split_parts(body: bytes, boundary: str) -> list[bytes]:
     return parts
 
 
-_HEADER = re.compile(rb"^[ \t]*([^:\s][^:\n]*?)[ \t]*:[ \t]*(.*?)[ \t\r]*$", re.M)
-
-
 def _headers(block: bytes) -> dict[str, str]:
+    """``Name: value`` lines (blank lines ignored) as a dict keyed by lower-case name; 400 on other lines."""
     text = block.decode("latin-1")
-    pairs = _HEADER.findall(block)
-    if len(pairs) != sum(1 for ln in text.split("\n") if ln.strip()):
-        bad = next(ln for ln in text.split("\n") if ln.strip() and ":" not in ln or ln.strip().startswith(":"))
-        raise _bad(f"Malformed header line in a batch part: {bad[:80]!r}")
-    return {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in pairs}
+    out: dict[str, str] = {}
+    for line in text.split("\n"):
+        name, colon, value = line.partition(":")
+        name = name.strip(" \t")
+        if colon and name and name[0] not in "\r\x0b\x0c":
+            out[name.lower()] = value.lstrip(" \t").rstrip(" \t\r")
+        elif line.strip():
+            raise _bad(f"Malformed header line in a batch part: {line[:80]!r}")
+    return out
 
 
 def _head_body(part: bytes) -> tuple[bytes, bytes]:
@@ -170,16 +171,12 @@ def parse_batch(content_type: str | None, body: bytes) -> Batch:
 # --- responses ------------------------------------------------------------------------------------
 
 
-def _reason(status: int) -> str:
-    try:
-        return HTTPStatus(status).phrase
-    except ValueError:
-        return "Unknown"
+_REASONS = {s.value: s.phrase for s in HTTPStatus}
 
 
 def _http_part(r: SubResponse) -> bytes:
-    lines = ["Content-Type: application/http", "Content-Transfer-Encoding: binary", "",
-             f"HTTP/1.1 {r.status} {_reason(r.status)}"]
+    lines = ["Content-Type: application/http\r\nContent-Transfer-Encoding: binary\r\n",
+             f"HTTP/1.1 {r.status} {_REASONS.get(r.status, 'Unknown')}"]
     if r.content_id is not None:
         lines.append(f"Content-ID: {r.content_id}")
     lines += [f"{k}: {v}" for k, v in r.headers]
@@ -193,8 +190,9 @@ def format_batch(responses: list[SubResponse], changeset: bool = True) -> tuple[
     if changeset:
         inner = f"changesetresponse_{uuid.uuid4()}"
         chunks.append(f"Content-Type: multipart/mixed; boundary={inner}\r\n\r\n".encode())
+        delimiter = f"--{inner}\r\n".encode()
         for r in responses:
-            chunks.append(f"--{inner}\r\n".encode())
+            chunks.append(delimiter)
             chunks.append(_http_part(r))
         chunks.append(f"--{inner}--\r\n".encode())
     else:

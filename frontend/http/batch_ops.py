@@ -18,13 +18,14 @@ from frontend.http.batch import SubRequest, SubResponse, format_batch, parse_bat
 from frontend.http.common import Response, iso_now
 from frontend.http.ops import ODATA_HEADERS, _resp, prefer, write_op
 from frontend.http.security import check
-from frontend.http.urls import Resource, entity_path, parse_query, parse_resource
+from frontend.http.urls import Resource, parse_query, parse_resource
 from rangetable.errors import TableError
 
 if TYPE_CHECKING:
     from frontend.http.app import Request, RestApp
 
 _HDRS = [(k.decode(), v.decode()) for k, v in ODATA_HEADERS]
+_CONTENT_TYPES = {level: ctype.decode() for level, ctype in odata.CONTENT_TYPES.items()}
 
 
 def sub_resource(rq: Request, sub: SubRequest) -> Resource:
@@ -54,7 +55,7 @@ def _effective_method(sub: SubRequest) -> str:
 
 def _error_part(rq: Request, exc: TableError, index: int, content_id: str | None) -> SubResponse:
     body = odata.error_json(exc, rq.request_id, iso_now(), index)
-    headers = _HDRS + [("Content-Type", odata.CONTENT_TYPES[odata.MINIMAL].decode())]
+    headers = _HDRS + [("Content-Type", _CONTENT_TYPES[odata.MINIMAL])]
     return SubResponse(exc.status_code, headers, body, content_id)
 
 
@@ -80,7 +81,7 @@ async def _single_get(app: RestApp, rq: Request, sub: SubRequest) -> Response:
         return _reply(rq, [_error_part(rq, exc, 0, sub.content_id)], changeset=False)
     prefix = odata.metadata_prefix(level, rq.base, f"{res.table}/@Element")
     body = odata.entity_text(ent, level, prefix=prefix, base=rq.base, account=res.account, table=res.table)
-    headers = _HDRS + [("Content-Type", odata.CONTENT_TYPES[level].decode()), ("ETag", odata.etag_of(ent[2]))]
+    headers = _HDRS + [("Content-Type", _CONTENT_TYPES[level]), ("ETag", odata.etag_of(ent[2]))]
     return _reply(rq, [SubResponse(200, headers, body.encode(), sub.content_id)], changeset=False)
 
 
@@ -95,12 +96,13 @@ async def run_batch(app: RestApp, rq: Request) -> Response:
     ops: list[dict] = []
     meta: list[tuple[str | None, str, Resource]] = []  # (prefer, level, resource) per op
     table: str | None = None
+    resources: dict[str, Resource] = {}  # by URL: the inserts of a batch share theirs (read-only)
     for i, sub in enumerate(subs):
         try:
             method = _effective_method(sub)
             if method == "GET":
                 raise TableError("InvalidInput", "A GET may not appear inside a changeset.")
-            res = sub_resource(rq, sub)
+            res = resources.get(sub.url) or resources.setdefault(sub.url, sub_resource(rq, sub))
             if res.kind not in ("entities", "entity"):
                 raise TableError("InvalidInput", "A batch operation must address an entity or an entity set.")
             if res.account != rq.res.account:
@@ -126,13 +128,14 @@ async def run_batch(app: RestApp, rq: Request) -> Response:
             raise
         i = exc.index if exc.index is not None and 0 <= exc.index < len(subs) else 0
         return _reply(rq, [_error_part(rq, exc, i, subs[i].content_id)])
+    base = rq.base
     parts = []
     for sub, op, (pref, level, res), ent in zip(subs, ops, meta, results, strict=True):
-        parts.append(_op_response(rq, sub, op, pref, level, res, ent))
+        parts.append(_op_response(base, sub, op, pref, level, res, ent))
     return _reply(rq, parts)
 
 
-def _op_response(rq: Request, sub: SubRequest, op: dict, pref: str | None, level: str, res: Resource,
+def _op_response(base: str, sub: SubRequest, op: dict, pref: str | None, level: str, res: Resource,
                  ent: Any) -> SubResponse:
     headers = list(_HDRS)
     if ent is None:
@@ -140,13 +143,13 @@ def _op_response(rq: Request, sub: SubRequest, op: dict, pref: str | None, level
     headers.append(("ETag", odata.etag_of(ent[2])))
     if op["op"] != "insert":
         return SubResponse(204, headers, b"", sub.content_id)
-    link = f"{rq.base}/{entity_path(res.table, ent[0], ent[1])}"
+    link = f"{base}/{odata.edit_link(res.table, ent[0], ent[1])}"
     headers += [("Location", link), ("DataServiceId", link)]
     if pref is not None:
         headers.append(("Preference-Applied", pref))
     if pref == "return-no-content":
         return SubResponse(204, headers, b"", sub.content_id)
-    headers.append(("Content-Type", odata.CONTENT_TYPES[level].decode()))
-    prefix = odata.metadata_prefix(level, rq.base, f"{res.table}/@Element")
-    body = odata.entity_text(ent, level, prefix=prefix, base=rq.base, account=res.account, table=res.table)
+    headers.append(("Content-Type", _CONTENT_TYPES[level]))
+    prefix = odata.metadata_prefix(level, base, f"{res.table}/@Element")
+    body = odata.entity_text(ent, level, prefix=prefix, base=base, account=res.account, table=res.table)
     return SubResponse(201, headers, body.encode(), sub.content_id)

@@ -1,9 +1,10 @@
 """OData JSON for the REST API: metadata levels, entity and table bodies, tokens, error bodies.
 
-The payload format itself is specified by :func:`rangetable.values.typed_to_json` (reference §2).
-Query pages hold up to 1000 entities, so :func:`entity_text` writes an entity's JSON text directly
-(about 5× faster than building the dict and ``json.dumps``); ``tests/test_rest_units.py`` checks it
-against ``typed_to_json`` for every type and metadata level.
+The payload format itself is specified by :func:`rangetable.rest_json.typed_to_json` (reference §2).
+Query pages hold up to 1000 entities and request bodies are decoded for every write, so both use
+orjson where its result is provably what the stdlib gives (see :func:`parse_json_object` and
+:func:`_dump`); ``tests/test_rest_units.py`` and ``tests/test_conversion_speed.py`` check the output
+byte for byte against ``json.dumps`` of ``typed_to_json`` for every type and metadata level.
 """
 
 from __future__ import annotations
@@ -12,9 +13,13 @@ import base64
 import binascii
 import json
 import math
+import re
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from json.encoder import encode_basestring_ascii as _esc
 from typing import Any
+
+import orjson
 
 from frontend.http.urls import entity_path
 from rangetable.edm import TICKS_PER_SECOND, TYPE_NAMES
@@ -55,19 +60,34 @@ def metadata_level(accept: str | None, fmt: str | None = None) -> str:
 # --- timestamps -------------------------------------------------------------------------------------
 
 _EPOCH = datetime(1, 1, 1, tzinfo=UTC)
-_heads: dict[int, str] = {}
+_heads: dict[int, tuple[str, str]] = {}  # second -> ("YYYY-MM-DDTHH:MM:SS", its ETag's start)
+_days: dict[int, str] = {}  # day number -> "YYYY-MM-DDT"
+
+
+def _head(seconds: int) -> tuple[str, str]:
+    """The date-and-time text of a second since 0001-01-01, and ``W/"datetime'`` + its URL-encoded form."""
+    head = _heads.get(seconds)
+    if head is None:
+        day, rest = divmod(seconds, 86400)
+        date = _days.get(day)
+        if date is None:
+            dt = _EPOCH + timedelta(days=day)
+            date = f"{dt.year:04d}-{dt.month:02d}-{dt.day:02d}T"
+            if len(_days) > 4096:
+                _days.clear()
+            _days[day] = date
+        text = f"{date}{rest // 3600:02d}:{rest // 60 % 60:02d}:{rest % 60:02d}"
+        head = (text, "W/\"datetime'" + text.replace(":", "%3A"))
+        if len(_heads) > 4096:
+            _heads.clear()
+        _heads[seconds] = head
+    return head
 
 
 def iso_ticks(ticks: int, full: bool = True) -> str:
     """``ticks`` as ``YYYY-MM-DDTHH:MM:SS[.fffffff]Z`` (same text as ``edm.ticks_to_iso``, cached by second)."""
     seconds, frac = divmod(ticks, TICKS_PER_SECOND)
-    head = _heads.get(seconds)
-    if head is None:
-        dt = _EPOCH + timedelta(seconds=seconds)
-        head = f"{dt.year:04d}-{dt.month:02d}-{dt.day:02d}T{dt.hour:02d}:{dt.minute:02d}:{dt.second:02d}"
-        if len(_heads) > 4096:
-            _heads.clear()
-        _heads[seconds] = head
+    head = (_heads.get(seconds) or _head(seconds))[0]
     if full:
         return f"{head}.{frac:07d}Z"
     if frac == 0:
@@ -77,55 +97,136 @@ def iso_ticks(ticks: int, full: bool = True) -> str:
 
 def etag_of(ticks: int) -> str:
     """Azure's ETag for a Timestamp (same text as ``edm.etag_from_ticks``)."""
-    return "W/\"datetime'" + iso_ticks(ticks).replace(":", "%3A") + "'\""
+    seconds, frac = divmod(ticks, TICKS_PER_SECOND)
+    return f"{_head(seconds)[1]}.{frac:07d}Z'\""
 
 
 # --- entities ---------------------------------------------------------------------------------------
+#
+# Entities are built as dicts and a page is serialised by orjson in one call. The result must be the
+# bytes ``json.dumps`` (compact, ``ensure_ascii``) writes, so in "fragments" mode non-ASCII strings are
+# pre-escaped and doubles below 1e-4 (where orjson's notation differs from ``repr``) pre-formatted as
+# ``orjson.Fragment``; output orjson cannot match (non-ASCII names or URLs, U+007F, lone surrogates)
+# is redone by ``json.dumps`` from plain dicts.
 
-_names: dict[str, tuple[str, str]] = {}  # property name -> ('"Name":', '"Name@odata.type":')
-_TYPE_JSON = [_esc(n) for n in TYPE_NAMES]
-
-
-def _name(name: str) -> tuple[str, str]:
-    t = _names.get(name)
-    if t is None:
-        t = (_esc(name) + ":", _esc(name + "@odata.type") + ":")
-        if len(_names) > 65536:
-            _names.clear()
-        _names[name] = t
-    return t
+_annotations: dict[str, str] = {}  # property name -> "Name@odata.type"
+_PLAIN_KEY = re.compile(r"[A-Za-z0-9_.~()*!$&+,;=@:-]*")  # keys that entity_path leaves as they are
+_Fragment = orjson.Fragment
 
 
-def _value(out: list[str], name: str, code: int, v: Any, annotate: bool) -> None:
-    key, ann = _name(name)
+def _dump(build: Callable[[bool], Any]) -> bytes:
+    """``json.dumps(build(False))`` as compact ASCII bytes, via orjson of ``build(True)`` when it can."""
+    try:
+        raw = orjson.dumps(build(True))
+        if raw.isascii() and b"\x7f" not in raw:
+            return raw
+    except orjson.JSONEncodeError:
+        pass
+    return json.dumps(build(False), separators=(",", ":")).encode()
+
+
+def edit_link(table: str, pk: str, rk: str) -> str:
+    """``entity_path(table, pk, rk)``, without the percent-encoding machinery for plain keys."""
+    if _PLAIN_KEY.fullmatch(pk) and _PLAIN_KEY.fullmatch(rk):
+        return f"{table}(PartitionKey='{pk}',RowKey='{rk}')"
+    return entity_path(table, pk, rk)
+
+
+def _str(v: str, fragments: bool) -> Any:
+    return v if v.isascii() or not fragments else _Fragment(_esc(v))
+
+
+def _annotation(name: str) -> str:
+    key = _annotations.get(name)
+    if key is None:
+        if len(_annotations) > 65536:
+            _annotations.clear()
+        key = _annotations[name] = name + "@odata.type"
+    return key
+
+
+def _put(d: dict[str, Any], name: str, code: int, v: Any, annotate: bool, fragments: bool) -> None:
+    """Set property ``name`` (preceded by its annotation where one is due) in the entity dict ``d``."""
     if code == 0:
-        out.append(key + _esc(v))
-    elif code == 1:
-        out.append(key + str(int(v)))
-    elif code == 4:
-        out.append(key + ("true" if v else "false"))
-    elif code == 3:
+        d[name] = _str(v, fragments)
+        return
+    if code == 1 or code == 4:
+        d[name] = int(v) if code == 1 else bool(v)
+        return
+    if code == 3:
         if math.isfinite(v):
-            out.append(key + float.__repr__(float(v)))
+            v = float(v)
+            d[name] = _Fragment(float.__repr__(v)) if fragments and -1e-4 < v < 1e-4 else v
             return
         text = "NaN" if v != v else ("Infinity" if v > 0 else "-Infinity")
-        if annotate:
-            out.append(ann + '"Edm.Double"')
-        out.append(key + '"' + text + '"')
+    elif code == 2:
+        text = str(v)
+    elif code == 5:
+        text = iso_ticks(v, full=False)
+    elif code == 6:
+        text = v if v.isascii() else _str(v, fragments)
+    elif code == 7:
+        text = base64.b64encode(v).decode("ascii")
     else:
-        if code == 2:
-            text = f'"{v}"'
-        elif code == 5:
-            text = '"' + iso_ticks(v, full=False) + '"'
-        elif code == 6:
-            text = _esc(v)
-        elif code == 7:
-            text = '"' + base64.b64encode(v).decode("ascii") + '"'
-        else:
-            raise TableError("InternalError", f"unknown type code {code!r}")
+        raise TableError("InternalError", f"unknown type code {code!r}")
+    if annotate:
+        d[_annotations.get(name) or _annotation(name)] = TYPE_NAMES[code]
+    d[name] = text
+
+
+def _entity_docs(ents: list, level: str, select: list[str] | None, base: str, account: str, table: str,
+                 fragments: bool) -> list[dict[str, Any]]:
+    """The dicts of entities ``[pk, rk, ts, props]``, ``odata.*`` members first."""
+    annotate = level != NO
+    full = level == FULL
+    wanted = None if not select or "*" in select else dict.fromkeys(select)
+    docs = []
+    for pk, rk, ts, props in ents:
+        seconds, frac = divmod(ts, TICKS_PER_SECOND)
+        head = _heads.get(seconds) or _head(seconds)
+        fraction = f".{frac:07d}Z"
+        iso = head[0] + fraction
+        d: dict[str, Any] = {}
         if annotate:
-            out.append(ann + _TYPE_JSON[code])
-        out.append(key + text)
+            if full:
+                link = edit_link(table, pk, rk)
+                d["odata.type"] = f"{account}.{table}"
+                d["odata.id"] = f"{base}/{link}"
+            d["odata.etag"] = head[1] + fraction + "'\""
+            if full:
+                d["odata.editLink"] = link
+        if wanted is None:
+            d["PartitionKey"] = pk if pk.isascii() else _str(pk, fragments)
+            d["RowKey"] = rk if rk.isascii() else _str(rk, fragments)
+            if full:
+                d["Timestamp@odata.type"] = "Edm.DateTime"
+            d["Timestamp"] = iso
+            for name, pair in props.items():
+                code, v = pair  # values are well-typed (see rangetable.edm): the common cases inline
+                if code == 0:
+                    d[name] = v if v.isascii() else _str(v, fragments)
+                elif code == 1 or code == 4 or code == 3 and (v >= 1e-4 or v <= -1e-4) and v - v == 0.0:
+                    d[name] = v
+                else:
+                    _put(d, name, code, v, annotate, fragments)
+        else:
+            if "PartitionKey" in wanted:
+                d["PartitionKey"] = _str(pk, fragments)
+            if "RowKey" in wanted:
+                d["RowKey"] = _str(rk, fragments)
+            if "Timestamp" in wanted:
+                if full:
+                    d["Timestamp@odata.type"] = "Edm.DateTime"
+                d["Timestamp"] = iso
+            for name in wanted:
+                if name not in ("PartitionKey", "RowKey", "Timestamp"):
+                    pair = props.get(name)
+                    if pair is None:
+                        d[name] = None
+                    else:
+                        _put(d, name, pair[0], pair[1], annotate, fragments)
+        docs.append(d)
+    return docs
 
 
 def entity_text(
@@ -136,57 +237,12 @@ def entity_text(
 
     ``prefix`` is prepended inside the object (e.g. ``"odata.metadata":"…",`` for a single entity).
     Minimal and full metadata add ``odata.etag``; full adds ``odata.type``/``odata.id``/
-    ``odata.editLink`` (from ``base``, ``account`` and ``table``) and ``Timestamp@odata.type``.
+    ``odata.editLink`` (from ``base``, ``account`` and ``table``) and ``Timestamp@odata.type``. With
+    ``select`` only those members appear (selected but missing properties as null); selecting a name
+    that is also an ``odata.*`` member or an annotation sets that member (once, in its place).
     """
-    pk, rk, ts, props = ent
-    out: list[str] = []
-    annotate = level != NO
-    iso = iso_ticks(ts)
-    if annotate:
-        if level == FULL:
-            link = entity_path(table, pk, rk)
-            out.append('"odata.type":' + _esc(f"{account}.{table}"))
-            out.append('"odata.id":' + _esc(f"{base}/{link}"))
-        out.append('"odata.etag":"W/\\"datetime\'' + iso.replace(":", "%3A") + '\'\\""')
-        if level == FULL:
-            out.append('"odata.editLink":' + _esc(link))
-    everything = not select or "*" in select
-    if everything:
-        out.append('"PartitionKey":' + _esc(pk))
-        out.append('"RowKey":' + _esc(rk))
-        if level == FULL:
-            out.append('"Timestamp@odata.type":"Edm.DateTime"')
-        out.append('"Timestamp":"' + iso + '"')
-        names = _names
-        for name, pair in props.items():
-            code, v = pair
-            if code == 0 or code == 1 or code == 4:  # the common cases inline: String, Int32, Boolean
-                key = names.get(name)
-                if key is None:
-                    key = _name(name)
-                out.append(key[0] + (_esc(v) if code == 0 else str(int(v)) if code == 1 else
-                                     ("true" if v else "false")))
-            else:
-                _value(out, name, code, v, annotate)
-    else:
-        wanted = dict.fromkeys(select)
-        if "PartitionKey" in wanted:
-            out.append('"PartitionKey":' + _esc(pk))
-        if "RowKey" in wanted:
-            out.append('"RowKey":' + _esc(rk))
-        if "Timestamp" in wanted:
-            if level == FULL:
-                out.append('"Timestamp@odata.type":"Edm.DateTime"')
-            out.append('"Timestamp":"' + iso + '"')
-        for name in wanted:
-            if name in ("PartitionKey", "RowKey", "Timestamp"):
-                continue
-            pair = props.get(name)
-            if pair is None:
-                out.append(_name(name)[0] + "null")
-            else:
-                _value(out, name, pair[0], pair[1], annotate)
-    return "{" + prefix + ",".join(out) + "}"
+    text = _dump(lambda fragments: _entity_docs([ent], level, select, base, account, table, fragments)[0])
+    return "{" + prefix + text[1:].decode("ascii")
 
 
 def metadata_prefix(level: str, base: str, fragment: str) -> str:
@@ -198,10 +254,13 @@ def metadata_prefix(level: str, base: str, fragment: str) -> str:
 
 def entity_feed(ents: list, level: str, base: str, account: str, table: str, select: list[str] | None) -> bytes:
     """A Query Entities body: ``{"odata.metadata":…,"value":[…]}``."""
-    items = ",".join(
-        entity_text(e, level, select=select, base=base, account=account, table=table) for e in ents
-    )
-    return ("{" + metadata_prefix(level, base, table) + '"value":[' + items + "]}").encode()
+
+    def build(fragments: bool) -> dict[str, Any]:
+        doc: dict[str, Any] = {} if level == NO else {"odata.metadata": f"{base}/$metadata#{table}"}
+        doc["value"] = _entity_docs(ents, level, select, base, account, table, fragments)
+        return doc
+
+    return _dump(build)
 
 
 def table_item(name: str, level: str, base: str, account: str) -> dict[str, Any]:
@@ -249,8 +308,32 @@ def _no_constant(name: str) -> Any:
     raise ValueError(f"bare {name} is not JSON")
 
 
+def _flat_unique(doc: dict[str, Any], body: bytes) -> bool:
+    """Whether ``doc`` (orjson's decoding of ``body``) is what the stdlib decoder below would return.
+
+    Every ``"`` in ``body`` delimits a string or is escaped inside one, so ``body`` holds exactly two
+    per name and string value of ``doc`` iff it has no escaped quote and orjson dropped no member as a
+    duplicate (nor anything nested, which is checked for by value). Floats beyond ±1e18 may be
+    integers orjson rounded (json keeps them exact), so they take the slow path too.
+    """
+    strings = len(doc)
+    for v in doc.values():
+        t = type(v)
+        if t is str:
+            strings += 1
+        elif t is dict or t is list or (t is float and not -1e18 < v < 1e18):
+            return False
+    return body.count(b'"') == 2 * strings
+
+
 def parse_json_object(body: bytes) -> dict[str, Any]:
     """Decode a JSON object body; 400 InvalidInput for anything else, DuplicatePropertiesSpecified on dups."""
+    try:  # fast path: orjson, when it provably gives what the stdlib decoder below would
+        doc = orjson.loads(body)
+        if type(doc) is dict and _flat_unique(doc, body):
+            return doc
+    except orjson.JSONDecodeError:
+        pass
     try:
         doc = json.loads(body, object_pairs_hook=_pairs, parse_constant=_no_constant)
     except TableError:

@@ -14,9 +14,9 @@ from typing import TYPE_CHECKING, Any
 from frontend.http import odata, xmldocs
 from frontend.http.common import Response, http_date
 from frontend.http.security import check
-from frontend.http.urls import Resource, entity_path
+from frontend.http.urls import Resource
 from rangetable.errors import TableError
-from rangetable.values import json_to_typed
+from rangetable.rest_json import json_to_typed
 
 if TYPE_CHECKING:
     from frontend.http.app import Request, RestApp
@@ -170,7 +170,7 @@ async def insert_entity(app: RestApp, rq: Request) -> Response:
     op = write_op("POST", rq.headers, res, rq.body)
     check(rq.auth, "insert", res.table, op["pk"], op["rk"])
     ent = await app.fe.request({"op": "write", "table": res.table, "write": op})
-    link = f"{rq.base}/{entity_path(res.table, ent[0], ent[1])}".encode()
+    link = f"{rq.base}/{odata.edit_link(res.table, ent[0], ent[1])}".encode()
     no_content = pref == "return-no-content"
     h = _odata_headers(rq, not no_content)
     h += [(b"etag", odata.etag_of(ent[2]).encode()), (b"location", link), (b"dataserviceid", link)]
