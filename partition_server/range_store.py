@@ -18,7 +18,6 @@ reads need none.
 
 from __future__ import annotations
 
-import gc
 import os
 import struct
 import threading
@@ -30,9 +29,11 @@ import msgpack
 import rocksdict
 
 from partition_server.range_ops import MAX_BATCH_BYTES, check_batch_shape, prepare_op
+from partition_server.range_scan import scan_span
 from partition_server.storage import open_range_db
 from rangetable.edm import UNIX_EPOCH_TICKS, Entity
 from rangetable.errors import TableError
+from rangetable.filter import Predicate
 from rangetable.keys import META_PREFIX, encode_key
 
 META_TS = META_PREFIX + b"ts"
@@ -48,8 +49,6 @@ _TS = struct.Struct(">Q")
 _packb = msgpack.packb
 _unpackb = msgpack.unpackb
 _MISSING = object()
-
-Predicate = Callable[[str, str, int, dict[str, Any]], bool]
 
 
 def wall_ticks() -> int:
@@ -215,71 +214,25 @@ class RangeStore:
         ts, props = _unpackb(v)
         return Entity(pk, rk, ts, props)
 
-    def scan(
-        self,
-        lo: bytes,
-        hi: bytes | None,
-        predicate: Predicate | None = None,
-        select: list[str] | None = None,
-        limit: int = 1000,
-        budget_s: float | None = None,
-    ) -> tuple[list[Entity], bytes | None]:
-        """Forward scan of entity keys in ``[lo, hi)`` (``hi`` None: to the end of the entities).
+    def get_raw(self, key: bytes) -> bytes | None:
+        """The stored value (``msgpack([ts, props])``) at an encoded entity key, or None."""
+        return self._db.get(key)
 
-        Returns the matches of ``predicate(pk, rk, ts, props)`` (all if None), props projected to
-        ``select``, stopping after ``limit`` matches or once ``budget_s`` seconds have passed
-        (checked every 64 entities), and the key of the first entity not examined (None when the
-        span is exhausted).
-        """
-        upper = META_PREFIX if hi is None or hi > META_PREFIX else hi
-        if lo >= upper:
-            return [], None
-        limit = max(1, limit)
-        sel = tuple(select) if select is not None else None
-        deadline = time.perf_counter() + budget_s if budget_s is not None else None
-        perf = time.perf_counter
-        unpack = _unpackb
-        out: list[Entity] = []
-        append = out.append
-        next_key: bytes | None = None
-        stop = False
-        n = 0
-        last_pkb = b""
-        pk = ""
-        ro = rocksdict.ReadOptions()
-        ro.set_iterate_upper_bound(upper)  # never set_iterate_lower_bound (rocksdict bug)
-        # The loop allocates many short-lived containers; the cyclic GC would then walk the whole
-        # heap again and again (halving scan speed in a big process). Nothing here forms cycles,
-        # so pause it for this bounded page.
-        gc_was_on = gc.isenabled()
-        if gc_was_on:
-            gc.disable()
-        it = self._db.items(from_key=lo, read_opt=ro)
-        try:
-            for k, v in it:
-                if stop:
-                    next_key = k
-                    break
-                n += 1
-                if deadline is not None and not n & 63 and perf() >= deadline:
-                    stop = True
-                pkb, _, rkb = k.partition(b"\x00")
-                if pkb != last_pkb:
-                    last_pkb = pkb
-                    pk = pkb.decode()
-                rk = rkb.decode()
-                ts, props = unpack(v)
-                if predicate is None or predicate(pk, rk, ts, props):
-                    if sel is not None:
-                        props = {name: props[name] for name in sel if name in props}
-                    append(Entity(pk, rk, ts, props))
-                    if len(out) >= limit:
-                        stop = True
-        finally:
-            it = None  # drop the iterator now: a live one keeps the DB LOCK after close()
-            if gc_was_on:
-                gc.enable()
-        return out, next_key
+    def scan(self, lo: bytes, hi: bytes | None, predicate: Predicate | None = None,
+             select: list[str] | None = None, limit: int = 1000,
+             budget_s: float | None = None) -> tuple[list[Entity], bytes | None]:
+        """Forward scan of entity keys in ``[lo, hi)`` (``hi`` None: to the end of the entities): the
+        matching entities and the key to resume from (see :func:`~partition_server.range_scan.scan_span`)."""
+        return scan_span(self._db, lo, hi, predicate, select, limit, budget_s)
+
+    def scan_wire(self, lo: bytes, hi: bytes | None, predicate: Predicate | None = None,
+                  select: list[str] | None = None, limit: int = 1000, budget_s: float | None = None, *,
+                  needs_ts: bool = True, needs_props: bool = True) -> tuple[list[bytes], bytes | None]:
+        """Like :meth:`scan`, but each match is the bytes of its wire form ``[pk, rk, ts, props]``,
+        spliced from the stored value when possible; ``needs_ts`` / ``needs_props`` say what
+        ``predicate`` reads (see :func:`partition_server.range_scan.scan_span`)."""
+        return scan_span(self._db, lo, hi, predicate, select, limit, budget_s, wire=True,
+                         needs_ts=needs_ts, needs_props=needs_props)
 
     def stats(self) -> dict[str, int]:
         """Approximate ``{"entities", "bytes", "compaction_pending"}``; cheap (DB properties only).

@@ -15,21 +15,34 @@ import shutil
 import threading
 import time
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any
 
+from partition_server import wire
 from partition_server.range_store import RangeStore
 from partition_server.throttle import PartitionThrottle
 from rangetable.crash import crash_point
 from rangetable.errors import TableError
-from rangetable.filter import compile_cached
-from rangetable.keys import range_bounds
-from rangetable.protocol import entity_to_wire
+from rangetable.filter import Predicate, compile_cached, properties_used
+from rangetable.keys import encode_key, range_bounds
+from rangetable.protocol import Packed, entity_to_wire
 from rangetable.stats import percentile_ms
 
 log = logging.getLogger("rangetable.partition_server")
 
 SAMPLE_SIZE = 64
 LAT_SAMPLES = 512
+_KEYS_AND_TIMESTAMP = frozenset(("PartitionKey", "RowKey", "Timestamp"))
+_random = random.random
+
+
+@lru_cache(maxsize=1024)
+def scan_filter(text: str | None) -> tuple[Predicate | None, bool, bool]:
+    """A scan's ``$filter`` as (predicate, or None without a filter; whether it reads the Timestamp;
+    whether it reads other properties). Raises TableError for an invalid filter."""
+    node, pred = compile_cached(text)
+    used = properties_used(node)
+    return (None if node is None else pred), "Timestamp" in used, not used <= _KEYS_AND_TIMESTAMP
 
 
 @dataclass
@@ -52,14 +65,15 @@ class Load:
         """Add a request PartitionKey to the reservoir sample (weighted by cost)."""
         if pk is None:
             return
+        sample = self.sample
         for _ in range(min(weight, 8)):
             self.seen += 1
-            if len(self.sample) < SAMPLE_SIZE:
-                self.sample.append(pk)
+            if len(sample) < SAMPLE_SIZE:
+                sample.append(pk)
             else:
-                j = random.randrange(self.seen)
+                j = int(_random() * self.seen)
                 if j < SAMPLE_SIZE:
-                    self.sample[j] = pk
+                    sample[j] = pk
 
 
 @dataclass
@@ -72,11 +86,24 @@ class Served:
     lo: bytes = b""
     hi: bytes | None = None
     load: Load = field(default_factory=Load)
+    low: str = field(init=False, default="")  # the record's PartitionKey bounds, for contains_pk
+    high: str | None = field(init=False, default=None)
+    epoch: int = field(init=False, default=-1)
+
+    def __post_init__(self) -> None:
+        self.low, self.high, self.epoch = self.record["low"], self.record["high"], self.record["epoch"]
+
+    def reset(self, record: dict) -> None:
+        """Serve ``record`` (a new epoch or bounds of the same range) from now on."""
+        self.record = dict(record)
+        self.state = "serving"
+        self.lo, self.hi = range_bounds(record["low"], record["high"])
+        self.__post_init__()
 
     def contains_pk(self, pk: str) -> bool:
         """True when the PartitionKey falls inside this range's bounds."""
-        r = self.record
-        return r["low"] <= pk and (r["high"] is None or pk < r["high"])
+        high = self.high
+        return self.low <= pk and (high is None or pk < high)
 
 
 class RangeSet:
@@ -127,9 +154,7 @@ class RangeSet:
         rid = record["id"]
         cur = self.open.get(rid)
         if cur is not None:
-            cur.record = dict(record)
-            cur.state = "serving"
-            cur.lo, cur.hi = range_bounds(record["low"], record["high"])
+            cur.reset(record)
             self._compact_later(cur.store)
             return
         t0 = time.monotonic()
@@ -208,7 +233,7 @@ class RangeSet:
 
     def _served(self, rid: Any, epoch: int) -> Served:
         served = self.open.get(rid)
-        if served is None or (epoch >= 0 and served.record["epoch"] != epoch):
+        if served is None or (epoch >= 0 and served.epoch != epoch):
             raise TableError("NotOwner", f"range {rid} epoch {epoch} is not served here")
         return served
 
@@ -217,31 +242,28 @@ class RangeSet:
         if served.state != "serving":
             served.load.busy += 1
             raise TableError("RangeBusy", f"range {served.record['id']} is {served.state}")
-        if pk is not None and not served.contains_pk(pk):
-            raise TableError("NotOwner", f"PartitionKey {pk!r} is outside range {served.record['id']}")
-        if pk is not None and self.throttle.enabled:
-            try:
-                self.throttle.admit(pk, cost)
-            except TableError:
-                served.load.busy += 1
-                raise
+        if pk is not None:
+            if not served.contains_pk(pk):
+                raise TableError("NotOwner", f"PartitionKey {pk!r} is outside range {served.record['id']}")
+            if self.throttle.target > 0:
+                try:
+                    self.throttle.admit(pk, cost)
+                except TableError:
+                    served.load.busy += 1
+                    raise
         return served
 
     def data(self, op: str, req: dict, nbytes: int = 0) -> Any:
         """Run a data request against the range it names."""
         t0 = time.perf_counter()
         if op == "get":
-            served = self._serving(req, req["pk"])
-            e = served.store.get(req["pk"], req["rk"])
-            if e is None:
-                raise TableError("ResourceNotFound")
-            sel = req.get("select")
-            if sel:
-                e = e._replace(props={k: v for k, v in e.props.items() if k in sel})
-            served.load.reads += 1
-            served.load.entities += 1
-            served.load.note(req["pk"])
-            result: Any = entity_to_wire(e)
+            pk = req["pk"]
+            served = self._serving(req, pk)
+            result: Any = self._get(served.store, pk, req["rk"], req.get("select"))
+            ld = served.load
+            ld.reads += 1
+            ld.entities += 1
+            ld.note(pk)
         elif op == "write":
             w = req["write"]
             served = self._serving(req, w.get("pk"))
@@ -264,31 +286,47 @@ class RangeSet:
         dt = time.perf_counter() - t0
         ld = served.load
         ld.lat_sum += dt
-        ld.lat_max = max(ld.lat_max, dt)
+        if dt > ld.lat_max:
+            ld.lat_max = dt
         ld.bytes_in += nbytes
         if len(ld.lats) < LAT_SAMPLES:
             ld.lats.append(dt)
         else:
-            ld.lats[random.randrange(LAT_SAMPLES)] = dt
+            ld.lats[int(_random() * LAT_SAMPLES)] = dt
         return result
 
-    def _scan(self, served: Served, req: dict) -> dict:
+    @staticmethod
+    def _get(store: RangeStore, pk: str, rk: str, select: list[str] | None) -> Any:
+        """A point read's result: spliced from the stored bytes, decoded only for ``$select``."""
+        if select:
+            e = store.get(pk, rk)
+            if e is not None:
+                return entity_to_wire(e._replace(props={k: v for k, v in e.props.items() if k in select}))
+        else:
+            key = encode_key(pk, rk)
+            v = store.get_raw(key)
+            if v is not None:
+                return wire.entity_at(key, v)
+        raise TableError("ResourceNotFound")
+
+    def _scan(self, served: Served, req: dict) -> Packed:
         lo = max(req.get("lo") or b"", served.lo)
         hi = req.get("hi")
         if served.hi is not None and (hi is None or hi > served.hi):
             hi = served.hi
-        _, pred = compile_cached(req.get("filter"))
+        pred, needs_ts, needs_props = scan_filter(req.get("filter"))
         budget = min(float(req.get("budget_ms", 1e9)) / 1000.0, self.scan_budget_s)
         if hi is not None and lo >= hi:
-            return {"entities": [], "next": None}
-        ents, nxt = served.store.scan(
-            lo, hi, pred, req.get("select"), limit=int(req.get("limit", 1000)), budget_s=budget
+            return wire.page([], None)
+        items, nxt = served.store.scan_wire(
+            lo, hi, pred, req.get("select"), limit=int(req.get("limit", 1000)), budget_s=budget,
+            needs_ts=needs_ts, needs_props=needs_props,
         )
         served.load.reads += 1
-        served.load.entities += len(ents)
-        if ents:
-            served.load.note(ents[0].pk, 1 + len(ents) // 100)
-        return {"entities": [entity_to_wire(e) for e in ents], "next": nxt}
+        served.load.entities += len(items)
+        if items:
+            served.load.note(wire.entity_pk(items[0]), 1 + len(items) // 100)
+        return wire.page(items, nxt)
 
     # --- reports ------------------------------------------------------------------------------
 

@@ -435,6 +435,17 @@ def compile_cached(text: str | None) -> tuple[Node | None, Predicate]:
     return node, compile_filter(node)
 
 
+def properties_used(node: Node | None) -> frozenset[str]:
+    """The property names a filter compares, PartitionKey, RowKey and Timestamp included."""
+    if node is None:
+        return frozenset()
+    if isinstance(node, Compare):
+        return frozenset((node.prop,))
+    if isinstance(node, Not):
+        return properties_used(node.expr)
+    return properties_used(node.left) | properties_used(node.right)
+
+
 def count_comparisons(node: Node | None) -> int:
     """The number of Compare nodes in an AST."""
     if node is None:

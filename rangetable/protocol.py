@@ -73,8 +73,30 @@ def unpack(data: bytes) -> Any:
         raise TableError("InvalidInput", f"malformed message body: {exc}") from None
 
 
+class Packed:
+    """A result that is already msgpack-encoded, as parts to concatenate: :func:`ok` splices it into
+    the reply as is.
+
+    Servers use it to answer with stored bytes without decoding and re-encoding them; the reply is
+    byte for byte what packing the decoded result would give.
+    """
+
+    __slots__ = ("parts",)
+
+    def __init__(self, *parts: bytes) -> None:
+        self.parts = parts
+
+    def __bytes__(self) -> bytes:
+        return b"".join(self.parts)
+
+
+OK_HEADER = b"\x81\xa2ok"  # msgpack of a one-entry map with the key "ok", without the value
+
+
 def ok(result: Any = None) -> bytes:
-    """A success reply body."""
+    """A success reply body (a :class:`Packed` result is spliced in, not packed)."""
+    if type(result) is Packed:
+        return b"".join((OK_HEADER, *result.parts))
     return pack({"ok": result})
 
 

@@ -1,0 +1,117 @@
+"""Forward scans over a range store's entity keys (used by :meth:`RangeStore.scan` and
+:meth:`RangeStore.scan_wire`).
+
+One loop serves both forms of a page: decoded :class:`~rangetable.edm.Entity` tuples, or each
+entity already in wire form (``msgpack([pk, rk, ts, props])``, see :mod:`partition_server.wire`).
+The wire form decodes a stored value only as far as the filter and ``$select`` need: nothing for
+no filter or a filter on PartitionKey/RowKey, the Timestamp alone for a filter on it, everything
+otherwise, and it splices the stored bytes into the reply unless ``$select`` changes them.
+"""
+
+from __future__ import annotations
+
+import gc
+import time
+from typing import Any
+
+import msgpack
+import rocksdict
+
+from partition_server.wire import entity as wire_entity
+from partition_server.wire import key_prefix, stored_ts
+from rangetable.edm import Entity
+from rangetable.filter import Predicate
+from rangetable.keys import META_PREFIX
+
+_packb = msgpack.Packer(use_bin_type=True).pack
+_unpackb = msgpack.unpackb
+_NOTHING, _TS, _FULL = 0, 1, 2  # how much of a stored value to decode
+_ENTITY, _SPLICE, _PACK = 0, 1, 2  # what to append per match
+
+
+def scan_span(
+    db: Any,
+    lo: bytes,
+    hi: bytes | None,
+    predicate: Predicate | None = None,
+    select: list[str] | None = None,
+    limit: int = 1000,
+    budget_s: float | None = None,
+    *,
+    wire: bool = False,
+    needs_ts: bool = True,
+    needs_props: bool = True,
+) -> tuple[list[Any], bytes | None]:
+    """Scan entity keys in ``[lo, hi)`` of ``db`` (``hi`` None: to the end of the entities).
+
+    Returns the matches of ``predicate(pk, rk, ts, props)`` (all if None), props projected to
+    ``select``, stopping after ``limit`` matches or once ``budget_s`` seconds have passed (checked
+    every 64 entities), and the key of the first entity not examined (None when the span is
+    exhausted). Matches are Entity tuples, or with ``wire=True`` the bytes of each entity's wire
+    form; then ``needs_ts`` / ``needs_props`` say what the predicate reads (it gets None for the
+    rest).
+    """
+    upper = META_PREFIX if hi is None or hi > META_PREFIX else hi
+    if lo >= upper:
+        return [], None
+    limit = max(1, limit)
+    sel = tuple(select) if select is not None else None
+    decode = _FULL if not wire or needs_props or sel is not None else _TS if needs_ts else _NOTHING
+    emit = _ENTITY if not wire else _SPLICE if sel is None else _PACK
+    want_rk = not wire or predicate is not None or sel is not None
+    deadline = time.perf_counter() + budget_s if budget_s is not None else None
+    perf = time.perf_counter
+    unpack = _unpackb
+    out: list[Any] = []
+    append = out.append
+    next_key: bytes | None = None
+    n = 0
+    last_pkb = b""  # the PartitionKey bytes that pk and prefix belong to
+    pk = rk = ""
+    prefix = key_prefix(last_pkb)
+    ts: Any = None
+    props: Any = None
+    ro = rocksdict.ReadOptions()
+    ro.set_iterate_upper_bound(upper)  # never set_iterate_lower_bound (rocksdict bug)
+    # The loop allocates many short-lived containers; the cyclic GC would then walk the whole
+    # heap again and again (halving scan speed in a big process). Nothing here forms cycles,
+    # so pause it for this bounded page.
+    gc_was_on = gc.isenabled()
+    if gc_was_on:
+        gc.disable()
+    it = db.items(from_key=lo, read_opt=ro)
+    try:
+        for k, v in it:
+            n += 1
+            pkb, _, rkb = k.partition(b"\x00")
+            if pkb != last_pkb:
+                last_pkb = pkb
+                pk = pkb.decode()
+                prefix = key_prefix(pkb)
+            if want_rk:
+                rk = rkb.decode()
+            if decode:
+                if decode == _FULL:
+                    ts, props = unpack(v)
+                else:
+                    ts = stored_ts(v)
+            if predicate is None or predicate(pk, rk, ts, props):
+                if emit == _SPLICE:
+                    append(wire_entity(prefix, rkb, v))
+                else:
+                    if sel is not None:
+                        props = {name: props[name] for name in sel if name in props}
+                    append(Entity(pk, rk, ts, props) if emit == _ENTITY else _packb([pk, rk, ts, props]))
+                if len(out) >= limit:
+                    break
+            if not n & 63 and deadline is not None and perf() >= deadline:
+                break
+        else:
+            return out, None
+        after = next(it, None)  # the first entity not examined
+        next_key = None if after is None else after[0]
+    finally:
+        it = None  # drop the iterator now: a live one keeps the DB LOCK after close()
+        if gc_was_on:
+            gc.enable()
+    return out, next_key
