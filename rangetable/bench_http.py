@@ -40,10 +40,9 @@ def cpu_seconds(pids: list[int]) -> float:
     return total / _TICK
 
 
-def server_pids(doc: dict) -> list[int]:
-    """Pids of the HTTP frontends and partition servers of a cluster.json."""
-    return [p["pid"] for p in doc.get("processes", []) if p.get("role") in ("http-frontend", "partition-server")
-            and p.get("pid")]
+def server_pids(doc: dict, roles: tuple[str, ...] = ("http-frontend", "partition-server")) -> list[int]:
+    """Pids of the processes of a cluster.json with these roles (default: HTTP frontends and partition servers)."""
+    return [p["pid"] for p in doc.get("processes", []) if p.get("role") in roles and p.get("pid")]
 
 
 def entity(pk: str, rk: str, i: int) -> dict[str, Any]:
@@ -56,18 +55,19 @@ def entity(pk: str, rk: str, i: int) -> dict[str, Any]:
 
 
 class Phase:
-    """Measures one phase: wall time, operations and server CPU."""
+    """Measures one phase: wall time, operations and server CPU (in all, and of the HTTP frontends)."""
 
-    def __init__(self, name: str, pids: list[int]) -> None:
-        self.name, self.pids = name, pids
+    def __init__(self, name: str, pids: list[int], frontend_pids: list[int]) -> None:
+        self.name, self.pids, self.fe_pids = name, pids, frontend_pids
 
     def __enter__(self) -> Phase:
-        self.cpu0, self.t0 = cpu_seconds(self.pids), time.perf_counter()
+        self.cpu0, self.fe0, self.t0 = cpu_seconds(self.pids), cpu_seconds(self.fe_pids), time.perf_counter()
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.wall = time.perf_counter() - self.t0
         self.cpu = cpu_seconds(self.pids) - self.cpu0
+        self.fe_cpu = cpu_seconds(self.fe_pids) - self.fe0
 
 
 _client: Any = None
@@ -118,6 +118,7 @@ def run_http_bench(doc: dict, n: int = 2000, batches: int = 50, big: int = 50_00
     from azure.data.tables import TableServiceClient
 
     pids = server_pids(doc)
+    fe_pids = server_pids(doc, ("http-frontend",))
     svc = TableServiceClient.from_connection_string(doc["connection_string"])
     name = "bench" + uuid.uuid4().hex[:10]
     table = svc.create_table(name)
@@ -126,25 +127,28 @@ def run_http_bench(doc: dict, n: int = 2000, batches: int = 50, big: int = 50_00
 
     def record(ph: Phase, ops: int, unit: str = "op") -> None:
         ms = ph.cpu / ops * 1000 if ops else 0.0
+        fe_ms = ph.fe_cpu / ops * 1000 if ops else 0.0
         ref = AZURITE_MS.get(ph.name)
         results[ph.name] = {"ops": ops, "ops_s": round(ops / ph.wall, 1), "cpu_ms_per_op": round(ms, 3),
+                            "frontend_ms": round(fe_ms, 3), "partition_servers_ms": round(ms - fe_ms, 3),
                             "azurite_ms": ref, "vs_azurite": round(ms / ref, 3) if ref else None}
-        vs = f"  ({ms / ref * 100:5.1f}% of Azurite's {ref} ms)" if ref else ""
-        echo(f"{ph.name:<13} {ops:>7} {unit}s  {ops / ph.wall:>9.1f} {unit}s/s  server CPU {ms:8.3f} ms/{unit}{vs}")
+        vs = f"  {ms / ref * 100:5.1f}% of Azurite's {ref} ms" if ref else ""
+        echo(f"{ph.name:<13} {ops:>6} {unit}s {ops / ph.wall:>8.1f}/s  server CPU {ms:7.3f} ms/{unit} "
+             f"(frontend {fe_ms:.3f} + partition servers {ms - fe_ms:.3f}){vs}")
 
     try:
         for kind in ("insert", "get", "upsert"):
-            with Phase(kind, pids) as ph:
+            with Phase(kind, pids, fe_pids) as ph:
                 _parallel(pool, procs, kind, n)
             record(ph, n)
-        with Phase("batch100", pids) as ph:
+        with Phase("batch100", pids, fe_pids) as ph:
             _parallel(pool, procs, "batch", batches)
         record(ph, batches, "batch")
         # One partition of 100 entities, queried by PartitionKey while the table is small, then large.
         table.submit_transaction([("upsert", entity("qpart", f"r{i:04d}", i)) for i in range(100)])
         queries = max(20, n // 10)
         size_small = n + batches * 100 + 100
-        with Phase("pk_query", pids) as ph:
+        with Phase("pk_query", pids, fe_pids) as ph:
             seen = _parallel(pool, procs, "pk_query", queries)
         assert seen == queries * 100, seen
         record(ph, queries, "query")
@@ -152,7 +156,7 @@ def run_http_bench(doc: dict, n: int = 2000, batches: int = 50, big: int = 50_00
         grow = max(0, big - size_small) // 100
         _parallel(pool, procs, "grow", grow)
         size_big = size_small + grow * 100
-        with Phase("pk_query_big", pids) as ph:
+        with Phase("pk_query_big", pids, fe_pids) as ph:
             _parallel(pool, procs, "pk_query", queries)
         record(ph, queries, "query")
         results["pk_query_big"]["table_size"] = size_big
@@ -160,7 +164,7 @@ def run_http_bench(doc: dict, n: int = 2000, batches: int = 50, big: int = 50_00
              f"at {size_big}: {results['pk_query_big']['cpu_ms_per_op']:.3f} ms")
         pages = 0
         rows = 0
-        with Phase("scan_page", pids) as ph:
+        with Phase("scan_page", pids, fe_pids) as ph:
             for page in table.list_entities(results_per_page=1000).by_page():
                 pages += 1
                 rows += sum(1 for _ in page)
