@@ -11,8 +11,10 @@ from collections.abc import Callable
 from typing import Any
 
 import msgpack
+import rocksdict
 
-from rangetable.edm import Entity, etag_from_ticks, ticks_from_etag
+from partition_server.wire import NIL, entity, key_prefix
+from rangetable.edm import etag_from_ticks, ticks_from_etag
 from rangetable.entity import validate_entity
 from rangetable.errors import TableError
 from rangetable.keys import encode_key
@@ -20,8 +22,9 @@ from rangetable.keys import encode_key
 MAX_BATCH_OPS = 100
 MAX_BATCH_BYTES = 4 << 20
 
-_packb = msgpack.packb
+_packb = msgpack.Packer(use_bin_type=True).pack
 _unpackb = msgpack.unpackb
+_NO_READ = "insert_or_replace"  # the one kind that does not read the current entity
 
 
 def check_if_match(if_match: Any) -> str | None:
@@ -39,10 +42,11 @@ def check_if_match(if_match: Any) -> str | None:
 
 def prepare_op(
     get: Callable[[bytes], bytes | None], op: dict, ts: int
-) -> tuple[bytes, bytes | None, Entity | None]:
+) -> tuple[bytes, bytes | None, dict | None]:
     """Evaluate one op against the current state (read through ``get``).
 
-    Returns (key, new value or None to delete, the op's result) or raises TableError.
+    Returns (key, new value ``msgpack([ts, props])`` or None to delete, the props written or None)
+    or raises TableError.
     """
     try:
         kind = op["op"]
@@ -55,7 +59,7 @@ def prepare_op(
         if props is None:
             props = {}
         validate_entity(pk, rk, props)
-        return encode_key(pk, rk), _packb([ts, props]), Entity(pk, rk, ts, props)
+        return encode_key(pk, rk), _packb([ts, props]), props
     if kind == "insert":
         props = op.get("props")
         if props is None:
@@ -64,7 +68,7 @@ def prepare_op(
         key = encode_key(pk, rk)
         if get(key) is not None:
             raise TableError("EntityAlreadyExists")
-        return key, _packb([ts, props]), Entity(pk, rk, ts, props)
+        return key, _packb([ts, props]), props
     if kind == "delete":
         validate_entity(pk, rk, {})
         etag = check_if_match(op.get("if_match"))
@@ -95,10 +99,12 @@ def prepare_op(
         if etag is not None and etag != etag_from_ticks(cts):
             raise TableError("UpdateConditionNotSatisfied")
         if kind != "replace" and cprops:
+            covered = cprops.keys() <= props.keys()
             cprops.update(props)
             props = cprops
-            validate_entity(pk, rk, props)
-    return key, _packb([ts, props]), Entity(pk, rk, ts, props)
+            if not covered:  # else the merged props are the very pairs just validated (reordered)
+                validate_entity(pk, rk, props)
+    return key, _packb([ts, props]), props
 
 
 def check_batch_shape(ops: list[dict]) -> None:
@@ -134,3 +140,62 @@ def check_batch_shape(ops: list[dict]) -> None:
             seen.add(rk)
         except TypeError:
             raise TableError("InvalidInput", "The RowKey must be a string.", index=i) from None
+
+
+def _prefetch(get: Callable, ops: list[dict]) -> Callable[[bytes], bytes | None]:
+    """A reader of the current values of every row the ops address, fetched with one multi-get.
+
+    The rows of a batch are distinct and nothing is written before the commit, so each op sees
+    exactly what a get of its own would. Falls back to ``get`` when a key cannot be encoded (the op
+    fails validation before it reads) or no op reads.
+    """
+    try:
+        keys = [encode_key(op["pk"], op["rk"]) for op in ops if op.get("op") != _NO_READ]
+    except (AttributeError, KeyError, TypeError, UnicodeError):
+        return get
+    if not keys:
+        return get
+    return dict(zip(keys, get(keys), strict=True)).get
+
+
+def prepare_batch(
+    get: Callable, ops: list[dict], ts: int, wb: rocksdict.WriteBatch, wire: bool = True
+) -> tuple[list[bytes], list[dict | None]]:
+    """Evaluate an entity group transaction (shape already checked) into ``wb``.
+
+    ``get`` reads one key or, given a list, several. Returns each op's result packed in wire form
+    (``[pk, rk, ts, props]`` or nil; none without ``wire``) and the props it wrote (None for a
+    delete). A failure raises TableError with ``index`` set to the failing op (except
+    RequestBodyTooLarge, which concerns the whole request).
+    """
+    read = _prefetch(get, ops)
+    put = wb.put
+    items: list[bytes] = []
+    written: list[dict | None] = []
+    size = 0
+    prefix = b""
+    plen = 0
+    for i, op in enumerate(ops):
+        try:
+            key, value, props = prepare_op(read, op, ts)
+        except TableError as e:
+            if e.index is None:
+                raise TableError(e.error_code, e.message, index=i) from None
+            raise
+        if value is None:
+            wb.delete(key)
+            size += len(key)
+            if wire:
+                items.append(NIL)
+        else:
+            put(key, value)
+            size += len(key) + len(value)
+            if wire:
+                if not prefix:  # every op has the same PartitionKey: splice its header once
+                    pkb = key[: key.index(b"\x00")]
+                    prefix, plen = key_prefix(pkb), len(pkb) + 1
+                items.append(entity(prefix, key[plen:], value))
+        if size > MAX_BATCH_BYTES:
+            raise TableError("RequestBodyTooLarge", "The batch request exceeds 4 MiB.")
+        written.append(props)
+    return items, written

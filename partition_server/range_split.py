@@ -15,7 +15,8 @@ import shutil
 import msgpack
 import rocksdict
 
-from partition_server.range_store import DROP_KEY, META_TS, REQT_END, REQT_PREFIX, pack_meta, unpack_meta
+from partition_server.range_store import DROP_KEY, META_TS, pack_meta, unpack_meta
+from partition_server.request_records import REQT_END, REQT_PREFIX
 from partition_server.storage import open_range_db
 from rangetable.keys import META_PREFIX
 

@@ -6,7 +6,8 @@ Layout (all raw bytes, opened only through :func:`partition_server.storage.open_
 * ``META_TS`` → ``>QQ`` (last Timestamp handed out, number of request records);
 * ``REQ_PREFIX + request_id`` → ``msgpack([ts, kind, result])``, the answer of a write or batch that
   carried a request id (``kind`` "w" or "b"), so a retry gets the same answer without re-applying it;
-* ``REQT_PREFIX + >Q ts + request_id`` → ``b""``, the same records ordered oldest first for purging;
+* ``REQT_PREFIX + >Q ts + request_id`` → ``b""``, the same records ordered oldest first for purging
+  (both in :mod:`partition_server.request_records`);
 * ``DROP_KEY`` → ``msgpack([lo, hi])`` after ``split(compact=False)``: the span deleted but not yet
   compacted (size and count estimates stay too high until :meth:`RangeStore.compact_pending`).
 
@@ -28,27 +29,34 @@ from typing import Any
 import msgpack
 import rocksdict
 
-from partition_server.range_ops import MAX_BATCH_BYTES, check_batch_shape, prepare_op
+from partition_server.range_ops import check_batch_shape, prepare_batch, prepare_op
 from partition_server.range_scan import scan_span
+from partition_server.request_records import (
+    BATCH,
+    MISSING,
+    PURGE_EVERY,  # read here at each write, so tests can patch it on this module
+    WRITE,
+    lookup,
+    purge,
+    record_puts,
+)
+from partition_server.request_records import REQ_PREFIX as REQ_PREFIX  # re-exported (layout above)
+from partition_server.request_records import REQT_PREFIX as REQT_PREFIX
 from partition_server.storage import open_range_db
+from partition_server.wire import NIL, array_header, entity_bytes
 from rangetable.edm import UNIX_EPOCH_TICKS, Entity
 from rangetable.errors import TableError
 from rangetable.filter import Predicate
 from rangetable.keys import META_PREFIX, encode_key
+from rangetable.protocol import entity_to_wire
 
 META_TS = META_PREFIX + b"ts"
-REQ_PREFIX = META_PREFIX + b"req/"
-REQT_PREFIX = META_PREFIX + b"reqt/"
-REQT_END = META_PREFIX + b"reqt0"  # b"/" + 1
 DROP_KEY = META_PREFIX + b"drop"  # msgpack [lo, hi]: a span a split dropped but did not compact yet
-PURGE_EVERY = 1000  # request-id writes between age-based purges
-PURGE_MAX_DELETES = 5000
 
 _META = struct.Struct(">QQ")
 _TS = struct.Struct(">Q")
-_packb = msgpack.packb
+_packb = msgpack.Packer(use_bin_type=True).pack
 _unpackb = msgpack.unpackb
-_MISSING = object()
 
 
 def wall_ticks() -> int:
@@ -70,12 +78,20 @@ def unpack_meta(v: bytes | None) -> tuple[int, int]:
     return _META.unpack(v)
 
 
-def _to_wire(e: Entity | None) -> list | None:
-    return None if e is None else [e.pk, e.rk, e.ts, e.props]
-
-
 def _from_wire(x: list | None) -> Entity | None:
     return None if x is None else Entity(x[0], x[1], x[2], x[3])
+
+
+def _packed(e: Entity | None) -> bytes:
+    return _packb(None if e is None else entity_to_wire(e))
+
+
+def _stored_answer(prev: tuple[str, Any]) -> Any:
+    """A request record's ``(kind, result)`` as :meth:`RangeStore.write` / :meth:`RangeStore.batch` answer."""
+    kind, payload = prev
+    if kind == "b":
+        return [_from_wire(x) for x in payload]
+    return _from_wire(payload)
 
 
 class _Closed:
@@ -300,59 +316,22 @@ class RangeStore:
         last = self._last_ts
         return ts if ts > last else last + 1
 
+    def _cutoff(self) -> int:
+        """The Timestamp before which request records have expired."""
+        return self.clock() - int(self.request_window_s * 10_000_000)
+
     def _replay(self, request_id: str | None) -> tuple[bytes | None, bytes | None, Any]:
-        """(encoded id, index key of an expired record to drop, stored answer or _MISSING)."""
+        """(encoded id, index key of an expired record to drop, stored answer or MISSING)."""
         if request_id is None:
-            return None, None, _MISSING
+            return None, None, MISSING
         rid = request_id.encode()
-        prev, stale = self._lookup(rid)
+        prev, stale = lookup(self._db, rid, self._cutoff)
         return rid, stale, prev
 
-    def _lookup(self, rid: bytes) -> tuple[Any, bytes | None]:
-        """(stored result or _MISSING, index key of an expired record to drop)."""
-        rec = self._db.get(REQ_PREFIX + rid)
-        if rec is None:
-            return _MISSING, None
-        rts, kind, payload = _unpackb(rec)
-        if rts >= self.clock() - int(self.request_window_s * 10_000_000):
-            if kind == "b":
-                return [_from_wire(x) for x in payload], None
-            return _from_wire(payload), None
-        return _MISSING, REQT_PREFIX + _TS.pack(rts) + rid
-
-    def _purge(self, wb: rocksdict.WriteBatch, count: int) -> int:
-        """Add deletes of expired / surplus request records (oldest first) to ``wb``; new count."""
-        cutoff = self.clock() - int(self.request_window_s * 10_000_000)
-        limit = self.request_window_max
-        plen = len(REQT_PREFIX)
-        deleted = 0
-        ro = rocksdict.ReadOptions()
-        ro.set_iterate_upper_bound(REQT_END)
-        it = self._db.keys(from_key=REQT_PREFIX, read_opt=ro)
-        try:
-            for k in it:
-                if deleted >= PURGE_MAX_DELETES:
-                    break
-                if count <= limit and _TS.unpack_from(k, plen)[0] >= cutoff:
-                    break
-                wb.delete(k)
-                wb.delete(REQ_PREFIX + k[plen + 8 :])
-                count -= 1
-                deleted += 1
-        finally:
-            it = None
-        return count
-
-    def _commit(
-        self,
-        wb: rocksdict.WriteBatch,
-        ts: int,
-        rid: bytes | None,
-        kind: str,
-        payload: Any,
-        stale: bytes | None,
-    ) -> None:
-        """Add meta (and the request record) to ``wb`` and write it atomically."""
+    def _commit(self, wb: rocksdict.WriteBatch, ts: int, rid: bytes | None, kind: bytes,
+                answer: bytes, stale: bytes | None) -> None:
+        """Add meta (and the record of request ``rid``: ``kind`` and the packed ``answer``) to ``wb``
+        and write it atomically."""
         count = self._req_count
         if rid is not None:
             if stale is not None:
@@ -361,9 +340,9 @@ class RangeStore:
             count += 1
             self._req_writes += 1
             if count > self.request_window_max or self._req_writes % PURGE_EVERY == 0:
-                count = self._purge(wb, count)  # deletes go before the new record's puts
-            wb.put(REQ_PREFIX + rid, _packb([ts, kind, payload]))
-            wb.put(REQT_PREFIX + _TS.pack(ts) + rid, b"")
+                # deletes go before the new record's puts
+                count = purge(self._db, wb, count, self._cutoff(), self.request_window_max)
+            record_puts(wb, rid, ts, kind, answer)
         wb.put(META_TS, _META.pack(ts, count))
         n = len(wb)
         self._db.write(wb, self._wo)
@@ -382,19 +361,35 @@ class RangeStore:
         ResourceNotFound, UpdateConditionNotSatisfied, InvalidInput, validation codes). With
         ``request_id``, a repeated call returns the first call's answer without applying it again.
         """
+        ts, _, props, prev = self._write(op, request_id, False)
+        if prev is not MISSING:
+            return _stored_answer(prev)
+        return None if props is None else Entity(op["pk"], op["rk"], ts, props)
+
+    def write_wire(self, op: dict, request_id: str | None = None) -> bytes:
+        """Like :meth:`write`, but the answer is packed in wire form: ``msgpack([pk, rk, ts, props])``
+        spliced from the stored value (the bytes packing the entity gives), or nil for a delete."""
+        _, out, _, prev = self._write(op, request_id, True)
+        return out if prev is MISSING else _packed(_stored_answer(prev))
+
+    def _write(self, op: dict, request_id: str | None, wire: bool) -> tuple[int, bytes, dict | None, Any]:
+        """(Timestamp, packed answer (only with ``wire`` or a request id), props written, stored answer
+        of a repeated request or MISSING)."""
         with self._lock:
             rid, stale, prev = self._replay(request_id)
-            if prev is not _MISSING:
-                return prev
+            if prev is not MISSING:
+                return 0, b"", None, prev
             ts = self._next_ts()
-            key, value, ent = prepare_op(self._db.get, op, ts)
+            key, value, props = prepare_op(self._db.get, op, ts)
             wb = rocksdict.WriteBatch(raw_mode=True)
             if value is None:
                 wb.delete(key)
+                out = NIL
             else:
                 wb.put(key, value)
-            self._commit(wb, ts, rid, "w", _to_wire(ent) if rid is not None else None, stale)
-            return ent
+                out = entity_bytes(key, value) if wire or rid is not None else b""
+            self._commit(wb, ts, rid, WRITE, out, stale)
+            return ts, out, props, MISSING
 
     def batch(self, ops: list[dict], request_id: str | None = None) -> list[Entity | None]:
         """Apply an entity group transaction atomically: every op or none.
@@ -403,37 +398,32 @@ class RangeStore:
         one Timestamp. A failure raises TableError with ``index`` set to the failing op (except
         RequestBodyTooLarge, which concerns the whole request).
         """
+        ts, _, written, prev = self._batch(ops, request_id, False)
+        if prev is not MISSING:
+            return _stored_answer(prev)
+        return [None if p is None else Entity(op["pk"], op["rk"], ts, p)
+                for op, p in zip(ops, written, strict=True)]
+
+    def batch_wire(self, ops: list[dict], request_id: str | None = None) -> list[bytes]:
+        """Like :meth:`batch`, but each op's answer packed in wire form (see :meth:`write_wire`)."""
+        _, items, _, prev = self._batch(ops, request_id, True)
+        return items if prev is MISSING else [_packed(e) for e in _stored_answer(prev)]
+
+    def _batch(self, ops: list[dict], request_id: str | None, wire: bool) -> tuple[int, list[bytes], list, Any]:
+        """(Timestamp, packed answers (only with ``wire`` or a request id), props written, stored answer
+        of a repeated request or MISSING)."""
         with self._lock:
             rid, stale, prev = self._replay(request_id)
-            if prev is not _MISSING:
-                return prev
+            if prev is not MISSING:
+                return 0, [], [], prev
             check_batch_shape(ops)
             ts = self._next_ts()
-            get = self._db.get
             wb = rocksdict.WriteBatch(raw_mode=True)
-            results: list[Entity | None] = []
-            size = 0
-            for i, op in enumerate(ops):
-                try:
-                    key, value, ent = prepare_op(get, op, ts)
-                except TableError as e:
-                    if e.index is None:
-                        raise TableError(e.error_code, e.message, index=i) from None
-                    raise
-                if value is None:
-                    wb.delete(key)
-                    size += len(key)
-                else:
-                    wb.put(key, value)
-                    size += len(key) + len(value)
-                if size > MAX_BATCH_BYTES:
-                    raise TableError("RequestBodyTooLarge", "The batch request exceeds 4 MiB.")
-                results.append(ent)
-            if not results:
-                return results
-            payload = [_to_wire(e) for e in results] if rid is not None else None
-            self._commit(wb, ts, rid, "b", payload, stale)
-            return results
+            items, written = prepare_batch(self._db.get, ops, ts, wb, wire or rid is not None)
+            if written:
+                answer = b"" if rid is None else array_header(len(items)) + b"".join(items)
+                self._commit(wb, ts, rid, BATCH, answer, stale)
+            return ts, items, written, MISSING
 
     # --- split / merge (see range_split.py) ---------------------------------------------------
 

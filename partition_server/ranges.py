@@ -266,20 +266,22 @@ class RangeSet:
             ld.note(pk)
         elif op == "write":
             w = req["write"]
-            served = self._serving(req, w.get("pk"))
-            e = served.store.write(w, request_id=req.get("rid"))
-            served.load.writes += 1
-            served.load.entities += 1
-            served.load.note(w.get("pk"))
-            result = None if e is None else entity_to_wire(e)
+            pk = w.get("pk")
+            served = self._serving(req, pk)
+            result = Packed(served.store.write_wire(w, request_id=req.get("rid")))
+            ld = served.load
+            ld.writes += 1
+            ld.entities += 1
+            ld.note(pk)
         elif op == "batch":
             ops = req["ops"]
-            served = self._serving(req, ops[0].get("pk") if ops else None, max(1, len(ops)))
-            out = served.store.batch(ops, request_id=req.get("rid"))
-            served.load.writes += 1
-            served.load.entities += len(ops)
-            served.load.note(ops[0].get("pk") if ops else None, len(ops))
-            result = [None if e is None else entity_to_wire(e) for e in out]
+            pk = ops[0].get("pk") if ops else None
+            served = self._serving(req, pk, max(1, len(ops)))
+            result = wire.array(served.store.batch_wire(ops, request_id=req.get("rid")))
+            ld = served.load
+            ld.writes += 1
+            ld.entities += len(ops)
+            ld.note(pk, len(ops))
         else:
             served = self._serving(req, None)
             result = self._scan(served, req)

@@ -6,6 +6,10 @@ a 4-element array header, the two keys as msgpack strings, then the stored value
 2-element array header. The bytes are exactly what ``msgpack.packb`` of the decoded entity gives
 (``use_bin_type=True`` encodes a str of 32-255 bytes as str8), so a receiver cannot tell the
 difference; ``tests/test_ps_fastpath.py`` checks this on varied data.
+
+Writes answer the same way: the entity written (or a batch's list of them) is spliced from the value
+just packed for storage, and the request record stored with it from those same bytes
+(``tests/test_ps_write_fastpath.py``).
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from rangetable.protocol import Packed
 
 STORED_HEADER = 0x92  # fixarray of 2: the first byte of every stored entity value
 ENTITY_HEADER = b"\x94"  # fixarray of 4: [pk, rk, ts, props]
+NIL = b"\xc0"  # a delete's result
 _PAGE_HEAD = b"\x82\xa8entities"  # map of 2, key "entities" (then the array of entities)
 _PAGE_NEXT = b"\xa4next"  # key "next" (then the continuation key or nil)
 _STR_HEADERS = [bytes([0xA0 | n]) for n in range(32)] + [b"\xd9" + bytes([n]) for n in range(32, 256)]
@@ -61,10 +66,23 @@ def entity(prefix: bytes, rkb: bytes, value: bytes) -> bytes:
     return _packb([pk, rkb.decode(), *_unpackb(value)])
 
 
+def entity_bytes(key: bytes, value: bytes) -> bytes:
+    """``msgpack([pk, rk, ts, props])`` from the encoded entity key and the stored value."""
+    pkb, _, rkb = key.partition(b"\x00")
+    p, r = len(pkb), len(rkb)
+    if p < 256 and r < 256 and value[0] == STORED_HEADER:  # the usual case, spliced in one go
+        return b"".join((ENTITY_HEADER, _STR_HEADERS[p], pkb, _STR_HEADERS[r], rkb, value[1:]))
+    return entity(key_prefix(pkb), rkb, value)
+
+
 def entity_at(key: bytes, value: bytes) -> Packed:
     """A point read's result from the encoded entity key and the stored value."""
-    pkb, _, rkb = key.partition(b"\x00")
-    return Packed(entity(key_prefix(pkb), rkb, value))
+    return Packed(entity_bytes(key, value))
+
+
+def array(items: list[bytes]) -> Packed:
+    """The result ``[item, …]`` from items already packed (a batch's entities in wire form or nil)."""
+    return Packed(array_header(len(items)), *items)
 
 
 def entity_pk(item: bytes) -> str:

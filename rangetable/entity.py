@@ -46,8 +46,9 @@ _SURROGATE = re.compile("[\ud800-\udfff]")
 _GUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 _TABLE_CHARS = re.compile(r"[A-Za-z][A-Za-z0-9]*")
 
-_valid_names: set[str] = set()  # property names known to be valid (bounded cache)
+_valid_names: dict[str, int] = {}  # property names known to be valid → 8 + 2·len (bounded cache)
 _VALID_NAMES_CAP = 65536
+_MAX_STRING_CHARS = MAX_STRING_BYTES // 2
 
 
 def _u16(s: str) -> int:
@@ -75,8 +76,9 @@ def validate_key(name: str, value: object) -> None:
         raise TableError("InvalidInput", f"The {name} contains an invalid character.")
 
 
-def _check_name(name: object) -> None:
-    """Validate one custom property name, raising PropertyNameTooLong/PropertyNameInvalid."""
+def _check_name(name: object) -> int:
+    """Validate one custom property name, raising PropertyNameTooLong/PropertyNameInvalid; returns
+    its share of the entity size (``8 + 2·len``), as cached in ``_valid_names``."""
     if not isinstance(name, str):
         raise TableError("PropertyNameInvalid", f"The property name {name!r} is not a string.")
     if len(name) > MAX_PROPERTY_NAME:
@@ -87,7 +89,8 @@ def _check_name(name: object) -> None:
         raise TableError("PropertyNameInvalid", f"The property name {name!r} is reserved.")
     if len(_valid_names) >= _VALID_NAMES_CAP:
         _valid_names.clear()
-    _valid_names.add(name)
+    cost = _valid_names[name] = 8 + 2 * len(name)
+    return cost
 
 
 def _bad_value(name: str, code: Any, what: str, err: str = "InvalidInput") -> TableError:
@@ -95,8 +98,68 @@ def _bad_value(name: str, code: Any, what: str, err: str = "InvalidInput") -> Ta
     return TableError(err, f"The value of property {name!r} ({tname}) {what}.")
 
 
+def _check_value(name: str, code: Any, v: Any) -> int:
+    """Validate one ``[code, value]`` pair (every rule, in order) and return the value's size."""
+    t = type(v)
+    if code == STRING:
+        if t is not str:
+            raise _bad_value(name, code, "must be a str", "InvalidValueType")
+        n = len(v)
+        if not v.isascii():
+            if _SURROGATE.search(v) is not None:
+                raise _bad_value(name, code, "contains a lone surrogate")
+            n = len(v.encode("utf-16-le")) >> 1
+        if n > MAX_STRING_BYTES // 2:
+            raise TableError("PropertyValueTooLarge")
+        return 2 * n + 4
+    if code == INT32:
+        if t is not int:
+            raise _bad_value(name, code, "must be an int", "InvalidValueType")
+        if not INT32_MIN <= v <= INT32_MAX:
+            raise _bad_value(name, code, "is out of range")
+        return 4
+    if code == DOUBLE:
+        if t is not float:
+            raise _bad_value(name, code, "must be a float", "InvalidValueType")
+        return 8
+    if code == BOOLEAN:
+        if t is not bool:
+            raise _bad_value(name, code, "must be a bool", "InvalidValueType")
+        return 1
+    if code == INT64:
+        if t is not int:
+            raise _bad_value(name, code, "must be an int", "InvalidValueType")
+        if not INT64_MIN <= v <= INT64_MAX:
+            raise _bad_value(name, code, "is out of range")
+        return 8
+    if code == DATETIME:
+        if t is not int:
+            raise _bad_value(name, code, "must be int ticks", "InvalidValueType")
+        if not MIN_DATETIME_TICKS <= v <= MAX_DATETIME_TICKS:
+            raise _bad_value(name, code, "is outside 1601-01-01..9999-12-31")
+        return 8
+    if code == GUID:
+        if t is not str:
+            raise _bad_value(name, code, "must be a str", "InvalidValueType")
+        if len(v) != 36 or _GUID.fullmatch(v) is None:
+            raise _bad_value(name, code, "is not a canonical lower-case GUID")
+        return 16
+    if code == BINARY:
+        if t is not bytes:
+            raise _bad_value(name, code, "must be bytes", "InvalidValueType")
+        if len(v) > MAX_BINARY_BYTES:
+            raise TableError("PropertyValueTooLarge")
+        return len(v) + 4
+    raise _bad_value(name, code, "has an unknown type code")
+
+
 def _check_props(props: dict[str, Any]) -> int:
-    """Validate typed props and return their share of the entity size (see :func:`entity_size`)."""
+    """Validate typed props and return their share of the entity size (see :func:`entity_size`).
+
+    The loop accepts the usual valid pairs by the value's type first (a few comparisons each); any
+    other pair goes through :func:`_check_value`, which applies every rule in order and raises the
+    first error, so the outcome is exactly that of checking every pair with it.
+    """
     if type(props) is not dict:
         raise TableError("InvalidInput", "Properties must be a dict of name to [code, value].")
     if len(props) > MAX_CUSTOM_PROPERTIES:
@@ -104,65 +167,47 @@ def _check_props(props: dict[str, Any]) -> int:
     size = 0
     valid = _valid_names
     for name, pair in props.items():
-        if name not in valid:
-            _check_name(name)
+        cost = valid.get(name)  # only str names are cached, and no other key equals one
+        if cost is None:
+            cost = _check_name(name)
         try:
             code, v = pair
         except (TypeError, ValueError):
             raise TableError("InvalidInput", f"Property {name!r} is not a [code, value] pair.") from None
         t = type(v)
-        if code == STRING:
-            if t is not str:
-                raise _bad_value(name, code, "must be a str", "InvalidValueType")
-            n = len(v)
-            if not v.isascii():
-                if _SURROGATE.search(v) is not None:
-                    raise _bad_value(name, code, "contains a lone surrogate")
-                n = len(v.encode("utf-16-le")) >> 1
-            if n > MAX_STRING_BYTES // 2:
-                raise TableError("PropertyValueTooLarge")
-            vsize = 2 * n + 4
-        elif code == INT32:
-            if t is not int:
-                raise _bad_value(name, code, "must be an int", "InvalidValueType")
-            if not INT32_MIN <= v <= INT32_MAX:
-                raise _bad_value(name, code, "is out of range")
-            vsize = 4
-        elif code == DOUBLE:
-            if t is not float:
-                raise _bad_value(name, code, "must be a float", "InvalidValueType")
-            vsize = 8
-        elif code == BOOLEAN:
-            if t is not bool:
-                raise _bad_value(name, code, "must be a bool", "InvalidValueType")
-            vsize = 1
-        elif code == INT64:
-            if t is not int:
-                raise _bad_value(name, code, "must be an int", "InvalidValueType")
-            if not INT64_MIN <= v <= INT64_MAX:
-                raise _bad_value(name, code, "is out of range")
-            vsize = 8
-        elif code == DATETIME:
-            if t is not int:
-                raise _bad_value(name, code, "must be int ticks", "InvalidValueType")
-            if not MIN_DATETIME_TICKS <= v <= MAX_DATETIME_TICKS:
-                raise _bad_value(name, code, "is outside 1601-01-01..9999-12-31")
-            vsize = 8
-        elif code == GUID:
-            if t is not str:
-                raise _bad_value(name, code, "must be a str", "InvalidValueType")
-            if len(v) != 36 or _GUID.fullmatch(v) is None:
-                raise _bad_value(name, code, "is not a canonical lower-case GUID")
-            vsize = 16
-        elif code == BINARY:
-            if t is not bytes:
-                raise _bad_value(name, code, "must be bytes", "InvalidValueType")
-            if len(v) > MAX_BINARY_BYTES:
-                raise TableError("PropertyValueTooLarge")
-            vsize = len(v) + 4
-        else:
-            raise _bad_value(name, code, "has an unknown type code")
-        size += 8 + 2 * len(name) + vsize
+        if t is str:
+            if code == STRING:
+                if v.isascii() and len(v) <= _MAX_STRING_CHARS:
+                    size += cost + 2 * len(v) + 4
+                    continue
+            elif code == GUID and len(v) == 36 and _GUID.fullmatch(v) is not None:
+                size += cost + 16
+                continue
+        elif t is int:
+            if code == INT32:
+                if INT32_MIN <= v <= INT32_MAX:
+                    size += cost + 4
+                    continue
+            elif code == INT64:
+                if INT64_MIN <= v <= INT64_MAX:
+                    size += cost + 8
+                    continue
+            elif code == DATETIME and MIN_DATETIME_TICKS <= v <= MAX_DATETIME_TICKS:
+                size += cost + 8
+                continue
+        elif t is float:
+            if code == DOUBLE:
+                size += cost + 8
+                continue
+        elif t is bool:
+            if code == BOOLEAN:
+                size += cost + 1
+                continue
+        elif t is bytes:
+            if code == BINARY and len(v) <= MAX_BINARY_BYTES:
+                size += cost + len(v) + 4
+                continue
+        size += cost + _check_value(name, code, v)
     return size
 
 
@@ -204,9 +249,15 @@ def entity_size(pk: str, rk: str, props: dict[str, Any]) -> int:
 
 def validate_entity(pk: str, rk: str, props: dict[str, Any]) -> None:
     """Validate both keys and the typed props, then the 1 MiB entity size (EntityTooLarge)."""
-    validate_key("PartitionKey", pk)
-    validate_key("RowKey", rk)
-    size = 4 + 2 * (_u16(pk) + _u16(rk)) + _check_props(props)
+    bad = _BAD_KEY_CHARS.search
+    if (type(pk) is str and type(rk) is str and len(pk) <= 256 and len(rk) <= 256
+            and bad(pk) is None and bad(rk) is None):  # both keys valid (the usual case, checked at once)
+        keys = len(pk) + len(rk) if pk.isascii() and rk.isascii() else _u16(pk) + _u16(rk)
+    else:
+        validate_key("PartitionKey", pk)
+        validate_key("RowKey", rk)
+        keys = _u16(pk) + _u16(rk)
+    size = 4 + 2 * keys + _check_props(props)
     if size > MAX_ENTITY_SIZE:
         raise TableError("EntityTooLarge")
 
