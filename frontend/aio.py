@@ -8,12 +8,17 @@ attempt timeouts — but inside an asyncio event loop, so an ASGI app can ``awai
     await fe.start()
     result = await fe.request({"op": "get", "table": "t", "pk": "p", "rk": "r"})
 
+or, without a Future or a coroutine (the built-in HTTP listener's point operations),
+``fe.submit(req, cb)``, which calls ``cb(result, None)`` or ``cb(None, error)`` as soon as the answer is
+read.
+
 The request logic (routing, retries on NotOwner/RangeBusy, query stitching, relaying table ops) is
 the Handler's; this module only moves messages. Sockets are plain ``zmq`` sockets watched with
 ``loop.add_reader`` on their ``ZMQ_FD`` and drained with ``NOBLOCK`` — the same mechanism
 ``zmq.asyncio`` uses internally, minus one Future per message (the stack notes measured
 ``zmq.asyncio`` at a third of a blocking loop's throughput). ZeroMQ's FD is edge-triggered, so after
-every send the sockets are re-checked (``ZMQ_EVENTS``) in a callback scheduled once per loop turn.
+every send the sockets are re-checked (``zmq_poll``, which reads ``ZMQ_EVENTS``) in a callback
+scheduled once per loop turn.
 """
 
 from __future__ import annotations
@@ -21,9 +26,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Callable
 from typing import Any
 
 import zmq
+from zmq.backend import Socket as _RawSocket
+from zmq.backend import zmq_poll
 
 from frontend.driver import DriverCore, Pending
 from rangetable import protocol
@@ -34,16 +42,34 @@ log = logging.getLogger("rangetable.frontend.aio")
 
 DRAIN_BATCH = 256  # messages taken from one socket before yielding to the loop
 SWEEP_S = 0.05  # how often attempt timeouts are checked
-# Plain ints: pyzmq's flag enums cost microseconds per operation on the hot path.
-_EVENTS, _POLLIN = int(zmq.EVENTS), int(zmq.POLLIN)
+# pyzmq turns every option number given to getsockopt into an enum (~1 µs): readiness is asked with
+# zmq_poll (which reads ZMQ_EVENTS, so it re-arms the edge-triggered FD the same way) and the "more
+# frames" flag is read off the received Frame.
+_POLLIN = int(zmq.POLLIN)
+_recv = _RawSocket.recv
+
+
+def _recv_message(s: zmq.Socket) -> list[bytes]:
+    """:func:`rangetable.protocol.recv_frames` (NOBLOCK) without getsockopt(RCVMORE)."""
+    f = _recv(s, protocol.NOBLOCK, False)
+    frames = [f.bytes]
+    while f.more:
+        f = _recv(s, 0, False)
+        frames.append(f.bytes)
+    return frames
+
+
+Answer = Callable[[Any, "TableError | None"], None]  # (result, None) or (None, error)
 
 
 class AioPending(Pending):
-    """A request in flight whose answer resolves an asyncio Future."""
+    """A request in flight whose answer is handed to a callback (see :meth:`AioFrontend.submit`)."""
 
-    def __init__(self, req: dict, deadline: float, fut: asyncio.Future) -> None:
+    __slots__ = ("cb",)
+
+    def __init__(self, req: dict, deadline: float, cb: Answer) -> None:
         super().__init__(b"", b"", req, deadline)
-        self.fut = fut
+        self.cb = cb
 
 
 class AioFrontend(DriverCore):
@@ -54,6 +80,7 @@ class AioFrontend(DriverCore):
         self._ps: dict[str, zmq.Socket] = {}
         self._socks: list[zmq.Socket] = []
         self._handlers: dict[zmq.Socket, Any] = {}
+        self._polls: dict[zmq.Socket, list[tuple[zmq.Socket, int]]] = {}  # zmq_poll's argument per socket
         self._kicked = False
         self._touched: set[zmq.Socket] = set()  # sent on since the last pump
         self._sweeper: asyncio.Task | None = None
@@ -71,7 +98,7 @@ class AioFrontend(DriverCore):
         self.sub = self._socket(zmq.SUB)
         self.sub.setsockopt(zmq.SUBSCRIBE, b"")
         self._watch(self.coord, self._on_coord)
-        self._watch(self.sub, self._on_sub)
+        self._watch(self.sub, self._on_update)
         self.refresh_map(force=True)
         self._sweeper = asyncio.ensure_future(self._sweep_loop())
         try:
@@ -108,25 +135,35 @@ class AioFrontend(DriverCore):
 
     def _watch(self, s: zmq.Socket, handler: Any) -> None:
         self._handlers[s] = handler
+        self._polls[s] = [(s, _POLLIN)]
         self.loop.add_reader(s.getsockopt(zmq.FD), self._drain, s)
 
     # --- the API for the HTTP app ---------------------------------------------------------------
 
-    async def request(self, req: dict, timeout: float | None = None) -> Any:
-        """Run one native request (see docs/protocol.md) and return its result; raises TableError."""
+    def submit(self, req: dict, cb: Answer, timeout: float | None = None) -> None:
+        """Start one native request (see docs/protocol.md); ``cb(result, None)`` or ``cb(None, TableError)``
+        is called once with its outcome — from the loop, or at once when it fails before being sent.
+
+        The HTTP listener's path: no Future, no Task, the answer is handled as soon as it is read.
+        """
         if self.closed:
-            raise TableError("ServerBusy", "the frontend is shutting down")
+            cb(None, TableError("ServerBusy", "the frontend is shutting down"))
+            return
+        self.start_request(AioPending(req, time.monotonic() + (timeout or self.cfg.deadline_s), cb))
+
+    async def request(self, req: dict, timeout: float | None = None) -> Any:
+        """Run one native request and return its result; raises TableError."""
         fut = self.loop.create_future()
-        p = AioPending(req, time.monotonic() + (timeout or self.cfg.deadline_s), fut)
-        self.start_request(p)
-        body, decoded = await fut
-        if decoded is None:
-            decoded = protocol.unpack(body)
-        if not isinstance(decoded, dict):
-            raise TableError("InternalError", "malformed reply")
-        if "error" in decoded:
-            raise TableError.from_wire(decoded["error"])
-        return decoded.get("ok")
+
+        def settle(result: Any, exc: TableError | None) -> None:
+            if not fut.done():
+                if exc is None:
+                    fut.set_result(result)
+                else:
+                    fut.set_exception(exc)
+
+        self.submit(req, settle, timeout)
+        return await fut
 
     # --- the Handler's interface ----------------------------------------------------------------
 
@@ -135,7 +172,7 @@ class AioFrontend(DriverCore):
         if s is None:
             s = self._socket(zmq.DEALER)
             s.connect(endpoint)
-            self._watch(s, self._on_ps_answer)
+            self._watch(s, self._on_answer)
             self._ps[endpoint] = s
         return s
 
@@ -144,36 +181,42 @@ class AioFrontend(DriverCore):
 
     def _sent(self, sock: zmq.Socket) -> None:
         self._touched.add(sock)
-        self._kick()
+        if not self._kicked:  # = self._kick()
+            self._kicked = True
+            self.loop.call_soon(self._pump)
 
     def _map_installed(self) -> None:
         if self._map_event is not None and self.cache.version >= 0:
             self._map_event.set()
 
     def reply(self, p: Pending, body: bytes) -> None:
-        """Resolve the request's future with a reply body (once)."""
+        """Hand the request's reply body to its callback (once)."""
         if not p.done:
             p.done = True
-            fut = p.fut  # type: ignore[attr-defined]
-            if not fut.done():
-                raw, decoded = self._last
-                fut.set_result((body, decoded if raw is body else None))
+            raw, decoded = self._last
+            try:
+                if raw is not body:
+                    decoded = protocol.unpack(body)
+                if not isinstance(decoded, dict):
+                    raise TableError("InternalError", "malformed reply")
+                if "error" in decoded:
+                    raise TableError.from_wire(decoded["error"])
+            except TableError as exc:
+                p.cb(None, exc)  # type: ignore[attr-defined]
+                return
+            p.cb(decoded.get("ok"), None)  # type: ignore[attr-defined]
 
     def reply_ok(self, p: Pending, result: Any) -> None:
-        """Resolve the request's future with a success result (no encoding round trip)."""
+        """Hand a success result to the request's callback (no encoding round trip)."""
         if not p.done:
             p.done = True
-            fut = p.fut  # type: ignore[attr-defined]
-            if not fut.done():
-                fut.set_result((None, {"ok": result}))
+            p.cb(result, None)  # type: ignore[attr-defined]
 
     def fail(self, p: Pending, exc: TableError) -> None:
-        """Resolve the request's future with an error."""
+        """Hand an error to the request's callback."""
         if not p.done:
             p.done = True
-            fut = p.fut  # type: ignore[attr-defined]
-            if not fut.done():
-                fut.set_exception(exc)
+            p.cb(None, exc)  # type: ignore[attr-defined]
 
     # --- receiving ------------------------------------------------------------------------------
 
@@ -188,32 +231,35 @@ class AioFrontend(DriverCore):
         self._kicked = False
         touched, self._touched = self._touched, set()
         for s in touched:
-            if not s.closed and s.getsockopt(_EVENTS) & _POLLIN:
-                self._drain(s)
+            try:
+                if s.closed or not zmq_poll(self._polls[s], 0):
+                    continue
+            except zmq.ZMQError:
+                continue
+            self._drain(s)
 
     def _drain(self, s: zmq.Socket) -> None:
+        """Take the messages waiting on ``s`` (called when its FD is readable: usually one is)."""
         if s.closed:
             return
         handler = self._handlers[s]
+        ready = self._polls[s]
         for _ in range(DRAIN_BATCH):
             try:
-                if not s.getsockopt(_EVENTS) & _POLLIN:  # cheaper than provoking zmq.Again
+                frames = _recv_message(s)
+            except zmq.ZMQError:  # zmq.Again: nothing (left) to read
+                return
+            handler(frames)
+            try:
+                if not zmq_poll(ready, 0):  # cheaper than provoking zmq.Again
                     return
-                frames = protocol.recv_frames(s, protocol.NOBLOCK)
             except zmq.ZMQError:
                 return
-            handler(frames, s)
         self._touched.add(s)
         self._kick()  # more may be waiting: come back after other callbacks ran
 
-    def _on_coord(self, frames: list[bytes], s: zmq.Socket) -> None:
+    def _on_coord(self, frames: list[bytes]) -> None:
         self._on_answer(frames, from_coordinator=True)
-
-    def _on_ps_answer(self, frames: list[bytes], s: zmq.Socket) -> None:
-        self._on_answer(frames)
-
-    def _on_sub(self, frames: list[bytes], s: zmq.Socket) -> None:
-        self._on_update(frames)
 
     async def _sweep_loop(self) -> None:
         while True:

@@ -234,6 +234,8 @@ def _first(query: Mapping[str, list[str]], name: str) -> str | None:
 
 def same_signature(expected: bytes, given: str) -> bool:
     """Constant-time comparison of a raw digest with a base64 signature from a request."""
+    if given.isascii() and hmac.compare_digest(binascii.b2a_base64(expected, newline=False), given.encode()):
+        return True  # the canonical encoding (what clients send); anything else is decoded below
     try:
         raw = base64.b64decode(given.replace(" ", "+"), validate=True)  # '+' may arrive decoded as ' '
     except (binascii.Error, ValueError):

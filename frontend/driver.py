@@ -14,10 +14,11 @@ import logging
 import socket
 import time
 import uuid
-from dataclasses import dataclass, field
 from typing import Any
 
+import msgpack
 import zmq
+from zmq.backend import Socket as _RawSocket
 
 from frontend.requests import Handler
 from frontend.routing import MapCache
@@ -27,20 +28,24 @@ from rangetable.errors import TableError
 
 log = logging.getLogger("rangetable.frontend")
 MAP_REFRESH_S = 0.05  # at most one snapshot request per this long
+_send = _RawSocket.send  # the Cython method with plain int flags (see rangetable.protocol.send_frames)
+_SNDMORE = int(zmq.SNDMORE)
 
 
-@dataclass
 class Pending:
-    """One client request in flight."""
+    """One client request in flight (``extra``: per-request scratch of the Handler)."""
 
-    ident: bytes
-    rid: bytes
-    req: dict
-    deadline: float
-    attempts: int = 0
-    state: Any = None
-    done: bool = False
-    extra: dict = field(default_factory=dict)
+    __slots__ = ("ident", "rid", "req", "deadline", "attempts", "state", "done", "extra")
+
+    def __init__(self, ident: bytes, rid: bytes, req: dict, deadline: float) -> None:
+        self.ident = ident
+        self.rid = rid
+        self.req = req
+        self.deadline = deadline
+        self.attempts = 0
+        self.state: Any = None
+        self.done = False
+        self.extra: dict = {}
 
 
 class DriverCore:
@@ -62,6 +67,7 @@ class DriverCore:
         self._map_asked = 0.0
         self._sub_connected = ""
         self._last: tuple[Any, Any] = (None, None)  # (raw body, decoded) of the answer being handled
+        self._pack = msgpack.Packer(use_bin_type=True).pack  # = protocol.pack, without a Packer per call
         self.closed = False
 
     # --- hooks -------------------------------------------------------------------------------
@@ -86,23 +92,22 @@ class DriverCore:
 
     # --- the Handler's interface --------------------------------------------------------------
 
-    def _track(self, p: Pending, step: Any, target: str) -> bytes:
+    def _send(self, sock: zmq.Socket, p: Pending, body: dict, step: Any, target: str) -> None:
+        """Track a sub-request under a fresh id and send it as ``[id, msgpack body]``."""
         srid = b"%d" % next(self._ids)
+        data = self._pack(body)
         self._sub[srid] = (p, step, time.monotonic(), target)
-        return srid
+        _send(sock, srid, _SNDMORE)
+        _send(sock, data, 0)
+        self._sent(sock)
 
     def send_ps(self, p: Pending, endpoint: str, body: dict, step: Any) -> None:
         """Send a sub-request to a partition server; ``step`` comes back with the answer."""
-        srid = self._track(p, step, endpoint)
-        sock = self._ps_socket(endpoint)
-        protocol.send_frames(sock, [srid, protocol.pack(body)])
-        self._sent(sock)
+        self._send(self._ps_socket(endpoint), p, body, step, endpoint)
 
     def send_coordinator(self, p: Pending, body: dict, step: Any) -> None:
         """Send a request to the coordinator; ``step`` comes back with the answer."""
-        srid = self._track(p, step, "coordinator")
-        protocol.send_frames(self.coord, [srid, protocol.pack(body)])
-        self._sent(self.coord)
+        self._send(self.coord, p, body, step, "coordinator")
 
     def retry_later(self, p: Pending, why: str) -> None:
         """Back off and run the request again with a fresh map, or give up at the deadline."""

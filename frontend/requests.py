@@ -50,19 +50,19 @@ class Handler:
     def run(self, p: Pending) -> None:
         """Start or continue a request."""
         op = p.req["op"]
-        if op == "hello":
+        if op == "get" or op == "write" or op == "batch":  # the common cases first
+            self._entity_op(p)
+        elif op == "query":
+            self._query(p)
+        elif op in COORDINATOR_OPS:
+            self.fe.send_coordinator(p, p.req, "relay")
+        elif op == "hello":
             if p.req.get("version") != protocol.VERSION:
                 raise TableError("InvalidInput", f"protocol version {p.req.get('version')} not supported")
             self.fe.reply(p, protocol.ok({"version": protocol.VERSION, "max_message": protocol.MAX_MESSAGE,
                                           "frontend": self.fe.id}))
         elif op == "map":
             self.fe.reply(p, protocol.ok(self.fe.cache.snapshot))
-        elif op in COORDINATOR_OPS:
-            self.fe.send_coordinator(p, p.req, "relay")
-        elif op in ("get", "write", "batch"):
-            self._entity_op(p)
-        elif op == "query":
-            self._query(p)
         else:
             raise TableError("InvalidInput", f"unknown op {op!r}")
 
@@ -84,14 +84,19 @@ class Handler:
 
     def _entity_op(self, p: Pending) -> None:
         req = p.req
-        table = self._table(p)
-        if table is None:
-            return
+        table = req.get("table")
+        if not (isinstance(table, str) and table.lower() in self.fe.cache.tables):  # else: the slow checks
+            table = self._table(p)
+            if table is None:
+                return
         op = req["op"]
         if op == "get":
-            pk = _require(req, "pk", str)
-            _require(req, "rk", str)
-            body = {"op": "get", "pk": pk, "rk": req["rk"], "select": req.get("select")}
+            pk = req.get("pk")
+            rk = req.get("rk")
+            if not (isinstance(pk, str) and isinstance(rk, str)):
+                _require(req, "pk", str)
+                _require(req, "rk", str)
+            body = {"op": "get", "pk": pk, "rk": rk, "select": req.get("select")}
         elif op == "write":
             w = _require(req, "write", dict)
             pk = _require(w, "pk", str)

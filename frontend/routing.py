@@ -17,12 +17,14 @@ from rangetable.keys import encode_key, range_bounds
 from rangetable.planner import Plan
 
 
-@dataclass
 class Route:
-    """Where a request goes."""
+    """Where a request goes: a range of the map and its owner's endpoint (None when not serving)."""
 
-    range: dict
-    endpoint: str | None
+    __slots__ = ("range", "endpoint")
+
+    def __init__(self, range: dict, endpoint: str | None) -> None:  # noqa: A002 - the map's word
+        self.range = range
+        self.endpoint = endpoint
 
 
 class MapCache:
@@ -31,7 +33,7 @@ class MapCache:
     def __init__(self) -> None:
         self.version = -1
         self.tables: dict[str, str] = {}
-        self.by_table: dict[str, tuple[list[str], list[dict]]] = {}
+        self.by_table: dict[str, tuple[list[str], list[Route]]] = {}
         self.servers: dict[str, str] = {}
         self.pub = ""
         self.snapshot: dict = {}
@@ -48,11 +50,12 @@ class MapCache:
         groups: dict[str, list[dict]] = {}
         for r in snap.get("ranges", []):
             groups.setdefault(r["table"].lower(), []).append(r)
+        self.servers = dict(snap.get("servers", {}))
         self.by_table = {}
         for t, rs in groups.items():
             rs.sort(key=lambda r: r["low"])
-            self.by_table[t] = ([r["low"] for r in rs], rs)
-        self.servers = dict(snap.get("servers", {}))
+            routes = [Route(r, self.servers.get(r["owner"]) if r["state"] == "serving" else None) for r in rs]
+            self.by_table[t] = ([r["low"] for r in rs], routes)
         self.pub = snap.get("pub", self.pub)
         return True
 
@@ -62,12 +65,11 @@ class MapCache:
 
     def route(self, table: str, pk: str) -> Route:
         """The range holding PartitionKey ``pk`` and its owner's endpoint (None if unassigned)."""
-        lows, rs = self.by_table.get(table.lower(), ((), ()))
+        lows, routes = self.by_table.get(table.lower(), ((), ()))
         i = bisect.bisect_right(lows, pk) - 1  # type: ignore[arg-type]
         if i < 0:
             raise TableError("TableNotFound")
-        r = rs[i]
-        return Route(r, self.servers.get(r["owner"]) if r["state"] == "serving" else None)
+        return routes[i]
 
     def route_key(self, table: str, key: bytes) -> Route:
         """The range holding an encoded key (a key position of a scan)."""

@@ -6,13 +6,21 @@ Framework-free: one callable reads the request (body capped at 4 MiB), parses th
 the standard headers (``x-ms-request-id``, ``x-ms-version``, ``Date``, the client request id echo,
 CORS). Errors become Azure's error bodies — ``odata.error`` JSON for OData operations, XML for the
 others — with ``x-ms-error-code``; nothing a client sends produces a 5xx or a stack trace.
+
+Two entry points share that code: :meth:`RestApp.respond` (a coroutine, for ASGI servers) and
+:meth:`RestApp.serve` (the built-in listener), which runs the point operations — get, insert, update,
+merge, delete one entity, the SDK's bulk of requests — without a coroutine or a Task: each is a
+synchronous *plan* (checks, native request) and *finisher* (response) around ``AioFrontend.submit``.
 """
 
 from __future__ import annotations
 
+import asyncio
+import itertools
 import logging
 import time
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 from frontend.http import odata, ops
@@ -32,20 +40,21 @@ PROPS_TTL_S = 5.0
 MULTIPLE = "\x00multiple"  # the value standing for a repeated X-HTTP-Method header
 
 _RID_PREFIX = str(uuid.uuid4())[:24]
-_rid_counter = [0]
+_rid_counter = itertools.count(1)
+_VERSIONS = {DEFAULT_VERSION: DEFAULT_VERSION.encode()}  # x-ms-version values seen -> their header bytes
 
 
 def next_request_id() -> str:
     """A UUID-shaped request id, unique per process run (a random prefix and a counter)."""
-    _rid_counter[0] += 1
-    return f"{_RID_PREFIX}{_rid_counter[0] & 0xFFFFFFFFFFFF:012x}"
+    return f"{_RID_PREFIX}{next(_rid_counter) & 0xFFFFFFFFFFFF:012x}"
 
 
 class Request:
     """One HTTP request as the operations see it."""
 
     __slots__ = ("method", "raw_path", "query_string", "query", "headers", "host", "scheme", "body",
-                 "request_id", "version", "res", "auth", "xml_errors", "level", "cors_rule", "client_ip")
+                 "request_id", "version", "res", "auth", "xml_errors", "level", "cors_rule", "client_ip", "ctx",
+                 "_base")
 
     def __init__(self, method: str, raw_path: str, query_string: str, headers: dict[str, str],
                  client_ip: str | None = None, scheme: str = "http") -> None:
@@ -65,6 +74,8 @@ class Request:
         self.xml_errors = False
         self.level = odata.MINIMAL
         self.cors_rule: dict | None = None
+        self.ctx: Any = None  # what an operation keeps between its native request and its answer
+        self._base: str | None = None
 
     @classmethod
     def from_scope(cls, scope: dict) -> Request:
@@ -92,10 +103,15 @@ class Request:
     @property
     def base(self) -> str:
         """The account's base URL as the client addressed it (for odata.metadata links)."""
-        assert self.res is not None
-        if self.raw_path.lstrip("/").split("/", 1)[0] == self.res.account or not self.res.account:
-            return f"{self.scheme}://{self.host}/{self.res.account}"
-        return f"{self.scheme}://{self.host}"
+        base = self._base
+        if base is None:
+            assert self.res is not None
+            if self.raw_path.lstrip("/").split("/", 1)[0] == self.res.account or not self.res.account:
+                base = f"{self.scheme}://{self.host}/{self.res.account}"
+            else:
+                base = f"{self.scheme}://{self.host}"
+            self._base = base
+        return base
 
 
 class RestApp:
@@ -106,6 +122,7 @@ class RestApp:
         self.own_frontend = own_frontend
         self.security = Security(accounts or [], self._fetch_acl)
         self._props: tuple[float, dict] | None = None
+        self._submit = getattr(fe, "submit", None)  # AioFrontend.submit: the callback path of serve()
 
     # --- shared state ---------------------------------------------------------------------------
 
@@ -213,33 +230,82 @@ class RestApp:
     async def respond(self, rq: Request, too_big: bool = False) -> Response:
         """Answer one request whose body has been read (``too_big``: it was over :data:`MAX_BODY`).
 
-        The server-neutral core of the app: both the ASGI callable and the built-in HTTP/1.1
-        listener (:mod:`frontend.http.listener`) call it. Never raises; the response carries the
-        standard headers (see :meth:`finish`).
+        The server-neutral core of the app (the ASGI callable calls it; the built-in listener calls
+        :meth:`serve`, which does the same). Never raises; the response carries the standard headers
+        (see :meth:`finish`).
         """
         try:
-            if too_big:
-                raise TableError("RequestBodyTooLarge")
-            resp = await self._dispatch(rq)
-        except TableError as exc:
-            resp = self.error_response(rq, exc)
+            method, comp = self._prepare(rq, too_big)
         except Exception as exc:
-            log.exception("request %s %s failed", rq.method, rq.raw_path)
-            resp = self.error_response(rq, TableError("InternalError", f"{type(exc).__name__}"))
-        return self.finish(rq, resp)
+            return self.finish(rq, self._failure(rq, exc))
+        return await self._complete(rq, method, comp)
+
+    def serve(self, rq: Request, too_big: bool, done: Callable[[Response], None]) -> None:
+        """:meth:`respond`, handing the response to ``done`` (once) instead of returning it.
+
+        A point operation (:data:`ops.PLANS`) under Shared Key, without ``Origin``, runs without a
+        coroutine: its native request goes to ``fe.submit`` and its answer is turned into the response
+        in the callback — possibly before this returns. Everything else runs :meth:`respond` in a Task.
+        """
+        try:
+            method, comp = self._prepare(rq, too_big)
+            plan = None
+            if (self._submit is not None and method != "OPTIONS" and "origin" not in rq.headers
+                    and self.security.acl_table(rq.query, rq.res.table) is None):  # type: ignore[union-attr]
+                plan = ops.plan_for(rq.res, method, comp)  # type: ignore[arg-type]
+            if plan is None:
+                asyncio.get_running_loop().create_task(self._complete(rq, method, comp, done))
+                return
+            rq.auth = self.security.authenticate_now(rq.method, rq.raw_path, rq.query, rq.headers, rq.scheme,
+                                                     rq.client_ip)
+            req, finisher = plan(self, rq)
+        except Exception as exc:
+            done(self.finish(rq, self._failure(rq, exc)))
+            return
+
+        def answered(result: Any, error: TableError | None) -> None:
+            try:
+                resp = finisher(self, rq, result) if error is None else self.error_response(rq, error)
+            except Exception as exc:
+                resp = self._failure(rq, exc)
+            done(self.finish(rq, resp))
+
+        self._submit(req, answered)
+
+    async def _complete(self, rq: Request, method: str, comp: str | None,
+                        done: Callable[[Response], None] | None = None) -> Response:
+        """The rest of :meth:`respond` after :meth:`_prepare` (and the response to ``done``, if given)."""
+        try:
+            resp = await self._dispatch(rq, method, comp)
+        except Exception as exc:
+            resp = self._failure(rq, exc)
+        resp = self.finish(rq, resp)
+        if done is not None:
+            done(resp)
+        return resp
+
+    def _failure(self, rq: Request, exc: Exception) -> Response:
+        """The error response for an exception an operation raised (500 for anything but a TableError)."""
+        if isinstance(exc, TableError):
+            return self.error_response(rq, exc)
+        log.error("request %s %s failed", rq.method, rq.raw_path, exc_info=exc)
+        return self.error_response(rq, TableError("InternalError", f"{type(exc).__name__}"))
 
     def finish(self, rq: Request, resp: Response) -> Response:
         """Add the standard headers (request id, version, Date, client request id echo, CORS, length)."""
         h = resp.headers
-        h.append((b"x-ms-request-id", rq.request_id.encode()))
-        h.append((b"x-ms-version", rq.version.encode("latin-1", "replace")))
-        h.append((b"date", http_date()))
+        version = _VERSIONS.get(rq.version)
+        if version is None:
+            version = rq.version.encode("latin-1", "replace")
+            if len(_VERSIONS) < 64:
+                _VERSIONS[rq.version] = version
+        h += ((b"x-ms-request-id", rq.request_id.encode()), (b"x-ms-version", version), (b"date", http_date()))
         crid = rq.headers.get("x-ms-client-request-id")
         if crid is not None:
             h.append((b"x-ms-client-request-id", crid[:1024].encode("latin-1", "replace")))
         if rq.cors_rule is not None:
             h.extend(ops.cors_headers(rq.cors_rule, rq.headers.get("origin", "")))
-        h.append((b"content-length", str(len(resp.body)).encode()))
+        h.append((b"content-length", b"%d" % len(resp.body)))
         return resp
 
     def error_response(self, rq: Request, exc: TableError, detail: str | None = None) -> Response:
@@ -262,7 +328,11 @@ class RestApp:
 
     # --- dispatch -------------------------------------------------------------------------------
 
-    async def _dispatch(self, rq: Request) -> Response:
+    def _prepare(self, rq: Request, too_big: bool) -> tuple[str, str | None]:
+        """The synchronous start of every request: the effective verb, the URL, the error flavour and
+        metadata level; returns ``(verb, comp)``."""
+        if too_big:
+            raise TableError("RequestBodyTooLarge")
         method = rq.method
         if method not in KNOWN_METHODS:
             raise TableError("MethodNotAllowed", f"The HTTP verb {method!r} is not supported.")
@@ -275,17 +345,28 @@ class RestApp:
             if xm.upper() not in XMETHODS:
                 raise TableError("XMethodIncorrectValue")
             method = xm.upper()
-        rq.query = parse_query(rq.query_string)
+        if rq.query_string:
+            rq.query = parse_query(rq.query_string)
         res = rq.res = parse_resource(rq.raw_path, rq.query, rq.host)
-        comp = rq.param("comp")
-        rq.xml_errors = res.kind == "service" or comp is not None
+        comp = rq.param("comp") if rq.query else None
+        kind = res.kind
+        rq.xml_errors = kind == "service" or comp is not None
+        if method != "OPTIONS" and not rq.xml_errors and kind != "batch":
+            rq.level = odata.metadata_level(rq.headers.get("accept"), rq.param("$format") if rq.query else None)
+        return method, comp
+
+    async def _dispatch(self, rq: Request, method: str, comp: str | None) -> Response:
         if method == "OPTIONS":
             return await ops.preflight(self, rq)
-        if res.kind != "service" and comp is None and res.kind != "batch":
-            rq.level = odata.metadata_level(rq.headers.get("accept"), rq.param("$format"))
+        res = rq.res
+        assert res is not None
         rq.auth = await self.security.authenticate(rq.method, rq.raw_path, rq.query, rq.headers, res.table,
                                                    rq.scheme, rq.client_ip)
         if "origin" in rq.headers:
             rq.cors_rule = await ops.cors_rule_for(self, rq, method)
+        plan = ops.plan_for(res, method, comp)
+        if plan is not None:
+            req, finisher = plan(self, rq)
+            return finisher(self, rq, await self.fe.request(req))
         handler = ops.route(res, method, comp)
         return await handler(self, rq)

@@ -79,7 +79,7 @@ async def _single_get(app: RestApp, rq: Request, sub: SubRequest) -> Response:
         if exc.retriable:
             raise
         return _reply(rq, [_error_part(rq, exc, 0, sub.content_id)], changeset=False)
-    prefix = odata.metadata_prefix(level, rq.base, f"{res.table}/@Element")
+    prefix = odata.element_prefix(level, rq.base, res.table)
     body = odata.entity_text(ent, level, prefix=prefix, base=rq.base, account=res.account, table=res.table)
     headers = _HDRS + [("Content-Type", _CONTENT_TYPES[level]), ("ETag", odata.etag_of(ent[2]))]
     return _reply(rq, [SubResponse(200, headers, body.encode(), sub.content_id)], changeset=False)
@@ -150,6 +150,6 @@ def _op_response(base: str, sub: SubRequest, op: dict, pref: str | None, level: 
     if pref == "return-no-content":
         return SubResponse(204, headers, b"", sub.content_id)
     headers.append(("Content-Type", _CONTENT_TYPES[level]))
-    prefix = odata.metadata_prefix(level, base, f"{res.table}/@Element")
+    prefix = odata.element_prefix(level, base, res.table)
     body = odata.entity_text(ent, level, prefix=prefix, base=base, account=res.account, table=res.table)
     return SubResponse(201, headers, body.encode(), sub.content_id)

@@ -5,8 +5,9 @@ what each request costs *alone*: wake-ups, thread hand-offs and syscalls. With g
 choice, see ``docs/http.md``) every request crossed threads twice — its Rust workers parse and then
 wake the Python loop, which wakes them again to write. This listener keeps the whole request on one
 thread: uvloop reads the socket, ``httptools`` (llhttp, the parser of Node.js and uvicorn) parses it,
-:meth:`RestApp.respond` runs it — sending the native request to a partition server and awaiting the
-reply on the same loop (:mod:`frontend.aio`) — and the response is written straight back.
+:meth:`RestApp.serve` runs it — sending the native request to a partition server and taking the
+reply on the same loop (:mod:`frontend.aio`), for point operations straight from the socket callback,
+without a Task — and the response is written straight back.
 
 What it implements:
 
@@ -42,7 +43,7 @@ from frontend.http.app import (
     RestApp,
     next_request_id,
 )
-from frontend.http.common import http_date, iso_now
+from frontend.http.common import Response, http_date, iso_now
 from rangetable.errors import TableError
 
 log = logging.getLogger("rangetable.http")
@@ -50,8 +51,17 @@ log = logging.getLogger("rangetable.http")
 MAX_HEAD = 64 * 1024  # bytes of request line + headers
 MAX_PIPELINE = 32  # parsed requests waiting behind the one running before reading pauses
 IDLE_S = 120.0  # an idle keep-alive connection is closed after this long
-_REASONS = {s.value: s.phrase.encode() for s in HTTPStatus}
+_STATUS_LINES = {s.value: b"HTTP/1.1 %d %s\r\n" % (s.value, s.phrase.encode()) for s in HTTPStatus}
 _CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
+_names: dict[bytes, str] = {}  # header names as sent -> lower-case text (clients send the same few)
+
+
+def _header_name(name: bytes) -> str:
+    """A header name as the app sees it (lower-case text), remembered in :data:`_names`."""
+    key = name.decode("latin-1").lower()
+    if len(_names) < 1024:
+        _names[name] = key
+    return key
 
 
 class _Refused(Exception):
@@ -74,6 +84,9 @@ class Connection(asyncio.Protocol):
         self.client_ip: str | None = None
         self.queue: deque[tuple[Request, bool, bool] | TableError] = deque()
         self.busy = False
+        self._keep = True  # of the request being answered
+        self._head_only = False  # the request being answered is a HEAD
+        self._draining = False  # _next is running (further up the stack)
         self.closed = False
         self.paused = False
         self.ended = False  # no more requests are read on this connection
@@ -133,7 +146,7 @@ class Connection(asyncio.Protocol):
         self._head += len(name) + len(value) + 4
         if self._head > MAX_HEAD:
             raise _Refused("InvalidHeaderValue", "The request headers are too large.")
-        key = name.decode("latin-1").lower()
+        key = _names.get(name) or _header_name(name)
         if key == "x-http-method":
             self._xm += 1
         self._headers[key] = value.decode("latin-1")
@@ -168,7 +181,11 @@ class Connection(asyncio.Protocol):
         too_big = self._size > MAX_BODY
         if self._body and not too_big:
             rq.body = self._body[0] if len(self._body) == 1 else b"".join(self._body)
-        self.queue.append((rq, too_big, parser.should_keep_alive()))
+        keep = parser.should_keep_alive() and not parser.should_upgrade()  # an upgrade ends the connection
+        if not self.busy and not self.queue and not self.closed:
+            self._start(rq, too_big, keep)
+            return
+        self.queue.append((rq, too_big, keep))
         if not self.busy:
             self._next()
         elif len(self.queue) > MAX_PIPELINE:
@@ -177,23 +194,33 @@ class Connection(asyncio.Protocol):
     # --- running requests -----------------------------------------------------------------------
 
     def _next(self) -> None:
-        if self.closed or not self.queue:
-            return
-        item = self.queue.popleft()
-        if isinstance(item, TableError):
-            self._write_refusal(item)
-            return
-        rq, too_big, keep = item
-        self.busy = True
-        self.loop.create_task(self._run(rq, too_big, keep))
+        """Run queued requests until one is in flight (a loop: answers may come synchronously)."""
+        if self._draining:
+            return  # the loop below, further up the stack, goes on
+        self._draining = True
+        try:
+            while not self.busy and not self.closed and self.queue:
+                item = self.queue.popleft()
+                if isinstance(item, TableError):
+                    self._write_refusal(item)
+                    return
+                self._start(*item)
+        finally:
+            self._draining = False
 
-    async def _run(self, rq: Request, too_big: bool, keep: bool) -> None:
-        resp = await self.app.respond(rq, too_big)
+    def _start(self, rq: Request, too_big: bool, keep: bool) -> None:
+        self.busy = True
+        self._keep = keep
+        self._head_only = rq.method == "HEAD"
+        self.app.serve(rq, too_big, self._answered)  # may answer before it returns
+
+    def _answered(self, resp: Response) -> None:
+        """Write the answer of the request being run, then start the next one."""
         self.busy = False
         if self.closed:
             return
-        keep = keep and not (self.ended and not self.queue)
-        self._write(resp.status, resp.headers, b"" if rq.method == "HEAD" else resp.body, keep)
+        keep = self._keep and not (self.ended and not self.queue)
+        self._write(resp.status, resp.headers, b"" if self._head_only else resp.body, keep)
         if not keep:
             self.close()
             return
@@ -204,16 +231,19 @@ class Connection(asyncio.Protocol):
         self._next()
 
     def _write(self, status: int, headers: list[tuple[bytes, bytes]], body: bytes, keep: bool) -> None:
-        parts = [b"HTTP/1.1 %d %s\r\n" % (status, _REASONS.get(status, b"Unknown"))]
-        for k, v in headers:
-            if b"\n" in v or b"\r" in v:  # never let a value end the head early
-                v = v.replace(b"\r", b" ").replace(b"\n", b" ")
-            parts.append(k + b": " + v + b"\r\n")
+        values = b"".join([v for _, v in headers])
+        # never let a value end the head early (find, not "in": bytes.__contains__ first tries an int)
+        if values.find(b"\n") >= 0 or values.find(b"\r") >= 0:
+            headers = [(k, v.replace(b"\r", b" ").replace(b"\n", b" ")) for k, v in headers]
+        parts = [_STATUS_LINES.get(status) or b"HTTP/1.1 %d Unknown\r\n" % status]
+        for k, v in headers:  # one join of them all: no intermediate concatenations
+            parts += (k, b": ", v, b"\r\n")
         if not keep:
-            parts.append(b"connection: close\r\n")
+            parts.append(b"connection: close\r\n\r\n")
         elif self.parser.get_http_version() == "1.0":
-            parts.append(b"connection: keep-alive\r\n")
-        parts.append(b"\r\n")
+            parts.append(b"connection: keep-alive\r\n\r\n")
+        else:
+            parts.append(b"\r\n")
         parts.append(body)
         self.transport.write(b"".join(parts))  # type: ignore[union-attr]
 

@@ -32,11 +32,26 @@ CONTENT_TYPES = {lv: f"application/json;odata={lv};streaming=true;charset=utf-8"
 # --- metadata level -------------------------------------------------------------------------------
 
 
+_accept_levels: dict[str, str] = {}  # Accept header -> its level (clients send the same few values)
+
+
 def metadata_level(accept: str | None, fmt: str | None = None) -> str:
     """The response metadata level from ``$format`` (wins) or ``Accept``; plain JSON or none → minimal.
 
     Atom/XML-only requests raise 415 AtomFormatNotSupported.
     """
+    if not fmt and accept:
+        level = _accept_levels.get(accept)
+        if level is None:
+            level = _level(accept, fmt)
+            if len(_accept_levels) > 256:
+                _accept_levels.clear()
+            _accept_levels[accept] = level
+        return level
+    return _level(accept, fmt)
+
+
+def _level(accept: str | None, fmt: str | None) -> str:
     text = fmt if fmt else accept
     if not text:
         return MINIMAL
@@ -98,7 +113,7 @@ def iso_ticks(ticks: int, full: bool = True) -> str:
 def etag_of(ticks: int) -> str:
     """Azure's ETag for a Timestamp (same text as ``edm.etag_from_ticks``)."""
     seconds, frac = divmod(ticks, TICKS_PER_SECOND)
-    return f"{_head(seconds)[1]}.{frac:07d}Z'\""
+    return f"{(_heads.get(seconds) or _head(seconds))[1]}.{frac:07d}Z'\""
 
 
 # --- entities ---------------------------------------------------------------------------------------
@@ -118,7 +133,7 @@ def _dump(build: Callable[[bool], Any]) -> bytes:
     """``json.dumps(build(False))`` as compact ASCII bytes, via orjson of ``build(True)`` when it can."""
     try:
         raw = orjson.dumps(build(True))
-        if raw.isascii() and b"\x7f" not in raw:
+        if raw.isascii() and raw.find(b"\x7f") < 0:  # find: bytes.__contains__ first tries an int
             return raw
     except orjson.JSONEncodeError:
         pass
@@ -233,7 +248,16 @@ def entity_text(
     ent: list, level: str, *, select: list[str] | None = None, prefix: str = "", base: str = "",
     account: str = "", table: str = "",
 ) -> str:
-    """The JSON text of an entity ``[pk, rk, ts, props]`` with its ``odata.*`` members.
+    """:func:`entity_bytes` as text."""
+    return entity_bytes(ent, level, select=select, prefix=prefix, base=base, account=account,
+                        table=table).decode()
+
+
+def entity_bytes(
+    ent: list, level: str, *, select: list[str] | None = None, prefix: str = "", base: str = "",
+    account: str = "", table: str = "",
+) -> bytes:
+    """The JSON of an entity ``[pk, rk, ts, props]`` with its ``odata.*`` members, as UTF-8.
 
     ``prefix`` is prepended inside the object (e.g. ``"odata.metadata":"…",`` for a single entity).
     Minimal and full metadata add ``odata.etag``; full adds ``odata.type``/``odata.id``/
@@ -241,8 +265,8 @@ def entity_text(
     ``select`` only those members appear (selected but missing properties as null); selecting a name
     that is also an ``odata.*`` member or an annotation sets that member (once, in its place).
     """
-    text = _dump(lambda fragments: _entity_docs([ent], level, select, base, account, table, fragments)[0])
-    return "{" + prefix + text[1:].decode("ascii")
+    raw = _dump(lambda fragments: _entity_docs([ent], level, select, base, account, table, fragments)[0])
+    return b"{" + prefix.encode() + raw[1:] if prefix else raw
 
 
 def metadata_prefix(level: str, base: str, fragment: str) -> str:
@@ -250,6 +274,20 @@ def metadata_prefix(level: str, base: str, fragment: str) -> str:
     if level == NO:
         return ""
     return '"odata.metadata":' + _esc(f"{base}/$metadata#{fragment}") + ","
+
+
+_element_prefixes: dict[tuple[str, str, str], str] = {}
+
+
+def element_prefix(level: str, base: str, table: str) -> str:
+    """``metadata_prefix(level, base, f"{table}/@Element")`` (single-entity bodies), cached."""
+    key = (level, base, table)
+    prefix = _element_prefixes.get(key)
+    if prefix is None:
+        if len(_element_prefixes) > 4096:
+            _element_prefixes.clear()
+        prefix = _element_prefixes[key] = metadata_prefix(level, base, f"{table}/@Element")
+    return prefix
 
 
 def entity_feed(ents: list, level: str, base: str, account: str, table: str, select: list[str] | None) -> bytes:

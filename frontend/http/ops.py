@@ -22,6 +22,11 @@ if TYPE_CHECKING:
     from frontend.http.app import Request, RestApp
 
 Handler = Callable[["RestApp", "Request"], Awaitable["Response"]]
+# The point operations are split in two synchronous halves around their one native request, so the
+# listener can run them without a coroutine (see RestApp.serve): a Plan checks the request and returns
+# the native request and the Finisher that turns its result into the response.
+Finisher = Callable[["RestApp", "Request", Any], Response]
+Plan = Callable[["RestApp", "Request"], tuple[dict, Finisher]]
 
 ODATA_HEADERS = [(b"cache-control", b"no-cache"), (b"x-content-type-options", b"nosniff"),
                  (b"dataserviceversion", b"3.0;")]
@@ -149,58 +154,67 @@ async def query_entities(app: RestApp, rq: Request) -> Response:
     return _resp(200, h, body)
 
 
-async def get_entity(app: RestApp, rq: Request) -> Response:
-    """GET /t(PartitionKey='p',RowKey='r')."""
+def get_entity(app: RestApp, rq: Request) -> tuple[dict, Finisher]:
+    """GET /t(PartitionKey='p',RowKey='r') (a Plan)."""
     res = rq.res
     check(rq.auth, "get", res.table, res.pk, res.rk)
-    select = parse_select(rq.param("$select"))
-    ent = await app.fe.request({"op": "get", "table": res.table, "pk": res.pk, "rk": res.rk, "select": select})
-    prefix = odata.metadata_prefix(rq.level, rq.base, f"{res.table}/@Element")
-    body = odata.entity_text(ent, rq.level, select=select, prefix=prefix, base=rq.base,
-                             account=res.account, table=res.table).encode()
+    select = rq.ctx = parse_select(rq.param("$select")) if rq.query else None
+    return {"op": "get", "table": res.table, "pk": res.pk, "rk": res.rk, "select": select}, _got_entity
+
+
+def _got_entity(app: RestApp, rq: Request, ent: list) -> Response:
+    res = rq.res
+    base = rq.base
+    prefix = odata.element_prefix(rq.level, base, res.table)
+    body = odata.entity_bytes(ent, rq.level, select=rq.ctx, prefix=prefix, base=base, account=res.account,
+                              table=res.table)
     h = _odata_headers(rq, True)
     h.append((b"etag", odata.etag_of(ent[2]).encode()))
-    return _resp(200, h, body)
+    return Response(200, h, body)
 
 
-async def insert_entity(app: RestApp, rq: Request) -> Response:
-    """POST /t — Insert Entity (201 echo, or 204 with ``Prefer: return-no-content``)."""
+def insert_entity(app: RestApp, rq: Request) -> tuple[dict, Finisher]:
+    """POST /t — Insert Entity (a Plan: 201 echo, or 204 with ``Prefer: return-no-content``)."""
     res = rq.res
-    pref = prefer(rq.headers)
+    rq.ctx = prefer(rq.headers)
     op = write_op("POST", rq.headers, res, rq.body)
     check(rq.auth, "insert", res.table, op["pk"], op["rk"])
-    ent = await app.fe.request({"op": "write", "table": res.table, "write": op})
-    link = f"{rq.base}/{odata.edit_link(res.table, ent[0], ent[1])}".encode()
+    return {"op": "write", "table": res.table, "write": op}, _inserted
+
+
+def _inserted(app: RestApp, rq: Request, ent: list) -> Response:
+    res = rq.res
+    pref = rq.ctx
+    base = rq.base
+    link = f"{base}/{odata.edit_link(res.table, ent[0], ent[1])}".encode()
     no_content = pref == "return-no-content"
     h = _odata_headers(rq, not no_content)
     h += [(b"etag", odata.etag_of(ent[2]).encode()), (b"location", link), (b"dataserviceid", link)]
     if pref is not None:
         h.append((b"preference-applied", pref.encode()))
     if no_content:
-        return _resp(204, h)
-    prefix = odata.metadata_prefix(rq.level, rq.base, f"{res.table}/@Element")
-    body = odata.entity_text(ent, rq.level, prefix=prefix, base=rq.base, account=res.account, table=res.table)
-    return _resp(201, h, body.encode())
+        return Response(204, h)
+    prefix = odata.element_prefix(rq.level, base, res.table)
+    body = odata.entity_bytes(ent, rq.level, prefix=prefix, base=base, account=res.account, table=res.table)
+    return Response(201, h, body)
 
 
-async def write_entity(app: RestApp, rq: Request, method: str) -> Response:
-    """PUT / MERGE / PATCH / DELETE on one entity (If-Match semantics of reference §7)."""
-    res = rq.res
-    op = write_op(method, rq.headers, res, rq.body)
-    check(rq.auth, op["op"], res.table, res.pk, res.rk)
-    ent = await app.fe.request({"op": "write", "table": res.table, "write": op})
+def _writer(method: str) -> Plan:
+    def write_entity(app: RestApp, rq: Request) -> tuple[dict, Finisher]:
+        res = rq.res
+        op = write_op(method, rq.headers, res, rq.body)
+        check(rq.auth, op["op"], res.table, res.pk, res.rk)
+        return {"op": "write", "table": res.table, "write": op}, _written
+
+    write_entity.__doc__ = f"{method} on one entity (a Plan; If-Match semantics of reference §7)."
+    return write_entity
+
+
+def _written(app: RestApp, rq: Request, ent: list | None) -> Response:
     h = list(ODATA_HEADERS)
     if ent is not None:
         h.append((b"etag", odata.etag_of(ent[2]).encode()))
-    return _resp(204, h)
-
-
-def _writer(method: str) -> Handler:
-    async def handler(app: RestApp, rq: Request) -> Response:
-        return await write_entity(app, rq, method)
-
-    handler.__doc__ = f"{method} on one entity."
-    return handler
+    return Response(204, h)
 
 
 # --- tables ---------------------------------------------------------------------------------------
@@ -353,8 +367,24 @@ async def not_allowed(app: RestApp, rq: Request) -> Response:
     raise TableError("MethodNotAllowed")
 
 
+PLANS: dict[tuple[str, str], Plan] = {
+    ("entity", "GET"): get_entity, ("entities", "POST"): insert_entity, ("entity", "PUT"): _writer("PUT"),
+    ("entity", "MERGE"): _writer("MERGE"), ("entity", "PATCH"): _writer("PATCH"),
+    ("entity", "DELETE"): _writer("DELETE"),
+}
+_PLAN_KINDS = frozenset(kind for kind, _ in PLANS)
+
+
+def plan_for(res: Resource, method: str, comp: str | None) -> Plan | None:
+    """The Plan of a point operation (None for every other request: :func:`route` has its handler)."""
+    if comp is not None or res.kind not in _PLAN_KINDS:
+        return None
+    return PLANS.get((res.kind, "GET" if method == "HEAD" else method))
+
+
 def route(res: Resource, method: str, comp: str | None) -> Handler:
-    """The handler for a resource, effective verb and ``comp`` parameter."""
+    """The handler for a resource, effective verb and ``comp`` parameter (point operations: see
+    :func:`plan_for`)."""
     if method == "HEAD":
         method = "GET"
     kind = res.kind
@@ -379,10 +409,7 @@ def route(res: Resource, method: str, comp: str | None) -> Handler:
         _ROUTES.update({
             ("tables", "GET"): query_tables, ("tables", "POST"): create_table,
             ("table", "DELETE"): delete_table, ("table", "GET"): get_table,
-            ("batch", "POST"): run_batch,
-            ("entities", "GET"): query_entities, ("entities", "POST"): insert_entity,
-            ("entity", "GET"): get_entity, ("entity", "PUT"): _writer("PUT"), ("entity", "MERGE"): _writer("MERGE"),
-            ("entity", "PATCH"): _writer("PATCH"), ("entity", "DELETE"): _writer("DELETE"),
+            ("batch", "POST"): run_batch, ("entities", "GET"): query_entities,
         })
     return _ROUTES.get((kind, method), not_allowed)
 

@@ -64,22 +64,38 @@ class Security:
         self._acl[key] = (now, acl)
         return acl
 
-    async def authenticate(self, method: str, raw_path: str, query: dict[str, list[str]], headers: dict[str, str],
-                           path_table: str | None, scheme: str, client_ip: str | None) -> Any:
-        """The request's AuthResult (None when authentication is unavailable); raises 403 TableError."""
+    @staticmethod
+    def acl_table(query: dict[str, list[str]], path_table: str | None) -> str | None:
+        """The table whose stored access policies a request needs (a SAS naming one with ``si``)."""
+        if query and query.get("si") and query.get("sig"):
+            return (query.get("tn") or [""])[0] or path_table
+        return None
+
+    def authenticate_now(self, method: str, raw_path: str, query: dict[str, list[str]], headers: dict[str, str],
+                         scheme: str, client_ip: str | None, acls: dict[str, dict] | None = None) -> Any:
+        """:meth:`authenticate` without the fetch: ``acls`` holds the policies :meth:`acl_table` asked for."""
         if not self.enabled:
             return None
-        acls: dict[str, dict] = {}
-        if query.get("si") and query.get("sig"):
-            table = (query.get("tn") or [""])[0] or path_table
-            if table:
-                acls[table.lower()] = await self._acl_for(table)
-
-        def lookup(table: str) -> dict:
-            return acls.get(table.lower(), {})
+        lookup = _no_policies
+        if acls:
+            def lookup(table: str) -> dict:
+                return acls.get(table.lower(), {})
 
         return _auth.authenticate(self.accounts, method, raw_path, query, headers, acl_lookup=lookup,
                                   scheme=scheme, client_ip=client_ip)
+
+    async def authenticate(self, method: str, raw_path: str, query: dict[str, list[str]], headers: dict[str, str],
+                           path_table: str | None, scheme: str, client_ip: str | None) -> Any:
+        """The request's AuthResult (None when authentication is unavailable); raises 403 TableError."""
+        acls: dict[str, dict] = {}
+        table = self.acl_table(query, path_table) if self.enabled else None
+        if table:
+            acls[table.lower()] = await self._acl_for(table)
+        return self.authenticate_now(method, raw_path, query, headers, scheme, client_ip, acls)
+
+
+def _no_policies(table: str) -> dict:
+    return {}
 
 
 def sas_of(result: Any) -> Any:
@@ -89,7 +105,7 @@ def sas_of(result: Any) -> Any:
 
 def check(result: Any, op: str, table: str | None, pk: str | None = None, rk: str | None = None) -> None:
     """Raise 403 unless the request's SAS (if any) allows ``op`` on the table / entity."""
-    sas = sas_of(result)
+    sas = getattr(result, "sas", None)  # = sas_of(result)
     if sas is None:
         return
     sas.check(PERMISSIONS.get(op, op), table, pk, rk)

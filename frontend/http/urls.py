@@ -26,6 +26,9 @@ from rangetable.errors import TableError
 SECONDARY_SUFFIX = "-secondary"
 _PROD_HOST = re.compile(r"^([a-z0-9]+)(-secondary)?\.table\.", re.IGNORECASE)
 _NAME = re.compile(r"[A-Za-z0-9$_.-]*")  # what may precede "(" (validated later by the op)
+_PLAIN_KEYS = re.compile(r"PartitionKey='([^']*)',RowKey='([^']*)'")  # the SDK's form: parse_keys' fast path
+_host_accounts: dict[str, str | None] = {}  # Host header -> the account it names (production style) or None
+_shapes: dict[tuple, tuple] = {}  # parse_resource's memory
 
 
 @dataclass
@@ -137,17 +140,56 @@ def split_account(raw_path: str, host: str | None) -> tuple[str, str]:
     The account is the first path segment unless the host is ``{account}.table.…`` (production style).
     """
     path = raw_path.lstrip("/")
-    m = _PROD_HOST.match(host.split(":", 1)[0]) if host else None
-    if m is not None:
-        return m.group(1) + (m.group(2) or ""), path
+    if host:
+        named = _host_accounts.get(host, "")
+        if named == "":
+            m = _PROD_HOST.match(host.split(":", 1)[0])
+            named = m.group(1) + (m.group(2) or "") if m is not None else None
+            if len(_host_accounts) > 1024:
+                _host_accounts.clear()
+            _host_accounts[host] = named
+        if named is not None:
+            return named, path
     account, _, rest = path.partition("/")
     if not account:
         raise bad_uri("The request URI does not name an account.")
-    return _decode(account), rest
+    return account if "%" not in account else _decode(account), rest
 
 
 def parse_resource(raw_path: str, query: dict[str, list[str]], host: str | None = None) -> Resource:
-    """Parse a request's raw path (and decoded query) into a :class:`Resource`; 400 InvalidUri if none."""
+    """Parse a request's raw path (and decoded query) into a :class:`Resource`; 400 InvalidUri if none.
+
+    Parses are remembered per (path, Host): whole for a path without ``(`` (tables, collections), by
+    their part before ``(`` for plain entity URLs (whose keys change with every request).
+    """
+    paren = raw_path.find("(")
+    if paren < 0:
+        shape = _shapes.get((raw_path, host))
+        if shape is not None:
+            return Resource(*shape, query=query)
+        res = _parse_resource(raw_path, query, host)
+        _remember((raw_path, host), (res.kind, res.account, res.secondary, res.table, res.pk, res.rk))
+        return res
+    plain = raw_path[-1] == ")" and "%" not in raw_path and "/" not in raw_path[paren:]
+    if plain:  # nothing to decode, the keys in the last segment: the part before "(" decides the rest
+        where = _shapes.get((raw_path[:paren], host, "("))
+        if where is not None:
+            m = _PLAIN_KEYS.fullmatch(raw_path, paren + 1, len(raw_path) - 1)
+            if m is not None:
+                return Resource("entity", where[0], where[1], where[2], m[1], m[2], query)
+    res = _parse_resource(raw_path, query, host)
+    if plain and res.kind == "entity":
+        _remember((raw_path[:paren], host, "("), (res.account, res.secondary, res.table))
+    return res
+
+
+def _remember(key: tuple, shape: tuple) -> None:
+    if len(_shapes) > 4096:
+        _shapes.clear()
+    _shapes[key] = shape
+
+
+def _parse_resource(raw_path: str, query: dict[str, list[str]], host: str | None) -> Resource:
     account, rest = split_account(raw_path, host)
     secondary = account.endswith(SECONDARY_SUFFIX)
     if secondary:
@@ -160,7 +202,7 @@ def parse_resource(raw_path: str, query: dict[str, list[str]], host: str | None 
     rest = rest.rstrip("/")
     if rest == "":
         return res
-    text = _decode(rest)
+    text = rest if "%" not in rest else _decode(rest)
     if text == "$batch":
         res.kind = "batch"
         return res
@@ -185,7 +227,8 @@ def parse_resource(raw_path: str, query: dict[str, list[str]], host: str | None 
         res.kind = "entities"
         return res
     res.kind = "entity"
-    res.pk, res.rk = parse_keys(args)
+    m = _PLAIN_KEYS.fullmatch(args)
+    res.pk, res.rk = m.groups() if m is not None else parse_keys(args)
     return res
 
 
