@@ -163,7 +163,8 @@ class DriverCore:
         if p.done:
             return
         try:
-            reply = protocol.unpack(body)
+            # a scan's page is only read (stitched, then written as JSON or packed again): tuples
+            reply = protocol.unpack(body, use_list=type(step) is not tuple)
             self._last = (body, reply)
             self.handler.answer(p, step, reply, body)
         except TableError as exc:
