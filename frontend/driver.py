@@ -163,8 +163,8 @@ class DriverCore:
         if p.done:
             return
         try:
-            # a scan's page is only read (stitched, then written as JSON or packed again): tuples
-            reply = protocol.unpack(body, use_list=type(step) is not tuple)
+            # entities and pages are only read (written as JSON or packed again): arrays as tuples
+            reply = protocol.unpack(body, use_list=step == "relay")
             self._last = (body, reply)
             self.handler.answer(p, step, reply, body)
         except TableError as exc:
