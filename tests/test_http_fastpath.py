@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import re
 import socket
-import threading
 from datetime import UTC, datetime, timedelta
 from email.utils import formatdate
 from typing import Any
@@ -24,9 +23,9 @@ from azure.data.tables import TableSasPermissions, generate_table_sas
 from frontend.http import urls
 from frontend.http.app import Request, RestApp
 from frontend.http.common import Response
-from frontend.http.listener import open_listener
 from rangetable.errors import TableError
 from tests.rest_helpers import DEV_ACCOUNT, DEV_KEY, sign
+from tests.test_http_listener import listening
 from tests.test_rest_units import StubFrontend
 
 T = "/devstoreaccount1/t"
@@ -197,26 +196,8 @@ def fast_server():
     """A listener whose frontend answers point operations synchronously (SubmitStub), its loop on a thread."""
     app = RestApp(SubmitStub(False))
     app.security.enabled = False
-    loop = asyncio.new_event_loop()
-    box: dict = {}
-    ready = threading.Event()
-
-    def run() -> None:
-        asyncio.set_event_loop(loop)
-        box["listener"] = loop.run_until_complete(open_listener(app, "127.0.0.1", 0))
-        ready.set()
-        loop.run_forever()
-
-    th = threading.Thread(target=run, daemon=True)
-    th.start()
-    assert ready.wait(5)
-    try:
+    with listening(app) as box:
         yield box
-    finally:
-        asyncio.run_coroutine_threadsafe(box["listener"].close(), loop).result(5)
-        loop.call_soon_threadsafe(loop.stop)
-        th.join(5)
-        loop.close()
 
 
 def test_many_pipelined_requests_answered_synchronously_in_order(fast_server: dict) -> None:

@@ -11,6 +11,8 @@ import json
 import socket
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import pytest
 
@@ -22,11 +24,10 @@ from tests.test_rest_units import StubFrontend
 ENTITY = b'{"PartitionKey":"p","RowKey":"r","A":1}'
 
 
-@pytest.fixture
-def server():
-    """A listener on an ephemeral 127.0.0.1 port, its loop on a thread; yields the port."""
-    app = RestApp(StubFrontend())
-    app.security.enabled = False
+@contextmanager
+def listening(app: RestApp) -> Iterator[dict]:
+    """Serve ``app`` with a listener on an ephemeral 127.0.0.1 port, its loop on a thread; yields
+    ``{"listener", "loop"}`` and closes everything on the way out."""
     loop = asyncio.new_event_loop()
     box: dict = {}
     ready = threading.Event()
@@ -48,6 +49,15 @@ def server():
         loop.call_soon_threadsafe(loop.stop)
         th.join(5)
         loop.close()
+
+
+@pytest.fixture
+def server():
+    """The listener in front of the real app on a stub frontend."""
+    app = RestApp(StubFrontend())
+    app.security.enabled = False
+    with listening(app) as box:
+        yield box
 
 
 def connect(box: dict) -> socket.socket:
