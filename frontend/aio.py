@@ -17,8 +17,8 @@ the Handler's; this module only moves messages. Sockets are plain ``zmq`` socket
 ``loop.add_reader`` on their ``ZMQ_FD`` and drained with ``NOBLOCK`` — the same mechanism
 ``zmq.asyncio`` uses internally, minus one Future per message (the stack notes measured
 ``zmq.asyncio`` at a third of a blocking loop's throughput). ZeroMQ's FD is edge-triggered, so after
-every send the sockets are re-checked (``zmq_poll``, which reads ``ZMQ_EVENTS``) in a callback
-scheduled once per loop turn.
+every send the sockets are re-checked (``protocol.readable``) in a callback scheduled once per
+loop turn.
 """
 
 from __future__ import annotations
@@ -30,8 +30,6 @@ from collections.abc import Callable
 from typing import Any
 
 import zmq
-from zmq.backend import Socket as _RawSocket
-from zmq.backend import zmq_poll
 
 from frontend.driver import DriverCore, Pending
 from rangetable import protocol
@@ -42,23 +40,6 @@ log = logging.getLogger("rangetable.frontend.aio")
 
 DRAIN_BATCH = 256  # messages taken from one socket before yielding to the loop
 SWEEP_S = 0.05  # how often attempt timeouts are checked
-# pyzmq turns every option number given to getsockopt into an enum (~1 µs): readiness is asked with
-# zmq_poll (which reads ZMQ_EVENTS, so it re-arms the edge-triggered FD the same way) and the "more
-# frames" flag is read off the received Frame.
-_POLLIN = int(zmq.POLLIN)
-_recv = _RawSocket.recv
-
-
-def _recv_message(s: zmq.Socket) -> list[bytes]:
-    """:func:`rangetable.protocol.recv_frames` (NOBLOCK) without getsockopt(RCVMORE)."""
-    f = _recv(s, protocol.NOBLOCK, False)
-    frames = [f.bytes]
-    while f.more:
-        f = _recv(s, 0, False)
-        frames.append(f.bytes)
-    return frames
-
-
 Answer = Callable[[Any, "TableError | None"], None]  # (result, None) or (None, error)
 
 
@@ -80,7 +61,6 @@ class AioFrontend(DriverCore):
         self._ps: dict[str, zmq.Socket] = {}
         self._socks: list[zmq.Socket] = []
         self._handlers: dict[zmq.Socket, Any] = {}
-        self._polls: dict[zmq.Socket, list[tuple[zmq.Socket, int]]] = {}  # zmq_poll's argument per socket
         self._kicked = False
         self._touched: set[zmq.Socket] = set()  # sent on since the last pump
         self._sweeper: asyncio.Task | None = None
@@ -135,7 +115,6 @@ class AioFrontend(DriverCore):
 
     def _watch(self, s: zmq.Socket, handler: Any) -> None:
         self._handlers[s] = handler
-        self._polls[s] = [(s, _POLLIN)]
         self.loop.add_reader(s.getsockopt(zmq.FD), self._drain, s)
 
     # --- the API for the HTTP app ---------------------------------------------------------------
@@ -232,7 +211,7 @@ class AioFrontend(DriverCore):
         touched, self._touched = self._touched, set()
         for s in touched:
             try:
-                if s.closed or not zmq_poll(self._polls[s], 0):
+                if s.closed or not protocol.readable(s):
                     continue
             except zmq.ZMQError:
                 continue
@@ -243,15 +222,14 @@ class AioFrontend(DriverCore):
         if s.closed:
             return
         handler = self._handlers[s]
-        ready = self._polls[s]
         for _ in range(DRAIN_BATCH):
             try:
-                frames = _recv_message(s)
+                frames = protocol.recv_frames(s, protocol.NOBLOCK)
             except zmq.ZMQError:  # zmq.Again: nothing (left) to read
                 return
             handler(frames)
             try:
-                if not zmq_poll(ready, 0):  # cheaper than provoking zmq.Again
+                if not protocol.readable(s):  # cheaper than provoking zmq.Again
                     return
             except zmq.ZMQError:
                 return

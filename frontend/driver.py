@@ -16,9 +16,7 @@ import time
 import uuid
 from typing import Any
 
-import msgpack
 import zmq
-from zmq.backend import Socket as _RawSocket
 
 from frontend.requests import Handler
 from frontend.routing import MapCache
@@ -28,8 +26,6 @@ from rangetable.errors import TableError
 
 log = logging.getLogger("rangetable.frontend")
 MAP_REFRESH_S = 0.05  # at most one snapshot request per this long
-_send = _RawSocket.send  # the Cython method with plain int flags (see rangetable.protocol.send_frames)
-_SNDMORE = int(zmq.SNDMORE)
 
 
 class Pending:
@@ -67,7 +63,6 @@ class DriverCore:
         self._map_asked = 0.0
         self._sub_connected = ""
         self._last: tuple[Any, Any] = (None, None)  # (raw body, decoded) of the answer being handled
-        self._pack = msgpack.Packer(use_bin_type=True).pack  # = protocol.pack, without a Packer per call
         self.closed = False
 
     # --- hooks -------------------------------------------------------------------------------
@@ -95,10 +90,9 @@ class DriverCore:
     def _send(self, sock: zmq.Socket, p: Pending, body: dict, step: Any, target: str) -> None:
         """Track a sub-request under a fresh id and send it as ``[id, msgpack body]``."""
         srid = b"%d" % next(self._ids)
-        data = self._pack(body)
+        data = protocol.pack(body)
         self._sub[srid] = (p, step, time.monotonic(), target)
-        _send(sock, srid, _SNDMORE)
-        _send(sock, data, 0)
+        protocol.send_frames(sock, [srid, data])
         self._sent(sock)
 
     def send_ps(self, p: Pending, endpoint: str, body: dict, step: Any) -> None:

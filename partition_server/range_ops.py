@@ -14,6 +14,7 @@ import msgpack
 import rocksdict
 
 from partition_server.wire import NIL, entity, key_prefix
+from rangetable import protocol
 from rangetable.edm import etag_from_ticks, ticks_from_etag
 from rangetable.entity import validate_entity
 from rangetable.errors import TableError
@@ -22,7 +23,7 @@ from rangetable.keys import encode_key
 MAX_BATCH_OPS = 100
 MAX_BATCH_BYTES = 4 << 20
 
-_packb = msgpack.Packer(use_bin_type=True).pack
+_packb = protocol.pack
 _unpackb = msgpack.unpackb
 _NO_READ = "insert_or_replace"  # the one kind that does not read the current entity
 

@@ -19,11 +19,12 @@ import rocksdict
 
 from partition_server.wire import entity as wire_entity
 from partition_server.wire import key_prefix, stored_ts
+from rangetable import protocol
 from rangetable.edm import Entity
 from rangetable.filter import Predicate
 from rangetable.keys import META_PREFIX
 
-_packb = msgpack.Packer(use_bin_type=True).pack
+_packb = protocol.pack
 _unpackb = msgpack.unpackb
 _NOTHING, _TS, _FULL = 0, 1, 2  # how much of a stored value to decode
 _ENTITY, _SPLICE, _PACK = 0, 1, 2  # what to append per match

@@ -49,13 +49,13 @@ from rangetable.errors import TableError
 from rangetable.filter import Predicate
 from rangetable.keys import META_PREFIX, encode_key
 from rangetable.protocol import entity_to_wire
+from rangetable.protocol import pack as _packb
 
 META_TS = META_PREFIX + b"ts"
 DROP_KEY = META_PREFIX + b"drop"  # msgpack [lo, hi]: a span a split dropped but did not compact yet
 
 _META = struct.Struct(">QQ")
 _TS = struct.Struct(">Q")
-_packb = msgpack.Packer(use_bin_type=True).pack
 _unpackb = msgpack.unpackb
 
 
@@ -473,7 +473,7 @@ class RangeStore:
         with self._lock:
             wb = rocksdict.WriteBatch(raw_mode=True)
             wb.delete_range(lo, hi)
-            wb.put(DROP_KEY, msgpack.packb([lo, hi]))
+            wb.put(DROP_KEY, _packb([lo, hi]))
             self._db.write(wb, self._wo)
             self._drop_pending = True
 

@@ -20,6 +20,7 @@ from typing import Any
 import msgpack
 import rocksdict
 
+from rangetable import protocol
 from rangetable.keys import META_PREFIX
 
 REQ_PREFIX = META_PREFIX + b"req/"
@@ -31,7 +32,7 @@ WRITE = b"\xa1w"  # the packed kinds
 BATCH = b"\xa1b"
 
 _TS = struct.Struct(">Q")
-_pack = msgpack.Packer(use_bin_type=True).pack
+_pack = protocol.pack
 _unpackb = msgpack.unpackb
 MISSING: Any = object()
 

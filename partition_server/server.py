@@ -43,12 +43,8 @@ log = logging.getLogger("rangetable.partition_server")
 
 QUEUED_S = 20e-6  # a receive that returns sooner found its request already queued (it did not wait)
 _POLLIN = int(zmq.POLLIN)
-_EVENTS = int(zmq.EVENTS)
 _RCVTIMEO = int(zmq.RCVTIMEO)
-_SNDMORE = int(zmq.SNDMORE)
-_get = _RawSocket.get  # the Cython methods with plain int options (see rangetable/protocol.py)
-_set = _RawSocket.set
-_send = _RawSocket.send
+_set = _RawSocket.set  # the Cython method with a plain int option (see rangetable/protocol.py)
 _monotonic = time.monotonic
 _perf = time.perf_counter
 
@@ -167,10 +163,7 @@ class PartitionServer:
         except Exception as exc:  # a bug must not take the server down; report it
             log.exception("request failed")
             body = protocol.error(TableError("InternalError", f"{type(exc).__name__}: {exc}"))
-        router = self.router
-        _send(router, ident, _SNDMORE)
-        _send(router, rid, _SNDMORE)
-        _send(router, body, 0)
+        protocol.send_frames(self.router, [ident, rid, body])
 
     # --- the loop -----------------------------------------------------------------------------
 
@@ -211,10 +204,10 @@ class PartitionServer:
         self.close()
 
     def _drain_coordinator(self) -> None:
-        """Process every heartbeat answer that has arrived (checking ``EVENTS`` costs less than
+        """Process every heartbeat answer that has arrived (checking readiness costs less than
         provoking ``zmq.Again``)."""
         coord = self.coord
-        while _get(coord, _EVENTS) & _POLLIN:
+        while protocol.readable(coord):
             self._on_heartbeat_reply(protocol.recv_frames(coord, protocol.NOBLOCK))
 
     def _write_endpoint_file(self) -> None:

@@ -19,6 +19,7 @@ import struct
 import msgpack
 
 from rangetable.protocol import Packed
+from rangetable.protocol import pack as _packb
 
 STORED_HEADER = 0x92  # fixarray of 2: the first byte of every stored entity value
 ENTITY_HEADER = b"\x94"  # fixarray of 4: [pk, rk, ts, props]
@@ -29,7 +30,7 @@ _STR_HEADERS = [bytes([0xA0 | n]) for n in range(32)] + [b"\xd9" + bytes([n]) fo
 _U16 = struct.Struct(">H")
 _U32 = struct.Struct(">I")
 _UINT64 = 0xCF
-_packb = msgpack.Packer(use_bin_type=True).pack
+
 _unpackb = msgpack.unpackb
 
 
