@@ -401,13 +401,31 @@ def bench_store(count: int, data_dir: str | None, as_json: bool) -> None:
 @click.option("--big", default=50_000, show_default=True, help="Table size for the second PartitionKey query run.")
 @click.option("--procs", default=8, show_default=True, help="Client processes (the SDK needs ~1 ms of CPU per call).")
 @click.option("--data-dir", default=None, help="Use the running cluster of this data dir (default: start one in a temp dir).")
+@click.option("--endpoint", default=None, metavar="CONNECTION_STRING",
+              help="Run the workload against another Azure Table endpoint instead (e.g. Azurite); needs --pid.")
+@click.option("--pid", "pids", type=int, multiple=True,
+              help="With --endpoint: a process whose CPU counts as the server's (repeatable).")
 @json_option
-def bench_http(count: int, batches: int, big: int, procs: int, data_dir: str | None, as_json: bool) -> None:
-    """The Azure SDK workload through the REST API: ops/s and server CPU per operation."""
-    from rangetable.bench_http import run_http_bench, start_temp_cluster, stop_temp_cluster
+def bench_http(count: int, batches: int, big: int, procs: int, data_dir: str | None, endpoint: str | None,
+               pids: tuple[int, ...], as_json: bool) -> None:
+    """The Azure SDK workload through the REST API: ops/s and server CPU per operation.
 
+    With --endpoint and --pid the same workload runs against another server, so that rangetable and,
+    say, Azurite are measured by one harness on one machine (see docs/http.md).
+    """
+    from rangetable.bench_http import external_doc, run_http_bench, start_temp_cluster, stop_temp_cluster
+
+    if pids and not endpoint:
+        raise click.UsageError("--pid goes with --endpoint.")
     temp = None
-    if data_dir:
+    if endpoint:
+        if data_dir:
+            raise click.UsageError("--endpoint and --data-dir exclude each other.")
+        try:
+            doc = external_doc(endpoint, list(pids))
+        except ValueError as exc:
+            raise click.UsageError(str(exc)) from None
+    elif data_dir:
         doc = _cluster(data_dir)
     else:
         temp, doc = start_temp_cluster()

@@ -1,0 +1,45 @@
+"""`rangetable bench http --endpoint … --pid …`: measuring another Table endpoint (e.g. Azurite)."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+from click.testing import CliRunner
+
+from cli.main import main
+from rangetable.bench_http import cpu_seconds, external_doc, server_pids
+
+CONN = ("DefaultEndpointsProtocol=http;AccountName=devstoreaccount1;AccountKey=a2V5;"
+        "TableEndpoint=http://127.0.0.1:10012/devstoreaccount1;")
+
+
+def test_external_doc_describes_the_endpoint_and_its_processes():
+    doc = external_doc(CONN, [os.getpid()])
+    assert doc["http"] == "http://127.0.0.1:10012/devstoreaccount1"
+    assert doc["connection_string"] == CONN
+    assert server_pids(doc) == [os.getpid()]  # counted as the server, like an HTTP frontend of ours
+    assert server_pids(doc, ("http-frontend",)) == [os.getpid()]
+    assert cpu_seconds(server_pids(doc)) > 0
+
+
+@pytest.mark.parametrize(("conn", "pids", "message"), [
+    ("AccountName=x;AccountKey=a2V5", [1], "names no TableEndpoint"),
+    (CONN, [], "give the server's process ids"),
+    (CONN, [2 ** 22 + 12345], "is running"),
+])
+def test_external_doc_refuses_what_it_cannot_measure(conn, pids, message):
+    with pytest.raises(ValueError, match=message):
+        external_doc(conn, pids)
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--pid", "1"], "--pid goes with --endpoint"),
+    (["--endpoint", CONN], "give the server's process ids"),
+    (["--endpoint", CONN, "--pid", "1", "--data-dir", "/nonexistent"], "exclude each other"),
+    (["--endpoint", "AccountName=x", "--pid", "1"], "names no TableEndpoint"),
+])
+def test_cli_explains_bad_combinations(args, message):
+    out = CliRunner().invoke(main, ["bench", "http", *args])
+    assert out.exit_code == 2, out.output
+    assert message in out.output
