@@ -110,7 +110,12 @@ CASES = [
     signed("DELETE", E, headers={"if-match": "*"}),
     signed("DELETE", E, headers={"if-match": "*"}),
     signed("BREW", E),
-    signed("GET", T + "()"),  # a query: the general path
+    signed("GET", T + "()"),  # queries are plans too
+    signed("GET", T + "()?$filter=PartitionKey%20eq%20'p'&$top=2&$select=A"),
+    signed("GET", T + "()?$top=0"),
+    signed("GET", T + "()?NextPartitionKey=1!cA&NextRowKey=1!cg"),
+    signed("GET", T + "()?NextPartitionKey=bogus"),
+    signed("GET", T + "()", headers={"accept": "application/json;odata=fullmetadata"}),
     signed("GET", "/devstoreaccount1/Tables"),
 ]
 
@@ -204,8 +209,8 @@ def test_many_pipelined_requests_answered_synchronously_in_order(fast_server: di
     s = socket.create_connection(("127.0.0.1", fast_server["listener"].port), timeout=10)
     body = b'{"PartitionKey":"p","RowKey":"r","A":1}'
     insert = (b"POST /devstoreaccount1/t HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n" % len(body)) + body
-    # a query first (a Task: the rest queues up behind it), then 1500 point reads answered at once
-    query = b"GET /devstoreaccount1/t() HTTP/1.1\r\nHost: x\r\n\r\n"
+    # a table listing first (a Task: the rest queues up behind it), then 1500 point reads answered at once
+    query = b"GET /devstoreaccount1/Tables HTTP/1.1\r\nHost: x\r\n\r\n"
     get = b"GET /devstoreaccount1/t(PartitionKey='p',RowKey='r') HTTP/1.1\r\nHost: x\r\n\r\n"
     n = 1500
     s.sendall(insert + query + get * n)

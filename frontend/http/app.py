@@ -9,8 +9,9 @@ others — with ``x-ms-error-code``; nothing a client sends produces a 5xx or a 
 
 Two entry points share that code: :meth:`RestApp.respond` (a coroutine, for ASGI servers) and
 :meth:`RestApp.serve` (the built-in listener), which runs the point operations — get, insert, update,
-merge, delete one entity, the SDK's bulk of requests — without a coroutine or a Task: each is a
-synchronous *plan* (checks, native request) and *finisher* (response) around ``AioFrontend.submit``.
+merge, delete one entity — and entity queries, the SDK's bulk of requests, without a coroutine or a
+Task: each is a synchronous *plan* (checks, native request) and *finisher* (response) around
+``AioFrontend.submit``.
 """
 
 from __future__ import annotations
@@ -243,7 +244,7 @@ class RestApp:
     def serve(self, rq: Request, too_big: bool, done: Callable[[Response], None]) -> None:
         """:meth:`respond`, handing the response to ``done`` (once) instead of returning it.
 
-        A point operation (:data:`ops.PLANS`) under Shared Key, without ``Origin``, runs without a
+        A point operation or entity query (:data:`ops.PLANS`) under Shared Key, without ``Origin``, runs without a
         coroutine: its native request goes to ``fe.submit`` and its answer is turned into the response
         in the callback — possibly before this returns. Everything else runs :meth:`respond` in a Task.
         """

@@ -22,9 +22,10 @@ if TYPE_CHECKING:
     from frontend.http.app import Request, RestApp
 
 Handler = Callable[["RestApp", "Request"], Awaitable["Response"]]
-# The point operations are split in two synchronous halves around their one native request, so the
-# listener can run them without a coroutine (see RestApp.serve): a Plan checks the request and returns
-# the native request and the Finisher that turns its result into the response.
+# Point operations and entity queries are split in two synchronous halves around their one native
+# request (a query's may read several ranges inside the driver), so the listener can run them without
+# a coroutine (see RestApp.serve): a Plan checks the request and returns the native request and the
+# Finisher that turns its result into the response.
 Finisher = Callable[["RestApp", "Request", Any], Response]
 Plan = Callable[["RestApp", "Request"], tuple[dict, Finisher]]
 
@@ -129,23 +130,27 @@ def write_op(method: str, headers: dict[str, str], res: Resource, body: bytes) -
 # --- entities -------------------------------------------------------------------------------------
 
 
-async def query_entities(app: RestApp, rq: Request) -> Response:
-    """GET /t() — Query Entities."""
+def query_entities(app: RestApp, rq: Request) -> tuple[dict, Finisher]:
+    """GET /t() — Query Entities (a Plan: one native query, however many ranges it reads)."""
     res = rq.res
     check(rq.auth, "query", res.table)
-    select = parse_select(rq.param("$select"))
+    select = rq.ctx = parse_select(rq.param("$select"))
     req: dict[str, Any] = {"op": "query", "table": res.table, "filter": rq.param("$filter") or None,
                            "select": select, "top": parse_top(rq.param("$top"))}
     npk = rq.param("NextPartitionKey")
     if npk is not None:
         nrk = rq.param("NextRowKey")  # absent = the start of the partition; present but empty = 400
         req["next"] = [odata.decode_token(npk), "" if nrk is None else odata.decode_token(nrk)]
-    out = await app.fe.request(req)
+    return req, _queried
+
+
+def _queried(app: RestApp, rq: Request, out: dict) -> Response:
+    res = rq.res
     ents = out["entities"]
     sas = getattr(rq.auth, "sas", None)
     if sas is not None and getattr(sas, "has_key_range", False):
         ents = [e for e in ents if sas.in_range(e[0], e[1])]
-    body = odata.entity_feed(ents, rq.level, rq.base, rq.res.account, res.table, select)
+    body = odata.entity_feed(ents, rq.level, rq.base, res.account, res.table, rq.ctx)
     h = _odata_headers(rq, True)
     nxt = out.get("next")
     if nxt:
@@ -370,13 +375,14 @@ async def not_allowed(app: RestApp, rq: Request) -> Response:
 PLANS: dict[tuple[str, str], Plan] = {
     ("entity", "GET"): get_entity, ("entities", "POST"): insert_entity, ("entity", "PUT"): _writer("PUT"),
     ("entity", "MERGE"): _writer("MERGE"), ("entity", "PATCH"): _writer("PATCH"),
-    ("entity", "DELETE"): _writer("DELETE"),
+    ("entity", "DELETE"): _writer("DELETE"), ("entities", "GET"): query_entities,
 }
 _PLAN_KINDS = frozenset(kind for kind, _ in PLANS)
 
 
 def plan_for(res: Resource, method: str, comp: str | None) -> Plan | None:
-    """The Plan of a point operation (None for every other request: :func:`route` has its handler)."""
+    """The Plan of a point operation or entity query (None for every other request: :func:`route` has
+    its handler)."""
     if comp is not None or res.kind not in _PLAN_KINDS:
         return None
     return PLANS.get((res.kind, "GET" if method == "HEAD" else method))
@@ -409,7 +415,7 @@ def route(res: Resource, method: str, comp: str | None) -> Handler:
         _ROUTES.update({
             ("tables", "GET"): query_tables, ("tables", "POST"): create_table,
             ("table", "DELETE"): delete_table, ("table", "GET"): get_table,
-            ("batch", "POST"): run_batch, ("entities", "GET"): query_entities,
+            ("batch", "POST"): run_batch,
         })
     return _ROUTES.get((kind, method), not_allowed)
 
