@@ -10,11 +10,12 @@ into ``TableTransactionError(index=…)``.
 
 from __future__ import annotations
 
+import re
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from frontend.http import odata
-from frontend.http.batch import SubRequest, SubResponse, format_batch, parse_batch
+from frontend.http.batch import SubRequest, SubResponse, format_parts, header_text, http_part, parse_batch
 from frontend.http.common import Response, iso_now
 from frontend.http.ops import ODATA_HEADERS, _resp, prefer, write_op
 from frontend.http.security import check
@@ -26,20 +27,38 @@ if TYPE_CHECKING:
 
 _HDRS = [(k.decode(), v.decode()) for k, v in ODATA_HEADERS]
 _CONTENT_TYPES = {level: ctype.decode() for level, ctype in odata.CONTENT_TYPES.items()}
+_HDRS_TEXT = header_text(_HDRS)
+_NO_CONTENT = http_part(204, "", "")[:-len(b"\r\n\r\n")].decode()  # ... "\r\nContent-ID: "
+# An absolute URL whose urlsplit is plain: scheme://netloc[/path][?query] with an ASCII netloc without
+# brackets, no fragment and nothing urlsplit strips or removes (C0 controls, space).
+_PLAIN_URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://([^/?#\[\]\x00-\x20\x7f-\U0010ffff]*)"
+                        r"(/[^?#\x00-\x20]*)?(?:\?([^#\x00-\x20]*))?")
+_urls: dict[str, tuple[str, str, str]] = {}  # absolute URL -> (netloc, path, query), emptied when full
 
 
 def sub_resource(rq: Request, sub: SubRequest) -> Resource:
     """The resource a batch operation's URL (absolute or relative) addresses."""
     url = sub.url
     if "://" in url:
-        parts = urlsplit(url)
-        path, qs, host = parts.path, parts.query, parts.netloc
+        split = _urls.get(url)
+        if split is None:
+            m = _PLAIN_URL.fullmatch(url)
+            if m is not None:  # what urlsplit gives, without its cost
+                split = (m[1], m[2] or "", m[3] or "")
+            else:
+                parts = urlsplit(url)
+                split = (parts.netloc, parts.path, parts.query)
+            if len(url) <= 1024:
+                if len(_urls) >= 1024:
+                    _urls.clear()
+                _urls[url] = split
+        host, path, qs = split
     else:
         path, _, qs = url.partition("?")
         host = rq.host
         if not path.startswith("/"):
             path = f"/{rq.res.account}/{path}"
-    return parse_resource(path, parse_query(qs), host)
+    return parse_resource(path, parse_query(qs) if qs else {}, host)
 
 
 def _effective_method(sub: SubRequest) -> str:
@@ -60,7 +79,12 @@ def _error_part(rq: Request, exc: TableError, index: int, content_id: str | None
 
 
 def _reply(rq: Request, parts: list[SubResponse], changeset: bool = True) -> Response:
-    ctype, body = format_batch(parts, changeset)
+    return _reply_parts([http_part(r.status, r.content_id, header_text(r.headers), r.body) for r in parts],
+                        changeset)
+
+
+def _reply_parts(parts: list[bytes], changeset: bool = True) -> Response:
+    ctype, body = format_parts(parts, changeset)
     return _resp(202, [(b"content-type", ctype.encode()), *ODATA_HEADERS], body)
 
 
@@ -96,25 +120,37 @@ async def run_batch(app: RestApp, rq: Request) -> Response:
     ops: list[dict] = []
     meta: list[tuple[str | None, str, Resource]] = []  # (prefer, level, resource) per op
     table: str | None = None
+    lower_table = ""
+    account = rq.res.account
+    auth = rq.auth
     resources: dict[str, Resource] = {}  # by URL: the inserts of a batch share theirs (read-only)
+    levels: dict[str | None, str] = {}  # by Accept header (the same for every operation of the SDK)
     for i, sub in enumerate(subs):
         try:
-            method = _effective_method(sub)
+            headers = sub.headers
+            method = sub.method if "x-http-method" not in headers else _effective_method(sub)
             if method == "GET":
                 raise TableError("InvalidInput", "A GET may not appear inside a changeset.")
-            res = resources.get(sub.url) or resources.setdefault(sub.url, sub_resource(rq, sub))
-            if res.kind not in ("entities", "entity"):
+            res = resources.get(sub.url)
+            if res is None:
+                res = resources[sub.url] = sub_resource(rq, sub)
+            if res.kind != "entity" and res.kind != "entities":
                 raise TableError("InvalidInput", "A batch operation must address an entity or an entity set.")
-            if res.account != rq.res.account:
+            if res.account != account:
                 raise TableError("InvalidInput", "All batch operations must address the batch's account.")
             if table is None:
                 table = res.table
-            elif res.table.lower() != table.lower():
+                lower_table = table.lower()
+            elif res.table != table and res.table.lower() != lower_table:
                 raise TableError("InvalidInput", "All operations of a batch must address the same table.")
-            op = write_op(method, sub.headers, res, sub.body)
-            check(rq.auth, op["op"], res.table, op["pk"], op["rk"])
-            pref = prefer(sub.headers) if op["op"] == "insert" else None
-            level = odata.metadata_level(sub.headers.get("accept"))
+            op = write_op(method, headers, res, sub.body)
+            kind = op["op"]
+            check(auth, kind, res.table, op["pk"], op["rk"])
+            pref = prefer(headers) if kind == "insert" else None
+            accept = headers.get("accept")
+            level = levels.get(accept)
+            if level is None:
+                level = levels[accept] = odata.metadata_level(accept)
         except TableError as exc:
             if exc.error_code.startswith(("Authentication", "Authorization")):
                 raise
@@ -129,27 +165,31 @@ async def run_batch(app: RestApp, rq: Request) -> Response:
         i = exc.index if exc.index is not None and 0 <= exc.index < len(subs) else 0
         return _reply(rq, [_error_part(rq, exc, i, subs[i].content_id)])
     base = rq.base
+    etag_of = odata.etag_of
     parts = []
     for sub, op, (pref, level, res), ent in zip(subs, ops, meta, results, strict=True):
-        parts.append(_op_response(base, sub, op, pref, level, res, ent))
-    return _reply(rq, parts)
+        cid = sub.content_id
+        if ent is None:
+            parts.append(http_part(204, cid, _HDRS_TEXT))
+        elif op["op"] != "insert":
+            if cid is None:
+                parts.append(http_part(204, cid, f"{_HDRS_TEXT}\r\nETag: {etag_of(ent[2])}"))
+            else:  # http_part, inline: the usual part of a batch of updates
+                parts.append(f"{_NO_CONTENT}{cid}{_HDRS_TEXT}\r\nETag: {etag_of(ent[2])}\r\n\r\n".encode())
+        else:
+            parts.append(_insert_part(base, sub, pref, level, res, ent))
+    return _reply_parts(parts)
 
 
-def _op_response(base: str, sub: SubRequest, op: dict, pref: str | None, level: str, res: Resource,
-                 ent: Any) -> SubResponse:
-    headers = list(_HDRS)
-    if ent is None:
-        return SubResponse(204, headers, b"", sub.content_id)
-    headers.append(("ETag", odata.etag_of(ent[2])))
-    if op["op"] != "insert":
-        return SubResponse(204, headers, b"", sub.content_id)
+def _insert_part(base: str, sub: SubRequest, pref: str | None, level: str, res: Resource, ent: Any) -> bytes:
+    """The response part of an insert that succeeded."""
     link = f"{base}/{odata.edit_link(res.table, ent[0], ent[1])}"
-    headers += [("Location", link), ("DataServiceId", link)]
+    headers = f"{_HDRS_TEXT}\r\nETag: {odata.etag_of(ent[2])}\r\nLocation: {link}\r\nDataServiceId: {link}"
     if pref is not None:
-        headers.append(("Preference-Applied", pref))
+        headers += f"\r\nPreference-Applied: {pref}"
     if pref == "return-no-content":
-        return SubResponse(204, headers, b"", sub.content_id)
-    headers.append(("Content-Type", _CONTENT_TYPES[level]))
+        return http_part(204, sub.content_id, headers)
+    headers += f"\r\nContent-Type: {_CONTENT_TYPES[level]}"
     prefix = odata.element_prefix(level, base, res.table)
-    body = odata.entity_text(ent, level, prefix=prefix, base=base, account=res.account, table=res.table)
-    return SubResponse(201, headers, body.encode(), sub.content_id)
+    body = odata.entity_bytes(ent, level, prefix=prefix, base=base, account=res.account, table=res.table)
+    return http_part(201, sub.content_id, headers, body)
