@@ -1,8 +1,9 @@
 """``rangetable bench http``: the Azure SDK workload against a cluster's REST endpoint.
 
 Phases (each through ``azure-data-tables``, unchanged): point insert, point get, upsert (merge),
-batch of 100, PartitionKey query (one partition of ``part`` entities) at two table sizes, and a paged
-full scan (pages of 1000). For each phase it prints client-side ops/s and the **server CPU per
+batch of 100, PartitionKey query (one partition of ``part`` entities) at two table sizes, a paged
+full scan (pages of 1000), and a GET signed with a wrong key (403 from the HTTP frontend alone: the fixed
+cost of any request). For each phase it prints client-side ops/s and the **server CPU per
 operation**: user+system CPU of the HTTP frontend(s) and partition servers, read from
 ``/proc/<pid>/stat`` before and after the phase (pids from ``cluster.json``).
 
@@ -12,6 +13,7 @@ Azurite 3.35 on the reference 2-core machine: 1.2 ms CPU per point op, 21 ms per
 
 from __future__ import annotations
 
+import base64
 import os
 import subprocess
 import sys
@@ -89,13 +91,27 @@ class Phase:
 
 
 _client: Any = None
+_forger: Any = None  # the same client with a wrong account key
+
+
+def wrong_key(conn: str) -> str:
+    """``conn`` with its AccountKey replaced by another valid base64 key of the same length."""
+    fields = [f.split("=", 1) for f in conn.split(";") if f]
+    out = []
+    for name, value in fields:
+        if name == "AccountKey":
+            raw = base64.b64decode(value)
+            value = base64.b64encode(bytes(b ^ 0x5A for b in raw)).decode()
+        out.append(f"{name}={value}")
+    return ";".join(out) + ";"
 
 
 def _init_worker(conn: str, table: str) -> None:
-    global _client
+    global _client, _forger
     from azure.data.tables import TableClient
 
     _client = TableClient.from_connection_string(conn, table)
+    _forger = TableClient.from_connection_string(wrong_key(conn), table)
 
 
 def _op(kind: str, i: int) -> int:
@@ -114,6 +130,13 @@ def _op(kind: str, i: int) -> int:
         t.submit_transaction([("upsert", entity(pk, f"r{j:04d}", j)) for j in range(100)])
     elif kind == "pk_query":
         return sum(1 for _ in t.query_entities("PartitionKey eq 'qpart'"))
+    elif kind == "reject":
+        from azure.core.exceptions import ClientAuthenticationError
+
+        try:
+            _forger.get_entity(f"p{i % 20:03d}", f"r{i:08d}")
+        except ClientAuthenticationError:
+            return 1
     return 0
 
 
@@ -189,6 +212,10 @@ def run_http_bench(doc: dict, n: int = 2000, batches: int = 50, big: int = 50_00
                 rows += sum(1 for _ in page)
         record(ph, pages, "page")
         results["scan_page"]["rows"] = rows
+        with Phase("reject", pids, fe_pids) as ph:
+            rejected = _parallel(pool, procs, "reject", n)
+        assert rejected == n, rejected
+        record(ph, n)
     finally:
         pool.terminate()
         pool.join()

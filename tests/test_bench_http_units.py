@@ -8,7 +8,7 @@ import pytest
 from click.testing import CliRunner
 
 from cli.main import main
-from rangetable.bench_http import cpu_seconds, external_doc, server_pids
+from rangetable.bench_http import cpu_seconds, external_doc, server_pids, wrong_key
 
 CONN = ("DefaultEndpointsProtocol=http;AccountName=devstoreaccount1;AccountKey=a2V5;"
         "TableEndpoint=http://127.0.0.1:10012/devstoreaccount1;")
@@ -43,3 +43,12 @@ def test_cli_explains_bad_combinations(args, message):
     out = CliRunner().invoke(main, ["bench", "http", *args])
     assert out.exit_code == 2, out.output
     assert message in out.output
+
+
+def test_wrong_key_changes_only_the_key():
+    bad = wrong_key(CONN)
+    fields = dict(f.split("=", 1) for f in bad.split(";") if f)
+    good = dict(f.split("=", 1) for f in CONN.split(";") if f)
+    assert fields.keys() == good.keys()
+    assert fields["AccountKey"] != good["AccountKey"] and len(fields["AccountKey"]) == len(good["AccountKey"])
+    assert {k: v for k, v in fields.items() if k != "AccountKey"} == {k: v for k, v in good.items() if k != "AccountKey"}
