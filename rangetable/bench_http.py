@@ -131,12 +131,12 @@ def _op(kind: str, i: int) -> int:
     elif kind == "pk_query":
         return sum(1 for _ in t.query_entities("PartitionKey eq 'qpart'"))
     elif kind == "reject":
-        from azure.core.exceptions import ClientAuthenticationError
+        from azure.core.exceptions import HttpResponseError
 
         try:
             _forger.get_entity(f"p{i % 20:03d}", f"r{i:08d}")
-        except ClientAuthenticationError:
-            return 1
+        except HttpResponseError as exc:
+            return int(exc.status_code == 403)
     return 0
 
 
