@@ -24,12 +24,13 @@ import struct
 import threading
 import time
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import msgpack
 import rocksdict
 
-from partition_server.range_ops import check_batch_shape, prepare_batch, prepare_op
+from partition_server.range_ops import check_batch_shape, prepare_batch, prepare_op, span_may_hold
 from partition_server.range_scan import scan_span
 from partition_server.request_records import (
     BATCH,
@@ -320,12 +321,15 @@ class RangeStore:
         """The Timestamp before which request records have expired."""
         return self.clock() - int(self.request_window_s * 10_000_000)
 
-    def _replay(self, request_id: str | None) -> tuple[bytes | None, bytes | None, Any]:
-        """(encoded id, index key of an expired record to drop, stored answer or MISSING)."""
+    def _replay(self, request_id: str | None, kind: str) -> tuple[bytes | None, bytes | None, Any]:
+        """(encoded id, index key of an expired record to drop, stored answer or MISSING) for a
+        request of ``kind`` ("w" or "b"); InvalidInput when the id answered the other kind."""
         if request_id is None:
             return None, None, MISSING
         rid = request_id.encode()
         prev, stale = lookup(self._db, rid, self._cutoff)
+        if prev is not MISSING and prev[0] != kind:
+            raise TableError("InvalidInput", "This request id was already used by a different kind of request.")
         return rid, stale, prev
 
     def _commit(self, wb: rocksdict.WriteBatch, ts: int, rid: bytes | None, kind: bytes,
@@ -376,7 +380,7 @@ class RangeStore:
         """(Timestamp, packed answer (only with ``wire`` or a request id), props written, stored answer
         of a repeated request or MISSING)."""
         with self._lock:
-            rid, stale, prev = self._replay(request_id)
+            rid, stale, prev = self._replay(request_id, "w")
             if prev is not MISSING:
                 return 0, b"", None, prev
             ts = self._next_ts()
@@ -413,13 +417,14 @@ class RangeStore:
         """(Timestamp, packed answers (only with ``wire`` or a request id), props written, stored answer
         of a repeated request or MISSING)."""
         with self._lock:
-            rid, stale, prev = self._replay(request_id)
+            rid, stale, prev = self._replay(request_id, "b")
             if prev is not MISSING:
                 return 0, [], [], prev
             check_batch_shape(ops)
             ts = self._next_ts()
             wb = rocksdict.WriteBatch(raw_mode=True)
-            items, written = prepare_batch(self._db.get, ops, ts, wb, wire or rid is not None)
+            db = self._db
+            items, written = prepare_batch(db.get, ops, ts, wb, wire or rid is not None, partial(span_may_hold, db))
             if written:
                 answer = b"" if rid is None else array_header(len(items)) + b"".join(items)
                 self._commit(wb, ts, rid, BATCH, answer, stale)

@@ -11,6 +11,7 @@ BMP counts twice), binary limits in bytes.
 from __future__ import annotations
 
 import re
+from itertools import zip_longest
 from typing import Any
 
 from rangetable.edm import (
@@ -276,3 +277,132 @@ def validate_table_name(name: str) -> None:
         )
     if name.lower() == "tables":
         raise TableError("InvalidResourceName", "The table name 'tables' is reserved.")
+
+
+# --- a whole batch at once ----------------------------------------------------------------------------
+#
+# An entity group transaction usually holds one shape: the same property names in the same order, with
+# the same type code and value type per name. Such a batch is validated column by column, at C level,
+# instead of pair by pair; whatever cannot be shown valid that way is left to validate_entity, op by
+# op, which alone decides the error. tests/test_ps_batch_speed.py compares both on random batches.
+
+_HEX_OR_DASH = b"-0123456789abcdef"  # a canonical GUID's characters (_GUID)
+_GAP = object()  # a missing item of a pair
+_MAX_KEY_CHARS = 256  # longer keys take validate_key's UTF-16 length check
+_INT_LIMITS = {INT32: (INT32_MIN, INT32_MAX, 4), INT64: (INT64_MIN, INT64_MAX, 8),
+               DATETIME: (MIN_DATETIME_TICKS, MAX_DATETIME_TICKS, 8)}  # (lowest, highest, size)
+_FIXED_SIZES = {DOUBLE: (float, 8), BOOLEAN: (bool, 1)}  # (value type, size)
+
+
+def batch_valid(pks: list, rks: list, props: list) -> bool:
+    """True when ``validate_entity(pk, rk, p)`` would pass for every PartitionKey in ``pks`` (all
+    equal), RowKey in ``rks`` and props dict in ``props``, shown for the whole batch at once; False
+    when that cannot be shown (not necessarily invalid: check each entity then)."""
+    try:
+        size = _keys_size(pks, rks)
+        psize = _props_size(props) if props else 0
+    except (TypeError, ValueError):  # e.g. a RowKey that is not a str, a pair that is not iterable
+        return False
+    return size is not None and psize is not None and size + psize <= MAX_ENTITY_SIZE
+
+
+def _key_chars_ok(s: str) -> bool:
+    """True when ``s`` has no character ``validate_key`` forbids (``_BAD_KEY_CHARS``); in
+    ASCII those are ``/ \\ # ?`` and the control characters, i.e. the ones not printable."""
+    if s.isascii():
+        return s.isprintable() and "/" not in s and "\\" not in s and "#" not in s and "?" not in s
+    return _BAD_KEY_CHARS.search(s) is None
+
+
+def _keys_size(pks: list, rks: list) -> int | None:
+    """Bound on the keys' share of any op's entity size when every (pk, rk) passes validation, else None.
+
+    The PartitionKeys are one str (the shape check saw them equal); the RowKeys go through ``join``,
+    which, like ``validate_key``, takes any str. A forbidden character is one character, so it
+    shows in the join as well."""
+    pk = pks[0]
+    if type(pk) is not str or len(pk) > _MAX_KEY_CHARS or pks.count(pk) != len(pks):
+        return None
+    joined = "".join(rks)
+    longest = max(map(len, rks))
+    if longest > _MAX_KEY_CHARS or not _key_chars_ok(pk) or not _key_chars_ok(joined):
+        return None
+    n = len(pk) + longest
+    return 4 + 2 * (n if pk.isascii() and joined.isascii() else 2 * n)  # ≤ 2 UTF-16 units a char
+
+
+def _guids_ok(col: tuple[str, ...]) -> bool:
+    """Every str in ``col`` is a canonical lower-case GUID (``_GUID``), checked on their join."""
+    m = len(col)
+    if set(map(len, col)) != {36}:
+        return False
+    joined = "".join(col)
+    if not joined.isascii():
+        return False
+    b = joined.encode()
+    dash = b"-" * m
+    return (b.count(b"-") == 4 * m and b[8::36] == dash and b[13::36] == dash and b[18::36] == dash
+            and b[23::36] == dash and not b.translate(None, _HEX_OR_DASH))
+
+
+def _props_size(P: list) -> int | None:
+    """Bound on the props' share of any entity size when every props dict in ``P`` passes
+    ``validate_props``, else None. Only shows the usual case: the same names in the same order,
+    with the same type code and value type per name.
+
+    Pairs are read as ``validate_props`` reads them, ``code, v = pair``, i.e. by iterating them:
+    ``zip_longest`` over a name's pairs gives exactly two rows (codes, values) when each pair
+    yields two items, and a gap otherwise. A code need only equal (==) the first op's code of that
+    name, since codes are only ever compared with ==. The first op itself goes through
+    ``validate_props``, which also vouches for the names.
+    """
+    if set(map(type, P)) != {dict}:
+        return None
+    names = tuple(P[0])
+    m = len(P)
+    if list(map(tuple, P)).count(names) != m:
+        return None
+    if not names:
+        return 0
+    try:
+        validate_props(P[0])
+    except TableError:
+        return None
+    size = 0
+    for name, col in zip(names, zip(*map(dict.values, P), strict=True), strict=True):
+        codes, vals = zip_longest(*col, fillvalue=_GAP)  # ValueError unless at most 2 and some 2 long
+        code, t = codes[0], type(vals[0])
+        if codes.count(code) != m or set(map(type, vals)) != {t}:
+            return None
+        size += 8 + 2 * len(name)
+        if code == STRING:
+            if t is not str:
+                return None
+            joined = "".join(vals)
+            ascii_ = joined.isascii()  # else at most 2 UTF-16 units a character
+            u16 = max(map(len, vals)) * (1 if ascii_ else 2)
+            if u16 > _MAX_STRING_CHARS or (not ascii_ and _SURROGATE.search(joined) is not None):
+                return None
+            size += 2 * u16 + 4
+        elif code in _INT_LIMITS:
+            lo, hi, nbytes = _INT_LIMITS[code]
+            if t is not int or min(vals) < lo or max(vals) > hi:
+                return None
+            size += nbytes
+        elif code in _FIXED_SIZES:
+            vtype, nbytes = _FIXED_SIZES[code]
+            if t is not vtype:
+                return None
+            size += nbytes
+        elif code == GUID:
+            if t is not str or not _guids_ok(vals):
+                return None
+            size += 16
+        elif code == BINARY:
+            longest = max(map(len, vals))
+            if t is not bytes or longest > MAX_BINARY_BYTES:
+                return None
+            size += longest + 4
+        else:
+            return None
+    return size

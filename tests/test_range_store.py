@@ -451,3 +451,22 @@ def test_close_releases_lock_in_process_and_for_a_subprocess(tmp_path):
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "100"
     assert re.search("LOCK", out.stderr) is None
+
+
+def test_batch_with_an_unhashable_row_key_is_invalid_input(store):
+    with pytest.raises(TableError) as e:
+        store.batch([{"op": "insert", "pk": "p", "rk": "a", "props": {}},
+                     {"op": "insert", "pk": "p", "rk": ["x"], "props": {}}])
+    assert (e.value.error_code, e.value.index) == ("InvalidInput", 1)
+
+
+def test_a_request_id_answers_only_its_own_kind_of_request(store):
+    op = {"op": "insert_or_replace", "pk": "p", "rk": "r", "props": {"A": [INT32, 1]}}
+    store.batch([op], request_id="b-1")
+    store.write(op, request_id="w-1")
+    for call in (lambda: store.write_wire(op, request_id="b-1"), lambda: store.write(op, request_id="b-1"),
+                 lambda: store.batch_wire([op], request_id="w-1"), lambda: store.batch([op], request_id="w-1")):
+        with pytest.raises(TableError) as e:
+            call()
+        assert e.value.error_code == "InvalidInput"
+    assert store.batch([op], request_id="b-1")[0].props == {"A": [INT32, 1]}  # the same kind: replayed
