@@ -73,12 +73,13 @@ def check_if_match(if_match: Any) -> str | None:
 
 
 def prepare_op(
-    get: Callable[[bytes], bytes | None], op: dict, ts: int
+    get: Callable[[bytes], bytes | None], op: dict, ts: int, checked: bool = False
 ) -> tuple[bytes, bytes | None, dict | None]:
     """Evaluate one op against the current state (read through ``get``).
 
     Returns (key, new value ``msgpack([ts, props])`` or None to delete, the props written or None)
-    or raises TableError.
+    or raises TableError. ``checked``: the op's keys and props are known to pass ``validate_entity``
+    (see :func:`_plan`), so only what a merge adds is validated.
     """
     try:
         kind = op["op"]
@@ -90,19 +91,22 @@ def prepare_op(
         props = op.get("props")
         if props is None:
             props = {}
-        validate_entity(pk, rk, props)
+        if not checked:
+            validate_entity(pk, rk, props)
         return encode_key(pk, rk), pack_value(ts, props), props
     if kind == "insert":
         props = op.get("props")
         if props is None:
             props = {}
-        validate_entity(pk, rk, props)
+        if not checked:
+            validate_entity(pk, rk, props)
         key = encode_key(pk, rk)
         if get(key) is not None:
             raise TableError("EntityAlreadyExists")
         return key, pack_value(ts, props), props
     if kind == "delete":
-        validate_entity(pk, rk, {})
+        if not checked:
+            validate_entity(pk, rk, {})
         etag = check_if_match(op.get("if_match"))
         key = encode_key(pk, rk)
         cur = get(key)
@@ -116,7 +120,8 @@ def prepare_op(
     props = op.get("props")
     if props is None:
         props = {}
-    validate_entity(pk, rk, props)
+    if not checked:
+        validate_entity(pk, rk, props)
     key = encode_key(pk, rk)
     etag = None
     if kind == "insert_or_merge":
@@ -229,24 +234,6 @@ def _plan(ops: list[dict]) -> tuple[list, list[str], list[str], list[dict | None
     return kinds, pks, rks, props
 
 
-def _merged(kind: str, cur: bytes, etag: str | None, pk: str, rk: str, props: dict,
-            names: tuple[bytes, ...] | None) -> dict:
-    """The props a replace / merge / insert_or_merge of valid ``props`` writes over the stored ``cur``
-    (as :func:`prepare_op`). ``names`` are the UTF-8 names of ``props`` in order: a stored entity
-    with just those names in that order merges into ``props`` itself, known without decoding it."""
-    cts, raw = _unpack_raw(cur)
-    if etag is not None and etag != etag_from_ticks(cts):
-        raise TableError("UpdateConditionNotSatisfied")
-    if kind == "replace" or not raw or tuple(raw) == names:
-        return props
-    cprops = _unpackb(cur)[1]
-    covered = cprops.keys() <= props.keys()
-    cprops.update(props)
-    if not covered:  # else the merged props are the very pairs already validated (reordered)
-        validate_entity(pk, rk, cprops)
-    return cprops
-
-
 def _upsert_all(keys: list[bytes], rkbs: list[bytes], curs: list[bytes | None], props: list[dict],
                 names: tuple[bytes, ...] | None, ts: int, wb: rocksdict.WriteBatch,
                 prefix: bytes | None) -> tuple[list[bytes], list[dict | None]] | None:
@@ -281,11 +268,12 @@ def prepare_batch(
     RequestBodyTooLarge, which concerns the whole request).
 
     Outcome, bytes and errors are those of :func:`prepare_op` applied op by op; when the whole
-    batch is shown valid up front (:func:`_plan`, the usual case) the ops skip their own validation.
+    batch is shown valid up front (:func:`_plan`, the usual case) the ops skip their own validation,
+    and a batch of upserts that each write their own props skips the op loop (:func:`_upsert_all`).
     """
     plan = _plan(ops)
     if plan is None:
-        return _prepare_each(get, ops, ts, wb, wire)
+        return _prepare_each(_prefetch(get, ops), ops, ts, wb, wire)
     kinds, pks, rks, props = plan
     pkb = pks[0].encode()
     rkbs = list(map(str.encode, rks))
@@ -299,64 +287,21 @@ def prepare_batch(
         want = [k for k, kind in zip(keys, kinds, strict=True) if kind != _NO_READ]
         found = dict(zip(want, get(want), strict=True)) if want else {}
         curs = list(map(found.get, keys))
-    first = next((p for p in props if p), None)
-    names = tuple(n.encode() for n in first) if first else None
-    prefix = key_prefix(pkb)
     if _UPSERTS.issuperset(kinds):
-        done = _upsert_all(keys, rkbs, curs, props, names, ts, wb, prefix if wire else None)
+        first = next((p for p in props if p), None)
+        names = tuple(n.encode() for n in first) if first else None
+        done = _upsert_all(keys, rkbs, curs, props, names, ts, wb, key_prefix(pkb) if wire else None)
         if done is not None:
             return done
-    put = wb.put
-    items: list[bytes] = []
-    written: list[dict | None] = []
-    size = 0
-    for i, kind in enumerate(kinds):
-        key, cur = keys[i], curs[i]
-        try:
-            if kind == "delete":
-                etag = check_if_match(ops[i].get("if_match"))
-                if cur is None:
-                    raise TableError("ResourceNotFound")
-                if etag is not None and etag != etag_from_ticks(_unpackb(cur)[0]):
-                    raise TableError("UpdateConditionNotSatisfied")
-                wb.delete(key)
-                size += len(key)
-                if wire:
-                    items.append(NIL)
-                written.append(None)
-            else:
-                p = props[i]
-                if kind == "insert":
-                    if cur is not None:
-                        raise TableError("EntityAlreadyExists")
-                elif kind != "insert_or_replace":
-                    etag = None
-                    if kind != "insert_or_merge":
-                        etag = check_if_match(ops[i].get("if_match"))
-                        if cur is None:
-                            raise TableError("ResourceNotFound")
-                    if cur is not None:
-                        p = _merged(kind, cur, etag, pks[i], rks[i], p, names)
-                value = pack_value(ts, p)
-                put(key, value)
-                size += len(key) + len(value)
-                if wire:
-                    items.append(entity(prefix, rkbs[i], value))
-                written.append(p)
-        except TableError as e:
-            if e.index is None:
-                raise TableError(e.error_code, e.message, index=i) from None
-            raise
-        if size > MAX_BATCH_BYTES:
-            raise TableError("RequestBodyTooLarge", "The batch request exceeds 4 MiB.")
-    return items, written
+    return _prepare_each(dict(zip(keys, curs, strict=True)).get, ops, ts, wb, wire, checked=True)
 
 
 def _prepare_each(
-    get: Callable, ops: list[dict], ts: int, wb: rocksdict.WriteBatch, wire: bool
+    read: Callable[[bytes], bytes | None], ops: list[dict], ts: int, wb: rocksdict.WriteBatch, wire: bool,
+    checked: bool = False,
 ) -> tuple[list[bytes], list[dict | None]]:
-    """:func:`prepare_batch` op by op, each through :func:`prepare_op` (any batch)."""
-    read = _prefetch(get, ops)
+    """:func:`prepare_batch` op by op, each through :func:`prepare_op` (any batch), reading the
+    current rows through ``read``."""
     put = wb.put
     items: list[bytes] = []
     written: list[dict | None] = []
@@ -365,7 +310,7 @@ def _prepare_each(
     plen = 0
     for i, op in enumerate(ops):
         try:
-            key, value, props = prepare_op(read, op, ts)
+            key, value, props = prepare_op(read, op, ts, checked)
         except TableError as e:
             if e.index is None:
                 raise TableError(e.error_code, e.message, index=i) from None
