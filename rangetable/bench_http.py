@@ -47,13 +47,17 @@ def server_pids(doc: dict, roles: tuple[str, ...] = ("http-frontend", "partition
     return [p["pid"] for p in doc.get("processes", []) if p.get("role") in roles and p.get("pid")]
 
 
+def _fields(connection_string: str) -> dict[str, str]:
+    """The ``Name=value`` fields of a connection string, in order."""
+    return dict(p.split("=", 1) for p in connection_string.split(";") if "=" in p)
+
+
 def external_doc(connection_string: str, pids: list[int]) -> dict:
     """A stand-in for cluster.json describing another Table endpoint whose server runs as ``pids``.
 
     Raises ValueError for a connection string without a TableEndpoint or a pid that is not running.
     """
-    fields = dict(p.split("=", 1) for p in connection_string.split(";") if "=" in p)
-    url = fields.get("TableEndpoint")
+    url = _fields(connection_string).get("TableEndpoint")
     if not url:
         raise ValueError("the connection string names no TableEndpoint")
     if not pids:
@@ -96,14 +100,10 @@ _forger: Any = None  # the same client with a wrong account key
 
 def wrong_key(conn: str) -> str:
     """``conn`` with its AccountKey replaced by another valid base64 key of the same length."""
-    fields = [f.split("=", 1) for f in conn.split(";") if f]
-    out = []
-    for name, value in fields:
-        if name == "AccountKey":
-            raw = base64.b64decode(value)
-            value = base64.b64encode(bytes(b ^ 0x5A for b in raw)).decode()
-        out.append(f"{name}={value}")
-    return ";".join(out) + ";"
+    fields = _fields(conn)
+    key = base64.b64decode(fields["AccountKey"])
+    fields["AccountKey"] = base64.b64encode(bytes(b ^ 0x5A for b in key)).decode()
+    return "".join(f"{name}={value};" for name, value in fields.items())
 
 
 def _init_worker(conn: str, table: str) -> None:
