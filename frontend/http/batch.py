@@ -300,7 +300,8 @@ def http_part(status: int, content_id: str | None, headers: str, body: bytes = b
     return text + body + b"\r\n" if body else text
 
 
-def _http_part(r: SubResponse) -> bytes:
+def response_part(r: SubResponse) -> bytes:
+    """:func:`http_part` of a :class:`SubResponse`."""
     return http_part(r.status, r.content_id, header_text(r.headers), r.body)
 
 
@@ -321,4 +322,4 @@ def format_parts(parts: list[bytes], changeset: bool = True) -> tuple[str, bytes
 
 def format_batch(responses: list[SubResponse], changeset: bool = True) -> tuple[str, bytes]:
     """``(content type, body)`` of a batch response: the parts inside one changeset (or top level)."""
-    return format_parts([_http_part(r) for r in responses], changeset)
+    return format_parts([response_part(r) for r in responses], changeset)

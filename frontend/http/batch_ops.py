@@ -15,7 +15,15 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from frontend.http import odata
-from frontend.http.batch import SubRequest, SubResponse, format_parts, header_text, http_part, parse_batch
+from frontend.http.batch import (
+    SubRequest,
+    SubResponse,
+    format_parts,
+    header_text,
+    http_part,
+    parse_batch,
+    response_part,
+)
 from frontend.http.common import Response, iso_now
 from frontend.http.ops import ODATA_HEADERS, _resp, prefer, write_op
 from frontend.http.security import check
@@ -28,7 +36,6 @@ if TYPE_CHECKING:
 _HDRS = [(k.decode(), v.decode()) for k, v in ODATA_HEADERS]
 _CONTENT_TYPES = {level: ctype.decode() for level, ctype in odata.CONTENT_TYPES.items()}
 _HDRS_TEXT = header_text(_HDRS)
-_NO_CONTENT = http_part(204, "", "")[:-len(b"\r\n\r\n")].decode()  # ... "\r\nContent-ID: "
 # An absolute URL whose urlsplit is plain: scheme://netloc[/path][?query] with an ASCII netloc without
 # brackets, no fragment and nothing urlsplit strips or removes (C0 controls, space).
 _PLAIN_URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://([^/?#\[\]\x00-\x20\x7f-\U0010ffff]*)"
@@ -79,8 +86,7 @@ def _error_part(rq: Request, exc: TableError, index: int, content_id: str | None
 
 
 def _reply(rq: Request, parts: list[SubResponse], changeset: bool = True) -> Response:
-    return _reply_parts([http_part(r.status, r.content_id, header_text(r.headers), r.body) for r in parts],
-                        changeset)
+    return _reply_parts([response_part(r) for r in parts], changeset)
 
 
 def _reply_parts(parts: list[bytes], changeset: bool = True) -> Response:
@@ -172,10 +178,7 @@ async def run_batch(app: RestApp, rq: Request) -> Response:
         if ent is None:
             parts.append(http_part(204, cid, _HDRS_TEXT))
         elif op["op"] != "insert":
-            if cid is None:
-                parts.append(http_part(204, cid, f"{_HDRS_TEXT}\r\nETag: {etag_of(ent[2])}"))
-            else:  # http_part, inline: the usual part of a batch of updates
-                parts.append(f"{_NO_CONTENT}{cid}{_HDRS_TEXT}\r\nETag: {etag_of(ent[2])}\r\n\r\n".encode())
+            parts.append(http_part(204, cid, f"{_HDRS_TEXT}\r\nETag: {etag_of(ent[2])}"))
         else:
             parts.append(_insert_part(base, sub, pref, level, res, ent))
     return _reply_parts(parts)
