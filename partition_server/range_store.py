@@ -3,7 +3,8 @@
 Layout (all raw bytes, opened only through :func:`partition_server.storage.open_range_db`):
 
 * entity ``encode_key(pk, rk)`` → ``msgpack([ts_ticks, typed_props])``;
-* ``META_TS`` → ``>QQ`` (last Timestamp handed out, number of request records);
+* ``META_TS`` → ``>QQQ`` (last Timestamp handed out, number of request records, the Timestamp the
+  next purge of request records starts from: see :mod:`partition_server.request_records`);
 * ``REQ_PREFIX + request_id`` → ``msgpack([ts, kind, result])``, the answer of a write or batch that
   carried a request id (``kind`` "w" or "b"), so a retry gets the same answer without re-applying it;
 * ``REQT_PREFIX + >Q ts + request_id`` → ``b""``, the same records ordered oldest first for purging
@@ -35,6 +36,7 @@ from partition_server.range_scan import scan_span
 from partition_server.request_records import (
     BATCH,
     MISSING,
+    PURGE_CHUNK,
     PURGE_EVERY,  # read here at each write, so tests can patch it on this module
     WRITE,
     lookup,
@@ -55,7 +57,8 @@ from rangetable.protocol import pack as _packb
 META_TS = META_PREFIX + b"ts"
 DROP_KEY = META_PREFIX + b"drop"  # msgpack [lo, hi]: a span a split dropped but did not compact yet
 
-_META = struct.Struct(">QQ")
+_META = struct.Struct(">QQQ")
+_META_V1 = struct.Struct(">QQ")  # before the purge cursor
 _TS = struct.Struct(">Q")
 _unpackb = msgpack.unpackb
 
@@ -65,17 +68,20 @@ def wall_ticks() -> int:
     return time.time_ns() // 100 + UNIX_EPOCH_TICKS
 
 
-def pack_meta(last_ts: int, req_count: int) -> bytes:
-    """Encode the ``META_TS`` value."""
-    return _META.pack(last_ts, max(req_count, 0))
+def pack_meta(last_ts: int, req_count: int, purge_from: int = 0) -> bytes:
+    """Encode the ``META_TS`` value (``purge_from`` 0: the next purge walks the whole index)."""
+    return _META.pack(last_ts, max(req_count, 0), purge_from)
 
 
-def unpack_meta(v: bytes | None) -> tuple[int, int]:
-    """Decode a ``META_TS`` value into (last_ts, request record count); (0, 0) when absent."""
+def unpack_meta(v: bytes | None) -> tuple[int, int, int]:
+    """Decode a ``META_TS`` value into (last_ts, request record count, purge cursor); zeros when
+    absent, and a zero cursor from the older 8- and 16-byte forms."""
     if not v:
-        return 0, 0
+        return 0, 0, 0
     if len(v) == 8:
-        return _TS.unpack(v)[0], 0
+        return _TS.unpack(v)[0], 0, 0
+    if len(v) == 16:
+        return (*_META_V1.unpack(v), 0)
     return _META.unpack(v)
 
 
@@ -128,7 +134,7 @@ class RangeStore:
         self._wo.sync = sync
         self._lock = threading.Lock()
         self._compact_lock = threading.Lock()
-        self._last_ts, self._req_count = unpack_meta(db.get(META_TS))
+        self._last_ts, self._req_count, self._purge_from = unpack_meta(db.get(META_TS))
         self._drop_pending = db.get(DROP_KEY) is not None
         self._req_writes = 0
         self._ops_total = 0  # WriteBatch entries since open, and how many of them were meta keys:
@@ -337,23 +343,27 @@ class RangeStore:
         """Add meta (and the record of request ``rid``: ``kind`` and the packed ``answer``) to ``wb``
         and write it atomically."""
         count = self._req_count
+        purge_from = self._purge_from
         if rid is not None:
             if stale is not None:
                 wb.delete(stale)
                 count -= 1
             count += 1
             self._req_writes += 1
-            if count > self.request_window_max or self._req_writes % PURGE_EVERY == 0:
-                # deletes go before the new record's puts
-                count = purge(self._db, wb, count, self._cutoff(), self.request_window_max)
+            limit = self.request_window_max
+            if count > limit or self._req_writes % PURGE_EVERY == 0:
+                # a full window is purged a chunk below its bound; deletes go before the new record's puts
+                target = limit - min(PURGE_CHUNK, limit // 64) if count > limit else limit
+                count, purge_from = purge(self._db, wb, count, self._cutoff(), target, purge_from)
             record_puts(wb, rid, ts, kind, answer)
-        wb.put(META_TS, _META.pack(ts, count))
+        wb.put(META_TS, _META.pack(ts, count, purge_from))
         n = len(wb)
         self._db.write(wb, self._wo)
         self._ops_total += n
         self._ops_meta += 1
         self._last_ts = ts
         self._req_count = count
+        self._purge_from = purge_from
 
     def write(self, op: dict, request_id: str | None = None) -> Entity | None:
         """Apply one entity operation ``{"op", "pk", "rk", "props", "if_match"}``.

@@ -120,10 +120,12 @@ def repair_config(path: str | os.PathLike[str]) -> bool:
     return True
 
 
-def open_range_db(path: str | os.PathLike[str], *, create: bool = True) -> rocksdict.Rdict:
+def open_range_db(path: str | os.PathLike[str], *, create: bool = True,
+                  options: rocksdict.Options | None = None) -> rocksdict.Rdict:
     """Open (or with ``create`` make) the raw-mode RocksDB at ``path``.
 
-    With ``create=False`` a missing directory raises FileNotFoundError. Lock conflicts surface as
+    ``options`` replaces :func:`db_options` (tests pass its result with statistics enabled). With
+    ``create=False`` a missing directory raises FileNotFoundError. Lock conflicts surface as
     rocksdict's plain ``Exception('IO error: ... LOCK ...')``.
     """
     p = os.fspath(path)
@@ -133,4 +135,4 @@ def open_range_db(path: str | os.PathLike[str], *, create: bool = True) -> rocks
         raise FileNotFoundError(f"no range store at {p}")
     else:
         os.makedirs(os.path.dirname(os.path.abspath(p)), exist_ok=True)
-    return rocksdict.Rdict(p, db_options(create=create))
+    return rocksdict.Rdict(p, options if options is not None else db_options(create=create))
