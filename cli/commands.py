@@ -9,11 +9,11 @@ from typing import Any
 import click
 
 from cli.admin import call
-from cli.main import data_dir_option, main
+from cli.bench import bench_soak
+from cli.main import data_dir_option, json_option, main
 from rangetable.rest_json import json_to_typed, typed_to_json
 
 endpoint_option = click.option("--endpoint", default=None, help="Native endpoint (default: from cluster.json).")
-json_option = click.option("--json", "as_json", is_flag=True, help="Machine-readable JSON output.")
 
 
 def _cluster(data_dir: str) -> dict:
@@ -395,19 +395,26 @@ def bench_store(count: int, data_dir: str | None, as_json: bool) -> None:
 
 
 
+bench_group.add_command(bench_soak)
+
+
 @bench_group.command("http")
 @click.option("-n", "count", default=2000, show_default=True, help="Point operations per phase.")
 @click.option("--batches", default=50, show_default=True, help="100-operation batches.")
 @click.option("--big", default=50_000, show_default=True, help="Table size for the second PartitionKey query run.")
 @click.option("--procs", default=8, show_default=True, help="Client processes (the SDK needs ~1 ms of CPU per call).")
+@click.option("--entities", default=0, show_default=True, help="Preload this many entities before the first phase.")
+@click.option("--pages", "max_pages", default=0, show_default=True, help="At most this many scan pages (0: all).")
+@click.option("--frontends", default=1, show_default=True,
+              help="HTTP frontends of the cluster it starts (sharing one port).")
 @click.option("--data-dir", default=None, help="Use the running cluster of this data dir (default: start one in a temp dir).")
 @click.option("--endpoint", default=None, metavar="CONNECTION_STRING",
               help="Run the workload against another Azure Table endpoint instead (e.g. Azurite); needs --pid.")
 @click.option("--pid", "pids", type=int, multiple=True,
               help="With --endpoint: a process whose CPU counts as the server's (repeatable).")
 @json_option
-def bench_http(count: int, batches: int, big: int, procs: int, data_dir: str | None, endpoint: str | None,
-               pids: tuple[int, ...], as_json: bool) -> None:
+def bench_http(count: int, batches: int, big: int, procs: int, entities: int, max_pages: int, frontends: int,
+               data_dir: str | None, endpoint: str | None, pids: tuple[int, ...], as_json: bool) -> None:
     """The Azure SDK workload through the REST API: ops/s and server CPU per operation.
 
     With --endpoint and --pid the same workload runs against another server, so that rangetable and,
@@ -417,6 +424,8 @@ def bench_http(count: int, batches: int, big: int, procs: int, data_dir: str | N
 
     if pids and not endpoint:
         raise click.UsageError("--pid goes with --endpoint.")
+    if frontends != 1 and (endpoint or data_dir):
+        raise click.UsageError("--frontends is for the cluster bench http starts, not with --endpoint or --data-dir.")
     temp = None
     if endpoint:
         if data_dir:
@@ -428,10 +437,11 @@ def bench_http(count: int, batches: int, big: int, procs: int, data_dir: str | N
     elif data_dir:
         doc = _cluster(data_dir)
     else:
-        temp, doc = start_temp_cluster()
+        temp, doc = start_temp_cluster(frontends=frontends)
     try:
         click.echo(f"REST endpoint {doc['http']}")
-        res = run_http_bench(doc, count, batches, big=big, procs=procs, echo=click.echo)
+        res = run_http_bench(doc, count, batches, big=big, procs=procs, entities=entities, max_pages=max_pages,
+                             echo=click.echo)
     finally:
         if temp:
             stop_temp_cluster(temp)

@@ -104,6 +104,7 @@ def http_frontend_cmd(**kw: Any) -> None:
 
 # --- the local cluster ---------------------------------------------------------------------------
 
+json_option = click.option("--json", "as_json", is_flag=True, help="Machine-readable JSON output.")
 data_dir_option = click.option("--data-dir", default=lambda: os.environ.get(DATA_DIR_ENV, "./rangetable-data"),
                                show_default="./rangetable-data", help=f"Data root [env {DATA_DIR_ENV}].")
 
@@ -111,10 +112,12 @@ data_dir_option = click.option("--data-dir", default=lambda: os.environ.get(DATA
 @main.command("up")
 @data_dir_option
 @click.option("--servers", default=2, show_default=True, help="Number of partition servers.")
-@click.option("--frontends", default=1, show_default=True, help="Number of frontends.")
+@click.option("--frontends", default=1, show_default=True,
+              help="Frontend processes of each kind: native ones on consecutive ports from --native-port, "
+                   "HTTP ones all on --http-port (SO_REUSEPORT; the kernel spreads connections).")
 @click.option("--native-port", default=10012, show_default=True, help="Native port of the first frontend (0 = any).")
 @click.option("--http-port", default=10002, show_default=True,
-              help="REST (Azure Table API) port of the first HTTP frontend (0 = any).")
+              help="REST (Azure Table API) port of the HTTP frontends (0 = any).")
 @click.option("--detach", is_flag=True, help="Run in the background; stop with `rangetable down`.")
 @click.option("--no-restart", is_flag=True, help="Do not restart processes that die.")
 @click.option("--sync", is_flag=True, help="fsync every write before acknowledging it.")

@@ -152,14 +152,17 @@ class Supervisor:
             self.children.append(Child("frontend", fid, self._cmd(
                 "frontend", "--coordinator", self.coordinator, "--native", native, "--frontend-id", fid),
                 os.path.join(self.logs, f"{fid}.log"), {"native": native}))
-        self.https = []
+        # Every HTTP frontend listens on the one REST port (SO_REUSEPORT when there are several), so
+        # the SDK's one connection string reaches all of them and the kernel spreads connections.
+        port = self.spec.http_port or free_port()
+        url = f"http://127.0.0.1:{port}/devstoreaccount1"
+        shared = ["--reuse-port"] if self.spec.frontends > 1 else []
+        self.https = [url]
         for i in range(1, self.spec.frontends + 1):
-            port = self.spec.http_port + i - 1 if self.spec.http_port else free_port()
             hid = f"http-{i}"
-            self.https.append(f"http://127.0.0.1:{port}/devstoreaccount1")
             self.children.append(Child("http-frontend", hid, self._cmd(
                 "http-frontend", "--coordinator", self.coordinator, "--http", f"127.0.0.1:{port}",
-                "--frontend-id", hid), os.path.join(self.logs, f"{hid}.log"), {"http": self.https[-1]}))
+                "--frontend-id", hid, *shared), os.path.join(self.logs, f"{hid}.log"), {"http": url}))
 
     def write_cluster_file(self) -> None:
         """Write cluster.json atomically."""

@@ -258,7 +258,9 @@ class RangeStore:
                          needs_ts=needs_ts, needs_props=needs_props)
 
     def stats(self) -> dict[str, int]:
-        """Approximate ``{"entities", "bytes", "compaction_pending"}``; cheap (DB properties only).
+        """Approximate ``{"entities", "bytes", "compaction_pending", "pending_compaction_bytes"}``;
+        cheap (DB properties only). ``pending_compaction_bytes`` is RocksDB's estimate of the bytes
+        compaction must still rewrite to bring every level under its target.
 
         While ``compaction_pending`` is true (a split half not yet compacted) both figures still
         include the dropped half.
@@ -277,6 +279,7 @@ class RangeStore:
             "entities": max(0, keys - meta),
             "bytes": live + mem,
             "compaction_pending": self._drop_pending,
+            "pending_compaction_bytes": db.property_int_value("rocksdb.estimate-pending-compaction-bytes") or 0,
         }
 
     def split_key(self) -> str | None:

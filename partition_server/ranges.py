@@ -361,6 +361,7 @@ class RangeSet:
                 "compacting": bool(st.get("compaction_pending", False)),
                 "entities": st.get("entities", 0),
                 "bytes": st.get("bytes", 0),
+                "pending_compaction_bytes": st.get("pending_compaction_bytes", 0),
                 "sample": list(ld.sample),
             }
             s.load = Load()

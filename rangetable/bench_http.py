@@ -125,9 +125,10 @@ def _op(kind: str, i: int) -> int:
         t.get_entity(f"p{i % 20:03d}", f"r{i:08d}")
     elif kind == "upsert":
         t.upsert_entity({"PartitionKey": f"p{i % 20:03d}", "RowKey": f"r{i:08d}", "qty": i}, mode=UpdateMode.MERGE)
-    elif kind in ("batch", "grow"):
-        pk = f"{kind[0]}{i:06d}"
-        t.submit_transaction([("upsert", entity(pk, f"r{j:04d}", j)) for j in range(100)])
+    elif kind in ("batch", "grow", "preload"):
+        pk = f"{kind[0]}{i:06d}" if kind != "preload" else f"pre{i // 10:05d}"  # preload: 1000 per partition
+        base = (i % 10) * 100 if kind == "preload" else 0
+        t.submit_transaction([("upsert", entity(pk, f"r{base + j:04d}", j)) for j in range(100)])
     elif kind == "pk_query":
         return sum(1 for _ in t.query_entities("PartitionKey eq 'qpart'"))
     elif kind == "reject":
@@ -150,10 +151,20 @@ def _parallel(pool: Any, procs: int, kind: str, n: int) -> int:
     return sum(pool.map(_chunk, [(kind, k, n, procs) for k in range(procs)]))
 
 
+def rss_total(pids: list[int]) -> int:
+    """Resident set size of processes together, in bytes."""
+    from rangetable.bench_soak import rss_bytes
+
+    return sum(rss_bytes(pid) for pid in pids)
+
+
 def run_http_bench(doc: dict, n: int = 2000, batches: int = 50, big: int = 50_000, procs: int = 8,
-                   echo: Callable[[str], None] = print) -> dict[str, Any]:
+                   entities: int = 0, max_pages: int = 0, echo: Callable[[str], None] = print) -> dict[str, Any]:
     """Run the workload against the cluster described by ``doc`` (its cluster.json) with ``procs``
-    client processes; returns the figures per phase."""
+    client processes; returns the figures per phase.
+
+    ``entities`` preloads that many (in partitions of 1000, batches of 100) before the first phase and
+    reports the servers' memory after it; ``max_pages`` (0: all) caps the paged scan."""
     import multiprocessing
 
     from azure.data.tables import TableServiceClient
@@ -179,6 +190,14 @@ def run_http_bench(doc: dict, n: int = 2000, batches: int = 50, big: int = 50_00
         echo(f"{ph.name:<13} {ops:>6} {unit}s {ops / ph.wall:>8.1f}/s  server CPU {ms:7.3f} ms/{unit}{split}{vs}")
 
     try:
+        if entities:
+            with Phase("preload", pids, fe_pids) as ph:
+                _parallel(pool, procs, "preload", entities // 100)
+            results["preload"] = {"entities": entities // 100 * 100, "entities_s": round(entities / ph.wall, 1),
+                                  "cpu_ms_per_batch": round(ph.cpu / max(1, entities // 100) * 1000, 3),
+                                  "server_rss_mib": round(rss_total(pids) / (1 << 20), 1)}
+            echo(f"preload       {entities // 100 * 100} entities {entities / ph.wall:>8.1f}/s, server RSS "
+                 f"{results['preload']['server_rss_mib']} MiB")
         for kind in ("insert", "get", "upsert"):
             with Phase(kind, pids, fe_pids) as ph:
                 _parallel(pool, procs, kind, n)
@@ -189,7 +208,7 @@ def run_http_bench(doc: dict, n: int = 2000, batches: int = 50, big: int = 50_00
         # One partition of 100 entities, queried by PartitionKey while the table is small, then large.
         table.submit_transaction([("upsert", entity("qpart", f"r{i:04d}", i)) for i in range(100)])
         queries = max(20, n // 10)
-        size_small = n + batches * 100 + 100
+        size_small = n + batches * 100 + 100 + entities // 100 * 100
         with Phase("pk_query", pids, fe_pids) as ph:
             seen = _parallel(pool, procs, "pk_query", queries)
         assert seen == queries * 100, seen
@@ -210,12 +229,16 @@ def run_http_bench(doc: dict, n: int = 2000, batches: int = 50, big: int = 50_00
             for page in table.list_entities(results_per_page=1000).by_page():
                 pages += 1
                 rows += sum(1 for _ in page)
+                if pages == max_pages:
+                    break
         record(ph, pages, "page")
         results["scan_page"]["rows"] = rows
         with Phase("reject", pids, fe_pids) as ph:
             rejected = _parallel(pool, procs, "reject", n)
         assert rejected == n, rejected
         record(ph, n)
+        results["server_rss_mib"] = round(rss_total(pids) / (1 << 20), 1)
+        echo(f"{'':<13} server RSS at the end: {results['server_rss_mib']} MiB")
     finally:
         pool.terminate()
         pool.join()
@@ -226,13 +249,13 @@ def run_http_bench(doc: dict, n: int = 2000, batches: int = 50, big: int = 50_00
     return results
 
 
-def start_temp_cluster(servers: int = 2) -> tuple[str, dict]:
+def start_temp_cluster(servers: int = 2, frontends: int = 1) -> tuple[str, dict]:
     """Start a cluster in a temporary data dir (``rangetable up --detach``); returns (data_dir, cluster.json)."""
     from cli.supervisor import read_cluster
 
     data_dir = tempfile.mkdtemp(prefix="rt-bench-http-")
     argv = [sys.executable, "-m", "cli.main", "up", "--detach", "--data-dir", data_dir, "--native-port", "0",
-            "--http-port", "0", "--servers", str(servers)]
+            "--http-port", "0", "--servers", str(servers), "--frontends", str(frontends)]
     out = subprocess.run(argv, capture_output=True, text=True, timeout=120)
     if out.returncode != 0:
         raise RuntimeError(f"could not start a cluster: {out.stdout}{out.stderr}")

@@ -52,6 +52,7 @@ class FrontendConfig:
     http: str = "127.0.0.1:10002"  # HOST:PORT of the Azure Table REST listener (`rangetable http-frontend`)
     accounts: str = ""  # NAME:KEY[,NAME:KEY...]; empty = devstoreaccount1 with its well-known key
     http_server: str = "builtin"  # builtin (frontend/http/listener.py), granian or uvicorn (ASGI)
+    reuse_port: bool = False  # SO_REUSEPORT: several HTTP frontends share one port, the kernel spreads connections
 
 
 def env_name(cls: type, name: str) -> str:

@@ -311,18 +311,20 @@ class Listener:
         await self.server.wait_closed()
 
 
-async def open_listener(app: RestApp, host: str, port: int) -> Listener:
-    """Listen on ``host:port`` (0 = any free port, see ``Listener.port``) and serve ``app``."""
+async def open_listener(app: RestApp, host: str, port: int, reuse_port: bool = False) -> Listener:
+    """Listen on ``host:port`` (0 = any free port, see ``Listener.port``) and serve ``app``; with
+    ``reuse_port`` other processes may listen on the same port (SO_REUSEPORT: the kernel spreads new
+    connections across them)."""
     loop = asyncio.get_running_loop()
     live: set[Connection] = set()
     server = await loop.create_server(lambda: Connection(app, live), host, port, backlog=1024,
-                                      reuse_address=True)
+                                      reuse_address=True, reuse_port=reuse_port or None)
     return Listener(server, live)
 
 
-async def serve(app: RestApp, host: str, port: int, stop: asyncio.Event) -> None:
+async def serve(app: RestApp, host: str, port: int, stop: asyncio.Event, reuse_port: bool = False) -> None:
     """Serve ``app`` on ``host:port`` until ``stop`` is set, closing idle connections on the way."""
-    listener = await open_listener(app, host, port)
+    listener = await open_listener(app, host, port, reuse_port)
     try:
         while not stop.is_set():
             try:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
+import socket
 
 from frontend.aio import AioFrontend
 from frontend.http.app import RestApp
@@ -50,12 +51,27 @@ async def serve_async(cfg: FrontendConfig) -> None:
     await app.fe.start()
     tune_gc()
     try:
-        await _serve(app, host, port, loop, server)
+        await _serve(app, host, port, loop, server, cfg.reuse_port)
     finally:
         await app.fe.close()
 
 
-async def _serve(app: RestApp, host: str, port: int, loop: asyncio.AbstractEventLoop, server: str) -> None:
+def reuse_port_socket(host: str, port: int) -> socket.socket:
+    """A listening TCP socket on ``host:port`` that other processes may bind too (SO_REUSEPORT)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+    sock.bind((host, port))
+    sock.listen(1024)
+    sock.setblocking(False)
+    return sock
+
+
+async def _serve(app: RestApp, host: str, port: int, loop: asyncio.AbstractEventLoop, server: str,
+                 reuse_port: bool = False) -> None:
+    if reuse_port and server == "granian":
+        raise ValueError("--reuse-port works with --http-server builtin or uvicorn (granian binds its own socket)")
     if server == "builtin":
         from frontend.http.listener import serve
 
@@ -63,14 +79,14 @@ async def _serve(app: RestApp, host: str, port: int, loop: asyncio.AbstractEvent
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
         log.info("http frontend %s serving Azure Table REST on http://%s:%d", app.fe.id, host, port)
-        await serve(app, host, port, stop)
+        await serve(app, host, port, stop, reuse_port)
         return
     if server == "uvicorn":
         import uvicorn
 
         userver = uvicorn.Server(uvicorn.Config(app, host=host, port=port, lifespan="on", log_level="warning",
                                                 access_log=False))
-        await userver.serve()
+        await userver.serve(sockets=[reuse_port_socket(host, port)] if reuse_port else None)
         return
     from granian.constants import Interfaces
     from granian.server.embed import Server
@@ -91,6 +107,8 @@ def run(cfg: FrontendConfig) -> None:
     """Entry point for ``rangetable http-frontend``; raises ValueError for an unknown server."""
     if cfg.http_server not in SERVERS:
         raise ValueError(f"--http-server must be one of {', '.join(SERVERS)}, not {cfg.http_server!r}")
+    if cfg.reuse_port and cfg.http_server == "granian":
+        raise ValueError("--reuse-port works with --http-server builtin or uvicorn (granian binds its own socket)")
     logging.getLogger("granian").setLevel(logging.WARNING)
     try:
         import uvloop  # type: ignore[import-not-found]
