@@ -26,19 +26,21 @@ def _cluster_doc(data_dir: str) -> dict:
               help="mixed: inserts, upserts, merges, gets, deletes, batches, queries, scan pages; "
                    "hot-partition: upserts of new RowKeys into one PartitionKey.")
 @click.option("--interval", default=60.0, show_default=True, help="Seconds per row of the table.")
+@click.option("--preload", default=100_000, show_default=True,
+              help="Entities bulk-loaded first (read only by scans), so the first interval is not on an empty table.")
 @click.option("--http", "use_http", is_flag=True, help="Through the Azure SDK over REST instead of the native client.")
 @click.option("--data-dir", default=None, help="Use the running cluster of this data dir (default: start one).")
 @json_option
-def bench_soak(minutes: float, threads: int, mix: str, interval: float, use_http: bool, data_dir: str | None,
-               as_json: bool) -> None:
+def bench_soak(minutes: float, threads: int, mix: str, interval: float, preload: int, use_http: bool,
+               data_dir: str | None, as_json: bool) -> None:
     """A workload held for minutes: ops/s, latency, RSS of every process, bytes on disk and RocksDB's
     pending compaction per interval, then a verdict (exit 1 on FAIL): the last interval holds 90% of
     the first one's ops/s and RSS grew at most 10% after warm-up."""
     from rangetable.bench_http import start_temp_cluster, stop_temp_cluster
     from rangetable.bench_soak import run_soak
 
-    if minutes <= 0 or interval <= 0 or threads < 1:
-        raise click.UsageError("--minutes and --interval must be positive, --threads at least 1.")
+    if minutes <= 0 or interval <= 0 or threads < 1 or preload < 0:
+        raise click.UsageError("--minutes and --interval must be positive, --threads at least 1, --preload at least 0.")
     temp = None
     if data_dir:
         doc = _cluster_doc(data_dir)
@@ -46,7 +48,7 @@ def bench_soak(minutes: float, threads: int, mix: str, interval: float, use_http
         temp, doc = start_temp_cluster()
     try:
         res = run_soak(doc, data_dir or temp, minutes=minutes, threads=threads, mix=mix, interval=interval,
-                       http=use_http, echo=(lambda s: None) if as_json else click.echo)
+                       http=use_http, background=preload, echo=(lambda s: None) if as_json else click.echo)
     finally:
         if temp:
             stop_temp_cluster(temp)
@@ -54,3 +56,47 @@ def bench_soak(minutes: float, threads: int, mix: str, interval: float, use_http
         click.echo(json.dumps(res, indent=2))
     if not res["verdict"]["ok"]:
         sys.exit(1)
+
+
+@click.command("scale")
+@click.option("--entities", default=10_000_000, show_default=True, help="Entities to load (~400 bytes each).")
+@click.option("--moves", default=10, show_default=True, help="Moves of the loaded range, to time their offline windows.")
+@click.option("--split-mb", default=256, show_default=True, help="The balancer's size-split target, in MiB.")
+@click.option("--block-cache-mb", default=128, show_default=True, help="Each partition server's block cache, in MiB.")
+@click.option("--reps", default=2000, show_default=True, help="Point gets per measurement (queries: a fiftieth).")
+@click.option("--work-dir", default=None, help="Where the cluster it starts keeps its data (default: a temp dir).")
+@click.option("--keep", is_flag=True, help="Leave the cluster running and its data in place.")
+@json_option
+def bench_scale(entities: int, moves: int, split_mb: int, block_cache_mb: int, reps: int, work_dir: str | None,
+                keep: bool, as_json: bool) -> None:
+    """Load one table through the native bulk path (progress on stderr), then at that size: point gets,
+    query and scan pages against the same at 10,000 entities, move and split offline times of the
+    multi-GB range, size-based splits, space on disk, and restart times. Starts its own cluster."""
+    import os
+    import shutil
+    import tempfile
+
+    from cli.supervisor import down, read_cluster
+    from rangetable.bench_scale import SMALL, run_scale, time_up
+
+    if entities < SMALL or moves < 1 or split_mb < 1 or block_cache_mb < 1 or reps < 1:
+        raise click.UsageError(f"--entities must be at least {SMALL:,}; --moves, --split-mb, --block-cache-mb "
+                               "and --reps at least 1.")
+    data_dir = os.path.abspath(work_dir or tempfile.mkdtemp(prefix="rt-bench-scale-"))
+    os.environ["RANGETABLE_BLOCK_CACHE_MB"] = str(block_cache_mb)  # inherited by the partition servers
+    up_args = ["--servers", "2"]
+    echo = (lambda s: None) if as_json else click.echo
+    try:
+        echo(f"starting a cluster in {data_dir} (block cache {block_cache_mb} MiB per partition server)")
+        time_up(data_dir, up_args)
+        doc = read_cluster(data_dir)
+        with click.progressbar(length=entities, label="bulk load", file=sys.stderr) as bar:
+            res = run_scale(doc, data_dir, entities=entities, moves=moves, split_target=split_mb << 20, reps=reps,
+                            up_args=up_args, echo=echo, progress=bar.update)
+    finally:
+        if not keep:
+            down(data_dir)
+            if not work_dir:
+                shutil.rmtree(data_dir, ignore_errors=True)
+    if as_json:
+        click.echo(json.dumps(res, indent=2))

@@ -9,7 +9,7 @@ from typing import Any
 import click
 
 from cli.admin import call
-from cli.bench import bench_soak
+from cli.bench import bench_scale, bench_soak
 from cli.main import data_dir_option, json_option, main
 from rangetable.rest_json import json_to_typed, typed_to_json
 
@@ -396,6 +396,7 @@ def bench_store(count: int, data_dir: str | None, as_json: bool) -> None:
 
 
 bench_group.add_command(bench_soak)
+bench_group.add_command(bench_scale)
 
 
 @bench_group.command("http")

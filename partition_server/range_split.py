@@ -16,7 +16,7 @@ import msgpack
 import rocksdict
 
 from partition_server.range_store import DROP_KEY, META_TS, pack_meta, unpack_meta
-from partition_server.request_records import REQT_END, REQT_PREFIX
+from partition_server.request_records import REQT_END, REQT_PREFIX, Window
 from partition_server.storage import open_range_db
 from rangetable.keys import META_PREFIX
 
@@ -87,14 +87,19 @@ def split_store(
     _drop_span(right_path, b"", spk, compact)
 
 
-def _count_request_records(db: rocksdict.Rdict) -> int:
+def _request_window(db: rocksdict.Rdict) -> Window:
+    """The request records of ``db`` counted afresh (the next purge walks the whole index)."""
     ro = rocksdict.ReadOptions()
     ro.set_iterate_upper_bound(REQT_END)
-    it = db.keys(from_key=REQT_PREFIX, read_opt=ro)
+    it = db.values(from_key=REQT_PREFIX, read_opt=ro)
+    count = nbytes = 0
     try:
-        return sum(1 for _ in it)
+        for v in it:
+            count += 1
+            nbytes += int.from_bytes(v, "big")
     finally:
         it = None
+    return Window(count, nbytes, 0)
 
 
 def merge_stores(left_path: str, right_path: str, out_path: str) -> None:
@@ -136,7 +141,7 @@ def merge_stores(left_path: str, right_path: str, out_path: str) -> None:
                 odb.write(wb, wo)
         finally:
             rdb.close()
-        odb.put(META_TS, pack_meta(max(left_ts, right_ts), _count_request_records(odb)), wo)
+        odb.put(META_TS, pack_meta(max(left_ts, right_ts), _request_window(odb)), wo)
         odb.flush(True)
     finally:
         odb.close()

@@ -3,11 +3,11 @@
 Layout (all raw bytes, opened only through :func:`partition_server.storage.open_range_db`):
 
 * entity ``encode_key(pk, rk)`` → ``msgpack([ts_ticks, typed_props])``;
-* ``META_TS`` → ``>QQQ`` (last Timestamp handed out, number of request records, the Timestamp the
-  next purge of request records starts from: see :mod:`partition_server.request_records`);
+* ``META_TS`` → ``>QQQQ`` (last Timestamp handed out; the request records' count, the Timestamp the
+  next purge of them starts from and their bytes: a :class:`~partition_server.request_records.Window`);
 * ``REQ_PREFIX + request_id`` → ``msgpack([ts, kind, result])``, the answer of a write or batch that
   carried a request id (``kind`` "w" or "b"), so a retry gets the same answer without re-applying it;
-* ``REQT_PREFIX + >Q ts + request_id`` → ``b""``, the same records ordered oldest first for purging
+* ``REQT_PREFIX + >Q ts + request_id`` → ``>I size``, the same records ordered oldest first for purging
   (both in :mod:`partition_server.request_records`);
 * ``DROP_KEY`` → ``msgpack([lo, hi])`` after ``split(compact=False)``: the span deleted but not yet
   compacted (size and count estimates stay too high until :meth:`RangeStore.compact_pending`).
@@ -39,6 +39,7 @@ from partition_server.request_records import (
     PURGE_CHUNK,
     PURGE_EVERY,  # read here at each write, so tests can patch it on this module
     WRITE,
+    Window,
     lookup,
     purge,
     record_puts,
@@ -57,8 +58,9 @@ from rangetable.protocol import pack as _packb
 META_TS = META_PREFIX + b"ts"
 DROP_KEY = META_PREFIX + b"drop"  # msgpack [lo, hi]: a span a split dropped but did not compact yet
 
-_META = struct.Struct(">QQQ")
-_META_V1 = struct.Struct(">QQ")  # before the purge cursor
+_META = struct.Struct(">QQQQ")
+_META_V1 = struct.Struct(">QQ")  # before the purge cursor and the records' bytes
+_META_V2 = struct.Struct(">QQQ")  # before the records' bytes
 _TS = struct.Struct(">Q")
 _unpackb = msgpack.unpackb
 
@@ -68,21 +70,29 @@ def wall_ticks() -> int:
     return time.time_ns() // 100 + UNIX_EPOCH_TICKS
 
 
-def pack_meta(last_ts: int, req_count: int, purge_from: int = 0) -> bytes:
-    """Encode the ``META_TS`` value (``purge_from`` 0: the next purge walks the whole index)."""
-    return _META.pack(last_ts, max(req_count, 0), purge_from)
+_NO_RECORDS = Window()
 
 
-def unpack_meta(v: bytes | None) -> tuple[int, int, int]:
-    """Decode a ``META_TS`` value into (last_ts, request record count, purge cursor); zeros when
-    absent, and a zero cursor from the older 8- and 16-byte forms."""
+def pack_meta(last_ts: int, window: Window = _NO_RECORDS) -> bytes:
+    """Encode the ``META_TS`` value."""
+    return _META.pack(last_ts, max(window.count, 0), window.purge_from, max(window.nbytes, 0))
+
+
+def unpack_meta(v: bytes | None) -> tuple[int, Window]:
+    """Decode a ``META_TS`` value into (last_ts, request-record window); zeros when absent, and zero
+    cursor and bytes from the older 8-, 16- and 24-byte forms."""
     if not v:
-        return 0, 0, 0
+        return 0, Window()
     if len(v) == 8:
-        return _TS.unpack(v)[0], 0, 0
+        return _TS.unpack(v)[0], Window()
     if len(v) == 16:
-        return (*_META_V1.unpack(v), 0)
-    return _META.unpack(v)
+        ts, count = _META_V1.unpack(v)
+        return ts, Window(count)
+    if len(v) == 24:
+        ts, count, purge_from = _META_V2.unpack(v)
+        return ts, Window(count, 0, purge_from)
+    ts, count, purge_from, nbytes = _META.unpack(v)
+    return ts, Window(count, nbytes, purge_from)
 
 
 def _from_wire(x: list | None) -> Entity | None:
@@ -122,6 +132,7 @@ class RangeStore:
         sync: bool = False,
         request_window_s: float = 600.0,
         request_window_max: int = 100_000,
+        request_window_bytes: int = 64 << 20,
         clock: Callable[[], int] | None = None,
     ) -> None:
         self._db: Any = db
@@ -129,12 +140,13 @@ class RangeStore:
         self.sync = sync
         self.request_window_s = request_window_s
         self.request_window_max = request_window_max
+        self.request_window_bytes = request_window_bytes
         self.clock: Callable[[], int] = clock or wall_ticks
         self._wo = rocksdict.WriteOptions()
         self._wo.sync = sync
         self._lock = threading.Lock()
         self._compact_lock = threading.Lock()
-        self._last_ts, self._req_count, self._purge_from = unpack_meta(db.get(META_TS))
+        self._last_ts, self._window = unpack_meta(db.get(META_TS))
         self._drop_pending = db.get(DROP_KEY) is not None
         self._req_writes = 0
         self._ops_total = 0  # WriteBatch entries since open, and how many of them were meta keys:
@@ -149,6 +161,7 @@ class RangeStore:
         create: bool = True,
         request_window_s: float = 600.0,
         request_window_max: int = 100_000,
+        request_window_bytes: int = 64 << 20,
         clock: Callable[[], int] | None = None,
     ) -> RangeStore:
         """Open the store at ``path`` (created if missing unless ``create=False``)."""
@@ -160,6 +173,7 @@ class RangeStore:
             sync=sync,
             request_window_s=request_window_s,
             request_window_max=request_window_max,
+            request_window_bytes=request_window_bytes,
             clock=clock,
         )
 
@@ -267,7 +281,7 @@ class RangeStore:
         """
         db = self._db
         keys = db.property_int_value("rocksdb.estimate-num-keys") or 0
-        meta = 1 + 2 * self._req_count
+        meta = 1 + 2 * self._window.count
         if self._ops_total:
             mem = (db.property_int_value("rocksdb.num-entries-active-mem-table") or 0) + (
                 db.property_int_value("rocksdb.num-entries-imm-mem-tables") or 0
@@ -330,8 +344,8 @@ class RangeStore:
         """The Timestamp before which request records have expired."""
         return self.clock() - int(self.request_window_s * 10_000_000)
 
-    def _replay(self, request_id: str | None, kind: str) -> tuple[bytes | None, bytes | None, Any]:
-        """(encoded id, index key of an expired record to drop, stored answer or MISSING) for a
+    def _replay(self, request_id: str | None, kind: str) -> tuple[bytes | None, tuple[bytes, int] | None, Any]:
+        """(encoded id, index key and size of an expired record to drop, stored answer or MISSING) for a
         request of ``kind`` ("w" or "b"); InvalidInput when the id answered the other kind."""
         if request_id is None:
             return None, None, MISSING
@@ -342,31 +356,35 @@ class RangeStore:
         return rid, stale, prev
 
     def _commit(self, wb: rocksdict.WriteBatch, ts: int, rid: bytes | None, kind: bytes,
-                answer: bytes, stale: bytes | None) -> None:
+                answer: bytes, stale: tuple[bytes, int] | None) -> None:
         """Add meta (and the record of request ``rid``: ``kind`` and the packed ``answer``) to ``wb``
         and write it atomically."""
-        count = self._req_count
-        purge_from = self._purge_from
+        w = self._window
         if rid is not None:
+            count, nbytes, purge_from = w
             if stale is not None:
-                wb.delete(stale)
-                count -= 1
+                wb.delete(stale[0])
+                count, nbytes = count - 1, nbytes - stale[1]
             count += 1
+            nbytes += len(answer)  # the new record, but for its few header bytes
             self._req_writes += 1
-            limit = self.request_window_max
-            if count > limit or self._req_writes % PURGE_EVERY == 0:
-                # a full window is purged a chunk below its bound; deletes go before the new record's puts
-                target = limit - min(PURGE_CHUNK, limit // 64) if count > limit else limit
-                count, purge_from = purge(self._db, wb, count, self._cutoff(), target, purge_from)
-            record_puts(wb, rid, ts, kind, answer)
-        wb.put(META_TS, _META.pack(ts, count, purge_from))
+            max_count, max_bytes = self.request_window_max, self.request_window_bytes
+            full = count > max_count or nbytes > max_bytes
+            if full or self._req_writes % PURGE_EVERY == 0:
+                # a full window is purged a chunk below its bounds; deletes go before the new record's puts
+                count, nbytes, purge_from = purge(
+                    self._db, wb, Window(count, nbytes, purge_from), self._cutoff(),
+                    max_count - min(PURGE_CHUNK, max_count // 64) if full else max_count,
+                    max_bytes - max_bytes // 64 if full else max_bytes, stale and stale[0])
+            size = record_puts(wb, rid, ts, kind, answer)
+            w = Window(count, nbytes - len(answer) + size, purge_from)
+        wb.put(META_TS, pack_meta(ts, w))
         n = len(wb)
         self._db.write(wb, self._wo)
         self._ops_total += n
         self._ops_meta += 1
         self._last_ts = ts
-        self._req_count = count
-        self._purge_from = purge_from
+        self._window = w
 
     def write(self, op: dict, request_id: str | None = None) -> Entity | None:
         """Apply one entity operation ``{"op", "pk", "rk", "props", "if_match"}``.
@@ -475,10 +493,10 @@ class RangeStore:
         with self._lock:
             checkpoint_halves(self._db, os.fspath(left_path), os.fspath(right_path))
         spk = split_pk.encode("utf-8")
-        left = RangeStore.open(left_path, sync=self.sync, request_window_s=self.request_window_s,
-                               request_window_max=self.request_window_max)
-        right = RangeStore.open(right_path, sync=self.sync, request_window_s=self.request_window_s,
-                                request_window_max=self.request_window_max)
+        limits = {"sync": self.sync, "request_window_s": self.request_window_s,
+                  "request_window_max": self.request_window_max, "request_window_bytes": self.request_window_bytes}
+        left = RangeStore.open(left_path, **limits)
+        right = RangeStore.open(right_path, **limits)
         left.drop_span(spk, META_PREFIX)
         right.drop_span(b"", spk)
         return left, right

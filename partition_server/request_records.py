@@ -4,7 +4,11 @@ Layout (meta keys, see :mod:`partition_server.range_store`):
 
 * ``REQ_PREFIX + request_id`` → ``msgpack([ts, kind, result])``: the answer of a write (``kind``
   "w", ``result`` the wire entity or nil) or of a batch (``kind`` "b", a list of them);
-* ``REQT_PREFIX + >Q ts + request_id`` → ``b""``: the same records ordered oldest first, for purging.
+* ``REQT_PREFIX + >Q ts + request_id`` → ``>I size``: the same records ordered oldest first, for
+  purging, with the size of each record (``b""`` in stores written before sizes were kept: 0).
+
+A range keeps at most ``request_window_max`` records, of at most ``request_window_bytes`` together,
+none older than ``request_window_s`` (:class:`Window` counts them; the range store persists it).
 
 Purging deletes index keys oldest first, so it is RocksDB's queue pattern: an iterator opened at the
 start of the index would walk over the tombstone of every record purged before it until a compaction
@@ -21,7 +25,7 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 import msgpack
 import rocksdict
@@ -39,21 +43,34 @@ WRITE = b"\xa1w"  # the packed kinds
 BATCH = b"\xa1b"
 
 _TS = struct.Struct(">Q")
+_SIZE = struct.Struct(">I")
 _pack = protocol.pack
 _unpackb = msgpack.unpackb
 MISSING: Any = object()
 
 
-def record_puts(wb: rocksdict.WriteBatch, rid: bytes, ts: int, kind: bytes, answer: bytes) -> None:
+class Window(NamedTuple):
+    """The request records of a range: how many, their bytes, and the Timestamp the next purge starts
+    at (every index key older than it is deleted already; 0 = walk the whole index)."""
+
+    count: int = 0
+    nbytes: int = 0
+    purge_from: int = 0
+
+
+def record_puts(wb: rocksdict.WriteBatch, rid: bytes, ts: int, kind: bytes, answer: bytes) -> int:
     """Add the record of request ``rid`` (UTF-8) and its index key to ``wb``: ``kind`` is :data:`WRITE`
-    or :data:`BATCH`, ``answer`` the packed result."""
-    wb.put(REQ_PREFIX + rid, b"\x93" + _pack(ts) + kind + answer)
-    wb.put(REQT_PREFIX + _TS.pack(ts) + rid, b"")
+    or :data:`BATCH`, ``answer`` the packed result. Returns the record's size in bytes."""
+    rec = b"\x93" + _pack(ts) + kind + answer
+    wb.put(REQ_PREFIX + rid, rec)
+    wb.put(REQT_PREFIX + _TS.pack(ts) + rid, _SIZE.pack(len(rec)))
+    return len(rec)
 
 
-def lookup(db: rocksdict.Rdict, rid: bytes, cutoff: Callable[[], int]) -> tuple[Any, bytes | None]:
-    """(the stored ``(kind, result)``, decoded, or :data:`MISSING`; the index key of an expired record
-    to drop). A record older than ``cutoff()`` (ticks, asked only when a record exists) counts as missing.
+def lookup(db: rocksdict.Rdict, rid: bytes, cutoff: Callable[[], int]) -> tuple[Any, tuple[bytes, int] | None]:
+    """(the stored ``(kind, result)``, decoded, or :data:`MISSING`; the index key and size of an expired
+    record to drop). A record older than ``cutoff()`` (ticks, asked only when a record exists) counts
+    as missing.
     """
     rec = db.get(REQ_PREFIX + rid)
     if rec is None:
@@ -61,34 +78,38 @@ def lookup(db: rocksdict.Rdict, rid: bytes, cutoff: Callable[[], int]) -> tuple[
     rts, kind, payload = _unpackb(rec)
     if rts >= cutoff():
         return (kind, payload), None
-    return MISSING, REQT_PREFIX + _TS.pack(rts) + rid
+    return MISSING, (REQT_PREFIX + _TS.pack(rts) + rid, len(rec))
 
 
-def purge(db: rocksdict.Rdict, wb: rocksdict.WriteBatch, count: int, cutoff: int, limit: int,
-          start_ts: int = 0) -> tuple[int, int]:
-    """Add deletes of records older than ``cutoff`` or beyond ``limit`` (oldest first) to ``wb``.
+def purge(db: rocksdict.Rdict, wb: rocksdict.WriteBatch, w: Window, cutoff: int, max_count: int,
+          max_bytes: int, skip: bytes | None = None) -> Window:
+    """Add deletes of records older than ``cutoff``, or beyond ``max_count`` records or ``max_bytes``
+    (oldest first), to ``wb``; returns the window after them.
 
-    The walk starts at the index keys of Timestamp ``start_ts``: the caller vouches that every older
-    index key is deleted already (0 walks the whole index). Returns (the new record count, the
-    ``start_ts`` for the next purge).
+    The walk starts at the index keys of Timestamp ``w.purge_from``, so it never steps over what earlier
+    purges deleted. ``skip`` is an index key ``wb`` already deletes (and ``w`` no longer counts).
     """
     plen = len(REQT_PREFIX)
+    count, nbytes, start_ts = w
     deleted = 0
     ro = rocksdict.ReadOptions()
     ro.set_iterate_upper_bound(REQT_END)
-    it = db.keys(from_key=REQT_PREFIX + _TS.pack(start_ts), read_opt=ro)
+    it = db.items(from_key=REQT_PREFIX + _TS.pack(start_ts), read_opt=ro)
     try:
-        for k in it:
+        for k, v in it:
             if deleted >= PURGE_MAX_DELETES:
                 break
             ts = _TS.unpack_from(k, plen)[0]
-            if count <= limit and ts >= cutoff:
+            if count <= max_count and nbytes <= max_bytes and ts >= cutoff:
                 break
+            start_ts = ts
+            if k == skip:
+                continue
             wb.delete(k)
             wb.delete(REQ_PREFIX + k[plen + 8 :])
             count -= 1
+            nbytes -= _SIZE.unpack(v)[0] if len(v) == 4 else 0
             deleted += 1
-            start_ts = ts
     finally:
         it = None
-    return count, start_ts
+    return Window(max(count, 0), max(nbytes, 0), start_ts)

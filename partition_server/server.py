@@ -228,4 +228,7 @@ class PartitionServer:
 
 def run(cfg: PartitionServerConfig) -> None:
     """Entry point for ``rangetable partition-server``."""
+    from partition_server import storage
+
+    storage.configure(cfg.block_cache_mb << 20, cfg.memtable_budget_mb << 20)
     serve_until_signalled(PartitionServer(cfg))

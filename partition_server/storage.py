@@ -27,9 +27,13 @@ RAW_CONFIG = {"raw_mode": True, "prefix_extractors": {}}
 
 WRITE_BUFFER_SIZE = 8 << 20  # per memtable
 MAX_WRITE_BUFFERS = 3
-SHARED_CACHE_BYTES = 128 << 20  # one LRU block cache per process
-SHARED_WRITE_BUFFER_BYTES = 256 << 20  # memtable budget across every DB of the process
+SHARED_CACHE_BYTES = 128 << 20  # one LRU block cache per process (--block-cache-mb)
+SHARED_WRITE_BUFFER_BYTES = 256 << 20  # memtable budget across every DB of the process (--memtable-budget-mb)
 MAX_OPEN_FILES = 256  # per DB; many DBs share the process's descriptor limit
+# An SST holding DELETION_TRIGGER tombstones within any DELETION_WINDOW consecutive entries is compacted
+# soon: deletes in key order (a queue of entities, expired request records) then stop costing scans.
+DELETION_WINDOW = 16384
+DELETION_TRIGGER = 8192
 
 _shared_lock = threading.Lock()
 _shared: tuple[rocksdict.Cache, rocksdict.WriteBufferManager] | None = None
@@ -39,13 +43,30 @@ class StorageConfigError(Exception):
     """The directory holds a RocksDB that was not created in raw mode (not one of ours)."""
 
 
+_sizes = [SHARED_CACHE_BYTES, SHARED_WRITE_BUFFER_BYTES]
+
+
+def configure(block_cache_bytes: int, memtable_budget_bytes: int) -> None:
+    """Size the process-wide block cache and memtable budget; call before the first store opens.
+
+    Raises RuntimeError once a store has opened (the shared objects exist then) and ValueError for a
+    size under 1 MiB.
+    """
+    if min(block_cache_bytes, memtable_budget_bytes) < 1 << 20:
+        raise ValueError("the block cache and the memtable budget need at least 1 MiB each")
+    with _shared_lock:
+        if _shared is not None and _sizes != [block_cache_bytes, memtable_budget_bytes]:
+            raise RuntimeError("storage is already in use: configure it before opening any store")
+        _sizes[:] = [block_cache_bytes, memtable_budget_bytes]
+
+
 def _shared_resources() -> tuple[rocksdict.Cache, rocksdict.WriteBufferManager]:
     """The process-wide block cache and write-buffer manager, created on first use."""
     global _shared
     with _shared_lock:
         if _shared is None:
-            cache = rocksdict.Cache(SHARED_CACHE_BYTES)
-            wbm = rocksdict.WriteBufferManager(SHARED_WRITE_BUFFER_BYTES, False)
+            cache = rocksdict.Cache(_sizes[0])
+            wbm = rocksdict.WriteBufferManager(_sizes[1], False)
             _shared = (cache, wbm)
         return _shared
 
@@ -63,6 +84,7 @@ def db_options(*, create: bool = True) -> rocksdict.Options:
     o.set_max_log_file_size(4 << 20)
     o.set_target_file_size_base(16 << 20)
     o.set_max_bytes_for_level_base(64 << 20)
+    o.add_compact_on_deletion_collector_factory(DELETION_WINDOW, DELETION_TRIGGER, 0.5)
     bb = rocksdict.BlockBasedOptions()
     bb.set_block_cache(cache)
     bb.set_bloom_filter(10, False)

@@ -271,19 +271,25 @@ def preload(client: Any) -> None:
 
 def run_soak(doc: dict, data_dir: str, *, minutes: float = 10.0, threads: int = 6, mix: str = "mixed",
              interval: float = 60.0, http: bool = False, seed: int = 0, warmup: float | None = None,
-             echo: Callable[[str], None] = print) -> dict[str, Any]:
+             background: int = 0, echo: Callable[[str], None] = print) -> dict[str, Any]:
     """Run the soak against the cluster of ``doc`` (its cluster.json) whose data root is ``data_dir``.
 
-    ``warmup`` (seconds, default a fifth of the run, at least one interval) is excluded from the RSS
-    comparison. Returns ``{"rows", "verdict", ...}``.
+    ``background`` entities (partitions ``d…`` of 1000 that only scans read) are bulk-loaded first, so
+    the first interval does not run on an empty table. ``warmup`` (seconds, default a fifth of the
+    run, at least one interval) is excluded from the RSS comparison. Returns ``{"rows", "verdict", ...}``.
     """
     from cli.admin import call
+    from rangetable.bulk import bulk_upsert
 
-    new_client = make_clients(doc, "soak" + uuid.uuid4().hex[:8], http)
+    table = "soak" + uuid.uuid4().hex[:8]
+    new_client = make_clients(doc, table, http)
     setup = new_client()
     setup.create_table()
     if mix == "mixed":
         preload(setup)
+    if background:
+        bulk_upsert(doc["native"], table, (entity(f"d{i // 1000:05d}", f"r{i % 1000:04d}", i)
+                                           for i in range(background)), window=32)
     duration = minutes * 60.0
     warmup_rows = max(1, round((duration / 5 if warmup is None else warmup) / interval))
     rec = Recorder()
@@ -322,4 +328,4 @@ def run_soak(doc: dict, data_dir: str, *, minutes: float = 10.0, threads: int = 
     v = verdict(rows, warmup_rows)
     echo(format_verdict(v))
     return {"mix": mix, "threads": threads, "http": http, "minutes": minutes, "interval_s": interval,
-            "rows": rows, "verdict": v}
+            "background_entities": background, "rows": rows, "verdict": v}

@@ -13,7 +13,7 @@ import re
 import time
 
 from partition_server.range_store import META_TS, REQ_PREFIX, RangeStore, pack_meta, unpack_meta
-from partition_server.request_records import REQT_END, REQT_PREFIX
+from partition_server.request_records import REQT_END, REQT_PREFIX, Window
 from partition_server.storage import db_options, open_range_db
 from rangetable.edm import INT32, STRING
 
@@ -65,7 +65,7 @@ def test_purge_cost_stays_flat_over_tens_of_thousands_of_purges(tmp_path):
           f"(time ratio {last[1] / first[1]:.2f})")
     # without the cursor the last part would step over ~28,000 tombstones per purge
     assert last[0] <= max(2 * first[0], 2 * PART), cost
-    assert s._req_count <= WINDOW and request_records(s) == s._req_count == len(index_keys(s))
+    assert s._window.count <= WINDOW and request_records(s) == s._window.count == len(index_keys(s))
     s.close()
 
 
@@ -74,7 +74,7 @@ def test_purge_cursor_survives_reopen(tmp_path):
     s = RangeStore.open(path, request_window_max=WINDOW)
     for i in range(5_000):
         s.write(upsert(i), request_id=f"id-{i}")
-    cursor = unpack_meta(s._db.get(META_TS))[2]
+    cursor = unpack_meta(s._db.get(META_TS))[1].purge_from
     oldest = int.from_bytes(index_keys(s)[0][len(REQT_PREFIX):len(REQT_PREFIX) + 8], "big")
     assert 0 < cursor <= oldest  # every index key older than the cursor is deleted
     s.close()
@@ -83,7 +83,7 @@ def test_purge_cursor_survives_reopen(tmp_path):
     for i in range(5_000, 5_000 + 4 * PART):  # purges run: the window is full
         c.store.write(upsert(i), request_id=f"id-{i}")
     assert c.skipped() - before < 4 * PART  # the 4,800 tombstones before the cursor were never walked
-    assert c.store._req_count == request_records(c.store) <= WINDOW
+    assert c.store._window.count == request_records(c.store) <= WINDOW
     c.store.close()
 
 
@@ -92,14 +92,14 @@ def test_old_meta_without_cursor_still_purges_everything(tmp_path):
     s = RangeStore.open(path, request_window_max=WINDOW)
     for i in range(WINDOW):
         s.write(upsert(i), request_id=f"id-{i}")
-    last_ts, count, _ = unpack_meta(s._db.get(META_TS))
-    s._db.put(META_TS, pack_meta(last_ts, count)[:16])  # the 16-byte form written before the cursor
+    last_ts, w = unpack_meta(s._db.get(META_TS))
+    s._db.put(META_TS, pack_meta(last_ts, w)[:16])  # the 16-byte form written before the cursor
     s.close()
     s = RangeStore.open(path, request_window_max=WINDOW)
-    assert s._purge_from == 0 and s._req_count == WINDOW
+    assert s._window.purge_from == 0 and s._window.count == WINDOW
     for i in range(WINDOW, 3 * WINDOW):
         s.write(upsert(i), request_id=f"id-{i}")
-    assert s._req_count == request_records(s) == len(index_keys(s)) <= WINDOW
+    assert s._window.count == request_records(s) == len(index_keys(s)) <= WINDOW
     assert s.write(upsert(0, "r0"), request_id=f"id-{3 * WINDOW - 1}") is not None  # newest kept
     s.close()
 
@@ -114,7 +114,41 @@ def test_merged_store_purges_records_of_both_halves(tmp_path):
     right.close()
     RangeStore.merge(tmp_path / "l", tmp_path / "r", tmp_path / "m")
     m = RangeStore.open(tmp_path / "m", request_window_max=WINDOW)
-    assert m._req_count == request_records(m)
+    assert m._window.count == request_records(m)
     m.write(upsert(0), request_id="after-merge")
-    assert m._req_count == request_records(m) == len(index_keys(m)) <= WINDOW  # none left behind
+    assert m._window.count == request_records(m) == len(index_keys(m)) <= WINDOW  # none left behind
     m.close()
+
+
+def record_bytes(s: RangeStore) -> int:
+    return sum(len(v) for k, v in s._db.items(from_key=REQ_PREFIX) if k.startswith(REQ_PREFIX))
+
+
+def test_request_records_are_bounded_by_bytes(tmp_path):
+    bound = 200_000
+    s = RangeStore.open(tmp_path / "r", request_window_bytes=bound)
+    batch = [upsert(j, f"b{j}") for j in range(100)]  # answers of ~10 KB each
+    for i in range(100):
+        s.batch([{**op, "props": {**op["props"], "n": [INT32, i]}} for op in batch], request_id=f"b-{i}")
+    s.write(upsert(0), request_id="w-last")
+    held = record_bytes(s)
+    assert held == s._window.nbytes <= bound and s._window.count == request_records(s) < 30
+    assert s.batch(batch, request_id="b-99")[0].props["n"] == [INT32, 99]  # the newest is still answered
+    s.close()
+    s = RangeStore.open(tmp_path / "r", request_window_bytes=bound)
+    assert s._window == unpack_meta(s._db.get(META_TS))[1] and s._window.nbytes == held
+    s.close()
+
+
+def test_an_expired_record_dropped_by_its_retry_is_counted_once(tmp_path):
+    now = [10**17]
+    s = RangeStore.open(tmp_path / "r", request_window_max=3, request_window_s=60, clock=lambda: now[0])
+    for i in range(3):
+        s.write(upsert(i), request_id=f"id{i}")
+    now[0] += 61 * 10**7  # all three expire; a retry of id0 drops its own record, the purge the rest
+    s.write(upsert(9), request_id="id0")
+    s.write(upsert(10), request_id="id3")
+    s.write(upsert(11), request_id="id4")  # the window is full again: a purge runs
+    assert s._window.count == request_records(s) == len(index_keys(s)) == 3
+    assert s._window == Window(3, record_bytes(s), s._window.purge_from)
+    s.close()

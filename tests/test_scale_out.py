@@ -73,7 +73,7 @@ def test_http_frontends_share_one_port_and_both_take_connections(cluster: Cluste
 @pytest.mark.parametrize("extra", [["--mix", "mixed"], ["--mix", "mixed", "--http"], ["--mix", "hot-partition"]])
 def test_soak_prints_a_row_per_interval_and_a_verdict(cluster: Cluster, extra: list[str]) -> None:
     argv = [sys.executable, "-m", "cli.main", "bench", "soak", "--data-dir", cluster.data_dir, "--minutes", "0.2",
-            "--interval", "4", "--threads", "2", "--json", *extra]
+            "--interval", "4", "--threads", "2", "--preload", "2000", "--json", *extra]
     out = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=120)
     res = json.loads(out.stdout)
     rows = res["rows"]
