@@ -277,7 +277,8 @@ class RangeStore:
         compaction must still rewrite to bring every level under its target.
 
         While ``compaction_pending`` is true (a split half not yet compacted) both figures still
-        include the dropped half.
+        include the dropped half. ``bytes`` leaves out the request records (both halves of a split
+        keep all of them), so it measures entity data.
         """
         db = self._db
         keys = db.property_int_value("rocksdb.estimate-num-keys") or 0
@@ -291,7 +292,7 @@ class RangeStore:
         mem = db.property_int_value("rocksdb.cur-size-all-mem-tables") or 0
         return {
             "entities": max(0, keys - meta),
-            "bytes": live + mem,
+            "bytes": max(0, live + mem - self._window.nbytes),  # entity data: what size splits are about
             "compaction_pending": self._drop_pending,
             "pending_compaction_bytes": db.property_int_value("rocksdb.estimate-pending-compaction-bytes") or 0,
         }

@@ -128,9 +128,16 @@ def table_ranges(coordinator: str, table: str) -> list[dict]:
     return sorted(out, key=lambda r: r["low"])
 
 
-def bloom_check(range_dir: str, gets: int = 10_000) -> dict[str, Any]:
+def partitions_of(record: dict, partitions: int) -> range:
+    """The indices of the generated partitions (``typed_entity``) inside a range record's bounds."""
+    lo = int(record["low"][1:]) if record.get("low") else 0
+    hi = record.get("high")
+    return range(lo, int(hi[1:]) if hi else partitions)
+
+
+def bloom_check(range_dir: str, pks: range, gets: int = 10_000) -> dict[str, Any]:
     """Open a range store in this process with RocksDB statistics: its open time, and the data blocks
-    that ``gets`` point reads of missing keys touch (bloom filters skip them)."""
+    that ``gets`` point reads of missing RowKeys in its partitions ``pks`` touch (bloom filters skip them)."""
     from partition_server.range_store import RangeStore
     from partition_server.storage import db_options, open_range_db
     from rangetable.keys import encode_key
@@ -149,7 +156,7 @@ def bloom_check(range_dir: str, gets: int = 10_000) -> dict[str, Any]:
     before = {n: ticker(n) for n in names}
     rnd = random.Random(7)
     for _ in range(gets):
-        store.get_raw(encode_key(f"p{rnd.randrange(10**7):07d}", "r-missing"))
+        store.get_raw(encode_key(f"p{rnd.choice(pks):07d}", "r-missing"))
     after = {n: ticker(n) - before[n] for n in names}
     store.close()
     return {"open_ms": round(open_s * 1000, 1), "missing_gets": gets,
@@ -281,7 +288,7 @@ def run_scale(doc: dict, data_dir: str, *, entities: int = 10_000_000, moves: in
     from cli.supervisor import down
 
     down(data_dir)
-    res["store_open"] = bloom_check(range_dir(data_dir, biggest))
+    res["store_open"] = bloom_check(range_dir(data_dir, biggest), partitions_of(biggest, -(-entities // ROWS_PER_PARTITION)))
     echo(f"range store of {biggest['bytes'] / MiB:,.0f} MiB opened in this process: {res['store_open']}")
     res["restart_s"] = round(time_up(data_dir, up_args or []), 2)
     echo(f"cluster restart until it serves: {res['restart_s']} s")

@@ -89,3 +89,27 @@ def test_soak_prints_a_row_per_interval_and_a_verdict(cluster: Cluster, extra: l
     assert not errors, errors
     assert out.returncode == (0 if res["verdict"]["ok"] else 1)
     assert {"hold", "rss_growth"} <= set(res["verdict"])
+
+
+def test_bench_scale_small_run_reports_every_step(tmp_path) -> None:
+    argv = [sys.executable, "-m", "cli.main", "bench", "scale", "--entities", "20000", "--moves", "2", "--split-mb", "1",
+            "--reps", "100", "--work-dir", str(tmp_path / "scale"), "--json"]
+    out = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    res = json.loads(out.stdout)
+    assert res["entities"] == 20000 and res["load"]["entities_s"] > 0 and len(res["load"]["per_tenth"]) >= 5
+    for size in ("small", "large"):
+        assert set(res[size]) == {"get", "get_missing", "pk_query_page", "scan_page"}
+    assert res["moves"]["n"] == 2 and res["manual_splits"]["n"] == 3
+    assert res["size_splits"]["ranges"] >= 4 and res["size_splits"]["max_mib"] < 1  # every range under the target
+    assert res["store_open"]["missing_gets"] == 10_000
+    assert res["store_open"]["data_blocks_read"] >= 0 and res["store_open"]["open_ms"] > 0
+    assert res["space"]["disk_per_raw"] > 0 and res["restart_s"] > 0
+    assert not os.path.exists(tmp_path / "scale" / "cluster.json") or not _alive(tmp_path / "scale")
+
+
+def _alive(data_dir) -> bool:
+    from cli.supervisor import pid_alive, read_cluster
+
+    doc = read_cluster(str(data_dir)) or {}
+    return any(pid_alive(p["pid"]) for p in doc.get("processes", []) if p.get("pid"))
