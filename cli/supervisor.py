@@ -268,13 +268,20 @@ class Supervisor:
         return killed
 
     def run(self) -> None:
-        """Supervise until asked to stop."""
-        next_fence = 0.0
+        """Supervise until asked to stop: restart, fence, and keep every log under its bound."""
+        from cli.log_rotation import CHECK_EVERY_S, rotate_if_large
+
+        next_fence = next_rotation = 0.0
         while not self.stopping:
             self.poll()
-            if time.monotonic() >= next_fence:
-                next_fence = time.monotonic() + 0.5
+            now = time.monotonic()
+            if now >= next_fence:
+                next_fence = now + 0.5
                 self.fence()
+            if now >= next_rotation:
+                next_rotation = now + CHECK_EVERY_S
+                for c in self.children:
+                    rotate_if_large(c.log_path)
             time.sleep(0.2)
 
     def stop(self) -> None:
