@@ -382,17 +382,23 @@ def bench_group(ctx: click.Context, use_http: bool, count: int, data_dir: str | 
 
 @bench_group.command("store")
 @click.option("-n", "count", default=50_000, show_default=True, help="Entities per phase.")
+@click.option("--options", "options", is_flag=True,
+              help="Instead: RocksDB options compared on one store (bloom filter, block cache, memtable size).")
 @click.option("--data-dir", default=None, help="Where to put the store (default: a temp dir).")
 @json_option
-def bench_store(count: int, data_dir: str | None, as_json: bool) -> None:
+def bench_store(count: int, options: bool, data_dir: str | None, as_json: bool) -> None:
     """Single-process range-store figures: point write/read, EGT of 100, filtered scan."""
-    from rangetable.bench_store import run_store_bench
+    if options:
+        from rangetable.bench_options import run_options_bench
 
-    res = run_store_bench(count, data_dir)
+        res = run_options_bench(count, max(1000, min(50_000, count // 4)), data_dir,
+                                echo=(lambda s: None) if as_json else click.echo)
+    else:
+        from rangetable.bench_store import run_store_bench
+
+        res = run_store_bench(count, data_dir)
     if as_json:
         click.echo(json.dumps(res, indent=2))
-
-
 
 
 bench_group.add_command(bench_soak)

@@ -71,12 +71,19 @@ def _shared_resources() -> tuple[rocksdict.Cache, rocksdict.WriteBufferManager]:
         return _shared
 
 
-def db_options(*, create: bool = True) -> rocksdict.Options:
-    """Raw-mode Options tuned for many small DBs in one process (shared cache and memtable budget)."""
+def db_options(*, create: bool = True, bloom_bits: int = 10, block_cache_bytes: int | None = None,
+               write_buffer_size: int = WRITE_BUFFER_SIZE) -> rocksdict.Options:
+    """Raw-mode Options tuned for many small DBs in one process (shared cache and memtable budget).
+
+    The keywords exist to measure alternatives (``rangetable bench store --options``): ``bloom_bits``
+    0 turns bloom filters off, ``block_cache_bytes`` gives the DB a private cache of that size.
+    """
     cache, wbm = _shared_resources()
+    if block_cache_bytes is not None:
+        cache = rocksdict.Cache(block_cache_bytes)
     o = rocksdict.Options(raw_mode=True)
     o.create_if_missing(create)
-    o.set_write_buffer_size(WRITE_BUFFER_SIZE)
+    o.set_write_buffer_size(write_buffer_size)
     o.set_max_write_buffer_number(MAX_WRITE_BUFFERS)
     o.set_write_buffer_manager(wbm)
     o.set_max_open_files(MAX_OPEN_FILES)
@@ -87,7 +94,8 @@ def db_options(*, create: bool = True) -> rocksdict.Options:
     o.add_compact_on_deletion_collector_factory(DELETION_WINDOW, DELETION_TRIGGER, 0.5)
     bb = rocksdict.BlockBasedOptions()
     bb.set_block_cache(cache)
-    bb.set_bloom_filter(10, False)
+    if bloom_bits:
+        bb.set_bloom_filter(bloom_bits, False)
     bb.set_cache_index_and_filter_blocks(True)
     bb.set_pin_l0_filter_and_index_blocks_in_cache(True)
     o.set_block_based_table_factory(bb)

@@ -53,6 +53,54 @@ def typed_entity(i: int) -> tuple[str, str, dict[str, list]]:
     })
 
 
+_done: Any = None  # a loader process's shared counter of acknowledged entities
+
+
+def _init_loader(counter: Any) -> None:
+    global _done
+    _done = counter
+
+
+def _load_chunk(args: tuple[str, str, int, int, int]) -> int:
+    """Bulk-load entities ``[lo, hi)`` in a loader process; returns how many."""
+    from rangetable.bulk import bulk_upsert
+
+    native, table, lo, hi, window = args
+
+    def count(n: int) -> None:
+        with _done.get_lock():
+            _done.value += n
+
+    return bulk_upsert(native, table, (typed_entity(i) for i in range(lo, hi)), typed=True, window=window,
+                       progress=count).entities
+
+
+def parallel_load(native: str, table: str, lo: int, hi: int, loaders: int, window: int,
+                  progress: Callable[[int], None] | None = None) -> float:
+    """Load ``[lo, hi)`` from ``loaders`` processes, each a contiguous run of whole partitions;
+    returns the seconds it took."""
+    import multiprocessing
+
+    per = -(-(hi - lo) // loaders // ROWS_PER_PARTITION) * ROWS_PER_PARTITION
+    chunks = [(native, table, a, min(hi, a + per), window) for a in range(lo, hi, per)]
+    ctx = multiprocessing.get_context("fork")
+    counter = ctx.Value("q", 0)
+    t0 = time.perf_counter()
+    with ctx.Pool(len(chunks), _init_loader, (counter,)) as pool:
+        pending = pool.map_async(_load_chunk, chunks)
+        seen = 0
+        while not pending.ready():
+            pending.wait(0.5)
+            if progress is not None:
+                now = counter.value
+                progress(now - seen)
+                seen = now
+        pending.get()  # raises a loader's error
+    if progress is not None:
+        progress(counter.value - seen)
+    return time.perf_counter() - t0
+
+
 def raw_bytes(i: int) -> int:
     """The raw size of entity ``i``: key and property names and values as bytes (8 per number)."""
     pk, rk, props = typed_entity(i)
@@ -204,13 +252,13 @@ def range_dir(data_dir: str, record: dict) -> str:
 
 
 def run_scale(doc: dict, data_dir: str, *, entities: int = 10_000_000, moves: int = 10, split_target: int = 256 * MiB,
-              reps: int = 2000, window: int = 32, settle_s: float = 600.0, up_args: list[str] | None = None,
+              reps: int = 2000, window: int = 32, loaders: int = 2, settle_s: float = 600.0,
+              up_args: list[str] | None = None,
               echo: Callable[[str], None] = print, progress: Callable[[int], None] | None = None) -> dict[str, Any]:
     """Run every step of the module docstring on the cluster of ``doc`` (started with ``up_args``,
     which :func:`time_up` reuses) whose data root is ``data_dir``; stops that cluster at step 7 and
     leaves it running again after it. Returns the figures."""
     from cli.admin import call
-    from rangetable.bulk import bulk_upsert
     from rangetable.client import TableServiceClient
 
     coord, native = doc["coordinator"], doc["native"]
@@ -218,14 +266,11 @@ def run_scale(doc: dict, data_dir: str, *, entities: int = 10_000_000, moves: in
     name = "scale"
     svc = TableServiceClient(native)
     table = svc.create_table_if_not_exists(name)
-    res: dict[str, Any] = {"entities": entities}
+    res: dict[str, Any] = {"entities": entities, "loaders": loaders}
     small = min(SMALL, entities)
 
     def load(lo: int, hi: int) -> float:
-        t0 = time.perf_counter()
-        bulk_upsert(native, name, (typed_entity(i) for i in range(lo, hi)), typed=True, window=window,
-                    progress=progress)
-        return time.perf_counter() - t0
+        return parallel_load(native, name, lo, hi, loaders, window, progress)
 
     load(0, small)
     res["small"] = request_costs(doc, table, small // ROWS_PER_PARTITION, reps, 1)

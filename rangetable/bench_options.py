@@ -1,0 +1,94 @@
+"""``rangetable bench store --options``: RocksDB options measured on one range store.
+
+Each variant loads the same ``n`` entities (~480 bytes, 1000 per partition) through 100-operation
+batches, compacts, and then measures random gets of present keys, gets of missing RowKeys in present
+partitions (with the data blocks each reads, from RocksDB's statistics) and bytes on disk. The first
+variant is what every range store uses (:func:`partition_server.storage.db_options`); each other one
+changes one option.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import re
+import shutil
+import tempfile
+import time
+from collections.abc import Callable
+from typing import Any
+
+MiB = 1 << 20
+VARIANTS: dict[str, dict[str, Any]] = {
+    "ours (bloom 10 bits, shared 128 MiB cache, 8 MiB memtables)": {},
+    "no bloom filter": {"bloom_bits": 0},
+    "block cache 8 MiB": {"block_cache_bytes": 8 * MiB},
+    "block cache 512 MiB": {"block_cache_bytes": 512 * MiB},
+    "memtables 64 MiB": {"write_buffer_size": 64 * MiB},
+}
+
+
+def _ticker(options: Any, name: str) -> int:
+    m = re.search(re.escape(name) + r" COUNT : (\d+)", options.get_statistics())
+    return int(m.group(1)) if m else 0
+
+
+def measure_variant(path: str, n: int, probes: int, **kw: Any) -> dict[str, Any]:
+    """Load, compact and probe one store at ``path`` opened with ``db_options(**kw)``."""
+    from partition_server.range_store import RangeStore
+    from partition_server.storage import db_options, open_range_db
+    from rangetable.bench_scale import ROWS_PER_PARTITION, typed_entity
+    from rangetable.bench_soak import disk_bytes
+
+    opts = db_options(**kw)
+    opts.enable_statistics()
+    store = RangeStore(open_range_db(path, options=opts), path)
+    try:
+        t0 = time.perf_counter()
+        for b in range(0, n, 100):
+            store.batch([{"op": "insert_or_replace", "pk": pk, "rk": rk, "props": props}
+                         for pk, rk, props in map(typed_entity, range(b, min(n, b + 100)))])
+        load_s = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        store.flush()
+        store._db.compact_range(None, None)
+        compact_s = time.perf_counter() - t0
+        rnd = random.Random(3)
+        parts = max(1, n // ROWS_PER_PARTITION)
+        present = [typed_entity(rnd.randrange(n))[:2] for _ in range(probes)]
+        missing = [(f"p{rnd.randrange(parts):07d}", f"x{i}") for i in range(probes)]
+        t0 = time.perf_counter()
+        for pk, rk in present:
+            store.get(pk, rk)
+        get_s = time.perf_counter() - t0
+        blocks = ("rocksdb.block.cache.data.miss", "rocksdb.block.cache.data.hit")
+        before = sum(_ticker(opts, b) for b in blocks)
+        t0 = time.perf_counter()
+        for pk, rk in missing:
+            store.get(pk, rk)
+        miss_s = time.perf_counter() - t0
+        miss_blocks = sum(_ticker(opts, b) for b in blocks) - before
+    finally:
+        store.close()
+    return {"load_entities_s": round(n / load_s), "compact_s": round(compact_s, 2),
+            "get_ops_s": round(probes / get_s), "missing_get_ops_s": round(probes / miss_s),
+            "data_blocks_per_missing_get": round(miss_blocks / probes, 3),
+            "disk_mib": round(disk_bytes(path) / MiB, 1)}
+
+
+def run_options_bench(n: int = 1_000_000, probes: int = 50_000, data_dir: str | None = None,
+                      echo: Callable[[str], None] = print) -> dict[str, dict[str, Any]]:
+    """Every variant of :data:`VARIANTS` on ``n`` entities; prints a table, returns the figures."""
+    base = tempfile.mkdtemp(prefix="rt-bench-options-", dir=data_dir)
+    out: dict[str, dict[str, Any]] = {}
+    echo(f"{n:,} entities per variant, {probes:,} gets of present and of missing keys")
+    echo(f"{'variant':<58} {'load/s':>8} {'compact s':>9} {'get/s':>8} {'miss/s':>8} {'blocks/miss':>11} {'disk MiB':>8}")
+    try:
+        for i, (name, kw) in enumerate(VARIANTS.items()):
+            r = out[name] = measure_variant(os.path.join(base, f"v{i}"), n, probes, **kw)
+            echo(f"{name:<58} {r['load_entities_s']:>8,} {r['compact_s']:>9} {r['get_ops_s']:>8,} "
+                 f"{r['missing_get_ops_s']:>8,} {r['data_blocks_per_missing_get']:>11} {r['disk_mib']:>8}")
+            shutil.rmtree(os.path.join(base, f"v{i}"), ignore_errors=True)
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+    return out
