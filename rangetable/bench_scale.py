@@ -30,7 +30,7 @@ from typing import Any
 
 from rangetable.bench_http import cpu_seconds, server_pids
 from rangetable.bench_soak import disk_bytes
-from rangetable.edm import BINARY, BOOLEAN, DOUBLE, GUID, INT32, INT64, STRING
+from rangetable.bench_store import make_props
 from rangetable.stats import percentile_ms
 
 ROWS_PER_PARTITION = 1000
@@ -39,18 +39,9 @@ MiB = 1 << 20
 
 
 def typed_entity(i: int) -> tuple[str, str, dict[str, list]]:
-    """Entity ``i`` as (PartitionKey, RowKey, typed props): ~400 bytes of mixed types, 1000 per partition."""
-    return (f"p{i // ROWS_PER_PARTITION:07d}", f"r{i % ROWS_PER_PARTITION:04d}", {
-        "name": [STRING, f"customer-{i:09d}"],
-        "city": [STRING, ("Amsterdam", "Berlin", "Lisbon", "Oslo", "Prague")[i % 5]],
-        "note": [STRING, "lorem ipsum dolor sit amet, consectetur adipiscing elit " * 4],
-        "qty": [INT32, i % 100],
-        "total": [INT64, i * 1_000_003],
-        "price": [DOUBLE, i * 0.25],
-        "active": [BOOLEAN, i % 3 == 0],
-        "ref": [GUID, f"{i:08x}-0000-4000-8000-{i:012x}"],
-        "blob": [BINARY, bytes(range(40))],
-    })
+    """Entity ``i`` as (PartitionKey, RowKey, typed props): ~400 bytes of ten mixed-type properties
+    (:func:`rangetable.bench_store.make_props`), 1000 per partition."""
+    return f"p{i // ROWS_PER_PARTITION:07d}", f"r{i % ROWS_PER_PARTITION:04d}", make_props(i)
 
 
 _done: Any = None  # a loader process's shared counter of acknowledged entities
