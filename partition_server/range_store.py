@@ -21,7 +21,6 @@ reads need none.
 from __future__ import annotations
 
 import os
-import struct
 import threading
 import time
 from collections.abc import Callable
@@ -46,6 +45,8 @@ from partition_server.request_records import (
 )
 from partition_server.request_records import REQ_PREFIX as REQ_PREFIX  # re-exported (layout above)
 from partition_server.request_records import REQT_PREFIX as REQT_PREFIX
+from partition_server.request_records import pack_meta as pack_meta  # re-exported: META_TS's encoding
+from partition_server.request_records import unpack_meta as unpack_meta
 from partition_server.storage import open_range_db
 from partition_server.wire import NIL, array_header, entity_bytes
 from rangetable.edm import UNIX_EPOCH_TICKS, Entity
@@ -58,41 +59,12 @@ from rangetable.protocol import pack as _packb
 META_TS = META_PREFIX + b"ts"
 DROP_KEY = META_PREFIX + b"drop"  # msgpack [lo, hi]: a span a split dropped but did not compact yet
 
-_META = struct.Struct(">QQQQ")
-_META_V1 = struct.Struct(">QQ")  # before the purge cursor and the records' bytes
-_META_V2 = struct.Struct(">QQQ")  # before the records' bytes
-_TS = struct.Struct(">Q")
 _unpackb = msgpack.unpackb
 
 
 def wall_ticks() -> int:
     """The wall clock in .NET ticks (100 ns since 0001-01-01 UTC); the default store clock."""
     return time.time_ns() // 100 + UNIX_EPOCH_TICKS
-
-
-_NO_RECORDS = Window()
-
-
-def pack_meta(last_ts: int, window: Window = _NO_RECORDS) -> bytes:
-    """Encode the ``META_TS`` value."""
-    return _META.pack(last_ts, max(window.count, 0), window.purge_from, max(window.nbytes, 0))
-
-
-def unpack_meta(v: bytes | None) -> tuple[int, Window]:
-    """Decode a ``META_TS`` value into (last_ts, request-record window); zeros when absent, and zero
-    cursor and bytes from the older 8-, 16- and 24-byte forms."""
-    if not v:
-        return 0, Window()
-    if len(v) == 8:
-        return _TS.unpack(v)[0], Window()
-    if len(v) == 16:
-        ts, count = _META_V1.unpack(v)
-        return ts, Window(count)
-    if len(v) == 24:
-        ts, count, purge_from = _META_V2.unpack(v)
-        return ts, Window(count, 0, purge_from)
-    ts, count, purge_from, nbytes = _META.unpack(v)
-    return ts, Window(count, nbytes, purge_from)
 
 
 def _from_wire(x: list | None) -> Entity | None:

@@ -113,10 +113,13 @@ class RangeSet:
     DATA_OPS = frozenset({"get", "write", "batch", "scan"})
 
     def __init__(self, data_dir: str, *, sync: bool = False, scan_budget_ms: int = 200,
-                 partition_target: float = 0.0) -> None:
+                 partition_target: float = 0.0, request_window: tuple[float, int, int] = (600.0, 100_000, 64 << 20)) -> None:
         self.data_dir = data_dir
         self.throttle = PartitionThrottle(partition_target)
         self.sync = sync
+        seconds, count, nbytes = request_window  # seconds, records, bytes: see RangeStore
+        self.store_kw = {"sync": sync, "request_window_s": seconds, "request_window_max": count,
+                         "request_window_bytes": nbytes}
         self.scan_budget_s = scan_budget_ms / 1000.0
         self.open: dict[str, Served] = {}
         self.version = 0  # highest map version seen in a command
@@ -160,7 +163,7 @@ class RangeSet:
         t0 = time.monotonic()
         crash_point("ps.load.before_open", self.data_dir)
         try:
-            store = RangeStore.open(self._path(record), sync=self.sync)
+            store = RangeStore.open(self._path(record), **self.store_kw)
         except Exception as exc:  # a lock still held by a paused process, a missing disk …
             raise TableError("RangeBusy", f"cannot open range {rid}: {exc}") from None
         lo, hi = range_bounds(record["low"], record["high"])
@@ -219,7 +222,7 @@ class RangeSet:
             self.unload(out["id"])
         RangeStore.merge(self._path(left), self._path(right), self._path(out))
         crash_point("ps.merge.after_merge", self.data_dir)
-        store = RangeStore.open(self._path(out), sync=self.sync)
+        store = RangeStore.open(self._path(out), **self.store_kw)
         lo, hi = range_bounds(out["low"], out["high"])
         self.open[out["id"]] = Served(dict(out), store, "pending", lo, hi)
         return {"ms": round((time.monotonic() - t0) * 1e3, 2)}

@@ -58,6 +58,34 @@ class Window(NamedTuple):
     purge_from: int = 0
 
 
+_META = struct.Struct(">QQQQ")
+_META_V1 = struct.Struct(">QQ")  # before the purge cursor and the records' bytes
+_META_V2 = struct.Struct(">QQQ")  # before the records' bytes
+_NO_RECORDS = Window()
+
+
+def pack_meta(last_ts: int, window: Window = _NO_RECORDS) -> bytes:
+    """Encode a range store's ``META_TS`` value: its last Timestamp and its request-record window."""
+    return _META.pack(last_ts, max(window.count, 0), window.purge_from, max(window.nbytes, 0))
+
+
+def unpack_meta(v: bytes | None) -> tuple[int, Window]:
+    """Decode a ``META_TS`` value into (last_ts, request-record window); zeros when absent, and zero
+    cursor and bytes from the older 8-, 16- and 24-byte forms."""
+    if not v:
+        return 0, _NO_RECORDS
+    if len(v) == 8:
+        return _TS.unpack(v)[0], _NO_RECORDS
+    if len(v) == 16:
+        ts, count = _META_V1.unpack(v)
+        return ts, Window(count)
+    if len(v) == 24:
+        ts, count, purge_from = _META_V2.unpack(v)
+        return ts, Window(count, 0, purge_from)
+    ts, count, purge_from, nbytes = _META.unpack(v)
+    return ts, Window(count, nbytes, purge_from)
+
+
 def record_puts(wb: rocksdict.WriteBatch, rid: bytes, ts: int, kind: bytes, answer: bytes) -> int:
     """Add the record of request ``rid`` (UTF-8) and its index key to ``wb``: ``kind`` is :data:`WRITE`
     or :data:`BATCH`, ``answer`` the packed result. Returns the record's size in bytes."""

@@ -57,7 +57,8 @@ class PartitionServer:
         self.ctx = ctx or zmq.Context.instance()
         self.incarnation = uuid.uuid4().hex[:12]
         self.ranges = RangeSet(cfg.data_dir, sync=cfg.sync, scan_budget_ms=cfg.scan_budget_ms,
-                               partition_target=cfg.partition_target)
+                               partition_target=cfg.partition_target, request_window=(
+                                   cfg.request_window_s, cfg.request_window_max, cfg.request_window_mb << 20))
         self.lease_until = 0.0  # monotonic; no lease until the coordinator first answers
         self.had_lease = False
         self.stopping = False

@@ -37,6 +37,9 @@ class PartitionServerConfig:
     sync: bool = False  # fsync every write before acknowledging it (survives machine loss)
     scan_budget_ms: int = 200  # a scan page stops after this long and returns a resume key
     partition_target: float = 0.0  # entities/s per PartitionKey before ServerBusy (Azure: 2000); 0 = off
+    request_window_s: float = 600.0  # a retried write is answered from its record for this long …
+    request_window_max: int = 100_000  # … while its range holds at most this many records …
+    request_window_mb: int = 64  # … of at most this many MiB together (oldest purged first)
     block_cache_mb: int = 128  # one RocksDB block cache shared by every range of the process
     memtable_budget_mb: int = 256  # memtables of every range of the process together (a write-buffer manager)
 
