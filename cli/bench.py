@@ -101,3 +101,23 @@ def bench_scale(entities: int, moves: int, split_mb: int, block_cache_mb: int, r
                 shutil.rmtree(data_dir, ignore_errors=True)
     if as_json:
         click.echo(json.dumps(res, indent=2))
+
+
+@click.command("frontends")
+@click.option("--max", "max_frontends", default=2, show_default=True, help="Measure 1 up to this many HTTP frontends.")
+@click.option("--seconds", default=30.0, show_default=True, help="Length of each measured run.")
+@click.option("--connections", default=64, show_default=True, help="Keep-alive connections wrk keeps open.")
+@json_option
+def bench_frontends(max_frontends: int, seconds: float, connections: int, as_json: bool) -> None:
+    """REST throughput at 1, 2, … HTTP frontends sharing one port, driven by wrk (point GETs with a
+    table SAS): requests/s, latency and server CPU per request. Needs wrk (apt-get install wrk)."""
+    from rangetable.bench_frontends import WrkMissing, run_frontends_bench
+
+    if max_frontends < 1 or seconds <= 0 or connections < 1:
+        raise click.UsageError("--max and --connections must be at least 1, --seconds positive.")
+    try:
+        res = run_frontends_bench(max_frontends, seconds, connections, echo=(lambda s: None) if as_json else click.echo)
+    except WrkMissing as exc:
+        raise click.ClickException(str(exc)) from None
+    if as_json:
+        click.echo(json.dumps(res, indent=2))

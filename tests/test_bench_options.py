@@ -1,4 +1,5 @@
-"""RocksDB options compared on one store: the bloom filter keeps missing-key gets off data blocks."""
+"""Bench helpers: RocksDB options compared on one store (the bloom filter keeps missing-key gets off
+data blocks), and the parsing of wrk's output."""
 
 from __future__ import annotations
 
@@ -12,3 +13,27 @@ def test_options_bench_measures_every_variant(tmp_path):
     assert ours["data_blocks_per_missing_get"] < 0.05  # ~1% false positives at 10 bits per key
     assert no_bloom["data_blocks_per_missing_get"] >= 0.99  # every missing key reads its block
     assert all(r["disk_mib"] > 0 and r["get_ops_s"] > 0 for r in res.values())
+
+
+WRK_OUTPUT = """Running 3s test @ http://127.0.0.1:40000/devstoreaccount1/frontends(PartitionKey='p',RowKey='r')?sv=x
+  1 threads and 64 connections
+  Thread Stats   Avg      Stdev     Max   +/- Stdev
+    Latency    11.01ms    4.12ms  41.87ms   72.12%
+    Req/Sec     5.63k   402.12     6.01k    83.33%
+  Latency Distribution
+     50%   10.17ms
+     75%   13.02ms
+     90%  850.00us
+     99%    1.20s
+  16803 requests in 3.00s, 8.41MB read
+  Non-2xx or 3xx responses: 3
+Requests/sec:   5600.12
+Transfer/sec:      2.80MB
+"""
+
+
+def test_wrk_output_is_parsed():
+    from rangetable.bench_frontends import parse_wrk
+
+    assert parse_wrk(WRK_OUTPUT) == {"rps": 5600.12, "p50_ms": 10.17, "p90_ms": 0.85, "p99_ms": 1200.0,
+                                     "non_2xx": 3.0, "requests": 16803.0}
