@@ -72,11 +72,12 @@ def _shared_resources() -> tuple[rocksdict.Cache, rocksdict.WriteBufferManager]:
 
 
 def db_options(*, create: bool = True, bloom_bits: int = 10, block_cache_bytes: int | None = None,
-               write_buffer_size: int = WRITE_BUFFER_SIZE) -> rocksdict.Options:
+               write_buffer_size: int = WRITE_BUFFER_SIZE, compact_deletions: bool = True) -> rocksdict.Options:
     """Raw-mode Options tuned for many small DBs in one process (shared cache and memtable budget).
 
     The keywords exist to measure alternatives (``rangetable bench store --options``): ``bloom_bits``
-    0 turns bloom filters off, ``block_cache_bytes`` gives the DB a private cache of that size.
+    0 turns bloom filters off, ``block_cache_bytes`` gives the DB a private cache of that size,
+    ``compact_deletions`` False leaves out the compact-on-deletion collector.
     """
     cache, wbm = _shared_resources()
     if block_cache_bytes is not None:
@@ -91,7 +92,8 @@ def db_options(*, create: bool = True, bloom_bits: int = 10, block_cache_bytes: 
     o.set_max_log_file_size(4 << 20)
     o.set_target_file_size_base(16 << 20)
     o.set_max_bytes_for_level_base(64 << 20)
-    o.add_compact_on_deletion_collector_factory(DELETION_WINDOW, DELETION_TRIGGER, 0.5)
+    if compact_deletions:
+        o.add_compact_on_deletion_collector_factory(DELETION_WINDOW, DELETION_TRIGGER, 0.5)
     bb = rocksdict.BlockBasedOptions()
     bb.set_block_cache(cache)
     if bloom_bits:
