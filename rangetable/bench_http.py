@@ -158,6 +158,32 @@ def rss_total(pids: list[int]) -> int:
     return sum(rss_bytes(pid) for pid in pids)
 
 
+def wait_quiet(doc: dict, echo: Callable[[str], None], timeout: float = 300.0) -> float:
+    """Wait until a cluster of ours is quiet after a preload: every range serving, none compacting a
+    split's dropped half, no pending compaction, and the map unchanged for 10 s (so the balancer's
+    splits and RocksDB's compactions do not bill their CPU to the next phase). Returns the seconds
+    waited; other endpoints (no coordinator in ``doc``) return at once."""
+    if "coordinator" not in doc:
+        return 0.0
+    from cli.admin import call
+
+    t0 = time.monotonic()
+    last_version, still_since = None, time.monotonic()
+    while time.monotonic() - t0 < timeout:
+        st = call(doc["coordinator"], {"op": "status"}, timeout=5)
+        loads = [ld for s in st["servers"] for ld in (s.get("load") or {}).values()]
+        busy = any(r["state"] != "serving" for r in st["ranges"]) or any(
+            ld.get("compacting") or ld.get("pending_compaction_bytes") for ld in loads)
+        if st.get("version") != last_version or busy:
+            last_version, still_since = st.get("version"), time.monotonic()
+        elif time.monotonic() - still_since >= 10:
+            break
+        time.sleep(1)
+    waited = time.monotonic() - t0
+    echo(f"{'':<13} waited {waited:.0f} s for splits and compactions to finish")
+    return waited
+
+
 def run_http_bench(doc: dict, n: int = 2000, batches: int = 50, big: int = 50_000, procs: int = 8,
                    entities: int = 0, max_pages: int = 0, echo: Callable[[str], None] = print) -> dict[str, Any]:
     """Run the workload against the cluster described by ``doc`` (its cluster.json) with ``procs``
@@ -198,6 +224,7 @@ def run_http_bench(doc: dict, n: int = 2000, batches: int = 50, big: int = 50_00
                                   "server_rss_mib": round(rss_total(pids) / (1 << 20), 1)}
             echo(f"preload       {entities // 100 * 100} entities {entities / ph.wall:>8.1f}/s, server RSS "
                  f"{results['preload']['server_rss_mib']} MiB")
+            results["preload"]["settle_s"] = round(wait_quiet(doc, echo), 1)
         for kind in ("insert", "get", "upsert"):
             with Phase(kind, pids, fe_pids) as ph:
                 _parallel(pool, procs, kind, n)
