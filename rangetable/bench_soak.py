@@ -279,6 +279,7 @@ def run_soak(doc: dict, data_dir: str, *, minutes: float = 10.0, threads: int = 
     run, at least one interval) is excluded from the RSS comparison. Returns ``{"rows", "verdict", ...}``.
     """
     from cli.admin import call
+    from cli.supervisor import read_cluster
     from rangetable.bulk import bulk_upsert
 
     table = "soak" + uuid.uuid4().hex[:8]
@@ -295,7 +296,6 @@ def run_soak(doc: dict, data_dir: str, *, minutes: float = 10.0, threads: int = 
     rec = Recorder()
     stop_at = time.monotonic() + duration
     workers = [Worker(new_client(), i, MIXES[mix], stop_at, rec, seed) for i in range(threads)]
-    procs = process_ids(doc)
     echo(f"soak: {mix} mix, {threads} threads, {'REST (Azure SDK)' if http else 'native client'}, "
          f"{minutes:g} min, a row every {interval:g} s")
     echo(HEADER)
@@ -314,6 +314,7 @@ def run_soak(doc: dict, data_dir: str, *, minutes: float = 10.0, threads: int = 
             pending = pending_compaction(call(doc["coordinator"], {"op": "status"}, timeout=5))
         except Exception:
             pending = -1
+        procs = process_ids(read_cluster(data_dir) or doc)  # a restarted process has a new pid
         row = make_row(now - start, now - last, tally, {pid_id: rss_bytes(pid) for pid_id, pid in procs},
                        disk_bytes(data_dir), pending)
         rows.append(row)
