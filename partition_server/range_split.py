@@ -21,6 +21,7 @@ from partition_server.storage import open_range_db
 from rangetable.keys import META_PREFIX
 
 COPY_BATCH_BYTES = 1 << 20
+SCAN_SPLIT_MAX_ENTRIES = 200_000  # a range this small may be scanned for its median (~0.5 s at most)
 
 
 def _remove(path: str) -> None:
@@ -145,3 +146,92 @@ def merge_stores(left_path: str, right_path: str, out_path: str) -> None:
         odb.flush(True)
     finally:
         odb.close()
+
+
+# --- the split key --------------------------------------------------------------------------
+
+
+def _pk(key: bytes) -> bytes:
+    return key[: key.find(b"\x00")] if b"\x00" in key else key
+
+
+def pick_split_pk(files: list[dict], first_pk: bytes, last_pk: bytes) -> bytes | None:
+    """The PartitionKey at the SST boundary nearest the median entry, from ``live_files()`` metadata.
+
+    Only a file's first key can be a split point (as HBase takes the mid-key of a store file's
+    index); it must lie in ``(first_pk, last_pk]`` so both halves keep entities. None when no file
+    boundary qualifies. Pure: ``files`` are dicts with ``start_key`` and ``num_entries``.
+    """
+    ents = sorted((f for f in files if f["start_key"] < META_PREFIX), key=lambda f: f["start_key"])
+    total = sum(f["num_entries"] for f in ents)
+    best: tuple[float, bytes] | None = None
+    before = 0
+    for f in ents:
+        pk = _pk(f["start_key"])
+        if first_pk < pk <= last_pk:
+            off = abs(before - total / 2)
+            if best is None or off < best[0]:
+                best = (off, pk)
+        before += f["num_entries"]
+    return None if best is None else best[1]
+
+
+def _edge_pks(db: rocksdict.Rdict) -> tuple[bytes, bytes] | None:
+    """The first and the last PartitionKey of the entities (None when there are none)."""
+    ro = rocksdict.ReadOptions()
+    ro.set_iterate_upper_bound(META_PREFIX)
+    first = next(iter(db.keys(read_opt=ro)), None)
+    if first is None:
+        return None
+    last = next(iter(db.keys(backwards=True, from_key=META_PREFIX)), None)  # the last key <= META_PREFIX
+    return _pk(first), _pk(last if last is not None and last < META_PREFIX else first)
+
+
+def choose_split_key(db: rocksdict.Rdict) -> str | None:
+    """A PartitionKey near the median entity of ``db`` leaving both halves non-empty; None if the range
+    holds fewer than two PartitionKeys. A range of at most :data:`SCAN_SPLIT_MAX_ENTRIES` entries is
+    scanned (exact); a larger one is flushed and split at an SST boundary (no scan, so a multi-GB
+    range does not hold the partition server's loop past its lease)."""
+    edges = _edge_pks(db)
+    if edges is None or edges[0] == edges[1]:
+        return None
+    if (db.property_int_value("rocksdb.estimate-num-keys") or 0) <= SCAN_SPLIT_MAX_ENTRIES:
+        return scan_split_key(db)
+    db.flush(True)
+    pk = pick_split_pk(db.live_files(), *edges)
+    return (pk if pk is not None else edges[1]).decode()  # no boundary inside: split off the last partition
+
+
+def scan_split_key(db: rocksdict.Rdict) -> str | None:
+    """The median PartitionKey by one pass over the keys (for small ranges); remembers at most ~2k
+    partition starts (thinned evenly), so memory stays bounded."""
+    starts: list[tuple[int, bytes]] = []  # (index of first key, pk bytes), excluding the first pk
+    stride = 1
+    last_idx = 0
+    first: bytes | None = None
+    prefix = b""
+    n = 0
+    ro = rocksdict.ReadOptions()
+    ro.set_iterate_upper_bound(META_PREFIX)
+    it = db.keys(read_opt=ro)
+    try:
+        for k in it:
+            if not k.startswith(prefix) or first is None:
+                pkb = k[: k.find(b"\x00")]
+                prefix = pkb + b"\x00"
+                if first is None:
+                    first = pkb
+                elif n - last_idx >= stride:
+                    starts.append((n, pkb))
+                    last_idx = n
+                    if len(starts) > 2048:
+                        starts = starts[::2]
+                        stride *= 2
+            n += 1
+    finally:
+        it = None
+    if not starts:
+        return None
+    half = n / 2
+    _, best = min(starts, key=lambda s: abs(s[0] - half))
+    return best.decode()

@@ -272,39 +272,12 @@ class RangeStore:
     def split_key(self) -> str | None:
         """A PartitionKey near the median entity that leaves both halves non-empty (None if < 2 pks).
 
-        One pass over the keys only; remembers at most ~2k partition starts (thinned evenly), so
-        memory stays bounded however many partitions the range holds.
+        Taken from the SST files' metadata after a flush, so it costs no scan however large the
+        range (see :func:`partition_server.range_split.choose_split_key`).
         """
-        starts: list[tuple[int, bytes]] = []  # (index of first key, pk bytes), excluding the first pk
-        stride = 1
-        last_idx = 0
-        first: bytes | None = None
-        prefix = b""
-        n = 0
-        ro = rocksdict.ReadOptions()
-        ro.set_iterate_upper_bound(META_PREFIX)
-        it = self._db.keys(read_opt=ro)
-        try:
-            for k in it:
-                if not k.startswith(prefix) or first is None:
-                    pkb = k[: k.find(b"\x00")]
-                    prefix = pkb + b"\x00"
-                    if first is None:
-                        first = pkb
-                    elif n - last_idx >= stride:
-                        starts.append((n, pkb))
-                        last_idx = n
-                        if len(starts) > 2048:
-                            starts = starts[::2]
-                            stride *= 2
-                n += 1
-        finally:
-            it = None
-        if not starts:
-            return None
-        half = n / 2
-        _, best = min(starts, key=lambda s: abs(s[0] - half))
-        return best.decode()
+        from partition_server.range_split import choose_split_key
+
+        return choose_split_key(self._db)
 
     # --- writes ------------------------------------------------------------------------------
 

@@ -1,0 +1,53 @@
+"""The split key: from SST metadata for large ranges (no scan), by a key scan for small ones."""
+
+from __future__ import annotations
+
+from partition_server.range_split import choose_split_key, pick_split_pk, scan_split_key
+from partition_server.range_store import RangeStore
+from partition_server.storage import db_options, open_range_db
+from rangetable.edm import STRING
+
+
+def f(start: bytes, n: int) -> dict:
+    return {"start_key": start, "num_entries": n}
+
+
+def test_the_file_boundary_nearest_the_median_wins():
+    files = [f(b"a\x00r1", 100), f(b"c\x00r5", 100), f(b"e\x00r0", 100), f(b"g\x00r0", 100), f(b"\xffreq/x", 500)]
+    assert pick_split_pk(files, b"a", b"h") == b"e"  # 200 entries before it: the median of 400
+    assert pick_split_pk(list(reversed(files)), b"a", b"h") == b"e"  # the order given does not matter
+
+
+def test_a_boundary_must_leave_entities_on_both_sides():
+    files = [f(b"a\x00r1", 100), f(b"a\x00r9", 300), f(b"z\x00r0", 10)]
+    assert pick_split_pk(files, b"a", b"m") is None  # 'a' would leave the left empty, 'z' the right
+    assert pick_split_pk(files, b"a", b"z") == b"z"
+    assert pick_split_pk([], b"a", b"z") is None
+
+
+def test_large_range_is_split_at_a_file_boundary_without_a_scan(tmp_path, monkeypatch):
+    from partition_server import range_split
+
+    opts = db_options(write_buffer_size=256 << 10)  # small memtables: several files
+    store = RangeStore(open_range_db(str(tmp_path / "r"), options=opts), str(tmp_path / "r"))
+    for p in range(400):
+        store.batch([{"op": "insert_or_replace", "pk": f"p{p:04d}", "rk": f"r{r:03d}",
+                      "props": {"s": [STRING, "x" * 100]}} for r in range(100)])
+    assert scan_split_key(store._db) == "p0200"
+    monkeypatch.setattr(range_split, "SCAN_SPLIT_MAX_ENTRIES", 1000)  # "large": file metadata only
+    monkeypatch.setattr(range_split, "scan_split_key", None)  # a scan would fail
+    key = store.split_key()
+    files = sorted(f["start_key"] for f in store._db.live_files() if f["start_key"] < b"\xff")
+    assert key is not None and "p0000" < key <= "p0399"
+    assert len(files) == 1 or key.encode() in {k.split(b"\x00")[0] for k in files}
+    store.close()
+
+
+def test_small_and_single_partition_ranges(tmp_path):
+    store = RangeStore.open(tmp_path / "r")
+    assert store.split_key() is None
+    store.batch([{"op": "insert_or_replace", "pk": "only", "rk": str(i), "props": {}} for i in range(50)])
+    assert store.split_key() is None and choose_split_key(store._db) is None
+    store.write({"op": "insert_or_replace", "pk": "other", "rk": "1", "props": {}})
+    assert store.split_key() == "other"  # one file: the scan decides
+    store.close()
