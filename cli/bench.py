@@ -1,4 +1,5 @@
-"""``rangetable bench soak`` and ``bench scale``: workloads held for minutes, and at 10M entities.
+"""``rangetable bench soak``, ``bench scale`` and ``bench frontends``: workloads held for minutes, at 10M
+entities, and REST across HTTP frontend processes.
 
 Plain click commands; :mod:`cli.commands` adds them to the ``bench`` group.
 """
