@@ -76,14 +76,21 @@ def run_frontends_bench(max_frontends: int = 2, seconds: float = 30.0, connectio
             url = sas_get_url(doc, "frontends")
             wrk(url, 3, connections)  # warm up: connections, caches, the frontends' maps
             pids = server_pids(doc)
-            cpu0, t0 = cpu_seconds(pids), time.perf_counter()
+            fe_pids = server_pids(doc, ("http-frontend",))
+            each0 = {pid: cpu_seconds([pid]) for pid in pids}
+            t0 = time.perf_counter()
             r = parse_wrk(wrk(url, seconds, connections))
-            cpu = cpu_seconds(pids) - cpu0
+            wall = time.perf_counter() - t0
+            each = {pid: cpu_seconds([pid]) - each0[pid] for pid in pids}
+            cpu = sum(each.values())
             r.update({"frontends": n, "cpu_ms_per_request": round(cpu / r["requests"] * 1000, 3),
-                      "wall_s": round(time.perf_counter() - t0, 1)})
+                      "wall_s": round(wall, 1),
+                      "frontend_core_use": [round(each[p] / wall, 2) for p in fe_pids],  # 1.0 = one core busy
+                      "partition_servers_core_use": round(sum(v for p, v in each.items() if p not in fe_pids) / wall, 2)})
         finally:
             stop_temp_cluster(data_dir)
         results.append(r)
         echo(f"{n} HTTP frontend(s): {r['rps']:>9,.0f} requests/s  p50 {r.get('p50_ms')} ms  p99 {r.get('p99_ms')} ms  "
-             f"server CPU {r['cpu_ms_per_request']:.3f} ms/request  non-2xx {int(r['non_2xx'])}")
+             f"server CPU {r['cpu_ms_per_request']:.3f} ms/request  non-2xx {int(r['non_2xx'])}; cores busy: "
+             f"frontends {r['frontend_core_use']}, partition servers {r['partition_servers_core_use']}")
     return results
