@@ -449,7 +449,7 @@ def bench_http(count: int, batches: int, big: int, procs: int, entities: int, ma
     try:
         click.echo(f"REST endpoint {doc['http']}")
         res = run_http_bench(doc, count, batches, big=big, procs=procs, entities=entities, max_pages=max_pages,
-                             echo=click.echo)
+                             hold_balancer=temp is not None, echo=click.echo)
     finally:
         if temp:
             stop_temp_cluster(temp)

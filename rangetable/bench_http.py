@@ -185,12 +185,15 @@ def wait_quiet(doc: dict, echo: Callable[[str], None], timeout: float = 300.0) -
 
 
 def run_http_bench(doc: dict, n: int = 2000, batches: int = 50, big: int = 50_000, procs: int = 8,
-                   entities: int = 0, max_pages: int = 0, echo: Callable[[str], None] = print) -> dict[str, Any]:
+                   entities: int = 0, max_pages: int = 0, hold_balancer: bool = False,
+                   echo: Callable[[str], None] = print) -> dict[str, Any]:
     """Run the workload against the cluster described by ``doc`` (its cluster.json) with ``procs``
     client processes; returns the figures per phase.
 
     ``entities`` preloads that many (in partitions of 1000, batches of 100) before the first phase and
-    reports the servers' memory after it; ``max_pages`` (0: all) caps the paged scan."""
+    reports the servers' memory after it; ``max_pages`` (0: all) caps the paged scan. ``hold_balancer``
+    (for a cluster the bench started) turns the balancer off once the preload has settled: a split the
+    phases' load triggers would bill its background compaction to whichever phase runs then."""
     import multiprocessing
 
     from azure.data.tables import TableServiceClient
@@ -225,6 +228,10 @@ def run_http_bench(doc: dict, n: int = 2000, batches: int = 50, big: int = 50_00
             echo(f"preload       {entities // 100 * 100} entities {entities / ph.wall:>8.1f}/s, server RSS "
                  f"{results['preload']['server_rss_mib']} MiB")
             results["preload"]["settle_s"] = round(wait_quiet(doc, echo), 1)
+        if hold_balancer:
+            from cli.admin import call
+
+            call(doc["coordinator"], {"op": "balancer", "action": "off"})
         for kind in ("insert", "get", "upsert"):
             with Phase(kind, pids, fe_pids) as ph:
                 _parallel(pool, procs, kind, n)
