@@ -156,14 +156,16 @@ def _pk(key: bytes) -> bytes:
 
 
 def pick_split_pk(files: list[dict], first_pk: bytes, last_pk: bytes) -> bytes | None:
-    """The PartitionKey at the SST boundary nearest the median entry, from ``live_files()`` metadata.
+    """The PartitionKey at the SST boundary nearest the median byte, from ``live_files()`` metadata.
 
     Only a file's first key can be a split point (as HBase takes the mid-key of a store file's
     index); it must lie in ``(first_pk, last_pk]`` so both halves keep entities. None when no file
-    boundary qualifies. Pure: ``files`` are dicts with ``start_key`` and ``num_entries``.
+    boundary qualifies. Files are weighted by ``size``: rocksdict reports ``num_entries`` 0 for files
+    whose properties RocksDB has not loaded (most of the bottom level). Pure: ``files`` are dicts with
+    ``start_key`` and ``size``.
     """
     ents = sorted((f for f in files if f["start_key"] < META_PREFIX), key=lambda f: f["start_key"])
-    total = sum(f["num_entries"] for f in ents)
+    total = sum(f["size"] for f in ents)
     best: tuple[float, bytes] | None = None
     before = 0
     for f in ents:
@@ -172,7 +174,7 @@ def pick_split_pk(files: list[dict], first_pk: bytes, last_pk: bytes) -> bytes |
             off = abs(before - total / 2)
             if best is None or off < best[0]:
                 best = (off, pk)
-        before += f["num_entries"]
+        before += f["size"]
     return None if best is None else best[1]
 
 

@@ -120,6 +120,7 @@ class RangeStore:
         self._compact_lock = threading.Lock()
         self._last_ts, self._window = unpack_meta(db.get(META_TS))
         self._drop_pending = db.get(DROP_KEY) is not None
+        self._closing = False
         self._req_writes = 0
         self._ops_total = 0  # WriteBatch entries since open, and how many of them were meta keys:
         self._ops_meta = 0  # used to discount META_TS rewrites still counted in the memtables
@@ -165,9 +166,17 @@ class RangeStore:
         """Close the DB and release its directory LOCK; later calls are no-ops.
 
         Scans and split_key never keep iterators beyond their call, so nothing derived from the DB
-        outlives this and the LOCK is free for another process (or this one) at once. Waits for a
-        running :meth:`compact_pending`.
+        outlives this and the LOCK is free for another process (or this one) at once. A running
+        :meth:`compact_pending` is cancelled, not waited for (a multi-GB half takes seconds, longer
+        than a lease, and close runs on the server's loop): the span stays noted under ``DROP_KEY`` and
+        the next open compacts it.
         """
+        self._closing = True
+        if self._compact_lock.locked():
+            try:
+                self._db.cancel_all_background(True)  # a running manual compaction ends with ShutdownInProgress
+            except Exception:
+                pass
         with self._compact_lock, self._lock:
             db = self._db
             if db is _CLOSED:
@@ -184,21 +193,29 @@ class RangeStore:
         return self._drop_pending
 
     def compact_pending(self) -> bool:
-        """Compact away the span a ``split(compact=False)`` dropped; False if there was none.
+        """Compact away the span a ``split(compact=False)`` dropped; False if there was none, or if
+        :meth:`close` cancelled it (the span then stays noted for the next open).
 
         Safe to run in a background thread while the store serves (RocksDB compacts without the
-        GIL; reads and writes go on); :meth:`close` waits for it. Afterwards :meth:`stats` is right.
+        GIL; reads and writes go on). Afterwards :meth:`stats` is right.
         """
         with self._compact_lock:
             db = self._db
-            if db is _CLOSED:
+            if db is _CLOSED or self._closing:
                 return False
             v = db.get(DROP_KEY)
             if v is None:
                 self._drop_pending = False
                 return False
             lo, hi = _unpackb(v)
-            db.compact_range(lo or None, hi)
+            try:
+                db.compact_range(lo or None, hi)
+            except Exception:
+                if self._closing:
+                    return False
+                raise
+            if self._closing:
+                return False
             db.delete(DROP_KEY, self._wo)
             self._drop_pending = False
             return True

@@ -9,7 +9,7 @@ from rangetable.edm import STRING
 
 
 def f(start: bytes, n: int) -> dict:
-    return {"start_key": start, "num_entries": n}
+    return {"start_key": start, "size": n, "num_entries": 0}  # rocksdict: 0 at the bottom level
 
 
 def test_the_file_boundary_nearest_the_median_wins():
@@ -50,4 +50,31 @@ def test_small_and_single_partition_ranges(tmp_path):
     assert store.split_key() is None and choose_split_key(store._db) is None
     store.write({"op": "insert_or_replace", "pk": "other", "rk": "1", "props": {}})
     assert store.split_key() == "other"  # one file: the scan decides
+    store.close()
+
+
+def test_close_cancels_a_running_compaction_and_the_next_open_finishes_it(tmp_path):
+    import threading
+    import time
+
+    path = tmp_path / "r"
+    store = RangeStore.open(path)
+    for p in range(300):
+        store.batch([{"op": "insert_or_replace", "pk": f"p{p:04d}", "rk": f"r{r:03d}",
+                      "props": {"s": [STRING, "x" * 200]}} for r in range(100)])
+    store.flush()
+    store.drop_span(b"p0150", b"\xff")  # as a split's left half: 15,000 entities dropped
+    worker = threading.Thread(target=store.compact_pending)
+    worker.start()
+    time.sleep(0.02)
+    t0 = time.perf_counter()
+    store.close()  # on a partition server's loop: must not wait for the whole compaction
+    print(f"\nclose took {(time.perf_counter() - t0) * 1000:.1f} ms")
+    worker.join()
+    store = RangeStore.open(path)
+    if store.compaction_pending:  # cancelled: still noted, and finished now
+        assert store.compact_pending() is True
+    assert not store.compaction_pending
+    page, _ = store.scan(b"", None, limit=100_000)
+    assert len(page) == 15_000 and page[-1].pk == "p0149"
     store.close()
