@@ -21,6 +21,7 @@ from partition_server.storage import open_range_db
 from rangetable.keys import META_PREFIX
 
 COPY_BATCH_BYTES = 1 << 20
+SLICE_BYTES = 64 << 20  # a dropped span is compacted this much at a time (close waits for one slice)
 SCAN_SPLIT_MAX_ENTRIES = 200_000  # a range this small may be scanned for its median (~0.5 s at most)
 
 
@@ -237,3 +238,17 @@ def scan_split_key(db: rocksdict.Rdict) -> str | None:
     half = n / 2
     _, best = min(starts, key=lambda s: abs(s[0] - half))
     return best.decode()
+
+
+def compaction_slices(files: list[dict], lo: bytes, hi: bytes, slice_bytes: int = SLICE_BYTES) -> list[tuple[bytes, bytes]]:
+    """Cut ``[lo, hi)`` at SST start keys into consecutive spans of about ``slice_bytes`` of files each
+    (pure: ``files`` as ``live_files()`` gives them). Together they cover ``[lo, hi)`` exactly."""
+    inside = sorted((f["start_key"], f["size"]) for f in files if lo < f["start_key"] < hi)
+    cuts, acc = [lo], 0
+    for start, size in inside:
+        if acc >= slice_bytes:
+            cuts.append(start)
+            acc = 0
+        acc += size
+    cuts.append(hi)
+    return [(a, b) for a, b in zip(cuts, cuts[1:], strict=False) if a < b]

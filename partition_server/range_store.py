@@ -167,16 +167,11 @@ class RangeStore:
 
         Scans and split_key never keep iterators beyond their call, so nothing derived from the DB
         outlives this and the LOCK is free for another process (or this one) at once. A running
-        :meth:`compact_pending` is cancelled, not waited for (a multi-GB half takes seconds, longer
-        than a lease, and close runs on the server's loop): the span stays noted under ``DROP_KEY`` and
-        the next open compacts it.
+        :meth:`compact_pending` stops after its current slice (tens of ms; close runs on the server's
+        loop, and a multi-GB half takes seconds, longer than a lease); the span stays noted under
+        ``DROP_KEY`` and the next open compacts the rest.
         """
         self._closing = True
-        if self._compact_lock.locked():
-            try:
-                self._db.cancel_all_background(True)  # a running manual compaction ends with ShutdownInProgress
-            except Exception:
-                pass
         with self._compact_lock, self._lock:
             db = self._db
             if db is _CLOSED:
@@ -194,31 +189,32 @@ class RangeStore:
 
     def compact_pending(self) -> bool:
         """Compact away the span a ``split(compact=False)`` dropped; False if there was none, or if
-        :meth:`close` cancelled it (the span then stays noted for the next open).
+        :meth:`close` stopped it between slices (the span then stays noted for the next open).
 
         Safe to run in a background thread while the store serves (RocksDB compacts without the
         GIL; reads and writes go on). Afterwards :meth:`stats` is right.
         """
-        with self._compact_lock:
-            db = self._db
-            if db is _CLOSED or self._closing:
-                return False
-            v = db.get(DROP_KEY)
-            if v is None:
-                self._drop_pending = False
-                return False
-            lo, hi = _unpackb(v)
-            try:
-                db.compact_range(lo or None, hi)
-            except Exception:
+        from partition_server.range_split import compaction_slices
+
+        db = self._db
+        if db is _CLOSED or self._closing:
+            return False
+        v = db.get(DROP_KEY)
+        if v is None:
+            self._drop_pending = False
+            return False
+        lo, hi = _unpackb(v)
+        for a, b in compaction_slices(db.live_files(), lo, hi):
+            with self._compact_lock:
                 if self._closing:
                     return False
-                raise
+                self._db.compact_range(a or None, b)
+        with self._compact_lock:
             if self._closing:
                 return False
-            db.delete(DROP_KEY, self._wo)
-            self._drop_pending = False
-            return True
+            self._db.delete(DROP_KEY, self._wo)
+        self._drop_pending = False
+        return True
 
     def flush(self) -> None:
         """Flush memtables to SST files (for moves and checkpoints)."""

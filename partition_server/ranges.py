@@ -174,7 +174,7 @@ class RangeSet:
     @staticmethod
     def _compact_later(store: RangeStore) -> None:
         """Compact away the half a split dropped, in the background while the range serves
-        (RocksDB compacts without the GIL; ``close()`` cancels it, the next open resumes it)."""
+        (RocksDB compacts without the GIL; ``close()`` stops it between slices, the next open resumes it)."""
         if store.compaction_pending:
             threading.Thread(target=store.compact_pending, name="compact", daemon=True).start()
 

@@ -630,5 +630,6 @@ def test_bench_http_smoke(cluster):
 
     lines: list[str] = []
     res = run_http_bench(cluster.refresh(), n=20, batches=2, big=0, procs=2, echo=lines.append)
-    assert set(res) == {"insert", "get", "upsert", "batch100", "pk_query", "pk_query_big", "scan_page", "reject"}
+    assert set(res) == {"insert", "get", "upsert", "batch100", "pk_query", "pk_query_big", "scan_page", "reject",
+                        "server_rss_mib"}
     assert all(r["ops"] > 0 and r["cpu_ms_per_op"] >= 0 for r in res.values()) and len(lines) == 9

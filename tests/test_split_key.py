@@ -72,9 +72,18 @@ def test_close_cancels_a_running_compaction_and_the_next_open_finishes_it(tmp_pa
     print(f"\nclose took {(time.perf_counter() - t0) * 1000:.1f} ms")
     worker.join()
     store = RangeStore.open(path)
-    if store.compaction_pending:  # cancelled: still noted, and finished now
+    if store.compaction_pending:  # stopped between slices: still noted, and finished now
         assert store.compact_pending() is True
     assert not store.compaction_pending
     page, _ = store.scan(b"", None, limit=100_000)
     assert len(page) == 15_000 and page[-1].pk == "p0149"
     store.close()
+
+
+def test_compaction_slices_cover_the_span_exactly():
+    from partition_server.range_split import compaction_slices
+
+    files = [{"start_key": k, "size": 40} for k in (b"a", b"c", b"e", b"g", b"i", b"z")]
+    assert compaction_slices(files, b"b", b"j", slice_bytes=70) == [(b"b", b"g"), (b"g", b"j")]
+    assert compaction_slices(files, b"b", b"j", slice_bytes=10**9) == [(b"b", b"j")]
+    assert compaction_slices([], b"", b"\xff") == [(b"", b"\xff")]
