@@ -8,7 +8,9 @@ Every range store (and anything else holding a RocksDB) must open it through :fu
   rewrote to ``raw_mode:false``, which would otherwise make every later raw open fail with
   ``does not match existing comparator leveldb.BytewiseComparator`` (gotcha 2);
 * it sizes each DB for many DBs per process: 8 MiB memtables, one block cache and one write-buffer
-  manager shared by every store of the process, bloom filters for point reads, few open files.
+  manager shared by every store of the process, bloom filters for point reads, few open files — also
+  when it reopens an existing DB (rocksdict would otherwise reload the column family's options from the
+  OPTIONS file and drop the table factory).
 
 A test checks that no other module calls ``Rdict(`` directly.
 """
@@ -167,4 +169,8 @@ def open_range_db(path: str | os.PathLike[str], *, create: bool = True,
         raise FileNotFoundError(f"no range store at {p}")
     else:
         os.makedirs(os.path.dirname(os.path.abspath(p)), exist_ok=True)
-    return rocksdict.Rdict(p, options if options is not None else db_options(create=create))
+    opts = options if options is not None else db_options(create=create)
+    # Name the default column family: without it rocksdict reopens an existing DB's column families
+    # with options loaded from its OPTIONS file, which lose the table factory (no bloom filter, no
+    # shared block cache) — every range opened again after a move, split or restart ran without them.
+    return rocksdict.Rdict(p, opts, column_families={"default": opts})

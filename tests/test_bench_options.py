@@ -47,3 +47,34 @@ def test_deletes_in_key_order_stop_costing_reads_once_compacted(tmp_path):
     assert ours["live_first"] == plain["live_first"] == "0000057000"
     assert plain["keys_skipped_per_scan"] >= 57_000  # every deleted key's tombstone, on every read
     assert ours["keys_skipped_per_scan"] < 1_000  # the collector had the tombstones compacted away
+
+
+def test_a_reopened_store_keeps_its_bloom_filter_and_cache(tmp_path):
+    import glob
+    import re
+
+    from partition_server.storage import db_options, open_range_db
+
+    path = str(tmp_path / "r")
+    db = open_range_db(path)
+    for i in range(20_000):
+        db.put(b"p%07d\x00r%04d" % (i // 1000, i % 1000), b"v" * 300)
+    db.flush(True)
+    db.close()
+    opts = db_options(create=False)
+    opts.enable_statistics()
+    db = open_range_db(path, create=False, options=opts)  # as after a move, split or restart
+    db.compact_range(None, None)  # every file rewritten with the options in force
+
+    def blocks() -> int:
+        text = opts.get_statistics()
+        return sum(int(re.search(re.escape(n) + r" COUNT : (\d+)", text).group(1))
+                   for n in ("rocksdb.block.cache.data.miss", "rocksdb.block.cache.data.hit"))
+
+    before = blocks()
+    for i in range(1000):
+        db.get(b"p%07d\x00r-missing" % (i % 20))
+    assert blocks() - before < 50  # bloom filters answer (was 1000: one block per missing key)
+    db.close()
+    options_file = sorted(glob.glob(path + "/OPTIONS-*"))[-1]
+    assert "filter_policy=bloomfilter" in open(options_file).read()
