@@ -230,6 +230,19 @@ def wait_for_size_splits(coordinator: str, table: str, target: int, timeout: flo
     return table_ranges(coordinator, table)
 
 
+def wait_compacted(coordinator: str, rid: str, timeout: float = 600.0) -> None:
+    """Wait until range ``rid`` reports no compaction of a split's dropped half in progress."""
+    from cli.admin import call
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        st = call(coordinator, {"op": "status"}, timeout=10)
+        loads = {r: ld for s in st["servers"] for r, ld in (s.get("load") or {}).items()}
+        if rid in loads and not loads[rid].get("compacting"):
+            return
+        time.sleep(1)
+
+
 def summarize_sizes(ranges: list[dict], target: int) -> dict[str, Any]:
     """Range sizes against the split target."""
     sizes = sorted(r["bytes"] for r in ranges)
@@ -299,6 +312,7 @@ def run_scale(doc: dict, data_dir: str, *, entities: int = 10_000_000, moves: in
     first = call(coord, {"op": "split", "range": big["id"], "key": None}, timeout=300)
     splits.append(first["offline_ms"])
     for half in (first["left"], first["right"]):
+        wait_compacted(coord, half)  # as the balancer does: never split a half still compacting its drop
         splits.append(call(coord, {"op": "split", "range": half, "key": None}, timeout=300)["offline_ms"])
     res["manual_splits"] = offline_stats(splits)
     echo(f"manual splits ({res['big_range_mib']:,.0f} MiB, then its halves): {res['manual_splits']}")
