@@ -27,3 +27,8 @@ def call(endpoint: str, body: dict, timeout: float = 10.0) -> Any:
         return protocol.result(frames[-1])
     finally:
         sock.close(0)
+
+
+def range_loads(status: dict) -> dict[str, dict]:
+    """Each range's last load report (range id → report), from a coordinator ``status`` answer."""
+    return {rid: ld for s in status.get("servers", []) for rid, ld in (s.get("load") or {}).items()}

@@ -8,7 +8,7 @@ from typing import Any
 
 import click
 
-from cli.admin import call
+from cli.admin import call, range_loads
 from cli.bench import bench_frontends, bench_scale, bench_soak
 from cli.main import data_dir_option, json_option, main
 from rangetable.rest_json import json_to_typed, typed_to_json
@@ -215,9 +215,7 @@ def _fmt_key(k: str | None, unbounded: str) -> str:
 def ranges_cmd(table: str | None, data_dir: str, coordinator: str | None, as_json: bool) -> None:
     """Show the partition map: every range with its bounds, owner, epoch and load."""
     st = call(_coordinator(data_dir, coordinator), {"op": "status"})
-    load: dict[str, dict] = {}
-    for s in st["servers"]:
-        load.update(s.get("load", {}))
+    load = range_loads(st)
     rs = [r for r in st["ranges"] if table is None or r["table"].lower() == table.lower()]
     if as_json:
         click.echo(json.dumps({"version": st["version"], "servers": st["servers"],

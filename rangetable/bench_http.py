@@ -165,13 +165,13 @@ def wait_quiet(doc: dict, echo: Callable[[str], None], timeout: float = 300.0) -
     waited; other endpoints (no coordinator in ``doc``) return at once."""
     if "coordinator" not in doc:
         return 0.0
-    from cli.admin import call
+    from cli.admin import call, range_loads
 
     t0 = time.monotonic()
     last_version, still_since = None, time.monotonic()
     while time.monotonic() - t0 < timeout:
         st = call(doc["coordinator"], {"op": "status"}, timeout=5)
-        loads = [ld for s in st["servers"] for ld in (s.get("load") or {}).values()]
+        loads = range_loads(st).values()
         busy = any(r["state"] != "serving" for r in st["ranges"]) or any(
             ld.get("compacting") or ld.get("pending_compaction_bytes") for ld in loads)
         if st.get("version") != last_version or busy:

@@ -157,10 +157,10 @@ def offline_stats(values: list[float]) -> dict[str, float]:
 
 def table_ranges(coordinator: str, table: str) -> list[dict]:
     """The table's ranges with their last reported load (bytes, entities), in key order."""
-    from cli.admin import call
+    from cli.admin import call, range_loads
 
     st = call(coordinator, {"op": "status"}, timeout=10)
-    loads = {rid: ld for s in st["servers"] for rid, ld in (s.get("load") or {}).items()}
+    loads = range_loads(st)
     out = [dict(r, **{"bytes": loads.get(r["id"], {}).get("bytes", 0),
                       "entities": loads.get(r["id"], {}).get("entities", 0)})
            for r in st["ranges"] if r["table"] == table]
@@ -232,12 +232,12 @@ def wait_for_size_splits(coordinator: str, table: str, target: int, timeout: flo
 
 def wait_compacted(coordinator: str, rid: str, timeout: float = 600.0) -> None:
     """Wait until range ``rid`` reports no compaction of a split's dropped half in progress."""
-    from cli.admin import call
+    from cli.admin import call, range_loads
 
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         st = call(coordinator, {"op": "status"}, timeout=10)
-        loads = {r: ld for s in st["servers"] for r, ld in (s.get("load") or {}).items()}
+        loads = range_loads(st)
         if rid in loads and not loads[rid].get("compacting"):
             return
         time.sleep(1)

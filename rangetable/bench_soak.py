@@ -189,8 +189,9 @@ def disk_bytes(path: str) -> int:
 
 def pending_compaction(status: dict) -> int:
     """RocksDB's pending-compaction estimate summed over the ranges of a coordinator status."""
-    return sum(int(ld.get("pending_compaction_bytes", 0) or 0)
-               for s in status.get("servers", []) for ld in (s.get("load") or {}).values())
+    from cli.admin import range_loads
+
+    return sum(int(ld.get("pending_compaction_bytes", 0) or 0) for ld in range_loads(status).values())
 
 
 def process_ids(doc: dict) -> list[tuple[str, int]]:
