@@ -41,6 +41,7 @@ from partition_server.request_records import (
     Window,
     lookup,
     purge,
+    record,
     record_puts,
 )
 from partition_server.request_records import REQ_PREFIX as REQ_PREFIX  # re-exported (layout above)
@@ -324,8 +325,8 @@ class RangeStore:
             if stale is not None:
                 wb.delete(stale[0])
                 count, nbytes = count - 1, nbytes - stale[1]
-            count += 1
-            nbytes += len(answer)  # the new record, but for its few header bytes
+            rec = record(ts, kind, answer)
+            count, nbytes = count + 1, nbytes + len(rec)
             self._req_writes += 1
             max_count, max_bytes = self.request_window_max, self.request_window_bytes
             full = count > max_count or nbytes > max_bytes
@@ -335,8 +336,8 @@ class RangeStore:
                     self._db, wb, Window(count, nbytes, purge_from), self._cutoff(),
                     max_count - min(PURGE_CHUNK, max_count // 64) if full else max_count,
                     max_bytes - max_bytes // 64 if full else max_bytes, stale and stale[0])
-            size = record_puts(wb, rid, ts, kind, answer)
-            w = Window(count, nbytes - len(answer) + size, purge_from)
+            record_puts(wb, rid, ts, rec)
+            w = Window(count, nbytes, purge_from)
         wb.put(META_TS, pack_meta(ts, w))
         n = len(wb)
         self._db.write(wb, self._wo)

@@ -86,13 +86,16 @@ def unpack_meta(v: bytes | None) -> tuple[int, Window]:
     return ts, Window(count, nbytes, purge_from)
 
 
-def record_puts(wb: rocksdict.WriteBatch, rid: bytes, ts: int, kind: bytes, answer: bytes) -> int:
-    """Add the record of request ``rid`` (UTF-8) and its index key to ``wb``: ``kind`` is :data:`WRITE`
-    or :data:`BATCH`, ``answer`` the packed result. Returns the record's size in bytes."""
-    rec = b"\x93" + _pack(ts) + kind + answer
+def record(ts: int, kind: bytes, answer: bytes) -> bytes:
+    """The stored record of a request answered at ``ts``: ``kind`` is :data:`WRITE` or :data:`BATCH`,
+    ``answer`` the packed result (the bytes ``msgpack.packb([ts, kind, result])`` gives)."""
+    return b"\x93" + _pack(ts) + kind + answer
+
+
+def record_puts(wb: rocksdict.WriteBatch, rid: bytes, ts: int, rec: bytes) -> None:
+    """Add request ``rid``'s (UTF-8) record ``rec`` (see :func:`record`) and its index key to ``wb``."""
     wb.put(REQ_PREFIX + rid, rec)
     wb.put(REQT_PREFIX + _TS.pack(ts) + rid, _SIZE.pack(len(rec)))
-    return len(rec)
 
 
 def lookup(db: rocksdict.Rdict, rid: bytes, cutoff: Callable[[], int]) -> tuple[Any, tuple[bytes, int] | None]:
