@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -23,11 +24,49 @@ from rangetable.errors import TableError
 CLUSTER_FILE = "cluster.json"
 
 
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that is free right now."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+class PortReservation:
+    """Free ports on 127.0.0.1 that are distinct from one another.
+
+    Each port stays bound until `release()`, so the kernel cannot hand the same port out twice while
+    a cluster is being planned (binding port 0 and closing it at once, call after call, can return
+    one port twice, and two processes of one cluster then collide on bind). Ports are drawn below
+    the kernel's ephemeral range, so an outgoing connection's source port cannot take a listener's
+    port between planning and bind either.
+    """
+
+    def __init__(self) -> None:
+        self._held: list[socket.socket] = []
+
+    def take(self) -> int:
+        """One more free port, distinct from every port taken before it."""
+        low = ephemeral_range()[0]
+        candidates = [random.randrange(10000, low) for _ in range(64)] if low > 10100 else []
+        for port in [*candidates, 0]:
+            s = socket.socket()
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                s.close()
+                continue
+            self._held.append(s)
+            return s.getsockname()[1]
+        raise OSError("no free TCP port on 127.0.0.1")
+
+    def release(self) -> None:
+        """Unbind every reserved port so the cluster's processes can bind them."""
+        for s in self._held:
+            s.close()
+        self._held.clear()
+
+
+def ephemeral_range() -> tuple[int, int]:
+    """The kernel's range for outgoing connections' source ports (Linux default 32768–60999)."""
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            low, high = f.read().split()
+        return int(low), int(high)
+    except (OSError, ValueError):
+        return 32768, 60999
 
 
 def pid_alive(pid: int) -> bool:
@@ -126,15 +165,22 @@ class Supervisor:
         """Choose ports and build the command line of every process."""
         os.makedirs(self.logs, exist_ok=True)
         d = self.data_dir
-        self.coordinator = f"tcp://127.0.0.1:{free_port()}"
-        self.pub = f"tcp://127.0.0.1:{free_port()}"
+        ports = PortReservation()
+        try:
+            self._plan_children(d, ports)
+        finally:
+            ports.release()
+
+    def _plan_children(self, d: str, ports: PortReservation) -> None:
+        self.coordinator = f"tcp://127.0.0.1:{ports.take()}"
+        self.pub = f"tcp://127.0.0.1:{ports.take()}"
         lease = str(self.spec.lease_s)
         self.children.append(Child("coordinator", "coordinator", self._cmd(
             "coordinator", "--data-dir", d, "--bind", self.coordinator, "--pub-bind", self.pub, "--lease-s", lease),
             os.path.join(self.logs, "coordinator.log"), {"endpoint": self.coordinator, "pub": self.pub}))
         for i in range(1, self.spec.servers + 1):
             sid = f"ps-{i}"
-            bind = f"tcp://127.0.0.1:{free_port()}"
+            bind = f"tcp://127.0.0.1:{ports.take()}"
             argv = self._cmd("partition-server", "--data-dir", d, "--coordinator", self.coordinator,
                              "--bind", bind, "--server-id", sid)
             if self.spec.sync:
@@ -145,7 +191,7 @@ class Supervisor:
                                        {"endpoint": bind}))
         self.natives = []
         for i in range(1, self.spec.frontends + 1):
-            port = self.spec.native_port + i - 1 if self.spec.native_port else free_port()
+            port = self.spec.native_port + i - 1 if self.spec.native_port else ports.take()
             native = f"tcp://127.0.0.1:{port}"
             self.natives.append(native)
             fid = f"fe-{i}"
@@ -154,7 +200,7 @@ class Supervisor:
                 os.path.join(self.logs, f"{fid}.log"), {"native": native}))
         # Every HTTP frontend listens on the one REST port (SO_REUSEPORT when there are several), so
         # the SDK's one connection string reaches all of them and the kernel spreads connections.
-        port = self.spec.http_port or free_port()
+        port = self.spec.http_port or ports.take()
         url = f"http://127.0.0.1:{port}/devstoreaccount1"
         shared = ["--reuse-port"] if self.spec.frontends > 1 else []
         self.https = [url]

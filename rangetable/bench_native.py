@@ -91,9 +91,11 @@ def pipelined(endpoint: str, bodies: Iterator[bytes], window: int = 64) -> dict[
 
 def echo_baseline(n: int, window: int = 64, payload: int = 200, flavour: str = "fast") -> dict[str, Any]:
     """Throughput of client → Python forwarder → Python echo server (two bare hops)."""
-    from cli.supervisor import free_port
+    from cli.supervisor import PortReservation
 
-    back, front = f"tcp://127.0.0.1:{free_port()}", f"tcp://127.0.0.1:{free_port()}"
+    ports = PortReservation()
+    back, front = f"tcp://127.0.0.1:{ports.take()}", f"tcp://127.0.0.1:{ports.take()}"
+    ports.release()
     io = _IO[flavour]
     procs = [subprocess.Popen([sys.executable, "-c", ECHO_SERVER.format(io=io), back]),
              subprocess.Popen([sys.executable, "-c", FORWARDER.format(io=io), front, back])]

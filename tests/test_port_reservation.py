@@ -1,0 +1,33 @@
+"""Ports for a planned cluster: distinct, bindable, and out of the way of outgoing connections."""
+from __future__ import annotations
+
+import socket
+
+from cli.supervisor import ClusterSpec, PortReservation, Supervisor, ephemeral_range
+
+
+def test_reserved_ports_are_distinct_and_below_the_ephemeral_range() -> None:
+    ports = PortReservation()
+    taken = [ports.take() for _ in range(300)]
+    ports.release()
+    assert len(set(taken)) == 300
+    assert max(taken) < ephemeral_range()[0]
+
+
+def test_released_ports_can_be_bound_again() -> None:
+    ports = PortReservation()
+    taken = [ports.take() for _ in range(5)]
+    ports.release()
+    for port in taken:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", port))
+
+
+def test_a_planned_cluster_uses_every_port_once(tmp_path) -> None:
+    sup = Supervisor(ClusterSpec(data_dir=str(tmp_path), servers=4, frontends=3, native_port=0, http_port=0))
+    sup.plan()
+    endpoints = [sup.coordinator, sup.pub, *sup.natives, sup.https[0]]
+    endpoints += [c.extra["endpoint"] for c in sup.children if c.role == "partition-server"]
+    ports = [e.rsplit(":", 1)[1].split("/")[0] for e in endpoints]
+    assert len(ports) == 2 + 4 + 3 + 1
+    assert len(set(ports)) == len(ports)
