@@ -18,6 +18,7 @@ from coordinator.acl import acl_key
 from coordinator.partition_map import range_key
 from rangetable.crash import crash_point
 from rangetable.errors import TableError
+from rangetable.stats import StepClock
 
 if TYPE_CHECKING:
     from coordinator.controller import Controller
@@ -201,9 +202,11 @@ def split(co: Coordinator, ctl: Controller, rid: str, key: str | None, reason: s
         epoch = rec["epoch"]
         crash_point("split.after_intent", co.cfg.data_dir)
     t0 = time.monotonic()
+    clock = StepClock(steps := {})
     try:
         ctl.call(owner, {"op": "split", "range": rid, "epoch": epoch, "key": key,
                          "left": _public(left), "right": _public(right), "version": co.pmap.version})
+        clock.step("split")
     except TableError:
         with co.lock:
             co.commit(co.pmap.update(co.pmap.ranges[rid], state="serving"))
@@ -214,16 +217,19 @@ def split(co: Coordinator, ctl: Controller, rid: str, key: str | None, reason: s
         old = co.pmap.ranges[rid]
         co.commit(co.pmap.replace([old], [left, right]))
         crash_point("split.after_commit", co.cfg.data_dir)
+    clock.step("commit")
     for r in (left, right):
         _load(co, ctl, owner, r)
+    clock.step("load")
     offline = _ms(t0)
     try:
         ctl.call(owner, {"op": "destroy", "range": _public(rec)})
     except TableError as exc:
         log.warning("destroy %s after split: %s", rid, exc)
     co.event("split", range=rid, table=rec["table"], key=key, left=left["id"], right=right["id"],
-             server=owner, reason=reason, offline_ms=offline, duration_ms=offline)
-    return {"range": rid, "key": key, "left": left["id"], "right": right["id"], "offline_ms": offline}
+             server=owner, reason=reason, offline_ms=offline, duration_ms=offline, steps=steps)
+    return {"range": rid, "key": key, "left": left["id"], "right": right["id"], "offline_ms": offline,
+            "steps": steps}
 
 
 def merge(co: Coordinator, ctl: Controller, rid: str, reason: str = "manual", target: str | None = None) -> dict:

@@ -56,6 +56,7 @@ from rangetable.filter import Predicate
 from rangetable.keys import META_PREFIX, encode_key
 from rangetable.protocol import entity_to_wire
 from rangetable.protocol import pack as _packb
+from rangetable.stats import StepClock
 
 META_TS = META_PREFIX + b"ts"
 DROP_KEY = META_PREFIX + b"drop"  # msgpack [lo, hi]: a span a split dropped but did not compact yet
@@ -444,21 +445,29 @@ class RangeStore:
             split_store(self._db, split_pk, os.fspath(left_path), os.fspath(right_path), compact=compact)
 
     def split_open(
-        self, split_pk: str, left_path: str | os.PathLike[str], right_path: str | os.PathLike[str]
+        self, split_pk: str, left_path: str | os.PathLike[str], right_path: str | os.PathLike[str],
+        steps: dict[str, float] | None = None,
     ) -> tuple[RangeStore, RangeStore]:
         """Like ``split(compact=False)`` but returns the two halves open, saving two opens and closes
-        inside a split's offline window. The dropped halves are compacted by :meth:`compact_pending`."""
+        inside a split's offline window. The dropped halves are compacted by :meth:`compact_pending`.
+        ``steps``, when given, receives each step's duration in ms (checkpoint, open, drop)."""
         from partition_server.range_split import checkpoint_halves
 
+        clock = StepClock(steps)
         with self._lock:
+            self._db.flush(True)
+            clock.step("flush")
             checkpoint_halves(self._db, os.fspath(left_path), os.fspath(right_path))
+        clock.step("checkpoint")
         spk = split_pk.encode("utf-8")
         limits = {"sync": self.sync, "request_window_s": self.request_window_s,
                   "request_window_max": self.request_window_max, "request_window_bytes": self.request_window_bytes}
         left = RangeStore.open(left_path, **limits)
         right = RangeStore.open(right_path, **limits)
+        clock.step("open")
         left.drop_span(spk, META_PREFIX)
         right.drop_span(b"", spk)
+        clock.step("drop")
         return left, right
 
     def drop_span(self, lo: bytes, hi: bytes) -> None:

@@ -26,7 +26,7 @@ from rangetable.errors import TableError
 from rangetable.filter import Predicate, compile_cached, properties_used
 from rangetable.keys import encode_key, range_bounds
 from rangetable.protocol import Packed, entity_to_wire
-from rangetable.stats import percentile_ms
+from rangetable.stats import StepClock, percentile_ms
 
 log = logging.getLogger("rangetable.partition_server")
 
@@ -201,15 +201,19 @@ class RangeSet:
             if rec["id"] in self.open:
                 self.unload(rec["id"])
         t0 = time.monotonic()
-        halves = served.store.split_open(key, self._path(left), self._path(right))
+        steps: dict[str, float] = {}
+        halves = served.store.split_open(key, self._path(left), self._path(right), steps)
         crash_point("ps.split.after_split", self.data_dir)
+        clock = StepClock(steps)
         self.unload(rid)
+        clock.step("close")
         for rec, store in zip((left, right), halves, strict=True):
             lo, hi = range_bounds(rec["low"], rec["high"])
             self.open[rec["id"]] = Served(dict(rec), store, "pending", lo, hi)
         ms = round((time.monotonic() - t0) * 1e3, 2)
-        log.info("split %s at %r into %s and %s in %.1f ms", rid, key, left["id"], right["id"], ms)
-        return {"ms": ms}
+        log.info("split %s at %r into %s and %s in %.1f ms (%s)", rid, key, left["id"], right["id"], ms,
+                 ", ".join(f"{k} {v:.1f}" for k, v in steps.items()))
+        return {"ms": ms, "steps": steps}
 
     def merge(self, left: dict, right: dict, out: dict) -> dict:
         """Merge two adjacent ranges served here into one pending range."""
