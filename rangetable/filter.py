@@ -46,6 +46,7 @@ from rangetable.edm import (
 from rangetable.errors import TableError
 
 MAX_COMPARISONS = 15  # Azure: "a maximum of 15 discrete comparisons"
+MAX_CONSTANTS = 15  # bare true/false terms, bounded apart (they keep the AST, and its recursion, small)
 MAX_DEPTH = 100  # nesting of "(" and "not"; keeps recursion far from Python's limit
 
 # --- AST ---------------------------------------------------------------------------------------
@@ -216,12 +217,13 @@ def tokenize(text: str) -> list[Token]:
 
 
 class _Parser:
-    __slots__ = ("tokens", "i", "comparisons", "depth")
+    __slots__ = ("tokens", "i", "comparisons", "constants", "depth")
 
     def __init__(self, tokens: list[Token]) -> None:
         self.tokens = tokens
         self.i = 0
         self.comparisons = 0
+        self.constants = 0
         self.depth = 0
 
     def parse(self) -> Node:
@@ -282,6 +284,9 @@ class _Parser:
         if kind != "op":
             ends_term = kind in ("end", ")", "and", "or")
             if ends_term and left[0] == "lit" and left[1][0] == BOOLEAN:
+                self.constants += 1
+                if self.constants > MAX_CONSTANTS:
+                    raise _invalid(f"More than {MAX_CONSTANTS} true/false terms in the filter", start)
                 return Const(left[1][1])
             if ends_term and left[0] == "name":
                 raise _invalid(f"Property '{left[1]}' alone is not a condition (write '{left[1]} eq true')", start)

@@ -118,6 +118,7 @@ PARSE_CASES = [
     # 15 comparisons are allowed
     (" or ".join(["A eq 1"] * 15), None),
     (" or ".join(["A eq 1"] * 15) + " or true", None),
+    (" or ".join(["A eq 1"] * 15 + ["true"] * 15), None),
 ]
 
 
@@ -177,6 +178,8 @@ ERROR_CASES = [
     ("not Flag", "InvalidInput", "Property 'Flag' alone is not a condition"),
     ("Flag and A eq 1", "InvalidInput", "Property 'Flag' alone is not a condition"),
     ("true eq true", "InvalidInput", "A comparison needs a property on one side"),
+    (" or ".join(["true"] * 16), "InvalidInput", "More than 15 true/false terms"),
+    (" or ".join(["true"] * 3000), "InvalidInput", "More than 15 true/false terms"),
     ("true add 1", "InvalidInput", "Arithmetic operator 'add'"),
     ("not", "InvalidInput", "found end of filter"),
     ("A eq 1 or or B eq 2", "InvalidInput", "found 'or'"),

@@ -127,6 +127,8 @@ def test_secondary_serves_reads_and_refuses_writes(raw, table):
         ("POST", "/Tables", {"TableName": "neverthere"}, {}),
         ("DELETE", f"/Tables('{table}')", None, {}),
         ("POST", f"/{table}(PartitionKey='p',RowKey='r')", {"A": 3}, {"X-HTTP-Method": "MERGE"}),
+        ("POST", "/$batch", "--b\r\n\r\n--b--\r\n", {"Content-Type": "multipart/mixed; boundary=b"}),
+        ("PUT", f"/{table}?comp=acl", "<SignedIdentifiers/>", {"Content-Type": "application/xml"}),
     ]
     for method, path, body, headers in writes:
         r = raw.request(method, SECONDARY + path, body, headers=headers, prefix=False)
