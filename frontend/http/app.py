@@ -384,5 +384,4 @@ def refuse_secondary_write(res: Resource, method: str) -> None:
     Azure's read-access geo-redundant secondary, it serves reads (queries, gets, ACL, service
     properties and stats) and refuses writes."""
     if res.secondary and method not in READS:
-        raise TableError("InsufficientAccountPermissions",
-                         "Write operations are not allowed on the read-only secondary endpoint.")
+        raise TableError("InsufficientAccountPermissions", "Write operations are not allowed.")

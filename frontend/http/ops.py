@@ -335,7 +335,7 @@ async def preflight(app: RestApp, rq: Request) -> Response:
     origin = rq.headers.get("origin")
     method = rq.headers.get("access-control-request-method")
     if not origin or not method:
-        raise TableError("InvalidHeaderValue", "A CORS preflight needs Origin and Access-Control-Request-Method.")
+        raise TableError("InvalidHeaderValue", "A required CORS header is not present.")
     requested = [h.strip() for h in rq.headers.get("access-control-request-headers", "").split(",") if h.strip()]
     rule = xmldocs.cors_match(await app.service_properties(), origin, method, requested)
     if rule is None:
