@@ -339,10 +339,18 @@ const cases = [
     // Get Service Stats lives on the secondary. The SDK derives it by suffixing the first label of the
     // host name, which breaks an IP address (127-secondary.0.0.1): use a client on the path-style
     // secondary URL without that policy instead.
-    const secondary = new TableServiceClient(url.replace(/\/([^/]+)\/?$/, "/$1-secondary"), cred, opts);
+    const secondaryUrl = url.replace(/\/([^/]+)\/?$/, "/$1-secondary");
+    const secondary = new TableServiceClient(secondaryUrl, cred, opts);
     secondary.pipeline.removePolicy({ name: "tablesSecondaryEndpointPolicy" });
     const stats = await secondary.getStatistics();
     assert.equal(stats.geoReplication.status, "live");
+    // the secondary serves reads and refuses writes
+    await t.createEntity({ partitionKey: "p", rowKey: "r" });
+    const reader = new TableClient(secondaryUrl, t.tableName, cred, opts);
+    assert.deepEqual(keysOf(await all(reader.listEntities())), ["p/r"]);
+    assert.equal((await reader.getEntity("p", "r")).rowKey, "r");
+    await fails(reader.createEntity({ partitionKey: "p", rowKey: "s" }), 403, "InsufficientAccountPermissions");
+    await fails(reader.deleteEntity("p", "r"), 403, "InsufficientAccountPermissions");
     await fails(svc.getStatistics({ requestOptions: { customHeaders: { "tables-secondary-endpoint": "" } } }), 400,
       "InvalidQueryParameterValue");
   })],
