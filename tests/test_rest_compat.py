@@ -197,6 +197,9 @@ def test_cors_refusals_and_vary(raw, table):
         r = raw.get(f"/{table}()", headers={"Origin": "http://ok.example"})
         assert r.headers["access-control-allow-origin"] == "http://ok.example" and r.headers["vary"] == "Origin"
         assert r.headers["access-control-expose-headers"] == "x-ms-*"
+        r = raw.request("PUT", f"{SECONDARY}/{table}(PartitionKey='p',RowKey='r')", {"A": 1}, prefix=False,
+                        headers={"Origin": "http://ok.example"})  # an error answer carries CORS headers too
+        assert r.status == 403 and r.headers["access-control-allow-origin"] == "http://ok.example"
     finally:
         _set_cors(raw, "")
     r = raw.get(f"/{table}()", headers={"Origin": "http://evil.example"})  # no rules at all: no CORS headers

@@ -368,9 +368,9 @@ class RestApp:
         assert res is not None
         rq.auth = await self.security.authenticate(rq.method, rq.raw_path, rq.query, rq.headers, res.table,
                                                    rq.scheme, rq.client_ip)
-        refuse_secondary_write(res, method)
         if "origin" in rq.headers:
             rq.cors_rule = await ops.cors_rule_for(self, rq, method)
+        refuse_secondary_write(res, method)  # after the CORS lookup: the refusal carries CORS headers too
         plan = ops.plan_for(res, method, comp)
         if plan is not None:
             req, finisher = plan(self, rq)
