@@ -79,6 +79,7 @@ _CODES = [
         "AuthorizationProtocolMismatch", 403, "This request is not authorized to perform this operation using this protocol."
     ),
     ErrorCode("AuthorizationSourceIPMismatch", 403, "This request is not authorized to perform this operation using this source IP."),
+    ErrorCode("InsufficientAccountPermissions", 403, "Write operations are not allowed."),
     ErrorCode("CorsPreflightFailure", 403, "CORS not enabled or no matching rule found for this request."),
     ErrorCode("InvalidAuthenticationInfo", 400, "Authentication information is not given in the correct format."),
     ErrorCode("NoAuthenticationInformation", 401, "Server failed to authenticate the request. Please refer to the information in the www-authenticate header."),

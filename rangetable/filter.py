@@ -4,11 +4,14 @@ The grammar is Azure's (see the REST reference, section 5.1)::
 
     or         := and ("or" and)*
     and        := unary ("and" unary)*
-    unary      := "not" unary | "(" or ")" | comparison
+    unary      := "not" unary | "(" or ")" | "true" | "false" | comparison
     comparison := operand ("eq"|"ne"|"gt"|"ge"|"lt"|"le") operand   -- one property, one literal
 
-Keywords and operators are accepted in any case (as Azurite does). The AST is a handful of frozen
-dataclasses; a comparison is always normalised to ``property op literal``. :func:`compile_filter`
+Keywords and operators are accepted in any case (as Azurite does). A bare ``true``/``false`` is a
+term of its own (``(true and RowKey eq '1') or …``, what .NET's PredicateBuilder sends; Azure
+evaluates it). A bare property (``isActive``, ``not isActive``) is not a boolean expression: Azure
+answers 400, and so do we. The AST is a handful of frozen dataclasses; a comparison is always
+normalised to ``property op literal``. :func:`compile_filter`
 turns the AST into nested closures taking ``(pk, rk, ts, props)`` with Azure's semantics: a missing
 property or a type mismatch makes the comparison false (even ``ne``), Int32/Int64/Double compare
 numerically with each other, and ``not`` negates the whole sub-expression.
@@ -43,6 +46,7 @@ from rangetable.edm import (
 from rangetable.errors import TableError
 
 MAX_COMPARISONS = 15  # Azure: "a maximum of 15 discrete comparisons"
+MAX_CONSTANTS = 15  # bare true/false terms, bounded apart (they keep the AST, and its recursion, small)
 MAX_DEPTH = 100  # nesting of "(" and "not"; keeps recursion far from Python's limit
 
 # --- AST ---------------------------------------------------------------------------------------
@@ -81,7 +85,14 @@ class Not:
     expr: Node
 
 
-Node = Compare | And | Or | Not
+@dataclass(frozen=True, slots=True)
+class Const:
+    """A bare ``true`` or ``false``."""
+
+    value: bool
+
+
+Node = Compare | And | Or | Not | Const
 Predicate = Callable[[str, str, int, dict], bool]
 
 OPERATORS = ("eq", "ne", "gt", "ge", "lt", "le")
@@ -206,12 +217,13 @@ def tokenize(text: str) -> list[Token]:
 
 
 class _Parser:
-    __slots__ = ("tokens", "i", "comparisons", "depth")
+    __slots__ = ("tokens", "i", "comparisons", "constants", "depth")
 
     def __init__(self, tokens: list[Token]) -> None:
         self.tokens = tokens
         self.i = 0
         self.comparisons = 0
+        self.constants = 0
         self.depth = 0
 
     def parse(self) -> Node:
@@ -270,6 +282,14 @@ class _Parser:
         left = self.operand()
         kind, op, pos = self.tokens[self.i]
         if kind != "op":
+            ends_term = kind in ("end", ")", "and", "or")
+            if ends_term and left[0] == "lit" and left[1][0] == BOOLEAN:
+                self.constants += 1
+                if self.constants > MAX_CONSTANTS:
+                    raise _invalid(f"More than {MAX_CONSTANTS} true/false terms in the filter", start)
+                return Const(left[1][1])
+            if ends_term and left[0] == "name":
+                raise _invalid(f"Property '{left[1]}' alone is not a condition (write '{left[1]} eq true')", start)
             if kind == "arith":
                 raise _invalid(f"Arithmetic operator '{op}' is not supported", pos)
             raise _invalid(f"Expected a comparison operator but found {_show(kind, op)}", pos)
@@ -332,6 +352,8 @@ def _level(node: Node) -> int:
 
 
 def _describe(node: Node, min_level: int) -> str:
+    if isinstance(node, Const):
+        return "true" if node.value else "false"
     if isinstance(node, Compare):
         return f"{node.prop} {node.op} {format_literal(node.code, node.value)}"
     if isinstance(node, Not):
@@ -403,6 +425,8 @@ def compile_filter(node: Node | None) -> Predicate:
         return _true
     if isinstance(node, Compare):
         return _compile_compare(node)
+    if isinstance(node, Const):
+        return _true if node.value else _false
     if isinstance(node, Not):
         inner = compile_filter(node.expr)
         if inner is _true or inner is _false:
@@ -437,7 +461,7 @@ def compile_cached(text: str | None) -> tuple[Node | None, Predicate]:
 
 def properties_used(node: Node | None) -> frozenset[str]:
     """The property names a filter compares, PartitionKey, RowKey and Timestamp included."""
-    if node is None:
+    if node is None or isinstance(node, Const):
         return frozenset()
     if isinstance(node, Compare):
         return frozenset((node.prop,))
@@ -448,7 +472,7 @@ def properties_used(node: Node | None) -> frozenset[str]:
 
 def count_comparisons(node: Node | None) -> int:
     """The number of Compare nodes in an AST."""
-    if node is None:
+    if node is None or isinstance(node, Const):
         return 0
     if isinstance(node, Compare):
         return 1

@@ -25,7 +25,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from rangetable.edm import STRING
-from rangetable.filter import And, Compare, Node, Not, Or
+from rangetable.filter import And, Compare, Const, Node, Not, Or
 
 MAX_BOXES = 64  # beyond this many boxes (or scans) fall back to the covering one
 MAX_SCANS = 64
@@ -149,8 +149,10 @@ def _boxes(node: Node) -> list[Box]:
         if iv is None:
             return [_FULL]
         return [(iv, _ALL)] if node.prop == "PartitionKey" else [(_ALL, iv)]
+    if isinstance(node, Const):
+        return [_FULL] if node.value else []
     if isinstance(node, Not):
-        return [_FULL]
+        return [] if node.expr == Const(True) else [_FULL]
     left = _boxes(node.left)
     if isinstance(node, Or):
         if left == [_FULL]:

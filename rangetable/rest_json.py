@@ -171,7 +171,8 @@ def json_to_typed(
 ) -> tuple[str, str, dict[str, list[Any]]]:
     """Decode a REST entity body into ``(pk, rk, typed props)``.
 
-    Reads ``Prop@odata.type`` annotations (reference §2.2); null values are absent, ``odata.*`` members
+    Reads ``Prop@odata.type`` annotations (reference §2.2); untyped null values are absent (a null with
+    an ``@odata.type`` is InvalidInput, as a typed value admits no null), ``odata.*`` members
     and a client-supplied ``Timestamp`` are ignored. ``pk``/``rk`` (e.g. from the URL) stand in for
     keys the body leaves out. Raises PropertiesNeedValue for a missing key and InvalidInput for a
     non-string key, an unknown annotation, a value that does not match its annotation, an annotation
@@ -194,6 +195,8 @@ def json_to_typed(
         elif v is not None:
             a = body[annotation]
             props[name] = [STRING, v] if a == "Edm.String" and type(v) is str else _json_value(name, v, a)
+        else:  # a typed null (the JS SDK's invalid Date or NaN): the type admits no null
+            raise _invalid(f"The value of {name!r} is null, which is not a valid {body[annotation]}.")
     return pk, rk, props
 
 

@@ -23,6 +23,7 @@ from rangetable.errors import TableError
 from rangetable.filter import (
     And,
     Compare,
+    Const,
     Not,
     Or,
     compile_cached,
@@ -106,8 +107,18 @@ PARSE_CASES = [
     # case-insensitive keywords and operators; whitespace
     ("A EQ 1 AND B Eq 2 OR NOT C eQ 3", Or(And(A1, B2), Not(C3))),
     ("  A   eq\t1  ", A1),
+    # bare boolean literals are terms of their own (what .NET's PredicateBuilder sends)
+    ("true", Const(True)),
+    ("false", Const(False)),
+    ("not true", Not(Const(True))),
+    ("(true and RowKey eq '1') and (false or PartitionKey eq 'p')",
+     And(And(Const(True), C("eq", "RowKey", STRING, "1")), Or(Const(False), C("eq", "PartitionKey", STRING, "p")))),
+    ("A eq 1 or FALSE", Or(A1, Const(False))),
+    ("(true)", Const(True)),
     # 15 comparisons are allowed
     (" or ".join(["A eq 1"] * 15), None),
+    (" or ".join(["A eq 1"] * 15) + " or true", None),
+    (" or ".join(["A eq 1"] * 15 + ["true"] * 15), None),
 ]
 
 
@@ -163,7 +174,13 @@ ERROR_CASES = [
     ("null ne A", "InvalidInput", "null literals are not supported at position 0"),
     ("A eq B", "InvalidInput", "Comparing two properties is not supported at position 0"),
     ("1 eq 1", "InvalidInput", "A comparison needs a property on one side"),
-    ("Flag", "InvalidInput", "Expected a comparison operator but found end of filter"),
+    ("Flag", "InvalidInput", "Property 'Flag' alone is not a condition (write 'Flag eq true') at position 0"),
+    ("not Flag", "InvalidInput", "Property 'Flag' alone is not a condition"),
+    ("Flag and A eq 1", "InvalidInput", "Property 'Flag' alone is not a condition"),
+    ("true eq true", "InvalidInput", "A comparison needs a property on one side"),
+    (" or ".join(["true"] * 16), "InvalidInput", "More than 15 true/false terms"),
+    (" or ".join(["true"] * 3000), "InvalidInput", "More than 15 true/false terms"),
+    ("true add 1", "InvalidInput", "Arithmetic operator 'add'"),
     ("not", "InvalidInput", "found end of filter"),
     ("A eq 1 or or B eq 2", "InvalidInput", "found 'or'"),
     ("Address/City eq 'x'", "InvalidInput", "Unexpected character '/'"),
@@ -264,6 +281,14 @@ EVAL_CASES = [
     ("full", "Age eq 1 or Age eq 30 and Name eq 'Bob'", True),
     ("full", "(Age eq 1 or Age eq 30) and Name eq 'Nobody'", False),
     ("full", "not Age eq 1 and Name eq 'Bob'", True),
+    # bare boolean literals
+    ("full", "true", True),
+    ("empty", "true", True),
+    ("full", "false", False),
+    ("full", "not false", True),
+    ("full", "(true and RowKey eq 'r1') and (false or PartitionKey eq 'p1')", True),
+    ("full", "(true and RowKey eq 'r1') and (false or PartitionKey eq 'p2')", False),
+    ("empty", "false or Name eq 'Bob'", False),
 ]
 
 
@@ -327,7 +352,7 @@ def filters(pools: dict) -> st.SearchStrategy:
         typed_value(pools).filter(literal_ok),
     )
     return st.recursive(
-        leaf,
+        st.one_of(leaf, leaf, leaf, st.builds(Const, st.booleans())),
         lambda sub: st.one_of(st.builds(And, sub, sub), st.builds(Or, sub, sub), st.builds(Not, sub)),
         max_leaves=12,
     )
@@ -350,6 +375,8 @@ def reference_eval(node: object, entity: tuple) -> bool:
         return reference_eval(node.left, entity) or reference_eval(node.right, entity)
     if isinstance(node, Not):
         return not reference_eval(node.expr, entity)
+    if isinstance(node, Const):
+        return node.value
     assert isinstance(node, Compare)
     special = {"PartitionKey": [STRING, pk], "RowKey": [STRING, rk], "Timestamp": [DATETIME, ts]}
     prop = special.get(node.prop, props.get(node.prop))

@@ -9,7 +9,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from rangetable.edm import INT32, STRING
-from rangetable.filter import And, Compare, Not, Or, compile_filter, describe, parse_filter
+from rangetable.filter import And, Compare, Const, Not, Or, compile_filter, describe, parse_filter
 from rangetable.planner import Plan, Scan, plan
 
 
@@ -90,6 +90,15 @@ PLAN_CASES = [
     ("PartitionKey eq 'a' and (RowKey eq 'b' or Age gt 3)", "row_range", [(key("a"), b"a\x01")]),
     # non-ASCII keys keep code-point order
     ("PartitionKey ge 'é' and PartitionKey lt '☃'", "partition_range", [(key("é"), key("☃"))]),
+    # bare true/false: true constrains nothing, false empties its conjunction
+    ("true", "full", [(b"", None)]),
+    ("false", "empty", []),
+    ("not true", "empty", []),
+    ("not false", "full", [(b"", None)]),
+    ("(true and RowKey eq '1') and (false or PartitionKey eq 'p')", "point", [(key("p", "1"), key("p", "1") + b"\x00")]),
+    ("false or PartitionKey eq 'a'", "row_range", [(key("a"), b"a\x01")]),
+    ("true or PartitionKey eq 'a'", "full", [(b"", None)]),
+    ("false and PartitionKey eq 'a'", "empty", []),
 ]
 
 
@@ -141,6 +150,7 @@ any_leaf = st.one_of(
     _key_leaf(OPS),
     st.builds(Compare, st.sampled_from(OPS), st.sampled_from([P, R]), st.just(INT32), st.integers(0, 3)),
     st.builds(Compare, st.sampled_from(OPS), st.just("X"), st.just(INT32), st.integers(0, 3)),
+    st.builds(Const, st.booleans()),
 )
 any_filter = st.recursive(
     any_leaf,

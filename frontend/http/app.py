@@ -27,14 +27,14 @@ from typing import Any
 from frontend.http import odata, ops
 from frontend.http.common import Response, http_date, iso_now
 from frontend.http.security import Security
-from frontend.http.urls import Resource, parse_query, parse_resource
+from frontend.http.urls import SECONDARY_SUFFIX, Resource, parse_query, parse_resource
+from frontend.http.versions import DEFAULT_VERSION, VERSION_HEADERS, check_version
 from rangetable.errors import TableError
 
 log = logging.getLogger("rangetable.http")
 
 MAX_BODY = 4 * 1024 * 1024  # larger bodies get 413 RequestBodyTooLarge
 DRAIN_LIMIT = 64 * 1024 * 1024  # beyond this we stop reading and answer at once
-DEFAULT_VERSION = "2019-02-02"
 KNOWN_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "MERGE", "PATCH", "DELETE", "OPTIONS"})
 XMETHODS = frozenset({"GET", "MERGE", "PATCH", "DELETE"})
 PROPS_TTL_S = 5.0
@@ -42,7 +42,8 @@ MULTIPLE = "\x00multiple"  # the value standing for a repeated X-HTTP-Method hea
 
 _RID_PREFIX = str(uuid.uuid4())[:24]
 _rid_counter = itertools.count(1)
-_VERSIONS = {DEFAULT_VERSION: DEFAULT_VERSION.encode()}  # x-ms-version values seen -> their header bytes
+_DEFAULT_VERSION_HEADER = DEFAULT_VERSION.encode()
+READS = frozenset({"GET", "HEAD"})  # the verbs a read-only secondary serves
 
 
 def next_request_id() -> str:
@@ -107,8 +108,11 @@ class Request:
         base = self._base
         if base is None:
             assert self.res is not None
-            if self.raw_path.lstrip("/").split("/", 1)[0] == self.res.account or not self.res.account:
+            first = self.raw_path.lstrip("/").split("/", 1)[0]
+            if first == self.res.account or not self.res.account:
                 base = f"{self.scheme}://{self.host}/{self.res.account}"
+            elif self.res.secondary and first == self.res.account + SECONDARY_SUFFIX:
+                base = f"{self.scheme}://{self.host}/{first}"  # links of a secondary read stay on the secondary
             else:
                 base = f"{self.scheme}://{self.host}"
             self._base = base
@@ -259,6 +263,7 @@ class RestApp:
                 return
             rq.auth = self.security.authenticate_now(rq.method, rq.raw_path, rq.query, rq.headers, rq.scheme,
                                                      rq.client_ip)
+            refuse_secondary_write(rq.res, method)  # type: ignore[arg-type]
             req, finisher = plan(self, rq)
         except Exception as exc:
             done(self.finish(rq, self._failure(rq, exc)))
@@ -295,11 +300,7 @@ class RestApp:
     def finish(self, rq: Request, resp: Response) -> Response:
         """Add the standard headers (request id, version, Date, client request id echo, CORS, length)."""
         h = resp.headers
-        version = _VERSIONS.get(rq.version)
-        if version is None:
-            version = rq.version.encode("latin-1", "replace")
-            if len(_VERSIONS) < 64:
-                _VERSIONS[rq.version] = version
+        version = VERSION_HEADERS.get(rq.version, _DEFAULT_VERSION_HEADER)  # an unknown version is never echoed
         h += ((b"x-ms-request-id", rq.request_id.encode()), (b"x-ms-version", version), (b"date", http_date()))
         crid = rq.headers.get("x-ms-client-request-id")
         if crid is not None:
@@ -351,9 +352,13 @@ class RestApp:
         res = rq.res = parse_resource(rq.raw_path, rq.query, rq.host)
         comp = rq.param("comp") if rq.query else None
         kind = res.kind
-        rq.xml_errors = kind == "service" or comp is not None
+        rq.xml_errors = kind == "service" or comp is not None or method == "OPTIONS"
         if method != "OPTIONS" and not rq.xml_errors and kind != "batch":
             rq.level = odata.metadata_level(rq.headers.get("accept"), rq.param("$format") if rq.query else None)
+        if method != "OPTIONS":
+            version = rq.headers.get("x-ms-version")
+            if version:
+                rq.version = check_version(version)
         return method, comp
 
     async def _dispatch(self, rq: Request, method: str, comp: str | None) -> Response:
@@ -365,9 +370,18 @@ class RestApp:
                                                    rq.scheme, rq.client_ip)
         if "origin" in rq.headers:
             rq.cors_rule = await ops.cors_rule_for(self, rq, method)
+        refuse_secondary_write(res, method)  # after the CORS lookup: the refusal carries CORS headers too
         plan = ops.plan_for(res, method, comp)
         if plan is not None:
             req, finisher = plan(self, rq)
             return finisher(self, rq, await self.fe.request(req))
         handler = ops.route(res, method, comp)
         return await handler(self, rq)
+
+
+def refuse_secondary_write(res: Resource, method: str) -> None:
+    """403 InsufficientAccountPermissions for anything but a read on the ``-secondary`` account: like
+    Azure's read-access geo-redundant secondary, it serves reads (queries, gets, ACL, service
+    properties and stats) and refuses writes."""
+    if res.secondary and method not in READS:
+        raise TableError("InsufficientAccountPermissions", "Write operations are not allowed.")

@@ -63,13 +63,20 @@ def prefer(headers: dict[str, str]) -> str | None:
 
 
 def if_match(headers: dict[str, str], required: bool = False) -> str | None:
-    """The If-Match value (None when absent); If-None-Match is not allowed on writes."""
+    """The If-Match value (None when absent); If-None-Match is not allowed on writes.
+
+    The weak prefix is case-insensitive (RFC 9110 spells it ``W/``, some clients send ``w/``): both
+    compare with the entity's ETag, so a stale one is 412. A strong or bare ETag stays 400.
+    """
     if "if-none-match" in headers:
         raise TableError("InvalidInput", "If-None-Match is not supported on this operation.")
     v = headers.get("if-match")
-    if v is None and required:
-        raise TableError("MissingRequiredHeader", "The If-Match header is required for this operation.")
-    return v.strip() if v is not None else None
+    if v is None:
+        if required:
+            raise TableError("MissingRequiredHeader", "The If-Match header is required for this operation.")
+        return None
+    v = v.strip()
+    return "W/" + v[2:] if v.startswith("w/") else v
 
 
 def parse_select(text: str | None) -> list[str] | None:
@@ -311,7 +318,11 @@ async def set_properties(app: RestApp, rq: Request) -> Response:
 
 
 async def get_stats(app: RestApp, rq: Request) -> Response:
-    """GET /?restype=service&comp=stats (normally on the -secondary account)."""
+    """GET /?restype=service&comp=stats — served on the ``-secondary`` account only, as Azure does (400
+    InvalidQueryParameterValue on the primary)."""
+    if not rq.res.secondary:
+        raise TableError("InvalidQueryParameterValue", "Get Service Stats is served on the secondary endpoint "
+                         f"({rq.res.account}-secondary) only.")
     check(rq.auth, "service_read", None)
     return _resp(200, [XML_TYPE], xmldocs.format_stats(http_date().decode()))
 
@@ -324,7 +335,7 @@ async def preflight(app: RestApp, rq: Request) -> Response:
     origin = rq.headers.get("origin")
     method = rq.headers.get("access-control-request-method")
     if not origin or not method:
-        raise TableError("InvalidHeaderValue", "A CORS preflight needs Origin and Access-Control-Request-Method.")
+        raise TableError("InvalidHeaderValue", "A required CORS header is not present.")
     requested = [h.strip() for h in rq.headers.get("access-control-request-headers", "").split(",") if h.strip()]
     rule = xmldocs.cors_match(await app.service_properties(), origin, method, requested)
     if rule is None:
@@ -344,17 +355,27 @@ def _any_origin(rule: dict) -> bool:
     return "*" in [o.strip() for o in (rule.get("AllowedOrigins") or "").split(",")]
 
 
+NO_MATCH: dict = {}  # CORS rules exist, none matched: the answer only says Vary: Origin
+
+
 async def cors_rule_for(app: RestApp, rq: Request, method: str) -> dict | None:
-    """The CORS rule matching an actual (non-preflight) request with an Origin header."""
+    """The CORS rule matching an actual (non-preflight) request with an Origin header; :data:`NO_MATCH`
+    when the service has CORS rules but none matches, None when it has none."""
     try:
         props = await app.service_properties()
     except TableError:
         return None
-    return xmldocs.cors_match(props, rq.headers.get("origin", ""), method)
+    rule = xmldocs.cors_match(props, rq.headers.get("origin", ""), method)
+    if rule is None and (props or {}).get("cors"):
+        return NO_MATCH
+    return rule
 
 
 def cors_headers(rule: dict, origin: str) -> list[tuple[bytes, bytes]]:
-    """Response headers for a request whose Origin matched ``rule``."""
+    """Response headers for a request whose Origin matched ``rule`` (:data:`NO_MATCH`: only ``Vary``,
+    so that caches keep answers to different origins apart, as Azure does)."""
+    if not rule:
+        return [(b"vary", b"Origin")]
     h = [(b"access-control-allow-origin", b"*" if _any_origin(rule) else origin.encode("latin-1"))]
     exposed = rule.get("ExposedHeaders")
     if exposed:
