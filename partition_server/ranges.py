@@ -122,6 +122,7 @@ class RangeSet:
                          "request_window_bytes": nbytes}
         self.scan_budget_s = scan_budget_ms / 1000.0
         self.open: dict[str, Served] = {}
+        self.closing: dict[str, threading.Thread] = {}  # split parents closing in the background
         self.version = 0  # highest map version seen in a command
         self._last_report = time.monotonic()
 
@@ -155,6 +156,7 @@ class RangeSet:
     def load(self, record: dict) -> None:
         """Open (or activate) a range at the record's epoch."""
         rid = record["id"]
+        self._await_close(rid)
         cur = self.open.get(rid)
         if cur is not None:
             cur.reset(record)
@@ -186,11 +188,32 @@ class RangeSet:
             crash_point("ps.unload.after_close", self.data_dir)
 
     def unload_all(self) -> int:
-        """Close every range; returns how many were open."""
+        """Close every range (and wait for background closes); returns how many were open."""
         n = len(self.open)
         for rid in list(self.open):
             self.unload(rid)
+        for rid in list(self.closing):
+            self._await_close(rid)
         return n
+
+    def _retire(self, rid: str) -> None:
+        """Stop serving ``rid`` at once and close its store on a background thread.
+
+        For a split's parent: no one opens its directory again (the halves are new directories), so
+        its close — which waits for a running compaction slice and for RocksDB's background jobs,
+        up to seconds on a multi-GB range — stays out of the split's offline window and off the
+        loop. ``load``, ``destroy`` and ``unload_all`` wait for it.
+        """
+        served = self.open.pop(rid, None)
+        if served is not None:
+            closer = threading.Thread(target=served.store.close, name=f"close-{rid}", daemon=True)
+            closer.start()
+            self.closing[rid] = closer
+
+    def _await_close(self, rid: str) -> None:
+        closer = self.closing.pop(rid, None)
+        if closer is not None:
+            closer.join()
 
     def split(self, rid: str, epoch: int, key: str, left: dict, right: dict) -> dict:
         """Split a served range at PartitionKey ``key`` into two pending ranges (hard-linked)."""
@@ -205,8 +228,8 @@ class RangeSet:
         halves = served.store.split_open(key, self._path(left), self._path(right), steps)
         crash_point("ps.split.after_split", self.data_dir)
         clock = StepClock(steps)
-        self.unload(rid)
-        clock.step("close")
+        self._retire(rid)
+        clock.step("retire")
         for rec, store in zip((left, right), halves, strict=True):
             lo, hi = range_bounds(rec["low"], rec["high"])
             self.open[rec["id"]] = Served(dict(rec), store, "pending", lo, hi)
@@ -232,9 +255,22 @@ class RangeSet:
         return {"ms": round((time.monotonic() - t0) * 1e3, 2)}
 
     def destroy(self, record: dict) -> None:
-        """Delete a range's directory (after the coordinator dropped it from the map)."""
-        self.unload(record["id"])
-        shutil.rmtree(self._path(record), ignore_errors=True)
+        """Delete a range's directory (after the coordinator dropped it from the map); a split parent
+        still closing in the background is deleted by a thread once it has closed."""
+        rid, path = record["id"], self._path(record)
+        self.unload(rid)
+        closer = self.closing.pop(rid, None)
+        if closer is None:
+            shutil.rmtree(path, ignore_errors=True)
+            return
+
+        def remove_after_close() -> None:
+            closer.join()
+            shutil.rmtree(path, ignore_errors=True)
+
+        remover = threading.Thread(target=remove_after_close, name=f"destroy-{rid}", daemon=True)
+        remover.start()
+        self.closing[rid] = remover
 
     # --- data ---------------------------------------------------------------------------------
 
