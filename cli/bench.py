@@ -62,15 +62,18 @@ def bench_soak(minutes: float, threads: int, mix: str, interval: float, preload:
 @click.command("scale")
 @click.option("--entities", default=10_000_000, show_default=True, help="Entities to load (~400 bytes each).")
 @click.option("--moves", default=10, show_default=True, help="Moves of the loaded range, to time their offline windows.")
-@click.option("--split-mb", default=256, show_default=True, help="The balancer's size-split target, in MiB.")
+@click.option("--split-levels", default=3, show_default=True,
+              help="Levels of manual splits at the median (1 + 2 + 4 splits for 3), to time their offline windows.")
+@click.option("--split-mb", default=64, show_default=True,
+              help="The balancer's size-split target, in MiB, for the size-based splits after the manual ones.")
 @click.option("--block-cache-mb", default=128, show_default=True, help="Each partition server's block cache, in MiB.")
 @click.option("--reps", default=2000, show_default=True, help="Point gets per measurement (queries: a fiftieth).")
 @click.option("--loaders", default=2, show_default=True, help="Bulk-load client processes (each a contiguous key run).")
 @click.option("--work-dir", default=None, help="Where the cluster it starts keeps its data (default: a temp dir).")
 @click.option("--keep", is_flag=True, help="Leave the cluster running and its data in place.")
 @json_option
-def bench_scale(entities: int, moves: int, split_mb: int, block_cache_mb: int, reps: int, loaders: int,
-                work_dir: str | None, keep: bool, as_json: bool) -> None:
+def bench_scale(entities: int, moves: int, split_levels: int, split_mb: int, block_cache_mb: int, reps: int,
+                loaders: int, work_dir: str | None, keep: bool, as_json: bool) -> None:
     """Load one table through the native bulk path (progress on stderr), then at that size: point gets,
     query and scan pages against the same at 10,000 entities, move and split offline times of the
     multi-GB range, size-based splits, space on disk, and restart times. Starts its own cluster."""
@@ -81,9 +84,9 @@ def bench_scale(entities: int, moves: int, split_mb: int, block_cache_mb: int, r
     from cli.supervisor import down, read_cluster
     from rangetable.bench_scale import SMALL, run_scale, time_up
 
-    if entities < SMALL or min(moves, split_mb, block_cache_mb, reps, loaders) < 1:
-        raise click.UsageError(f"--entities must be at least {SMALL:,}; --moves, --split-mb, --block-cache-mb, "
-                               "--reps and --loaders at least 1.")
+    if entities < SMALL or min(moves, split_levels, split_mb, block_cache_mb, reps, loaders) < 1:
+        raise click.UsageError(f"--entities must be at least {SMALL:,}; --moves, --split-levels, --split-mb, "
+                               "--block-cache-mb, --reps and --loaders at least 1.")
     data_dir = os.path.abspath(work_dir or tempfile.mkdtemp(prefix="rt-bench-scale-"))
     os.environ["RANGETABLE_BLOCK_CACHE_MB"] = str(block_cache_mb)  # inherited by the partition servers
     up_args = ["--servers", "2"]
@@ -93,7 +96,8 @@ def bench_scale(entities: int, moves: int, split_mb: int, block_cache_mb: int, r
         time_up(data_dir, up_args)
         doc = read_cluster(data_dir)
         with click.progressbar(length=entities, label="bulk load", file=sys.stderr) as bar:
-            res = run_scale(doc, data_dir, entities=entities, moves=moves, split_target=split_mb << 20, reps=reps,
+            res = run_scale(doc, data_dir, entities=entities, moves=moves, split_levels=split_levels,
+                            split_target=split_mb << 20, reps=reps,
                             loaders=loaders, up_args=up_args, echo=echo, progress=bar.update)
     finally:
         if not keep:

@@ -9,7 +9,8 @@ Steps, against a cluster it starts (balancer off until step 6):
    grouped by PartitionKey into 100-operation batches), with the rate of every tenth of the load;
 3. the same figures at full size, and their ratio to the small ones;
 4. moves of the one multi-GB range between the two partition servers, offline time of each;
-5. manual splits at the data median (the whole range, then its halves), offline time of each;
+5. manual splits at the data median, level by level (the whole range, then its halves, then their
+   halves …, ``split_levels`` levels: 1 + 2 + 4 splits for 3), offline time of each;
 6. the balancer on with its size target: size-based splits until no range exceeds it, and the
    sizes of the ranges it made;
 7. bytes on disk against the raw data, then the cluster is stopped; one range store is opened in this
@@ -255,7 +256,8 @@ def range_dir(data_dir: str, record: dict) -> str:
     return os.path.join(data_dir, record.get("path") or os.path.join("ranges", record["id"]))
 
 
-def run_scale(doc: dict, data_dir: str, *, entities: int = 10_000_000, moves: int = 10, split_target: int = 256 * MiB,
+def run_scale(doc: dict, data_dir: str, *, entities: int = 10_000_000, moves: int = 10, split_levels: int = 3,
+              split_target: int = 64 * MiB,
               reps: int = 2000, window: int = 32, loaders: int = 2, settle_s: float = 600.0,
               up_args: list[str] | None = None,
               echo: Callable[[str], None] = print, progress: Callable[[int], None] | None = None) -> dict[str, Any]:
@@ -308,14 +310,18 @@ def run_scale(doc: dict, data_dir: str, *, entities: int = 10_000_000, moves: in
     res["moves"] = offline_stats(offs)
     echo(f"moves of the {res['big_range_mib']:,.0f} MiB range: {res['moves']}")
 
-    splits = []  # 5. manual splits: the whole range, then both halves
-    first = call(coord, {"op": "split", "range": big["id"], "key": None}, timeout=300)
-    splits.append(first["offline_ms"])
-    for half in (first["left"], first["right"]):
-        wait_compacted(coord, half)  # as the balancer does: never split a half still compacting its drop
-        splits.append(call(coord, {"op": "split", "range": half, "key": None}, timeout=300)["offline_ms"])
+    splits, level = [], [big["id"]]  # 5. manual splits, level by level
+    for _ in range(split_levels):
+        nxt = []
+        for rid in level:
+            wait_compacted(coord, rid)  # as the balancer does: never split a half still compacting its drop
+            out = call(coord, {"op": "split", "range": rid, "key": None}, timeout=300)
+            splits.append(out["offline_ms"])
+            nxt += [out["left"], out["right"]]
+        level = nxt
     res["manual_splits"] = offline_stats(splits)
-    echo(f"manual splits ({res['big_range_mib']:,.0f} MiB, then its halves): {res['manual_splits']}")
+    smallest = min(r["bytes"] for r in table_ranges(coord, name)) / MiB
+    echo(f"manual splits ({res['big_range_mib']:,.0f} MiB down to {smallest:,.0f} MiB ranges): {res['manual_splits']}")
 
     call(coord, {"op": "balancer", "action": "set", "key": "split_size_bytes", "value": str(split_target)})
     call(coord, {"op": "balancer", "action": "on"})  # 6. size-based splits
