@@ -107,6 +107,8 @@ class Handler:
                 raise TableError("InvalidInput", "a batch needs at least one operation with a PartitionKey")
             pk = ops[0]["pk"]
             body = {"op": "batch", "ops": ops}
+            if req.get("echo") is False:  # answer only the shared Timestamp (bulk imports)
+                body["echo"] = False
         if op != "get":
             if "rid" not in req or not isinstance(req["rid"], str):
                 req["rid"] = f"{self._rid_prefix}{next(self._rids)}"  # so our own retries are applied once

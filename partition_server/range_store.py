@@ -80,8 +80,8 @@ def _packed(e: Entity | None) -> bytes:
 def _stored_answer(prev: tuple[str, Any]) -> Any:
     """A request record's ``(kind, result)`` as :meth:`RangeStore.write` / :meth:`RangeStore.batch` answer."""
     kind, payload = prev
-    if kind == "b":
-        return [_from_wire(x) for x in payload]
+    if kind == "b":  # a quiet batch (batch_quiet) stored only its Timestamp
+        return payload if isinstance(payload, int) else [_from_wire(x) for x in payload]
     return _from_wire(payload)
 
 
@@ -403,11 +403,23 @@ class RangeStore:
     def batch_wire(self, ops: list[dict], request_id: str | None = None) -> list[bytes]:
         """Like :meth:`batch`, but each op's answer packed in wire form (see :meth:`write_wire`)."""
         _, items, _, prev = self._batch(ops, request_id, True)
-        return items if prev is MISSING else [_packed(e) for e in _stored_answer(prev)]
+        if prev is MISSING:
+            return items
+        first = _stored_answer(prev)
+        return [] if isinstance(first, int) else [_packed(e) for e in first]  # [] : the first call was quiet
 
-    def _batch(self, ops: list[dict], request_id: str | None, wire: bool) -> tuple[int, list[bytes], list, Any]:
-        """(Timestamp, packed answers (only with ``wire`` or a request id), props written, stored answer
-        of a repeated request or MISSING)."""
+    def batch_quiet(self, ops: list[dict], request_id: str | None = None) -> int:
+        """Like :meth:`batch`, but the answer is only the Timestamp (ticks) every written entity got,
+        from which each ETag follows (Azure's ``Prefer: return-no-content``; bulk imports). The
+        request record then holds that number, not the entities: ~10 bytes instead of ~40 KiB for
+        100 entities of 400 bytes. A repeated request id answers the first call's Timestamp."""
+        ts, _, _, prev = self._batch(ops, request_id, False, echo=False)
+        return ts if prev is MISSING else _stored_answer(prev)
+
+    def _batch(self, ops: list[dict], request_id: str | None, wire: bool,
+               echo: bool = True) -> tuple[int, list[bytes], list, Any]:
+        """(Timestamp, packed answers (only with ``wire`` or a request id, and ``echo``), props
+        written, stored answer of a repeated request or MISSING)."""
         with self._lock:
             rid, stale, prev = self._replay(request_id, "b")
             if prev is not MISSING:
@@ -416,9 +428,15 @@ class RangeStore:
             ts = self._next_ts()
             wb = rocksdict.WriteBatch(raw_mode=True)
             db = self._db
-            items, written = prepare_batch(db.get, ops, ts, wb, wire or rid is not None, partial(span_may_hold, db))
+            want_items = echo and (wire or rid is not None)
+            items, written = prepare_batch(db.get, ops, ts, wb, want_items, partial(span_may_hold, db))
             if written:
-                answer = b"" if rid is None else array_header(len(items)) + b"".join(items)
+                if rid is None:
+                    answer = b""
+                elif echo:
+                    answer = array_header(len(items)) + b"".join(items)
+                else:
+                    answer = _packb(ts)
                 self._commit(wb, ts, rid, BATCH, answer, stale)
             return ts, items, written, MISSING
 

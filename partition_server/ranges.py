@@ -320,7 +320,10 @@ class RangeSet:
             ops = req["ops"]
             pk = ops[0].get("pk") if ops else None
             served = self._serving(req, pk, max(1, len(ops)))
-            result = wire.array(served.store.batch_wire(ops, request_id=req.get("rid")))
+            if req.get("echo", True):
+                result = wire.array(served.store.batch_wire(ops, request_id=req.get("rid")))
+            else:  # the caller wants no entities back: only their shared Timestamp
+                result = served.store.batch_quiet(ops, request_id=req.get("rid"))
             ld = served.load
             ld.writes += 1
             ld.entities += len(ops)

@@ -3,7 +3,9 @@
 Entities are grouped by PartitionKey into entity group transactions of up to 100 operations (and
 under 4 MiB), and up to ``window`` transactions are kept in flight on one socket (pipelining), so the
 import is limited by the servers, not by round trips. Every transaction carries its own request id
-and is re-sent with the same id after a retriable error, so nothing is applied twice.
+and is re-sent with the same id after a retriable error, so nothing is applied twice. Transactions
+ask for no entities back (``echo: false``): the answer, and the request record the partition server
+keeps for a retry, is only their Timestamp.
 """
 
 from __future__ import annotations
@@ -98,7 +100,7 @@ def bulk_upsert(endpoint: str, table: str, entities: Iterable[Mapping[str, Any]]
                 if nxt is None:
                     exhausted = True
                     break
-                send({"op": "batch", "table": table, "ops": nxt[1], "rid": uuid.uuid4().hex}, 1)
+                send({"op": "batch", "table": table, "ops": nxt[1], "rid": uuid.uuid4().hex, "echo": False}, 1)
             if not inflight:
                 break
             if not sock.poll(int(timeout * 1000)):

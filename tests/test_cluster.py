@@ -10,6 +10,7 @@ import zmq
 
 from cli.admin import call
 from rangetable import TableServiceClient, protocol
+from rangetable.edm import INT32
 from rangetable.errors import TableError
 from tests.cluster import Cluster
 
@@ -212,3 +213,16 @@ def test_bulk_upsert_imports_everything(cluster: Cluster) -> None:
     n = t.upsert_entities({"PartitionKey": f"p{i % 13}", "RowKey": f"{i:05d}", "i": i} for i in range(5000))
     assert n == 5000
     assert sum(1 for _ in t.list_entities()) == 5000
+
+
+def test_a_quiet_batch_answers_only_its_timestamp(cluster: Cluster) -> None:
+    svc = TableServiceClient(cluster.native)
+    t = svc.create_table("Quiet")
+    ops = [{"op": "insert_or_replace", "pk": "p", "rk": f"r{i}", "props": {"i": [INT32, i]}, "if_match": None}
+           for i in range(3)]
+    ts = svc._call({"op": "batch", "table": "Quiet", "ops": ops, "rid": "q-1", "echo": False})
+    assert isinstance(ts, int)
+    assert svc._call({"op": "batch", "table": "Quiet", "ops": ops, "rid": "q-1", "echo": False}) == ts  # once
+    assert [e["i"] for e in t.list_entities()] == [0, 1, 2]
+    loud = svc._call({"op": "batch", "table": "Quiet", "ops": ops, "rid": "q-2"})
+    assert len(loud) == 3
