@@ -25,7 +25,7 @@ from typing import Any
 
 import zmq
 
-from coordinator import acl
+from coordinator import acl, backup
 from coordinator import operations as ops
 from coordinator.balancing import Balancing
 from coordinator.controller import Controller
@@ -232,6 +232,7 @@ class Coordinator:
             "move": (ops.move, lambda r: (r["range"], r["server"])),
             "split": (ops.split, lambda r: (r["range"], r.get("key"))),
             "merge": (ops.merge, lambda r: (r["range"],)),
+            "backup": (backup.backup, lambda r: (str(r["dir"]),)),
         }
         if op not in jobs:
             raise TableError("InvalidInput", f"unknown op {op!r}")

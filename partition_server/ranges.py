@@ -109,7 +109,8 @@ class Served:
 class RangeSet:
     """Ranges open in this process, keyed by range id."""
 
-    CONTROL_OPS = frozenset({"load", "unload", "prepare", "split", "split_key", "merge", "destroy", "status"})
+    CONTROL_OPS = frozenset({"load", "unload", "prepare", "split", "split_key", "merge", "destroy", "status",
+                             "checkpoint"})
     DATA_OPS = frozenset({"get", "write", "batch", "scan"})
 
     def __init__(self, data_dir: str, *, sync: bool = False, scan_budget_ms: int = 200,
@@ -148,6 +149,8 @@ class RangeSet:
             # only has a small memtable to flush and replay.
             self._served(req["range"], int(req.get("epoch", -1))).store.flush()
             return None
+        if op == "checkpoint":  # rangetable backup: a consistent copy while the range keeps serving
+            return self.checkpoint(req["range"], int(req.get("epoch", -1)), req["path"])
         if op == "split_key":
             return self._served(req["range"], int(req.get("epoch", -1))).store.split_key()
         return self.report()
@@ -226,6 +229,22 @@ class RangeSet:
         lo, hi = range_bounds(out["low"], out["high"])
         self.open[out["id"]] = Served(dict(out), store, "pending", lo, hi)
         return {"ms": round((time.monotonic() - t0) * 1e3, 2)}
+
+    def checkpoint(self, rid: str, epoch: int, path: str) -> dict:
+        """Checkpoint a served range into ``path`` (absolute, or relative to the data root)."""
+        served = self._served(rid, epoch)
+        if served.state != "serving":
+            raise TableError("RangeBusy", f"range {rid} is {served.state}")
+        target = os.path.join(self.data_dir, path)
+        try:
+            info = served.store.checkpoint(target)
+        except FileExistsError as exc:
+            raise TableError("InvalidInput", str(exc)) from None
+        except OSError as exc:
+            raise TableError("InternalError", f"checkpoint of {rid} into {target}: {exc}") from None
+        log.info("checkpoint of %s into %s in %.1f ms (%d files, %d linked)", rid, target, info["ms"],
+                 len(info["files"]), info["linked"])
+        return info
 
     def destroy(self, record: dict) -> None:
         """Delete a range's directory (after the coordinator dropped it from the map)."""
