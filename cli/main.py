@@ -195,7 +195,7 @@ def drill_group() -> None:
     """Failure drills against a running cluster."""
 
 
-from cli import backup, balance, chaos, commands, drill, stress  # noqa: E402,F401  (registers the user, admin and drill commands)
+from cli import backup, balance, chaos, commands, drill, stress, transfer  # noqa: E402,F401  (registers the user, admin and drill commands)
 
 if __name__ == "__main__":
     # Under `python -m cli.main` this file runs as __main__, while the command modules register on the
