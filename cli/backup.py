@@ -58,7 +58,7 @@ def backup_cmd(dest: str, timeout: float, data_dir: str, coordinator: str | None
     linked = sum(r["linked"] for r in m["ranges"]) + m["coordinator"]["linked"]
     slowest = max((r["ms"] for r in m["ranges"]), default=0.0)
     click.echo(f"backup in {dest}: {len(m['tables'])} tables, {len(m['ranges'])} ranges, "
-               f"{m['entities']:,} entities, {_size(m['bytes'])} in {len(files)} files "
+               f"{_size(m['bytes'])} in {len(files)} files "
                f"({linked} hard-linked) in {m['seconds']:.2f} s")
     click.echo(f"map version {m['map_version']}; each range checkpointed at its own instant, "
                f"the slowest in {slowest:.1f} ms")
@@ -84,7 +84,7 @@ def restore_cmd(src: str, data_dir: str, as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps(res, indent=2))
         return
-    click.echo(f"restored {res['ranges']} ranges of {len(res['tables'])} tables ({res['entities']:,} entities) "
+    click.echo(f"restored {res['ranges']} ranges of {len(res['tables'])} tables "
                f"into {res['data_dir']}: {res['linked']} files hard-linked, {res['copied']} copied, "
                f"in {res['seconds']:.2f} s")
     click.echo(f"start it with: rangetable up --data-dir {data_dir}")

@@ -122,5 +122,5 @@ def restore(src: str, data_dir: str) -> dict[str, Any]:
                 shutil.rmtree(os.path.join(data_dir, name), ignore_errors=True)
         raise
     return {"from": src, "data_dir": data_dir, "tables": manifest["tables"], "ranges": len(manifest["ranges"]),
-            "entities": manifest["entities"], "linked": linked, "copied": copied, "servers": servers,
+            "linked": linked, "copied": copied, "servers": servers,
             "backup_created": manifest["created"], "seconds": round(time.monotonic() - t0, 3)}

@@ -103,7 +103,7 @@ def export_cmd(table: str, path: str, fmt: str | None, filter_text: str | None, 
         return
     how = "" if not res["resumed_from"] else f" (resumed after {res['resumed_from']:,})"
     click.echo(f"exported {res['entities']:,} entities of {table} to {path} ({fmt}, {res['bytes']:,} bytes, "
-               f"{res['pages']} pages){how} in {res['seconds']:.2f} s")
+               f"{res['pages']} page{'s' if res['pages'] != 1 else ''}){how} in {res['seconds']:.2f} s")
     if not res["complete"]:
         click.echo(f"stopped after {max_pages} pages: continue with `rangetable export {table} --to {path} --resume`")
 

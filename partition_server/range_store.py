@@ -229,7 +229,7 @@ class RangeStore:
         with self._lock:  # no write of this store lands between the flush and the links
             self._db.flush(True)
             info = checkpoint_db(self._db, path)
-        return {**info, "last_ts": self._last_ts, "entities": self.stats()["entities"]}
+        return {**info, "last_ts": self._last_ts, "entities_estimate": self.stats()["entities"]}
 
     def __enter__(self) -> RangeStore:
         return self
