@@ -19,6 +19,7 @@ from functools import lru_cache
 from typing import Any
 
 from partition_server import wire
+from partition_server.metrics import RangeTotals
 from partition_server.range_store import RangeStore
 from partition_server.throttle import PartitionThrottle
 from rangetable.crash import crash_point
@@ -123,6 +124,7 @@ class RangeSet:
                          "request_window_bytes": nbytes}
         self.scan_budget_s = scan_budget_ms / 1000.0
         self.open: dict[str, Served] = {}
+        self.totals = RangeTotals()  # what every open range served since it opened (Prometheus metrics)
         self.version = 0  # highest map version seen in a command
         self._last_report = time.monotonic()
 
@@ -386,5 +388,7 @@ class RangeSet:
                 "pending_compaction_bytes": st.get("pending_compaction_bytes", 0),
                 "sample": list(ld.sample),
             }
+            self.totals.add(rid, s.record["table"], ld, out[rid])
             s.load = Load()
+        self.totals.retain(self.open)
         return out
