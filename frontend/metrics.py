@@ -16,8 +16,12 @@ from rangetable.metrics import snapshot
 _OK_PREFIX = b"\x81\xa2ok"  # msgpack of {"ok": …}: a fixmap of one entry whose key is "ok"
 
 
+MAX_SERIES = 512  # distinct (op, status) pairs; later new ones count as ("other", status)
+
+
 class Answers:
-    """Counts of answers by (operation, status)."""
+    """Counts of answers by (operation, status). Clients choose the op names and HTTP methods, so the
+    number of pairs is bounded: past :data:`MAX_SERIES` a new op counts as ``other``."""
 
     def __init__(self) -> None:
         self.counts: dict[tuple[str, str], int] = {}
@@ -25,11 +29,16 @@ class Answers:
     def note(self, op: str, status: str) -> None:
         """Count one answer."""
         key = (op, status)
-        self.counts[key] = self.counts.get(key, 0) + 1
+        counts = self.counts
+        n = counts.get(key)
+        if n is None and len(counts) >= MAX_SERIES:
+            key = ("other", status)
+            n = counts.get(key)
+        counts[key] = (n or 0) + 1
 
     def note_body(self, op: Any, body: bytes) -> None:
         """Count one native answer from its encoded body (decoded only when it is an error)."""
-        if body[:4] == _OK_PREFIX:
+        if body.startswith(_OK_PREFIX):
             status = "ok"
         else:
             try:

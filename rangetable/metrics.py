@@ -31,14 +31,13 @@ def parse_bind(bind: str) -> tuple[str, int]:
 def bucket_counts(samples: Iterable[float], count: int, buckets: tuple[float, ...] = LATENCY_BUCKETS) -> list[float]:
     """Non-cumulative counts per bucket (the last one is +Inf) for ``count`` requests, estimated from
     a sample of their latencies: exact when the sample holds all of them, scaled up otherwise."""
-    out = [0.0] * (len(buckets) + 1)
-    samples = list(samples)
-    if not samples or count <= 0:
-        return out
-    for s in samples:
-        out[bisect.bisect_left(buckets, s)] += 1
-    scale = count / len(samples)
-    return [c * scale for c in out]
+    ordered = sorted(samples)
+    if not ordered or count <= 0:
+        return [0.0] * (len(buckets) + 1)
+    scale = count / len(ordered)
+    below = [bisect.bisect_right(ordered, b) for b in buckets]  # samples <= each upper bound
+    edges = [0, *below, len(ordered)]
+    return [(hi - lo) * scale for lo, hi in zip(edges, edges[1:], strict=False)]
 
 
 def cumulative(counts: list[float], buckets: tuple[float, ...] = LATENCY_BUCKETS) -> list[tuple[str, float]]:

@@ -12,7 +12,7 @@ from azure.data.tables import TableServiceClient as AzureService
 
 from cli.admin import call
 from cli.observe import scrape, total
-from frontend.metrics import Answers
+from frontend.metrics import MAX_SERIES, Answers
 from rangetable import protocol
 from rangetable.errors import TableError
 from rangetable.metrics import LATENCY_BUCKETS, bucket_counts, cumulative, parse_bind
@@ -38,6 +38,9 @@ def test_parse_bind_and_answers() -> None:
     a.note_body("get", protocol.error(TableError("ResourceNotFound")))
     a.note_body(None, b"garbage")
     assert a.counts == {("get", "ok"): 1, ("get", "ResourceNotFound"): 1, ("invalid", "unknown"): 1}
+    for i in range(2000):  # op names chosen by clients do not grow the series without bound
+        a.note(f"op{i}", "InvalidInput")
+    assert len(a.counts) <= MAX_SERIES + 1 and a.counts[("other", "InvalidInput")] >= 2000 - MAX_SERIES
 
 
 def test_every_process_counts_the_traffic(tmp_path) -> None:
