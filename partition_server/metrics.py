@@ -65,11 +65,10 @@ class RangeTotals:
                 t = self.ranges[rid] = RangeTotal(table)
             for k in COUNTERS:
                 t.counters[k] += getattr(load, k)
-            reqs = load.reads + load.writes
-            for i, c in enumerate(bucket_counts(load.lats, reqs)):
+            for i, c in enumerate(bucket_counts(load.lats, load.timed)):
                 t.lat_buckets[i] += c
             t.lat_sum += load.lat_sum
-            t.lat_count += reqs
+            t.lat_count += load.timed
             t.report = report
 
     def retain(self, open_ids: Iterable[str]) -> None:
@@ -105,8 +104,8 @@ def collect(ps: PartitionServer) -> list:
             fam.add_metric([t.table, rid, server], float(t.report.get(key, 0) or 0))
         fams.append(fam)
     hist = HistogramMetricFamily("rangetable_range_request_seconds",
-                                 "Time the partition server spent on the range's requests (buckets estimated from "
-                                 "up to 512 sampled latencies per 0.5 s when busier).", labels=labels)
+                                 "Time the partition server spent on the range's requests answered without an error "
+                                 "(buckets estimated from 512 sampled latencies per 0.5 s when busier).", labels=labels)
     for rid, t in totals.items():
         hist.add_metric([t.table, rid, server], cumulative(t.lat_buckets), t.lat_sum)
     fams.append(hist)

@@ -58,6 +58,7 @@ class Load:
     lat_max: float = 0.0
     lat_sum: float = 0.0
     bytes_in: int = 0
+    timed: int = 0  # requests answered without an error, whose latency is in lat_sum (and maybe in lats)
     lats: list[float] = field(default_factory=list)  # up to LAT_SAMPLES request latencies, for p99
     sample: list[str] = field(default_factory=list)  # reservoir of request PartitionKeys
     seen: int = 0
@@ -283,29 +284,29 @@ class RangeSet:
         if op == "get":
             pk = req["pk"]
             served = self._serving(req, pk)
-            result: Any = self._get(served.store, pk, req["rk"], req.get("select"))
             ld = served.load
-            ld.reads += 1
-            ld.entities += 1
+            ld.reads += 1  # counted before it runs: a read of a missing entity is load too
             ld.note(pk)
+            result: Any = self._get(served.store, pk, req["rk"], req.get("select"))
+            ld.entities += 1
         elif op == "write":
             w = req["write"]
             pk = w.get("pk")
             served = self._serving(req, pk)
-            result = Packed(served.store.write_wire(w, request_id=req.get("rid")))
             ld = served.load
-            ld.writes += 1
-            ld.entities += 1
+            ld.writes += 1  # a write refused by its precondition is load too
             ld.note(pk)
+            result = Packed(served.store.write_wire(w, request_id=req.get("rid")))
+            ld.entities += 1
         elif op == "batch":
             ops = req["ops"]
             pk = ops[0].get("pk") if ops else None
             served = self._serving(req, pk, max(1, len(ops)))
-            result = wire.array(served.store.batch_wire(ops, request_id=req.get("rid")))
             ld = served.load
             ld.writes += 1
-            ld.entities += len(ops)
             ld.note(pk, len(ops))
+            result = wire.array(served.store.batch_wire(ops, request_id=req.get("rid")))
+            ld.entities += len(ops)
         else:
             served = self._serving(req, None)
             result = self._scan(served, req)
@@ -315,6 +316,7 @@ class RangeSet:
         if dt > ld.lat_max:
             ld.lat_max = dt
         ld.bytes_in += nbytes
+        ld.timed += 1
         if len(ld.lats) < LAT_SAMPLES:
             ld.lats.append(dt)
         else:
@@ -368,7 +370,6 @@ class RangeSet:
         out: dict[str, dict] = {}
         for rid, s in self.open.items():
             ld = s.load
-            reqs = ld.reads + ld.writes
             try:
                 st = s.store.stats()
             except Exception:
@@ -378,7 +379,7 @@ class RangeSet:
                 "writes_s": round(ld.writes / dt, 1),
                 "entities_s": round(ld.entities / dt, 1),
                 "busy_s": round(ld.busy / dt, 1),
-                "lat_avg_ms": round(ld.lat_sum / reqs * 1e3, 3) if reqs else 0.0,
+                "lat_avg_ms": round(ld.lat_sum / ld.timed * 1e3, 3) if ld.timed else 0.0,
                 "lat_max_ms": round(ld.lat_max * 1e3, 3),
                 "lat_p99_ms": percentile_ms(ld.lats, 0.99, 3),
                 "bytes_s": round(ld.bytes_in / dt, 1),

@@ -67,8 +67,9 @@ def test_every_process_counts_the_traffic(tmp_path) -> None:
 
         c.wait(served, what="the writes in the partition servers' metrics")
         ps = [s for sid in ("ps-1", "ps-2") for s in scrape(urls[sid])]
-        assert total(ps, "rangetable_range_reads_total", table="Metered") == 13  # 12 + the REST read
-        assert total(ps, "rangetable_range_request_seconds_count", table="Metered") == 44
+        assert total(ps, "rangetable_range_reads_total", table="Metered") == 14  # 12 + a miss + the REST read
+        assert total(ps, "rangetable_range_entities_accessed_total", table="Metered") == 31 + 13
+        assert total(ps, "rangetable_range_request_seconds_count", table="Metered") == 31 + 13  # the miss is not timed
         assert total(ps, "rangetable_server_lease") == 2
         fe = scrape(urls["fe-1"])
         assert total(fe, "rangetable_frontend_requests_total", op="write", status="ok") == 30
