@@ -11,8 +11,11 @@ frontend collectors are in their packages (``*/metrics.py``).
 from __future__ import annotations
 
 import bisect
+import logging
 from collections.abc import Callable, Iterable
 from typing import Any
+
+log = logging.getLogger("rangetable.metrics")
 
 # Request latency buckets (seconds): 50 µs to 2.5 s.
 LATENCY_BUCKETS = (0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25,
@@ -76,7 +79,11 @@ class FunctionCollector:
 
 def serve_metrics(bind: str, collect: Callable[[], Iterable[Any]]) -> str:
     """Serve ``/metrics`` at ``bind`` (``HOST:PORT``; port 0 = any) on a daemon thread, with the
-    families ``collect`` returns plus the process's own (CPU, memory, open files); returns the URL."""
+    families ``collect`` returns plus the process's own (CPU, memory, open files); returns the URL.
+
+    A port that cannot be bound is logged and the process goes on without metrics: losing them
+    must not take a partition server or a frontend down (or into a restart loop).
+    """
     from prometheus_client import CollectorRegistry, start_http_server
     from prometheus_client.process_collector import ProcessCollector
 
@@ -84,5 +91,9 @@ def serve_metrics(bind: str, collect: Callable[[], Iterable[Any]]) -> str:
     registry = CollectorRegistry(auto_describe=False)
     ProcessCollector(namespace="rangetable", registry=registry)
     registry.register(FunctionCollector(collect))  # type: ignore[arg-type]
-    server, _thread = start_http_server(port, addr=host, registry=registry)
+    try:
+        server, _thread = start_http_server(port, addr=host, registry=registry)
+    except OSError as exc:
+        log.error("metrics: cannot serve on %s: %s; running without metrics", bind, exc)
+        return ""
     return f"http://{host}:{server.server_port}/metrics"

@@ -28,6 +28,23 @@ def test_bucket_counts_exact_and_scaled() -> None:
     assert pairs[-1] == ("+Inf", 4) and [c for _, c in pairs] == sorted(c for _, c in pairs)
 
 
+def test_metrics_endpoint_serves_and_a_taken_port_is_not_fatal() -> None:
+    from prometheus_client.core import GaugeMetricFamily
+
+    from rangetable.metrics import serve_metrics
+
+    def families() -> list:
+        g = GaugeMetricFamily("rangetable_test_value", "A test gauge.", labels=["range"])
+        g.add_metric(["r1"], 7)
+        return [g]
+
+    url = serve_metrics("127.0.0.1:0", families)
+    samples = scrape(url)
+    assert ("rangetable_test_value", {"range": "r1"}, 7.0) in samples
+    port = int(url.rsplit(":", 1)[1].split("/")[0])
+    assert serve_metrics(f"127.0.0.1:{port}", families) == ""  # taken: logged, no exception
+
+
 def test_parse_bind_and_answers() -> None:
     assert parse_bind("127.0.0.1:9100") == ("127.0.0.1", 9100)
     assert parse_bind(":0") == ("127.0.0.1", 0)
