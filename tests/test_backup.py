@@ -102,6 +102,13 @@ def test_backup_under_writes_restores_equal(tmp_path) -> None:
         assert owners[split["right"]] == "ps-2"  # ranges go back to the servers that held them
         assert put(r.native, "Log", "a", "after", {}) > max(ts for _, ts in acked["a"][: len(got)])
 
+    # The same backup restored again, onto one server: ps-2's ranges fail over to ps-1 after a lease.
+    assert restore(str(tmp_path / "bk"), str(tmp_path / "one"))["ranges"] == 4
+    with Cluster(tmp_path / "one", servers=1) as one:
+        assert dump(one.native, "Typed").keys() == source_typed.keys()
+        one.wait(lambda: not one.check_map(), timeout=15, what="ps-2's ranges to fail over to ps-1")
+        assert {x["owner"] for x in one.status()["ranges"]} == {"ps-1"}
+
 
 def test_backup_refuses_a_used_directory_and_restore_a_damaged_backup(tmp_path) -> None:
     with Cluster(tmp_path / "src", servers=1) as c:
