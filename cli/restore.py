@@ -18,8 +18,7 @@ import time
 from typing import Any
 
 from coordinator.backup import FORMAT, MANIFEST
-
-SST_SUFFIX = ".sst"
+from partition_server.checkpoint import SST_SUFFIX
 
 
 class RestoreError(Exception):

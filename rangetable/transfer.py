@@ -22,7 +22,7 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from contextlib import closing
 from typing import Any
 
@@ -91,7 +91,8 @@ def _query(conn: Transport, body: dict[str, Any]) -> dict[str, Any]:
     raise AssertionError("unreachable")
 
 
-def _pages(conn: Transport, table: str, filter_text: str | None, page: int, token: Any):
+def _pages(conn: Transport, table: str, filter_text: str | None, page: int,
+           token: Any) -> Iterator[tuple[list, Any]]:
     """Yield (entities in wire form, next token) page by page from ``token``."""
     while True:
         res = _query(conn, {"op": "query", "table": table, "filter": filter_text, "top": page, "next": token})
@@ -169,7 +170,8 @@ def export_table(endpoint: str, table: str, path: str, *, fmt: str = "jsonl", fi
             "seconds": round(time.monotonic() - t0, 3)}
 
 
-def _chunks(f: Any, fmt: str, columns: list[Column], first: int, chunk: int):
+def _chunks(f: Any, fmt: str, columns: list[Column], first: int,
+            chunk: int) -> Iterator[tuple[list[Typed], int, int]]:
     """Yield (parsed entities, records consumed, bytes consumed) chunk by chunk; record numbers (in
     error messages) count from ``first`` + 1."""
     n, size, out, count = first, 0, [], 0
@@ -220,11 +222,16 @@ def import_table(endpoint: str, table: str, path: str, *, fmt: str = "jsonl", mo
         if state is None:
             state = {**expect, "records": 0, "offset": header_bytes, "entities": 0}
             for _ in range(skip):
-                rec = next(records(f) if fmt == "csv" else iter(lambda: f.readline(), b""), None)
-                if rec is None:
+                if fmt == "csv":
+                    rec = next(records(f), None)
+                    size = None if rec is None else rec[1]
+                else:
+                    line = f.readline()
+                    size = len(line) or None
+                if size is None:
                     break
                 state["records"] += 1
-                state["offset"] += rec[1] if fmt == "csv" else len(rec)
+                state["offset"] += size
         resumed_from = state["records"]
         f.seek(state["offset"])
         for ents, count, nbytes in _chunks(f, fmt, columns, state["records"], chunk):
@@ -243,13 +250,3 @@ def import_table(endpoint: str, table: str, path: str, *, fmt: str = "jsonl", mo
             "resumed_from": resumed_from, "retries": retries, "seconds": round(seconds, 3),
             "rate": round(entities / seconds, 1) if seconds else 0.0}
 
-
-def parse_only(path: str, fmt: str) -> list[Typed]:
-    """Every entity of a file, parsed and validated (no cluster needed; for tests and dry runs)."""
-    with open(path, "rb") as f:
-        columns: list[Column] = []
-        if fmt == "csv":
-            head = next(records(f))
-            columns = parse_header(head[0])
-            f.seek(head[1])
-        return [e for ents, _, _ in _chunks(f, fmt, columns, 0, CHUNK) for e in ents]

@@ -173,3 +173,17 @@ def test_import_stops_at_a_bad_record_and_resumes(cluster: Cluster, tmp_path) ->
 def test_export_of_a_missing_table(cluster: Cluster, tmp_path) -> None:
     out = rangetable("export", "Nowhere", "--to", str(tmp_path / "x.jsonl"), "--data-dir", str(cluster.data_dir))
     assert out.returncode != 0 and "TableNotFound" in out.stderr
+
+
+@pytest.mark.parametrize("fmt", ["jsonl", "csv"])
+def test_import_skips_the_first_records(cluster: Cluster, tmp_path, fmt: str) -> None:
+    d = str(cluster.data_dir)
+    path = str(tmp_path / f"source.{fmt}")
+    assert rangetable("export", "Source", "--to", path, "--data-dir", d).returncode == 0
+    out = rangetable("import", f"Skip{fmt}", "--from", path, "--skip", "100", "--data-dir", d, "--json")
+    assert out.returncode == 0, out.stderr
+    res = json.loads(out.stdout)
+    assert res["entities"] == N - 100 and res["resumed_from"] == 100 and res["records"] == N
+    src, dst = dump(cluster.native, "Source"), dump(cluster.native, f"Skip{fmt}")
+    assert sorted(dst) == sorted(src)[100:]
+    assert all(same_props(dst[k][1], src[k][1]) for k in dst)
