@@ -60,6 +60,19 @@ def _bar(show: bool | None, total: int | None, unit: str, desc: str, initial: in
         yield bar
 
 
+def _done_before(path: str, kind: str, key: str, resume: bool) -> int:
+    """How far an interrupted export or import got (from its side file), for the bar's start."""
+    from rangetable.transfer import side_file
+
+    if not resume:
+        return 0
+    try:
+        with open(side_file(path, kind)) as f:
+            return int(json.load(f).get(key, 0))
+    except (OSError, ValueError, AttributeError):
+        return 0  # export_table / import_table report the problem
+
+
 def _fail(exc: TableError) -> click.ClickException:
     return click.ClickException(f"{exc.error_code}: {exc.message}")
 
@@ -93,7 +106,7 @@ def export_cmd(table: str, path: str, fmt: str | None, filter_text: str | None, 
     fmt = format_of(path, fmt)
     total = None if filter_text else _estimate(coordinator, table)
     try:
-        with _bar(progress, total, "entities", f"export {table}") as bar:
+        with _bar(progress, total, "entities", f"export {table}", _done_before(path, "export", "entities", resume)) as bar:
             res = export_table(native, table, path, fmt=fmt, filter_text=filter_text, page=page_size, resume=resume,
                                max_pages=max_pages, on_progress=lambda n, _b: bar.update(n))
     except TableError as exc:
@@ -138,7 +151,8 @@ def import_cmd(table: str, path: str, fmt: str | None, mode: str, skip: int, res
     native, _ = _cluster(data_dir, endpoint)
     fmt = format_of(path, fmt)
     try:
-        with _bar(progress, os.path.getsize(path), "B", f"import {table}") as bar:
+        with _bar(progress, os.path.getsize(path), "B", f"import {table}",
+                  _done_before(path, "import", "offset", resume)) as bar:
             res = import_table(native, table, path, fmt=fmt, mode=mode, skip=skip, resume=resume, chunk=chunk,
                                create=create, on_progress=lambda _n, b: bar.update(b))
     except TableError as exc:
