@@ -278,7 +278,8 @@ def status_cmd(data_dir: str, as_json: bool) -> None:
                f"{len(st['ranges'])} ranges")
     for p in doc["processes"]:
         up = "running" if p.get("pid") and pid_alive(p["pid"]) else "DOWN"
-        click.echo(f"  {p['id']:12} {p['role']:17} pid {p['pid']:<7} {up:8} restarts {p.get('restarts', 0)}")
+        click.echo(f"  {p['id']:12} {p['role']:17} pid {p['pid']:<7} {up:8} restarts {p.get('restarts', 0)}"
+                   + (f"   {p['metrics']}" if p.get("metrics") else ""))
     _print_servers(st["servers"])
 
 

@@ -124,9 +124,11 @@ data_dir_option = click.option("--data-dir", default=lambda: os.environ.get(DATA
 @click.option("--lease-s", default=2.0, show_default=True, help="Partition-server lease.")
 @click.option("--partition-target", default=0.0, show_default=True,
               help="Entities/s per PartitionKey before ServerBusy, as Azure enforces (2000); 0 = off.")
+@click.option("--metrics/--no-metrics", default=True, show_default=True,
+              help="Every process serves Prometheus /metrics on a port of its own (cluster.json lists the URLs).")
 @click.option("--json", "as_json", is_flag=True, help="Print cluster.json once ready.")
 def up_cmd(data_dir: str, servers: int, frontends: int, native_port: int, http_port: int, detach: bool, no_restart: bool,
-           sync: bool, lease_s: float, partition_target: float, as_json: bool) -> None:
+           sync: bool, lease_s: float, partition_target: float, metrics: bool, as_json: bool) -> None:
     """Start a local cluster: a coordinator, partition servers and frontends."""
     from cli.supervisor import ClusterSpec, down, pid_alive, read_cluster, supervise
 
@@ -137,7 +139,7 @@ def up_cmd(data_dir: str, servers: int, frontends: int, native_port: int, http_p
     if doc:
         down(data_dir)  # leftovers of a supervisor that was killed
     spec = ClusterSpec(os.path.abspath(data_dir), servers, frontends, native_port, not no_restart, sync, lease_s,
-                       http_port, partition_target)
+                       http_port, partition_target, metrics)
 
     def ready(doc: dict) -> None:
         if as_json:
@@ -160,7 +162,7 @@ def up_cmd(data_dir: str, servers: int, frontends: int, native_port: int, http_p
     argv = [sys.executable, "-m", "cli.main", "up", "--data-dir", spec.data_dir, "--servers", str(servers),
             "--frontends", str(frontends), "--native-port", str(native_port), "--lease-s", str(lease_s),
             "--http-port", str(http_port), "--partition-target", str(partition_target)]
-    argv += ["--no-restart"] * no_restart + ["--sync"] * sync
+    argv += ["--no-restart"] * no_restart + ["--sync"] * sync + ["--no-metrics"] * (not metrics)
     with open(os.path.join(spec.data_dir, "logs", "supervisor.log"), "ab") as log:
         proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                 start_new_session=True)
@@ -195,7 +197,7 @@ def drill_group() -> None:
     """Failure drills against a running cluster."""
 
 
-from cli import balance, chaos, commands, drill, stress  # noqa: E402,F401  (registers the user, admin and drill commands)
+from cli import backup, balance, chaos, commands, drill, observe, stress, transfer  # noqa: E402,F401  (registers the user, admin and drill commands)
 
 if __name__ == "__main__":
     # Under `python -m cli.main` this file runs as __main__, while the command modules register on the

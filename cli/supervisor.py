@@ -136,6 +136,7 @@ class ClusterSpec:
     lease_s: float = 2.0
     http_port: int = 10002  # REST port of the first HTTP frontend (0 = any free port)
     partition_target: float = 0.0  # entities/s per PartitionKey before ServerBusy; 0 = off
+    metrics: bool = True  # every process serves Prometheus /metrics on a port of its own
 
 
 DEV_KEY = "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="
@@ -209,6 +210,11 @@ class Supervisor:
             self.children.append(Child("http-frontend", hid, self._cmd(
                 "http-frontend", "--coordinator", self.coordinator, "--http", f"127.0.0.1:{port}",
                 "--frontend-id", hid, *shared), os.path.join(self.logs, f"{hid}.log"), {"http": url}))
+        if self.spec.metrics:
+            for c in self.children:
+                port = ports.take()
+                c.argv += ["--metrics", f"127.0.0.1:{port}"]
+                c.extra["metrics"] = f"http://127.0.0.1:{port}/metrics"
 
     def write_cluster_file(self) -> None:
         """Write cluster.json atomically."""
@@ -222,6 +228,7 @@ class Supervisor:
             "data_dir": self.data_dir,
             "supervisor_pid": os.getpid(),
             "processes": [c.info() for c in self.children],
+            "metrics": [c.extra["metrics"] for c in self.children if "metrics" in c.extra],
         }
         path = os.path.join(self.data_dir, CLUSTER_FILE)
         with open(path + ".tmp", "w") as f:

@@ -81,7 +81,7 @@ class Controller(threading.Thread):
     def call(self, server: str, body: dict, timeout: float | None = None) -> Any:
         """Send one command to a partition server and wait for its answer (raises TableError)."""
         endpoint = self.coord.server_endpoint(server)
-        if endpoint is None:
+        if not endpoint:  # unknown, or remembered from the meta store of a restored backup (no endpoint)
             raise TableError("ServerBusy", f"partition server {server} is not registered")
         ent = self._socks.get(server)
         if ent is None or ent[0] != endpoint:

@@ -43,6 +43,14 @@ class MetaStore:
             wb.put(k, msgpack.packb(v, use_bin_type=True))
         self.db.write(wb, self._wo)
 
+    def checkpoint(self, path: str) -> dict[str, Any]:
+        """A consistent copy of the meta store at ``path`` (flush, then hard links); returns
+        ``{"ms", "files", "bytes", "linked"}``. Call under the coordinator's lock."""
+        from partition_server.checkpoint import checkpoint_db
+
+        self.db.flush(True)
+        return checkpoint_db(self.db, path)
+
     def close(self) -> None:
         """Release the directory."""
         self.db.close()

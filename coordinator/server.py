@@ -25,7 +25,7 @@ from typing import Any
 
 import zmq
 
-from coordinator import acl
+from coordinator import acl, backup
 from coordinator import operations as ops
 from coordinator.balancing import Balancing
 from coordinator.controller import Controller
@@ -66,6 +66,7 @@ class Coordinator:
         self.pmap = PartitionMap.load(self.meta.items())
         self.events: list[dict] = [v for _, v in self.meta.items(b"event/")][-MAX_EVENTS:]
         self._event_seq = (self.events[-1]["seq"] + 1) if self.events else 1
+        self.event_counts: dict[str, int] = {}  # events by kind since this process started (metrics)
         self.servers: dict[str, ServerInfo] = {}
         self.started = time.monotonic()
         self.stopping = False
@@ -93,6 +94,7 @@ class Coordinator:
             ev = {"seq": self._event_seq, "time": time.time(), "kind": kind, **fields}
             self._event_seq += 1
             self.events.append(ev)
+            self.event_counts[kind] = self.event_counts.get(kind, 0) + 1
             deletes = []
             if len(self.events) > MAX_EVENTS:
                 old = self.events.pop(0)
@@ -232,6 +234,7 @@ class Coordinator:
             "move": (ops.move, lambda r: (r["range"], r["server"])),
             "split": (ops.split, lambda r: (r["range"], r.get("key"))),
             "merge": (ops.merge, lambda r: (r["range"],)),
+            "backup": (backup.backup, lambda r: (str(r["dir"]),)),
         }
         if op not in jobs:
             raise TableError("InvalidInput", f"unknown op {op!r}")
@@ -283,6 +286,11 @@ class Coordinator:
         self.pub_endpoint = self.pub.getsockopt(zmq.LAST_ENDPOINT).decode()
         self.endpoint = router.getsockopt(zmq.LAST_ENDPOINT).decode()
         self.controller.start()
+        if self.cfg.metrics:
+            from coordinator.metrics import collect
+            from rangetable.metrics import serve_metrics
+
+            log.info("metrics on %s", serve_metrics(self.cfg.metrics, lambda: collect(self)))
         log.info("coordinator on %s, map updates on %s, map version %d", self.endpoint, self.pub_endpoint,
                  self.pmap.version)
         poller = zmq.Poller()

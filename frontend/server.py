@@ -23,6 +23,7 @@ from typing import Any
 import zmq
 
 from frontend.driver import DriverCore, Pending
+from frontend.metrics import Answers
 from rangetable import protocol
 from rangetable.config import FrontendConfig
 from rangetable.errors import TableError
@@ -43,6 +44,7 @@ class Frontend(DriverCore):
         self._timers: list[tuple[float, int, Pending]] = []
         self._ps: dict[str, zmq.Socket] = {}
         self.endpoint = ""
+        self.answers = Answers()  # answers by (op, status), for the Prometheus metrics
 
     # --- the driver hooks ---------------------------------------------------------------------
 
@@ -65,6 +67,7 @@ class Frontend(DriverCore):
         if not p.done:
             p.done = True
             protocol.send_frames(self.router, [p.ident, p.rid, body])
+            self.answers.note_body(p.req.get("op"), body)
 
     def reply_ok(self, p: Pending, result: Any) -> None:
         """Answer the client with a success result."""
@@ -114,6 +117,11 @@ class Frontend(DriverCore):
         for s in (self.router, self.coord, self.sub):
             self.poller.register(s, zmq.POLLIN)
         log.info("frontend %s serving native clients on %s", self.id, self.endpoint)
+        if self.cfg.metrics:
+            from frontend.metrics import collect_native
+            from rangetable.metrics import serve_metrics
+
+            log.info("metrics on %s", serve_metrics(self.cfg.metrics, lambda: collect_native(self.id, self.answers)))
         self.refresh_map(force=True)
         next_sweep = 0.0
         while not self.stopping:

@@ -222,6 +222,16 @@ class RangeStore:
         """Flush memtables to SST files (for moves and checkpoints)."""
         self._db.flush(True)
 
+    def checkpoint(self, path: str) -> dict[str, Any]:
+        """A consistent copy of the store at ``path`` (flush, then hard links; see
+        :func:`partition_server.checkpoint.checkpoint_db`), with the store's size estimates added."""
+        from partition_server.checkpoint import checkpoint_db
+
+        with self._lock:  # no write of this store lands between the flush and the links
+            self._db.flush(True)
+            info = checkpoint_db(self._db, path)
+        return {**info, "last_ts": self._last_ts, "entities_estimate": self.stats()["entities"]}
+
     def __enter__(self) -> RangeStore:
         return self
 

@@ -19,6 +19,7 @@ from functools import lru_cache
 from typing import Any
 
 from partition_server import wire
+from partition_server.metrics import RangeTotals
 from partition_server.range_store import RangeStore
 from partition_server.throttle import PartitionThrottle
 from rangetable.crash import crash_point
@@ -57,6 +58,7 @@ class Load:
     lat_max: float = 0.0
     lat_sum: float = 0.0
     bytes_in: int = 0
+    timed: int = 0  # requests answered without an error, whose latency is in lat_sum (and maybe in lats)
     lats: list[float] = field(default_factory=list)  # up to LAT_SAMPLES request latencies, for p99
     sample: list[str] = field(default_factory=list)  # reservoir of request PartitionKeys
     seen: int = 0
@@ -109,7 +111,8 @@ class Served:
 class RangeSet:
     """Ranges open in this process, keyed by range id."""
 
-    CONTROL_OPS = frozenset({"load", "unload", "prepare", "split", "split_key", "merge", "destroy", "status"})
+    CONTROL_OPS = frozenset({"load", "unload", "prepare", "split", "split_key", "merge", "destroy", "status",
+                             "checkpoint"})
     DATA_OPS = frozenset({"get", "write", "batch", "scan"})
 
     def __init__(self, data_dir: str, *, sync: bool = False, scan_budget_ms: int = 200,
@@ -123,6 +126,7 @@ class RangeSet:
         self.scan_budget_s = scan_budget_ms / 1000.0
         self.open: dict[str, Served] = {}
         self.closing: dict[str, threading.Thread] = {}  # split parents closing in the background
+        self.totals = RangeTotals()  # what every open range served since it opened (Prometheus metrics)
         self.version = 0  # highest map version seen in a command
         self._last_report = time.monotonic()
 
@@ -149,6 +153,8 @@ class RangeSet:
             # only has a small memtable to flush and replay.
             self._served(req["range"], int(req.get("epoch", -1))).store.flush()
             return None
+        if op == "checkpoint":  # rangetable backup: a consistent copy while the range keeps serving
+            return self.checkpoint(req["range"], int(req.get("epoch", -1)), req["path"])
         if op == "split_key":
             return self._served(req["range"], int(req.get("epoch", -1))).store.split_key()
         return self.report()
@@ -254,6 +260,22 @@ class RangeSet:
         self.open[out["id"]] = Served(dict(out), store, "pending", lo, hi)
         return {"ms": round((time.monotonic() - t0) * 1e3, 2)}
 
+    def checkpoint(self, rid: str, epoch: int, path: str) -> dict:
+        """Checkpoint a served range into ``path`` (absolute, or relative to the data root)."""
+        served = self._served(rid, epoch)
+        if served.state != "serving":
+            raise TableError("RangeBusy", f"range {rid} is {served.state}")
+        target = os.path.join(self.data_dir, path)
+        try:
+            info = served.store.checkpoint(target)
+        except FileExistsError as exc:
+            raise TableError("InvalidInput", str(exc)) from None
+        except OSError as exc:
+            raise TableError("InternalError", f"checkpoint of {rid} into {target}: {exc}") from None
+        log.info("checkpoint of %s into %s in %.1f ms (%d files, %d linked)", rid, target, info["ms"],
+                 len(info["files"]), info["linked"])
+        return info
+
     def destroy(self, record: dict) -> None:
         """Delete a range's directory (after the coordinator dropped it from the map); a split parent
         still closing in the background is deleted by a thread once it has closed."""
@@ -302,32 +324,32 @@ class RangeSet:
         if op == "get":
             pk = req["pk"]
             served = self._serving(req, pk)
-            result: Any = self._get(served.store, pk, req["rk"], req.get("select"))
             ld = served.load
-            ld.reads += 1
-            ld.entities += 1
+            ld.reads += 1  # counted before it runs: a read of a missing entity is load too
             ld.note(pk)
+            result: Any = self._get(served.store, pk, req["rk"], req.get("select"))
+            ld.entities += 1
         elif op == "write":
             w = req["write"]
             pk = w.get("pk")
             served = self._serving(req, pk)
-            result = Packed(served.store.write_wire(w, request_id=req.get("rid")))
             ld = served.load
-            ld.writes += 1
-            ld.entities += 1
+            ld.writes += 1  # a write refused by its precondition is load too
             ld.note(pk)
+            result = Packed(served.store.write_wire(w, request_id=req.get("rid")))
+            ld.entities += 1
         elif op == "batch":
             ops = req["ops"]
             pk = ops[0].get("pk") if ops else None
             served = self._serving(req, pk, max(1, len(ops)))
+            ld = served.load
+            ld.writes += 1
+            ld.note(pk, len(ops))
             if req.get("echo", True):
                 result = wire.array(served.store.batch_wire(ops, request_id=req.get("rid")))
             else:  # the caller wants no entities back: only their shared Timestamp
                 result = served.store.batch_quiet(ops, request_id=req.get("rid"))
-            ld = served.load
-            ld.writes += 1
             ld.entities += len(ops)
-            ld.note(pk, len(ops))
         else:
             served = self._serving(req, None)
             result = self._scan(served, req)
@@ -337,6 +359,7 @@ class RangeSet:
         if dt > ld.lat_max:
             ld.lat_max = dt
         ld.bytes_in += nbytes
+        ld.timed += 1
         if len(ld.lats) < LAT_SAMPLES:
             ld.lats.append(dt)
         else:
@@ -390,7 +413,6 @@ class RangeSet:
         out: dict[str, dict] = {}
         for rid, s in self.open.items():
             ld = s.load
-            reqs = ld.reads + ld.writes
             try:
                 st = s.store.stats()
             except Exception:
@@ -400,7 +422,7 @@ class RangeSet:
                 "writes_s": round(ld.writes / dt, 1),
                 "entities_s": round(ld.entities / dt, 1),
                 "busy_s": round(ld.busy / dt, 1),
-                "lat_avg_ms": round(ld.lat_sum / reqs * 1e3, 3) if reqs else 0.0,
+                "lat_avg_ms": round(ld.lat_sum / ld.timed * 1e3, 3) if ld.timed else 0.0,
                 "lat_max_ms": round(ld.lat_max * 1e3, 3),
                 "lat_p99_ms": percentile_ms(ld.lats, 0.99, 3),
                 "bytes_s": round(ld.bytes_in / dt, 1),
@@ -410,5 +432,7 @@ class RangeSet:
                 "pending_compaction_bytes": st.get("pending_compaction_bytes", 0),
                 "sample": list(ld.sample),
             }
+            self.totals.add(rid, s.record["table"], ld, out[rid])
             s.load = Load()
+        self.totals.retain(self.open)
         return out

@@ -173,6 +173,11 @@ class PartitionServer:
         self._bind()
         log.info("partition server %s serving on %s", self.server_id, self.endpoint)
         self._write_endpoint_file()
+        if self.cfg.metrics:
+            from partition_server.metrics import collect
+            from rangetable.metrics import serve_metrics
+
+            log.info("metrics on %s", serve_metrics(self.cfg.metrics, lambda: collect(self)))
         router, coord = self.router, self.coord
         both = [(router, _POLLIN), (coord, _POLLIN)]
         next_hb = 0.0

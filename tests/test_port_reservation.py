@@ -28,6 +28,7 @@ def test_a_planned_cluster_uses_every_port_once(tmp_path) -> None:
     sup.plan()
     endpoints = [sup.coordinator, sup.pub, *sup.natives, sup.https[0]]
     endpoints += [c.extra["endpoint"] for c in sup.children if c.role == "partition-server"]
+    endpoints += [c.extra["metrics"] for c in sup.children]  # one Prometheus endpoint per process
     ports = [e.rsplit(":", 1)[1].split("/")[0] for e in endpoints]
-    assert len(ports) == 2 + 4 + 3 + 1
+    assert len(ports) == 2 + 4 + 3 + 1 + (1 + 4 + 3 + 3)
     assert len(set(ports)) == len(ports)

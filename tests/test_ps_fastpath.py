@@ -165,7 +165,9 @@ def test_get_matches_old_path(ranges):
         with pytest.raises(TableError) as ei:
             ranges.data("get", {"op": "get", "range": "r1", "epoch": 3, "pk": "zz", "rk": "a", "select": sel})
         assert ei.value.error_code == "ResourceNotFound"
-    assert ranges.open["r1"].load.reads == 3 * len(KEYS) ** 2
+    load = ranges.open["r1"].load
+    assert load.reads == 3 * len(KEYS) ** 2 + 2  # the two misses are reads too (load, and metrics)
+    assert load.entities == load.timed == 3 * len(KEYS) ** 2  # but they return no entity and are not timed
 
 
 # --- scans --------------------------------------------------------------------------------------

@@ -29,6 +29,7 @@ from frontend.http.common import Response, http_date, iso_now
 from frontend.http.security import Security
 from frontend.http.urls import SECONDARY_SUFFIX, Resource, parse_query, parse_resource
 from frontend.http.versions import DEFAULT_VERSION, VERSION_HEADERS, check_version
+from frontend.metrics import Answers
 from rangetable.errors import TableError
 
 log = logging.getLogger("rangetable.http")
@@ -128,6 +129,7 @@ class RestApp:
         self.security = Security(accounts or [], self._fetch_acl)
         self._props: tuple[float, dict] | None = None
         self._submit = getattr(fe, "submit", None)  # AioFrontend.submit: the callback path of serve()
+        self.answers = Answers()  # responses by (method, status code), for the Prometheus metrics
 
     # --- shared state ---------------------------------------------------------------------------
 
@@ -308,6 +310,7 @@ class RestApp:
         if rq.cors_rule is not None:
             h.extend(ops.cors_headers(rq.cors_rule, rq.headers.get("origin", "")))
         h.append((b"content-length", b"%d" % len(resp.body)))
+        self.answers.note(rq.method, str(resp.status))
         return resp
 
     def error_response(self, rq: Request, exc: TableError, detail: str | None = None) -> Response:

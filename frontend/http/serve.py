@@ -49,6 +49,11 @@ async def serve_async(cfg: FrontendConfig) -> None:
     app = make_app(cfg, own_frontend=False)
     loop = asyncio.get_running_loop()
     await app.fe.start()
+    if cfg.metrics:
+        from frontend.metrics import collect_http
+        from rangetable.metrics import serve_metrics
+
+        log.info("metrics on %s", serve_metrics(cfg.metrics, lambda: collect_http(app.fe.id, app.answers)))
     tune_gc()
     try:
         await _serve(app, host, port, loop, server, cfg.reuse_port)

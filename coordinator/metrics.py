@@ -1,0 +1,63 @@
+"""The coordinator's Prometheus metrics: the map, the servers, and every change it made.
+
+Read under the coordinator's lock when ``/metrics`` is scraped; the loop keeps only
+``Coordinator.event_counts`` (events by kind since the process started) for them.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from coordinator.server import Coordinator
+
+
+def collect(co: Coordinator) -> list:
+    """The metric families of the coordinator."""
+    from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+    now = time.monotonic()
+    with co.lock:
+        version = co.pmap.version
+        ranges = [(r["table"], r["id"], str(r["owner"]), r["state"], r["epoch"]) for r in co.pmap.ranges.values()]
+        tables = list(co.pmap.tables.values())
+        servers = [(s.id, s.alive, now - s.last_seen, len(s.ranges), s.pending) for s in co.servers.values()]
+        events = dict(co.event_counts)
+    fams: list = []
+    g = GaugeMetricFamily("rangetable_map_version", "Version of the partition map (grows on every change).")
+    g.add_metric([], version)
+    fams.append(g)
+    g = GaugeMetricFamily("rangetable_tables", "Tables in the catalog.")
+    g.add_metric([], len(tables))
+    fams.append(g)
+    per_table = GaugeMetricFamily("rangetable_table_ranges", "Ranges of each table.", labels=["table"])
+    counts: dict[str, int] = dict.fromkeys(tables, 0)
+    for table, *_ in ranges:
+        counts[table] = counts.get(table, 0) + 1
+    for table, n in sorted(counts.items()):
+        per_table.add_metric([table], n)
+    fams.append(per_table)
+    rng = GaugeMetricFamily("rangetable_range_epoch", "Each range of the map with its owner and state (value: its epoch).",
+                            labels=["table", "range", "server", "state"])
+    for table, rid, owner, state, epoch in sorted(ranges, key=lambda r: r[1]):
+        rng.add_metric([table, rid, owner, state], epoch)
+    fams.append(rng)
+    alive = GaugeMetricFamily("rangetable_server_alive", "1 for a live partition server, 0 for one declared dead.",
+                              labels=["server"])
+    seen = GaugeMetricFamily("rangetable_server_heartbeat_age_seconds", "Seconds since the server's last heartbeat.",
+                             labels=["server"])
+    reported = GaugeMetricFamily("rangetable_server_reported_ranges", "Ranges the server reported open in its last heartbeat.",
+                                 labels=["server"])
+    for sid, is_alive, age, n, _pending in sorted(servers):
+        alive.add_metric([sid], 1.0 if is_alive else 0.0)
+        seen.add_metric([sid], round(age, 3))
+        reported.add_metric([sid], n)
+    fams += [alive, seen, reported]
+    ops = CounterMetricFamily("rangetable_coordinator_events_total",
+                              "Splits, merges, moves, failovers, dead servers, hot-key warnings and backups since the "
+                              "coordinator started, by kind.", labels=["kind"])
+    for kind in sorted({"split", "merge", "move", "failover", "server_dead", *events}):
+        ops.add_metric([kind], events.get(kind, 0))
+    fams.append(ops)
+    return fams

@@ -1,0 +1,118 @@
+"""Prometheus metrics: the pure helpers, and a real cluster whose every process serves /metrics with
+counts equal to the traffic sent, in agreement with the coordinator's status (what `top` shows)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+from azure.data.tables import TableServiceClient as AzureService
+
+from cli.admin import call
+from cli.observe import scrape, total
+from frontend.metrics import MAX_SERIES, Answers
+from rangetable import protocol
+from rangetable.errors import TableError
+from rangetable.metrics import LATENCY_BUCKETS, bucket_counts, cumulative, parse_bind
+from tests.cluster import ROOT, Cluster
+
+
+def test_bucket_counts_exact_and_scaled() -> None:
+    exact = bucket_counts([0.00004, 0.0003, 0.0003, 9.0], 4)
+    assert exact[0] == 1 and exact[LATENCY_BUCKETS.index(0.0005)] == 2 and exact[-1] == 1
+    assert sum(bucket_counts([0.001] * 10, 1000)) == pytest.approx(1000)  # 10 samples stand for 1000 requests
+    assert bucket_counts([], 5) == [0.0] * (len(LATENCY_BUCKETS) + 1)
+    pairs = cumulative(exact)
+    assert pairs[-1] == ("+Inf", 4) and [c for _, c in pairs] == sorted(c for _, c in pairs)
+
+
+def test_metrics_endpoint_serves_and_a_taken_port_is_not_fatal() -> None:
+    from prometheus_client.core import GaugeMetricFamily
+
+    from rangetable.metrics import serve_metrics
+
+    def families() -> list:
+        g = GaugeMetricFamily("rangetable_test_value", "A test gauge.", labels=["range"])
+        g.add_metric(["r1"], 7)
+        return [g]
+
+    url = serve_metrics("127.0.0.1:0", families)
+    samples = scrape(url)
+    assert ("rangetable_test_value", {"range": "r1"}, 7.0) in samples
+    port = int(url.rsplit(":", 1)[1].split("/")[0])
+    assert serve_metrics(f"127.0.0.1:{port}", families) == ""  # taken: logged, no exception
+
+
+def test_parse_bind_and_answers() -> None:
+    assert parse_bind("127.0.0.1:9100") == ("127.0.0.1", 9100)
+    assert parse_bind(":0") == ("127.0.0.1", 0)
+    with pytest.raises(ValueError):
+        parse_bind("localhost:http")
+    a = Answers()
+    a.note_body("get", protocol.ok({"x": 1}))
+    a.note_body("get", protocol.error(TableError("ResourceNotFound")))
+    a.note_body(None, b"garbage")
+    assert a.counts == {("get", "ok"): 1, ("get", "ResourceNotFound"): 1, ("invalid", "unknown"): 1}
+    for i in range(2000):  # op names chosen by clients do not grow the series without bound
+        a.note(f"op{i}", "InvalidInput")
+    assert len(a.counts) <= MAX_SERIES + 1 and a.counts[("other", "InvalidInput")] >= 2000 - MAX_SERIES
+
+
+def test_every_process_counts_the_traffic(tmp_path) -> None:
+    with Cluster(tmp_path, servers=2) as c:
+        doc = c.refresh()
+        assert len(doc["metrics"]) == 1 + 2 + 1 + 1  # coordinator, partition servers, frontends
+        call(c.native, {"op": "create_table", "table": "Metered"})
+        for i in range(30):
+            call(c.native, {"op": "write", "table": "Metered", "write": {
+                "op": "insert_or_replace", "pk": f"p{i % 3}", "rk": f"r{i}", "props": {}, "if_match": None}})
+        for i in range(12):
+            call(c.native, {"op": "get", "table": "Metered", "pk": f"p{i % 3}", "rk": f"r{i}"})
+        with pytest.raises(TableError):
+            call(c.native, {"op": "get", "table": "Metered", "pk": "p0", "rk": "missing"})
+        table = AzureService.from_connection_string(c.connection_string).get_table_client("Metered")
+        table.upsert_entity({"PartitionKey": "p0", "RowKey": "rest", "n": 1})
+        assert table.get_entity("p0", "rest")["n"] == 1
+
+        urls = {p["id"]: p["metrics"] for p in doc["processes"]}
+
+        def served() -> bool:  # folded in at the partition servers' next load report (0.5 s)
+            ps = [s for sid in ("ps-1", "ps-2") for s in scrape(urls[sid])]
+            return total(ps, "rangetable_range_writes_total", table="Metered") == 31
+
+        c.wait(served, what="the writes in the partition servers' metrics")
+        ps = [s for sid in ("ps-1", "ps-2") for s in scrape(urls[sid])]
+        assert total(ps, "rangetable_range_reads_total", table="Metered") == 14  # 12 + a miss + the REST read
+        assert total(ps, "rangetable_range_entities_accessed_total", table="Metered") == 31 + 13
+        assert total(ps, "rangetable_range_request_seconds_count", table="Metered") == 31 + 13  # the miss is not timed
+        assert total(ps, "rangetable_server_lease") == 2
+        fe = scrape(urls["fe-1"])
+        assert total(fe, "rangetable_frontend_requests_total", op="write", status="ok") == 30
+        assert total(fe, "rangetable_frontend_requests_total", op="get", status="ok") == 12
+        assert total(fe, "rangetable_frontend_requests_total", op="get", status="ResourceNotFound") == 1
+        http = scrape(urls["http-1"])
+        assert total(http, "rangetable_http_requests_total", method="GET", status="200") >= 1
+        assert total(http, "rangetable_http_requests_total", method="PATCH", status="204") == 1
+
+        # The coordinator's metrics and its status (what `rangetable status`, `ranges` and `top` print) agree.
+        st = c.status()
+        co = scrape(urls["coordinator"])
+        assert total(co, "rangetable_map_version") == st["version"]
+        assert total(co, "rangetable_server_alive") == sum(s["alive"] for s in st["servers"]) == 2
+        assert total(co, "rangetable_table_ranges", table="Metered") == len(
+            [r for r in st["ranges"] if r["table"] == "Metered"])
+        loads = {rid: ld for s in st["servers"] for rid, ld in s["load"].items()}
+        entities = [(lab["range"], v) for n, lab, v in ps if n == "rangetable_range_entities" and lab["table"] == "Metered"]
+        assert entities
+        for rid, value in entities:
+            assert loads[rid]["entities"] == value, (rid, loads[rid], value)
+
+        out = subprocess.run([sys.executable, "-m", "cli.main", "metrics", "rangetable_range_writes_total",
+                              "--data-dir", str(tmp_path), "--json"], cwd=ROOT, capture_output=True, text=True,
+                             timeout=60)
+        assert out.returncode == 0, out.stderr
+        got = json.loads(out.stdout)
+        assert set(got) == set(urls)
+        assert sum(s["value"] for p in got.values() for s in p["samples"] if s["labels"]["table"] == "Metered") == 31
