@@ -201,12 +201,15 @@ def split(co: Coordinator, ctl: Controller, rid: str, key: str | None, reason: s
         co.commit((puts, dels))
         epoch = rec["epoch"]
         crash_point("split.after_intent", co.cfg.data_dir)
-    t0 = time.monotonic()
     clock = StepClock(steps := {})
     try:
-        ctl.call(owner, {"op": "split", "range": rid, "epoch": epoch, "key": key,
-                         "left": _public(left), "right": _public(right), "version": co.pmap.version})
+        # The owner prepares the halves while the range still serves (frontends route a splitting
+        # range to its owner) and answers after a short switch-over: the range is offline from that
+        # switch-over (its "offline_ms") until both halves are loaded below.
+        done = ctl.call(owner, {"op": "split", "range": rid, "epoch": epoch, "key": key,
+                                "left": _public(left), "right": _public(right), "version": co.pmap.version})
         clock.step("split")
+        t0 = time.monotonic()
     except TableError:
         with co.lock:
             co.commit(co.pmap.update(co.pmap.ranges[rid], state="serving"))
@@ -221,13 +224,14 @@ def split(co: Coordinator, ctl: Controller, rid: str, key: str | None, reason: s
     for r in (left, right):
         _load(co, ctl, owner, r)
     clock.step("load")
-    offline = _ms(t0)
+    offline = round(float(done.get("offline_ms", 0.0)) + _ms(t0), 2)
     try:
         ctl.call(owner, {"op": "destroy", "range": _public(rec)})
     except TableError as exc:
         log.warning("destroy %s after split: %s", rid, exc)
     co.event("split", range=rid, table=rec["table"], key=key, left=left["id"], right=right["id"],
-             server=owner, reason=reason, offline_ms=offline, duration_ms=offline, steps=steps)
+             server=owner, reason=reason, offline_ms=offline, duration_ms=round(sum(steps.values()), 2),
+             steps=steps, owner_steps=done.get("steps"))
     return {"range": rid, "key": key, "left": left["id"], "right": right["id"], "offline_ms": offline,
             "steps": steps}
 

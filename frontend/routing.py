@@ -16,6 +16,10 @@ from rangetable.errors import TableError
 from rangetable.keys import encode_key, range_bounds
 from rangetable.planner import Plan
 
+# A splitting range still serves on its owner while the halves are prepared (partition_server/split_job.py);
+# a moving or merging one does not: requests for it wait for the next map.
+ROUTED_STATES = frozenset({"serving", "splitting"})
+
 
 class Route:
     """Where a request goes: a range of the map and its owner's endpoint (None when not serving)."""
@@ -54,7 +58,7 @@ class MapCache:
         self.by_table = {}
         for t, rs in groups.items():
             rs.sort(key=lambda r: r["low"])
-            routes = [Route(r, self.servers.get(r["owner"]) if r["state"] == "serving" else None) for r in rs]
+            routes = [Route(r, self.servers.get(r["owner"]) if r["state"] in ROUTED_STATES else None) for r in rs]
             self.by_table[t] = ([r["low"] for r in rs], routes)
         self.pub = snap.get("pub", self.pub)
         return True

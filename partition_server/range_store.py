@@ -49,6 +49,7 @@ from partition_server.request_records import REQT_PREFIX as REQT_PREFIX
 from partition_server.request_records import pack_meta as pack_meta  # re-exported: META_TS's encoding
 from partition_server.request_records import unpack_meta as unpack_meta
 from partition_server.storage import open_range_db
+from partition_server.tee import RecordingBatch
 from partition_server.wire import NIL, array_header, entity_bytes
 from rangetable.edm import UNIX_EPOCH_TICKS, Entity
 from rangetable.errors import TableError
@@ -56,7 +57,6 @@ from rangetable.filter import Predicate
 from rangetable.keys import META_PREFIX, encode_key
 from rangetable.protocol import entity_to_wire
 from rangetable.protocol import pack as _packb
-from rangetable.stats import StepClock
 
 META_TS = META_PREFIX + b"ts"
 DROP_KEY = META_PREFIX + b"drop"  # msgpack [lo, hi]: a span a split dropped but did not compact yet
@@ -124,6 +124,7 @@ class RangeStore:
         self._drop_pending = db.get(DROP_KEY) is not None
         self._closing = False
         self._req_writes = 0
+        self._tee: list[list[tuple[bytes, bytes | None]]] | None = None  # a split's record (split_job.py)
         self._ops_total = 0  # WriteBatch entries since open, and how many of them were meta keys:
         self._ops_meta = 0  # used to discount META_TS rewrites still counted in the memtables
 
@@ -326,7 +327,11 @@ class RangeStore:
             raise TableError("InvalidInput", "This request id was already used by a different kind of request.")
         return rid, stale, prev
 
-    def _commit(self, wb: rocksdict.WriteBatch, ts: int, rid: bytes | None, kind: bytes,
+    def _new_batch(self) -> Any:
+        """A batch for one write: recorded while a split is being prepared (``begin_tee``)."""
+        return rocksdict.WriteBatch(raw_mode=True) if self._tee is None else RecordingBatch()
+
+    def _commit(self, wb: Any, ts: int, rid: bytes | None, kind: bytes,
                 answer: bytes, stale: tuple[bytes, int] | None) -> None:
         """Add meta (and the record of request ``rid``: ``kind`` and the packed ``answer``) to ``wb``
         and write it atomically."""
@@ -351,7 +356,11 @@ class RangeStore:
             w = Window(count, nbytes, purge_from)
         wb.put(META_TS, pack_meta(ts, w))
         n = len(wb)
-        self._db.write(wb, self._wo)
+        if self._tee is None:
+            self._db.write(wb, self._wo)
+        else:  # a split is being prepared: its halves get this batch too (split_job.py)
+            self._db.write(wb.wb, self._wo)
+            self._tee.append(wb.ops)
         self._ops_total += n
         self._ops_meta += 1
         self._last_ts = ts
@@ -387,7 +396,7 @@ class RangeStore:
                 return 0, b"", None, prev
             ts = self._next_ts()
             key, value, props = prepare_op(self._db.get, op, ts)
-            wb = rocksdict.WriteBatch(raw_mode=True)
+            wb = self._new_batch()
             if value is None:
                 wb.delete(key)
                 out = NIL
@@ -436,7 +445,7 @@ class RangeStore:
                 return 0, [], [], prev
             check_batch_shape(ops)
             ts = self._next_ts()
-            wb = rocksdict.WriteBatch(raw_mode=True)
+            wb = self._new_batch()
             db = self._db
             want_items = echo and (wire or rid is not None)
             items, written = prepare_batch(db.get, ops, ts, wb, want_items, partial(span_may_hold, db))
@@ -472,31 +481,42 @@ class RangeStore:
         with self._lock:
             split_store(self._db, split_pk, os.fspath(left_path), os.fspath(right_path), compact=compact)
 
-    def split_open(
-        self, split_pk: str, left_path: str | os.PathLike[str], right_path: str | os.PathLike[str],
-        steps: dict[str, float] | None = None,
-    ) -> tuple[RangeStore, RangeStore]:
-        """Like ``split(compact=False)`` but returns the two halves open, saving two opens and closes
-        inside a split's offline window. The dropped halves are compacted by :meth:`compact_pending`.
-        ``steps``, when given, receives each step's duration in ms (checkpoint, open, drop)."""
+    def limits(self) -> dict[str, Any]:
+        """The keyword arguments of :meth:`open` this store was opened with (for its split halves)."""
+        return {"sync": self.sync, "request_window_s": self.request_window_s,
+                "request_window_max": self.request_window_max, "request_window_bytes": self.request_window_bytes}
+
+    def begin_tee(self, left_path: str, right_path: str) -> None:
+        """Record every write from now on (see :mod:`partition_server.split_job`), then checkpoint
+        the store into both paths. Writes go on meanwhile: the record starts before the checkpoint,
+        and replaying what the checkpoint already holds changes nothing."""
         from partition_server.range_split import checkpoint_halves
 
-        clock = StepClock(steps)
         with self._lock:
-            self._db.flush(True)
-            clock.step("flush")
-            checkpoint_halves(self._db, os.fspath(left_path), os.fspath(right_path))
-        clock.step("checkpoint")
-        spk = split_pk.encode("utf-8")
-        limits = {"sync": self.sync, "request_window_s": self.request_window_s,
-                  "request_window_max": self.request_window_max, "request_window_bytes": self.request_window_bytes}
-        left = RangeStore.open(left_path, **limits)
-        right = RangeStore.open(right_path, **limits)
-        clock.step("open")
-        left.drop_span(spk, META_PREFIX)
-        right.drop_span(b"", spk)
-        clock.step("drop")
-        return left, right
+            self._tee = []
+        checkpoint_halves(self._db, left_path, right_path)
+
+    def take_tee(self) -> list[list[tuple[bytes, bytes | None]]]:
+        """The writes recorded since the last call (recording goes on)."""
+        with self._lock:
+            out, self._tee = (self._tee, []) if self._tee is not None else ([], None)
+        return out
+
+    def stop_tee(self) -> list[list[tuple[bytes, bytes | None]]]:
+        """The writes recorded since the last take; recording stops."""
+        with self._lock:
+            out, self._tee = self._tee or [], None
+        return out
+
+    def write_raw(self, wb: rocksdict.WriteBatch) -> None:
+        """Write a batch of raw keys as it is (a split replaying its parent's writes)."""
+        with self._lock:
+            self._db.write(wb, self._wo)
+
+    def reload_meta(self) -> None:
+        """Read the last Timestamp and the request window again (after :meth:`write_raw`)."""
+        with self._lock:
+            self._last_ts, self._window = unpack_meta(self._db.get(META_TS))
 
     def drop_span(self, lo: bytes, hi: bytes) -> None:
         """Delete the entity keys ``[lo, hi)`` (one range tombstone, atomically with a note of the

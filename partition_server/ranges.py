@@ -14,6 +14,7 @@ import random
 import shutil
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
@@ -21,6 +22,7 @@ from typing import Any
 from partition_server import wire
 from partition_server.metrics import RangeTotals
 from partition_server.range_store import RangeStore
+from partition_server.split_job import SplitJob
 from partition_server.throttle import PartitionThrottle
 from rangetable.crash import crash_point
 from rangetable.errors import TableError
@@ -108,6 +110,15 @@ class Served:
         return self.low <= pk and (high is None or pk < high)
 
 
+@dataclass
+class Deferred:
+    """A control command answered later: the server's loop sends ``finish()``'s result (or error)
+    once ``ready()`` is true, and keeps serving meanwhile."""
+
+    ready: Callable[[], bool]
+    finish: Callable[[], Any]
+
+
 class RangeSet:
     """Ranges open in this process, keyed by range id."""
 
@@ -126,6 +137,8 @@ class RangeSet:
         self.scan_budget_s = scan_budget_ms / 1000.0
         self.open: dict[str, Served] = {}
         self.closing: dict[str, threading.Thread] = {}  # split parents closing in the background
+        self.splits: dict[str, SplitJob] = {}  # splits being prepared, by parent range id
+        self.notify: Callable[[], None] = lambda: None  # wakes the server's loop (a split is ready)
         self.totals = RangeTotals()  # what every open range served since it opened (Prometheus metrics)
         self.version = 0  # highest map version seen in a command
         self._last_report = time.monotonic()
@@ -142,8 +155,10 @@ class RangeSet:
             return self.load(req["range"])
         if op == "unload":
             return self.unload(req["range"], int(req.get("epoch", -1)))
-        if op == "split":
-            return self.split(req["range"], int(req["epoch"]), req["key"], req["left"], req["right"])
+        if op == "split":  # answered when the job is ready: see Deferred
+            rid, epoch = req["range"], int(req["epoch"])
+            job = self.split_start(rid, epoch, req["key"], req["left"], req["right"])
+            return Deferred(job.done.is_set, lambda: self.split_finish(rid, epoch, req["left"], req["right"]))
         if op == "merge":
             return self.merge(req["left"], req["right"], req["out"])
         if op == "destroy":
@@ -187,14 +202,22 @@ class RangeSet:
             threading.Thread(target=store.compact_pending, name="compact", daemon=True).start()
 
     def unload(self, rid: str, epoch: int = -1) -> None:
-        """Stop serving a range and close its store (the lock is released on return)."""
+        """Stop serving a range and close its store (the lock is released on return); a split of it
+        in preparation is given up first (its thread uses the store)."""
+        job = self.splits.pop(rid, None)
+        if job is not None:
+            job.abort()
         served = self.open.pop(rid, None)
         if served is not None:
             served.store.close()
             crash_point("ps.unload.after_close", self.data_dir)
 
     def unload_all(self) -> int:
-        """Close every range (and wait for background closes); returns how many were open."""
+        """Close every range (giving up splits in preparation, waiting for background closes);
+        returns how many were open."""
+        for job in self.splits.values():
+            job.abort()
+        self.splits.clear()
         n = len(self.open)
         for rid in list(self.open):
             self.unload(rid)
@@ -221,28 +244,50 @@ class RangeSet:
         if closer is not None:
             closer.join()
 
-    def split(self, rid: str, epoch: int, key: str, left: dict, right: dict) -> dict:
-        """Split a served range at PartitionKey ``key`` into two pending ranges (hard-linked)."""
+    def split_start(self, rid: str, epoch: int, key: str, left: dict, right: dict) -> SplitJob:
+        """Begin splitting a served range at PartitionKey ``key``: the halves are prepared on a
+        background thread while the range serves (:mod:`partition_server.split_job`); the server's
+        loop calls :meth:`split_finish` once the job's ``notify`` fires."""
         served = self._served(rid, epoch)
         if not (served.record["low"] < key and (served.record["high"] is None or key < served.record["high"])):
             raise TableError("InvalidInput", f"split key {key!r} is not strictly inside range {rid}")
+        if rid in self.splits:
+            raise TableError("RangeBusy", f"range {rid} is already being split")
         for rec in (left, right):
             if rec["id"] in self.open:
                 self.unload(rec["id"])
-        t0 = time.monotonic()
-        steps: dict[str, float] = {}
-        halves = served.store.split_open(key, self._path(left), self._path(right), steps)
+        job = SplitJob(served.store, key, self._path(left), self._path(right), self.notify)
+        self.splits[rid] = job
+        return job.start()
+
+    def split_finish(self, rid: str, epoch: int, left: dict, right: dict) -> dict:
+        """Switch a prepared split over (on the loop: no write in flight): the last writes replayed,
+        the parent retired, the halves pending until the coordinator loads them."""
+        job = self.splits.pop(rid, None)
+        served = self.open.get(rid)
+        if job is None or served is None or served.store is not job.parent or served.epoch != epoch:
+            if job is not None:
+                job.abort()  # the range was unloaded meanwhile (lease lapse, a newer command)
+            raise TableError("NotOwner", f"range {rid} epoch {epoch} stopped being served during its split")
+        halves = job.finish()
         crash_point("ps.split.after_split", self.data_dir)
-        clock = StepClock(steps)
+        clock = StepClock(job.steps)
         self._retire(rid)
-        clock.step("retire")
         for rec, store in zip((left, right), halves, strict=True):
             lo, hi = range_bounds(rec["low"], rec["high"])
             self.open[rec["id"]] = Served(dict(rec), store, "pending", lo, hi)
-        ms = round((time.monotonic() - t0) * 1e3, 2)
-        log.info("split %s at %r into %s and %s in %.1f ms (%s)", rid, key, left["id"], right["id"], ms,
-                 ", ".join(f"{k} {v:.1f}" for k, v in steps.items()))
-        return {"ms": ms, "steps": steps}
+        clock.step("retire")
+        steps = job.steps
+        offline = round(steps["switch"] + steps["retire"], 2)
+        log.info("split %s at %r into %s and %s: offline %.1f ms (%s)", rid, job.split_key.decode(), left["id"],
+                 right["id"], offline, ", ".join(f"{k} {v:.1f}" for k, v in steps.items()))
+        return {"ms": round(sum(steps.values()), 2), "offline_ms": offline, "steps": steps}
+
+    def split(self, rid: str, epoch: int, key: str, left: dict, right: dict) -> dict:
+        """Split a served range at ``key`` into two pending ranges, waiting for the preparation (for
+        callers without a loop; the server uses :meth:`split_start` and :meth:`split_finish`)."""
+        self.split_start(rid, epoch, key, left, right).done.wait()
+        return self.split_finish(rid, epoch, left, right)
 
     def merge(self, left: dict, right: dict, out: dict) -> dict:
         """Merge two adjacent ranges served here into one pending range."""

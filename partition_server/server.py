@@ -18,6 +18,10 @@ The loop waits on both sockets only while a heartbeat answer is due (normally fo
 after each heartbeat), so the answer is processed as soon as it arrives; otherwise it blocks on the
 ROUTER alone, which costs fewer system calls per request than polling two sockets or draining
 until ``zmq.Again``. Each turn handles one request and checks the heartbeat clock.
+
+A split is a *deferred* command: its halves are prepared on a thread while the range serves
+(:mod:`partition_server.split_job`), and the loop answers the coordinator once a socketpair wakes
+it, after a switch-over of a few milliseconds; meanwhile the loop also polls that socketpair.
 """
 
 from __future__ import annotations
@@ -33,7 +37,7 @@ import zmq
 from zmq.backend import Socket as _RawSocket
 from zmq.backend import zmq_poll
 
-from partition_server.ranges import RangeSet
+from partition_server.ranges import Deferred, RangeSet
 from rangetable import protocol
 from rangetable.config import PartitionServerConfig
 from rangetable.errors import TableError
@@ -69,6 +73,11 @@ class PartitionServer:
         self._hb_due = False  # the answer to the latest heartbeat has not been processed yet
         self._nbytes = 0
         self.pending = 0  # requests handled back to back, each already queued (the backlog)
+        self.deferred: list[tuple[bytes, bytes, Deferred]] = []  # commands answered when ready
+        self._wake_r, self._wake_w = socket.socketpair()  # a split job's thread wakes the loop
+        self._wake_r.setblocking(False)
+        self._wake_w.setblocking(False)
+        self.ranges.notify = self._wake
 
     # --- sockets ------------------------------------------------------------------------------
 
@@ -158,13 +167,46 @@ class PartitionServer:
         try:
             rid, req = protocol.parse_request(frames[1:])
             self._nbytes = len(frames[-1])
-            body = protocol.ok(self.handle(req))
+            result = self.handle(req)
+            if isinstance(result, Deferred):
+                self.deferred.append((ident, rid, result))
+                return
+            body = protocol.ok(result)
         except TableError as exc:
             body = protocol.error(exc)
         except Exception as exc:  # a bug must not take the server down; report it
             log.exception("request failed")
             body = protocol.error(TableError("InternalError", f"{type(exc).__name__}: {exc}"))
         protocol.send_frames(self.router, [ident, rid, body])
+
+    def _wake(self) -> None:
+        """Wake the loop (from any thread): a deferred command may be ready."""
+        try:
+            self._wake_w.send(b"x")
+        except OSError:  # the buffer is full: the loop has wake-ups pending anyway
+            pass
+
+    def _answer_deferred(self) -> None:
+        """Send the answer of every deferred command that is ready."""
+        try:
+            while self._wake_r.recv(4096):
+                pass
+        except OSError:
+            pass
+        waiting = []
+        for ident, rid, d in self.deferred:
+            if not d.ready():
+                waiting.append((ident, rid, d))
+                continue
+            try:
+                body = protocol.ok(d.finish())
+            except TableError as exc:
+                body = protocol.error(exc)
+            except Exception as exc:
+                log.exception("deferred command failed")
+                body = protocol.error(TableError("InternalError", f"{type(exc).__name__}: {exc}"))
+            protocol.send_frames(self.router, [ident, rid, body])
+        self.deferred = waiting
 
     # --- the loop -----------------------------------------------------------------------------
 
@@ -189,7 +231,16 @@ class PartitionServer:
                 self._send_heartbeat()
                 next_hb = now + hb
             timeout = max(1, int((next_hb - now) * 1000))
-            if self._hb_due:  # wait on both sockets, so the answer is processed as soon as it comes
+            if self.deferred:  # a command is being prepared off the loop: wait for its wake-up too
+                ready = dict(zmq_poll([*both, (self._wake_r.fileno(), _POLLIN)], timeout))
+                if coord in ready:
+                    self._drain_coordinator()
+                self._answer_deferred()
+                if router not in ready:
+                    continue
+                frames = protocol.recv_frames(router, protocol.NOBLOCK)
+                burst = 1
+            elif self._hb_due:  # wait on both sockets, so the answer is processed as soon as it comes
                 ready = zmq_poll(both, timeout)
                 if ready and ready[-1][0] is coord:
                     self._drain_coordinator()
@@ -230,6 +281,8 @@ class PartitionServer:
         for s in (getattr(self, "router", None), getattr(self, "coord", None)):
             if s is not None:
                 s.close(0)
+        self._wake_r.close()
+        self._wake_w.close()
 
 
 def run(cfg: PartitionServerConfig) -> None:

@@ -1,0 +1,133 @@
+"""A split prepared while its range serves, then switched over in a few milliseconds.
+
+The slow parts of a split — checkpointing the store into two directories and opening both (RocksDB
+writes and syncs a MANIFEST per open: 4 ms on a quiet disk, 15–275 ms on a busy one, measured) — run
+on a background thread while the parent range keeps serving. From just before the checkpoint on,
+every batch the parent writes is also recorded (the store's *tee*: :class:`partition_server.tee.RecordingBatch`), and the
+thread replays the records into the halves until few remain. The switch-over, on the server's loop
+(so no write is in flight), replays the rest and hands the halves over; the range is offline only
+from then until the coordinator has committed the split and loaded the halves.
+
+Replaying a record that the checkpoint already holds is harmless: records are blind puts and deletes
+of whole values, replayed in commit order, so the halves end as they would after a checkpoint taken
+at the switch-over. Each entity key goes to the half whose span holds it; meta keys (the last
+Timestamp, the request-id window and its records) go to both, as a plain split keeps them in both.
+"""
+
+from __future__ import annotations
+
+import shutil
+import threading
+from collections.abc import Callable
+
+import rocksdict
+
+from partition_server.range_store import RangeStore
+from rangetable.errors import TableError
+from rangetable.keys import META_PREFIX
+from rangetable.stats import StepClock
+
+CATCH_UP_ROUNDS = 20  # replays on the background thread before the switch-over takes the rest
+CATCH_UP_ENOUGH = 256  # operations: fewer left over than this and the switch-over replays them
+
+
+def replay(records: list[list[tuple[bytes, bytes | None]]], split_key: bytes,
+           left: RangeStore, right: RangeStore) -> int:
+    """Write recorded batches into the halves: an entity key into the half that holds it (left below
+    ``split_key``), a meta key into both. Returns how many operations were replayed."""
+    if not records:
+        return 0
+    batches = (rocksdict.WriteBatch(raw_mode=True), rocksdict.WriteBatch(raw_mode=True))
+    n = 0
+    for ops in records:
+        for key, value in ops:
+            if key < META_PREFIX:
+                targets = batches[:1] if key < split_key else batches[1:]
+            else:
+                targets = batches
+            for wb in targets:
+                if value is None:
+                    wb.delete(key)
+                else:
+                    wb.put(key, value)
+            n += 1
+    left.write_raw(batches[0])
+    right.write_raw(batches[1])
+    return n
+
+
+class SplitJob:
+    """One split of ``parent`` at ``split_pk`` in progress; ``notify`` is called (from the job's
+    thread) when the preparation is done or has failed, so the server's loop calls :meth:`finish`."""
+
+    def __init__(self, parent: RangeStore, split_pk: str, left_path: str, right_path: str,
+                 notify: Callable[[], None] = lambda: None) -> None:
+        self.parent = parent
+        self.split_key = split_pk.encode("utf-8")
+        self.paths = (left_path, right_path)
+        self.notify = notify
+        self.steps: dict[str, float] = {}
+        self.halves: tuple[RangeStore, RangeStore] | None = None
+        self.error: BaseException | None = None
+        self.done = threading.Event()
+        self._thread = threading.Thread(target=self._prepare, name="split", daemon=True)
+
+    def start(self) -> SplitJob:
+        """Begin the preparation on a background thread."""
+        self._thread.start()
+        return self
+
+    def _prepare(self) -> None:
+        clock = StepClock(self.steps)
+        try:
+            self.parent.begin_tee(*self.paths)
+            clock.step("checkpoint")
+            left = RangeStore.open(self.paths[0], **self.parent.limits())
+            try:
+                right = RangeStore.open(self.paths[1], **self.parent.limits())
+            except BaseException:
+                left.close()
+                raise
+            self.halves = (left, right)
+            clock.step("open")
+            left.drop_span(self.split_key, META_PREFIX)
+            right.drop_span(b"", self.split_key)
+            clock.step("drop")
+            for _ in range(CATCH_UP_ROUNDS):
+                if replay(self.parent.take_tee(), self.split_key, left, right) < CATCH_UP_ENOUGH:
+                    break
+            clock.step("catch_up")
+        except BaseException as exc:  # reported by finish(), on the server's loop
+            self.error = exc
+        finally:
+            self.done.set()
+            self.notify()
+
+    def finish(self) -> tuple[RangeStore, RangeStore]:
+        """Replay the last records and return the halves, open (call with no write of the parent in
+        flight: on the server's loop). Raises the preparation's failure after cleaning up."""
+        self._thread.join()
+        clock = StepClock(self.steps)
+        tail = self.parent.stop_tee()
+        if self.error is not None or self.halves is None:
+            self.abort()
+            err = self.error
+            raise err if isinstance(err, TableError) else TableError(
+                "InternalError", f"split preparation failed: {type(err).__name__}: {err}")
+        left, right = self.halves
+        replay(tail, self.split_key, left, right)
+        left.reload_meta()
+        right.reload_meta()
+        clock.step("switch")
+        return left, right
+
+    def abort(self) -> None:
+        """Give the split up: stop recording, close the halves and remove their directories."""
+        self._thread.join()
+        self.parent.stop_tee()
+        if self.halves is not None:
+            for half in self.halves:
+                half.close()
+            self.halves = None
+        for path in self.paths:
+            shutil.rmtree(path, ignore_errors=True)
