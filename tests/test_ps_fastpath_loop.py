@@ -90,7 +90,9 @@ def test_lease_fencing_heartbeats_and_pipelining(cluster):
     coord.answer.set()
     while not coord.answered:
         time.sleep(0.005)
-    time.sleep(0.05)
+    deadline = time.monotonic() + 0.2  # well before the next heartbeat (0.3 s later) would wake the loop
+    while ps.lease_until == 0 and time.monotonic() < deadline:
+        time.sleep(0.005)
     assert ps.lease_until > 0, "an answer that arrived while idle was not processed at once"
     coord.delay_s = 0.0
     write = {"op": "write", "range": "r1", "epoch": 1, "write": {"op": "insert", "pk": "p", "rk": "r", "props": {}}}
