@@ -124,11 +124,22 @@ data_dir_option = click.option("--data-dir", default=lambda: os.environ.get(DATA
 @click.option("--lease-s", default=2.0, show_default=True, help="Partition-server lease.")
 @click.option("--partition-target", default=0.0, show_default=True,
               help="Entities/s per PartitionKey before ServerBusy, as Azure enforces (2000); 0 = off.")
+@click.option("--cert", envvar="RANGETABLE_CERT", default="",
+              help="PEM certificate: the REST endpoint speaks HTTPS (with --key) [env RANGETABLE_CERT].")
+@click.option("--key", envvar="RANGETABLE_KEY", default="", help="PEM private key of --cert [env RANGETABLE_KEY].")
 @click.option("--json", "as_json", is_flag=True, help="Print cluster.json once ready.")
 def up_cmd(data_dir: str, servers: int, frontends: int, native_port: int, http_port: int, detach: bool, no_restart: bool,
-           sync: bool, lease_s: float, partition_target: float, as_json: bool) -> None:
+           sync: bool, lease_s: float, partition_target: float, cert: str, key: str, as_json: bool) -> None:
     """Start a local cluster: a coordinator, partition servers and frontends."""
     from cli.supervisor import ClusterSpec, down, pid_alive, read_cluster, supervise
+    from rangetable.tls import server_context
+
+    if cert or key:
+        try:
+            server_context(cert, key)
+        except ValueError as exc:
+            raise click.ClickException(str(exc)) from None
+        cert, key = os.path.abspath(cert), os.path.abspath(key)
 
     doc = read_cluster(data_dir)
     if doc and pid_alive(doc.get("supervisor_pid", 0)):
@@ -137,7 +148,7 @@ def up_cmd(data_dir: str, servers: int, frontends: int, native_port: int, http_p
     if doc:
         down(data_dir)  # leftovers of a supervisor that was killed
     spec = ClusterSpec(os.path.abspath(data_dir), servers, frontends, native_port, not no_restart, sync, lease_s,
-                       http_port, partition_target)
+                       http_port, partition_target, cert, key)
 
     def ready(doc: dict) -> None:
         if as_json:
@@ -161,6 +172,7 @@ def up_cmd(data_dir: str, servers: int, frontends: int, native_port: int, http_p
             "--frontends", str(frontends), "--native-port", str(native_port), "--lease-s", str(lease_s),
             "--http-port", str(http_port), "--partition-target", str(partition_target)]
     argv += ["--no-restart"] * no_restart + ["--sync"] * sync
+    argv += ["--cert", cert, "--key", key] if cert else []
     with open(os.path.join(spec.data_dir, "logs", "supervisor.log"), "ab") as log:
         proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                 start_new_session=True)
@@ -195,7 +207,7 @@ def drill_group() -> None:
     """Failure drills against a running cluster."""
 
 
-from cli import balance, chaos, commands, drill, stress  # noqa: E402,F401  (registers the user, admin and drill commands)
+from cli import balance, chaos, commands, drill, security, stress  # noqa: E402,F401  (registers the user, admin and drill commands)
 
 if __name__ == "__main__":
     # Under `python -m cli.main` this file runs as __main__, while the command modules register on the

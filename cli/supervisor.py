@@ -136,14 +136,17 @@ class ClusterSpec:
     lease_s: float = 2.0
     http_port: int = 10002  # REST port of the first HTTP frontend (0 = any free port)
     partition_target: float = 0.0  # entities/s per PartitionKey before ServerBusy; 0 = off
+    cert: str = ""  # PEM certificate and key: the REST endpoint speaks HTTPS
+    key: str = ""
 
 
 DEV_KEY = "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="
 
 
 def connection_string(http: str, account: str = "devstoreaccount1", key: str = DEV_KEY) -> str:
-    """The Azure SDK connection string for an HTTP frontend's account URL."""
-    return (f"DefaultEndpointsProtocol=http;AccountName={account};AccountKey={key};"
+    """The Azure SDK connection string for an HTTP frontend's account URL (http:// or https://)."""
+    protocol = "https" if http.startswith("https://") else "http"
+    return (f"DefaultEndpointsProtocol={protocol};AccountName={account};AccountKey={key};"
             f"TableEndpoint={http};")
 
 
@@ -201,8 +204,11 @@ class Supervisor:
         # Every HTTP frontend listens on the one REST port (SO_REUSEPORT when there are several), so
         # the SDK's one connection string reaches all of them and the kernel spreads connections.
         port = self.spec.http_port or ports.take()
-        url = f"http://127.0.0.1:{port}/devstoreaccount1"
+        scheme = "https" if self.spec.cert else "http"
+        url = f"{scheme}://127.0.0.1:{port}/devstoreaccount1"
         shared = ["--reuse-port"] if self.spec.frontends > 1 else []
+        if self.spec.cert:
+            shared += ["--cert", os.path.abspath(self.spec.cert), "--key", os.path.abspath(self.spec.key)]
         self.https = [url]
         for i in range(1, self.spec.frontends + 1):
             hid = f"http-{i}"
@@ -356,7 +362,13 @@ def _http_ready(url: str) -> bool:
     from urllib.parse import urlsplit
 
     u = urlsplit(url)
-    conn = http.client.HTTPConnection(u.hostname, u.port, timeout=1.0)
+    if u.scheme == "https":  # only whether it answers: the certificate is the user's to trust
+        import ssl
+
+        conn: http.client.HTTPConnection = http.client.HTTPSConnection(
+            u.hostname, u.port, timeout=1.0, context=ssl._create_unverified_context())
+    else:
+        conn = http.client.HTTPConnection(u.hostname, u.port, timeout=1.0)
     try:
         conn.request("GET", u.path + "/?restype=service&comp=stats")
         conn.getresponse().read()

@@ -58,6 +58,8 @@ class FrontendConfig:
     accounts: str = ""  # NAME:KEY[,NAME:KEY...]; empty = devstoreaccount1 with its well-known key
     http_server: str = "builtin"  # builtin (frontend/http/listener.py), granian or uvicorn (ASGI)
     reuse_port: bool = False  # SO_REUSEPORT: several HTTP frontends share one port, the kernel spreads connections
+    cert: str = ""  # PEM certificate: the REST endpoint speaks HTTPS (with --key; Azurite's flag names)
+    key: str = ""  # PEM private key of --cert
 
 
 def env_name(cls: type, name: str) -> str:
