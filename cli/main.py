@@ -66,7 +66,10 @@ def coordinator_cmd(**kw: Any) -> None:
     from coordinator.server import run
 
     _logging()
-    run(load(CoordinatorConfig, **kw))
+    try:
+        run(load(CoordinatorConfig, **kw))
+    except ValueError as exc:  # no CURVE keys
+        raise click.ClickException(str(exc)) from None
 
 
 @main.command("partition-server")
@@ -76,7 +79,10 @@ def partition_server_cmd(**kw: Any) -> None:
     from partition_server.server import run
 
     _logging()
-    run(load(PartitionServerConfig, **kw))
+    try:
+        run(load(PartitionServerConfig, **kw))
+    except ValueError as exc:  # no CURVE keys
+        raise click.ClickException(str(exc)) from None
 
 
 @main.command("frontend")
@@ -86,7 +92,10 @@ def frontend_cmd(**kw: Any) -> None:
     from frontend.server import run
 
     _logging()
-    run(load(FrontendConfig, **kw))
+    try:
+        run(load(FrontendConfig, **kw))
+    except ValueError as exc:  # no CURVE keys
+        raise click.ClickException(str(exc)) from None
 
 
 @main.command("http-frontend")
@@ -98,7 +107,7 @@ def http_frontend_cmd(**kw: Any) -> None:
     _logging()
     try:
         run(load(FrontendConfig, **kw))
-    except ValueError as exc:  # a bad --accounts spec or --http address
+    except ValueError as exc:  # a bad --accounts spec, --http address, certificate or no CURVE keys
         raise click.ClickException(str(exc)) from None
 
 

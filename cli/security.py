@@ -7,7 +7,7 @@ import os
 
 import click
 
-from cli.main import json_option, main
+from cli.main import data_dir_option, json_option, main
 
 
 @main.group("cert")
@@ -42,3 +42,110 @@ def cert_create(directory: str, days: int, force: bool, as_json: bool) -> None:
     click.echo(f"trust it:    REQUESTS_CA_BUNDLE={info['cert']} (or the SDK's connection_verify=)")
 
 
+
+
+# --- CURVE keys --------------------------------------------------------------------------------------
+
+
+@main.group("keys")
+def keys_group() -> None:
+    """CURVE keys: the cluster's role keys and the client keys registered to accounts."""
+
+
+def _cluster_doc(data_dir: str) -> dict:
+    from cli.supervisor import read_cluster
+
+    doc = read_cluster(data_dir)
+    if doc is None:
+        raise click.ClickException(f"no cluster.json in {data_dir}: start one with `rangetable up` "
+                                   "or pass --data-dir")
+    return doc
+
+
+@keys_group.command("init")
+@data_dir_option
+@click.option("--keys-dir", default=None, help="Where to write them [default: <data-dir>/keys].")
+@json_option
+def keys_init(data_dir: str, keys_dir: str | None, as_json: bool) -> None:
+    """Create the role key pairs (coordinator, partition-server, frontend, admin) that do not exist yet.
+
+    `rangetable up` does this on first start; run it once before starting single processes on
+    several hosts, then give each host the keys directory (or only its role's .key_secret and the
+    others' .key files).
+    """
+    from rangetable import curve
+
+    directory = curve.keys_dir(data_dir, keys_dir or "")
+    ring = curve.KeyRing.create(directory)
+    publics = {r: ring.public(r).decode() for r in curve.ROLES}
+    if as_json:
+        click.echo(json.dumps({"keys_dir": os.path.abspath(directory), "public": publics}, indent=2))
+        return
+    click.echo(f"keys in {os.path.abspath(directory)} (files mode 0600)")
+    for role, pub in publics.items():
+        click.echo(f"  {role:17} {pub}")
+
+
+@keys_group.command("add")
+@click.argument("name")
+@click.option("--account", default="devstoreaccount1", show_default=True, help="The account the key acts for.")
+@click.option("--out", "out", default=None,
+              help="Write the connection file (endpoints, the frontends' public key, this client's key "
+                   "pair; mode 0600) here [default: <name>.rangetable.json].")
+@data_dir_option
+@json_option
+def keys_add(name: str, account: str, out: str | None, data_dir: str, as_json: bool) -> None:
+    """Register a new native client key NAME for an account; its secret goes only into the connection file.
+
+    Use it from Python with TableServiceClient.from_cluster("NAME.rangetable.json").
+    """
+    from cli.admin import call
+    from rangetable import curve
+
+    doc = _cluster_doc(data_dir)
+    pair = curve.KeyPair.generate()
+    rec = call(doc["coordinator"], {"op": "keys_add", "name": name, "account": account, "public": pair.user_id})
+    out = out or f"{name}.rangetable.json"
+    conn = {"native": doc["native"], "frontends": doc.get("frontends", [doc["native"]]), "account": account,
+            "curve": {"servers": {"frontend": doc["curve"]["servers"]["frontend"]},
+                      "client": {"public": pair.public.decode(), "secret": pair.secret.decode(), "name": name}}}
+    fd = os.open(out + ".tmp", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    os.fchmod(fd, 0o600)
+    with os.fdopen(fd, "w") as f:
+        json.dump(conn, f, indent=2)
+    os.replace(out + ".tmp", out)
+    if as_json:
+        click.echo(json.dumps({**rec, "connection_file": os.path.abspath(out)}, indent=2))
+        return
+    click.echo(f"registered {name} for account {account}: public key {rec['public']}")
+    click.echo(f"connection file {os.path.abspath(out)} (holds the secret key; mode 0600)")
+
+
+@keys_group.command("list")
+@data_dir_option
+@json_option
+def keys_list(data_dir: str, as_json: bool) -> None:
+    """List the registered client keys."""
+    import datetime as dt
+
+    from cli.admin import call
+
+    res = call(_cluster_doc(data_dir)["coordinator"], {"op": "keys_list"})
+    if as_json:
+        click.echo(json.dumps(res, indent=2))
+        return
+    click.echo(f"{len(res['keys'])} client keys (registry version {res['version']})")
+    for r in res["keys"]:
+        created = dt.datetime.fromtimestamp(r["created"], dt.UTC).strftime("%Y-%m-%d %H:%M:%S")
+        click.echo(f"  {r['name']:20} {r['account']:18} {r['public']}  added {created}Z")
+
+
+@keys_group.command("revoke")
+@click.argument("name")
+@data_dir_option
+def keys_revoke(name: str, data_dir: str) -> None:
+    """Revoke client key NAME: frontends refuse it within about a second, also on open connections."""
+    from cli.admin import call
+
+    call(_cluster_doc(data_dir)["coordinator"], {"op": "keys_revoke", "name": name})
+    click.echo(f"revoked {name}")

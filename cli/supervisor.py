@@ -85,12 +85,20 @@ def pid_alive(pid: int) -> bool:
 
 
 def read_cluster(data_dir: str) -> dict | None:
-    """The cluster.json of a data dir, or None."""
+    """The cluster.json of a data dir, or None; its CURVE keys are remembered for its endpoints
+    (``curve.remember_cluster``), so ``call`` and the native client can reach them."""
+    from rangetable import curve
+
     try:
         with open(os.path.join(data_dir, CLUSTER_FILE)) as f:
-            return json.load(f)
+            doc = json.load(f)
     except (OSError, ValueError):
         return None
+    try:
+        curve.remember_cluster(doc)
+    except (KeyError, TypeError, AttributeError):
+        pass  # a malformed key section: calls will say no key is known
+    return doc
 
 
 @dataclass
@@ -165,9 +173,13 @@ class Supervisor:
         return [sys.executable, "-m", "cli.main", *args]
 
     def plan(self) -> None:
-        """Choose ports and build the command line of every process."""
+        """Create the CURVE keys on first start, choose ports and build every process's command line."""
+        from rangetable import curve
+
         os.makedirs(self.logs, exist_ok=True)
         d = self.data_dir
+        self.keys_dir = curve.keys_dir(d)
+        self.keys = curve.KeyRing.create(self.keys_dir)
         ports = PortReservation()
         try:
             self._plan_children(d, ports)
@@ -179,13 +191,14 @@ class Supervisor:
         self.pub = f"tcp://127.0.0.1:{ports.take()}"
         lease = str(self.spec.lease_s)
         self.children.append(Child("coordinator", "coordinator", self._cmd(
-            "coordinator", "--data-dir", d, "--bind", self.coordinator, "--pub-bind", self.pub, "--lease-s", lease),
+            "coordinator", "--data-dir", d, "--bind", self.coordinator, "--pub-bind", self.pub, "--lease-s", lease,
+            "--keys-dir", self.keys_dir),
             os.path.join(self.logs, "coordinator.log"), {"endpoint": self.coordinator, "pub": self.pub}))
         for i in range(1, self.spec.servers + 1):
             sid = f"ps-{i}"
             bind = f"tcp://127.0.0.1:{ports.take()}"
             argv = self._cmd("partition-server", "--data-dir", d, "--coordinator", self.coordinator,
-                             "--bind", bind, "--server-id", sid)
+                             "--bind", bind, "--server-id", sid, "--keys-dir", self.keys_dir)
             if self.spec.sync:
                 argv.append("--sync")
             if self.spec.partition_target:
@@ -199,7 +212,8 @@ class Supervisor:
             self.natives.append(native)
             fid = f"fe-{i}"
             self.children.append(Child("frontend", fid, self._cmd(
-                "frontend", "--coordinator", self.coordinator, "--native", native, "--frontend-id", fid),
+                "frontend", "--coordinator", self.coordinator, "--native", native, "--frontend-id", fid,
+                "--keys-dir", self.keys_dir),
                 os.path.join(self.logs, f"{fid}.log"), {"native": native}))
         # Every HTTP frontend listens on the one REST port (SO_REUSEPORT when there are several), so
         # the SDK's one connection string reaches all of them and the kernel spreads connections.
@@ -214,7 +228,8 @@ class Supervisor:
             hid = f"http-{i}"
             self.children.append(Child("http-frontend", hid, self._cmd(
                 "http-frontend", "--coordinator", self.coordinator, "--http", f"127.0.0.1:{port}",
-                "--frontend-id", hid, *shared), os.path.join(self.logs, f"{hid}.log"), {"http": url}))
+                "--frontend-id", hid, "--keys-dir", self.keys_dir, *shared), os.path.join(self.logs, f"{hid}.log"),
+                {"http": url}))
 
     def write_cluster_file(self) -> None:
         """Write cluster.json atomically."""
@@ -225,12 +240,15 @@ class Supervisor:
             "connection_string": connection_string(self.https[0]),
             "coordinator": self.coordinator,
             "pub": self.pub,
+            "curve": self.keys.connection_info("admin"),
             "data_dir": self.data_dir,
             "supervisor_pid": os.getpid(),
             "processes": [c.info() for c in self.children],
         }
         path = os.path.join(self.data_dir, CLUSTER_FILE)
-        with open(path + ".tmp", "w") as f:
+        fd = os.open(path + ".tmp", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)  # it holds the admin key
+        os.fchmod(fd, 0o600)
+        with os.fdopen(fd, "w") as f:
             json.dump(doc, f, indent=2)
         os.replace(path + ".tmp", path)
 
@@ -264,7 +282,11 @@ class Supervisor:
 
     def start(self) -> None:
         """Start every process in order and wait until the cluster serves."""
+        from rangetable import curve
+
         self.plan()
+        curve.remember_cluster({"native": self.natives[0], "frontends": self.natives, "coordinator": self.coordinator,
+                                "pub": self.pub, "curve": self.keys.connection_info("admin")})
         for c in self.children:
             c.start()
         self.wait_ready()

@@ -25,13 +25,13 @@ from typing import Any
 
 import zmq
 
-from coordinator import acl
+from coordinator import acl, client_keys
 from coordinator import operations as ops
 from coordinator.balancing import Balancing
 from coordinator.controller import Controller
 from coordinator.meta_store import MetaStore
 from coordinator.partition_map import PartitionMap
-from rangetable import protocol
+from rangetable import curve, protocol
 from rangetable.config import CoordinatorConfig
 from rangetable.errors import TableError
 from rangetable.process import serve_until_signalled
@@ -61,8 +61,10 @@ class Coordinator:
     def __init__(self, cfg: CoordinatorConfig, ctx: zmq.Context | None = None) -> None:
         self.cfg = cfg
         self.ctx = ctx or zmq.Context.instance()
+        self.keys = curve.KeyRing.load(curve.keys_dir(cfg.data_dir, cfg.keys_dir), own="coordinator")
         self.lock = threading.RLock()
         self.meta = MetaStore(cfg.data_dir)
+        self.keys_version = client_keys.load(self)[0]
         self.pmap = PartitionMap.load(self.meta.items())
         self.events: list[dict] = [v for _, v in self.meta.items(b"event/")][-MAX_EVENTS:]
         self._event_seq = (self.events[-1]["seq"] + 1) if self.events else 1
@@ -202,9 +204,19 @@ class Coordinator:
         stale_pending -= busy
         return bool(desired - reported or extra or (stale_pending and not self.controller.jobs.qsize()))
 
-    def _admin(self, ident: bytes, rid: bytes, req: dict) -> bytes | None:
-        """Answer an admin request now (returns the body) or hand it to the controller (None)."""
+    def _admin(self, ident: bytes, rid: bytes, req: dict, role: str | None) -> bytes | None:
+        """Answer an admin request now (returns the body) or hand it to the controller (None).
+
+        ``role`` is the sender's, from its CURVE key: only partition servers heartbeat, only the admin
+        key adds or revokes client keys, frontends and the admin key send the rest (``curve.may``).
+        """
         op = req["op"]
+        kind = ("heartbeat" if op == "heartbeat" else "keys_list" if op == "keys_list"
+                else "keys_admin" if op in client_keys.OPS else "admin")
+        if not curve.may("coordinator", kind, role):
+            raise TableError("AuthorizationPermissionMismatch", f"{op!r} is not accepted from a {role or 'client'} key")
+        if op in client_keys.OPS:
+            return protocol.ok(client_keys.handle(self, op, req))
         if op == "heartbeat":
             return protocol.ok(self._heartbeat(req))
         if op == "map":
@@ -276,9 +288,11 @@ class Coordinator:
         router = self.ctx.socket(zmq.ROUTER)
         router.setsockopt(zmq.LINGER, 0)
         router.setsockopt(zmq.MAXMSGSIZE, protocol.HARD_MAX_MESSAGE)
+        curve.serve_secured(router, self.keys, "coordinator", "coordinator endpoint")
         router.bind(self.cfg.bind)
         self.pub = self.ctx.socket(zmq.PUB)
         self.pub.setsockopt(zmq.LINGER, 0)
+        curve.serve_secured(self.pub, self.keys, "coordinator", "coordinator map updates")
         self.pub.bind(self.cfg.pub_bind)
         self.pub_endpoint = self.pub.getsockopt(zmq.LAST_ENDPOINT).decode()
         self.endpoint = router.getsockopt(zmq.LAST_ENDPOINT).decode()
@@ -302,10 +316,10 @@ class Coordinator:
             if router in events:
                 for _ in range(512):
                     try:
-                        frames = router.recv_multipart(zmq.NOBLOCK)
+                        frames, peer = protocol.recv_frames_peer(router, protocol.NOBLOCK)
                     except zmq.Again:
                         break
-                    self._on_request(router, frames)
+                    self._on_request(router, frames, self.keys.role_of(protocol.peer_key(peer)))
             if pull in events:
                 published = False
                 while True:
@@ -328,7 +342,8 @@ class Coordinator:
                 self.controller.submit(ops.collect_garbage, self, self.controller, key="gc")
             if now >= next_hugz:
                 next_hugz = now + 1.0
-                self.pub.send_multipart([b"hugz", protocol.pack({"version": self.pmap.version})])
+                self.pub.send_multipart([b"hugz", protocol.pack({"version": self.pmap.version,
+                                                                 "keys": self.keys_version})])
         self.controller.stopping = True
         self.controller.join(timeout=5)
         for s in (router, pull, self.pub):
@@ -338,12 +353,12 @@ class Coordinator:
             push.close(0)
         self.meta.close()
 
-    def _on_request(self, router: zmq.Socket, frames: list[bytes]) -> None:
+    def _on_request(self, router: zmq.Socket, frames: list[bytes], role: str | None) -> None:
         ident = frames[0]
         rid = frames[1] if len(frames) > 1 else b""
         try:
             rid, req = protocol.parse_request(frames[1:])
-            body = self._admin(ident, rid, req)
+            body = self._admin(ident, rid, req, role)
         except TableError as exc:
             body = protocol.error(exc)
         except Exception as exc:

@@ -5,6 +5,10 @@ The first request on a transport is preceded by a ``hello`` handshake checking t
 version. A lock serialises requests, so a transport (and the clients sharing it) may be used from
 several threads. On a timeout the socket is closed with linger 0 and a new one connected, so a
 late reply to the abandoned request can never be taken for the answer to a later one.
+
+The socket authenticates with CURVE, with the keys remembered for the endpoint
+(:func:`rangetable.curve.connect`: from ``cluster.json`` or a connection file, see
+``TableServiceClient.from_cluster``).
 """
 
 from __future__ import annotations
@@ -16,7 +20,7 @@ from typing import Any
 
 import zmq
 
-from rangetable import protocol
+from rangetable import curve, protocol
 from rangetable.client_models import specific_error
 from rangetable.errors import TableError
 
@@ -48,7 +52,11 @@ class Transport:
             sock = self._ctx.socket(zmq.DEALER)
             sock.setsockopt(zmq.LINGER, 0)
             sock.setsockopt(zmq.MAXMSGSIZE, protocol.HARD_MAX_MESSAGE)
-            sock.connect(self.endpoint)
+            try:
+                curve.connect(sock, self.endpoint)
+            except ValueError:
+                sock.close(0)
+                raise
             self._sock = sock
         return self._sock
 

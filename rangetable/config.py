@@ -23,6 +23,7 @@ class CoordinatorConfig:
     lease_s: float = 2.0  # a partition server's lease, renewed by every heartbeat answer
     lease_grace_s: float = 0.5  # extra wait past a lapsed lease before reassigning its ranges
     command_timeout_s: float = 10.0  # how long a load/unload/split/merge command may take
+    keys_dir: str = ""  # CURVE keys (rangetable/curve.py); empty = <data-dir>/keys
 
 
 @dataclass
@@ -42,6 +43,7 @@ class PartitionServerConfig:
     request_window_mb: int = 64  # … of at most this many MiB together (oldest purged first)
     block_cache_mb: int = 128  # one RocksDB block cache shared by every range of the process
     memtable_budget_mb: int = 256  # memtables of every range of the process together (a write-buffer manager)
+    keys_dir: str = ""  # CURVE keys (rangetable/curve.py); empty = <data-dir>/keys
 
 
 @dataclass
@@ -60,6 +62,7 @@ class FrontendConfig:
     reuse_port: bool = False  # SO_REUSEPORT: several HTTP frontends share one port, the kernel spreads connections
     cert: str = ""  # PEM certificate: the REST endpoint speaks HTTPS (with --key; Azurite's flag names)
     key: str = ""  # PEM private key of --cert
+    keys_dir: str = "./rangetable-data/keys"  # CURVE keys (rangetable/curve.py): this role's pair, the others' public keys
 
 
 def env_name(cls: type, name: str) -> str:
