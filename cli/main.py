@@ -136,9 +136,15 @@ data_dir_option = click.option("--data-dir", default=lambda: os.environ.get(DATA
 @click.option("--cert", envvar="RANGETABLE_CERT", default="",
               help="PEM certificate: the REST endpoint speaks HTTPS (with --key) [env RANGETABLE_CERT].")
 @click.option("--key", envvar="RANGETABLE_KEY", default="", help="PEM private key of --cert [env RANGETABLE_KEY].")
+@click.option("--bind-host", default="127.0.0.1", show_default=True,
+              help="Address every process listens on (0.0.0.0: all interfaces).")
+@click.option("--advertise-host", default="",
+              help="Address the processes are reached at, published in the map and cluster.json "
+                   "[default: --bind-host, or 127.0.0.1 when that is 0.0.0.0].")
 @click.option("--json", "as_json", is_flag=True, help="Print cluster.json once ready.")
 def up_cmd(data_dir: str, servers: int, frontends: int, native_port: int, http_port: int, detach: bool, no_restart: bool,
-           sync: bool, lease_s: float, partition_target: float, cert: str, key: str, as_json: bool) -> None:
+           sync: bool, lease_s: float, partition_target: float, cert: str, key: str, bind_host: str,
+           advertise_host: str, as_json: bool) -> None:
     """Start a local cluster: a coordinator, partition servers and frontends."""
     from cli.supervisor import ClusterSpec, down, pid_alive, read_cluster, supervise
     from rangetable.tls import server_context
@@ -157,7 +163,7 @@ def up_cmd(data_dir: str, servers: int, frontends: int, native_port: int, http_p
     if doc:
         down(data_dir)  # leftovers of a supervisor that was killed
     spec = ClusterSpec(os.path.abspath(data_dir), servers, frontends, native_port, not no_restart, sync, lease_s,
-                       http_port, partition_target, cert, key)
+                       http_port, partition_target, cert, key, bind_host, advertise_host)
 
     def ready(doc: dict) -> None:
         if as_json:
@@ -182,6 +188,7 @@ def up_cmd(data_dir: str, servers: int, frontends: int, native_port: int, http_p
             "--http-port", str(http_port), "--partition-target", str(partition_target)]
     argv += ["--no-restart"] * no_restart + ["--sync"] * sync
     argv += ["--cert", cert, "--key", key] if cert else []
+    argv += ["--bind-host", bind_host, "--advertise-host", advertise_host]
     with open(os.path.join(spec.data_dir, "logs", "supervisor.log"), "ab") as log:
         proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                 start_new_session=True)

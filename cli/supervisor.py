@@ -146,6 +146,8 @@ class ClusterSpec:
     partition_target: float = 0.0  # entities/s per PartitionKey before ServerBusy; 0 = off
     cert: str = ""  # PEM certificate and key: the REST endpoint speaks HTTPS
     key: str = ""
+    bind_host: str = "127.0.0.1"  # every process listens here (0.0.0.0: all interfaces) …
+    advertise_host: str = ""  # … and is reached at this address (empty: bind_host, or 127.0.0.1 for 0.0.0.0)
 
 
 DEV_KEY = "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="
@@ -187,39 +189,45 @@ class Supervisor:
             ports.release()
 
     def _plan_children(self, d: str, ports: PortReservation) -> None:
-        self.coordinator = f"tcp://127.0.0.1:{ports.take()}"
-        self.pub = f"tcp://127.0.0.1:{ports.take()}"
+        bind_host = self.spec.bind_host
+        adv_host = self.spec.advertise_host or ("127.0.0.1" if bind_host in ("0.0.0.0", "*", "::") else bind_host)
+
+        def pair() -> tuple[str, str]:  # (bind, advertised) endpoints on a fresh port
+            port = ports.take()
+            return f"tcp://{bind_host}:{port}", f"tcp://{adv_host}:{port}"
+
+        (coord_bind, self.coordinator), (pub_bind, self.pub) = pair(), pair()
         lease = str(self.spec.lease_s)
         self.children.append(Child("coordinator", "coordinator", self._cmd(
-            "coordinator", "--data-dir", d, "--bind", self.coordinator, "--pub-bind", self.pub, "--lease-s", lease,
-            "--keys-dir", self.keys_dir),
+            "coordinator", "--data-dir", d, "--bind", coord_bind, "--pub-bind", pub_bind, "--advertise", self.coordinator,
+            "--pub-advertise", self.pub, "--lease-s", lease, "--keys-dir", self.keys_dir),
             os.path.join(self.logs, "coordinator.log"), {"endpoint": self.coordinator, "pub": self.pub}))
         for i in range(1, self.spec.servers + 1):
             sid = f"ps-{i}"
-            bind = f"tcp://127.0.0.1:{ports.take()}"
+            bind, adv = pair()
             argv = self._cmd("partition-server", "--data-dir", d, "--coordinator", self.coordinator,
-                             "--bind", bind, "--server-id", sid, "--keys-dir", self.keys_dir)
+                             "--bind", bind, "--advertise", adv, "--server-id", sid, "--keys-dir", self.keys_dir)
             if self.spec.sync:
                 argv.append("--sync")
             if self.spec.partition_target:
                 argv += ["--partition-target", str(self.spec.partition_target)]
             self.children.append(Child("partition-server", sid, argv, os.path.join(self.logs, f"{sid}.log"),
-                                       {"endpoint": bind}))
+                                       {"endpoint": adv}))
         self.natives = []
         for i in range(1, self.spec.frontends + 1):
             port = self.spec.native_port + i - 1 if self.spec.native_port else ports.take()
-            native = f"tcp://127.0.0.1:{port}"
+            native = f"tcp://{adv_host}:{port}"
             self.natives.append(native)
             fid = f"fe-{i}"
             self.children.append(Child("frontend", fid, self._cmd(
-                "frontend", "--coordinator", self.coordinator, "--native", native, "--frontend-id", fid,
-                "--keys-dir", self.keys_dir),
+                "frontend", "--coordinator", self.coordinator, "--native", f"tcp://{bind_host}:{port}",
+                "--frontend-id", fid, "--keys-dir", self.keys_dir),
                 os.path.join(self.logs, f"{fid}.log"), {"native": native}))
         # Every HTTP frontend listens on the one REST port (SO_REUSEPORT when there are several), so
         # the SDK's one connection string reaches all of them and the kernel spreads connections.
         port = self.spec.http_port or ports.take()
         scheme = "https" if self.spec.cert else "http"
-        url = f"{scheme}://127.0.0.1:{port}/devstoreaccount1"
+        url = f"{scheme}://{adv_host}:{port}/devstoreaccount1"
         shared = ["--reuse-port"] if self.spec.frontends > 1 else []
         if self.spec.cert:
             shared += ["--cert", os.path.abspath(self.spec.cert), "--key", os.path.abspath(self.spec.key)]
@@ -227,7 +235,7 @@ class Supervisor:
         for i in range(1, self.spec.frontends + 1):
             hid = f"http-{i}"
             self.children.append(Child("http-frontend", hid, self._cmd(
-                "http-frontend", "--coordinator", self.coordinator, "--http", f"127.0.0.1:{port}",
+                "http-frontend", "--coordinator", self.coordinator, "--http", f"{bind_host}:{port}",
                 "--frontend-id", hid, "--keys-dir", self.keys_dir, *shared), os.path.join(self.logs, f"{hid}.log"),
                 {"http": url}))
 

@@ -32,6 +32,7 @@ from coordinator.controller import Controller
 from coordinator.meta_store import MetaStore
 from coordinator.partition_map import PartitionMap
 from rangetable import curve, protocol
+from rangetable.addresses import advertised
 from rangetable.config import CoordinatorConfig
 from rangetable.errors import TableError
 from rangetable.process import serve_until_signalled
@@ -294,8 +295,8 @@ class Coordinator:
         self.pub.setsockopt(zmq.LINGER, 0)
         curve.serve_secured(self.pub, self.keys, "coordinator", "coordinator map updates")
         self.pub.bind(self.cfg.pub_bind)
-        self.pub_endpoint = self.pub.getsockopt(zmq.LAST_ENDPOINT).decode()
-        self.endpoint = router.getsockopt(zmq.LAST_ENDPOINT).decode()
+        self.pub_endpoint = advertised(self.pub.getsockopt(zmq.LAST_ENDPOINT).decode(), self.cfg.pub_advertise)
+        self.endpoint = advertised(router.getsockopt(zmq.LAST_ENDPOINT).decode(), self.cfg.advertise)
         self.controller.start()
         log.info("coordinator on %s, map updates on %s, map version %d", self.endpoint, self.pub_endpoint,
                  self.pmap.version)

@@ -35,6 +35,7 @@ from zmq.backend import zmq_poll
 
 from partition_server.ranges import RangeSet
 from rangetable import curve, protocol
+from rangetable.addresses import advertised
 from rangetable.config import PartitionServerConfig
 from rangetable.errors import TableError
 from rangetable.process import serve_until_signalled
@@ -79,7 +80,7 @@ class PartitionServer:
         self.router.setsockopt(zmq.MAXMSGSIZE, protocol.HARD_MAX_MESSAGE)
         curve.serve_secured(self.router, self.keys, "partition-server", "partition-server endpoint")
         self.router.bind(self.cfg.bind)
-        self.endpoint = self.router.getsockopt(zmq.LAST_ENDPOINT).decode()
+        self.endpoint = advertised(self.router.getsockopt(zmq.LAST_ENDPOINT).decode(), self.cfg.advertise)
         if not self.server_id:
             self.server_id = f"{socket.gethostname()}:{self.endpoint.rsplit(':', 1)[-1]}"
         self._connect_coordinator()

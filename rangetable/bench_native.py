@@ -20,6 +20,7 @@ from typing import Any
 import zmq
 
 from rangetable import curve, protocol
+from rangetable.bench_http import cpu_seconds
 from rangetable.bulk import bulk_upsert
 from rangetable.stats import percentile_ms
 
@@ -123,7 +124,11 @@ def echo_baseline(n: int, window: int = 64, payload: int = 200, flavour: str = "
         if fwd is not None and cli is not None:
             curve.remember(front, fwd.public, cli)
         pipelined(front, iter([body] * 1000), window, secure=with_curve)  # warm-up
-        return pipelined(front, iter([body] * n), window, secure=with_curve)
+        cpu0 = cpu_seconds([p.pid for p in procs])
+        res = pipelined(front, iter([body] * n), window, secure=with_curve)
+        # CPU of the forwarder and the echo server per message: what a hop costs, whatever the load
+        res["server_cpu_us"] = round((cpu_seconds([p.pid for p in procs]) - cpu0) / max(1, res["ops"]) * 1e6, 1)
+        return res
     finally:
         for p in procs:
             p.kill()
@@ -211,7 +216,7 @@ def _print(res: dict[str, Any], echo: Callable[[str], None]) -> None:
                      ("echo_two_hops_curve", "fast sends, CURVE")):
         e = res[key]
         echo(f"bare two-hop echo ({how}):{'':{max(0, 21 - len(how))}} {e['ops_per_s']:>10,.0f} msg/s  "
-             f"p50 {e['p50_ms']} ms  p99 {e['p99_ms']} ms")
+             f"p50 {e['p50_ms']} ms  p99 {e['p99_ms']} ms  server CPU {e['server_cpu_us']} µs/msg")
     for k, label in (("insert", "point insert"), ("get", "point get"), ("upsert", "upsert (merge)")):
         r = res[k]
         echo(f"{label:22} {r['ops_per_s']:>10,.0f} ops/s  p50 {r['p50_ms']} ms  p99 {r['p99_ms']} ms  "

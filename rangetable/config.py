@@ -20,6 +20,8 @@ class CoordinatorConfig:
     data_dir: str = "./rangetable-data"
     bind: str = "tcp://127.0.0.1:10010"  # ROUTER: heartbeats, admin, map snapshots
     pub_bind: str = "tcp://127.0.0.1:10011"  # PUB: partition-map updates (Clone pattern)
+    advertise: str = ""  # the ROUTER's address for other hosts (tcp://HOST[:PORT]); empty = --bind
+    pub_advertise: str = ""  # the PUB's address published in the map for frontends; empty = --pub-bind
     lease_s: float = 2.0  # a partition server's lease, renewed by every heartbeat answer
     lease_grace_s: float = 0.5  # extra wait past a lapsed lease before reassigning its ranges
     command_timeout_s: float = 10.0  # how long a load/unload/split/merge command may take
@@ -33,6 +35,7 @@ class PartitionServerConfig:
     data_dir: str = "./rangetable-data"
     coordinator: str = "tcp://127.0.0.1:10010"
     bind: str = "tcp://127.0.0.1:0"  # 0 = any free port; the server reports its endpoint
+    advertise: str = ""  # the address other hosts reach it at (tcp://HOST[:PORT]); empty = --bind
     server_id: str = ""  # stable name; empty = derived from the host name and port
     heartbeat_s: float = 0.5
     sync: bool = False  # fsync every write before acknowledging it (survives machine loss)
