@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import http.client
 import os
+import socket
 import ssl
 import stat
 import subprocess
@@ -62,6 +63,28 @@ def test_sdk_round_trip_over_https(tmp_path: os.PathLike, cert: tuple[str, str])
         with TableServiceClient.from_connection_string(cluster.connection_string, retry_total=0) as svc:
             with pytest.raises(ServiceRequestError):
                 svc.get_table_client("Secure").get_entity("p", "r")
+        _granian_round_trip(cluster, c, k)
         # plain HTTP on the TLS port gets no answer
         with pytest.raises((OSError, http.client.HTTPException)):
             urllib.request.urlopen(cluster.http.replace("https://", "http://") + "/Tables", timeout=5).read()
+
+
+def _granian_round_trip(cluster: Cluster, cert: str, key: str) -> None:
+    """The same over an HTTP frontend served by granian (`--http-server granian`)."""
+    from cli.supervisor import PortReservation, connection_string
+
+    ports = PortReservation()
+    port = ports.take()
+    ports.release()
+    proc = subprocess.Popen([sys.executable, "-m", "cli.main", "http-frontend", "--coordinator", cluster.coordinator,
+                             "--http", f"127.0.0.1:{port}", "--http-server", "granian", "--cert", cert, "--key", key,
+                             "--keys-dir", os.path.join(cluster.data_dir, "keys")],
+                            cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        url = f"https://127.0.0.1:{port}/devstoreaccount1"
+        cluster.wait(lambda: socket.create_connection(("127.0.0.1", port), timeout=1).close() or True, what="granian")
+        with TableServiceClient.from_connection_string(connection_string(url), connection_verify=cert) as svc:
+            assert svc.get_table_client("Secure").get_entity("p", "r")["n"] == 7
+    finally:
+        proc.terminate()
+        proc.wait(10)
