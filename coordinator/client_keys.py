@@ -7,8 +7,9 @@
 * ``keys_list {}`` → ``{"version": int, "keys": [record…]}``.
 
 A record is ``{"name", "account", "public", "created"}``, stored under ``clientkey/<name>``; the
-version (``meta/keys_version``) grows on every change and rides on every ``hugz``, so frontends
-fetch the list again when it changed (the Clone pattern, as for the map). Only the admin key may
+version (``meta/keys_version``) grows on every change and rides on every ``hugz`` (one is sent at
+once after a change), so frontends fetch the list again within milliseconds (the Clone pattern, as
+for the map). Only the admin key may
 add or revoke (``rangetable.curve.may``).
 """
 
@@ -67,6 +68,7 @@ def handle(co: Coordinator, op: str, req: dict) -> Any:
             rec = validate(req, records, {p.user_id for p in co.keys.pairs.values()})
             co.meta.commit({PREFIX + rec["name"].encode(): rec, VERSION_KEY: version + 1})
             co.keys_version = version + 1
+            co._notify([b"hugz"])
             co.event("key_added", name=rec["name"], account=rec["account"], public=rec["public"])
             return rec
         name = req.get("name")
@@ -74,5 +76,6 @@ def handle(co: Coordinator, op: str, req: dict) -> Any:
             raise TableError("ResourceNotFound", f"no client key named {name!r}")
         co.meta.commit({VERSION_KEY: version + 1}, [PREFIX + name.encode()])
         co.keys_version = version + 1
+        co._notify([b"hugz"])
         co.event("key_revoked", name=name, account=records[name]["account"])
         return None

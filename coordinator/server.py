@@ -330,6 +330,8 @@ class Coordinator:
                         break
                     if msg[0] == b"reply":
                         router.send_multipart(msg[1:])
+                    elif msg[0] == b"hugz":  # the client keys changed: tell frontends now
+                        next_hugz = 0.0
                     elif not published:
                         self._publish()
                         published = True
