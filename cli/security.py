@@ -52,14 +52,31 @@ def keys_group() -> None:
     """CURVE keys: the cluster's role keys and the client keys registered to accounts."""
 
 
-def _cluster_doc(data_dir: str) -> dict:
+def _cluster_doc(data_dir: str, coordinator: str | None = None, natives: tuple[str, ...] = ()) -> dict:
+    """The local cluster's cluster.json, or (``--coordinator``, for clusters started role by role)
+    the same built from the endpoints given and the admin key in ``<data-dir>/keys``."""
     from cli.supervisor import read_cluster
+    from rangetable import curve
 
+    if coordinator:
+        try:
+            ring = curve.KeyRing.load(curve.keys_dir(data_dir), own="admin")
+        except ValueError as exc:
+            raise click.ClickException(str(exc)) from None
+        doc = {"coordinator": coordinator, "native": natives[0] if natives else None, "frontends": list(natives),
+               "curve": ring.connection_info("admin")}
+        curve.remember_cluster(doc)
+        return doc
     doc = read_cluster(data_dir)
     if doc is None:
-        raise click.ClickException(f"no cluster.json in {data_dir}: start one with `rangetable up` "
-                                   "or pass --data-dir")
+        raise click.ClickException(f"no cluster.json in {data_dir}: start one with `rangetable up`, "
+                                   "pass --data-dir, or --coordinator for a cluster started role by role")
     return doc
+
+
+coordinator_option = click.option("--coordinator", default=None,
+                                  help="Coordinator endpoint, for a cluster without cluster.json (started role "
+                                       "by role); the admin key is read from <data-dir>/keys.")
 
 
 @keys_group.command("init")
@@ -92,9 +109,13 @@ def keys_init(data_dir: str, keys_dir: str | None, as_json: bool) -> None:
 @click.option("--out", "out", default=None,
               help="Write the connection file (endpoints, the frontends' public key, this client's key "
                    "pair; mode 0600) here [default: <name>.rangetable.json].")
+@click.option("--native", "natives", multiple=True,
+              help="Native endpoint(s) to put in the connection file [default: cluster.json's].")
 @data_dir_option
+@coordinator_option
 @json_option
-def keys_add(name: str, account: str, out: str | None, data_dir: str, as_json: bool) -> None:
+def keys_add(name: str, account: str, out: str | None, natives: tuple[str, ...], data_dir: str,
+             coordinator: str | None, as_json: bool) -> None:
     """Register a new native client key NAME for an account; its secret goes only into the connection file.
 
     Use it from Python with TableServiceClient.from_cluster("NAME.rangetable.json").
@@ -102,11 +123,14 @@ def keys_add(name: str, account: str, out: str | None, data_dir: str, as_json: b
     from cli.admin import call
     from rangetable import curve
 
-    doc = _cluster_doc(data_dir)
+    doc = _cluster_doc(data_dir, coordinator, natives)
+    natives = natives or tuple(doc.get("frontends") or [doc["native"]])
+    if not natives or not natives[0]:
+        raise click.ClickException("give the native endpoint(s) clients use with --native")
     pair = curve.KeyPair.generate()
     rec = call(doc["coordinator"], {"op": "keys_add", "name": name, "account": account, "public": pair.user_id})
     out = out or f"{name}.rangetable.json"
-    conn = {"native": doc["native"], "frontends": doc.get("frontends", [doc["native"]]), "account": account,
+    conn = {"native": natives[0], "frontends": list(natives), "account": account,
             "curve": {"servers": {"frontend": doc["curve"]["servers"]["frontend"]},
                       "client": {"public": pair.public.decode(), "secret": pair.secret.decode(), "name": name}}}
     fd = os.open(out + ".tmp", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
@@ -123,14 +147,15 @@ def keys_add(name: str, account: str, out: str | None, data_dir: str, as_json: b
 
 @keys_group.command("list")
 @data_dir_option
+@coordinator_option
 @json_option
-def keys_list(data_dir: str, as_json: bool) -> None:
+def keys_list(data_dir: str, coordinator: str | None, as_json: bool) -> None:
     """List the registered client keys."""
     import datetime as dt
 
     from cli.admin import call
 
-    res = call(_cluster_doc(data_dir)["coordinator"], {"op": "keys_list"})
+    res = call(_cluster_doc(data_dir, coordinator)["coordinator"], {"op": "keys_list"})
     if as_json:
         click.echo(json.dumps(res, indent=2))
         return
@@ -143,9 +168,10 @@ def keys_list(data_dir: str, as_json: bool) -> None:
 @keys_group.command("revoke")
 @click.argument("name")
 @data_dir_option
-def keys_revoke(name: str, data_dir: str) -> None:
+@coordinator_option
+def keys_revoke(name: str, data_dir: str, coordinator: str | None) -> None:
     """Revoke client key NAME: frontends refuse it within about a second, also on open connections."""
     from cli.admin import call
 
-    call(_cluster_doc(data_dir)["coordinator"], {"op": "keys_revoke", "name": name})
+    call(_cluster_doc(data_dir, coordinator)["coordinator"], {"op": "keys_revoke", "name": name})
     click.echo(f"revoked {name}")

@@ -228,23 +228,25 @@ class Coordinator:
             with self.lock:
                 return protocol.ok(self.balancing.control(req))
         if op == "events":
-            since = int(req.get("since", 0))
+            since = protocol.field(req, "since", int, 0)
+            limit = protocol.field(req, "limit", int, 200)
             with self.lock:
-                return protocol.ok([e for e in self.events if e["seq"] > since][-int(req.get("limit", 200)):])
+                return protocol.ok([e for e in self.events if e["seq"] > since][-limit:] if limit > 0 else [])
         if op == "list_tables":
             with self.lock:
                 return protocol.ok({"tables": sorted(self.pmap.tables.values(), key=str.lower), "next": None})
         if op == "get_table":
             with self.lock:
-                return protocol.ok({"table": self.pmap.table_name(req["table"])})
+                return protocol.ok({"table": self.pmap.table_name(protocol.field(req, "table", str))})
         if op in acl.OPS:
             return protocol.ok(acl.handle(self, op, req))
+        text = protocol.field
         jobs = {
-            "create_table": (ops.create_table, lambda r: (r["table"],)),
-            "delete_table": (ops.delete_table, lambda r: (r["table"],)),
-            "move": (ops.move, lambda r: (r["range"], r["server"])),
-            "split": (ops.split, lambda r: (r["range"], r.get("key"))),
-            "merge": (ops.merge, lambda r: (r["range"],)),
+            "create_table": (ops.create_table, lambda r: (text(r, "table", str),)),
+            "delete_table": (ops.delete_table, lambda r: (text(r, "table", str),)),
+            "move": (ops.move, lambda r: (text(r, "range", str), text(r, "server", str))),
+            "split": (ops.split, lambda r: (text(r, "range", str), text(r, "key", str, None))),
+            "merge": (ops.merge, lambda r: (text(r, "range", str),)),
         }
         if op not in jobs:
             raise TableError("InvalidInput", f"unknown op {op!r}")

@@ -178,6 +178,11 @@ class PartitionServer:
             body = protocol.ok(self.handle(req, peer))
         except TableError as exc:
             body = protocol.error(exc)
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            # A field missing or of the wrong type (only the coordinator and frontends get here, so
+            # this is a peer's bug or a fuzz): a clear error, no stack trace in the log.
+            what = f"missing field {exc}" if isinstance(exc, KeyError) else f"{type(exc).__name__}: {exc}"
+            body = protocol.error(TableError("InvalidInput", f"malformed request: {what}"))
         except Exception as exc:  # a bug must not take the server down; report it
             log.exception("request failed")
             body = protocol.error(TableError("InternalError", f"{type(exc).__name__}: {exc}"))

@@ -152,6 +152,22 @@ def result(body: bytes | dict) -> Any:
     return reply.get("ok")
 
 
+_MISSING = object()
+
+
+def field(req: dict, name: str, kind: type | tuple[type, ...], default: Any = _MISSING) -> Any:
+    """``req[name]`` checked to be a ``kind`` (``default`` when absent, if given); raises
+    TableError(InvalidInput) naming the field otherwise. ``bool`` never passes for ``int``."""
+    value = req.get(name, _MISSING)
+    if value is _MISSING or (value is None and default is not _MISSING):
+        if default is _MISSING:
+            raise TableError("InvalidInput", f"field {name!r} is missing")
+        return default
+    if not isinstance(value, kind) or (isinstance(value, bool) and kind is int):
+        raise TableError("InvalidInput", f"field {name!r} has the wrong type ({type(value).__name__})")
+    return value
+
+
 def parse_request(frames: list[bytes]) -> tuple[bytes, dict]:
     """Split ``[request_id, body]`` into the id and the decoded request map.
 

@@ -207,6 +207,12 @@ def test_registered_client_key_works_until_revoked(cluster: Cluster, tmp_path: P
     assert doc["curve"]["client"]["public"] == json.loads(out.stdout)["public"]
     listed = json.loads(_cli(cluster, "keys", "list", "--json").stdout)
     assert [k["name"] for k in listed["keys"]] == ["app-1"]
+    # a cluster started role by role has no cluster.json: the coordinator's endpoint and the keys dir do
+    by_endpoint = _cli(cluster, "keys", "list", "--coordinator", cluster.coordinator, "--data-dir", str(tmp_path),
+                       "--json")
+    assert by_endpoint.returncode != 0 and "rangetable keys init" in by_endpoint.stderr  # no keys there
+    by_endpoint = _cli(cluster, "keys", "list", "--coordinator", cluster.coordinator, "--json")
+    assert json.loads(by_endpoint.stdout) == listed
     client = TableServiceClient.from_cluster(str(conn), timeout=1.0)
     t = client.get_table_client("Keyed")
     deadline = time.monotonic() + 10  # frontends learn of the new key from the next hugz (≤ 1 s)
