@@ -17,11 +17,14 @@ def call(endpoint: str, body: dict, timeout: float = 10.0) -> Any:
     """Send one request and return its result; raises TableError (OperationTimedOut on silence).
 
     The CURVE keys are those remembered for ``endpoint`` (``curve.remember_cluster``, done by
-    ``read_cluster``); ValueError when none are known."""
+    ``read_cluster``); TableError(AuthenticationFailed) when none are known."""
     sock = zmq.Context.instance().socket(zmq.DEALER)
     sock.setsockopt(zmq.LINGER, 0)
     try:
-        curve.connect(sock, endpoint)
+        try:
+            curve.connect(sock, endpoint)
+        except ValueError as exc:
+            raise TableError("AuthenticationFailed", str(exc)) from None
         rid = b"cli%d" % next(_ids)
         sock.send_multipart([rid, protocol.pack(body)])
         if not sock.poll(int(timeout * 1000)):
