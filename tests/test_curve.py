@@ -157,6 +157,26 @@ def test_no_endpoint_answers_a_peer_without_a_key(cluster: Cluster) -> None:
         assert text.count("refused") < 20, name  # rate-limited, though both peers keep reconnecting
 
 
+def test_map_updates_reach_only_keyed_subscribers(cluster: Cluster) -> None:
+    keys = _keys(cluster)
+    subs = []
+    for pair in (None, curve.KeyPair.generate(), keys.pair("frontend")):
+        s = zmq.Context.instance().socket(zmq.SUB)
+        s.setsockopt(zmq.LINGER, 0)
+        s.setsockopt(zmq.SUBSCRIBE, b"")
+        if pair is not None:
+            curve.secure_client(s, pair, keys.public("coordinator"))
+        s.connect(cluster.doc["pub"])
+        subs.append(s)
+    try:
+        plain, stranger, frontend = subs
+        assert frontend.poll(5000) and frontend.recv_multipart()[0] in (b"hugz", b"map")  # hugz every second
+        assert plain.poll(0) == 0 and stranger.poll(1500) == 0
+    finally:
+        for s in subs:
+            s.close(0)
+
+
 def test_keyed_clients_work(cluster: Cluster) -> None:
     svc = TableServiceClient.from_cluster(cluster.data_dir)  # the admin key from cluster.json, no extra step
     t = svc.create_table_if_not_exists("Keyed")
