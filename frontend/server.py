@@ -95,16 +95,13 @@ class Frontend(DriverCore):
     def _client_users(self) -> frozenset[str]:
         return frozenset(self.clients)
 
-    def admits(self, user: str | None) -> bool:
-        """True when a message signed by CURVE key ``user`` may be served now: the admin key, or a
-        client key still registered (a revoked key is refused also on a connection opened before)."""
-        return user is not None and (user == self._admin_user or user in self.clients)
-
     # --- receiving ----------------------------------------------------------------------------
 
     def _on_client(self, frames: list[bytes], peer: zmq.Frame | None = None) -> None:
         user = protocol.peer_key(peer)
-        if not (user == self._admin_user or user in self.clients):  # = self.admits(user), inlined
+        # the admin key, or a client key still registered: a revoked key is refused also on a
+        # connection opened before the revocation
+        if not (user == self._admin_user or user in self.clients):
             self.guard.refusals.refused("revoked", f"a request signed by {user or 'no key'}: not a registered "
                                                    "client key (revoked?)")
             return

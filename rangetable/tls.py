@@ -62,7 +62,18 @@ def create_dev_cert(directory: str, days: int = 825, force: bool = False) -> tup
 
 def describe(cert: str) -> dict[str, str]:
     """Subject, subjectAltName and expiry of a PEM certificate (for ``rangetable cert create``)."""
-    info = ssl._ssl._test_decode_cert(cert)  # type: ignore[attr-defined]
-    san = ", ".join(f"{k}:{v}" for k, v in info.get("subjectAltName", ()))
-    subject = ", ".join(f"{k}={v}" for rdn in info.get("subject", ()) for k, v in rdn)
-    return {"subject": subject, "subject_alt_name": san, "not_after": info.get("notAfter", "")}
+    openssl = shutil.which("openssl") or "openssl"
+    out = subprocess.run([openssl, "x509", "-in", cert, "-noout", "-subject", "-enddate", "-ext", "subjectAltName"],
+                         capture_output=True, text=True)
+    if out.returncode != 0:
+        raise RuntimeError(f"openssl cannot read {cert}: {out.stderr.strip()}")
+    lines = [line.strip() for line in out.stdout.splitlines() if line.strip()]
+    info = {"subject": "", "subject_alt_name": "", "not_after": ""}
+    for i, line in enumerate(lines):
+        if line.startswith("subject="):
+            info["subject"] = line[len("subject="):].strip()
+        elif line.startswith("notAfter="):
+            info["not_after"] = line[len("notAfter="):]
+        elif line.startswith("X509v3 Subject Alternative Name") and i + 1 < len(lines):
+            info["subject_alt_name"] = lines[i + 1]
+    return info
