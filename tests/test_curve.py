@@ -219,6 +219,7 @@ def _cli(cluster: Cluster, *args: str, cwd: str | None = None) -> subprocess.Com
 
 
 def test_registered_client_key_works_until_revoked(cluster: Cluster, tmp_path: Path) -> None:
+    TableServiceClient.from_cluster(cluster.data_dir).create_table_if_not_exists("Keyed")
     conn = tmp_path / "app.json"
     out = _cli(cluster, "keys", "add", "app-1", "--account", "devstoreaccount1", "--out", str(conn), "--json")
     assert out.returncode == 0, out.stderr
@@ -240,7 +241,8 @@ def test_registered_client_key_works_until_revoked(cluster: Cluster, tmp_path: P
         try:
             t.upsert_entity({"PartitionKey": "p", "RowKey": "app", "n": 2})
             break
-        except TableError:
+        except TableError as exc:
+            assert exc.error_code == "OperationTimedOut", exc
             assert time.monotonic() < deadline, "the registered key was never admitted"
     assert t.get_entity("p", "app")["n"] == 2
     out = _cli(cluster, "keys", "revoke", "app-1")
