@@ -262,3 +262,34 @@ def test_registered_client_key_works_until_revoked(cluster: Cluster, tmp_path: P
     assert e.value.error_code == "AuthenticationFailed" and "refused this client's CURVE key" in e.value.message
     assert "not a registered client key" in Path(cluster.data_dir, "logs", "fe-1.log").read_text()
     assert _cli(cluster, "keys", "revoke", "app-1").returncode != 0  # already gone: ResourceNotFound
+
+
+def test_request_fields_are_type_checked() -> None:
+    req = {"table": "t", "since": 3, "flag": True, "none": None}
+    assert protocol.field(req, "table", str) == "t"
+    assert protocol.field(req, "since", int, 0) == 3
+    assert protocol.field(req, "missing", int, 7) == 7
+    assert protocol.field(req, "none", str, None) is None
+    for name, kind in (("missing", str), ("table", int), ("flag", int), ("none", str)):
+        with pytest.raises(TableError) as e:
+            protocol.field(req, name, kind)
+        assert e.value.error_code == "InvalidInput" and repr(name) in e.value.message
+
+
+def test_keys_are_found_by_endpoint(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    ring = curve.KeyRing.create(str(tmp_path / "keys"))
+    doc = {"native": "tcp://127.0.0.1:61001", "frontends": ["tcp://127.0.0.1:61001", "tcp://127.0.0.1:61002"],
+           "coordinator": "tcp://127.0.0.1:61003", "pub": "tcp://127.0.0.1:61004",
+           "curve": ring.connection_info("admin")}
+    (tmp_path / "cluster.json").write_text(json.dumps(doc))
+    monkeypatch.setenv("RANGETABLE_DATA_DIR", str(tmp_path))  # found through the default data dir
+    server, client = curve.keys_for("tcp://127.0.0.1:61002")
+    assert server == ring.public("frontend") and client == ring.pair("admin")
+    assert curve.keys_for("tcp://127.0.0.1:61004")[0] == ring.public("coordinator")
+    assert curve.keys_for("tcp://127.0.0.1:61009") is None
+    sock = zmq.Context.instance().socket(zmq.DEALER)
+    try:
+        with pytest.raises(ValueError, match="no CURVE key known"):
+            curve.connect(sock, "tcp://127.0.0.1:61009")
+    finally:
+        sock.close(0)
