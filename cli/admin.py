@@ -7,18 +7,24 @@ from typing import Any
 
 import zmq
 
-from rangetable import protocol
+from rangetable import curve, protocol
 from rangetable.errors import TableError
 
 _ids = itertools.count(1)
 
 
 def call(endpoint: str, body: dict, timeout: float = 10.0) -> Any:
-    """Send one request and return its result; raises TableError (OperationTimedOut on silence)."""
+    """Send one request and return its result; raises TableError (OperationTimedOut on silence).
+
+    The CURVE keys are those remembered for ``endpoint`` (``curve.remember_cluster``, done by
+    ``read_cluster``); TableError(AuthenticationFailed) when none are known."""
     sock = zmq.Context.instance().socket(zmq.DEALER)
     sock.setsockopt(zmq.LINGER, 0)
     try:
-        sock.connect(endpoint)
+        try:
+            curve.connect(sock, endpoint)
+        except ValueError as exc:
+            raise TableError("AuthenticationFailed", str(exc)) from None
         rid = b"cli%d" % next(_ids)
         sock.send_multipart([rid, protocol.pack(body)])
         if not sock.poll(int(timeout * 1000)):

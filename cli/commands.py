@@ -27,11 +27,16 @@ def _cluster(data_dir: str) -> dict:
 
 
 def _native(data_dir: str, endpoint: str | None) -> str:
-    return endpoint or _cluster(data_dir)["native"]
+    if endpoint:
+        from cli.supervisor import read_cluster
+
+        read_cluster(data_dir)  # remembers its CURVE keys, if the endpoint is one of that cluster's
+        return endpoint
+    return _cluster(data_dir)["native"]
 
 
 def _coordinator(data_dir: str, endpoint: str | None) -> str:
-    return endpoint or _cluster(data_dir)["coordinator"]
+    return _native(data_dir, endpoint) if endpoint else _cluster(data_dir)["coordinator"]
 
 
 def _entity_json(wire: list) -> dict:

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 import zmq
 
-from rangetable import protocol
+from rangetable import curve, protocol
 from rangetable.stats import percentile_ms
 
 KeyFn = Callable[[random.Random, int], tuple[str, str]]
@@ -59,7 +59,7 @@ class LoadGen(threading.Thread):
         """Drive the load; the result is in ``self.result``."""
         sock = zmq.Context.instance().socket(zmq.DEALER)
         sock.setsockopt(zmq.LINGER, 0)
-        sock.connect(self.native)
+        curve.connect(sock, self.native)
         ids = itertools.count(1)
         inflight: dict[bytes, tuple[str, float]] = {}
         res = self.result

@@ -66,7 +66,10 @@ def coordinator_cmd(**kw: Any) -> None:
     from coordinator.server import run
 
     _logging()
-    run(load(CoordinatorConfig, **kw))
+    try:
+        run(load(CoordinatorConfig, **kw))
+    except ValueError as exc:  # no CURVE keys
+        raise click.ClickException(str(exc)) from None
 
 
 @main.command("partition-server")
@@ -76,7 +79,10 @@ def partition_server_cmd(**kw: Any) -> None:
     from partition_server.server import run
 
     _logging()
-    run(load(PartitionServerConfig, **kw))
+    try:
+        run(load(PartitionServerConfig, **kw))
+    except ValueError as exc:  # no CURVE keys
+        raise click.ClickException(str(exc)) from None
 
 
 @main.command("frontend")
@@ -86,7 +92,10 @@ def frontend_cmd(**kw: Any) -> None:
     from frontend.server import run
 
     _logging()
-    run(load(FrontendConfig, **kw))
+    try:
+        run(load(FrontendConfig, **kw))
+    except ValueError as exc:  # no CURVE keys
+        raise click.ClickException(str(exc)) from None
 
 
 @main.command("http-frontend")
@@ -98,7 +107,7 @@ def http_frontend_cmd(**kw: Any) -> None:
     _logging()
     try:
         run(load(FrontendConfig, **kw))
-    except ValueError as exc:  # a bad --accounts spec or --http address
+    except ValueError as exc:  # a bad --accounts spec, --http address, certificate or no CURVE keys
         raise click.ClickException(str(exc)) from None
 
 
@@ -126,11 +135,28 @@ data_dir_option = click.option("--data-dir", default=lambda: os.environ.get(DATA
               help="Entities/s per PartitionKey before ServerBusy, as Azure enforces (2000); 0 = off.")
 @click.option("--metrics/--no-metrics", default=True, show_default=True,
               help="Every process serves Prometheus /metrics on a port of its own (cluster.json lists the URLs).")
+@click.option("--cert", envvar="RANGETABLE_CERT", default="",
+              help="PEM certificate: the REST endpoint speaks HTTPS (with --key) [env RANGETABLE_CERT].")
+@click.option("--key", envvar="RANGETABLE_KEY", default="", help="PEM private key of --cert [env RANGETABLE_KEY].")
+@click.option("--bind-host", default="127.0.0.1", show_default=True,
+              help="Address every process listens on (0.0.0.0: all interfaces).")
+@click.option("--advertise-host", default="",
+              help="Address the processes are reached at, published in the map and cluster.json "
+                   "[default: --bind-host, or 127.0.0.1 when that is 0.0.0.0].")
 @click.option("--json", "as_json", is_flag=True, help="Print cluster.json once ready.")
 def up_cmd(data_dir: str, servers: int, frontends: int, native_port: int, http_port: int, detach: bool, no_restart: bool,
-           sync: bool, lease_s: float, partition_target: float, metrics: bool, as_json: bool) -> None:
+           sync: bool, lease_s: float, partition_target: float, cert: str, key: str, bind_host: str,
+           advertise_host: str, metrics: bool, as_json: bool) -> None:
     """Start a local cluster: a coordinator, partition servers and frontends."""
     from cli.supervisor import ClusterSpec, down, pid_alive, read_cluster, supervise
+    from rangetable.tls import server_context
+
+    if cert or key:
+        try:
+            server_context(cert, key)
+        except ValueError as exc:
+            raise click.ClickException(str(exc)) from None
+        cert, key = os.path.abspath(cert), os.path.abspath(key)
 
     doc = read_cluster(data_dir)
     if doc and pid_alive(doc.get("supervisor_pid", 0)):
@@ -139,7 +165,7 @@ def up_cmd(data_dir: str, servers: int, frontends: int, native_port: int, http_p
     if doc:
         down(data_dir)  # leftovers of a supervisor that was killed
     spec = ClusterSpec(os.path.abspath(data_dir), servers, frontends, native_port, not no_restart, sync, lease_s,
-                       http_port, partition_target, metrics)
+                       http_port, partition_target, metrics, cert, key, bind_host, advertise_host)
 
     def ready(doc: dict) -> None:
         if as_json:
@@ -163,6 +189,8 @@ def up_cmd(data_dir: str, servers: int, frontends: int, native_port: int, http_p
             "--frontends", str(frontends), "--native-port", str(native_port), "--lease-s", str(lease_s),
             "--http-port", str(http_port), "--partition-target", str(partition_target)]
     argv += ["--no-restart"] * no_restart + ["--sync"] * sync + ["--no-metrics"] * (not metrics)
+    argv += ["--cert", cert, "--key", key] if cert else []
+    argv += ["--bind-host", bind_host, "--advertise-host", advertise_host]
     with open(os.path.join(spec.data_dir, "logs", "supervisor.log"), "ab") as log:
         proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                 start_new_session=True)
@@ -197,7 +225,7 @@ def drill_group() -> None:
     """Failure drills against a running cluster."""
 
 
-from cli import backup, balance, chaos, commands, drill, observe, stress, transfer  # noqa: E402,F401  (registers the user, admin and drill commands)
+from cli import backup, balance, chaos, commands, drill, observe, security, stress, transfer  # noqa: E402,F401  (registers the user, admin and drill commands)
 
 if __name__ == "__main__":
     # Under `python -m cli.main` this file runs as __main__, while the command modules register on the

@@ -85,12 +85,20 @@ def pid_alive(pid: int) -> bool:
 
 
 def read_cluster(data_dir: str) -> dict | None:
-    """The cluster.json of a data dir, or None."""
+    """The cluster.json of a data dir, or None; its CURVE keys are remembered for its endpoints
+    (``curve.remember_cluster``), so ``call`` and the native client can reach them."""
+    from rangetable import curve
+
     try:
         with open(os.path.join(data_dir, CLUSTER_FILE)) as f:
-            return json.load(f)
+            doc = json.load(f)
     except (OSError, ValueError):
         return None
+    try:
+        curve.remember_cluster(doc)
+    except (KeyError, TypeError, AttributeError):
+        pass  # a malformed key section: calls will say no key is known
+    return doc
 
 
 @dataclass
@@ -137,14 +145,19 @@ class ClusterSpec:
     http_port: int = 10002  # REST port of the first HTTP frontend (0 = any free port)
     partition_target: float = 0.0  # entities/s per PartitionKey before ServerBusy; 0 = off
     metrics: bool = True  # every process serves Prometheus /metrics on a port of its own
+    cert: str = ""  # PEM certificate and key: the REST endpoint speaks HTTPS
+    key: str = ""
+    bind_host: str = "127.0.0.1"  # every process listens here (0.0.0.0: all interfaces) …
+    advertise_host: str = ""  # … and is reached at this address (empty: bind_host, or 127.0.0.1 for 0.0.0.0)
 
 
 DEV_KEY = "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="
 
 
 def connection_string(http: str, account: str = "devstoreaccount1", key: str = DEV_KEY) -> str:
-    """The Azure SDK connection string for an HTTP frontend's account URL."""
-    return (f"DefaultEndpointsProtocol=http;AccountName={account};AccountKey={key};"
+    """The Azure SDK connection string for an HTTP frontend's account URL (http:// or https://)."""
+    protocol = "https" if http.startswith("https://") else "http"
+    return (f"DefaultEndpointsProtocol={protocol};AccountName={account};AccountKey={key};"
             f"TableEndpoint={http};")
 
 
@@ -163,9 +176,13 @@ class Supervisor:
         return [sys.executable, "-m", "cli.main", *args]
 
     def plan(self) -> None:
-        """Choose ports and build the command line of every process."""
+        """Create the CURVE keys on first start, choose ports and build every process's command line."""
+        from rangetable import curve
+
         os.makedirs(self.logs, exist_ok=True)
         d = self.data_dir
+        self.keys_dir = curve.keys_dir(d)
+        self.keys = curve.KeyRing.create(self.keys_dir)
         ports = PortReservation()
         try:
             self._plan_children(d, ports)
@@ -173,48 +190,60 @@ class Supervisor:
             ports.release()
 
     def _plan_children(self, d: str, ports: PortReservation) -> None:
-        self.coordinator = f"tcp://127.0.0.1:{ports.take()}"
-        self.pub = f"tcp://127.0.0.1:{ports.take()}"
+        bind_host = self.spec.bind_host
+        adv_host = self.spec.advertise_host or ("127.0.0.1" if bind_host in ("0.0.0.0", "*", "::") else bind_host)
+
+        def pair() -> tuple[str, str]:  # (bind, advertised) endpoints on a fresh port
+            port = ports.take()
+            return f"tcp://{bind_host}:{port}", f"tcp://{adv_host}:{port}"
+
+        (coord_bind, self.coordinator), (pub_bind, self.pub) = pair(), pair()
         lease = str(self.spec.lease_s)
         self.children.append(Child("coordinator", "coordinator", self._cmd(
-            "coordinator", "--data-dir", d, "--bind", self.coordinator, "--pub-bind", self.pub, "--lease-s", lease),
+            "coordinator", "--data-dir", d, "--bind", coord_bind, "--pub-bind", pub_bind, "--advertise", self.coordinator,
+            "--pub-advertise", self.pub, "--lease-s", lease, "--keys-dir", self.keys_dir),
             os.path.join(self.logs, "coordinator.log"), {"endpoint": self.coordinator, "pub": self.pub}))
         for i in range(1, self.spec.servers + 1):
             sid = f"ps-{i}"
-            bind = f"tcp://127.0.0.1:{ports.take()}"
+            bind, adv = pair()
             argv = self._cmd("partition-server", "--data-dir", d, "--coordinator", self.coordinator,
-                             "--bind", bind, "--server-id", sid)
+                             "--bind", bind, "--advertise", adv, "--server-id", sid, "--keys-dir", self.keys_dir)
             if self.spec.sync:
                 argv.append("--sync")
             if self.spec.partition_target:
                 argv += ["--partition-target", str(self.spec.partition_target)]
             self.children.append(Child("partition-server", sid, argv, os.path.join(self.logs, f"{sid}.log"),
-                                       {"endpoint": bind}))
+                                       {"endpoint": adv}))
         self.natives = []
         for i in range(1, self.spec.frontends + 1):
             port = self.spec.native_port + i - 1 if self.spec.native_port else ports.take()
-            native = f"tcp://127.0.0.1:{port}"
+            native = f"tcp://{adv_host}:{port}"
             self.natives.append(native)
             fid = f"fe-{i}"
             self.children.append(Child("frontend", fid, self._cmd(
-                "frontend", "--coordinator", self.coordinator, "--native", native, "--frontend-id", fid),
+                "frontend", "--coordinator", self.coordinator, "--native", f"tcp://{bind_host}:{port}",
+                "--frontend-id", fid, "--keys-dir", self.keys_dir),
                 os.path.join(self.logs, f"{fid}.log"), {"native": native}))
         # Every HTTP frontend listens on the one REST port (SO_REUSEPORT when there are several), so
         # the SDK's one connection string reaches all of them and the kernel spreads connections.
         port = self.spec.http_port or ports.take()
-        url = f"http://127.0.0.1:{port}/devstoreaccount1"
+        scheme = "https" if self.spec.cert else "http"
+        url = f"{scheme}://{adv_host}:{port}/devstoreaccount1"
         shared = ["--reuse-port"] if self.spec.frontends > 1 else []
+        if self.spec.cert:
+            shared += ["--cert", os.path.abspath(self.spec.cert), "--key", os.path.abspath(self.spec.key)]
         self.https = [url]
         for i in range(1, self.spec.frontends + 1):
             hid = f"http-{i}"
             self.children.append(Child("http-frontend", hid, self._cmd(
-                "http-frontend", "--coordinator", self.coordinator, "--http", f"127.0.0.1:{port}",
-                "--frontend-id", hid, *shared), os.path.join(self.logs, f"{hid}.log"), {"http": url}))
+                "http-frontend", "--coordinator", self.coordinator, "--http", f"{bind_host}:{port}",
+                "--frontend-id", hid, "--keys-dir", self.keys_dir, *shared), os.path.join(self.logs, f"{hid}.log"),
+                {"http": url}))
         if self.spec.metrics:
             for c in self.children:
                 port = ports.take()
-                c.argv += ["--metrics", f"127.0.0.1:{port}"]
-                c.extra["metrics"] = f"http://127.0.0.1:{port}/metrics"
+                c.argv += ["--metrics", f"{bind_host}:{port}"]
+                c.extra["metrics"] = f"http://{adv_host}:{port}/metrics"
 
     def write_cluster_file(self) -> None:
         """Write cluster.json atomically."""
@@ -225,13 +254,16 @@ class Supervisor:
             "connection_string": connection_string(self.https[0]),
             "coordinator": self.coordinator,
             "pub": self.pub,
+            "curve": self.keys.connection_info("admin"),
             "data_dir": self.data_dir,
             "supervisor_pid": os.getpid(),
             "processes": [c.info() for c in self.children],
             "metrics": [c.extra["metrics"] for c in self.children if "metrics" in c.extra],
         }
         path = os.path.join(self.data_dir, CLUSTER_FILE)
-        with open(path + ".tmp", "w") as f:
+        fd = os.open(path + ".tmp", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)  # it holds the admin key
+        os.fchmod(fd, 0o600)
+        with os.fdopen(fd, "w") as f:
             json.dump(doc, f, indent=2)
         os.replace(path + ".tmp", path)
 
@@ -265,7 +297,11 @@ class Supervisor:
 
     def start(self) -> None:
         """Start every process in order and wait until the cluster serves."""
+        from rangetable import curve
+
         self.plan()
+        curve.remember_cluster({"native": self.natives[0], "frontends": self.natives, "coordinator": self.coordinator,
+                                "pub": self.pub, "curve": self.keys.connection_info("admin")})
         for c in self.children:
             c.start()
         self.wait_ready()
@@ -363,7 +399,13 @@ def _http_ready(url: str) -> bool:
     from urllib.parse import urlsplit
 
     u = urlsplit(url)
-    conn = http.client.HTTPConnection(u.hostname, u.port, timeout=1.0)
+    if u.scheme == "https":  # only whether it answers: the certificate is the user's to trust
+        import ssl
+
+        conn: http.client.HTTPConnection = http.client.HTTPSConnection(
+            u.hostname, u.port, timeout=1.0, context=ssl._create_unverified_context())
+    else:
+        conn = http.client.HTTPConnection(u.hostname, u.port, timeout=1.0)
     try:
         conn.request("GET", u.path + "/?restype=service&comp=stats")
         conn.getresponse().read()

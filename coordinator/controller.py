@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import zmq
 
-from rangetable import protocol
+from rangetable import curve, protocol
 from rangetable.errors import TableError
 
 if TYPE_CHECKING:
@@ -89,6 +89,8 @@ class Controller(threading.Thread):
                 ent[1].close(0)
             s = self.coord.ctx.socket(zmq.DEALER)
             s.setsockopt(zmq.LINGER, 0)
+            keys = self.coord.keys
+            curve.secure_client(s, keys.pair("coordinator"), keys.public("partition-server"))
             s.connect(endpoint)
             ent = self._socks[server] = (endpoint, s)
         sock = ent[1]

@@ -25,13 +25,14 @@ from typing import Any
 
 import zmq
 
-from coordinator import acl, backup
+from coordinator import acl, backup, client_keys
 from coordinator import operations as ops
 from coordinator.balancing import Balancing
 from coordinator.controller import Controller
 from coordinator.meta_store import MetaStore
 from coordinator.partition_map import PartitionMap
-from rangetable import protocol
+from rangetable import curve, protocol
+from rangetable.addresses import advertised
 from rangetable.config import CoordinatorConfig
 from rangetable.errors import TableError
 from rangetable.process import serve_until_signalled
@@ -61,8 +62,10 @@ class Coordinator:
     def __init__(self, cfg: CoordinatorConfig, ctx: zmq.Context | None = None) -> None:
         self.cfg = cfg
         self.ctx = ctx or zmq.Context.instance()
+        self.keys = curve.KeyRing.load(curve.keys_dir(cfg.data_dir, cfg.keys_dir), own="coordinator")
         self.lock = threading.RLock()
         self.meta = MetaStore(cfg.data_dir)
+        self.keys_version = client_keys.load(self)[0]
         self.pmap = PartitionMap.load(self.meta.items())
         self.events: list[dict] = [v for _, v in self.meta.items(b"event/")][-MAX_EVENTS:]
         self._event_seq = (self.events[-1]["seq"] + 1) if self.events else 1
@@ -204,9 +207,19 @@ class Coordinator:
         stale_pending -= busy
         return bool(desired - reported or extra or (stale_pending and not self.controller.jobs.qsize()))
 
-    def _admin(self, ident: bytes, rid: bytes, req: dict) -> bytes | None:
-        """Answer an admin request now (returns the body) or hand it to the controller (None)."""
+    def _admin(self, ident: bytes, rid: bytes, req: dict, role: str | None) -> bytes | None:
+        """Answer an admin request now (returns the body) or hand it to the controller (None).
+
+        ``role`` is the sender's, from its CURVE key: only partition servers heartbeat, only the admin
+        key adds or revokes client keys, frontends and the admin key send the rest (``curve.may``).
+        """
         op = req["op"]
+        kind = ("heartbeat" if op == "heartbeat" else "keys_list" if op == "keys_list"
+                else "keys_admin" if op in client_keys.OPS else "admin")
+        if not curve.may("coordinator", kind, role):
+            raise TableError("AuthorizationPermissionMismatch", f"{op!r} is not accepted from a {role or 'client'} key")
+        if op in client_keys.OPS:
+            return protocol.ok(client_keys.handle(self, op, req))
         if op == "heartbeat":
             return protocol.ok(self._heartbeat(req))
         if op == "map":
@@ -217,24 +230,26 @@ class Coordinator:
             with self.lock:
                 return protocol.ok(self.balancing.control(req))
         if op == "events":
-            since = int(req.get("since", 0))
+            since = protocol.field(req, "since", int, 0)
+            limit = protocol.field(req, "limit", int, 200)
             with self.lock:
-                return protocol.ok([e for e in self.events if e["seq"] > since][-int(req.get("limit", 200)):])
+                return protocol.ok([e for e in self.events if e["seq"] > since][-limit:] if limit > 0 else [])
         if op == "list_tables":
             with self.lock:
                 return protocol.ok({"tables": sorted(self.pmap.tables.values(), key=str.lower), "next": None})
         if op == "get_table":
             with self.lock:
-                return protocol.ok({"table": self.pmap.table_name(req["table"])})
+                return protocol.ok({"table": self.pmap.table_name(protocol.field(req, "table", str))})
         if op in acl.OPS:
             return protocol.ok(acl.handle(self, op, req))
+        text = protocol.field
         jobs = {
-            "create_table": (ops.create_table, lambda r: (r["table"],)),
-            "delete_table": (ops.delete_table, lambda r: (r["table"],)),
-            "move": (ops.move, lambda r: (r["range"], r["server"])),
-            "split": (ops.split, lambda r: (r["range"], r.get("key"))),
-            "merge": (ops.merge, lambda r: (r["range"],)),
-            "backup": (backup.backup, lambda r: (str(r["dir"]),)),
+            "create_table": (ops.create_table, lambda r: (text(r, "table", str),)),
+            "delete_table": (ops.delete_table, lambda r: (text(r, "table", str),)),
+            "move": (ops.move, lambda r: (text(r, "range", str), text(r, "server", str))),
+            "split": (ops.split, lambda r: (text(r, "range", str), text(r, "key", str, None))),
+            "merge": (ops.merge, lambda r: (text(r, "range", str),)),
+            "backup": (backup.backup, lambda r: (text(r, "dir", str),)),
         }
         if op not in jobs:
             raise TableError("InvalidInput", f"unknown op {op!r}")
@@ -279,12 +294,14 @@ class Coordinator:
         router = self.ctx.socket(zmq.ROUTER)
         router.setsockopt(zmq.LINGER, 0)
         router.setsockopt(zmq.MAXMSGSIZE, protocol.HARD_MAX_MESSAGE)
+        curve.serve_secured(router, self.keys, "coordinator", "coordinator endpoint")
         router.bind(self.cfg.bind)
         self.pub = self.ctx.socket(zmq.PUB)
         self.pub.setsockopt(zmq.LINGER, 0)
+        curve.serve_secured(self.pub, self.keys, "coordinator", "coordinator map updates")
         self.pub.bind(self.cfg.pub_bind)
-        self.pub_endpoint = self.pub.getsockopt(zmq.LAST_ENDPOINT).decode()
-        self.endpoint = router.getsockopt(zmq.LAST_ENDPOINT).decode()
+        self.pub_endpoint = advertised(self.pub.getsockopt(zmq.LAST_ENDPOINT).decode(), self.cfg.pub_advertise)
+        self.endpoint = advertised(router.getsockopt(zmq.LAST_ENDPOINT).decode(), self.cfg.advertise)
         self.controller.start()
         if self.cfg.metrics:
             from coordinator.metrics import collect
@@ -310,10 +327,10 @@ class Coordinator:
             if router in events:
                 for _ in range(512):
                     try:
-                        frames = router.recv_multipart(zmq.NOBLOCK)
+                        frames, peer = protocol.recv_frames_peer(router, protocol.NOBLOCK)
                     except zmq.Again:
                         break
-                    self._on_request(router, frames)
+                    self._on_request(router, frames, self.keys.role_of(protocol.peer_key(peer)))
             if pull in events:
                 published = False
                 while True:
@@ -323,6 +340,8 @@ class Coordinator:
                         break
                     if msg[0] == b"reply":
                         router.send_multipart(msg[1:])
+                    elif msg[0] == b"hugz":  # the client keys changed: tell frontends now
+                        next_hugz = 0.0
                     elif not published:
                         self._publish()
                         published = True
@@ -336,7 +355,8 @@ class Coordinator:
                 self.controller.submit(ops.collect_garbage, self, self.controller, key="gc")
             if now >= next_hugz:
                 next_hugz = now + 1.0
-                self.pub.send_multipart([b"hugz", protocol.pack({"version": self.pmap.version})])
+                self.pub.send_multipart([b"hugz", protocol.pack({"version": self.pmap.version,
+                                                                 "keys": self.keys_version})])
         self.controller.stopping = True
         self.controller.join(timeout=5)
         for s in (router, pull, self.pub):
@@ -346,12 +366,12 @@ class Coordinator:
             push.close(0)
         self.meta.close()
 
-    def _on_request(self, router: zmq.Socket, frames: list[bytes]) -> None:
+    def _on_request(self, router: zmq.Socket, frames: list[bytes], role: str | None) -> None:
         ident = frames[0]
         rid = frames[1] if len(frames) > 1 else b""
         try:
             rid, req = protocol.parse_request(frames[1:])
-            body = self._admin(ident, rid, req)
+            body = self._admin(ident, rid, req, role)
         except TableError as exc:
             body = protocol.error(exc)
         except Exception as exc:

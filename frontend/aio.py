@@ -73,9 +73,9 @@ class AioFrontend(DriverCore):
         """Open the sockets and wait (up to ``wait_map_s``) for the first partition-map snapshot."""
         self.loop = asyncio.get_running_loop()
         self._map_event = asyncio.Event()
-        self.coord = self._socket(zmq.DEALER)
+        self.coord = self._secure(self._socket(zmq.DEALER), "coordinator")
         self.coord.connect(self.cfg.coordinator)
-        self.sub = self._socket(zmq.SUB)
+        self.sub = self._secure(self._socket(zmq.SUB), "coordinator")
         self.sub.setsockopt(zmq.SUBSCRIBE, b"")
         self._watch(self.coord, self._on_coord)
         self._watch(self.sub, self._on_update)
@@ -149,7 +149,7 @@ class AioFrontend(DriverCore):
     def _ps_socket(self, endpoint: str) -> zmq.Socket:
         s = self._ps.get(endpoint)
         if s is None:
-            s = self._socket(zmq.DEALER)
+            s = self._secure(self._socket(zmq.DEALER), "partition-server")
             s.connect(endpoint)
             self._watch(s, self._on_answer)
             self._ps[endpoint] = s

@@ -20,7 +20,7 @@ import zmq
 
 from frontend.requests import Handler
 from frontend.routing import MapCache
-from rangetable import protocol
+from rangetable import curve, protocol
 from rangetable.config import FrontendConfig
 from rangetable.errors import TableError
 
@@ -55,6 +55,7 @@ class DriverCore:
     def __init__(self, cfg: FrontendConfig, ctx: zmq.Context | None = None) -> None:
         self.cfg = cfg
         self.ctx = ctx or zmq.Context.instance()
+        self.keys = curve.KeyRing.load(cfg.keys_dir, own="frontend")
         self.id = cfg.frontend_id or f"{socket.gethostname()}-{uuid.uuid4().hex[:6]}"
         self.cache = MapCache()
         self.handler = Handler(self)  # type: ignore[arg-type]
@@ -64,6 +65,10 @@ class DriverCore:
         self._sub_connected = ""
         self._last: tuple[Any, Any] = (None, None)  # (raw body, decoded) of the answer being handled
         self.closed = False
+
+    def _secure(self, sock: zmq.Socket, server_role: str) -> zmq.Socket:
+        """Make ``sock`` a CURVE client with the frontend key, talking to a server of ``server_role``."""
+        return curve.secure_client(sock, self.keys.pair("frontend"), self.keys.public(server_role))
 
     # --- hooks -------------------------------------------------------------------------------
 
@@ -78,6 +83,13 @@ class DriverCore:
 
     def _map_installed(self) -> None:
         """Called after a snapshot or update was installed."""
+
+    def _keys_changed(self, version: int) -> None:
+        """Called when a hugz says the registry of client keys is at ``version`` (the native
+        frontend fetches it; the HTTP frontend has no native endpoint to guard)."""
+
+    def _on_client_keys(self, result: dict) -> None:
+        """The answer to a ``keys_list`` sent as ``[b"keys", …]``."""
 
     def reply(self, p: Pending, body: bytes) -> None:
         raise NotImplementedError
@@ -150,6 +162,12 @@ class DriverCore:
             except TableError as exc:
                 log.warning("map snapshot failed: %s", exc)
             return
+        if from_coordinator and srid == b"keys":
+            try:
+                self._on_client_keys(protocol.result(body))
+            except TableError as exc:
+                log.warning("client key list failed: %s", exc)
+            return
         ent = self._sub.pop(srid, None)
         if ent is None:
             return  # an answer to an attempt we already gave up on
@@ -177,8 +195,11 @@ class DriverCore:
             return
         if frames[0] == b"map":
             self._apply_map(msg)
-        elif frames[0] == b"hugz" and isinstance(msg, dict) and msg.get("version", -1) > self.cache.version:
-            self.refresh_map()  # we missed an update: fetch a snapshot
+        elif frames[0] == b"hugz" and isinstance(msg, dict):
+            if msg.get("version", -1) > self.cache.version:
+                self.refresh_map()  # we missed an update: fetch a snapshot
+            if isinstance(msg.get("keys"), int):
+                self._keys_changed(msg["keys"])
 
     def _apply_map(self, snap: dict) -> None:
         self.cache.apply(snap)

@@ -193,7 +193,10 @@ class Handler:
     @staticmethod
     def _page_tables(req: dict, names: list[str]) -> dict:
         """Filter (on ``TableName``) and page the table list."""
-        _, pred = compile_cached(req.get("filter") or None)
+        filt = req.get("filter")
+        if filt is not None and not isinstance(filt, str):
+            raise TableError("InvalidInput", "filter must be a string")
+        _, pred = compile_cached(filt or None)
         after = req.get("next")
         top = req.get("top") or MAX_PAGE
         if not isinstance(top, int) or not 1 <= top <= MAX_PAGE:

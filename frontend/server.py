@@ -24,7 +24,7 @@ import zmq
 
 from frontend.driver import DriverCore, Pending
 from frontend.metrics import Answers
-from rangetable import protocol
+from rangetable import curve, protocol
 from rangetable.config import FrontendConfig
 from rangetable.errors import TableError
 from rangetable.process import serve_until_signalled
@@ -45,6 +45,10 @@ class Frontend(DriverCore):
         self._ps: dict[str, zmq.Socket] = {}
         self.endpoint = ""
         self.answers = Answers()  # answers by (op, status), for the Prometheus metrics
+        self._admin_user = self.keys.pairs["admin"].user_id if "admin" in self.keys.pairs else ""
+        self.clients: dict[str, str] = {}  # registered client keys (User-Id) -> account
+        self.keys_version = -1
+        self._keys_asked = 0.0
 
     # --- the driver hooks ---------------------------------------------------------------------
 
@@ -54,6 +58,7 @@ class Frontend(DriverCore):
             s = self.ctx.socket(zmq.DEALER)
             s.setsockopt(zmq.LINGER, 0)
             s.setsockopt(zmq.SNDHWM, 100_000)
+            self._secure(s, "partition-server")
             s.connect(endpoint)
             self.poller.register(s, zmq.POLLIN)
             self._ps[endpoint] = s
@@ -77,9 +82,32 @@ class Frontend(DriverCore):
         """Answer the client with an error."""
         self.reply(p, protocol.error(exc))
 
+    # --- client keys --------------------------------------------------------------------------
+
+    def _keys_changed(self, version: int) -> None:
+        now = time.monotonic()
+        if version > self.keys_version and now - self._keys_asked > 0.2:
+            self._keys_asked = now
+            protocol.send_frames(self.coord, [b"keys", protocol.pack({"op": "keys_list"})])
+
+    def _on_client_keys(self, result: dict) -> None:
+        self.clients = {r["public"]: r["account"] for r in result["keys"]}
+        self.keys_version = result["version"]
+        log.info("%d client keys registered (version %d)", len(self.clients), self.keys_version)
+
+    def _client_users(self) -> frozenset[str]:
+        return frozenset(self.clients)
+
     # --- receiving ----------------------------------------------------------------------------
 
-    def _on_client(self, frames: list[bytes]) -> None:
+    def _on_client(self, frames: list[bytes], peer: zmq.Frame | None = None) -> None:
+        user = protocol.peer_key(peer)
+        # the admin key, or a client key still registered: a revoked key is refused also on a
+        # connection opened before the revocation
+        if not (user == self._admin_user or user in self.clients):
+            self.guard.refusals.refused("revoked", f"a request signed by {user or 'no key'}: not a registered "
+                                                   "client key (revoked?)")
+            return
         ident = frames[0]
         rid = frames[1] if len(frames) > 1 else b""
         try:
@@ -105,12 +133,14 @@ class Frontend(DriverCore):
         self.router.setsockopt(zmq.MAXMSGSIZE, protocol.HARD_MAX_MESSAGE)
         self.router.setsockopt(zmq.SNDHWM, 100_000)
         self.router.setsockopt(zmq.RCVHWM, 100_000)
+        curve.serve_secured(self.router, self.keys, "frontend", "native endpoint", extra=self._client_users)
+        self.guard = curve.guard(self.ctx)
         self.router.bind(self.cfg.native)
         self.endpoint = self.router.getsockopt(zmq.LAST_ENDPOINT).decode()
-        self.coord = self.ctx.socket(zmq.DEALER)
+        self.coord = self._secure(self.ctx.socket(zmq.DEALER), "coordinator")
         self.coord.setsockopt(zmq.LINGER, 0)
         self.coord.connect(self.cfg.coordinator)
-        self.sub = self.ctx.socket(zmq.SUB)
+        self.sub = self._secure(self.ctx.socket(zmq.SUB), "coordinator")
         self.sub.setsockopt(zmq.LINGER, 0)
         self.sub.setsockopt(zmq.SUBSCRIBE, b"")
         self.poller = zmq.Poller()
@@ -123,6 +153,7 @@ class Frontend(DriverCore):
 
             log.info("metrics on %s", serve_metrics(self.cfg.metrics, lambda: collect_native(self.id, self.answers)))
         self.refresh_map(force=True)
+        self._keys_changed(0)
         next_sweep = 0.0
         while not self.stopping:
             timeout = 20
@@ -132,12 +163,13 @@ class Frontend(DriverCore):
             for sock in events:
                 for _ in range(1024):
                     try:
+                        if sock is self.router:
+                            self._on_client(*protocol.recv_frames_peer(sock, protocol.NOBLOCK))
+                            continue
                         frames = protocol.recv_frames(sock, protocol.NOBLOCK)
                     except zmq.Again:
                         break
-                    if sock is self.router:
-                        self._on_client(frames)
-                    elif sock is self.sub:
+                    if sock is self.sub:
                         self._on_update(frames)
                     else:
                         self._on_answer(frames, sock is self.coord)

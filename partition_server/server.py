@@ -38,7 +38,8 @@ from zmq.backend import Socket as _RawSocket
 from zmq.backend import zmq_poll
 
 from partition_server.ranges import Deferred, RangeSet
-from rangetable import protocol
+from rangetable import curve, protocol
+from rangetable.addresses import advertised
 from rangetable.config import PartitionServerConfig
 from rangetable.errors import TableError
 from rangetable.process import serve_until_signalled
@@ -59,6 +60,7 @@ class PartitionServer:
     def __init__(self, cfg: PartitionServerConfig, ctx: zmq.Context | None = None) -> None:
         self.cfg = cfg
         self.ctx = ctx or zmq.Context.instance()
+        self.keys = curve.KeyRing.load(curve.keys_dir(cfg.data_dir, cfg.keys_dir), own="partition-server")
         self.incarnation = uuid.uuid4().hex[:12]
         self.ranges = RangeSet(cfg.data_dir, sync=cfg.sync, scan_budget_ms=cfg.scan_budget_ms,
                                partition_target=cfg.partition_target, request_window=(
@@ -85,8 +87,9 @@ class PartitionServer:
         self.router = self.ctx.socket(zmq.ROUTER)
         self.router.setsockopt(zmq.LINGER, 0)
         self.router.setsockopt(zmq.MAXMSGSIZE, protocol.HARD_MAX_MESSAGE)
+        curve.serve_secured(self.router, self.keys, "partition-server", "partition-server endpoint")
         self.router.bind(self.cfg.bind)
-        self.endpoint = self.router.getsockopt(zmq.LAST_ENDPOINT).decode()
+        self.endpoint = advertised(self.router.getsockopt(zmq.LAST_ENDPOINT).decode(), self.cfg.advertise)
         if not self.server_id:
             self.server_id = f"{socket.gethostname()}:{self.endpoint.rsplit(':', 1)[-1]}"
         self._connect_coordinator()
@@ -94,6 +97,7 @@ class PartitionServer:
     def _connect_coordinator(self) -> None:
         self.coord = self.ctx.socket(zmq.DEALER)
         self.coord.setsockopt(zmq.LINGER, 0)
+        curve.secure_client(self.coord, self.keys.pair("partition-server"), self.keys.public("coordinator"))
         self.coord.connect(self.cfg.coordinator)
 
     # --- lease --------------------------------------------------------------------------------
@@ -148,32 +152,50 @@ class PartitionServer:
 
     # --- requests -----------------------------------------------------------------------------
 
-    def handle(self, req: dict) -> Any:
-        """Execute one request (data or control) and return its result; raises TableError."""
+    def handle(self, req: dict, peer: zmq.Frame | None = None) -> Any:
+        """Execute one request (data or control) and return its result; raises TableError.
+
+        ``peer`` is the request's routing-id frame: its CURVE key must be the coordinator's for a
+        control command. Data requests need no check: the ZAP allow-list admits only the
+        coordinator and frontends, and both may send them (``curve.may``).
+        """
         op = req["op"]
         if op in RangeSet.DATA_OPS:
             if not (_monotonic() < self.lease_until or self.lease_valid()):
                 raise TableError("NotOwner", f"{self.server_id} holds no lease")
             return self.ranges.data(op, req, self._nbytes)
         if op in RangeSet.CONTROL_OPS:
+            self._authorize(peer, "control", op)
             return self.ranges.control(op, req)
         if op == "ping":
+            self._authorize(peer, "ping", op)
             return {"server": self.server_id, "lease": self.lease_valid()}
         raise TableError("InvalidInput", f"unknown op {op!r}")
 
-    def _on_request(self, frames: list[bytes]) -> None:
+    def _authorize(self, peer: zmq.Frame | None, kind: str, op: str) -> None:
+        role = self.keys.role_of(protocol.peer_key(peer))
+        if not curve.may("partition-server", kind, role):
+            raise TableError("AuthorizationPermissionMismatch",
+                             f"{op!r} is not accepted from a {role or 'client'} key")
+
+    def _on_request(self, frames: list[bytes], peer: zmq.Frame | None = None) -> None:
         ident = frames[0]
         rid = frames[1] if len(frames) > 1 else b""
         try:
             rid, req = protocol.parse_request(frames[1:])
             self._nbytes = len(frames[-1])
-            result = self.handle(req)
+            result = self.handle(req, peer)
             if isinstance(result, Deferred):
                 self.deferred.append((ident, rid, result))
                 return
             body = protocol.ok(result)
         except TableError as exc:
             body = protocol.error(exc)
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            # A field missing or of the wrong type (only the coordinator and frontends get here, so
+            # this is a peer's bug or a fuzz): a clear error, no stack trace in the log.
+            what = f"missing field {exc}" if isinstance(exc, KeyError) else f"{type(exc).__name__}: {exc}"
+            body = protocol.error(TableError("InvalidInput", f"malformed request: {what}"))
         except Exception as exc:  # a bug must not take the server down; report it
             log.exception("request failed")
             body = protocol.error(TableError("InternalError", f"{type(exc).__name__}: {exc}"))
@@ -246,18 +268,18 @@ class PartitionServer:
                     self._drain_coordinator()
                 if not ready or ready[0][0] is not router:
                     continue
-                frames = protocol.recv_frames(router, protocol.NOBLOCK)
+                frames, peer = protocol.recv_frames_peer(router, protocol.NOBLOCK)
                 burst = 1
             else:  # nothing can come from the coordinator before the next heartbeat: block on the ROUTER
                 _set(router, _RCVTIMEO, timeout)
                 t0 = _perf()
                 try:
-                    frames = protocol.recv_frames(router)
+                    frames, peer = protocol.recv_frames_peer(router)
                 except zmq.Again:
                     continue
                 burst = burst + 1 if _perf() - t0 < QUEUED_S else 1
             self.pending = burst
-            self._on_request(frames)
+            self._on_request(frames, peer)
         self.close()
 
     def _drain_coordinator(self) -> None:

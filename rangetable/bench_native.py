@@ -19,7 +19,8 @@ from typing import Any
 
 import zmq
 
-from rangetable import protocol
+from rangetable import curve, protocol
+from rangetable.bench_http import cpu_seconds
 from rangetable.bulk import bulk_upsert
 from rangetable.stats import percentile_ms
 
@@ -32,15 +33,15 @@ _IO = {
 ECHO_SERVER = """
 import sys, zmq
 {io}
-s = zmq.Context().socket(zmq.ROUTER); s.bind(sys.argv[1])
+s = zmq.Context().socket(zmq.ROUTER); {server_keys}; s.bind(sys.argv[1])
 while True:
     send(s, recv(s))
 """
 FORWARDER = """
 import sys, zmq
 {io}
-ctx = zmq.Context(); front = ctx.socket(zmq.ROUTER); front.bind(sys.argv[1])
-back = ctx.socket(zmq.DEALER); back.connect(sys.argv[2])
+ctx = zmq.Context(); front = ctx.socket(zmq.ROUTER); {front_keys}; front.bind(sys.argv[1])
+back = ctx.socket(zmq.DEALER); {back_keys}; back.connect(sys.argv[2])
 poller = zmq.Poller(); poller.register(front, zmq.POLLIN); poller.register(back, zmq.POLLIN)
 while True:
     for sock in dict(poller.poll()):
@@ -53,11 +54,15 @@ while True:
 """
 
 
-def pipelined(endpoint: str, bodies: Iterator[bytes], window: int = 64) -> dict[str, Any]:
-    """Send every body with ``window`` in flight; returns ops/s, p50/p99 ms and error count."""
+def pipelined(endpoint: str, bodies: Iterator[bytes], window: int = 64, secure: bool = True) -> dict[str, Any]:
+    """Send every body with ``window`` in flight; returns ops/s, p50/p99 ms and error count
+    (``secure``: with the CURVE keys remembered for ``endpoint``; the echo baseline is plain)."""
     sock = zmq.Context.instance().socket(zmq.DEALER)
     sock.setsockopt(zmq.LINGER, 0)
-    sock.connect(endpoint)
+    if secure:
+        curve.connect(sock, endpoint)
+    else:
+        sock.connect(endpoint)
     ids = itertools.count(1)
     sent: dict[bytes, float] = {}
     lat: list[float] = []
@@ -89,21 +94,41 @@ def pipelined(endpoint: str, bodies: Iterator[bytes], window: int = 64) -> dict[
             "p99_ms": percentile_ms(lat, 0.99), "errors": errors}
 
 
-def echo_baseline(n: int, window: int = 64, payload: int = 200, flavour: str = "fast") -> dict[str, Any]:
-    """Throughput of client → Python forwarder → Python echo server (two bare hops)."""
+def _keys_code(sock: str, server: curve.KeyPair | None, client: curve.KeyPair | None = None) -> str:
+    if server is None:
+        return "pass"
+    if client is None:
+        return f"{sock}.curve_server = True; {sock}.curve_publickey = {server.public!r}; " \
+               f"{sock}.curve_secretkey = {server.secret!r}"
+    return f"{sock}.curve_serverkey = {server.public!r}; {sock}.curve_publickey = {client.public!r}; " \
+           f"{sock}.curve_secretkey = {client.secret!r}"
+
+
+def echo_baseline(n: int, window: int = 64, payload: int = 200, flavour: str = "fast",
+                  with_curve: bool = False) -> dict[str, Any]:
+    """Throughput of client → Python forwarder → Python echo server (two bare hops); ``with_curve``:
+    both hops encrypted and authenticated with CURVE (no ZAP: the handshake is not measured)."""
     from cli.supervisor import PortReservation
 
     ports = PortReservation()
     back, front = f"tcp://127.0.0.1:{ports.take()}", f"tcp://127.0.0.1:{ports.take()}"
     ports.release()
     io = _IO[flavour]
-    procs = [subprocess.Popen([sys.executable, "-c", ECHO_SERVER.format(io=io), back]),
-             subprocess.Popen([sys.executable, "-c", FORWARDER.format(io=io), front, back])]
+    srv, fwd, cli = (curve.KeyPair.generate() for _ in range(3)) if with_curve else (None, None, None)
+    procs = [subprocess.Popen([sys.executable, "-c", ECHO_SERVER.format(io=io, server_keys=_keys_code("s", srv)), back]),
+             subprocess.Popen([sys.executable, "-c", FORWARDER.format(
+                 io=io, front_keys=_keys_code("front", fwd), back_keys=_keys_code("back", srv, fwd)), front, back])]
     try:
         time.sleep(0.5)
         body = protocol.pack({"ok": "x" * payload})
-        pipelined(front, iter([body] * 1000), window)  # warm-up
-        return pipelined(front, iter([body] * n), window)
+        if fwd is not None and cli is not None:
+            curve.remember(front, fwd.public, cli)
+        pipelined(front, iter([body] * 1000), window, secure=with_curve)  # warm-up
+        cpu0 = cpu_seconds([p.pid for p in procs])
+        res = pipelined(front, iter([body] * n), window, secure=with_curve)
+        # CPU of the forwarder and the echo server per message: what a hop costs, whatever the load
+        res["server_cpu_us"] = round((cpu_seconds([p.pid for p in procs]) - cpu0) / max(1, res["ops"]) * 1e6, 1)
+        return res
     finally:
         for p in procs:
             p.kill()
@@ -128,6 +153,7 @@ def run_native_bench(native: str, n: int = 20_000, *, echo: Callable[[str], None
     res: dict[str, Any] = {}
     res["echo_two_hops"] = echo_baseline(n)
     res["echo_two_hops_pyzmq"] = echo_baseline(n, flavour="pyzmq")
+    res["echo_two_hops_curve"] = echo_baseline(n, with_curve=True)
     res["insert"] = pipelined(native, (write("insert", i) for i in range(n)))
     res["get"] = pipelined(native, (protocol.pack({"op": "get", "table": table, "pk": f"p{i % parts:05d}",
                                                    "rk": f"r{i // parts:05d}"}) for i in range(n)))
@@ -175,7 +201,7 @@ def run_native_bench(native: str, n: int = 20_000, *, echo: Callable[[str], None
 def _one(endpoint: str, body: dict) -> bytes:
     sock = zmq.Context.instance().socket(zmq.DEALER)
     sock.setsockopt(zmq.LINGER, 0)
-    sock.connect(endpoint)
+    curve.connect(sock, endpoint)
     try:
         sock.send_multipart([b"1", protocol.pack(body)])
         if not sock.poll(60000):
@@ -186,10 +212,11 @@ def _one(endpoint: str, body: dict) -> bytes:
 
 
 def _print(res: dict[str, Any], echo: Callable[[str], None]) -> None:
-    for key, how in (("echo_two_hops", "fast sends"), ("echo_two_hops_pyzmq", "pyzmq send_multipart")):
+    for key, how in (("echo_two_hops", "fast sends"), ("echo_two_hops_pyzmq", "pyzmq send_multipart"),
+                     ("echo_two_hops_curve", "fast sends, CURVE")):
         e = res[key]
         echo(f"bare two-hop echo ({how}):{'':{max(0, 21 - len(how))}} {e['ops_per_s']:>10,.0f} msg/s  "
-             f"p50 {e['p50_ms']} ms  p99 {e['p99_ms']} ms")
+             f"p50 {e['p50_ms']} ms  p99 {e['p99_ms']} ms  server CPU {e['server_cpu_us']} µs/msg")
     for k, label in (("insert", "point insert"), ("get", "point get"), ("upsert", "upsert (merge)")):
         r = res[k]
         echo(f"{label:22} {r['ops_per_s']:>10,.0f} ops/s  p50 {r['p50_ms']} ms  p99 {r['p99_ms']} ms  "

@@ -19,7 +19,7 @@ from typing import Any
 
 import zmq
 
-from rangetable import protocol
+from rangetable import curve, protocol
 from rangetable.errors import TableError
 from rangetable.values import entity_to_typed
 
@@ -80,7 +80,7 @@ def bulk_upsert(endpoint: str, table: str, entities: Iterable[Mapping[str, Any]]
     """
     sock = zmq.Context.instance().socket(zmq.DEALER)
     sock.setsockopt(zmq.LINGER, 0)
-    sock.connect(endpoint)
+    curve.connect(sock, endpoint)
     ids = itertools.count(1)
     inflight: dict[bytes, tuple[dict, int, float]] = {}
     res = BulkResult()

@@ -22,6 +22,7 @@ import uuid
 from collections.abc import Iterable, Mapping
 from typing import Any, Self
 
+from rangetable import curve
 from rangetable.client_models import (
     ResourceExistsError,
     ResourceNotFoundError,
@@ -45,8 +46,11 @@ MAX_BATCH = 100
 
 
 def _cluster_endpoint(data_dir: str | os.PathLike[str]) -> str:
-    """The native endpoint recorded in ``<data_dir>/cluster.json``."""
-    path = os.path.join(os.fspath(data_dir), "cluster.json")
+    """The native endpoint recorded in ``<data_dir>/cluster.json`` (or in a connection file from
+    ``rangetable keys add --out``); its CURVE keys are remembered for the connection."""
+    path = os.fspath(data_dir)
+    if os.path.isdir(path):
+        path = os.path.join(path, "cluster.json")
     try:
         with open(path, encoding="utf-8") as f:
             info = json.load(f)
@@ -55,6 +59,10 @@ def _cluster_endpoint(data_dir: str | os.PathLike[str]) -> str:
     endpoint = info.get("native") if isinstance(info, dict) else None
     if not isinstance(endpoint, str):
         raise ValueError(f"{path} has no 'native' endpoint")
+    try:
+        curve.remember_cluster(info)
+    except (KeyError, TypeError, AttributeError) as exc:
+        raise ValueError(f"{path} has a malformed 'curve' section: {exc}") from None
     return endpoint
 
 

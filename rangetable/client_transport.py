@@ -5,6 +5,10 @@ The first request on a transport is preceded by a ``hello`` handshake checking t
 version. A lock serialises requests, so a transport (and the clients sharing it) may be used from
 several threads. On a timeout the socket is closed with linger 0 and a new one connected, so a
 late reply to the abandoned request can never be taken for the answer to a later one.
+
+The socket authenticates with CURVE, with the keys remembered for the endpoint
+(:func:`rangetable.curve.connect`: from ``cluster.json`` or a connection file, see
+``TableServiceClient.from_cluster``).
 """
 
 from __future__ import annotations
@@ -15,8 +19,9 @@ import time
 from typing import Any
 
 import zmq
+from zmq.utils.monitor import parse_monitor_message
 
-from rangetable import protocol
+from rangetable import curve, protocol
 from rangetable.client_models import specific_error
 from rangetable.errors import TableError
 
@@ -35,6 +40,7 @@ class Transport:
         self._max_message = protocol.MAX_MESSAGE
         self._ctx = zmq.Context.instance()
         self._sock: zmq.Socket | None = None
+        self._monitor: zmq.Socket | None = None
         self._ids = itertools.count(1)
         self._lock = threading.Lock()
         self._closed = False
@@ -48,12 +54,33 @@ class Transport:
             sock = self._ctx.socket(zmq.DEALER)
             sock.setsockopt(zmq.LINGER, 0)
             sock.setsockopt(zmq.MAXMSGSIZE, protocol.HARD_MAX_MESSAGE)
-            sock.connect(self.endpoint)
+            # handshakes the server refused: read only when a request times out, to say why
+            self._monitor = sock.get_monitor_socket(zmq.EVENT_HANDSHAKE_FAILED_AUTH | zmq.EVENT_HANDSHAKE_SUCCEEDED)
+            try:
+                curve.connect(sock, self.endpoint)
+            except ValueError:
+                self._close_monitor(sock)
+                sock.close(0)
+                raise
             self._sock = sock
         return self._sock
 
+    def _close_monitor(self, sock: zmq.Socket) -> None:
+        if self._monitor is not None:
+            sock.disable_monitor()
+            self._monitor.close(0)
+            self._monitor = None
+
+    def _refused(self) -> bool:
+        """True when the latest handshake was refused by the server (this client's CURVE key)."""
+        mon, last = self._monitor, None
+        while mon is not None and mon.poll(0):
+            last = parse_monitor_message(mon.recv_multipart())["event"]
+        return last == zmq.EVENT_HANDSHAKE_FAILED_AUTH
+
     def _reset(self) -> None:
         if self._sock is not None:
+            self._close_monitor(self._sock)
             self._sock.close(linger=0)
             self._sock = None
 
@@ -115,7 +142,11 @@ class Transport:
                 raise specific_error(exc) from None
 
     def _timed_out(self, body: dict[str, Any], limit: float) -> None:
+        refused = self._refused()
         self._reset()
+        if refused:
+            raise TableError("AuthenticationFailed", f"{self.endpoint} refused this client's CURVE key "
+                                                     "(not registered, or revoked)")
         raise TableError(
             "OperationTimedOut", f"no reply to {body.get('op')!r} from {self.endpoint} within {limit:g} s"
         )

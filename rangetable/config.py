@@ -20,10 +20,13 @@ class CoordinatorConfig:
     data_dir: str = "./rangetable-data"
     bind: str = "tcp://127.0.0.1:10010"  # ROUTER: heartbeats, admin, map snapshots
     pub_bind: str = "tcp://127.0.0.1:10011"  # PUB: partition-map updates (Clone pattern)
+    advertise: str = ""  # the ROUTER's address for other hosts (tcp://HOST[:PORT]); empty = --bind
+    pub_advertise: str = ""  # the PUB's address published in the map for frontends; empty = --pub-bind
     lease_s: float = 2.0  # a partition server's lease, renewed by every heartbeat answer
     lease_grace_s: float = 0.5  # extra wait past a lapsed lease before reassigning its ranges
     command_timeout_s: float = 10.0  # how long a load/unload/split/merge command may take
     metrics: str = ""  # HOST:PORT of the Prometheus /metrics endpoint; empty = none
+    keys_dir: str = ""  # CURVE keys (rangetable/curve.py); empty = <data-dir>/keys
 
 
 @dataclass
@@ -33,6 +36,7 @@ class PartitionServerConfig:
     data_dir: str = "./rangetable-data"
     coordinator: str = "tcp://127.0.0.1:10010"
     bind: str = "tcp://127.0.0.1:0"  # 0 = any free port; the server reports its endpoint
+    advertise: str = ""  # the address other hosts reach it at (tcp://HOST[:PORT]); empty = --bind
     server_id: str = ""  # stable name; empty = derived from the host name and port
     heartbeat_s: float = 0.5
     sync: bool = False  # fsync every write before acknowledging it (survives machine loss)
@@ -44,6 +48,7 @@ class PartitionServerConfig:
     block_cache_mb: int = 128  # one RocksDB block cache shared by every range of the process
     memtable_budget_mb: int = 256  # memtables of every range of the process together (a write-buffer manager)
     metrics: str = ""  # HOST:PORT of the Prometheus /metrics endpoint; empty = none
+    keys_dir: str = ""  # CURVE keys (rangetable/curve.py); empty = <data-dir>/keys
 
 
 @dataclass
@@ -61,6 +66,9 @@ class FrontendConfig:
     http_server: str = "builtin"  # builtin (frontend/http/listener.py), granian or uvicorn (ASGI)
     reuse_port: bool = False  # SO_REUSEPORT: several HTTP frontends share one port, the kernel spreads connections
     metrics: str = ""  # HOST:PORT of the Prometheus /metrics endpoint; empty = none
+    cert: str = ""  # PEM certificate: the REST endpoint speaks HTTPS (with --key; Azurite's flag names)
+    key: str = ""  # PEM private key of --cert
+    keys_dir: str = "./rangetable-data/keys"  # CURVE keys (rangetable/curve.py): this role's pair, the others' public keys
 
 
 def env_name(cls: type, name: str) -> str:

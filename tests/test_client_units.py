@@ -27,6 +27,7 @@ from rangetable import (
     TableTransactionError,
     TransactionOperation,
     UpdateMode,
+    curve,
 )
 from rangetable.client import _batch_op, _entity_token, _write_metadata
 from rangetable.client_models import if_match, specific_error, transaction_error
@@ -277,8 +278,12 @@ class Router:
         self.delay = delay
         self.sock = zmq.Context.instance().socket(zmq.ROUTER)
         self.sock.setsockopt(zmq.LINGER, 0)
+        server, client = curve.KeyPair.generate(), curve.KeyPair.generate()
+        curve.secure_server(self.sock, server, "unit-router")
+        curve.guard(self.sock.context).allow("unit-router", lambda: {client.user_id})
         port = self.sock.bind_to_random_port("tcp://127.0.0.1")
         self.endpoint = f"tcp://127.0.0.1:{port}"
+        curve.remember(self.endpoint, server.public, client)
         self.seen: list[dict] = []
         self.stop = threading.Event()
         self.thread = threading.Thread(target=self.run, daemon=True)
@@ -341,7 +346,15 @@ def test_timeout_reconnects_and_never_misattributes_a_late_reply() -> None:
         router.close()
 
 
+def test_endpoint_without_a_known_key_is_refused_clearly(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:
+    monkeypatch.setenv("RANGETABLE_DATA_DIR", str(tmp_path))  # no cluster.json there
+    with TableServiceClient("tcp://127.0.0.1:7", timeout=0.2, retry_policy=NoRetry()) as svc:
+        with pytest.raises(ValueError, match="no CURVE key known for tcp://127.0.0.1:7"):
+            list(svc.list_tables())
+
+
 def test_unreachable_endpoint_times_out() -> None:
+    curve.remember("tcp://127.0.0.1:9", curve.KeyPair.generate().public, curve.KeyPair.generate())
     with TableServiceClient("tcp://127.0.0.1:9", timeout=0.2, retry_policy=NoRetry()) as svc:
         t0 = time.monotonic()
         with pytest.raises(TableError) as info:

@@ -9,7 +9,7 @@ import pytest
 import zmq
 
 from cli.admin import call
-from rangetable import TableServiceClient, protocol
+from rangetable import TableServiceClient, curve, protocol
 from rangetable.edm import INT32
 from rangetable.errors import TableError
 from tests.cluster import Cluster
@@ -108,7 +108,7 @@ def test_split_move_merge_under_load_loses_nothing(cluster: Cluster) -> None:
 def test_malformed_messages_get_errors_and_nothing_crashes(cluster: Cluster) -> None:
     sock = zmq.Context.instance().socket(zmq.DEALER)
     sock.setsockopt(zmq.LINGER, 0)
-    sock.connect(cluster.native)
+    curve.connect(sock, cluster.native)
     try:
         cases = [
             ([b"1", b"\xc1not msgpack"], "InvalidInput"),
@@ -140,7 +140,7 @@ def test_pipelined_requests_on_one_socket(cluster: Cluster) -> None:
     TableServiceClient(cluster.native).create_table_if_not_exists("Pipe")
     sock = zmq.Context.instance().socket(zmq.DEALER)
     sock.setsockopt(zmq.LINGER, 0)
-    sock.connect(cluster.native)
+    curve.connect(sock, cluster.native)
     try:
         n = 500
         for i in range(n):

@@ -10,7 +10,7 @@ import pytest
 import zmq
 
 from partition_server.server import PartitionServer
-from rangetable import protocol
+from rangetable import curve, protocol
 from rangetable.config import PartitionServerConfig
 from rangetable.errors import TableError
 
@@ -20,9 +20,10 @@ RECORD = {"id": "r1", "table": "t", "low": "", "high": None, "epoch": 1, "path":
 class FakeCoordinator:
     """A ROUTER that records heartbeats and answers them with a lease while ``answer`` is set."""
 
-    def __init__(self, ctx: zmq.Context) -> None:
+    def __init__(self, ctx: zmq.Context, keys: curve.KeyRing) -> None:
         self.sock = ctx.socket(zmq.ROUTER)
         self.sock.setsockopt(zmq.LINGER, 0)
+        curve.serve_secured(self.sock, keys, "coordinator", "fake coordinator")
         self.sock.bind("tcp://127.0.0.1:0")
         self.endpoint = self.sock.getsockopt(zmq.LAST_ENDPOINT).decode()
         self.beats: list[float] = []
@@ -53,7 +54,8 @@ class FakeCoordinator:
 @pytest.fixture
 def cluster(tmp_path):
     ctx = zmq.Context()
-    coord = FakeCoordinator(ctx)
+    keys = curve.KeyRing.create(str(tmp_path / "keys"))
+    coord = FakeCoordinator(ctx, keys)
     ps = PartitionServer(PartitionServerConfig(data_dir=str(tmp_path), coordinator=coord.endpoint), ctx)
     thread = threading.Thread(target=ps.serve, daemon=True)
     thread.start()
@@ -62,6 +64,7 @@ def cluster(tmp_path):
         time.sleep(0.01)
     client = ctx.socket(zmq.DEALER)
     client.setsockopt(zmq.LINGER, 0)
+    curve.secure_client(client, keys.pair("coordinator"), keys.public("partition-server"))  # may send control
     client.connect(ps.endpoint)
     yield ps, coord, client, thread
     ps.stopping = True
@@ -70,6 +73,7 @@ def cluster(tmp_path):
     coord.stop.set()
     coord.thread.join(5)
     client.close(0)
+    curve.guard(ctx).stop()
     ctx.term()
 
 

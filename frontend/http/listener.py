@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import ssl
 import time
 from collections import deque
 from http import HTTPStatus
@@ -311,20 +312,24 @@ class Listener:
         await self.server.wait_closed()
 
 
-async def open_listener(app: RestApp, host: str, port: int, reuse_port: bool = False) -> Listener:
+async def open_listener(app: RestApp, host: str, port: int, reuse_port: bool = False,
+                        tls: ssl.SSLContext | None = None) -> Listener:
     """Listen on ``host:port`` (0 = any free port, see ``Listener.port``) and serve ``app``; with
     ``reuse_port`` other processes may listen on the same port (SO_REUSEPORT: the kernel spreads new
-    connections across them)."""
+    connections across them); with ``tls`` connections speak HTTPS."""
     loop = asyncio.get_running_loop()
     live: set[Connection] = set()
     server = await loop.create_server(lambda: Connection(app, live), host, port, backlog=1024,
-                                      reuse_address=True, reuse_port=reuse_port or None)
+                                      reuse_address=True, reuse_port=reuse_port or None, ssl=tls,
+                                      ssl_handshake_timeout=10.0 if tls else None)
     return Listener(server, live)
 
 
-async def serve(app: RestApp, host: str, port: int, stop: asyncio.Event, reuse_port: bool = False) -> None:
-    """Serve ``app`` on ``host:port`` until ``stop`` is set, closing idle connections on the way."""
-    listener = await open_listener(app, host, port, reuse_port)
+async def serve(app: RestApp, host: str, port: int, stop: asyncio.Event, reuse_port: bool = False,
+                tls: ssl.SSLContext | None = None) -> None:
+    """Serve ``app`` on ``host:port`` (HTTPS with ``tls``) until ``stop`` is set, closing idle
+    connections on the way."""
+    listener = await open_listener(app, host, port, reuse_port, tls)
     try:
         while not stop.is_set():
             try:

@@ -13,11 +13,13 @@ import asyncio
 import logging
 import signal
 import socket
+import ssl
 
 from frontend.aio import AioFrontend
 from frontend.http.app import RestApp
 from rangetable.config import FrontendConfig
 from rangetable.gc_tuning import tune_gc
+from rangetable.tls import server_context
 
 log = logging.getLogger("rangetable.http")
 
@@ -25,8 +27,9 @@ log = logging.getLogger("rangetable.http")
 def split_hostport(text: str, default_port: int = 10002) -> tuple[str, int]:
     """``"host:port"`` → ``(host, port)``; a bare port or host is accepted."""
     text = text.strip()
-    if text.startswith("http://"):
-        text = text[len("http://"):]
+    for scheme in ("http://", "https://"):
+        if text.startswith(scheme):
+            text = text[len(scheme):]
     host, sep, port = text.rpartition(":")
     if not sep:
         return (text or "127.0.0.1", default_port) if not text.isdigit() else ("127.0.0.1", int(text))
@@ -48,6 +51,7 @@ async def serve_async(cfg: FrontendConfig) -> None:
     host, port = split_hostport(cfg.http)
     app = make_app(cfg, own_frontend=False)
     loop = asyncio.get_running_loop()
+    tls = server_context(cfg.cert, cfg.key) if (cfg.cert or cfg.key) else None
     await app.fe.start()
     if cfg.metrics:
         from frontend.metrics import collect_http
@@ -56,7 +60,7 @@ async def serve_async(cfg: FrontendConfig) -> None:
         log.info("metrics on %s", serve_metrics(cfg.metrics, lambda: collect_http(app.fe.id, app.answers)))
     tune_gc()
     try:
-        await _serve(app, host, port, loop, server, cfg.reuse_port)
+        await _serve(app, host, port, loop, server, cfg.reuse_port, tls, cfg)
     finally:
         await app.fe.close()
 
@@ -74,7 +78,9 @@ def reuse_port_socket(host: str, port: int) -> socket.socket:
 
 
 async def _serve(app: RestApp, host: str, port: int, loop: asyncio.AbstractEventLoop, server: str,
-                 reuse_port: bool = False) -> None:
+                 reuse_port: bool = False, tls: ssl.SSLContext | None = None,
+                 cfg: FrontendConfig | None = None) -> None:
+    scheme = "https" if tls else "http"
     if reuse_port and server == "granian":
         raise ValueError("--reuse-port works with --http-server builtin or uvicorn (granian binds its own socket)")
     if server == "builtin":
@@ -83,28 +89,32 @@ async def _serve(app: RestApp, host: str, port: int, loop: asyncio.AbstractEvent
         stop = asyncio.Event()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
-        log.info("http frontend %s serving Azure Table REST on http://%s:%d", app.fe.id, host, port)
-        await serve(app, host, port, stop, reuse_port)
+        log.info("http frontend %s serving Azure Table REST on %s://%s:%d", app.fe.id, scheme, host, port)
+        await serve(app, host, port, stop, reuse_port, tls)
         return
     if server == "uvicorn":
         import uvicorn
 
+        certs = {"ssl_certfile": cfg.cert, "ssl_keyfile": cfg.key} if tls and cfg else {}
         userver = uvicorn.Server(uvicorn.Config(app, host=host, port=port, lifespan="on", log_level="warning",
-                                                access_log=False))
+                                                access_log=False, **certs))
         await userver.serve(sockets=[reuse_port_socket(host, port)] if reuse_port else None)
         return
+    from pathlib import Path
+
     from granian.constants import Interfaces
     from granian.server.embed import Server
 
+    certs = {"ssl_cert": Path(cfg.cert), "ssl_key": Path(cfg.key)} if tls and cfg else {}
     gserver = Server(app, address=host, port=port, interface=Interfaces.ASGI, log_access=False,
-                     log_level="warning", backlog=1024, websockets=False)
+                     log_level="warning", backlog=1024, websockets=False, **certs)
 
     def stop() -> None:
         gserver.stop()
 
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop)
-    log.info("http frontend %s serving Azure Table REST on http://%s:%d", app.fe.id, host, port)
+    log.info("http frontend %s serving Azure Table REST on %s://%s:%d", app.fe.id, scheme, host, port)
     await gserver.serve()
 
 
@@ -114,6 +124,8 @@ def run(cfg: FrontendConfig) -> None:
         raise ValueError(f"--http-server must be one of {', '.join(SERVERS)}, not {cfg.http_server!r}")
     if cfg.reuse_port and cfg.http_server == "granian":
         raise ValueError("--reuse-port works with --http-server builtin or uvicorn (granian binds its own socket)")
+    if cfg.cert or cfg.key:
+        server_context(cfg.cert, cfg.key)  # a bad certificate fails before anything starts
     logging.getLogger("granian").setLevel(logging.WARNING)
     try:
         import uvloop  # type: ignore[import-not-found]
