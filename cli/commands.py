@@ -279,7 +279,7 @@ def status_cmd(data_dir: str, as_json: bool) -> None:
     for p in doc["processes"]:
         up = "running" if p.get("pid") and pid_alive(p["pid"]) else "DOWN"
         click.echo(f"  {p['id']:12} {p['role']:17} pid {p['pid']:<7} {up:8} restarts {p.get('restarts', 0)}"
-                   + (f"   {p['metrics']}" if p.get("metrics") else ""))
+                   + (f"   {p.get('metrics') or p['url']}" if p.get("metrics") or p.get("url") else ""))
     _print_servers(st["servers"])
 
 

@@ -126,9 +126,13 @@ data_dir_option = click.option("--data-dir", default=lambda: os.environ.get(DATA
               help="Entities/s per PartitionKey before ServerBusy, as Azure enforces (2000); 0 = off.")
 @click.option("--metrics/--no-metrics", default=True, show_default=True,
               help="Every process serves Prometheus /metrics on a port of its own (cluster.json lists the URLs).")
+@click.option("--dashboard/--no-dashboard", default=True, show_default=True,
+              help="Serve the web dashboard (servers, ranges, events, key-space heatmap) on --dashboard-port.")
+@click.option("--dashboard-port", default=10080, show_default=True, help="Port of the web dashboard (0 = any).")
 @click.option("--json", "as_json", is_flag=True, help="Print cluster.json once ready.")
 def up_cmd(data_dir: str, servers: int, frontends: int, native_port: int, http_port: int, detach: bool, no_restart: bool,
-           sync: bool, lease_s: float, partition_target: float, metrics: bool, as_json: bool) -> None:
+           sync: bool, lease_s: float, partition_target: float, metrics: bool, dashboard: bool, dashboard_port: int,
+           as_json: bool) -> None:
     """Start a local cluster: a coordinator, partition servers and frontends."""
     from cli.supervisor import ClusterSpec, down, pid_alive, read_cluster, supervise
 
@@ -139,7 +143,7 @@ def up_cmd(data_dir: str, servers: int, frontends: int, native_port: int, http_p
     if doc:
         down(data_dir)  # leftovers of a supervisor that was killed
     spec = ClusterSpec(os.path.abspath(data_dir), servers, frontends, native_port, not no_restart, sync, lease_s,
-                       http_port, partition_target, metrics)
+                       http_port, partition_target, metrics, dashboard, dashboard_port)
 
     def ready(doc: dict) -> None:
         if as_json:
@@ -149,6 +153,8 @@ def up_cmd(data_dir: str, servers: int, frontends: int, native_port: int, http_p
         click.echo(f"  native endpoint:  {doc['native']}")
         click.echo(f"  REST endpoint:    {doc['http']}")
         click.echo(f"  coordinator:      {doc['coordinator']}")
+        if doc.get("dashboard"):
+            click.echo(f"  dashboard:        {doc['dashboard']}")
         click.echo(f"  logs:             {os.path.join(spec.data_dir, 'logs')}")
         click.echo("Stop with Ctrl-C" + ("" if not detach else f" or `rangetable down --data-dir {data_dir}`"))
 
@@ -161,8 +167,10 @@ def up_cmd(data_dir: str, servers: int, frontends: int, native_port: int, http_p
     os.makedirs(os.path.join(spec.data_dir, "logs"), exist_ok=True)
     argv = [sys.executable, "-m", "cli.main", "up", "--data-dir", spec.data_dir, "--servers", str(servers),
             "--frontends", str(frontends), "--native-port", str(native_port), "--lease-s", str(lease_s),
-            "--http-port", str(http_port), "--partition-target", str(partition_target)]
+            "--http-port", str(http_port), "--partition-target", str(partition_target),
+            "--dashboard-port", str(dashboard_port)]
     argv += ["--no-restart"] * no_restart + ["--sync"] * sync + ["--no-metrics"] * (not metrics)
+    argv += ["--no-dashboard"] * (not dashboard)
     with open(os.path.join(spec.data_dir, "logs", "supervisor.log"), "ab") as log:
         proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                 start_new_session=True)
@@ -198,6 +206,7 @@ def drill_group() -> None:
 
 
 from cli import backup, balance, chaos, commands, drill, observe, stress, transfer  # noqa: E402,F401  (registers the user, admin and drill commands)
+from cli.dashboard import command as _dashboard  # noqa: E402,F401  (registers `rangetable dashboard`)
 
 if __name__ == "__main__":
     # Under `python -m cli.main` this file runs as __main__, while the command modules register on the

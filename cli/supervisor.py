@@ -137,6 +137,8 @@ class ClusterSpec:
     http_port: int = 10002  # REST port of the first HTTP frontend (0 = any free port)
     partition_target: float = 0.0  # entities/s per PartitionKey before ServerBusy; 0 = off
     metrics: bool = True  # every process serves Prometheus /metrics on a port of its own
+    dashboard: bool = True  # run the web dashboard (`rangetable dashboard`) as one more process
+    dashboard_port: int = 10080  # its port (0 = any free port)
 
 
 DEV_KEY = "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="
@@ -215,6 +217,13 @@ class Supervisor:
                 port = ports.take()
                 c.argv += ["--metrics", f"127.0.0.1:{port}"]
                 c.extra["metrics"] = f"http://127.0.0.1:{port}/metrics"
+        self.dashboard = ""
+        if self.spec.dashboard:
+            port = self.spec.dashboard_port or ports.take()
+            self.dashboard = f"http://127.0.0.1:{port}/"
+            self.children.append(Child("dashboard", "dashboard", self._cmd(
+                "dashboard", "--coordinator", self.coordinator, "--dashboard", f"127.0.0.1:{port}",
+                "--lease-s", lease), os.path.join(self.logs, "dashboard.log"), {"url": self.dashboard}))
 
     def write_cluster_file(self) -> None:
         """Write cluster.json atomically."""
@@ -229,6 +238,7 @@ class Supervisor:
             "supervisor_pid": os.getpid(),
             "processes": [c.info() for c in self.children],
             "metrics": [c.extra["metrics"] for c in self.children if "metrics" in c.extra],
+            "dashboard": self.dashboard or None,
         }
         path = os.path.join(self.data_dir, CLUSTER_FILE)
         with open(path + ".tmp", "w") as f:
@@ -255,7 +265,8 @@ class Supervisor:
                         m = call(n, {"op": "map"}, timeout=1.0)
                         if not m or not ours <= set(m.get("servers", {}).values()):
                             raise TableError("ServerBusy", "frontend has no current map yet")
-                    if all(_http_ready(h) for h in self.https):
+                    if all(_http_ready(h) for h in self.https) and \
+                            (not self.dashboard or _http_ready(self.dashboard + "api/health")):
                         return
             except (TableError, KeyError) as exc:
                 last = exc
@@ -340,7 +351,7 @@ class Supervisor:
     def stop(self) -> None:
         """Stop frontends, then partition servers, then the coordinator; SIGKILL stragglers."""
         self.stopping = True
-        for role in ("http-frontend", "frontend", "partition-server", "coordinator"):
+        for role in ("dashboard", "http-frontend", "frontend", "partition-server", "coordinator"):
             group = [c for c in self.children if c.role == role and c.proc and c.proc.poll() is None]
             for c in group:
                 c.proc.send_signal(signal.SIGTERM)
