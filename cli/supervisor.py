@@ -212,11 +212,6 @@ class Supervisor:
             self.children.append(Child("http-frontend", hid, self._cmd(
                 "http-frontend", "--coordinator", self.coordinator, "--http", f"127.0.0.1:{port}",
                 "--frontend-id", hid, *shared), os.path.join(self.logs, f"{hid}.log"), {"http": url}))
-        if self.spec.metrics:
-            for c in self.children:
-                port = ports.take()
-                c.argv += ["--metrics", f"127.0.0.1:{port}"]
-                c.extra["metrics"] = f"http://127.0.0.1:{port}/metrics"
         self.dashboard = ""
         if self.spec.dashboard:
             port = self.spec.dashboard_port or ports.take()
@@ -224,6 +219,11 @@ class Supervisor:
             self.children.append(Child("dashboard", "dashboard", self._cmd(
                 "dashboard", "--coordinator", self.coordinator, "--dashboard", f"127.0.0.1:{port}",
                 "--lease-s", lease), os.path.join(self.logs, "dashboard.log"), {"url": self.dashboard}))
+        if self.spec.metrics:
+            for c in self.children:
+                port = ports.take()
+                c.argv += ["--metrics", f"127.0.0.1:{port}"]
+                c.extra["metrics"] = f"http://127.0.0.1:{port}/metrics"
 
     def write_cluster_file(self) -> None:
         """Write cluster.json atomically."""

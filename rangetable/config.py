@@ -73,6 +73,7 @@ class DashboardConfig:
     interval_s: float = 1.0  # how often it polls the coordinator's status, events and load reports
     history_s: float = 3600.0  # how much heatmap history it keeps (history_s / interval_s columns)
     lease_s: float = 2.0  # the cluster's lease, to show which servers hold one
+    metrics: str = ""  # HOST:PORT of the Prometheus /metrics endpoint; empty = none
 
 
 def env_name(cls: type, name: str) -> str:

@@ -22,6 +22,7 @@ import pytest
 from cli.admin import call
 from cli.dashboard.heatmap import hot_rows
 from cli.loadgen import LoadGen
+from cli.observe import scrape, total
 from tests.cluster import ROOT, Cluster
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
@@ -99,6 +100,10 @@ def test_dashboard_shows_a_hot_key_range(tmp_path: Path) -> None:
         assert all(s["alive"] and s["lease"] == "held" for s in state["servers"]) and len(state["servers"]) == 2
         assert [e["kind"] for e in state["events"]].count("split") == 3
         assert state["history"]["columns"] >= 8 and not state["error"]
+        metrics = next(p["metrics"] for p in cluster.doc["processes"] if p["role"] == "dashboard")
+        samples = scrape(metrics)
+        assert total(samples, "rangetable_dashboard_polls_total") >= 8
+        assert total(samples, "rangetable_dashboard_history_bytes") > 0
 
         status, body = get(dash + "api/heatmap?width=0")
         assert status == 400 and json.loads(body)["error"]["code"] == "InvalidQueryParameterValue"

@@ -30,8 +30,9 @@ def dashboard_cmd(**kw: Any) -> None:
     """Serve the web dashboard (servers, ranges, events, key-space heatmap) of a running cluster."""
     from cli.admin import call
     from cli.dashboard.server import Dashboard
-    from cli.dashboard.state import Watch
+    from cli.dashboard.state import Watch, collect
     from cli.supervisor import read_cluster
+    from rangetable.metrics import serve_metrics
 
     cfg = load(DashboardConfig, **kw)
     coordinator = cfg.coordinator
@@ -57,4 +58,6 @@ def dashboard_cmd(**kw: Any) -> None:
     signal.signal(signal.SIGINT, stop)
     click.echo(f"dashboard on {dash.url} (coordinator {coordinator}, every {cfg.interval_s:g} s, "
                f"{watch.history.columns.maxlen} columns of history)", err=True)
+    if cfg.metrics:
+        click.echo(f"metrics on {serve_metrics(cfg.metrics, lambda: collect(watch))}", err=True)
     dash.serve_forever()

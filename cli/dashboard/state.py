@@ -72,6 +72,7 @@ class Watch:
         self.polled_at = 0.0
         self.error = ""
         self.polls = 0
+        self.poll_errors = 0
         self.lock = threading.Lock()
         self._since = 0
 
@@ -85,6 +86,7 @@ class Watch:
         except TableError as exc:
             with self.lock:
                 self.error = f"{exc.error_code}: {exc.message}"
+                self.poll_errors += 1
             return False
         with self.lock:
             self.history.add(now, status.get("ranges", []), range_loads(status))
@@ -123,3 +125,19 @@ class Watch:
             cols = list(self.history.columns)
             sizes = dict(self.history.sizes)
         return heatmap(cols, sizes, now - window_s, now, width, mode)
+
+
+def collect(watch: Watch) -> list:
+    """The dashboard's Prometheus families: polls, failed polls, and the history's size."""
+    from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+    with watch.lock:
+        polls, errors = watch.polls, watch.poll_errors
+        columns, size = len(watch.history.columns), watch.history.approx_bytes()
+    return [
+        CounterMetricFamily("rangetable_dashboard_polls_total", "Coordinator polls answered.", value=polls),
+        CounterMetricFamily("rangetable_dashboard_poll_errors_total", "Coordinator polls not answered.", value=errors),
+        GaugeMetricFamily("rangetable_dashboard_history_columns", "Heatmap columns kept.", value=columns),
+        GaugeMetricFamily("rangetable_dashboard_history_bytes", "Estimated memory of the heatmap history.",
+                          value=size),
+    ]
