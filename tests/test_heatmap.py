@@ -44,8 +44,8 @@ def test_rows_cut_at_every_boundary_seen() -> None:
     after = layout_of([rng("r2", "", "m"), rng("r3", "m", None)])
     rows = rows_of([before, after])
     assert [(r.low, r.high) for r in rows] == [("", "m"), ("m", None)]
-    assert covering(before, rows) == [0, 0]  # before the split, one range holds both rows
-    assert covering(after, rows) == [0, 1]
+    assert covering(before, rows) == [[0], [0]]  # before the split, one range holds both rows
+    assert covering(after, rows) == [[0], [1]]
 
 
 def test_covering_marks_rows_of_a_table_that_did_not_exist() -> None:
@@ -53,7 +53,7 @@ def test_covering_marks_rows_of_a_table_that_did_not_exist() -> None:
     two = layout_of([rng("r1", "", None, "a"), rng("r2", "", None, "b")])
     rows = rows_of([one, two])
     assert [r.table for r in rows] == ["a", "b"]
-    assert covering(one, rows) == [0, -1]
+    assert covering(one, rows) == [[0], []]
 
 
 def test_split_then_merge_keeps_rows_and_values_in_place() -> None:
@@ -128,14 +128,14 @@ def test_history_forgets_sizes_of_ranges_no_column_holds() -> None:
 
 def test_heights_by_size_keep_empty_ranges_visible() -> None:
     rows = rows_of([layout_of([rng("r1", "", "m"), rng("r2", "m", None)])])
-    placed = row_heights(rows, ["r1", "r2"], {"r1": 0, "r2": 300})
+    placed = row_heights(rows, [["r1"], ["r2"]], {"r1": 0, "r2": 300})
     assert [r.h for r in placed] == [0.25, 0.75] and [r.y for r in placed] == [0.0, 0.25]
-    assert [r.h for r in row_heights(rows, ["r1", "r2"], {})] == [0.5, 0.5]  # no sizes yet: even
+    assert [r.h for r in row_heights(rows, [["r1"], ["r2"]], {})] == [0.5, 0.5]  # no sizes yet: even
     # A range split into two rows shares its entities between them.
-    placed = row_heights(rows, ["r1", "r1"], {"r1": 100})
+    placed = row_heights(rows, [["r1"], ["r1"]], {"r1": 100})
     assert [r.h for r in placed] == [0.5, 0.5]
     with pytest.raises(ValueError):
-        row_heights(rows, ["r1", "r2"], {}, mode="keys")
+        row_heights(rows, [["r1"], ["r2"]], {}, mode="keys")
 
 
 def test_heights_by_size_in_the_heatmap_use_the_latest_sizes() -> None:
@@ -203,3 +203,20 @@ def test_state_view_servers_and_ranges() -> None:
     assert (r1["ops_s"], r1["entities"], r1["reported"]) == (8.0, 5, True)
     assert (r2["state"], r2["owner"], r2["reported"], r2["ops_s"]) == ("moving", "ps-2", False, 0.0)
     assert state_view({}, 2.0) == {"version": None, "tables": [], "servers": [], "ranges": []}
+
+
+def test_rows_are_capped_and_a_coarse_row_shows_its_hottest_range() -> None:
+    ranges = [rng(f"r{i}", "" if i == 0 else f"k{i:02d}", f"k{i + 1:02d}" if i < 9 else None) for i in range(10)]
+    rows = rows_of([layout_of(ranges), layout_of([rng("x", "", None, "other")])], max_rows=4)
+    assert [(r.table, r.low, r.high) for r in rows] == [
+        ("other", "", None), ("t", "", "k04"), ("t", "k04", "k07"), ("t", "k07", None)]
+    assert covering(layout_of(ranges), rows) == [[], [0, 1, 2, 3], [4, 5, 6], [7, 8, 9]]
+    h = History()
+    h.add(0, ranges, {f"r{i}": load(100 if i == 4 else 1, entities=10) for i in range(10)})
+    res = heatmap(list(h.columns), h.sizes, 0, 0, max_rows=3)
+    assert [(r["low"], r["high"]) for r in res["rows"]] == [("", "k04"), ("k04", "k07"), ("k07", None)]
+    assert res["values"] == [[1.0, 100.0, 1.0]]
+    assert res["layouts"] == [["r0", "r4", "r7"]]
+    assert [r["h"] for r in res["rows"]] == pytest.approx([1 / 6 + 0.5 * 0.4, 1 / 6 + 0.5 * 0.3, 1 / 6 + 0.5 * 0.3], abs=1e-5)
+    # More tables than rows: every table keeps its one row.
+    assert len(rows_of([layout_of([rng(f"r{i}", "", None, f"t{i}") for i in range(5)])], max_rows=2)) == 5

@@ -103,8 +103,15 @@ class Row:
     h: float = 0.0
 
 
-def rows_of(layouts: Iterable[tuple[Span, ...]]) -> list[Row]:
-    """The rows of a window: every table seen, cut at every range boundary seen, in key-space order."""
+MAX_ROWS = 512  # rows of one heatmap; past it, boundaries are thinned out evenly (each table keeps its first row)
+
+
+def rows_of(layouts: Iterable[tuple[Span, ...]], max_rows: int = MAX_ROWS) -> list[Row]:
+    """The rows of a window: every table seen, cut at every range boundary seen, in key-space order.
+
+    When there are more than ``max_rows`` cuts, every table keeps its first one and the others are
+    chosen evenly, so a row may then span several ranges (its value is the hottest of them).
+    """
     names: dict[str, str] = {}
     lows: dict[str, set[str]] = {}
     for layout in layouts:
@@ -112,38 +119,51 @@ def rows_of(layouts: Iterable[tuple[Span, ...]]) -> list[Row]:
             k = table_key(s.table)
             names[k] = s.table  # the latest spelling
             lows.setdefault(k, {""}).add(s.low)
+    cuts = [(k, low) for k in sorted(lows) for low in sorted(lows[k])]
+    if len(cuts) > max_rows:
+        starts = [i for i, (_, low) in enumerate(cuts) if low == ""]
+        others = [i for i, (_, low) in enumerate(cuts) if low != ""]
+        room = max(0, max_rows - len(starts))
+        chosen = {others[(j + 1) * len(others) // (room + 1)] for j in range(room)}
+        cuts = [cuts[i] for i in sorted({*starts, *chosen})]
     rows = []
-    for k in sorted(lows):
-        cuts = sorted(lows[k])
-        for i, low in enumerate(cuts):
-            rows.append(Row(names[k], low, cuts[i + 1] if i + 1 < len(cuts) else None))
+    for i, (k, low) in enumerate(cuts):
+        nxt = cuts[i + 1] if i + 1 < len(cuts) else None
+        rows.append(Row(names[k], low, nxt[1] if nxt is not None and nxt[0] == k else None))
     return rows
 
 
-def covering(layout: tuple[Span, ...], rows: Sequence[Row]) -> list[int]:
-    """For each row, the index of the span of ``layout`` that holds it, or -1 (its table did not exist)."""
+def covering(layout: tuple[Span, ...], rows: Sequence[Row]) -> list[list[int]]:
+    """For each row, the indices of the spans of ``layout`` that overlap it, in key order (the first
+    holds the row's low bound); empty when its table did not exist."""
     by_table: dict[str, list[int]] = {}
     for i, s in enumerate(layout):
         by_table.setdefault(table_key(s.table), []).append(i)
-    out = []
+    lows = {k: [layout[i].low for i in idx] for k, idx in by_table.items()}
+    out: list[list[int]] = []
     for row in rows:
-        idx = by_table.get(table_key(row.table))
+        k = table_key(row.table)
+        idx = by_table.get(k)
         if not idx:
-            out.append(-1)
+            out.append([])
             continue
-        j = bisect.bisect_right([layout[i].low for i in idx], row.low) - 1
-        out.append(idx[j] if j >= 0 else -1)
+        j = max(0, bisect.bisect_right(lows[k], row.low) - 1)
+        hit = [idx[j]]
+        while j + 1 < len(idx) and (row.high is None or lows[k][j + 1] < row.high):
+            j += 1
+            hit.append(idx[j])
+        out.append(hit)
     return out
 
 
-def row_heights(rows: Sequence[Row], last_rids: Sequence[str | None], sizes: Mapping[str, float],
+def row_heights(rows: Sequence[Row], last_rids: Sequence[Sequence[str]], sizes: Mapping[str, float],
                 mode: str = "size") -> list[Row]:
     """Place the rows on the y axis (fractions that add up to 1).
 
     ``even``: every row the same height. ``size``: half of the height is shared evenly, half in
     proportion to each row's share of the entities (a range's entities split evenly over the rows
-    it holds), so an empty range stays visible and a big one gets room. ``last_rids`` is, for each
-    row, the range that held it in the latest column where its table existed.
+    it overlaps), so an empty range stays visible and a big one gets room. ``last_rids`` is, for each
+    row, the ranges that overlapped it in the latest column where its table existed.
     """
     if mode not in HEIGHT_MODES:
         raise ValueError(f"height mode must be one of {', '.join(HEIGHT_MODES)}, not {mode!r}")
@@ -153,10 +173,10 @@ def row_heights(rows: Sequence[Row], last_rids: Sequence[str | None], sizes: Map
     weights = [1.0 / n] * n
     if mode == "size":
         per_rid: dict[str, int] = {}
-        for rid in last_rids:
-            if rid is not None:
+        for rids in last_rids:
+            for rid in rids:
                 per_rid[rid] = per_rid.get(rid, 0) + 1
-        share = [sizes.get(rid, 0.0) / per_rid[rid] if rid is not None else 0.0 for rid in last_rids]
+        share = [sum(sizes.get(rid, 0.0) / per_rid[rid] for rid in rids) for rids in last_rids]
         total = sum(share)
         if total > 0:
             weights = [0.5 / n + 0.5 * s / total for s in share]
@@ -167,14 +187,24 @@ def row_heights(rows: Sequence[Row], last_rids: Sequence[str | None], sizes: Map
     return out
 
 
+def _hottest(ops: array, idxs: list[int]) -> float | None:
+    """The largest reported load among the spans ``idxs`` (None when none reported)."""
+    if len(idxs) == 1:
+        v = ops[idxs[0]]
+        return None if math.isnan(v) else v
+    vals = [ops[i] for i in idxs if not math.isnan(ops[i])]
+    return max(vals) if vals else None
+
+
 def heatmap(columns: Sequence[Column], sizes: Mapping[str, float], t_from: float, t_to: float,
-            width: int = 600, mode: str = "size") -> dict[str, Any]:
+            width: int = 600, mode: str = "size", max_rows: int = MAX_ROWS) -> dict[str, Any]:
     """The heatmap of the columns polled in ``[t_from, t_to]``, in at most ``width`` time buckets.
 
     Returns ``rows`` (table, low, high, y, h), ``times`` (each bucket's start), ``step`` (a bucket's
     length in seconds), ``values`` (per bucket, per row: the mean requests/s of the range holding
-    the row, or None where no report exists), ``layouts`` + ``column_layout`` (per bucket, per row:
-    the range id, shared between buckets with the same map) and ``max`` (the largest value).
+    the row — the hottest one when a row spans several — or None where no report exists),
+    ``layouts`` + ``column_layout`` (per bucket, per row: the range holding the row's low bound,
+    shared between buckets with the same map) and ``max`` (the largest value).
     """
     if width < 1:
         raise ValueError("width must be at least 1")
@@ -182,7 +212,7 @@ def heatmap(columns: Sequence[Column], sizes: Mapping[str, float], t_from: float
     layouts: dict[int, tuple[Span, ...]] = {}
     for c in cols:
         layouts.setdefault(id(c.layout), c.layout)
-    rows = rows_of(layouts.values())
+    rows = rows_of(layouts.values(), max_rows)
     cover = {key: covering(layout, rows) for key, layout in layouts.items()}
     # Buckets: one per column when they fit, else ``width`` equal slices of the window.
     if len(cols) <= width:
@@ -201,23 +231,26 @@ def heatmap(columns: Sequence[Column], sizes: Mapping[str, float], t_from: float
         sums = [0.0] * len(rows)
         counts = [0] * len(rows)
         for c in bucket:
-            for r, i in enumerate(cover[id(c.layout)]):
-                if i >= 0 and not math.isnan(c.ops[i]):
-                    sums[r] += c.ops[i]
-                    counts[r] += 1
+            ops = c.ops
+            for r, idxs in enumerate(cover[id(c.layout)]):
+                if idxs:
+                    v = _hottest(ops, idxs)
+                    if v is not None:
+                        sums[r] += v
+                        counts[r] += 1
         values.append([round(s / k, 2) if k else None for s, k in zip(sums, counts, strict=True)])
         last = bucket[-1] if bucket else None
-        ids.append(tuple(last.layout[i].rid if i >= 0 else None for i in cover[id(last.layout)])
+        ids.append(tuple(last.layout[i[0]].rid if i else None for i in cover[id(last.layout)])
                    if last else (None,) * len(rows))
-    # Row heights from the latest range holding each row.
-    last_rids: list[str | None] = [None] * len(rows)
+    # Row heights from the latest ranges overlapping each row.
+    last_rids: list[list[str] | None] = [None] * len(rows)
     for c in reversed(cols):
-        for r, i in enumerate(cover[id(c.layout)]):
-            if last_rids[r] is None and i >= 0:
-                last_rids[r] = c.layout[i].rid
+        for r, idxs in enumerate(cover[id(c.layout)]):
+            if last_rids[r] is None and idxs:
+                last_rids[r] = [c.layout[i].rid for i in idxs]
         if all(x is not None for x in last_rids):
             break
-    placed = row_heights(rows, last_rids, sizes, mode)
+    placed = row_heights(rows, [x or [] for x in last_rids], sizes, mode)
     distinct: dict[tuple[str | None, ...], int] = {}
     column_layout = [distinct.setdefault(x, len(distinct)) for x in ids]
     peak = max((v for col in values for v in col if v is not None), default=0.0)
