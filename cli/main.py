@@ -128,14 +128,19 @@ data_dir_option = click.option("--data-dir", default=lambda: os.environ.get(DATA
               help="Every process serves Prometheus /metrics on a port of its own (cluster.json lists the URLs).")
 @click.option("--dashboard/--no-dashboard", default=True, show_default=True,
               help="Serve the web dashboard (servers, ranges, events, key-space heatmap) on --dashboard-port.")
-@click.option("--dashboard-port", default=10080, show_default=True, help="Port of the web dashboard (0 = any).")
+@click.option("--dashboard-port", default=10081, show_default=True,
+              help="Port of the web dashboard (0 = any; not 10080, which browsers refuse).")
 @click.option("--json", "as_json", is_flag=True, help="Print cluster.json once ready.")
 def up_cmd(data_dir: str, servers: int, frontends: int, native_port: int, http_port: int, detach: bool, no_restart: bool,
            sync: bool, lease_s: float, partition_target: float, metrics: bool, dashboard: bool, dashboard_port: int,
            as_json: bool) -> None:
     """Start a local cluster: a coordinator, partition servers and frontends."""
+    from cli.dashboard.ports import browser_refuses
     from cli.supervisor import ClusterSpec, down, pid_alive, read_cluster, supervise
 
+    if dashboard and browser_refuses(dashboard_port):
+        raise click.ClickException(f"browsers refuse to open port {dashboard_port} (ERR_UNSAFE_PORT): "
+                                   "pick another --dashboard-port")
     doc = read_cluster(data_dir)
     if doc and pid_alive(doc.get("supervisor_pid", 0)):
         raise click.ClickException(f"a cluster is already running on {data_dir} (pid {doc['supervisor_pid']}); "

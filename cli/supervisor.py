@@ -19,6 +19,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from cli.dashboard.ports import BROWSER_BLOCKED_PORTS
 from rangetable.errors import TableError
 
 CLUSTER_FILE = "cluster.json"
@@ -138,7 +139,7 @@ class ClusterSpec:
     partition_target: float = 0.0  # entities/s per PartitionKey before ServerBusy; 0 = off
     metrics: bool = True  # every process serves Prometheus /metrics on a port of its own
     dashboard: bool = True  # run the web dashboard (`rangetable dashboard`) as one more process
-    dashboard_port: int = 10080  # its port (0 = any free port)
+    dashboard_port: int = 10081  # its port (0 = any free port; browsers refuse 10080)
 
 
 DEV_KEY = "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="
@@ -214,7 +215,9 @@ class Supervisor:
                 "--frontend-id", hid, *shared), os.path.join(self.logs, f"{hid}.log"), {"http": url}))
         self.dashboard = ""
         if self.spec.dashboard:
-            port = self.spec.dashboard_port or ports.take()
+            port = self.spec.dashboard_port
+            while not port or port in BROWSER_BLOCKED_PORTS:  # a page browsers refuse to open is no use
+                port = ports.take()
             self.dashboard = f"http://127.0.0.1:{port}/"
             self.children.append(Child("dashboard", "dashboard", self._cmd(
                 "dashboard", "--coordinator", self.coordinator, "--dashboard", f"127.0.0.1:{port}",

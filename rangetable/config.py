@@ -69,7 +69,7 @@ class DashboardConfig:
 
     data_dir: str = "./rangetable-data"  # where cluster.json names the coordinator, when --coordinator is empty
     coordinator: str = ""  # empty = the coordinator of cluster.json in --data-dir
-    dashboard: str = "127.0.0.1:10080"  # HOST:PORT the page is served on (port 0 = any free port)
+    dashboard: str = "127.0.0.1:10081"  # HOST:PORT of the page (0 = any free port; browsers refuse 10080)
     interval_s: float = 1.0  # how often it polls the coordinator's status, events and load reports
     history_s: float = 3600.0  # how much heatmap history it keeps (history_s / interval_s columns)
     lease_s: float = 2.0  # the cluster's lease, to show which servers hold one

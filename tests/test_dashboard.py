@@ -168,3 +168,8 @@ def test_dashboard_command_errors(tmp_path: Path) -> None:
     assert out.returncode == 2 and "HOST:PORT" in out.stderr
     out = run("--coordinator", "tcp://127.0.0.1:1", "--interval-s", "0")
     assert out.returncode == 1 and "--interval-s" in out.stderr
+    out = run("--coordinator", "tcp://127.0.0.1:1", "--dashboard", "127.0.0.1:10080")
+    assert out.returncode == 1 and "ERR_UNSAFE_PORT" in out.stderr
+    up = subprocess.run([sys.executable, "-m", "cli.main", "up", "--data-dir", str(tmp_path / "d"),
+                         "--dashboard-port", "10080"], cwd=ROOT, capture_output=True, text=True, timeout=30)
+    assert up.returncode == 1 and "ERR_UNSAFE_PORT" in up.stderr and not (tmp_path / "d").exists()

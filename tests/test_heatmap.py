@@ -16,8 +16,10 @@ from cli.dashboard.heatmap import (
     row_heights,
     rows_of,
 )
+from cli.dashboard.ports import browser_refuses
 from cli.dashboard.server import heatmap_params
 from cli.dashboard.state import state_view
+from cli.supervisor import ClusterSpec, Supervisor
 from rangetable.errors import TableError
 
 
@@ -220,3 +222,15 @@ def test_rows_are_capped_and_a_coarse_row_shows_its_hottest_range() -> None:
     assert [r["h"] for r in res["rows"]] == pytest.approx([1 / 6 + 0.5 * 0.4, 1 / 6 + 0.5 * 0.3, 1 / 6 + 0.5 * 0.3], abs=1e-5)
     # More tables than rows: every table keeps its one row.
     assert len(rows_of([layout_of([rng(f"r{i}", "", None, f"t{i}") for i in range(5)])], max_rows=2)) == 5
+
+
+def test_the_dashboard_never_lands_on_a_port_browsers_refuse(tmp_path, monkeypatch) -> None:
+    assert browser_refuses(10080) and browser_refuses(6000) and not browser_refuses(10081)
+    from cli import supervisor
+
+    taken = iter([11001, 11002, 10080, 6666, 23456])  # what the port reservation hands out, in order
+    monkeypatch.setattr(supervisor.PortReservation, "take", lambda self: next(taken))
+    sup = Supervisor(ClusterSpec(data_dir=str(tmp_path), servers=0, frontends=0, http_port=11003, dashboard_port=0,
+                                 metrics=False))
+    sup.plan()  # the coordinator's two ports, then the dashboard's: 10080 and 6666 are passed over
+    assert sup.coordinator.endswith(":11001") and sup.dashboard == "http://127.0.0.1:23456/"

@@ -29,6 +29,7 @@ def split_host_port(text: str) -> tuple[str, int]:
 def dashboard_cmd(**kw: Any) -> None:
     """Serve the web dashboard (servers, ranges, events, key-space heatmap) of a running cluster."""
     from cli.admin import call
+    from cli.dashboard.ports import browser_refuses
     from cli.dashboard.server import Dashboard
     from cli.dashboard.state import Watch, collect
     from cli.supervisor import read_cluster
@@ -44,6 +45,8 @@ def dashboard_cmd(**kw: Any) -> None:
     if cfg.interval_s <= 0 or cfg.history_s < cfg.interval_s:
         raise click.ClickException("--interval-s must be > 0 and --history-s at least --interval-s")
     host, port = split_host_port(cfg.dashboard)
+    if browser_refuses(port):
+        raise click.ClickException(f"browsers refuse to open port {port} (ERR_UNSAFE_PORT): pick another")
     _logging()
     watch = Watch(coordinator, call, cfg.interval_s, cfg.history_s, cfg.lease_s)
     try:
