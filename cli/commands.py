@@ -273,7 +273,8 @@ def status_cmd(data_dir: str, as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps({"cluster": doc, "status": st}, indent=2))
         return
-    click.echo(f"native {doc['native']}" + (f"   REST {doc['http']}" if doc.get("http") else ""))
+    click.echo(f"native {doc['native']}" + (f"   REST {doc['http']}" if doc.get("http") else "")
+               + (f"   dashboard {doc['dashboard']}" if doc.get("dashboard") else ""))
     click.echo(f"coordinator {doc['coordinator']}   map version {st['version']}, {len(st['tables'])} tables, "
                f"{len(st['ranges'])} ranges")
     for p in doc["processes"]:
