@@ -113,6 +113,10 @@ def test_dashboard_shows_a_hot_key_range(tmp_path: Path) -> None:
             urllib.request.urlopen(req, timeout=10)
         assert exc.value.code == 405
 
+        out = subprocess.run([sys.executable, "-m", "cli.main", "status", "--data-dir", cluster.data_dir], cwd=ROOT,
+                             capture_output=True, text=True, timeout=30)
+        assert f"dashboard {dash}" in out.stdout, out.stdout + out.stderr
+
         status, page = get(dash + "?window=60")
         assert status == 200 and b"const BOOT = {" in page and b"cdn" not in page.lower()
         assert b"<script src" not in page and b"<link" not in page  # self-contained: nothing to fetch
