@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import math
+import threading
+import time
 
 import pytest
 
@@ -234,3 +236,26 @@ def test_the_dashboard_never_lands_on_a_port_browsers_refuse(tmp_path, monkeypat
                                  metrics=False))
     sup.plan()  # the coordinator's two ports, then the dashboard's: 10080 and 6666 are passed over
     assert sup.coordinator.endswith(":11001") and sup.dashboard == "http://127.0.0.1:23456/"
+
+
+def test_a_silent_coordinator_is_shown_not_fatal() -> None:
+    from cli.admin import call
+    from cli.dashboard.state import Watch
+
+    watch = Watch("tcp://127.0.0.1:1", call, interval_s=0.5, history_s=10)  # nothing listens there
+    assert watch.poll(now=1.0) is False
+    st = watch.state()
+    assert st["error"].startswith("OperationTimedOut") and st["history"]["columns"] == 0 and st["servers"] == []
+    assert watch.heatmap(10, 100, "size", now=2.0)["rows"] == []
+
+    def broken(endpoint: str, body: dict, timeout: float) -> dict:
+        return {"ranges": [{"id": "r1"}]}  # no table, no bounds
+
+    watch = Watch("tcp://x", broken, interval_s=0.01, history_s=1)
+    stop = threading.Event()
+    t = threading.Thread(target=watch.run, args=(stop,))
+    t.start()
+    time.sleep(0.1)
+    stop.set()
+    t.join(5)
+    assert watch.poll_errors >= 2 and watch.error.startswith("InternalError") and not t.is_alive()

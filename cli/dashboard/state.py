@@ -7,6 +7,7 @@
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections import deque
@@ -15,6 +16,8 @@ from typing import Any
 
 from cli.dashboard.heatmap import History, heatmap, ops_per_second
 from rangetable.errors import TableError
+
+log = logging.getLogger("rangetable.dashboard")
 
 MAX_EVENTS = 200  # recent coordinator events kept for the page
 
@@ -103,7 +106,13 @@ class Watch:
         """Poll every ``interval_s`` until ``stop`` is set (the poller thread's loop)."""
         while not stop.is_set():
             started = time.monotonic()
-            self.poll()
+            try:
+                self.poll()
+            except Exception as exc:  # a malformed answer must not end the poller: show it and go on
+                log.exception("poll failed")
+                with self.lock:
+                    self.error = f"InternalError: {exc!r}"
+                    self.poll_errors += 1
             stop.wait(max(0.0, self.interval_s - (time.monotonic() - started)))
 
     def state(self) -> dict[str, Any]:
