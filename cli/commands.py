@@ -278,13 +278,14 @@ def status_cmd(data_dir: str, as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps({"cluster": doc, "status": st}, indent=2))
         return
-    click.echo(f"native {doc['native']}" + (f"   REST {doc['http']}" if doc.get("http") else ""))
+    click.echo(f"native {doc['native']}" + (f"   REST {doc['http']}" if doc.get("http") else "")
+               + (f"   dashboard {doc['dashboard']}" if doc.get("dashboard") else ""))
     click.echo(f"coordinator {doc['coordinator']}   map version {st['version']}, {len(st['tables'])} tables, "
                f"{len(st['ranges'])} ranges")
     for p in doc["processes"]:
         up = "running" if p.get("pid") and pid_alive(p["pid"]) else "DOWN"
         click.echo(f"  {p['id']:12} {p['role']:17} pid {p['pid']:<7} {up:8} restarts {p.get('restarts', 0)}"
-                   + (f"   {p['metrics']}" if p.get("metrics") else ""))
+                   + (f"   {p.get('metrics') or p['url']}" if p.get("metrics") or p.get("url") else ""))
     _print_servers(st["servers"])
 
 

@@ -135,6 +135,10 @@ data_dir_option = click.option("--data-dir", default=lambda: os.environ.get(DATA
               help="Entities/s per PartitionKey before ServerBusy, as Azure enforces (2000); 0 = off.")
 @click.option("--metrics/--no-metrics", default=True, show_default=True,
               help="Every process serves Prometheus /metrics on a port of its own (cluster.json lists the URLs).")
+@click.option("--dashboard/--no-dashboard", default=True, show_default=True,
+              help="Serve the web dashboard (servers, ranges, events, key-space heatmap) on --dashboard-port.")
+@click.option("--dashboard-port", default=10081, show_default=True,
+              help="Port of the web dashboard (0 = any; not 10080, which browsers refuse).")
 @click.option("--cert", envvar="RANGETABLE_CERT", default="",
               help="PEM certificate: the REST endpoint speaks HTTPS (with --key) [env RANGETABLE_CERT].")
 @click.option("--key", envvar="RANGETABLE_KEY", default="", help="PEM private key of --cert [env RANGETABLE_KEY].")
@@ -146,8 +150,10 @@ data_dir_option = click.option("--data-dir", default=lambda: os.environ.get(DATA
 @click.option("--json", "as_json", is_flag=True, help="Print cluster.json once ready.")
 def up_cmd(data_dir: str, servers: int, frontends: int, native_port: int, http_port: int, detach: bool, no_restart: bool,
            sync: bool, lease_s: float, partition_target: float, cert: str, key: str, bind_host: str,
-           advertise_host: str, metrics: bool, as_json: bool) -> None:
+           advertise_host: str, metrics: bool, dashboard: bool, dashboard_port: int,
+           as_json: bool) -> None:
     """Start a local cluster: a coordinator, partition servers and frontends."""
+    from cli.dashboard.ports import browser_refuses
     from cli.supervisor import ClusterSpec, down, pid_alive, read_cluster, supervise
     from rangetable.tls import server_context
 
@@ -158,6 +164,9 @@ def up_cmd(data_dir: str, servers: int, frontends: int, native_port: int, http_p
             raise click.ClickException(str(exc)) from None
         cert, key = os.path.abspath(cert), os.path.abspath(key)
 
+    if dashboard and browser_refuses(dashboard_port):
+        raise click.ClickException(f"browsers refuse to open port {dashboard_port} (ERR_UNSAFE_PORT): "
+                                   "pick another --dashboard-port")
     doc = read_cluster(data_dir)
     if doc and pid_alive(doc.get("supervisor_pid", 0)):
         raise click.ClickException(f"a cluster is already running on {data_dir} (pid {doc['supervisor_pid']}); "
@@ -165,7 +174,8 @@ def up_cmd(data_dir: str, servers: int, frontends: int, native_port: int, http_p
     if doc:
         down(data_dir)  # leftovers of a supervisor that was killed
     spec = ClusterSpec(os.path.abspath(data_dir), servers, frontends, native_port, not no_restart, sync, lease_s,
-                       http_port, partition_target, metrics, cert, key, bind_host, advertise_host)
+                       http_port, partition_target, metrics, cert, key, bind_host, advertise_host, dashboard,
+                       dashboard_port)
 
     def ready(doc: dict) -> None:
         if as_json:
@@ -175,6 +185,8 @@ def up_cmd(data_dir: str, servers: int, frontends: int, native_port: int, http_p
         click.echo(f"  native endpoint:  {doc['native']}")
         click.echo(f"  REST endpoint:    {doc['http']}")
         click.echo(f"  coordinator:      {doc['coordinator']}")
+        if doc.get("dashboard"):
+            click.echo(f"  dashboard:        {doc['dashboard']}")
         click.echo(f"  logs:             {os.path.join(spec.data_dir, 'logs')}")
         click.echo("Stop with Ctrl-C" + ("" if not detach else f" or `rangetable down --data-dir {data_dir}`"))
 
@@ -187,10 +199,12 @@ def up_cmd(data_dir: str, servers: int, frontends: int, native_port: int, http_p
     os.makedirs(os.path.join(spec.data_dir, "logs"), exist_ok=True)
     argv = [sys.executable, "-m", "cli.main", "up", "--data-dir", spec.data_dir, "--servers", str(servers),
             "--frontends", str(frontends), "--native-port", str(native_port), "--lease-s", str(lease_s),
-            "--http-port", str(http_port), "--partition-target", str(partition_target)]
+            "--http-port", str(http_port), "--partition-target", str(partition_target),
+            "--dashboard-port", str(dashboard_port)]
     argv += ["--no-restart"] * no_restart + ["--sync"] * sync + ["--no-metrics"] * (not metrics)
     argv += ["--cert", cert, "--key", key] if cert else []
     argv += ["--bind-host", bind_host, "--advertise-host", advertise_host]
+    argv += ["--no-dashboard"] * (not dashboard)
     with open(os.path.join(spec.data_dir, "logs", "supervisor.log"), "ab") as log:
         proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                 start_new_session=True)
@@ -226,6 +240,7 @@ def drill_group() -> None:
 
 
 from cli import backup, balance, chaos, commands, drill, observe, security, stress, transfer  # noqa: E402,F401  (registers the user, admin and drill commands)
+from cli.dashboard import command as _dashboard  # noqa: E402,F401  (registers `rangetable dashboard`)
 
 if __name__ == "__main__":
     # Under `python -m cli.main` this file runs as __main__, while the command modules register on the

@@ -19,6 +19,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from cli.dashboard.ports import BROWSER_BLOCKED_PORTS
 from rangetable.errors import TableError
 
 CLUSTER_FILE = "cluster.json"
@@ -149,6 +150,8 @@ class ClusterSpec:
     key: str = ""
     bind_host: str = "127.0.0.1"  # every process listens here (0.0.0.0: all interfaces) …
     advertise_host: str = ""  # … and is reached at this address (empty: bind_host, or 127.0.0.1 for 0.0.0.0)
+    dashboard: bool = True  # run the web dashboard (`rangetable dashboard`) as one more process
+    dashboard_port: int = 10081  # its port (0 = any free port; browsers refuse 10080)
 
 
 DEV_KEY = "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="
@@ -239,6 +242,16 @@ class Supervisor:
                 "http-frontend", "--coordinator", self.coordinator, "--http", f"{bind_host}:{port}",
                 "--frontend-id", hid, "--keys-dir", self.keys_dir, *shared), os.path.join(self.logs, f"{hid}.log"),
                 {"http": url}))
+        self.dashboard = ""
+        if self.spec.dashboard:
+            port = self.spec.dashboard_port
+            while not port or port in BROWSER_BLOCKED_PORTS:  # a page browsers refuse to open is no use
+                port = ports.take()
+            self.dashboard = f"http://{adv_host}:{port}/"
+            self.children.append(Child("dashboard", "dashboard", self._cmd(
+                "dashboard", "--coordinator", self.coordinator, "--dashboard", f"{bind_host}:{port}",
+                "--lease-s", lease, "--keys-dir", self.keys_dir), os.path.join(self.logs, "dashboard.log"),
+                {"url": self.dashboard}))
         if self.spec.metrics:
             for c in self.children:
                 port = ports.take()
@@ -259,6 +272,7 @@ class Supervisor:
             "supervisor_pid": os.getpid(),
             "processes": [c.info() for c in self.children],
             "metrics": [c.extra["metrics"] for c in self.children if "metrics" in c.extra],
+            "dashboard": self.dashboard or None,
         }
         path = os.path.join(self.data_dir, CLUSTER_FILE)
         fd = os.open(path + ".tmp", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)  # it holds the admin key
@@ -287,7 +301,8 @@ class Supervisor:
                         m = call(n, {"op": "map"}, timeout=1.0)
                         if not m or not ours <= set(m.get("servers", {}).values()):
                             raise TableError("ServerBusy", "frontend has no current map yet")
-                    if all(_http_ready(h) for h in self.https):
+                    if all(_http_ready(h) for h in self.https) and \
+                            (not self.dashboard or _http_ready(self.dashboard + "api/health")):
                         return
             except (TableError, KeyError) as exc:
                 last = exc
@@ -376,7 +391,7 @@ class Supervisor:
     def stop(self) -> None:
         """Stop frontends, then partition servers, then the coordinator; SIGKILL stragglers."""
         self.stopping = True
-        for role in ("http-frontend", "frontend", "partition-server", "coordinator"):
+        for role in ("dashboard", "http-frontend", "frontend", "partition-server", "coordinator"):
             group = [c for c in self.children if c.role == role and c.proc and c.proc.poll() is None]
             for c in group:
                 c.proc.send_signal(signal.SIGTERM)

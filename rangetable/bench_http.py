@@ -289,7 +289,7 @@ def start_temp_cluster(servers: int = 2, frontends: int = 1) -> tuple[str, dict]
 
     data_dir = tempfile.mkdtemp(prefix="rt-bench-http-")
     argv = [sys.executable, "-m", "cli.main", "up", "--detach", "--data-dir", data_dir, "--native-port", "0",
-            "--http-port", "0", "--servers", str(servers), "--frontends", str(frontends)]
+            "--http-port", "0", "--dashboard-port", "0", "--servers", str(servers), "--frontends", str(frontends)]
     out = subprocess.run(argv, capture_output=True, text=True, timeout=120)
     if out.returncode != 0:
         raise RuntimeError(f"could not start a cluster: {out.stdout}{out.stderr}")

@@ -207,7 +207,8 @@ def time_up(data_dir: str, extra: list[str]) -> float:
     """Start the cluster of ``data_dir`` again (``up --detach``), seconds until it serves."""
     t0 = time.perf_counter()
     out = subprocess.run([sys.executable, "-m", "cli.main", "up", "--detach", "--data-dir", data_dir,
-                          "--native-port", "0", "--http-port", "0", *extra], capture_output=True, text=True,
+                          "--native-port", "0", "--http-port", "0", "--dashboard-port", "0", *extra],
+                         capture_output=True, text=True,
                          timeout=600)
     if out.returncode != 0:
         raise RuntimeError(f"restart failed: {out.stdout}{out.stderr}")

@@ -71,6 +71,20 @@ class FrontendConfig:
     keys_dir: str = "./rangetable-data/keys"  # CURVE keys (rangetable/curve.py): this role's pair, the others' public keys
 
 
+@dataclass
+class DashboardConfig:
+    """Settings of the web dashboard (``rangetable dashboard``)."""
+
+    data_dir: str = "./rangetable-data"  # where cluster.json names the coordinator, when --coordinator is empty
+    coordinator: str = ""  # empty = the coordinator of cluster.json in --data-dir
+    dashboard: str = "127.0.0.1:10081"  # HOST:PORT of the page (0 = any free port; browsers refuse 10080)
+    interval_s: float = 1.0  # how often it polls the coordinator's status, events and load reports
+    history_s: float = 3600.0  # how much heatmap history it keeps (history_s / interval_s columns)
+    lease_s: float = 2.0  # the cluster's lease, to show which servers hold one
+    keys_dir: str = ""  # CURVE keys (it asks the coordinator with the admin key); empty = <data-dir>/keys
+    metrics: str = ""  # HOST:PORT of the Prometheus /metrics endpoint; empty = none
+
+
 def env_name(cls: type, name: str) -> str:
     """The environment variable for a config field."""
     return "RANGETABLE_" + name.upper()
@@ -100,4 +114,4 @@ def load(cls: type[T], **overrides: Any) -> T:
     return cls(**values)
 
 
-__all__ = ["CoordinatorConfig", "PartitionServerConfig", "FrontendConfig", "load", "env_name", "field"]
+__all__ = ["CoordinatorConfig", "DashboardConfig", "PartitionServerConfig", "FrontendConfig", "load", "env_name", "field"]

@@ -36,7 +36,7 @@ class Cluster:
     def start(self) -> Cluster:
         """Start the cluster and wait until it serves."""
         argv = [sys.executable, "-m", "cli.main", "up", "--detach", "--data-dir", self.data_dir,
-                "--native-port", "0", "--http-port", "0", "--servers", str(self.servers), "--frontends", str(self.frontends),
+                "--native-port", "0", "--http-port", "0", "--dashboard-port", "0", "--servers", str(self.servers), "--frontends", str(self.frontends),
                 *self.extra]
         env = {**os.environ, **self.env} if self.env else None
         out = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=90, env=env)

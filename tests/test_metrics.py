@@ -63,7 +63,7 @@ def test_parse_bind_and_answers() -> None:
 def test_every_process_counts_the_traffic(tmp_path) -> None:
     with Cluster(tmp_path, servers=2) as c:
         doc = c.refresh()
-        assert len(doc["metrics"]) == 1 + 2 + 1 + 1  # coordinator, partition servers, frontends
+        assert len(doc["metrics"]) == 1 + 2 + 1 + 1 + 1  # coordinator, partition servers, frontends, dashboard
         call(c.native, {"op": "create_table", "table": "Metered"})
         for i in range(30):
             call(c.native, {"op": "write", "table": "Metered", "write": {

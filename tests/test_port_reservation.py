@@ -24,11 +24,12 @@ def test_released_ports_can_be_bound_again() -> None:
 
 
 def test_a_planned_cluster_uses_every_port_once(tmp_path) -> None:
-    sup = Supervisor(ClusterSpec(data_dir=str(tmp_path), servers=4, frontends=3, native_port=0, http_port=0))
+    sup = Supervisor(ClusterSpec(data_dir=str(tmp_path), servers=4, frontends=3, native_port=0, http_port=0,
+                                 dashboard_port=0))
     sup.plan()
-    endpoints = [sup.coordinator, sup.pub, *sup.natives, sup.https[0]]
+    endpoints = [sup.coordinator, sup.pub, *sup.natives, sup.https[0], sup.dashboard]
     endpoints += [c.extra["endpoint"] for c in sup.children if c.role == "partition-server"]
     endpoints += [c.extra["metrics"] for c in sup.children]  # one Prometheus endpoint per process
     ports = [e.rsplit(":", 1)[1].split("/")[0] for e in endpoints]
-    assert len(ports) == 2 + 4 + 3 + 1 + (1 + 4 + 3 + 3)
+    assert len(ports) == 2 + 4 + 3 + 1 + 1 + (1 + 4 + 3 + 3 + 1)
     assert len(set(ports)) == len(ports)
