@@ -9,7 +9,7 @@ from typing import Any
 import click
 
 from cli.admin import call, range_loads
-from cli.bench import bench_frontends, bench_scale, bench_soak
+from cli.bench import bench_control_plane, bench_frontends, bench_scale, bench_soak
 from cli.main import data_dir_option, json_option, main
 from rangetable.rest_json import json_to_typed, typed_to_json
 
@@ -403,6 +403,7 @@ def bench_store(count: int, options: bool, data_dir: str | None, as_json: bool) 
 bench_group.add_command(bench_soak)
 bench_group.add_command(bench_scale)
 bench_group.add_command(bench_frontends)
+bench_group.add_command(bench_control_plane)
 
 
 @bench_group.command("http")

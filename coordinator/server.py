@@ -4,9 +4,10 @@ The loop only moves messages:
 
 * ROUTER at ``bind`` — heartbeats from partition servers (answered at once with a lease: the
   ZeroMQ guide's *Paranoid Pirate* pattern), map snapshots for frontends, admin requests;
-* PUB at ``pub_bind`` — every map change as a numbered full snapshot, plus ``hugz`` carrying the
-  current version every second (the guide's *Clone* pattern: a subscriber that sees a gap, or a
-  hugz newer than its map, fetches a fresh snapshot);
+* PUB at ``pub_bind`` — every map change as a numbered delta holding only what changed
+  (:mod:`coordinator.map_deltas`), plus ``hugz`` carrying the current version every second (the
+  guide's *Clone* pattern: a subscriber that sees a gap, or a hugz newer than its map, asks for
+  ``map {since}`` and gets the missed deltas folded into one, or a snapshot when they are too old);
 * an inproc PULL — answers and publish requests from the controller thread, which runs every
   multi-step change (see :mod:`coordinator.operations`).
 
@@ -29,6 +30,7 @@ from coordinator import acl, backup
 from coordinator import operations as ops
 from coordinator.balancing import Balancing
 from coordinator.controller import Controller
+from coordinator.map_deltas import DeltaLog, PendingChanges, build_delta
 from coordinator.meta_store import MetaStore
 from coordinator.partition_map import PartitionMap
 from rangetable import protocol
@@ -76,6 +78,9 @@ class Coordinator:
         self.endpoint = ""
         self._tls = threading.local()
         self._inproc = f"inproc://coordinator-{id(self)}"
+        self.changes = PendingChanges()  # what the next published delta carries
+        self.deltas = DeltaLog()
+        self.published = self.pmap.version
         rolled = ops.recover(self)
         if rolled:
             log.warning("rolled back uncommitted operations on ranges %s", rolled)
@@ -86,26 +91,39 @@ class Coordinator:
         """Persist a map change, then ask the loop to publish the new map."""
         puts, deletes = writes
         self.meta.commit(puts, deletes)
+        with self.lock:
+            self.changes.note_writes(puts, deletes)
         self._notify([b"publish"])
 
     def event(self, kind: str, **fields: Any) -> None:
         """Record an event (split, move, merge, failover, hot key …) durably."""
-        with self.lock:
-            ev = {"seq": self._event_seq, "time": time.time(), "kind": kind, **fields}
-            self._event_seq += 1
-            self.events.append(ev)
-            self.event_counts[kind] = self.event_counts.get(kind, 0) + 1
-            deletes = []
-            if len(self.events) > MAX_EVENTS:
-                old = self.events.pop(0)
-                deletes.append(b"event/%012d" % old["seq"])
-            self.meta.commit({b"event/%012d" % ev["seq"]: ev}, deletes)
-        log.info("event %s", ev)
+        self.record_events([{"kind": kind, **fields}])
 
-    def _membership_changed(self, puts: dict | None = None) -> None:
+    def record_events(self, items: list[dict]) -> None:
+        """Record several events (each with its ``kind``) in one durable write."""
+        with self.lock:
+            puts, deletes = {}, []
+            evs = []
+            for fields in items:
+                ev = {"seq": self._event_seq, "time": time.time(), **fields}
+                self._event_seq += 1
+                self.events.append(ev)
+                self.event_counts[ev["kind"]] = self.event_counts.get(ev["kind"], 0) + 1
+                evs.append(ev)
+                puts[b"event/%012d" % ev["seq"]] = ev
+            while len(self.events) > MAX_EVENTS:
+                old = self.events.pop(0)
+                puts.pop(b"event/%012d" % old["seq"], None)
+                deletes.append(b"event/%012d" % old["seq"])
+            self.meta.commit(puts, deletes)
+        for ev in evs:
+            log.info("event %s", ev)
+
+    def _membership_changed(self, server: str, puts: dict | None = None) -> None:
         """A server joined or died: the endpoints in the map changed, so the map version grows too
         (a frontend that missed the update learns of it from the next hugz — Clone pattern)."""
         with self.lock:
+            self.changes.servers.add(server)
             self.pmap.version += 1
             self.commit(({**(puts or {}), b"meta/version": self.pmap.version}, []))
 
@@ -129,11 +147,11 @@ class Coordinator:
         live = [s for s in self.servers.values() if s.alive and s.endpoint]
         if not live:
             return None
-        counts = {s.id: 0 for s in live}
-        for r in self.pmap.ranges.values():
-            if r["owner"] in counts:
-                counts[r["owner"]] += 1
-        return min(live, key=lambda s: (counts[s.id], s.id)).id
+        return min(live, key=lambda s: (self.pmap.owned_count(s.id), s.id)).id
+
+    def live_servers(self) -> list[str]:
+        """Ids of the registered servers that are alive."""
+        return [s.id for s in self.servers.values() if s.alive and s.endpoint]
 
     def map_snapshot(self) -> dict:
         """The partition map plus server endpoints and the PUB endpoint."""
@@ -181,7 +199,7 @@ class Coordinator:
                 info = ServerInfo(sid, req["endpoint"], req["incarnation"], now, int(req.get("pid", 0)))
                 self.servers[sid] = info
                 log.info("partition server %s registered at %s", sid, info.endpoint)
-                self._membership_changed({b"server/" + sid.encode(): {"endpoint": info.endpoint, "pid": info.pid}})
+                self._membership_changed(sid, {b"server/" + sid.encode(): {"endpoint": info.endpoint, "pid": info.pid}})
             info.last_seen = now
             info.ranges = req.get("ranges", [])
             info.load = req.get("load", {})
@@ -198,7 +216,7 @@ class Coordinator:
         reported = {(rid, epoch) for rid, epoch, state in info.ranges if state == "serving"}
         pending = {rid for rid, _, state in info.ranges if state != "serving"}
         desired = {(r["id"], r["epoch"]) for r in self.pmap.owned_by(info.id) if r["state"] == "serving"}
-        busy = {r["id"] for r in self.pmap.ranges.values() if r["state"] != "serving"}
+        busy = self.pmap.busy_ids()
         extra = {rid for rid, _ in reported - desired if rid not in busy}
         stale_pending = {rid for rid in pending if rid in self.pmap.ranges or rid < f"r{self.pmap.next_id:06d}"}
         stale_pending -= busy
@@ -210,6 +228,13 @@ class Coordinator:
         if op == "heartbeat":
             return protocol.ok(self._heartbeat(req))
         if op == "map":
+            since = req.get("since")
+            if isinstance(since, int) and not isinstance(since, bool):
+                self._publish()  # changes committed but not yet published go out first
+                with self.lock:
+                    delta = self.deltas.since(since, self.published)
+                if delta is not None:
+                    return protocol.ok(delta)
             return protocol.ok(self.map_snapshot())
         if op in ("status", "ranges", "servers"):
             return protocol.ok(self.status())
@@ -253,8 +278,19 @@ class Coordinator:
     # --- loop ---------------------------------------------------------------------------------
 
     def _publish(self) -> None:
-        snap = self.map_snapshot()
-        self.pub.send_multipart([b"map", protocol.pack(snap)])
+        """Send what changed since the last delta as the next delta (nothing when nothing did)."""
+        with self.lock:
+            if self.pmap.version == self.published and not (
+                    self.changes.ranges or self.changes.servers or self.changes.tables):
+                return
+            endpoints = {sid: (s.endpoint if s.alive and s.endpoint else None)
+                         for sid in self.changes.servers if (s := self.servers.get(sid)) is not None}
+            delta = build_delta(self.published, self.pmap.version, self.changes.take(), self.pmap.ranges,
+                                endpoints, sorted(self.pmap.tables.values()))
+            packed = protocol.pack(delta)
+            self.deltas.add(delta, packed)
+            self.published = self.pmap.version
+        self.pub.send_multipart([b"delta", packed])
 
     def _check_servers(self) -> None:
         now = time.monotonic()
@@ -269,7 +305,7 @@ class Coordinator:
             log.warning("partition server %s silent for %.1f s: declared dead", s.id, now - s.last_seen)
             self.event("server_dead", server=s.id, silent_s=round(now - s.last_seen, 2))
             self.balancing.on_server_dead(s.id)
-            self._membership_changed()
+            self._membership_changed(s.id)
             self.controller.submit(ops.assign_orphans, self, self.controller, key="orphans")
 
     def serve(self) -> None:

@@ -113,11 +113,15 @@ class DriverCore:
         self._schedule(min(0.002 * (2 ** min(p.attempts, 6)), 0.1), p)
 
     def refresh_map(self, force: bool = False) -> None:
-        """Ask the coordinator for a snapshot (at most one request per 50 ms)."""
+        """Ask the coordinator for what changed since our version (a delta), or for a snapshot when
+        we have no map yet (at most one request per 50 ms)."""
         now = time.monotonic()
         if force or now - self._map_asked > MAP_REFRESH_S:
             self._map_asked = now
-            protocol.send_frames(self.coord, [b"map", protocol.pack({"op": "map"})])
+            req: dict = {"op": "map"}
+            if self.cache.version >= 0:
+                req["since"] = self.cache.version
+            protocol.send_frames(self.coord, [b"map", protocol.pack(req)])
             self._sent(self.coord)
 
     # --- running requests ---------------------------------------------------------------------
@@ -175,13 +179,17 @@ class DriverCore:
             msg = protocol.unpack(frames[1])
         except TableError:
             return
-        if frames[0] == b"map":
+        if frames[0] in (b"delta", b"map") and isinstance(msg, dict):
             self._apply_map(msg)
         elif frames[0] == b"hugz" and isinstance(msg, dict) and msg.get("version", -1) > self.cache.version:
-            self.refresh_map()  # we missed an update: fetch a snapshot
+            self.refresh_map()  # we missed an update: ask for what changed since our version
 
     def _apply_map(self, snap: dict) -> None:
-        self.cache.apply(snap)
+        """Install a snapshot or a delta; a delta that starts past our version (missed updates)
+        makes us ask for what changed since our version instead."""
+        if not self.cache.apply(snap) and "prev" in snap and self.cache.is_gap(snap):
+            self.refresh_map()
+            return
         if self.cache.pub and self.cache.pub != self._sub_connected:
             if self._sub_connected:
                 self.sub.disconnect(self._sub_connected)

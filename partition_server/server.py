@@ -114,7 +114,7 @@ class PartitionServer:
             "incarnation": self.incarnation,
             "pid": os.getpid(),
             "ranges": self.ranges.report(),
-            "load": self.ranges.load_report(),
+            "load": self.ranges.changed_load_report(),
             "pending": self.pending,
         }
         self.coord.send_multipart([rid, protocol.pack(body)])
