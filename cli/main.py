@@ -112,6 +112,9 @@ data_dir_option = click.option("--data-dir", default=lambda: os.environ.get(DATA
 @main.command("up")
 @data_dir_option
 @click.option("--servers", default=2, show_default=True, help="Number of partition servers.")
+@click.option("--coordinators", default=1, show_default=True,
+              help="Coordinator processes: one leads (a lock on the data root elects it), the others stand by "
+                   "and take over within about a second when it dies or pauses.")
 @click.option("--frontends", default=1, show_default=True,
               help="Frontend processes of each kind: native ones on consecutive ports from --native-port, "
                    "HTTP ones all on --http-port (SO_REUSEPORT; the kernel spreads connections).")
@@ -127,9 +130,10 @@ data_dir_option = click.option("--data-dir", default=lambda: os.environ.get(DATA
 @click.option("--metrics/--no-metrics", default=True, show_default=True,
               help="Every process serves Prometheus /metrics on a port of its own (cluster.json lists the URLs).")
 @click.option("--json", "as_json", is_flag=True, help="Print cluster.json once ready.")
-def up_cmd(data_dir: str, servers: int, frontends: int, native_port: int, http_port: int, detach: bool, no_restart: bool,
-           sync: bool, lease_s: float, partition_target: float, metrics: bool, as_json: bool) -> None:
-    """Start a local cluster: a coordinator, partition servers and frontends."""
+def up_cmd(data_dir: str, servers: int, coordinators: int, frontends: int, native_port: int, http_port: int,
+           detach: bool, no_restart: bool, sync: bool, lease_s: float, partition_target: float, metrics: bool,
+           as_json: bool) -> None:
+    """Start a local cluster: coordinators (one leads), partition servers and frontends."""
     from cli.supervisor import ClusterSpec, down, pid_alive, read_cluster, supervise
 
     doc = read_cluster(data_dir)
@@ -138,8 +142,10 @@ def up_cmd(data_dir: str, servers: int, frontends: int, native_port: int, http_p
                                    "stop it with `rangetable down`")
     if doc:
         down(data_dir)  # leftovers of a supervisor that was killed
+    if coordinators < 1:
+        raise click.BadParameter("at least 1", param_hint="--coordinators")
     spec = ClusterSpec(os.path.abspath(data_dir), servers, frontends, native_port, not no_restart, sync, lease_s,
-                       http_port, partition_target, metrics)
+                       http_port, partition_target, metrics, coordinators)
 
     def ready(doc: dict) -> None:
         if as_json:
@@ -148,7 +154,7 @@ def up_cmd(data_dir: str, servers: int, frontends: int, native_port: int, http_p
         click.echo(f"rangetable is up: {servers} partition servers, {frontends} frontend(s), data in {spec.data_dir}")
         click.echo(f"  native endpoint:  {doc['native']}")
         click.echo(f"  REST endpoint:    {doc['http']}")
-        click.echo(f"  coordinator:      {doc['coordinator']}")
+        click.echo(f"  coordinator{'s' if coordinators > 1 else ':'}:     {doc['coordinator']}")
         click.echo(f"  logs:             {os.path.join(spec.data_dir, 'logs')}")
         click.echo("Stop with Ctrl-C" + ("" if not detach else f" or `rangetable down --data-dir {data_dir}`"))
 
@@ -160,6 +166,7 @@ def up_cmd(data_dir: str, servers: int, frontends: int, native_port: int, http_p
         return
     os.makedirs(os.path.join(spec.data_dir, "logs"), exist_ok=True)
     argv = [sys.executable, "-m", "cli.main", "up", "--data-dir", spec.data_dir, "--servers", str(servers),
+            "--coordinators", str(coordinators),
             "--frontends", str(frontends), "--native-port", str(native_port), "--lease-s", str(lease_s),
             "--http-port", str(http_port), "--partition-target", str(partition_target)]
     argv += ["--no-restart"] * no_restart + ["--sync"] * sync + ["--no-metrics"] * (not metrics)

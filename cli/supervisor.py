@@ -137,6 +137,7 @@ class ClusterSpec:
     http_port: int = 10002  # REST port of the first HTTP frontend (0 = any free port)
     partition_target: float = 0.0  # entities/s per PartitionKey before ServerBusy; 0 = off
     metrics: bool = True  # every process serves Prometheus /metrics on a port of its own
+    coordinators: int = 1  # one leads (elected by a lock on the data root), the others stand by
 
 
 DEV_KEY = "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="
@@ -173,12 +174,19 @@ class Supervisor:
             ports.release()
 
     def _plan_children(self, d: str, ports: PortReservation) -> None:
-        self.coordinator = f"tcp://127.0.0.1:{ports.take()}"
-        self.pub = f"tcp://127.0.0.1:{ports.take()}"
         lease = str(self.spec.lease_s)
-        self.children.append(Child("coordinator", "coordinator", self._cmd(
-            "coordinator", "--data-dir", d, "--bind", self.coordinator, "--pub-bind", self.pub, "--lease-s", lease),
-            os.path.join(self.logs, "coordinator.log"), {"endpoint": self.coordinator, "pub": self.pub}))
+        endpoints, self.pubs = [], []
+        n = self.spec.coordinators
+        for i in range(1, n + 1):
+            cid = "coordinator" if n == 1 else f"coordinator-{i}"
+            endpoint, pub = f"tcp://127.0.0.1:{ports.take()}", f"tcp://127.0.0.1:{ports.take()}"
+            endpoints.append(endpoint)
+            self.pubs.append(pub)
+            self.children.append(Child("coordinator", cid, self._cmd(
+                "coordinator", "--data-dir", d, "--bind", endpoint, "--pub-bind", pub, "--lease-s", lease),
+                os.path.join(self.logs, f"{cid}.log"), {"endpoint": endpoint, "pub": pub}))
+        self.coordinator = ",".join(endpoints)  # every process gets the whole list and finds the leader
+        self.pub = self.pubs[0]
         for i in range(1, self.spec.servers + 1):
             sid = f"ps-{i}"
             bind = f"tcp://127.0.0.1:{ports.take()}"

@@ -4,7 +4,8 @@ Jobs run one at a time, in order: create/delete table, move, split, merge, failo
 Each one is logged (as a map state or an intent) and committed to the meta store before it acts, and
 is idempotent, so a crash at any step converges to one valid map on restart. The controller talks
 to partition servers over its own DEALER sockets; it hands replies and map publications back to the
-coordinator's loop through an inproc socket, because ZeroMQ sockets belong to one thread.
+coordinator's loop through an inproc socket, because ZeroMQ sockets belong to one thread. Every
+command carries the leader's term and is preceded by the fencing check (``Coordinator.fence``).
 """
 
 from __future__ import annotations
@@ -118,7 +119,8 @@ class Controller(threading.Thread):
             socks[server] = sock
             incarnations.setdefault(server, self.coord.server_incarnation(server))
             rid = b"c%d" % next(self._ids)
-            sock.send_multipart([rid, protocol.pack(body)])
+            self.coord.fence()
+            sock.send_multipart([rid, protocol.pack({**body, "term": self.coord.term})])
             pending[rid] = (i, server)
         poller = zmq.Poller()
         for sock in socks.values():
@@ -156,7 +158,8 @@ class Controller(threading.Thread):
         sock = self._socket(server)
         rid = b"c%d" % next(self._ids)
         incarnation = self.coord.server_incarnation(server)
-        sock.send_multipart([rid, protocol.pack(body)])
+        self.coord.fence()  # a deposed leader sends nothing; the term lets servers refuse it anyway
+        sock.send_multipart([rid, protocol.pack({**body, "term": self.coord.term})])
         deadline = time.monotonic() + (timeout or self.coord.cfg.command_timeout_s)
         while True:
             left = deadline - time.monotonic()

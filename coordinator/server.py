@@ -19,6 +19,9 @@ ranges can be reassigned without two servers ever serving one range.
 from __future__ import annotations
 
 import logging
+import os
+import shutil
+import sys
 import threading
 import time
 from dataclasses import dataclass, field
@@ -30,11 +33,13 @@ from coordinator import acl, backup
 from coordinator import operations as ops
 from coordinator.balancing import Balancing
 from coordinator.controller import Controller
+from coordinator.leadership import BEAT_S, Leadership, TermRecord, lock_free, meta_dir_for, stale_meta_dirs
 from coordinator.map_deltas import DeltaLog, PendingChanges, build_delta
-from coordinator.meta_store import MetaStore
+from coordinator.meta_store import MetaStore, open_for_term
 from coordinator.partition_map import PartitionMap
 from rangetable import protocol
 from rangetable.config import CoordinatorConfig
+from rangetable.coordinators import not_leader
 from rangetable.errors import TableError
 from rangetable.process import serve_until_signalled
 
@@ -64,14 +69,18 @@ class Coordinator:
         self.cfg = cfg
         self.ctx = ctx or zmq.Context.instance()
         self.lock = threading.RLock()
-        self.meta = MetaStore(cfg.data_dir)
-        self.pmap = PartitionMap.load(self.meta.items())
-        self.events: list[dict] = [v for _, v in self.meta.items(b"event/")][-MAX_EVENTS:]
-        self._event_seq = (self.events[-1]["seq"] + 1) if self.events else 1
+        self.meta: MetaStore | None = None  # opened when this coordinator wins a term (_lead)
+        self.pmap = PartitionMap.load([])
+        self.events: list[dict] = []
+        self._event_seq = 1
         self.event_counts: dict[str, int] = {}  # events by kind since this process started (metrics)
         self.servers: dict[str, ServerInfo] = {}
         self.started = time.monotonic()
         self.stopping = False
+        self.leadership: Leadership | None = None
+        self.term = 0  # the term this coordinator leads (0: standby)
+        self.quiet_until = 0.0  # no balancing move before the previous leader's leases surely lapsed
+        self.takeover: dict = {}  # how the last takeover went (for status and the logs)
         self.controller = Controller(self)
         self.balancing = Balancing(self)
         self.pub_endpoint = ""
@@ -81,9 +90,59 @@ class Coordinator:
         self.changes = PendingChanges()  # what the next published delta carries
         self.deltas = DeltaLog()
         self.published = self.pmap.version
+
+    # --- leadership ---------------------------------------------------------------------------
+
+    def fence(self) -> None:
+        """Step down at once when a later term exists (called before every command sent and on
+        both sides of every meta-store write; a deposed leader never acts)."""
+        if self.leadership is not None and self.leadership.deposed():
+            self.step_down()
+
+    def step_down(self) -> None:
+        """Stop leading without acting: re-run this process as a standby (same pid, fresh state)."""
+        log.warning("term %d is over (a later term exists): stepping down", self.term)
+        for h in logging.getLogger().handlers:
+            h.flush()
+        if self.cfg.restart_on_deposed:
+            os.execv(sys.executable, [sys.executable, *sys.argv])
+        self.stopping = True
+        raise TableError("NotLeader", f"coordinator {self.endpoint} was deposed")
+
+    def _lead(self, rec: TermRecord) -> None:
+        """Take over as leader of ``rec.term``: open (or copy) the meta store, load the map, keep
+        every known server's lease for a full lease + grace before judging it."""
+        assert self.leadership is not None
+        t0 = time.monotonic()
+        self.term = rec.term
+        prev = rec.meta
+        self.meta, how = open_for_term(self.cfg.data_dir, prev, meta_dir_for(rec.term), self.fence)
+        if self.meta.name != prev:
+            self.leadership.set_meta(self.meta.name)
+        self.pmap = PartitionMap.load(self.meta.items())
+        self.events = [v for _, v in self.meta.items(b"event/")][-MAX_EVENTS:]
+        self._event_seq = (self.events[-1]["seq"] + 1) if self.events else 1
+        self.published = self.pmap.version
+        now = time.monotonic()
+        # Servers known before keep their ranges for a full lease: a takeover (or a restart) shorter
+        # than the lease is invisible to clients; silent ones are then declared dead.
+        for k, v in self.meta.items(b"server/"):
+            sid = k[len(b"server/"):].decode()
+            self.servers.setdefault(sid, ServerInfo(sid, v["endpoint"], "", now, v.get("pid", 0)))
+        self.quiet_until = now + self.cfg.lease_s + self.cfg.lease_grace_s
         rolled = ops.recover(self)
         if rolled:
             log.warning("rolled back uncommitted operations on ranges %s", rolled)
+        self.takeover = {"term": rec.term, "meta": self.meta.name, "copied_keys": how["copied"],
+                         "meta_ms": how["ms"], "takeover_ms": round((time.monotonic() - t0) * 1000, 1)}
+        log.info("leading term %d: %s", rec.term, self.takeover)
+        self.balancing = Balancing(self)
+        self.controller.start()
+        self.leadership.collect()
+        for name in stale_meta_dirs(os.listdir(self.cfg.data_dir), self.meta.name):
+            path = os.path.join(self.cfg.data_dir, name)
+            if lock_free(os.path.join(path, "LOCK")):
+                shutil.rmtree(path, ignore_errors=True)
 
     # --- shared helpers (called from both threads under self.lock) ------------------------------
 
@@ -169,6 +228,9 @@ class Coordinator:
             snap["endpoints"] = snap.pop("servers")
             return {
                 **snap,
+                "term": self.term,
+                "leader": self.endpoint,
+                "takeover": self.takeover,
                 "servers": [
                     {"id": s.id, "endpoint": s.endpoint, "alive": s.alive, "pid": s.pid, "incarnation": s.incarnation,
                      "last_seen_s": round(now - s.last_seen, 2), "ranges": len(self.pmap.owned_by(s.id)),
@@ -210,7 +272,7 @@ class Coordinator:
             self.controller.submit(ops.assign_orphans, self, self.controller, key="orphans")
         if mismatch:
             self.controller.submit(ops.reconcile, self, self.controller, sid, key=f"reconcile:{sid}")
-        return {"lease_s": self.cfg.lease_s, "version": self.pmap.version}
+        return {"lease_s": self.cfg.lease_s, "version": self.pmap.version, "term": self.term}
 
     def _mismatch(self, info: ServerInfo) -> bool:
         reported = {(rid, epoch) for rid, epoch, state in info.ranges if state == "serving"}
@@ -234,7 +296,7 @@ class Coordinator:
                 with self.lock:
                     delta = self.deltas.since(since, self.published)
                 if delta is not None:
-                    return protocol.ok(delta)
+                    return protocol.ok({**delta, "pub": self.pub_endpoint})
             return protocol.ok(self.map_snapshot())
         if op in ("status", "ranges", "servers"):
             return protocol.ok(self.status())
@@ -309,7 +371,7 @@ class Coordinator:
             self.controller.submit(ops.assign_orphans, self, self.controller, key="orphans")
 
     def serve(self) -> None:
-        """Run until SIGTERM/SIGINT."""
+        """Run until SIGTERM/SIGINT: a standby until this coordinator wins a term, then the leader."""
         pull = self.ctx.socket(zmq.PULL)
         pull.bind(self._inproc)
         router = self.ctx.socket(zmq.ROUTER)
@@ -321,28 +383,66 @@ class Coordinator:
         self.pub.bind(self.cfg.pub_bind)
         self.pub_endpoint = self.pub.getsockopt(zmq.LAST_ENDPOINT).decode()
         self.endpoint = router.getsockopt(zmq.LAST_ENDPOINT).decode()
-        self.controller.start()
+        self.leadership = Leadership(self.cfg.data_dir, self.endpoint, self.pub_endpoint, self.cfg.leader_timeout_s)
         if self.cfg.metrics:
             from coordinator.metrics import collect
             from rangetable.metrics import serve_metrics
 
             log.info("metrics on %s", serve_metrics(self.cfg.metrics, lambda: collect(self)))
-        log.info("coordinator on %s, map updates on %s, map version %d", self.endpoint, self.pub_endpoint,
-                 self.pmap.version)
+        log.info("coordinator on %s, map updates on %s: standby until it wins a term", self.endpoint,
+                 self.pub_endpoint)
         poller = zmq.Poller()
         poller.register(router, zmq.POLLIN)
         poller.register(pull, zmq.POLLIN)
+        self._stand_by(router, poller)
+        if not self.stopping:
+            self._serve_as_leader(router, pull, poller)
+        self.controller.stopping = True
+        if self.controller.is_alive():
+            self.controller.join(timeout=5)
+        for s in (router, pull, self.pub):
+            s.close(0)
+        push = getattr(self._tls, "push", None)
+        if push is not None:
+            push.close(0)
+        if self.meta is not None:
+            self.meta.close()
+
+    def _stand_by(self, router: zmq.Socket, poller: zmq.Poller) -> None:
+        """Answer ``NotLeader`` (naming the leader) until this coordinator wins a term, then lead."""
+        assert self.leadership is not None
+        next_poll = 0.0
+        leader = None
+        while not self.stopping:
+            events = dict(poller.poll(50))
+            if router in events:
+                hint = not_leader(self.endpoint, leader.endpoint if leader else None)
+                for _ in range(512):
+                    try:
+                        frames = router.recv_multipart(zmq.NOBLOCK)
+                    except zmq.Again:
+                        break
+                    router.send_multipart([frames[0], frames[1] if len(frames) > 2 else b"", protocol.error(hint)])
+            now = time.monotonic()
+            if now >= next_poll:
+                next_poll = now + 0.05
+                won = self.leadership.poll()
+                if won is not None:
+                    self._lead(won)
+                    return
+                leader = self.leadership.read_latest()
+
+    def _serve_as_leader(self, router: zmq.Socket, pull: zmq.Socket, poller: zmq.Poller) -> None:
+        log.info("coordinator leads term %d on %s, map updates on %s, map version %d", self.term, self.endpoint,
+                 self.pub_endpoint, self.pmap.version)
+        assert self.leadership is not None
         next_tick = 0.0
         next_hugz = 0.0
+        next_beat = 0.0
         next_gc = time.monotonic() + 2 * (self.cfg.lease_s + self.cfg.lease_grace_s)
-        # After a restart, servers known before keep their ranges for a full lease: a restart
-        # shorter than the lease is invisible to clients. Silent ones are then declared dead.
-        for k, v in self.meta.items(b"server/"):
-            sid = k[len(b"server/"):].decode()
-            if sid not in self.servers:
-                self.servers[sid] = ServerInfo(sid, v["endpoint"], "", time.monotonic(), v.get("pid", 0))
         while not self.stopping:
-            events = dict(poller.poll(100))
+            events = dict(poller.poll(50))
+            self.fence()  # a leader paused past its term wakes up here and steps down before acting
             if router in events:
                 for _ in range(512):
                     try:
@@ -363,24 +463,20 @@ class Coordinator:
                         self._publish()
                         published = True
             now = time.monotonic()
+            if now >= next_beat:
+                next_beat = now + BEAT_S
+                self.leadership.beat()
             if now >= next_tick:
                 next_tick = now + 0.1
                 self._check_servers()
-                self.balancing.tick(now)
+                if now >= self.quiet_until:
+                    self.balancing.tick(now)
             if now >= next_gc:
                 next_gc = now + 30.0
                 self.controller.submit(ops.collect_garbage, self, self.controller, key="gc")
             if now >= next_hugz:
                 next_hugz = now + 1.0
-                self.pub.send_multipart([b"hugz", protocol.pack({"version": self.pmap.version})])
-        self.controller.stopping = True
-        self.controller.join(timeout=5)
-        for s in (router, pull, self.pub):
-            s.close(0)
-        push = getattr(self._tls, "push", None)
-        if push is not None:
-            push.close(0)
-        self.meta.close()
+                self.pub.send_multipart([b"hugz", protocol.pack({"version": self.pmap.version, "term": self.term})])
 
     def _on_request(self, router: zmq.Socket, frames: list[bytes]) -> None:
         ident = frames[0]

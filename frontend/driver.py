@@ -22,10 +22,13 @@ from frontend.requests import Handler
 from frontend.routing import MapCache
 from rangetable import protocol
 from rangetable.config import FrontendConfig
+from rangetable.coordinators import LeaderTracker
 from rangetable.errors import TableError
 
 log = logging.getLogger("rangetable.frontend")
 MAP_REFRESH_S = 0.05  # at most one snapshot request per this long
+COORD_SILENCE_S = 1.0  # a map request unanswered this long moves us to the next coordinator
+HUGZ_SILENCE_S = 2.5  # no hugz for this long: ask the map (a new leader publishes elsewhere)
 
 
 class Pending:
@@ -64,6 +67,11 @@ class DriverCore:
         self._sub_connected = ""
         self._last: tuple[Any, Any] = (None, None)  # (raw body, decoded) of the answer being handled
         self.closed = False
+        self.leaders = LeaderTracker(cfg.coordinator)
+        self._coord_at = self.leaders.current  # the coordinator the DEALER is connected to
+        self._map_waiting = 0.0  # when an unanswered map request was sent (0: none)
+        self._heard = time.monotonic()  # last message on the SUB socket (hugz come every second)
+        self._map_due = False
 
     # --- hooks -------------------------------------------------------------------------------
 
@@ -123,6 +131,19 @@ class DriverCore:
                 req["since"] = self.cache.version
             protocol.send_frames(self.coord, [b"map", protocol.pack(req)])
             self._sent(self.coord)
+            self._map_waiting = self._map_waiting or now
+            self._map_due = False
+
+    def _switch_coordinator(self, endpoint: str) -> None:
+        """Talk to another coordinator from now on (a standby named it, or ours went silent)."""
+        if endpoint != self._coord_at:
+            self.coord.disconnect(self._coord_at)
+            self.coord.connect(endpoint)
+            self._coord_at = endpoint
+            log.info("talking to coordinator %s", endpoint)
+        self._map_waiting = 0.0
+        self._map_due = True  # sent now, or by the sweep once MAP_REFRESH_S has passed
+        self.refresh_map()
 
     # --- running requests ---------------------------------------------------------------------
 
@@ -149,20 +170,29 @@ class DriverCore:
             return
         srid, body = frames
         if from_coordinator and srid == b"map":
+            self._map_waiting = 0.0
             try:
                 self._apply_map(protocol.result(body))
             except TableError as exc:
-                log.warning("map snapshot failed: %s", exc)
+                if exc.error_code == "NotLeader" and self.leaders.several:
+                    self._switch_coordinator(self.leaders.on_not_leader(exc))
+                else:
+                    log.warning("map snapshot failed: %s", exc)
             return
         ent = self._sub.pop(srid, None)
         if ent is None:
             return  # an answer to an attempt we already gave up on
-        p, step, _, _ = ent
+        p, step, _, target = ent
         if p.done:
             return
         try:
             # entities and pages are only read (written as JSON or packed again): arrays as tuples
             reply = protocol.unpack(body, use_list=step == "relay")
+            if target == "coordinator" and self.leaders.several and isinstance(reply, dict) \
+                    and isinstance(reply.get("error"), dict) and reply["error"].get("code") == "NotLeader":
+                self._switch_coordinator(self.leaders.on_not_leader(TableError.from_wire(reply["error"])))
+                self.retry_later(p, "the coordinator asked was not the leader")
+                return
             self._last = (body, reply)
             self.handler.answer(p, step, reply, body)
         except TableError as exc:
@@ -175,6 +205,7 @@ class DriverCore:
         """A message on the SUB socket: a map update, or hugz with the current version (Clone)."""
         if len(frames) != 2:
             return
+        self._heard = time.monotonic()
         try:
             msg = protocol.unpack(frames[1])
         except TableError:
@@ -204,7 +235,17 @@ class DriverCore:
         stale = [k for k, (p, _, sent, _) in self._sub.items() if p.done or now - sent > limit]
         for k in stale:
             p, _, _, target = self._sub.pop(k)
+            if target == "coordinator" and self.leaders.several:
+                self._switch_coordinator(self.leaders.on_silence())
             if not p.done:
                 self.retry_later(p, f"no answer from {target}")
+        if self._map_due:
+            self.refresh_map()
+        if self.leaders.several:
+            if self._map_waiting and now - self._map_waiting > COORD_SILENCE_S:
+                self._switch_coordinator(self.leaders.on_silence())  # the leader paused or died
+            elif now - self._heard > HUGZ_SILENCE_S and not self._map_waiting:
+                self._heard = now
+                self.refresh_map(force=True)  # no hugz: has another coordinator taken over?
         if self.cache.version < 0 and now - self._map_asked > 0.5:
             self.refresh_map(force=True)

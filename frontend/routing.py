@@ -115,6 +115,7 @@ class MapCache:
             else:
                 self.servers[sid] = endpoint
         self.version = delta["version"]
+        self.pub = delta.get("pub", self.pub)  # a map answer names the leader's PUB
         return True
 
     def _route(self, r: dict) -> None:
