@@ -31,6 +31,7 @@ import json
 import os
 import re
 import socket
+import threading
 import time
 from dataclasses import asdict, dataclass
 
@@ -139,6 +140,7 @@ class Leadership:
         self._fd = -1
         self._seen: tuple[int, int] | None = None  # (term, beat) last observed
         self._seen_at = time.monotonic()
+        self._lock = threading.Lock()  # the beat thread and the loop both rewrite the record
         os.makedirs(os.path.join(data_dir, ELECTION_DIR), exist_ok=True)
 
     # --- reading ------------------------------------------------------------------------------
@@ -206,16 +208,18 @@ class Leadership:
 
     def set_meta(self, meta: str) -> None:
         """Record the meta store directory this leader writes (after copying it there)."""
-        assert self.record is not None
-        self.record = TermRecord(**{**asdict(self.record), "meta": meta})
-        self._write()
+        with self._lock:
+            assert self.record is not None
+            self.record = TermRecord(**{**asdict(self.record), "meta": meta})
+            self._write()
 
     def beat(self) -> None:
         """Show standbys this leader is alive (rewrites the record with the next beat)."""
-        if self.record is None:
-            return
-        self.record = TermRecord(**{**asdict(self.record), "beat": self.record.beat + 1})
-        self._write()
+        with self._lock:
+            if self.record is None:
+                return
+            self.record = TermRecord(**{**asdict(self.record), "beat": self.record.beat + 1})
+            self._write()
 
     def deposed(self) -> bool:
         """True once a later term was tried: this leader must stop acting at once."""

@@ -109,12 +109,24 @@ class Coordinator:
         self.stopping = True
         raise TableError("NotLeader", f"coordinator {self.endpoint} was deposed")
 
+    def _beat(self) -> None:
+        """Beat for standbys from a thread of its own, so a takeover that copies a large meta store
+        or a long request in the loop does not look like a pause (SIGSTOP stops this thread too)."""
+        assert self.leadership is not None
+        while not self.stopping:
+            try:
+                self.leadership.beat()
+            except OSError:
+                log.exception("leader beat failed")
+            time.sleep(BEAT_S)
+
     def _lead(self, rec: TermRecord) -> None:
         """Take over as leader of ``rec.term``: open (or copy) the meta store, load the map, keep
         every known server's lease for a full lease + grace before judging it."""
         assert self.leadership is not None
         t0 = time.monotonic()
         self.term = rec.term
+        threading.Thread(target=self._beat, name="leader-beat", daemon=True).start()
         prev = rec.meta
         self.meta, how = open_for_term(self.cfg.data_dir, prev, meta_dir_for(rec.term), self.fence)
         if self.meta.name != prev:
@@ -438,7 +450,6 @@ class Coordinator:
         assert self.leadership is not None
         next_tick = 0.0
         next_hugz = 0.0
-        next_beat = 0.0
         next_gc = time.monotonic() + 2 * (self.cfg.lease_s + self.cfg.lease_grace_s)
         while not self.stopping:
             events = dict(poller.poll(50))
@@ -463,9 +474,6 @@ class Coordinator:
                         self._publish()
                         published = True
             now = time.monotonic()
-            if now >= next_beat:
-                next_beat = now + BEAT_S
-                self.leadership.beat()
             if now >= next_tick:
                 next_tick = now + 0.1
                 self._check_servers()

@@ -153,6 +153,10 @@ class RangeSet:
         self._sent: dict[str, dict] = {}  # the last load report sent per range
         self._full_at = float("-inf")  # when every range's report was last sent
 
+    def report_all_next(self) -> None:
+        """Send every range's load report with the next heartbeat (a new coordinator leads)."""
+        self._full_at = float("-inf")
+
     def _path(self, record: dict) -> str:
         return os.path.join(self.data_dir, record["path"])
 

@@ -171,6 +171,7 @@ class PartitionServer:
             if self.term:
                 log.info("coordinator term %d (was %d)", term, self.term)
             self.term = term
+            self.ranges.report_all_next()  # the new leader has no load reports yet
         self._answered = time.monotonic()
         # The lease counts from when the heartbeat was sent, so it lapses here no later than the
         # coordinator believes it does (Paranoid Pirate with a safety margin built in).
