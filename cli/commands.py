@@ -274,11 +274,14 @@ def status_cmd(data_dir: str, as_json: bool) -> None:
         click.echo(json.dumps({"cluster": doc, "status": st}, indent=2))
         return
     click.echo(f"native {doc['native']}" + (f"   REST {doc['http']}" if doc.get("http") else ""))
-    click.echo(f"coordinator {doc['coordinator']}   map version {st['version']}, {len(st['tables'])} tables, "
-               f"{len(st['ranges'])} ranges")
+    click.echo(f"coordinator {st.get('leader', doc['coordinator'])} leads term {st.get('term')}   "
+               f"map version {st['version']}, {len(st['tables'])} tables, {len(st['ranges'])} ranges")
     for p in doc["processes"]:
         up = "running" if p.get("pid") and pid_alive(p["pid"]) else "DOWN"
-        click.echo(f"  {p['id']:12} {p['role']:17} pid {p['pid']:<7} {up:8} restarts {p.get('restarts', 0)}"
+        role = p["role"]
+        if role == "coordinator" and len([q for q in doc["processes"] if q["role"] == role]) > 1:
+            role += " (leads)" if p.get("endpoint") == st.get("leader") else " (standby)"
+        click.echo(f"  {p['id']:14} {role:23} pid {p['pid']:<7} {up:8} restarts {p.get('restarts', 0)}"
                    + (f"   {p['metrics']}" if p.get("metrics") else ""))
     _print_servers(st["servers"])
 

@@ -114,12 +114,14 @@ def run_coordinator_drill(data_dir: str, *, mode: str = "pause", pause_s: float 
     verdict = wl.verify()
     stats = wl.stats.to_dict()
     after = call(coord, {"op": "status"}, timeout=5)
+    names = {p.get("endpoint"): p["id"] for p in (read_cluster(data_dir) or doc)["processes"]}
+    new_leader = names.get(new_leader, new_leader)
     worst = max(prober.worst.values()) if prober.worst else None
     errors = stats["unknown"] + stats["aborted"]
     report = {
         "drill": "coordinator-failover", "mode": mode, "pause_s": pause_s, "seed": seed, "table": table,
         "old_leader": leader["id"], "old_term": leader["term"], "took_over_s": took_over, "new_term": new_term,
-        "new_leader": new_leader, "leader_after": after["leader"], "term_after": after["term"],
+        "new_leader": new_leader, "leader_after": names.get(after["leader"], after["leader"]), "term_after": after["term"],
         "worst_gap_s": round(worst, 3) if worst is not None else None,
         "gap_per_range_s": {rid: round(g, 3) for rid, g in sorted(prober.worst.items())},
         "client": stats, "client_errors": errors, **verdict,
