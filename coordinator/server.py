@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import logging
 import os
-import shutil
 import sys
 import threading
 import time
@@ -29,13 +28,13 @@ from typing import Any
 
 import zmq
 
-from coordinator import acl, backup
+from coordinator import acl, backup, takeover
 from coordinator import operations as ops
 from coordinator.balancing import Balancing
 from coordinator.controller import Controller
-from coordinator.leadership import BEAT_S, Leadership, TermRecord, lock_free, meta_dir_for, stale_meta_dirs
+from coordinator.leadership import Leadership
 from coordinator.map_deltas import DeltaLog, PendingChanges, build_delta
-from coordinator.meta_store import MetaStore, open_for_term
+from coordinator.meta_store import MetaStore
 from coordinator.partition_map import PartitionMap
 from rangetable import protocol
 from rangetable.config import CoordinatorConfig
@@ -81,6 +80,7 @@ class Coordinator:
         self.term = 0  # the term this coordinator leads (0: standby)
         self.quiet_until = 0.0  # no balancing move before the previous leader's leases surely lapsed
         self.takeover: dict = {}  # how the last takeover went (for status and the logs)
+        self.known_servers: dict[str, dict] = {}  # servers in the meta store when this leader took over
         self.controller = Controller(self)
         self.balancing = Balancing(self)
         self.pub_endpoint = ""
@@ -108,53 +108,6 @@ class Coordinator:
             os.execv(sys.executable, [sys.executable, *sys.argv])
         self.stopping = True
         raise TableError("NotLeader", f"coordinator {self.endpoint} was deposed")
-
-    def _beat(self) -> None:
-        """Beat for standbys from a thread of its own, so a takeover that copies a large meta store
-        or a long request in the loop does not look like a pause (SIGSTOP stops this thread too)."""
-        assert self.leadership is not None
-        while not self.stopping:
-            try:
-                self.leadership.beat()
-            except OSError:
-                log.exception("leader beat failed")
-            time.sleep(BEAT_S)
-
-    def _lead(self, rec: TermRecord) -> None:
-        """Take over as leader of ``rec.term``: open (or copy) the meta store, load the map, keep
-        every known server's lease for a full lease + grace before judging it."""
-        assert self.leadership is not None
-        t0 = time.monotonic()
-        self.term = rec.term
-        threading.Thread(target=self._beat, name="leader-beat", daemon=True).start()
-        prev = rec.meta
-        self.meta, how = open_for_term(self.cfg.data_dir, prev, meta_dir_for(rec.term), self.fence)
-        if self.meta.name != prev:
-            self.leadership.set_meta(self.meta.name)
-        self.pmap = PartitionMap.load(self.meta.items())
-        self.events = [v for _, v in self.meta.items(b"event/")][-MAX_EVENTS:]
-        self._event_seq = (self.events[-1]["seq"] + 1) if self.events else 1
-        self.published = self.pmap.version
-        now = time.monotonic()
-        # Servers known before keep their ranges for a full lease: a takeover (or a restart) shorter
-        # than the lease is invisible to clients; silent ones are then declared dead.
-        for k, v in self.meta.items(b"server/"):
-            sid = k[len(b"server/"):].decode()
-            self.servers.setdefault(sid, ServerInfo(sid, v["endpoint"], "", now, v.get("pid", 0)))
-        self.quiet_until = now + self.cfg.lease_s + self.cfg.lease_grace_s
-        rolled = ops.recover(self)
-        if rolled:
-            log.warning("rolled back uncommitted operations on ranges %s", rolled)
-        self.takeover = {"term": rec.term, "meta": self.meta.name, "copied_keys": how["copied"],
-                         "meta_ms": how["ms"], "takeover_ms": round((time.monotonic() - t0) * 1000, 1)}
-        log.info("leading term %d: %s", rec.term, self.takeover)
-        self.balancing = Balancing(self)
-        self.controller.start()
-        self.leadership.collect()
-        for name in stale_meta_dirs(os.listdir(self.cfg.data_dir), self.meta.name):
-            path = os.path.join(self.cfg.data_dir, name)
-            if lock_free(os.path.join(path, "LOCK")):
-                shutil.rmtree(path, ignore_errors=True)
 
     # --- shared helpers (called from both threads under self.lock) ------------------------------
 
@@ -440,17 +393,18 @@ class Coordinator:
                 next_poll = now + 0.05
                 won = self.leadership.poll()
                 if won is not None:
-                    self._lead(won)
+                    takeover.begin(self, won)
                     return
                 leader = self.leadership.read_latest()
 
     def _serve_as_leader(self, router: zmq.Socket, pull: zmq.Socket, poller: zmq.Poller) -> None:
-        log.info("coordinator leads term %d on %s, map updates on %s, map version %d", self.term, self.endpoint,
-                 self.pub_endpoint, self.pmap.version)
+        log.info("coordinator leads term %d on %s, map updates on %s; loading the map", self.term, self.endpoint,
+                 self.pub_endpoint)
         assert self.leadership is not None
         next_tick = 0.0
         next_hugz = 0.0
         next_gc = time.monotonic() + 2 * (self.cfg.lease_s + self.cfg.lease_grace_s)
+        held: list[list[bytes]] | None = []  # requests held while the map loads (None: loaded)
         while not self.stopping:
             events = dict(poller.poll(50))
             self.fence()  # a leader paused past its term wakes up here and steps down before acting
@@ -460,7 +414,10 @@ class Coordinator:
                         frames = router.recv_multipart(zmq.NOBLOCK)
                     except zmq.Again:
                         break
-                    self._on_request(router, frames)
+                    if held is None:
+                        self._on_request(router, frames)
+                    elif not self._early_heartbeat(router, frames):
+                        held.append(frames)
             if pull in events:
                 published = False
                 while True:
@@ -470,9 +427,16 @@ class Coordinator:
                         break
                     if msg[0] == b"reply":
                         router.send_multipart(msg[1:])
+                    elif msg[0] == b"led":
+                        takeover.finish(self)
+                        for frames in held or []:
+                            self._on_request(router, frames)
+                        held = None
                     elif not published:
                         self._publish()
                         published = True
+            if held is not None:
+                continue
             now = time.monotonic()
             if now >= next_tick:
                 next_tick = now + 0.1
@@ -485,6 +449,17 @@ class Coordinator:
             if now >= next_hugz:
                 next_hugz = now + 1.0
                 self.pub.send_multipart([b"hugz", protocol.pack({"version": self.pmap.version, "term": self.term})])
+
+    def _early_heartbeat(self, router: zmq.Socket, frames: list[bytes]) -> bool:
+        """While the map loads, answer a heartbeat with a lease at once (True); others wait."""
+        try:
+            rid, req = protocol.parse_request(frames[1:])
+        except TableError:
+            return False
+        if req.get("op") != "heartbeat":
+            return False
+        router.send_multipart([frames[0], rid, protocol.ok(takeover.early_lease(self))])
+        return True
 
     def _on_request(self, router: zmq.Socket, frames: list[bytes]) -> None:
         ident = frames[0]
