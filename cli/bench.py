@@ -150,3 +150,18 @@ def bench_control_plane(servers: int, ranges: int, frontends: int, sim_processes
     res = run_control_plane_bench(servers, ranges, frontends, sim_processes, seconds, work_dir,
                                   echo=(lambda s: None) if as_json else click.echo)
     click.echo(json.dumps(res, indent=2) if as_json else format_table(res))
+
+
+@click.command("takeover")
+@click.option("--servers", default=1000, show_default=True, help="Servers in the seeded map.")
+@click.option("--ranges", default=100_000, show_default=True, help="Ranges in the seeded map (one table).")
+@json_option
+def bench_takeover(servers: int, ranges: int, as_json: bool) -> None:
+    """Two real coordinators on a large seeded map: pause the leader, report when the standby's first
+    lease came and how long copying the meta store and loading the map took."""
+    from cli.bench_takeover import format_result, run_takeover_bench
+
+    if servers < 1 or ranges < servers:
+        raise click.UsageError("need --servers >= 1 and --ranges >= --servers.")
+    res = run_takeover_bench(servers, ranges, echo=(lambda s: None) if as_json else click.echo)
+    click.echo(json.dumps(res, indent=2) if as_json else format_result(res))

@@ -9,7 +9,7 @@ from typing import Any
 import click
 
 from cli.admin import call, range_loads
-from cli.bench import bench_control_plane, bench_frontends, bench_scale, bench_soak
+from cli.bench import bench_control_plane, bench_frontends, bench_scale, bench_soak, bench_takeover
 from cli.main import data_dir_option, json_option, main
 from rangetable.rest_json import json_to_typed, typed_to_json
 
@@ -407,6 +407,7 @@ bench_group.add_command(bench_soak)
 bench_group.add_command(bench_scale)
 bench_group.add_command(bench_frontends)
 bench_group.add_command(bench_control_plane)
+bench_group.add_command(bench_takeover)
 
 
 @bench_group.command("http")

@@ -14,6 +14,7 @@ import random
 import pytest
 
 from cli.admin import call
+from cli.bench_takeover import format_result, run_takeover_bench
 from cli.chaos import FAULTS, HA_FAULTS, run_chaos
 from cli.drill_coordinator import MAX_GAP_S, format_report, leader_process, run_coordinator_drill
 from rangetable.errors import TableError
@@ -89,3 +90,11 @@ def test_seeded_chaos_pauses_and_kills_leaders(cluster: Cluster) -> None:
     assert r["lost_writes"] == 0, f"seed {seed}: {r['lost_detail']}"
     assert r["duplicate_applications"] == 0, f"seed {seed}"
     assert r["linearizable"], f"seed {seed}: {r['linearizability_detail']}"
+
+
+def test_takeover_bench_grants_a_lease_of_the_new_term() -> None:
+    r = run_takeover_bench(servers=20, ranges=2000, echo=print)
+    print(format_result(r))
+    assert r["copied_keys"] == r["meta_keys"]  # the paused leader held its store: copied
+    assert r["first_lease_after_pause_s"] is not None and r["first_lease_after_pause_s"] < 2.0
+    assert r["takeover_ms"] is not None
