@@ -105,7 +105,7 @@ class Coordinator:
         for h in logging.getLogger().handlers:
             h.flush()
         if self.cfg.restart_on_deposed:
-            os.execv(sys.executable, [sys.executable, *sys.argv])
+            os.execv(sys.executable, [sys.executable, *sys.orig_argv[1:]])  # the same command line, -m included
         self.stopping = True
         raise TableError("NotLeader", f"coordinator {self.endpoint} was deposed")
 
@@ -407,7 +407,10 @@ class Coordinator:
         held: list[list[bytes]] | None = []  # requests held while the map loads (None: loaded)
         while not self.stopping:
             events = dict(poller.poll(50))
-            self.fence()  # a leader paused past its term wakes up here and steps down before acting
+            try:
+                self.fence()  # a leader paused past its term wakes up here and steps down before acting
+            except TableError:
+                break  # deposed, and not re-run as a standby (restart_on_deposed off): stop
             if router in events:
                 for _ in range(512):
                     try:

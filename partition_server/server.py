@@ -42,7 +42,7 @@ from zmq.backend import zmq_poll
 from partition_server.ranges import RangeSet
 from rangetable import protocol
 from rangetable.config import PartitionServerConfig
-from rangetable.coordinators import LeaderTracker
+from rangetable.coordinators import LeaderTracker, leader_hint
 from rangetable.errors import TableError
 from rangetable.process import serve_until_signalled
 
@@ -159,7 +159,10 @@ class PartitionServer:
         except TableError as exc:
             if exc.error_code == "NotLeader" and self.leaders.several:
                 self._switch_coordinator(self.leaders.on_not_leader(exc))
-                self._resend = True
+                # a named leader is asked at once; without a name (an election is under way) the
+                # next one is asked at the retry interval, not in a tight loop
+                self._resend = leader_hint(exc) is not None
+                self._hb_due = False
                 return
             log.warning("heartbeat refused: %s", exc)
             return

@@ -12,11 +12,13 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from pathlib import Path
 
 import pytest
 
+from cli.admin import call
 from coordinator.leadership import (
     BASE_META,
     Leadership,
@@ -31,6 +33,8 @@ from coordinator.leadership import (
     term_path,
 )
 from coordinator.meta_store import MetaStore, open_for_term
+from coordinator.server import Coordinator
+from rangetable.config import CoordinatorConfig
 from rangetable.coordinators import LeaderTracker, leader_hint, not_leader, split_endpoints
 from rangetable.errors import TableError
 
@@ -233,3 +237,26 @@ def test_meta_writes_are_fenced_on_both_sides(tmp_path: Path) -> None:
         m.commit({b"k": 1})  # written, but the check after the write stops the caller from acting on it
     assert calls == [0, 1]
     m.close()
+
+
+def test_a_deposed_leader_stops_before_answering_anything(tmp_path: Path) -> None:
+    cfg = CoordinatorConfig(data_dir=str(tmp_path), bind="tcp://127.0.0.1:0", pub_bind="tcp://127.0.0.1:0",
+                            restart_on_deposed=False)
+    co = Coordinator(cfg)
+    loop = threading.Thread(target=co.serve, daemon=True)
+    loop.start()
+    try:
+        deadline = time.monotonic() + 10
+        while not (co.term and co.endpoint and co.controller.is_alive()) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        st = call(co.endpoint, {"op": "status"}, timeout=5)
+        assert (st["term"], st["leader"], st["takeover"]["meta"]) == (1, co.endpoint, BASE_META)
+        open(term_path(str(tmp_path), 2), "w").close()  # a standby tried term 2
+        loop.join(timeout=5)
+        assert not loop.is_alive()  # stepped down: the loop ended at its next turn
+        with pytest.raises(TableError) as exc:
+            co.commit(({b"x": 1}, []))  # and every write is fenced
+        assert exc.value.error_code == "NotLeader"
+    finally:
+        co.stopping = True
+        loop.join(timeout=5)
