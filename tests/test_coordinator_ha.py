@@ -67,8 +67,15 @@ def test_leader_failover_under_load(cluster: Cluster, mode: str) -> None:
     with pytest.raises(TableError) as exc:
         call(ps["endpoint"], {"op": "status", "term": before["term"]}, timeout=5)
     assert exc.value.error_code == "NotLeader"
-    # admin requests relayed by a frontend reach the new leader
+    # admin requests relayed by the frontends reach the new leader: native, and the Azure SDK over REST
     call(cluster.native, {"op": "create_table", "table": f"after{mode}"}, timeout=10)
+    from azure.data.tables import TableServiceClient
+
+    sdk = TableServiceClient.from_connection_string(cluster.connection_string)
+    t = sdk.create_table(f"sdk{mode}")
+    t.upsert_entity({"PartitionKey": "p", "RowKey": "r", "n": 1})
+    assert t.get_entity("p", "r")["n"] == 1
+    sdk.delete_table(f"sdk{mode}")
 
 
 def _is_standby(endpoint: str) -> bool:
