@@ -3,21 +3,55 @@
 from __future__ import annotations
 
 import itertools
+import time
 from typing import Any
 
 import zmq
 
 from rangetable import curve, protocol
+from rangetable.coordinators import LeaderTracker, leader_hint
 from rangetable.errors import TableError
 
 _ids = itertools.count(1)
+SILENCE = "no answer from"
+_known_leader: dict[str, str] = {}  # coordinator list -> the endpoint that answered last
 
 
 def call(endpoint: str, body: dict, timeout: float = 10.0) -> Any:
     """Send one request and return its result; raises TableError (OperationTimedOut on silence).
 
-    The CURVE keys are those remembered for ``endpoint`` (``curve.remember_cluster``, done by
-    ``read_cluster``); TableError(AuthenticationFailed) when none are known."""
+    ``endpoint`` may list several coordinators (comma-separated): the request goes to the leader,
+    following ``NotLeader`` answers and moving past silent endpoints, until ``timeout``. The CURVE
+    keys are those remembered for each endpoint (``curve.remember_cluster``, done by ``read_cluster``);
+    TableError(AuthenticationFailed) when none are known.
+    """
+    if "," not in endpoint:
+        return _call_one(endpoint, body, timeout)
+    leaders = LeaderTracker(endpoint)
+    leaders.current = _known_leader.get(endpoint, leaders.current)
+    deadline = time.monotonic() + timeout
+    last: TableError | None = None
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise last or TableError("OperationTimedOut", f"no coordinator of {endpoint} answered")
+        try:
+            res = _call_one(leaders.current, body, min(left, max(0.1, timeout / len(leaders.endpoints))))
+            _known_leader[endpoint] = leaders.current
+            return res
+        except TableError as exc:
+            last = exc
+            if exc.error_code == "NotLeader":
+                leaders.on_not_leader(exc)
+                if leader_hint(exc) is None:
+                    time.sleep(0.05)  # an election is under way
+            elif exc.error_code == "OperationTimedOut" and exc.message.startswith(SILENCE):
+                leaders.on_silence()
+            else:
+                raise
+
+
+def _call_one(endpoint: str, body: dict, timeout: float) -> Any:
     sock = zmq.Context.instance().socket(zmq.DEALER)
     sock.setsockopt(zmq.LINGER, 0)
     try:
@@ -28,7 +62,7 @@ def call(endpoint: str, body: dict, timeout: float = 10.0) -> Any:
         rid = b"cli%d" % next(_ids)
         sock.send_multipart([rid, protocol.pack(body)])
         if not sock.poll(int(timeout * 1000)):
-            raise TableError("OperationTimedOut", f"no answer from {endpoint} within {timeout:.1f} s")
+            raise TableError("OperationTimedOut", f"{SILENCE} {endpoint} within {timeout:.1f} s")
         frames = sock.recv_multipart()
         return protocol.result(frames[-1])
     finally:

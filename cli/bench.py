@@ -126,3 +126,42 @@ def bench_frontends(max_frontends: int, seconds: float, connections: int, as_jso
         raise click.ClickException(str(exc)) from None
     if as_json:
         click.echo(json.dumps(res, indent=2))
+
+
+@click.command("control-plane")
+@click.option("--servers", default=1000, show_default=True, help="Simulated partition servers.")
+@click.option("--ranges", default=100_000, show_default=True, help="Ranges in the seeded map (one table).")
+@click.option("--frontends", default=10, show_default=True, help="Real frontend processes.")
+@click.option("--sim-processes", default=4, show_default=True, help="Processes the simulated servers run in.")
+@click.option("--seconds", default=10.0, show_default=True, help="Length of the heartbeat measurement.")
+@click.option("--work-dir", default=None, help="Keep the run's data and logs here (default: a temp dir, removed).")
+@json_option
+def bench_control_plane(servers: int, ranges: int, frontends: int, sim_processes: int, seconds: float,
+                        work_dir: str | None, as_json: bool) -> None:
+    """The control plane at scale: the real coordinator and frontends against simulated partition
+    servers (real heartbeats and control commands, no data). Reports coordinator CPU and heartbeat
+    round trips, the bytes and time for a split to reach every frontend, frontend memory with the
+    whole map, and the time to fail over a killed server's ranges."""
+    from cli.bench_control_plane import format_table, run_control_plane_bench
+
+    if servers < 2 or ranges < servers or frontends < 1 or sim_processes < 1 or seconds <= 0:
+        raise click.UsageError("need --servers >= 2, --ranges >= --servers, --frontends >= 1, "
+                               "--sim-processes >= 1 and --seconds > 0.")
+    res = run_control_plane_bench(servers, ranges, frontends, sim_processes, seconds, work_dir,
+                                  echo=(lambda s: None) if as_json else click.echo)
+    click.echo(json.dumps(res, indent=2) if as_json else format_table(res))
+
+
+@click.command("takeover")
+@click.option("--servers", default=1000, show_default=True, help="Servers in the seeded map.")
+@click.option("--ranges", default=100_000, show_default=True, help="Ranges in the seeded map (one table).")
+@json_option
+def bench_takeover(servers: int, ranges: int, as_json: bool) -> None:
+    """Two real coordinators on a large seeded map: pause the leader, report when the standby's first
+    lease came and how long copying the meta store and loading the map took."""
+    from cli.bench_takeover import format_result, run_takeover_bench
+
+    if servers < 1 or ranges < servers:
+        raise click.UsageError("need --servers >= 1 and --ranges >= --servers.")
+    res = run_takeover_bench(servers, ranges, echo=(lambda s: None) if as_json else click.echo)
+    click.echo(json.dumps(res, indent=2) if as_json else format_result(res))

@@ -1,7 +1,9 @@
 """Seeded chaos against a supervised local cluster, under the verifying workload.
 
-Every ~1.5 s one fault, chosen by a seeded RNG: kill -9 of a partition server, the coordinator or a
-frontend; a pause of a partition server past its lease; a manual split, move or merge. A checker
+Every ~1.5 s one fault, chosen by a seeded RNG: kill -9 of a partition server, the (leading)
+coordinator or a frontend; a pause of a partition server past its lease; a manual split, move or
+merge; and with several coordinators a pause of the leader past the leader timeout (a standby takes
+over; the old leader wakes up deposed). A checker
 thread asserts the partition-map invariant (ranges of a table disjoint and covering the key space)
 on every map it sees. At the end the cluster must converge (every range served) and the workload's
 history must show no lost acknowledged write, no duplicate application and no linearizability
@@ -22,6 +24,7 @@ import click
 
 from cli.admin import call
 from cli.drill import prepare_table
+from cli.drill_coordinator import leader_process
 from cli.main import data_dir_option, drill_group
 from cli.supervisor import pid_alive, read_cluster
 from coordinator.partition_map import PartitionMap
@@ -29,6 +32,7 @@ from rangetable.errors import TableError
 from rangetable.workload import Workload
 
 FAULTS = ("kill_ps", "kill_coordinator", "kill_frontend", "pause_ps", "split", "move", "merge")
+HA_FAULTS = ("pause_leader",)  # added when the cluster has standby coordinators
 
 
 class MapWatcher(threading.Thread):
@@ -79,8 +83,25 @@ def _fault(kind: str, rnd: random.Random, data_dir: str, coord: str, table: str,
         if pid_alive(pid):
             os.kill(pid, signal.SIGCONT)
         return f"paused {victim} (pid {pid}) for {lease_s + 1.0:.1f} s"
-    if kind in ("kill_coordinator", "kill_frontend"):
-        proc_id = "coordinator" if kind == "kill_coordinator" else "fe-1"
+    if kind in ("kill_coordinator", "pause_leader"):
+        try:
+            leader = leader_process(doc)
+        except (TableError, click.ClickException) as exc:
+            return f"{kind}: no leader found ({exc})"
+        pid = leader["pid"]
+        if not pid or not pid_alive(pid):
+            return f"{kind}: {leader['id']} not running"
+        if kind == "kill_coordinator":
+            os.kill(pid, signal.SIGKILL)
+            return f"kill -9 {leader['id']} (leader of term {leader['term']}, pid {pid})"
+        pause = round(rnd.uniform(1.0, 4.0), 1)
+        os.kill(pid, signal.SIGSTOP)
+        time.sleep(pause)
+        if pid_alive(pid):
+            os.kill(pid, signal.SIGCONT)
+        return f"paused {leader['id']} (leader of term {leader['term']}, pid {pid}) for {pause} s"
+    if kind == "kill_frontend":
+        proc_id = "fe-1"
         pid = _pid(data_dir, proc_id)
         if pid and pid_alive(pid):
             os.kill(pid, signal.SIGKILL)
@@ -109,6 +130,8 @@ def run_chaos(data_dir: str, *, seed: int, duration: float = 40.0, interval: flo
     if doc is None:
         raise click.ClickException(f"no cluster running on {data_dir}")
     coord, native = doc["coordinator"], doc["native"]
+    if kinds == FAULTS and sum(p["role"] == "coordinator" for p in doc["processes"]) > 1:
+        kinds = FAULTS + HA_FAULTS
     rnd = random.Random(seed)
     table = f"chaos{seed % 10**8}"
     prepare_table(coord, native, table)

@@ -9,7 +9,7 @@ from typing import Any
 import click
 
 from cli.admin import call, range_loads
-from cli.bench import bench_frontends, bench_scale, bench_soak
+from cli.bench import bench_control_plane, bench_frontends, bench_scale, bench_soak, bench_takeover
 from cli.main import data_dir_option, json_option, main
 from rangetable.rest_json import json_to_typed, typed_to_json
 
@@ -280,11 +280,14 @@ def status_cmd(data_dir: str, as_json: bool) -> None:
         return
     click.echo(f"native {doc['native']}" + (f"   REST {doc['http']}" if doc.get("http") else "")
                + (f"   dashboard {doc['dashboard']}" if doc.get("dashboard") else ""))
-    click.echo(f"coordinator {doc['coordinator']}   map version {st['version']}, {len(st['tables'])} tables, "
-               f"{len(st['ranges'])} ranges")
+    click.echo(f"coordinator {st.get('leader', doc['coordinator'])} leads term {st.get('term')}   "
+               f"map version {st['version']}, {len(st['tables'])} tables, {len(st['ranges'])} ranges")
     for p in doc["processes"]:
         up = "running" if p.get("pid") and pid_alive(p["pid"]) else "DOWN"
-        click.echo(f"  {p['id']:12} {p['role']:17} pid {p['pid']:<7} {up:8} restarts {p.get('restarts', 0)}"
+        role = p["role"]
+        if role == "coordinator" and len([q for q in doc["processes"] if q["role"] == role]) > 1:
+            role += " (leads)" if p.get("endpoint") == st.get("leader") else " (standby)"
+        click.echo(f"  {p['id']:14} {role:23} pid {p['pid']:<7} {up:8} restarts {p.get('restarts', 0)}"
                    + (f"   {p.get('metrics') or p['url']}" if p.get("metrics") or p.get("url") else ""))
     _print_servers(st["servers"])
 
@@ -409,6 +412,8 @@ def bench_store(count: int, options: bool, data_dir: str | None, as_json: bool) 
 bench_group.add_command(bench_soak)
 bench_group.add_command(bench_scale)
 bench_group.add_command(bench_frontends)
+bench_group.add_command(bench_control_plane)
+bench_group.add_command(bench_takeover)
 
 
 @bench_group.command("http")

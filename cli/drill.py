@@ -161,15 +161,29 @@ def format_report(r: dict[str, Any]) -> str:
 @drill_group.command("failover")
 @click.option("--kill", "mode", flag_value="kill", default=True, help="SIGKILL the server (default).")
 @click.option("--pause", "mode", flag_value="pause", help="SIGSTOP the server past its lease.")
+@click.option("--coordinator", "coordinator", is_flag=True,
+              help="Fail the leading coordinator instead (needs `up --coordinators 3`): paused for --pause-s "
+                   "with --pause, killed with --kill; reports the worst gap, lost writes and client errors.")
+@click.option("--pause-s", default=12.0, show_default=True, help="With --coordinator --pause: how long to pause.")
 @click.option("--server", default=None, help="Partition server id (default: the one owning most drill ranges).")
 @click.option("--duration", default=10.0, show_default=True, help="Seconds of workload.")
 @click.option("--threads", default=6, show_default=True, help="Client threads.")
 @click.option("--seed", type=int, default=None, help="Workload seed (printed, for replay).")
 @data_dir_option
 @click.option("--json", "as_json", is_flag=True)
-def drill_failover(mode: str, server: str | None, duration: float, threads: int, seed: int | None, data_dir: str,
-                   as_json: bool) -> None:
-    """Kill (or pause) a partition server under a verifying workload and report how the cluster coped."""
+def drill_failover(mode: str, coordinator: bool, pause_s: float, server: str | None, duration: float, threads: int,
+                   seed: int | None, data_dir: str, as_json: bool) -> None:
+    """Kill (or pause) a partition server — or with --coordinator the leading coordinator — under a
+    verifying workload and report how the cluster coped."""
+    if coordinator:
+        from cli import drill_coordinator as dc
+
+        rep = dc.run_coordinator_drill(data_dir, mode=mode, pause_s=pause_s, threads=threads, seed=seed,
+                                       echo=None if as_json else click.echo)
+        click.echo(json.dumps(rep, indent=2) if as_json else dc.format_report(rep))
+        if not rep["passed"]:
+            raise SystemExit(1)
+        return
     report = run_failover_drill(data_dir, mode=mode, server=server, duration=duration, threads=threads, seed=seed,
                                 echo=None if as_json else click.echo)
     click.echo(json.dumps(report, indent=2) if as_json else format_report(report))

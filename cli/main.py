@@ -121,6 +121,9 @@ data_dir_option = click.option("--data-dir", default=lambda: os.environ.get(DATA
 @main.command("up")
 @data_dir_option
 @click.option("--servers", default=2, show_default=True, help="Number of partition servers.")
+@click.option("--coordinators", default=1, show_default=True,
+              help="Coordinator processes: one leads (a lock on the data root elects it), the others stand by "
+                   "and take over within about a second when it dies or pauses.")
 @click.option("--frontends", default=1, show_default=True,
               help="Frontend processes of each kind: native ones on consecutive ports from --native-port, "
                    "HTTP ones all on --http-port (SO_REUSEPORT; the kernel spreads connections).")
@@ -148,11 +151,11 @@ data_dir_option = click.option("--data-dir", default=lambda: os.environ.get(DATA
               help="Address the processes are reached at, published in the map and cluster.json "
                    "[default: --bind-host, or 127.0.0.1 when that is 0.0.0.0].")
 @click.option("--json", "as_json", is_flag=True, help="Print cluster.json once ready.")
-def up_cmd(data_dir: str, servers: int, frontends: int, native_port: int, http_port: int, detach: bool, no_restart: bool,
-           sync: bool, lease_s: float, partition_target: float, cert: str, key: str, bind_host: str,
-           advertise_host: str, metrics: bool, dashboard: bool, dashboard_port: int,
+def up_cmd(data_dir: str, servers: int, coordinators: int, frontends: int, native_port: int, http_port: int,
+           detach: bool, no_restart: bool, sync: bool, lease_s: float, partition_target: float, cert: str, key: str,
+           bind_host: str, advertise_host: str, metrics: bool, dashboard: bool, dashboard_port: int,
            as_json: bool) -> None:
-    """Start a local cluster: a coordinator, partition servers and frontends."""
+    """Start a local cluster: coordinators (one leads), partition servers and frontends."""
     from cli.dashboard.ports import browser_refuses
     from cli.supervisor import ClusterSpec, down, pid_alive, read_cluster, supervise
     from rangetable.tls import server_context
@@ -173,9 +176,11 @@ def up_cmd(data_dir: str, servers: int, frontends: int, native_port: int, http_p
                                    "stop it with `rangetable down`")
     if doc:
         down(data_dir)  # leftovers of a supervisor that was killed
+    if coordinators < 1:
+        raise click.BadParameter("at least 1", param_hint="--coordinators")
     spec = ClusterSpec(os.path.abspath(data_dir), servers, frontends, native_port, not no_restart, sync, lease_s,
                        http_port, partition_target, metrics, cert, key, bind_host, advertise_host, dashboard,
-                       dashboard_port)
+                       dashboard_port, coordinators)
 
     def ready(doc: dict) -> None:
         if as_json:
@@ -184,7 +189,7 @@ def up_cmd(data_dir: str, servers: int, frontends: int, native_port: int, http_p
         click.echo(f"rangetable is up: {servers} partition servers, {frontends} frontend(s), data in {spec.data_dir}")
         click.echo(f"  native endpoint:  {doc['native']}")
         click.echo(f"  REST endpoint:    {doc['http']}")
-        click.echo(f"  coordinator:      {doc['coordinator']}")
+        click.echo(f"  coordinator{'s' if coordinators > 1 else ':'}:     {doc['coordinator']}")
         if doc.get("dashboard"):
             click.echo(f"  dashboard:        {doc['dashboard']}")
         click.echo(f"  logs:             {os.path.join(spec.data_dir, 'logs')}")
@@ -198,6 +203,7 @@ def up_cmd(data_dir: str, servers: int, frontends: int, native_port: int, http_p
         return
     os.makedirs(os.path.join(spec.data_dir, "logs"), exist_ok=True)
     argv = [sys.executable, "-m", "cli.main", "up", "--data-dir", spec.data_dir, "--servers", str(servers),
+            "--coordinators", str(coordinators),
             "--frontends", str(frontends), "--native-port", str(native_port), "--lease-s", str(lease_s),
             "--http-port", str(http_port), "--partition-target", str(partition_target),
             "--dashboard-port", str(dashboard_port)]

@@ -152,6 +152,7 @@ class ClusterSpec:
     advertise_host: str = ""  # … and is reached at this address (empty: bind_host, or 127.0.0.1 for 0.0.0.0)
     dashboard: bool = True  # run the web dashboard (`rangetable dashboard`) as one more process
     dashboard_port: int = 10081  # its port (0 = any free port; browsers refuse 10080)
+    coordinators: int = 1  # one leads (elected by a lock on the data root), the others stand by
 
 
 DEV_KEY = "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="
@@ -200,12 +201,20 @@ class Supervisor:
             port = ports.take()
             return f"tcp://{bind_host}:{port}", f"tcp://{adv_host}:{port}"
 
-        (coord_bind, self.coordinator), (pub_bind, self.pub) = pair(), pair()
         lease = str(self.spec.lease_s)
-        self.children.append(Child("coordinator", "coordinator", self._cmd(
-            "coordinator", "--data-dir", d, "--bind", coord_bind, "--pub-bind", pub_bind, "--advertise", self.coordinator,
-            "--pub-advertise", self.pub, "--lease-s", lease, "--keys-dir", self.keys_dir),
-            os.path.join(self.logs, "coordinator.log"), {"endpoint": self.coordinator, "pub": self.pub}))
+        endpoints, self.pubs = [], []
+        n = self.spec.coordinators
+        for i in range(1, n + 1):
+            cid = "coordinator" if n == 1 else f"coordinator-{i}"
+            (coord_bind, endpoint), (pub_bind, pub) = pair(), pair()
+            endpoints.append(endpoint)
+            self.pubs.append(pub)
+            self.children.append(Child("coordinator", cid, self._cmd(
+                "coordinator", "--data-dir", d, "--bind", coord_bind, "--pub-bind", pub_bind, "--advertise", endpoint,
+                "--pub-advertise", pub, "--lease-s", lease, "--keys-dir", self.keys_dir),
+                os.path.join(self.logs, f"{cid}.log"), {"endpoint": endpoint, "pub": pub}))
+        self.coordinator = ",".join(endpoints)  # every process gets the whole list and finds the leader
+        self.pub = self.pubs[0]
         for i in range(1, self.spec.servers + 1):
             sid = f"ps-{i}"
             bind, adv = pair()

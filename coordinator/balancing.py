@@ -33,7 +33,7 @@ class Balancing:
     def __init__(self, co: Coordinator) -> None:
         self.co = co
         self.settings = Settings()
-        for k, v in co.meta.items(SETTINGS_KEY):
+        for k, v in co.meta.items(SETTINGS_KEY) if co.meta is not None else []:
             if k == SETTINGS_KEY:
                 for name, value in v.items():
                     try:

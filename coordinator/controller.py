@@ -4,7 +4,8 @@ Jobs run one at a time, in order: create/delete table, move, split, merge, failo
 Each one is logged (as a map state or an intent) and committed to the meta store before it acts, and
 is idempotent, so a crash at any step converges to one valid map on restart. The controller talks
 to partition servers over its own DEALER sockets; it hands replies and map publications back to the
-coordinator's loop through an inproc socket, because ZeroMQ sockets belong to one thread.
+coordinator's loop through an inproc socket, because ZeroMQ sockets belong to one thread. Every
+command carries the leader's term and is preceded by the fencing check (``Coordinator.fence``).
 """
 
 from __future__ import annotations
@@ -78,8 +79,8 @@ class Controller(threading.Thread):
 
     # --- talking to partition servers ---------------------------------------------------------
 
-    def call(self, server: str, body: dict, timeout: float | None = None) -> Any:
-        """Send one command to a partition server and wait for its answer (raises TableError)."""
+    def _socket(self, server: str) -> zmq.Socket:
+        """The DEALER connected to a server's endpoint (made anew when the endpoint changed)."""
         endpoint = self.coord.server_endpoint(server)
         if not endpoint:  # unknown, or remembered from the meta store of a restored backup (no endpoint)
             raise TableError("ServerBusy", f"partition server {server} is not registered")
@@ -93,18 +94,80 @@ class Controller(threading.Thread):
             curve.secure_client(s, keys.pair("coordinator"), keys.public("partition-server"))
             s.connect(endpoint)
             ent = self._socks[server] = (endpoint, s)
-        sock = ent[1]
+        return ent[1]
+
+    def _drop(self, server: str) -> None:
+        """Close a server's socket, so a late answer is never taken for another command's."""
+        ent = self._socks.pop(server, None)
+        if ent is not None:
+            ent[1].close(0)
+
+    def call_many(self, calls: list[tuple[str, dict]], timeout: float | None = None) -> list[Any]:
+        """Send commands to partition servers all at once and wait for every answer.
+
+        Returns one item per call, in order: the result, or the TableError it failed with (a server
+        that died, restarted or stayed silent past the timeout fails its remaining calls).
+        """
+        out: list[Any] = [None] * len(calls)
+        pending: dict[bytes, tuple[int, str]] = {}
+        socks: dict[str, zmq.Socket] = {}
+        incarnations: dict[str, str | None] = {}
+        for i, (server, body) in enumerate(calls):
+            try:
+                sock = socks.get(server) or self._socket(server)
+            except TableError as exc:
+                out[i] = exc
+                continue
+            socks[server] = sock
+            incarnations.setdefault(server, self.coord.server_incarnation(server))
+            rid = b"c%d" % next(self._ids)
+            self.coord.fence()
+            sock.send_multipart([rid, protocol.pack({**body, "term": self.coord.term})])
+            pending[rid] = (i, server)
+        poller = zmq.Poller()
+        for sock in socks.values():
+            poller.register(sock, zmq.POLLIN)
+        deadline = time.monotonic() + (timeout or self.coord.cfg.command_timeout_s)
+        while pending:
+            left = deadline - time.monotonic()
+            gone = {s for s in socks if self.coord.server_incarnation(s) != incarnations[s]
+                    or not self.coord.is_alive(s)}
+            if left <= 0 or gone:
+                failed = {s for _, s in pending.values()} if left <= 0 else gone
+                for rid, (i, server) in list(pending.items()):
+                    if server in failed:
+                        del pending[rid]
+                        why = "died or restarted" if server in gone else "timed out"
+                        out[i] = TableError("OperationTimedOut", f"{calls[i][1]['op']} on {server} {why}")
+                for server in failed:
+                    poller.unregister(socks.pop(server))
+                    self._drop(server)
+                continue
+            for sock, _ in poller.poll(min(100, int(left * 1000) + 1)):
+                while sock.poll(0):
+                    frames = sock.recv_multipart()
+                    ent = pending.pop(frames[0], None)
+                    if ent is None or len(frames) != 2:
+                        continue
+                    try:
+                        out[ent[0]] = protocol.result(frames[1])
+                    except TableError as exc:
+                        out[ent[0]] = exc
+        return out
+
+    def call(self, server: str, body: dict, timeout: float | None = None) -> Any:
+        """Send one command to a partition server and wait for its answer (raises TableError)."""
+        sock = self._socket(server)
         rid = b"c%d" % next(self._ids)
         incarnation = self.coord.server_incarnation(server)
-        sock.send_multipart([rid, protocol.pack(body)])
+        self.coord.fence()  # a deposed leader sends nothing; the term lets servers refuse it anyway
+        sock.send_multipart([rid, protocol.pack({**body, "term": self.coord.term})])
         deadline = time.monotonic() + (timeout or self.coord.cfg.command_timeout_s)
         while True:
             left = deadline - time.monotonic()
             gone = self.coord.server_incarnation(server) != incarnation or not self.coord.is_alive(server)
             if left <= 0 or gone:
-                # Drop the socket so a late answer is never taken for another command's.
-                sock.close(0)
-                del self._socks[server]
+                self._drop(server)
                 why = "died or restarted" if gone else "timed out"
                 raise TableError("OperationTimedOut", f"{body['op']} on {server} {why}")
             if not sock.poll(min(100, int(left * 1000) + 1)):

@@ -35,7 +35,7 @@ def load_score(load: Mapping[str, Any]) -> float:
     return total + ENTITY_WEIGHT * float(load.get("entities_s", 0.0) or 0.0)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Sample:
     """One range's load in one heartbeat: when, from which server, its score and the raw report."""
 
@@ -59,6 +59,8 @@ class Sample:
 class LoadHistory:
     """Load reports per range over a sliding window, with the queries the balancer needs."""
 
+    PRUNE_EVERY_S = 1.0  # pruning walks every range: at most once per this long (O(1) per add)
+
     def __init__(self, window_s: float = 180.0, max_samples: int = 2048) -> None:
         self.window_s = window_s  # keep >= the balancer's merge_cooldown_s (coldness is judged over it)
         self.max_samples = max_samples
@@ -66,6 +68,7 @@ class LoadHistory:
         self._ranges: dict[str, deque[Sample]] = {}
         self._first: dict[str, float] = {}
         self._servers: dict[str, tuple[float, dict[str, float]]] = {}
+        self._pruned = float("-inf")
 
     # --- input --------------------------------------------------------------------------------
 
@@ -74,19 +77,27 @@ class LoadHistory:
         self.now = max(self.now, now)
         scores: dict[str, float] = {}
         for rid, load in loads.items():
-            s = Sample(now, server, load_score(load), dict(load))
-            q = self._ranges.setdefault(rid, deque(maxlen=self.max_samples))
+            q = self._ranges.get(rid)
+            if q is None:
+                q = self._ranges[rid] = deque(maxlen=self.max_samples)
+                self._first.setdefault(rid, now)
+            elif q and q[-1].load == load:
+                load = q[-1].load  # an unchanged report (an idle range) shares the previous one's dict
+            else:
+                load = dict(load)
+            s = Sample(now, server, load_score(load), load)
             q.append(s)
-            self._first.setdefault(rid, now)
             scores[rid] = s.score
         self._servers[server] = (now, scores)
-        self._prune()
+        if self.now - self._pruned >= self.PRUNE_EVERY_S:
+            self._prune()
 
     def forget_server(self, server: str) -> None:
         """Drop a server's last report (it died or left); its ranges' samples stay."""
         self._servers.pop(server, None)
 
     def _prune(self) -> None:
+        self._pruned = self.now
         horizon = self.now - self.window_s
         for rid in list(self._ranges):
             q = self._ranges[rid]

@@ -7,6 +7,9 @@ msgpack. Every change is one synced WriteBatch, so a crash leaves either the old
 from __future__ import annotations
 
 import os
+import shutil
+import time
+from collections.abc import Callable
 from typing import Any
 
 import msgpack
@@ -14,14 +17,23 @@ from rocksdict import WriteBatch, WriteOptions
 
 from partition_server.storage import open_range_db
 
+COPY_BATCH = 4096  # keys per WriteBatch when a new leader copies the meta store
+
 
 class MetaStore:
-    """Atomic, synced writes of msgpack values under byte keys."""
+    """Atomic, synced writes of msgpack values under byte keys.
 
-    def __init__(self, data_dir: str) -> None:
-        self.path = os.path.join(data_dir, "coordinator")
+    ``guard`` (the leader's fencing check) runs before and after every write: a leader deposed
+    between the two never acts on what it wrote, and the next leader read the store after the
+    deposition, so it either has the write or nobody acted on it.
+    """
+
+    def __init__(self, data_dir: str, name: str = "coordinator", guard: Callable[[], None] | None = None) -> None:
+        self.path = os.path.join(data_dir, name)
+        self.name = name
         os.makedirs(data_dir, exist_ok=True)
         self.db = open_range_db(self.path)
+        self.guard = guard or (lambda: None)
         self._wo = WriteOptions()
         self._wo.sync = True
 
@@ -35,13 +47,15 @@ class MetaStore:
         return out
 
     def commit(self, puts: dict[bytes, Any], deletes: list[bytes] = ()) -> None:  # type: ignore[assignment]
-        """Write puts and deletes as one synced batch."""
+        """Write puts and deletes as one synced batch (fenced by ``guard`` on both sides)."""
+        self.guard()
         wb = WriteBatch(raw_mode=True)
         for k in deletes:
             wb.delete(k)
         for k, v in puts.items():
             wb.put(k, msgpack.packb(v, use_bin_type=True))
         self.db.write(wb, self._wo)
+        self.guard()
 
     def checkpoint(self, path: str) -> dict[str, Any]:
         """A consistent copy of the meta store at ``path`` (flush, then hard links); returns
@@ -54,3 +68,57 @@ class MetaStore:
     def close(self) -> None:
         """Release the directory."""
         self.db.close()
+
+
+def is_lock_error(exc: BaseException) -> bool:
+    """True for RocksDB's answer to opening a directory another process holds open."""
+    return "lock" in str(exc).lower()
+
+
+def copy_store(src_path: str, dst_path: str) -> int:
+    """Copy every key of the RocksDB at ``src_path`` (opened read-only: its writer may still hold
+    it, paused) into a fresh store at ``dst_path``, synced; returns the number of keys."""
+    src = open_range_db(src_path, create=False, read_only=True)
+    shutil.rmtree(dst_path, ignore_errors=True)
+    dst = open_range_db(dst_path)
+    wo = WriteOptions()
+    wo.sync = True
+    n = 0
+    try:
+        wb = WriteBatch(raw_mode=True)
+        for k, v in src.items():
+            wb.put(k, v)
+            n += 1
+            if len(wb) >= COPY_BATCH:
+                dst.write(wb, wo)
+                wb = WriteBatch(raw_mode=True)
+        dst.write(wb, wo)
+    finally:
+        src.close()
+        dst.close()
+    return n
+
+
+def open_for_term(data_dir: str, prev: str, fresh: str, guard: Callable[[], None]) -> tuple[MetaStore, dict]:
+    """The meta store a new leader writes, and how it got it (``{"copied", "ms"}``).
+
+    The previous leader's store ``prev`` is opened read-write when its writer is gone (a crash or a
+    kill releases RocksDB's lock). A paused leader still holds that lock, so its store is then
+    copied, read-only, into ``fresh`` (written under ``.tmp`` and renamed, so a crash mid-copy
+    leaves no half store under the real name) and the new leader writes there. Writes the paused
+    leader makes later land in a store nobody reads.
+    """
+    t0 = time.monotonic()
+    if prev != fresh:
+        try:
+            return MetaStore(data_dir, prev, guard), {"copied": None, "ms": round((time.monotonic() - t0) * 1000, 1)}
+        except Exception as exc:
+            if not is_lock_error(exc):
+                raise
+    if prev == fresh or not os.path.isdir(os.path.join(data_dir, prev)):
+        return MetaStore(data_dir, fresh, guard), {"copied": None, "ms": round((time.monotonic() - t0) * 1000, 1)}
+    tmp = os.path.join(data_dir, fresh + ".tmp")
+    n = copy_store(os.path.join(data_dir, prev), tmp)
+    shutil.rmtree(os.path.join(data_dir, fresh), ignore_errors=True)
+    os.rename(tmp, os.path.join(data_dir, fresh))
+    return MetaStore(data_dir, fresh, guard), {"copied": n, "ms": round((time.monotonic() - t0) * 1000, 1)}

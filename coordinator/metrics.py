@@ -25,6 +25,9 @@ def collect(co: Coordinator) -> list:
         servers = [(s.id, s.alive, now - s.last_seen, len(s.ranges), s.pending) for s in co.servers.values()]
         events = dict(co.event_counts)
     fams: list = []
+    g = GaugeMetricFamily("rangetable_coordinator_term", "The term this coordinator leads (0: a standby).")
+    g.add_metric([], co.term)
+    fams.append(g)
     g = GaugeMetricFamily("rangetable_map_version", "Version of the partition map (grows on every change).")
     g.add_metric([], version)
     fams.append(g)

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from coordinator.acl import acl_key
 from coordinator.partition_map import range_key
+from coordinator.placement import place_orphans
 from rangetable.crash import crash_point
 from rangetable.errors import TableError
 from rangetable.stats import StepClock
@@ -72,14 +73,39 @@ def _load(co: Coordinator, ctl: Controller, server: str, rec: dict) -> bool:
         return False
 
 
-def assign_orphans(co: Coordinator, ctl: Controller) -> None:
-    """Give every range without a live owner to a live server."""
+def assign_orphans(co: Coordinator, ctl: Controller, reason: str = "owner not alive") -> list[str]:
+    """Give every serving range without a live owner to a live server, all in one map change.
+
+    The new owners are chosen by :func:`coordinator.placement.place_orphans` (least-loaded first),
+    committed in one meta-store write (one map version, one delta to the frontends), then every
+    target is told to load its ranges at once (``Controller.call_many``), so a dead server's 100
+    ranges fail over in about one round trip instead of 100. Returns the ids reassigned.
+    """
+    t0 = time.monotonic()
     with co.lock:
-        orphans = [
-            r for r in co.pmap.ranges.values() if r["state"] == "serving" and not co.is_alive(r["owner"])
-        ]
-    for r in orphans:
-        fail_over(co, ctl, r["id"], reason="owner not alive")
+        live = co.live_servers()
+        orphans = sorted(rid for owner in co.pmap.owners() if not co.is_alive(owner)
+                         for rid in co.pmap.owned_ids(owner) if co.pmap.ranges[rid]["state"] == "serving")
+        if not orphans or not live:
+            return []
+        plan = place_orphans(orphans, {sid: co.pmap.owned_count(sid) for sid in live})
+        sources = {rid: co.pmap.ranges[rid]["owner"] for rid in orphans}
+        puts: dict[bytes, Any] = {}
+        for rid, target in plan.items():
+            puts.update(co.pmap.update(co.pmap.ranges[rid], owner=target)[0])
+        co.commit((puts, []))
+        recs = {rid: dict(co.pmap.ranges[rid]) for rid in orphans}
+        version = co.pmap.version
+    results = ctl.call_many([(plan[rid], {"op": "load", "range": _public(recs[rid]), "version": version})
+                             for rid in orphans])
+    ms = _ms(t0)
+    for rid, res in zip(orphans, results, strict=True):
+        if isinstance(res, TableError):
+            log.warning("load %s on %s failed: %s", rid, plan[rid], res)
+    co.record_events([{"kind": "failover", "range": rid, "table": recs[rid]["table"], "source": sources[rid],
+                       "target": plan[rid], "reason": reason, "duration_ms": ms,
+                       "ok": not isinstance(res, TableError)} for rid, res in zip(orphans, results, strict=True)])
+    return orphans
 
 
 def fail_over(co: Coordinator, ctl: Controller, rid: str, reason: str) -> None:
@@ -109,7 +135,7 @@ def reconcile(co: Coordinator, ctl: Controller, server: str) -> None:
         reported = {rid: (epoch, state) for rid, epoch, state in info.ranges}
         desired = {r["id"]: dict(r) for r in co.pmap.owned_by(server) if r["state"] == "serving"}
         known = set(co.pmap.ranges)
-        busy = {r["id"] for r in co.pmap.ranges.values() if r["state"] != "serving"}
+        busy = set(co.pmap.busy_ids())
     for rid, rec in desired.items():
         if reported.get(rid) != (rec["epoch"], "serving"):
             _load(co, ctl, server, rec)
@@ -271,6 +297,7 @@ def merge(co: Coordinator, ctl: Controller, rid: str, reason: str = "manual", ta
         with co.lock:
             for r in (left, right):
                 co.pmap.ranges[r["id"]]["state"] = "serving"
+            co.pmap.reindex()
             co.commit(({range_key(r["id"]): co.pmap.ranges[r["id"]] for r in (left, right)}, []))
         ctl.submit(reconcile, co, ctl, owner, key=f"reconcile:{owner}")
         raise
@@ -327,6 +354,7 @@ def recover(co: Coordinator) -> list[str]:
                 puts[range_key(r["id"])] = r
                 fixed.append(r["id"])
         if puts:
+            co.pmap.reindex()
             co.pmap.version += 1
             puts[b"meta/version"] = co.pmap.version
             co.commit((puts, []))

@@ -39,6 +39,31 @@ class PartitionMap:
     ranges: dict[str, dict] = field(default_factory=dict)
     version: int = 0
     next_id: int = 1
+    # Indexes kept by every mutation below, so per-heartbeat questions cost O(the server's ranges),
+    # not O(the map): range ids per owner, and ids of ranges held by an operation (not serving).
+    _owned: dict[str | None, set[str]] = field(default_factory=dict, repr=False, compare=False)
+    _busy: set[str] = field(default_factory=set, repr=False, compare=False)
+
+    # --- indexes ------------------------------------------------------------------------------
+
+    def _index(self, rec: dict) -> None:
+        self._owned.setdefault(rec["owner"], set()).add(rec["id"])
+        if rec["state"] != "serving":
+            self._busy.add(rec["id"])
+
+    def _unindex(self, rec: dict) -> None:
+        ids = self._owned.get(rec["owner"])
+        if ids is not None:
+            ids.discard(rec["id"])
+            if not ids:
+                del self._owned[rec["owner"]]
+        self._busy.discard(rec["id"])
+
+    def reindex(self) -> None:
+        """Rebuild the owner and busy indexes (after records were changed in place)."""
+        self._owned, self._busy = {}, set()
+        for r in self.ranges.values():
+            self._index(r)
 
     # --- queries ------------------------------------------------------------------------------
 
@@ -64,7 +89,23 @@ class PartitionMap:
 
     def owned_by(self, server: str) -> list[dict]:
         """Ranges assigned to a server."""
-        return [r for r in self.ranges.values() if r["owner"] == server]
+        return [self.ranges[rid] for rid in self._owned.get(server, ())]
+
+    def owned_ids(self, server: str | None) -> list[str]:
+        """Ids of the ranges a server owns (None: the unassigned ones)."""
+        return list(self._owned.get(server, ()))
+
+    def owned_count(self, server: str | None) -> int:
+        """How many ranges a server owns (O(1))."""
+        return len(self._owned.get(server, ()))
+
+    def owners(self) -> list[str | None]:
+        """Every owner that holds at least one range (None: unassigned ranges)."""
+        return list(self._owned)
+
+    def busy_ids(self) -> set[str]:
+        """Ids of the ranges an operation holds (state other than ``serving``)."""
+        return self._busy
 
     def snapshot(self) -> dict:
         """The whole map as plain data (for frontends and the CLI)."""
@@ -130,6 +171,7 @@ class PartitionMap:
         self.tables[name.lower()] = name
         rec = self.new_range(name, "", None, owner)
         self.ranges[rec["id"]] = rec
+        self._index(rec)
         puts: dict[bytes, Any] = {table_key(name): name, range_key(rec["id"]): rec}
         self._bump(puts)
         return rec, (puts, [])
@@ -142,6 +184,7 @@ class PartitionMap:
         gone = self.ranges_of(real)
         for r in gone:
             del self.ranges[r["id"]]
+            self._unindex(r)
         puts: dict[bytes, Any] = {}
         self._bump(puts)
         return gone, (puts, [table_key(real)] + [range_key(r["id"]) for r in gone])
@@ -151,7 +194,9 @@ class PartitionMap:
         cur = self.ranges[rec["id"]]
         if any(k in changes and changes[k] != cur[k] for k in ("owner", "low", "high")):
             cur["epoch"] += 1
+        self._unindex(cur)
         cur.update(changes)
+        self._index(cur)
         puts: dict[bytes, Any] = {range_key(cur["id"]): cur}
         self._bump(puts)
         return puts, []
@@ -163,10 +208,11 @@ class PartitionMap:
         if lo_old != lo_new:
             raise ValueError("replacement must cover the same key span")
         for r in old:
-            del self.ranges[r["id"]]
+            self._unindex(self.ranges.pop(r["id"]))
         puts: dict[bytes, Any] = {}
         for r in new:
             self.ranges[r["id"]] = r
+            self._index(r)
             puts[range_key(r["id"])] = r
         self._bump(puts)
         return puts, [range_key(r["id"]) for r in old]
@@ -177,6 +223,7 @@ class PartitionMap:
         pm = cls(version=snap["version"])
         pm.tables = {t.lower(): t for t in snap["tables"]}
         pm.ranges = {r["id"]: dict(r) for r in snap["ranges"]}
+        pm.reindex()
         return pm
 
     @classmethod
@@ -192,4 +239,5 @@ class PartitionMap:
                 pm.version = v
             elif k == b"meta/next_id":
                 pm.next_id = v
+        pm.reindex()
         return pm

@@ -4,9 +4,10 @@ The loop only moves messages:
 
 * ROUTER at ``bind`` — heartbeats from partition servers (answered at once with a lease: the
   ZeroMQ guide's *Paranoid Pirate* pattern), map snapshots for frontends, admin requests;
-* PUB at ``pub_bind`` — every map change as a numbered full snapshot, plus ``hugz`` carrying the
-  current version every second (the guide's *Clone* pattern: a subscriber that sees a gap, or a
-  hugz newer than its map, fetches a fresh snapshot);
+* PUB at ``pub_bind`` — every map change as a numbered delta holding only what changed
+  (:mod:`coordinator.map_deltas`), plus ``hugz`` carrying the current version every second (the
+  guide's *Clone* pattern: a subscriber that sees a gap, or a hugz newer than its map, asks for
+  ``map {since}`` and gets the missed deltas folded into one, or a snapshot when they are too old);
 * an inproc PULL — answers and publish requests from the controller thread, which runs every
   multi-step change (see :mod:`coordinator.operations`).
 
@@ -18,6 +19,8 @@ ranges can be reassigned without two servers ever serving one range.
 from __future__ import annotations
 
 import logging
+import os
+import sys
 import threading
 import time
 from dataclasses import dataclass, field
@@ -25,15 +28,18 @@ from typing import Any
 
 import zmq
 
-from coordinator import acl, backup, client_keys
+from coordinator import acl, backup, client_keys, takeover
 from coordinator import operations as ops
 from coordinator.balancing import Balancing
 from coordinator.controller import Controller
+from coordinator.leadership import Leadership
+from coordinator.map_deltas import DeltaLog, PendingChanges, build_delta
 from coordinator.meta_store import MetaStore
 from coordinator.partition_map import PartitionMap
 from rangetable import curve, protocol
 from rangetable.addresses import advertised
 from rangetable.config import CoordinatorConfig
+from rangetable.coordinators import not_leader
 from rangetable.errors import TableError
 from rangetable.process import serve_until_signalled
 
@@ -64,24 +70,47 @@ class Coordinator:
         self.ctx = ctx or zmq.Context.instance()
         self.keys = curve.KeyRing.load(curve.keys_dir(cfg.data_dir, cfg.keys_dir), own="coordinator")
         self.lock = threading.RLock()
-        self.meta = MetaStore(cfg.data_dir)
-        self.keys_version = client_keys.load(self)[0]
-        self.pmap = PartitionMap.load(self.meta.items())
-        self.events: list[dict] = [v for _, v in self.meta.items(b"event/")][-MAX_EVENTS:]
-        self._event_seq = (self.events[-1]["seq"] + 1) if self.events else 1
+        self.meta: MetaStore | None = None  # opened when this coordinator wins a term (_lead)
+        self.pmap = PartitionMap.load([])
+        self.events: list[dict] = []
+        self._event_seq = 1
+        self.keys_version = 0  # client keys (client_keys.py): loaded with the meta store at takeover
         self.event_counts: dict[str, int] = {}  # events by kind since this process started (metrics)
         self.servers: dict[str, ServerInfo] = {}
         self.started = time.monotonic()
         self.stopping = False
+        self.leadership: Leadership | None = None
+        self.term = 0  # the term this coordinator leads (0: standby)
+        self.quiet_until = 0.0  # no balancing move before the previous leader's leases surely lapsed
+        self.takeover: dict = {}  # how the last takeover went (for status and the logs)
+        self.known_servers: dict[str, dict] = {}  # servers in the meta store when this leader took over
         self.controller = Controller(self)
         self.balancing = Balancing(self)
         self.pub_endpoint = ""
         self.endpoint = ""
         self._tls = threading.local()
         self._inproc = f"inproc://coordinator-{id(self)}"
-        rolled = ops.recover(self)
-        if rolled:
-            log.warning("rolled back uncommitted operations on ranges %s", rolled)
+        self.changes = PendingChanges()  # what the next published delta carries
+        self.deltas = DeltaLog()
+        self.published = self.pmap.version
+
+    # --- leadership ---------------------------------------------------------------------------
+
+    def fence(self) -> None:
+        """Step down at once when a later term exists (called before every command sent and on
+        both sides of every meta-store write; a deposed leader never acts)."""
+        if self.leadership is not None and self.leadership.deposed():
+            self.step_down()
+
+    def step_down(self) -> None:
+        """Stop leading without acting: re-run this process as a standby (same pid, fresh state)."""
+        log.warning("term %d is over (a later term exists): stepping down", self.term)
+        for h in logging.getLogger().handlers:
+            h.flush()
+        if self.cfg.restart_on_deposed:
+            os.execv(sys.executable, [sys.executable, *sys.orig_argv[1:]])  # the same command line, -m included
+        self.stopping = True
+        raise TableError("NotLeader", f"coordinator {self.endpoint} was deposed")
 
     # --- shared helpers (called from both threads under self.lock) ------------------------------
 
@@ -89,26 +118,39 @@ class Coordinator:
         """Persist a map change, then ask the loop to publish the new map."""
         puts, deletes = writes
         self.meta.commit(puts, deletes)
+        with self.lock:
+            self.changes.note_writes(puts, deletes)
         self._notify([b"publish"])
 
     def event(self, kind: str, **fields: Any) -> None:
         """Record an event (split, move, merge, failover, hot key …) durably."""
-        with self.lock:
-            ev = {"seq": self._event_seq, "time": time.time(), "kind": kind, **fields}
-            self._event_seq += 1
-            self.events.append(ev)
-            self.event_counts[kind] = self.event_counts.get(kind, 0) + 1
-            deletes = []
-            if len(self.events) > MAX_EVENTS:
-                old = self.events.pop(0)
-                deletes.append(b"event/%012d" % old["seq"])
-            self.meta.commit({b"event/%012d" % ev["seq"]: ev}, deletes)
-        log.info("event %s", ev)
+        self.record_events([{"kind": kind, **fields}])
 
-    def _membership_changed(self, puts: dict | None = None) -> None:
+    def record_events(self, items: list[dict]) -> None:
+        """Record several events (each with its ``kind``) in one durable write."""
+        with self.lock:
+            puts, deletes = {}, []
+            evs = []
+            for fields in items:
+                ev = {"seq": self._event_seq, "time": time.time(), **fields}
+                self._event_seq += 1
+                self.events.append(ev)
+                self.event_counts[ev["kind"]] = self.event_counts.get(ev["kind"], 0) + 1
+                evs.append(ev)
+                puts[b"event/%012d" % ev["seq"]] = ev
+            while len(self.events) > MAX_EVENTS:
+                old = self.events.pop(0)
+                puts.pop(b"event/%012d" % old["seq"], None)
+                deletes.append(b"event/%012d" % old["seq"])
+            self.meta.commit(puts, deletes)
+        for ev in evs:
+            log.info("event %s", ev)
+
+    def _membership_changed(self, server: str, puts: dict | None = None) -> None:
         """A server joined or died: the endpoints in the map changed, so the map version grows too
         (a frontend that missed the update learns of it from the next hugz — Clone pattern)."""
         with self.lock:
+            self.changes.servers.add(server)
             self.pmap.version += 1
             self.commit(({**(puts or {}), b"meta/version": self.pmap.version}, []))
 
@@ -132,11 +174,11 @@ class Coordinator:
         live = [s for s in self.servers.values() if s.alive and s.endpoint]
         if not live:
             return None
-        counts = {s.id: 0 for s in live}
-        for r in self.pmap.ranges.values():
-            if r["owner"] in counts:
-                counts[r["owner"]] += 1
-        return min(live, key=lambda s: (counts[s.id], s.id)).id
+        return min(live, key=lambda s: (self.pmap.owned_count(s.id), s.id)).id
+
+    def live_servers(self) -> list[str]:
+        """Ids of the registered servers that are alive."""
+        return [s.id for s in self.servers.values() if s.alive and s.endpoint]
 
     def map_snapshot(self) -> dict:
         """The partition map plus server endpoints and the PUB endpoint."""
@@ -154,6 +196,9 @@ class Coordinator:
             snap["endpoints"] = snap.pop("servers")
             return {
                 **snap,
+                "term": self.term,
+                "leader": self.endpoint,
+                "takeover": self.takeover,
                 "servers": [
                     {"id": s.id, "endpoint": s.endpoint, "alive": s.alive, "pid": s.pid, "incarnation": s.incarnation,
                      "last_seen_s": round(now - s.last_seen, 2), "ranges": len(self.pmap.owned_by(s.id)),
@@ -184,7 +229,7 @@ class Coordinator:
                 info = ServerInfo(sid, req["endpoint"], req["incarnation"], now, int(req.get("pid", 0)))
                 self.servers[sid] = info
                 log.info("partition server %s registered at %s", sid, info.endpoint)
-                self._membership_changed({b"server/" + sid.encode(): {"endpoint": info.endpoint, "pid": info.pid}})
+                self._membership_changed(sid, {b"server/" + sid.encode(): {"endpoint": info.endpoint, "pid": info.pid}})
             info.last_seen = now
             info.ranges = req.get("ranges", [])
             info.load = req.get("load", {})
@@ -195,13 +240,13 @@ class Coordinator:
             self.controller.submit(ops.assign_orphans, self, self.controller, key="orphans")
         if mismatch:
             self.controller.submit(ops.reconcile, self, self.controller, sid, key=f"reconcile:{sid}")
-        return {"lease_s": self.cfg.lease_s, "version": self.pmap.version}
+        return {"lease_s": self.cfg.lease_s, "version": self.pmap.version, "term": self.term}
 
     def _mismatch(self, info: ServerInfo) -> bool:
         reported = {(rid, epoch) for rid, epoch, state in info.ranges if state == "serving"}
         pending = {rid for rid, _, state in info.ranges if state != "serving"}
         desired = {(r["id"], r["epoch"]) for r in self.pmap.owned_by(info.id) if r["state"] == "serving"}
-        busy = {r["id"] for r in self.pmap.ranges.values() if r["state"] != "serving"}
+        busy = self.pmap.busy_ids()
         extra = {rid for rid, _ in reported - desired if rid not in busy}
         stale_pending = {rid for rid in pending if rid in self.pmap.ranges or rid < f"r{self.pmap.next_id:06d}"}
         stale_pending -= busy
@@ -223,6 +268,13 @@ class Coordinator:
         if op == "heartbeat":
             return protocol.ok(self._heartbeat(req))
         if op == "map":
+            since = req.get("since")
+            if isinstance(since, int) and not isinstance(since, bool):
+                self._publish()  # changes committed but not yet published go out first
+                with self.lock:
+                    delta = self.deltas.since(since, self.published)
+                if delta is not None:
+                    return protocol.ok({**delta, "pub": self.pub_endpoint})
             return protocol.ok(self.map_snapshot())
         if op in ("status", "ranges", "servers"):
             return protocol.ok(self.status())
@@ -268,8 +320,19 @@ class Coordinator:
     # --- loop ---------------------------------------------------------------------------------
 
     def _publish(self) -> None:
-        snap = self.map_snapshot()
-        self.pub.send_multipart([b"map", protocol.pack(snap)])
+        """Send what changed since the last delta as the next delta (nothing when nothing did)."""
+        with self.lock:
+            if self.pmap.version == self.published and not (
+                    self.changes.ranges or self.changes.servers or self.changes.tables):
+                return
+            endpoints = {sid: (s.endpoint if s.alive and s.endpoint else None)
+                         for sid in self.changes.servers if (s := self.servers.get(sid)) is not None}
+            delta = build_delta(self.published, self.pmap.version, self.changes.take(), self.pmap.ranges,
+                                endpoints, sorted(self.pmap.tables.values()))
+            packed = protocol.pack(delta)
+            self.deltas.add(delta, packed)
+            self.published = self.pmap.version
+        self.pub.send_multipart([b"delta", packed])
 
     def _check_servers(self) -> None:
         now = time.monotonic()
@@ -284,11 +347,11 @@ class Coordinator:
             log.warning("partition server %s silent for %.1f s: declared dead", s.id, now - s.last_seen)
             self.event("server_dead", server=s.id, silent_s=round(now - s.last_seen, 2))
             self.balancing.on_server_dead(s.id)
-            self._membership_changed()
+            self._membership_changed(s.id)
             self.controller.submit(ops.assign_orphans, self, self.controller, key="orphans")
 
     def serve(self) -> None:
-        """Run until SIGTERM/SIGINT."""
+        """Run until SIGTERM/SIGINT: a standby until this coordinator wins a term, then the leader."""
         pull = self.ctx.socket(zmq.PULL)
         pull.bind(self._inproc)
         router = self.ctx.socket(zmq.ROUTER)
@@ -302,35 +365,80 @@ class Coordinator:
         self.pub.bind(self.cfg.pub_bind)
         self.pub_endpoint = advertised(self.pub.getsockopt(zmq.LAST_ENDPOINT).decode(), self.cfg.pub_advertise)
         self.endpoint = advertised(router.getsockopt(zmq.LAST_ENDPOINT).decode(), self.cfg.advertise)
-        self.controller.start()
+        self.leadership = Leadership(self.cfg.data_dir, self.endpoint, self.pub_endpoint, self.cfg.leader_timeout_s)
         if self.cfg.metrics:
             from coordinator.metrics import collect
             from rangetable.metrics import serve_metrics
 
             log.info("metrics on %s", serve_metrics(self.cfg.metrics, lambda: collect(self)))
-        log.info("coordinator on %s, map updates on %s, map version %d", self.endpoint, self.pub_endpoint,
-                 self.pmap.version)
+        log.info("coordinator on %s, map updates on %s: standby until it wins a term", self.endpoint,
+                 self.pub_endpoint)
         poller = zmq.Poller()
         poller.register(router, zmq.POLLIN)
         poller.register(pull, zmq.POLLIN)
+        self._stand_by(router, poller)
+        if not self.stopping:
+            self._serve_as_leader(router, pull, poller)
+        self.controller.stopping = True
+        if self.controller.is_alive():
+            self.controller.join(timeout=5)
+        for s in (router, pull, self.pub):
+            s.close(0)
+        push = getattr(self._tls, "push", None)
+        if push is not None:
+            push.close(0)
+        if self.meta is not None:
+            self.meta.close()
+
+    def _stand_by(self, router: zmq.Socket, poller: zmq.Poller) -> None:
+        """Answer ``NotLeader`` (naming the leader) until this coordinator wins a term, then lead."""
+        assert self.leadership is not None
+        next_poll = 0.0
+        leader = None
+        while not self.stopping:
+            events = dict(poller.poll(50))
+            if router in events:
+                hint = not_leader(self.endpoint, leader.endpoint if leader else None)
+                for _ in range(512):
+                    try:
+                        frames = router.recv_multipart(zmq.NOBLOCK)
+                    except zmq.Again:
+                        break
+                    router.send_multipart([frames[0], frames[1] if len(frames) > 2 else b"", protocol.error(hint)])
+            now = time.monotonic()
+            if now >= next_poll:
+                next_poll = now + 0.05
+                won = self.leadership.poll()
+                if won is not None:
+                    takeover.begin(self, won)
+                    return
+                leader = self.leadership.read_latest()
+
+    def _serve_as_leader(self, router: zmq.Socket, pull: zmq.Socket, poller: zmq.Poller) -> None:
+        log.info("coordinator leads term %d on %s, map updates on %s; loading the map", self.term, self.endpoint,
+                 self.pub_endpoint)
+        assert self.leadership is not None
         next_tick = 0.0
         next_hugz = 0.0
         next_gc = time.monotonic() + 2 * (self.cfg.lease_s + self.cfg.lease_grace_s)
-        # After a restart, servers known before keep their ranges for a full lease: a restart
-        # shorter than the lease is invisible to clients. Silent ones are then declared dead.
-        for k, v in self.meta.items(b"server/"):
-            sid = k[len(b"server/"):].decode()
-            if sid not in self.servers:
-                self.servers[sid] = ServerInfo(sid, v["endpoint"], "", time.monotonic(), v.get("pid", 0))
+        held: list[tuple[list[bytes], str | None]] | None = []  # (request, sender role) held while the map loads
         while not self.stopping:
-            events = dict(poller.poll(100))
+            events = dict(poller.poll(50))
+            try:
+                self.fence()  # a leader paused past its term wakes up here and steps down before acting
+            except TableError:
+                break  # deposed, and not re-run as a standby (restart_on_deposed off): stop
             if router in events:
                 for _ in range(512):
                     try:
                         frames, peer = protocol.recv_frames_peer(router, protocol.NOBLOCK)
                     except zmq.Again:
                         break
-                    self._on_request(router, frames, self.keys.role_of(protocol.peer_key(peer)))
+                    role = self.keys.role_of(protocol.peer_key(peer))
+                    if held is None:
+                        self._on_request(router, frames, role)
+                    elif not self._early_heartbeat(router, frames, role):
+                        held.append((frames, role))
             if pull in events:
                 published = False
                 while True:
@@ -342,29 +450,41 @@ class Coordinator:
                         router.send_multipart(msg[1:])
                     elif msg[0] == b"hugz":  # the client keys changed: tell frontends now
                         next_hugz = 0.0
+                    elif msg[0] == b"led":
+                        takeover.finish(self)
+                        for frames, role in held or []:
+                            self._on_request(router, frames, role)
+                        held = None
                     elif not published:
                         self._publish()
                         published = True
+            if held is not None:
+                continue
             now = time.monotonic()
             if now >= next_tick:
                 next_tick = now + 0.1
                 self._check_servers()
-                self.balancing.tick(now)
+                if now >= self.quiet_until:
+                    self.balancing.tick(now)
             if now >= next_gc:
                 next_gc = now + 30.0
                 self.controller.submit(ops.collect_garbage, self, self.controller, key="gc")
             if now >= next_hugz:
                 next_hugz = now + 1.0
-                self.pub.send_multipart([b"hugz", protocol.pack({"version": self.pmap.version,
+                self.pub.send_multipart([b"hugz", protocol.pack({"version": self.pmap.version, "term": self.term,
                                                                  "keys": self.keys_version})])
-        self.controller.stopping = True
-        self.controller.join(timeout=5)
-        for s in (router, pull, self.pub):
-            s.close(0)
-        push = getattr(self._tls, "push", None)
-        if push is not None:
-            push.close(0)
-        self.meta.close()
+
+    def _early_heartbeat(self, router: zmq.Socket, frames: list[bytes], role: str | None) -> bool:
+        """While the map loads, answer a partition server's heartbeat with a lease at once (True);
+        others wait."""
+        try:
+            rid, req = protocol.parse_request(frames[1:])
+        except TableError:
+            return False
+        if req.get("op") != "heartbeat" or not curve.may("coordinator", "heartbeat", role):
+            return False
+        router.send_multipart([frames[0], rid, protocol.ok(takeover.early_lease(self))])
+        return True
 
     def _on_request(self, router: zmq.Socket, frames: list[bytes], role: str | None) -> None:
         ident = frames[0]

@@ -74,7 +74,7 @@ class AioFrontend(DriverCore):
         self.loop = asyncio.get_running_loop()
         self._map_event = asyncio.Event()
         self.coord = self._secure(self._socket(zmq.DEALER), "coordinator")
-        self.coord.connect(self.cfg.coordinator)
+        self.coord.connect(self._coord_at)
         self.sub = self._secure(self._socket(zmq.SUB), "coordinator")
         self.sub.setsockopt(zmq.SUBSCRIBE, b"")
         self._watch(self.coord, self._on_coord)

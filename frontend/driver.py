@@ -22,10 +22,13 @@ from frontend.requests import Handler
 from frontend.routing import MapCache
 from rangetable import curve, protocol
 from rangetable.config import FrontendConfig
+from rangetable.coordinators import LeaderTracker
 from rangetable.errors import TableError
 
 log = logging.getLogger("rangetable.frontend")
 MAP_REFRESH_S = 0.05  # at most one snapshot request per this long
+COORD_SILENCE_S = 1.0  # a map request unanswered this long moves us to the next coordinator
+HUGZ_SILENCE_S = 2.5  # no hugz for this long: ask the map (a new leader publishes elsewhere)
 
 
 class Pending:
@@ -65,6 +68,11 @@ class DriverCore:
         self._sub_connected = ""
         self._last: tuple[Any, Any] = (None, None)  # (raw body, decoded) of the answer being handled
         self.closed = False
+        self.leaders = LeaderTracker(cfg.coordinator)
+        self._coord_at = self.leaders.current  # the coordinator the DEALER is connected to
+        self._map_waiting = 0.0  # when an unanswered map request was sent (0: none)
+        self._heard = time.monotonic()  # last message on the SUB socket (hugz come every second)
+        self._map_due = False
 
     def _secure(self, sock: zmq.Socket, server_role: str) -> zmq.Socket:
         """Make ``sock`` a CURVE client with the frontend key, talking to a server of ``server_role``."""
@@ -125,12 +133,29 @@ class DriverCore:
         self._schedule(min(0.002 * (2 ** min(p.attempts, 6)), 0.1), p)
 
     def refresh_map(self, force: bool = False) -> None:
-        """Ask the coordinator for a snapshot (at most one request per 50 ms)."""
+        """Ask the coordinator for what changed since our version (a delta), or for a snapshot when
+        we have no map yet (at most one request per 50 ms)."""
         now = time.monotonic()
         if force or now - self._map_asked > MAP_REFRESH_S:
             self._map_asked = now
-            protocol.send_frames(self.coord, [b"map", protocol.pack({"op": "map"})])
+            req: dict = {"op": "map"}
+            if self.cache.version >= 0:
+                req["since"] = self.cache.version
+            protocol.send_frames(self.coord, [b"map", protocol.pack(req)])
             self._sent(self.coord)
+            self._map_waiting = self._map_waiting or now
+            self._map_due = False
+
+    def _switch_coordinator(self, endpoint: str) -> None:
+        """Talk to another coordinator from now on (a standby named it, or ours went silent)."""
+        if endpoint != self._coord_at:
+            self.coord.disconnect(self._coord_at)
+            self.coord.connect(endpoint)
+            self._coord_at = endpoint
+            log.info("talking to coordinator %s", endpoint)
+        self._map_waiting = 0.0
+        self._map_due = True  # sent now, or by the sweep once MAP_REFRESH_S has passed
+        self.refresh_map()
 
     # --- running requests ---------------------------------------------------------------------
 
@@ -157,10 +182,14 @@ class DriverCore:
             return
         srid, body = frames
         if from_coordinator and srid == b"map":
+            self._map_waiting = 0.0
             try:
                 self._apply_map(protocol.result(body))
             except TableError as exc:
-                log.warning("map snapshot failed: %s", exc)
+                if exc.error_code == "NotLeader" and self.leaders.several:
+                    self._switch_coordinator(self.leaders.on_not_leader(exc))
+                else:
+                    log.warning("map snapshot failed: %s", exc)
             return
         if from_coordinator and srid == b"keys":
             try:
@@ -171,12 +200,17 @@ class DriverCore:
         ent = self._sub.pop(srid, None)
         if ent is None:
             return  # an answer to an attempt we already gave up on
-        p, step, _, _ = ent
+        p, step, _, target = ent
         if p.done:
             return
         try:
             # entities and pages are only read (written as JSON or packed again): arrays as tuples
             reply = protocol.unpack(body, use_list=step == "relay")
+            if target == "coordinator" and self.leaders.several and isinstance(reply, dict) \
+                    and isinstance(reply.get("error"), dict) and reply["error"].get("code") == "NotLeader":
+                self._switch_coordinator(self.leaders.on_not_leader(TableError.from_wire(reply["error"])))
+                self.retry_later(p, "the coordinator asked was not the leader")
+                return
             self._last = (body, reply)
             self.handler.answer(p, step, reply, body)
         except TableError as exc:
@@ -189,20 +223,25 @@ class DriverCore:
         """A message on the SUB socket: a map update, or hugz with the current version (Clone)."""
         if len(frames) != 2:
             return
+        self._heard = time.monotonic()
         try:
             msg = protocol.unpack(frames[1])
         except TableError:
             return
-        if frames[0] == b"map":
+        if frames[0] in (b"delta", b"map") and isinstance(msg, dict):
             self._apply_map(msg)
         elif frames[0] == b"hugz" and isinstance(msg, dict):
             if msg.get("version", -1) > self.cache.version:
-                self.refresh_map()  # we missed an update: fetch a snapshot
+                self.refresh_map()  # we missed an update: ask for what changed since our version
             if isinstance(msg.get("keys"), int):
                 self._keys_changed(msg["keys"])
 
     def _apply_map(self, snap: dict) -> None:
-        self.cache.apply(snap)
+        """Install a snapshot or a delta; a delta that starts past our version (missed updates)
+        makes us ask for what changed since our version instead."""
+        if not self.cache.apply(snap) and "prev" in snap and self.cache.is_gap(snap):
+            self.refresh_map()
+            return
         if self.cache.pub and self.cache.pub != self._sub_connected:
             if self._sub_connected:
                 self.sub.disconnect(self._sub_connected)
@@ -217,7 +256,17 @@ class DriverCore:
         stale = [k for k, (p, _, sent, _) in self._sub.items() if p.done or now - sent > limit]
         for k in stale:
             p, _, _, target = self._sub.pop(k)
+            if target == "coordinator" and self.leaders.several:
+                self._switch_coordinator(self.leaders.on_silence())
             if not p.done:
                 self.retry_later(p, f"no answer from {target}")
+        if self._map_due:
+            self.refresh_map()
+        if self.leaders.several:
+            if self._map_waiting and now - self._map_waiting > COORD_SILENCE_S:
+                self._switch_coordinator(self.leaders.on_silence())  # the leader paused or died
+            elif now - self._heard > HUGZ_SILENCE_S and not self._map_waiting:
+                self._heard = now
+                self.refresh_map(force=True)  # no hugz: has another coordinator taken over?
         if self.cache.version < 0 and now - self._map_asked > 0.5:
             self.refresh_map(force=True)

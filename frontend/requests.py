@@ -63,6 +63,9 @@ class Handler:
                                           "frontend": self.fe.id}))
         elif op == "map":
             self.fe.reply(p, protocol.ok(self.fe.cache.snapshot))
+        elif op == "map_version":  # cheap: how far this frontend's map is (control-plane bench)
+            cache = self.fe.cache
+            self.fe.reply(p, protocol.ok({"version": cache.version, "ranges": len(cache.ranges)}))
         else:
             raise TableError("InvalidInput", f"unknown op {op!r}")
 

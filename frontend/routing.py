@@ -22,46 +22,120 @@ ROUTED_STATES = frozenset({"serving", "splitting"})
 
 
 class Route:
-    """Where a request goes: a range of the map and its owner's endpoint (None when not serving)."""
+    """Where a request goes: a range of the map and its owner's endpoint (None when not serving).
 
-    __slots__ = ("range", "endpoint")
+    The endpoint is looked up in the map's server table when asked, so a server that joins, moves
+    or dies changes every route to it without touching the routes.
+    """
 
-    def __init__(self, range: dict, endpoint: str | None) -> None:  # noqa: A002 - the map's word
+    __slots__ = ("range", "_servers")
+
+    def __init__(self, range: dict, servers: dict[str, str]) -> None:  # noqa: A002 - the map's word
         self.range = range
-        self.endpoint = endpoint
+        self._servers = servers
+
+    @property
+    def endpoint(self) -> str | None:
+        """The owner's data endpoint, or None while the range is not serving or has no live owner."""
+        r = self.range
+        return self._servers.get(r["owner"]) if r["state"] in ROUTED_STATES else None
 
 
 class MapCache:
-    """A frontend's copy of the partition map (refreshed by snapshot, kept by updates)."""
+    """A frontend's copy of the partition map: installed from a snapshot, kept by numbered deltas
+    (``coordinator.map_deltas``: the ZeroMQ guide's *Clone* pattern)."""
 
     def __init__(self) -> None:
         self.version = -1
         self.tables: dict[str, str] = {}
+        self.ranges: dict[str, dict] = {}
         self.by_table: dict[str, tuple[list[str], list[Route]]] = {}
         self.servers: dict[str, str] = {}
         self.pub = ""
-        self.snapshot: dict = {}
         self.received = float("-inf")  # monotonic time the current map was last confirmed
 
+    @property
+    def snapshot(self) -> dict:
+        """The cached map in the coordinator's snapshot form (for the ``map`` op)."""
+        return {
+            "version": self.version,
+            "tables": sorted(self.tables.values()),
+            "ranges": [rt.range for t in sorted(self.by_table) for rt in self.by_table[t][1]],
+            "servers": dict(self.servers),
+            "pub": self.pub,
+        }
+
     def apply(self, snap: dict) -> bool:
-        """Install a snapshot if it is not older than ours; returns True when it was installed."""
+        """Install a snapshot or a delta if it is not older than ours; returns True when installed.
+
+        A delta (it has ``prev``) applies only to a map at a version in ``[prev, version]``;
+        False for a delta means "missed updates: ask for ``map {since: self.version}``"
+        unless the delta is simply old (``version < self.version``).
+        """
+        if "prev" in snap:
+            return self.apply_delta(snap)
         if snap.get("version", -1) < self.version:
             return False
         self.received = time.monotonic()
         self.version = snap["version"]
-        self.snapshot = snap
         self.tables = {t.lower(): t for t in snap.get("tables", [])}
+        self.ranges = {r["id"]: r for r in snap.get("ranges", [])}
         groups: dict[str, list[dict]] = {}
-        for r in snap.get("ranges", []):
+        for r in self.ranges.values():
             groups.setdefault(r["table"].lower(), []).append(r)
         self.servers = dict(snap.get("servers", {}))
         self.by_table = {}
         for t, rs in groups.items():
             rs.sort(key=lambda r: r["low"])
-            routes = [Route(r, self.servers.get(r["owner"]) if r["state"] in ROUTED_STATES else None) for r in rs]
-            self.by_table[t] = ([r["low"] for r in rs], routes)
+            self.by_table[t] = ([r["low"] for r in rs], [Route(r, self.servers) for r in rs])
         self.pub = snap.get("pub", self.pub)
         return True
+
+    def is_gap(self, delta: dict) -> bool:
+        """True when a delta starts after our version: updates were missed."""
+        return delta["prev"] > self.version
+
+    def apply_delta(self, delta: dict) -> bool:
+        """Apply a delta in place (O(changed ranges × log n)); False when it does not fit our version."""
+        if self.version < 0 or delta["prev"] > self.version or delta["version"] < self.version:
+            return False
+        self.received = time.monotonic()
+        if "tables" in delta:
+            self.tables = {t.lower(): t for t in delta["tables"]}
+            for t in [t for t in self.by_table if t not in self.tables]:
+                for rt in self.by_table.pop(t)[1]:
+                    self.ranges.pop(rt.range["id"], None)
+        for rid in list(delta["removed"]) + [r["id"] for r in delta["ranges"]]:
+            old = self.ranges.pop(rid, None)
+            if old is not None:
+                self._unroute(old)
+        for r in delta["ranges"]:
+            if r["table"].lower() in self.tables:
+                self.ranges[r["id"]] = r
+                self._route(r)
+        for sid, endpoint in delta["servers"].items():
+            if endpoint is None:
+                self.servers.pop(sid, None)
+            else:
+                self.servers[sid] = endpoint
+        self.version = delta["version"]
+        self.pub = delta.get("pub", self.pub)  # a map answer names the leader's PUB
+        return True
+
+    def _route(self, r: dict) -> None:
+        lows, routes = self.by_table.setdefault(r["table"].lower(), ([], []))
+        i = bisect.bisect_left(lows, r["low"])
+        lows.insert(i, r["low"])
+        routes.insert(i, Route(r, self.servers))
+
+    def _unroute(self, r: dict) -> None:
+        lows, routes = self.by_table.get(r["table"].lower(), ([], []))
+        i = bisect.bisect_left(lows, r["low"])
+        while i < len(routes) and lows[i] == r["low"]:
+            if routes[i].range["id"] == r["id"]:
+                del lows[i], routes[i]
+                return
+            i += 1
 
     def has_table(self, table: str) -> bool:
         """True when the table is in the cached catalog."""

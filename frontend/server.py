@@ -139,7 +139,7 @@ class Frontend(DriverCore):
         self.endpoint = self.router.getsockopt(zmq.LAST_ENDPOINT).decode()
         self.coord = self._secure(self.ctx.socket(zmq.DEALER), "coordinator")
         self.coord.setsockopt(zmq.LINGER, 0)
-        self.coord.connect(self.cfg.coordinator)
+        self.coord.connect(self._coord_at)
         self.sub = self._secure(self.ctx.socket(zmq.SUB), "coordinator")
         self.sub.setsockopt(zmq.LINGER, 0)
         self.sub.setsockopt(zmq.SUBSCRIBE, b"")

@@ -119,6 +119,27 @@ class Deferred:
     finish: Callable[[], Any]
 
 
+# Every range's load report is sent at least this often: below the balancer's staleness bound
+# (max(hot_window_s, 2 x interval_s) = 6 s by default), so an idle range always has a fresh report.
+FULL_REPORT_S = 5.0
+
+
+def only_changed(report: dict[str, dict], sent: dict[str, dict], full: bool) -> dict[str, dict]:
+    """The per-range reports that differ from the last ones sent (all of them when ``full``);
+    ``sent`` is updated and forgets ranges no longer reported.
+
+    An idle range's report is the same every heartbeat, so a server with 100 idle ranges sends
+    100 reports every ``FULL_REPORT_S`` instead of every heartbeat (PD likewise takes region
+    heartbeats far less often than store heartbeats, and on change). The balancer reads a range
+    with no recent report as idle, which is what the omitted report said.
+    """
+    out = report if full else {rid: r for rid, r in report.items() if sent.get(rid) != r}
+    for rid in [rid for rid in sent if rid not in report]:
+        del sent[rid]
+    sent.update(out)
+    return out
+
+
 class RangeSet:
     """Ranges open in this process, keyed by range id."""
 
@@ -142,6 +163,12 @@ class RangeSet:
         self.totals = RangeTotals()  # what every open range served since it opened (Prometheus metrics)
         self.version = 0  # highest map version seen in a command
         self._last_report = time.monotonic()
+        self._sent: dict[str, dict] = {}  # the last load report sent per range
+        self._full_at = float("-inf")  # when every range's report was last sent
+
+    def report_all_next(self) -> None:
+        """Send every range's load report with the next heartbeat (a new coordinator leads)."""
+        self._full_at = float("-inf")
 
     def _path(self, record: dict) -> str:
         return os.path.join(self.data_dir, record["path"])
@@ -481,3 +508,12 @@ class RangeSet:
             s.load = Load()
         self.totals.retain(self.open)
         return out
+
+    def changed_load_report(self, full_s: float = FULL_REPORT_S) -> dict[str, dict]:
+        """:meth:`load_report`, keeping only ranges whose report changed since it was last sent,
+        plus every range once per ``full_s`` (see :func:`only_changed`)."""
+        now = time.monotonic()
+        full = now - self._full_at >= full_s
+        if full:
+            self._full_at = now
+        return only_changed(self.load_report(), self._sent, full)

@@ -9,6 +9,12 @@ One thread, one loop over two sockets (the loop only moves messages; the work is
   the lease (the ZeroMQ guide's *Paranoid Pirate* pattern: the server heartbeats, the coordinator
   answers, silence past the lease means the peer is gone).
 
+Several coordinators: the server heartbeats the one it believes leads (:class:`LeaderTracker`); an
+unanswered heartbeat moves it to the next endpoint, a ``NotLeader`` answer to the leader it names,
+and while no leader answers it heartbeats every ``HB_RETRY_S``. Every lease grant and control command
+carries the leader's term; the server keeps the highest term it has seen and refuses a lower one, so
+a deposed leader can neither renew a lease nor command a range.
+
 Fencing: every data request checks the lease first. When the lease lapses (the coordinator is
 unreachable, or this process was paused), the server closes every range store and answers
 ``NotOwner`` until the coordinator assigns ranges again — a paused server that wakes up never serves
@@ -41,11 +47,13 @@ from partition_server.ranges import Deferred, RangeSet
 from rangetable import curve, protocol
 from rangetable.addresses import advertised
 from rangetable.config import PartitionServerConfig
+from rangetable.coordinators import LeaderTracker, leader_hint
 from rangetable.errors import TableError
 from rangetable.process import serve_until_signalled
 
 log = logging.getLogger("rangetable.partition_server")
 
+HB_RETRY_S = 0.2  # heartbeat interval while no coordinator answers (finding a new leader)
 QUEUED_S = 20e-6  # a receive that returns sooner found its request already queued (it did not wait)
 _POLLIN = int(zmq.POLLIN)
 _RCVTIMEO = int(zmq.RCVTIMEO)
@@ -80,6 +88,10 @@ class PartitionServer:
         self._wake_r.setblocking(False)
         self._wake_w.setblocking(False)
         self.ranges.notify = self._wake
+        self.leaders = LeaderTracker(cfg.coordinator)
+        self.term = 0  # the highest coordinator term seen (lease grants and commands of a lower one are refused)
+        self._answered = float("-inf")  # when the last lease grant arrived
+        self._resend = False  # a NotLeader answer named another coordinator: heartbeat it at once
 
     # --- sockets ------------------------------------------------------------------------------
 
@@ -98,7 +110,19 @@ class PartitionServer:
         self.coord = self.ctx.socket(zmq.DEALER)
         self.coord.setsockopt(zmq.LINGER, 0)
         curve.secure_client(self.coord, self.keys.pair("partition-server"), self.keys.public("coordinator"))
-        self.coord.connect(self.cfg.coordinator)
+        self.coord.connect(self.leaders.current)
+        self._coord_at = self.leaders.current
+
+    def _switch_coordinator(self, endpoint: str) -> None:
+        """Heartbeat another coordinator from now on."""
+        old = self._coord_at
+        if endpoint == old:
+            return
+        self.coord.disconnect(old)
+        self.coord.connect(endpoint)
+        self._coord_at = endpoint
+        self._hb_due = False
+        log.info("heartbeating coordinator %s", endpoint)
 
     # --- lease --------------------------------------------------------------------------------
 
@@ -113,6 +137,9 @@ class PartitionServer:
         return False
 
     def _send_heartbeat(self) -> None:
+        if self._hb_due and self.leaders.several and not self._resend:  # the last one went unanswered
+            self._switch_coordinator(self.leaders.on_silence())
+        self._resend = False
         self._hb_seq += 1
         rid = b"hb%d" % self._hb_seq
         self._hb_sent[rid] = time.monotonic()
@@ -127,7 +154,7 @@ class PartitionServer:
             "incarnation": self.incarnation,
             "pid": os.getpid(),
             "ranges": self.ranges.report(),
-            "load": self.ranges.load_report(),
+            "load": self.ranges.changed_load_report(),
             "pending": self.pending,
         }
         self.coord.send_multipart([rid, protocol.pack(body)])
@@ -143,8 +170,25 @@ class PartitionServer:
         try:
             reply = protocol.result(frames[1])
         except TableError as exc:
+            if exc.error_code == "NotLeader" and self.leaders.several:
+                self._switch_coordinator(self.leaders.on_not_leader(exc))
+                # a named leader is asked at once; without a name (an election is under way) the
+                # next one is asked at the retry interval, not in a tight loop
+                self._resend = leader_hint(exc) is not None
+                self._hb_due = False
+                return
             log.warning("heartbeat refused: %s", exc)
             return
+        term = int(reply.get("term", 0))
+        if term < self.term:
+            log.warning("lease grant of term %d refused: term %d is current", term, self.term)
+            return
+        if term > self.term:
+            if self.term:
+                log.info("coordinator term %d (was %d)", term, self.term)
+            self.term = term
+            self.ranges.report_all_next()  # the new leader has no load reports yet
+        self._answered = time.monotonic()
         # The lease counts from when the heartbeat was sent, so it lapses here no later than the
         # coordinator believes it does (Paranoid Pirate with a safety margin built in).
         self.lease_until = max(self.lease_until, sent + float(reply["lease_s"]))
@@ -166,6 +210,10 @@ class PartitionServer:
             return self.ranges.data(op, req, self._nbytes)
         if op in RangeSet.CONTROL_OPS:
             self._authorize(peer, "control", op)
+            term = int(req.get("term", 0))
+            if term < self.term:
+                raise TableError("NotLeader", f"a command of term {term} refused: term {self.term} is current")
+            self.term = term
             return self.ranges.control(op, req)
         if op == "ping":
             self._authorize(peer, "ping", op)
@@ -249,9 +297,9 @@ class PartitionServer:
         burst = 0
         while not self.stopping:
             now = _monotonic()
-            if now >= next_hb:
+            if now >= next_hb or self._resend:
                 self._send_heartbeat()
-                next_hb = now + hb
+                next_hb = now + (hb if now - self._answered < 1.5 * hb else min(hb, HB_RETRY_S))
             timeout = max(1, int((next_hb - now) * 1000))
             if self.deferred:  # a command is being prepared off the loop: wait for its wake-up too
                 ready = dict(zmq_poll([*both, (self._wake_r.fileno(), _POLLIN)], timeout))
@@ -260,7 +308,7 @@ class PartitionServer:
                 self._answer_deferred()
                 if router not in ready:
                     continue
-                frames = protocol.recv_frames(router, protocol.NOBLOCK)
+                frames, peer = protocol.recv_frames_peer(router, protocol.NOBLOCK)
                 burst = 1
             elif self._hb_due:  # wait on both sockets, so the answer is processed as soon as it comes
                 ready = zmq_poll(both, timeout)
@@ -288,6 +336,8 @@ class PartitionServer:
         coord = self.coord
         while protocol.readable(coord):
             self._on_heartbeat_reply(protocol.recv_frames(coord, protocol.NOBLOCK))
+            if self._resend:
+                return
 
     def _write_endpoint_file(self) -> None:
         run = os.path.join(self.cfg.data_dir, "run")

@@ -25,6 +25,8 @@ class CoordinatorConfig:
     lease_s: float = 2.0  # a partition server's lease, renewed by every heartbeat answer
     lease_grace_s: float = 0.5  # extra wait past a lapsed lease before reassigning its ranges
     command_timeout_s: float = 10.0  # how long a load/unload/split/merge command may take
+    leader_timeout_s: float = 0.8  # a standby takes over when the leader's beat is this stale (it paused)
+    restart_on_deposed: bool = True  # a deposed leader re-runs itself as a standby (off: it just stops)
     metrics: str = ""  # HOST:PORT of the Prometheus /metrics endpoint; empty = none
     keys_dir: str = ""  # CURVE keys (rangetable/curve.py); empty = <data-dir>/keys
 
@@ -34,7 +36,7 @@ class PartitionServerConfig:
     """Settings of a partition server."""
 
     data_dir: str = "./rangetable-data"
-    coordinator: str = "tcp://127.0.0.1:10010"
+    coordinator: str = "tcp://127.0.0.1:10010"  # every coordinator's endpoint, comma-separated
     bind: str = "tcp://127.0.0.1:0"  # 0 = any free port; the server reports its endpoint
     advertise: str = ""  # the address other hosts reach it at (tcp://HOST[:PORT]); empty = --bind
     server_id: str = ""  # stable name; empty = derived from the host name and port
@@ -55,7 +57,7 @@ class PartitionServerConfig:
 class FrontendConfig:
     """Settings of a frontend."""
 
-    coordinator: str = "tcp://127.0.0.1:10010"
+    coordinator: str = "tcp://127.0.0.1:10010"  # every coordinator's endpoint, comma-separated
     native: str = "tcp://127.0.0.1:10012"  # ROUTER for native clients
     frontend_id: str = ""
     deadline_s: float = 10.0  # internal retries across moves stop here; the client then gets ServerBusy

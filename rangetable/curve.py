@@ -242,7 +242,8 @@ def remember_cluster(doc: dict) -> None:
             remember(ep, servers["frontend"].encode(), client)
     for name in ("coordinator", "pub"):
         if doc.get(name) and "coordinator" in servers:
-            remember(doc[name], servers["coordinator"].encode(), client)
+            for ep in doc[name].split(","):  # several coordinators: one key, every endpoint
+                remember(ep, servers["coordinator"].encode(), client)
 
 
 def keys_for(endpoint: str) -> tuple[bytes, KeyPair] | None:

@@ -97,6 +97,7 @@ _CODES = [
     # Internal routing answers between frontends and partition servers; never shown to clients.
     ErrorCode("NotOwner", 503, "The partition server does not serve this range at this epoch.", True),
     ErrorCode("RangeBusy", 503, "The range is offline for a move, split or merge.", True),
+    ErrorCode("NotLeader", 503, "This coordinator is a standby or was deposed; ask the leader.", True),
 ]
 
 CODES: dict[str, ErrorCode] = {c.name: c for c in _CODES}

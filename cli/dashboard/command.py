@@ -53,7 +53,8 @@ def dashboard_cmd(**kw: Any) -> None:
             ring = curve.KeyRing.load(curve.keys_dir(cfg.data_dir, cfg.keys_dir), own="admin")
         except ValueError as exc:
             raise click.ClickException(str(exc)) from None
-        curve.remember(coordinator, ring.public("coordinator"), ring.pair("admin"))
+        for ep in coordinator.split(","):
+            curve.remember(ep, ring.public("coordinator"), ring.pair("admin"))
     _logging()
     watch = Watch(coordinator, call, cfg.interval_s, cfg.history_s, cfg.lease_s)
     try:
