@@ -223,7 +223,7 @@ def drill_group() -> None:
     """Failure drills against a running cluster."""
 
 
-from cli import balance, chaos, commands, drill, security, stress  # noqa: E402,F401  (registers the user, admin and drill commands)
+from cli import balance, chaos, commands, drill, netsplit, security, stress  # noqa: E402,F401  (registers the user, admin and drill commands)
 
 if __name__ == "__main__":
     # Under `python -m cli.main` this file runs as __main__, while the command modules register on the
