@@ -350,14 +350,24 @@ def run_netsplit(fault_seconds: float = 10.0, lease_s: float = 2.0, threads: int
 
     previous = signal.signal(signal.SIGTERM, on_term) if threading.current_thread() is threading.main_thread() else None
     try:
-        drill.build()
-        faults = drill.run()
+        try:
+            drill.build()
+        except (RuntimeError, TableError, OSError) as exc:  # a cluster that does not come up fails the drill
+            faults = [{"fault": "setup", "target": "cluster", "error": str(exc)}]
+        else:
+            faults = drill.run()
         subnet = f"{drill.net.prefix}.{drill.net.subnet}.0/24"
         hosts = len(drill.net.hosts)
     finally:
-        drill.teardown()
-        if previous is not None:
-            signal.signal(signal.SIGTERM, previous)
+        if previous is not None:  # a second Ctrl-C must not leave namespaces behind
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
+            interrupt = signal.signal(signal.SIGINT, signal.SIG_IGN)
+        try:
+            drill.teardown()
+        finally:
+            if previous is not None:
+                signal.signal(signal.SIGTERM, previous)
+                signal.signal(signal.SIGINT, interrupt)
     return {"drill": "netsplit", "seed": seed, "lease_s": lease_s, "fault_seconds": fault_seconds, "hosts": hosts,
             "subnet": subnet, "faults": faults, "passed": verdict(faults)}
 
