@@ -30,12 +30,20 @@ def unavailable_reason() -> str | None:
         return "the `ip` command (iproute2) is not installed"
     if os.geteuid() != 0:
         return "creating network namespaces needs root (run as root or with CAP_NET_ADMIN/CAP_SYS_ADMIN)"
-    probe = f"rtprobe{secrets.token_hex(3)}"
-    out = subprocess.run(["ip", "netns", "add", probe], capture_output=True, text=True)
-    if out.returncode != 0:
-        return f"`ip netns add` failed: {out.stderr.strip() or out.returncode}"
-    subprocess.run(["ip", "netns", "del", probe], capture_output=True)
-    return None
+    token = secrets.token_hex(2)
+    ns, bridge, veth = f"rtprobe{token}", f"rtpb{token}", f"rtpv{token}"
+    steps = [["netns", "add", ns], ["netns", "exec", ns, "true"], ["link", "add", bridge, "type", "bridge"],
+             ["link", "add", veth, "type", "veth", "peer", "name", veth + "n"],
+             ["link", "set", veth + "n", "netns", ns]]
+    try:
+        for step in steps:
+            out = subprocess.run(["ip", *step], capture_output=True, text=True)
+            if out.returncode != 0:
+                return f"`ip {' '.join(step[:2])}` failed: {out.stderr.strip() or out.returncode}"
+        return None
+    finally:
+        for undo in (["link", "del", veth], ["link", "del", bridge], ["netns", "del", ns]):
+            subprocess.run(["ip", *undo], capture_output=True)
 
 
 def ip(*args: str, check: bool = True) -> str:

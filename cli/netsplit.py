@@ -277,7 +277,7 @@ class Drill:
         mine = ack_times(res["acks"], ranges=watched)
         late = [t for t, _ep, pk in res["acks"] if in_ranges(pk, watched) and t_cut + self.lease_s < t <= last_owned]
         return {**self._common("partition-server", victim, self.fault_seconds, res, t_cut, t_end),
-                "ranges_on_target": len(watched), "fence": fence_summary(rounds, t_cut, self.lease_s), "acked_by_cut_server": len(late),
+                "ranges_on_target": len(watched), "lease_s": self.lease_s, "fence": fence_summary(rounds, t_cut, self.lease_s), "acked_by_cut_server": len(late),
                 "served_after_cut_s": served,
                 "served_after_lease_s": None if served is None else round(max(0.0, served - self.lease_s), 3),
                 "target_ranges_gap_s": longest_gap(mine, t_cut, t_end), "rejoined_after_heal_s": rejoined}

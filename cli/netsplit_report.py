@@ -10,6 +10,7 @@ from typing import Any
 SERVED_WITHIN_S = 3.0  # a cut server's ranges answer elsewhere at most this long after its lease ran out
 NO_OUTAGE_GAP_S = 1.0  # "no outage": writes never stop for longer than this
 RECOVER_WITHIN_S = 10.0  # writes resume at most this long after a long cut is healed
+PROBE_SLACK_S = 0.3  # the fence probe asks every 100 ms, and each round may wait for two answers
 
 
 def longest_gap(times: Iterable[float], start: float, end: float) -> float:
@@ -60,8 +61,11 @@ def fault_problems(f: dict[str, Any]) -> list[str]:
     kind = f["fault"]
     if kind == "partition-server":
         fence = f["fence"]
-        if fence["lease_lapsed_after_cut_s"] is None:
+        lapsed = fence["lease_lapsed_after_cut_s"]
+        if lapsed is None:
             p.append(f"{f['target']} never said its lease had lapsed")
+        elif lapsed > f["lease_s"] + PROBE_SLACK_S:
+            p.append(f"{f['target']} said its lease lapsed only {lapsed} s after the cut (lease {f['lease_s']} s)")
         if fence["answered_after_lease"]:
             p.append(f"{f['target']} answered {fence['answered_after_lease']} data requests after its lease")
         if f["acked_by_cut_server"]:

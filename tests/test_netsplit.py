@@ -61,3 +61,17 @@ def test_unavailable_reason_names_root_and_ip(monkeypatch: pytest.MonkeyPatch) -
     assert "needs root" in (netns.unavailable_reason() or "")
     monkeypatch.setattr(netns.shutil, "which", lambda _name: None)
     assert "`ip` command" in (netns.unavailable_reason() or "")
+
+
+def test_json_report_and_exit_status(monkeypatch: pytest.MonkeyPatch) -> None:
+    import json
+
+    failed = {"drill": "netsplit", "seed": 1, "lease_s": 2.0, "fault_seconds": 1.0, "hosts": 7,
+              "subnet": "10.77.9.0/24", "passed": False,
+              "faults": [{"fault": "setup", "target": "cluster", "error": "cluster did not become ready"}]}
+    monkeypatch.setattr(netsplit, "run_netsplit", lambda *a, **k: failed)
+    out = CliRunner().invoke(main, ["drill", "netsplit", "--json"])
+    assert out.exit_code == 1 and json.loads(out.output) == failed
+    out = CliRunner().invoke(main, ["drill", "netsplit"])
+    assert out.exit_code == 1
+    assert out.output.splitlines()[-1] == "FAIL" and "cluster did not become ready" in out.output

@@ -18,7 +18,7 @@ from cli.netsplit_report import (
 BASE = {"lost_writes": 0, "lost_detail": [], "duplicate_applications": 0, "linearizable": True,
         "linearizability_detail": "", "history_ops": 100, "gap_s": 0.2, "cut_s": 4.0, "address": "10.77.1.3",
         "client": {"ops": 100, "ok": 99, "unknown": 0}}
-PS = {**BASE, "fault": "partition-server", "target": "ps-1", "ranges_on_target": 2,
+PS = {**BASE, "fault": "partition-server", "target": "ps-1", "ranges_on_target": 2, "lease_s": 2.0,
       "fence": {"lease_lapsed_after_cut_s": 1.9, "answered_after_lease": 0, "probe_rounds": 40},
       "acked_by_cut_server": 0, "served_after_cut_s": 2.7, "served_after_lease_s": 0.7,
       "target_ranges_gap_s": 3.0, "rejoined_after_heal_s": 1.5}
@@ -91,6 +91,9 @@ def test_each_broken_promise_fails_its_fault() -> None:
     never = copy.deepcopy(PS)
     never["fence"]["lease_lapsed_after_cut_s"] = None
     assert any("never said" in p for p in fault_problems(never))
+    slow = copy.deepcopy(PS)
+    slow["fence"]["lease_lapsed_after_cut_s"] = 2.6
+    assert any("lapsed only 2.6 s" in p for p in fault_problems(slow))
     kept = copy.deepcopy(PS)
     kept["fence"]["answered_after_lease"] = 3
     assert any("answered 3 data requests" in p for p in fault_problems(kept))
