@@ -225,9 +225,25 @@ class Drill:
         except TableError:
             return None
 
-    def _common(self, kind: str, target: str, cut_s: float, res: dict, t_cut: float, t_end: float) -> dict:
+    def _converge(self, since: float, timeout: float = 20.0) -> float | None:
+        """Seconds from ``since`` until the map is valid with every range serving on a live server, or None."""
+        from coordinator.partition_map import PartitionMap
+
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            st = self._status()
+            if st is not None:
+                alive = {s["id"] for s in st["servers"] if s["alive"]}
+                if not PartitionMap.from_snapshot(st).check() and all(
+                        r["state"] == "serving" and r["owner"] in alive for r in st["ranges"]):
+                    return round(time.monotonic() - since, 3)
+            time.sleep(0.1)
+        return None
+
+    def _common(self, kind: str, target: str, cut_s: float, res: dict, t_cut: float, t_end: float,
+                converged: float | None) -> dict:
         times = ack_times(res["acks"])
-        return {"fault": kind, "target": target, "address": self.net.hosts[target].address, "cut_s": cut_s,
+        return {"converged_after_heal_s": converged, "fault": kind, "target": target, "address": self.net.hosts[target].address, "cut_s": cut_s,
                 "gap_s": longest_gap(times, t_cut, t_end), "client": res["client"],
                 **{k: res[k] for k in ("lost_writes", "lost_detail", "duplicate_applications", "linearizable",
                                        "linearizability_detail", "history_ops")}}
@@ -269,6 +285,7 @@ class Drill:
             if s and s["alive"] and s.get("pid") != old_pid:
                 rejoined = round(time.monotonic() - t_heal, 3)
             time.sleep(0.1)
+        converged = self._converge(t_heal)
         time.sleep(1.5)
         prober.stop.set()
         t_end = time.monotonic()
@@ -276,7 +293,7 @@ class Drill:
         served = max(prober.served.values()) if prober.served and not prober.pending else None
         mine = ack_times(res["acks"], ranges=watched)
         late = [t for t, _ep, pk in res["acks"] if in_ranges(pk, watched) and t_cut + self.lease_s < t <= last_owned]
-        return {**self._common("partition-server", victim, self.fault_seconds, res, t_cut, t_end),
+        return {**self._common("partition-server", victim, self.fault_seconds, res, t_cut, t_end, converged),
                 "ranges_on_target": len(watched), "lease_s": self.lease_s, "fence": fence_summary(rounds, t_cut, self.lease_s), "acked_by_cut_server": len(late),
                 "served_after_cut_s": served,
                 "served_after_lease_s": None if served is None else round(max(0.0, served - self.lease_s), 3),
@@ -302,11 +319,12 @@ class Drill:
         t_heal = time.monotonic()
         self.sup.held.discard(target)
         self.say(f"healed {target}")
-        settle = 3.0 if kind == "coordinator-short" else 8.0
-        time.sleep(settle)
+        converged = self._converge(t_heal)
+        settle = t_heal + (3.0 if kind == "coordinator-short" else 8.0) - time.monotonic()
+        time.sleep(max(1.5, settle))
         t_end = time.monotonic()
         res = client.finish()
-        f = self._common(kind, target, seconds, res, t_cut, t_end)
+        f = self._common(kind, target, seconds, res, t_cut, t_end, converged)
         if kind == "coordinator-long":
             f["writes_resumed_after_heal_s"] = first_after(ack_times(res["acks"]), t_heal)
         if kind == "frontend":

@@ -58,6 +58,8 @@ def fault_problems(f: dict[str, Any]) -> list[str]:
         p.append(f"{f['duplicate_applications']} duplicate applications")
     if not f["linearizable"]:
         p.append("history not linearizable")
+    if f["converged_after_heal_s"] is None:
+        p.append("the map did not converge after the heal (a range not serving on a live server)")
     kind = f["fault"]
     if kind == "partition-server":
         fence = f["fence"]
@@ -127,6 +129,8 @@ def format_report(r: dict[str, Any]) -> str:
                 lines.append(f"    gap through the other frontend {f['other_frontend_gap_s']} s; through "
                              f"{f['target']} {f['target_gap_s']} s, resumed "
                              f"{_fmt(f['writes_resumed_after_heal_s'])} after the heal")
+            lines.append(f"    map converged (every range serving on a live server) "
+                         f"{_fmt(f['converged_after_heal_s'])} after the heal")
             lines.append(f"    acknowledged writes lost {f['lost_writes']}, duplicates {f['duplicate_applications']}, "
                          f"linearizable {'yes' if f['linearizable'] else 'NO'} ({f['history_ops']} ops)")
         problems = fault_problems(f)

@@ -16,7 +16,7 @@ from cli.netsplit_report import (
 )
 
 BASE = {"lost_writes": 0, "lost_detail": [], "duplicate_applications": 0, "linearizable": True,
-        "linearizability_detail": "", "history_ops": 100, "gap_s": 0.2, "cut_s": 4.0, "address": "10.77.1.3",
+        "linearizability_detail": "", "history_ops": 100, "converged_after_heal_s": 0.5, "gap_s": 0.2, "cut_s": 4.0, "address": "10.77.1.3",
         "client": {"ops": 100, "ok": 99, "unknown": 0}}
 PS = {**BASE, "fault": "partition-server", "target": "ps-1", "ranges_on_target": 2, "lease_s": 2.0,
       "fence": {"lease_lapsed_after_cut_s": 1.9, "answered_after_lease": 0, "probe_rounds": 40},
@@ -79,6 +79,7 @@ def test_each_broken_promise_fails_its_fault() -> None:
         ({**PS, "served_after_lease_s": 3.5}, "not served elsewhere"),
         ({**PS, "served_after_lease_s": None}, "not served elsewhere"),
         ({**PS, "rejoined_after_heal_s": None}, "did not rejoin"),
+        ({**FE, "converged_after_heal_s": None}, "did not converge"),
         ({**SHORT, "gap_s": 1.5}, "writes stopped"),
         ({**LONG, "writes_resumed_after_heal_s": None}, "did not resume"),
         ({**FE, "other_frontend_gap_s": 2.0}, "other frontend"),
