@@ -245,7 +245,7 @@ def drill_group() -> None:
     """Failure drills against a running cluster."""
 
 
-from cli import backup, balance, chaos, commands, drill, observe, security, stress, transfer  # noqa: E402,F401  (registers the user, admin and drill commands)
+from cli import backup, balance, chaos, commands, drill, netsplit, observe, security, stress, transfer  # noqa: E402,F401  (registers the user, admin and drill commands)
 from cli.dashboard import command as _dashboard  # noqa: E402,F401  (registers `rangetable dashboard`)
 
 if __name__ == "__main__":

@@ -67,8 +67,12 @@ class Workload:
     """Mixed verifying workload against one table through the native client."""
 
     def __init__(self, endpoint: str, table: str, *, threads: int = 6, partitions: int = 8, rows: int = 4,
-                 seed: int = 0, timeout: float = 3.0, batches: bool = True) -> None:
+                 seed: int = 0, timeout: float = 3.0, batches: bool = True,
+                 endpoints: list[str] | None = None) -> None:
         self.endpoint = endpoint
+        self.endpoints = list(endpoints or [endpoint])  # thread i goes through endpoints[i % len]
+        self.acks: list[tuple[float, str, str]] = []  # (monotonic time, endpoint, PartitionKey) of each acked write
+        self._local = threading.local()
         self.table = table
         self.threads = threads
         self.keys = [(f"p{p:02d}", f"k{r}") for p in range(partitions) for r in range(rows)]
@@ -83,9 +87,9 @@ class Workload:
         self._lock = threading.Lock()
         self._workers: list[threading.Thread] = []
 
-    def client(self) -> TableClient:
+    def client(self, endpoint: str | None = None) -> TableClient:
         """A client with the workload's timeout and retry policy (retries reuse request ids)."""
-        svc = TableServiceClient(self.endpoint, timeout=self.timeout,
+        svc = TableServiceClient(endpoint or self.endpoint, timeout=self.timeout,
                                  retry_policy=ExponentialRetry(initial=0.05, base=0.1, max_delay=1.0, max_attempts=8))
         return svc.get_table_client(self.table)
 
@@ -104,9 +108,12 @@ class Workload:
         for t in self._workers:
             t.join(timeout=60)
 
-    def _note(self, outcome: str, t0: float, err: TableError | None = None) -> None:
-        dt = time.monotonic() - t0
+    def _note(self, outcome: str, t0: float, err: TableError | None = None, written: str | None = None) -> None:
+        now = time.monotonic()
+        dt = now - t0
         with self._lock:
+            if outcome == "ok" and written is not None:
+                self.acks.append((now, getattr(self._local, "endpoint", self.endpoint), written))
             s = self.stats
             s.ops += 1
             setattr(s, outcome, getattr(s, outcome) + 1)
@@ -127,7 +134,7 @@ class Workload:
             self._note(outcome, t0, exc)
             return outcome, exc
         self.recorder.complete(op, "ok", value=res if kind == "read" else None)
-        self._note("ok", t0)
+        self._note("ok", t0, written=None if kind == "read" else key[0])
         return "ok", res
 
     def _read(self, c: TableClient, key: tuple[str, str]) -> tuple[str, Any]:
@@ -148,7 +155,8 @@ class Workload:
 
     def _run(self, tid: int) -> None:
         rnd = random.Random(self.seed * 1000 + tid)
-        c = self.client()
+        self._local.endpoint = self.endpoints[tid % len(self.endpoints)]
+        c = self.client(self._local.endpoint)
         n = 0
         while not self._stop.is_set():
             n += 1
@@ -198,7 +206,7 @@ class Workload:
             return
         for op in ops:
             self.recorder.complete(op, "ok")
-        self._note("ok", t0)
+        self._note("ok", t0, written=pk)
 
     def _fresh(self, c: TableClient, tid: int, n: int) -> None:
         key = (f"fresh{tid}", f"{n:08d}")
@@ -206,7 +214,7 @@ class Workload:
         try:
             c.create_entity({"PartitionKey": key[0], "RowKey": key[1], "v": "x"})
             outcome = "ok"
-            self._note("ok", t0)
+            self._note("ok", t0, written=key[0])
         except TableError as exc:
             outcome = outcome_of(exc)
             self._note(outcome, t0, exc)

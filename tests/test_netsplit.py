@@ -1,0 +1,77 @@
+"""``rangetable drill netsplit`` end to end: a cluster across network namespaces, links cut under load.
+
+Runs the real drill (namespaces, bridge, veth pairs, real processes) with a short profile when this
+machine allows network namespaces; skips with the reason otherwise. Also: without root or `ip` the
+command exits 2 with a clear message, and a run leaves no namespace, link or process behind.
+"""
+
+from __future__ import annotations
+
+import subprocess
+
+import pytest
+from click.testing import CliRunner
+
+from cli import netns, netsplit
+from cli.main import main
+from cli.netsplit import run_netsplit
+from cli.netsplit_report import fault_problems, format_report
+
+REASON = netns.unavailable_reason()
+
+
+def _leftovers(token: str) -> list[str]:
+    names = subprocess.run(["ip", "-o", "link"], capture_output=True, text=True).stdout
+    spaces = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    return [line for line in (names + spaces).splitlines() if token in line]
+
+
+@pytest.mark.skipif(REASON is not None, reason=f"network namespaces unavailable: {REASON}")
+def test_netsplit_drill_passes_and_cleans_up(monkeypatch: pytest.MonkeyPatch) -> None:
+    tokens = []
+    real = netns.Network.create
+
+    def create(self: netns.Network) -> None:
+        tokens.append(self.token)
+        real(self)
+
+    monkeypatch.setattr(netns.Network, "create", create)
+    r = run_netsplit(fault_seconds=4.0, lease_s=2.0, threads=4, seed=7, echo=print)
+    print(format_report(r))
+    assert [f["fault"] for f in r["faults"]] == ["partition-server", "coordinator-short", "coordinator-long",
+                                                   "frontend"]
+    for f in r["faults"]:
+        assert fault_problems(f) == [], f
+        assert f["lost_writes"] == 0 and f["linearizable"]
+    assert r["passed"]
+    ps = r["faults"][0]
+    assert ps["fence"]["lease_lapsed_after_cut_s"] is not None and ps["fence"]["answered_after_lease"] == 0
+    assert _leftovers(f"rt-{tokens[0]}-") == [] and _leftovers(f"rtb{tokens[0]}") == []
+
+
+def test_without_namespaces_exits_2_with_the_reason(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(netsplit, "unavailable_reason", lambda: "creating network namespaces needs root")
+    out = CliRunner().invoke(main, ["drill", "netsplit", "--fault-seconds", "1"])
+    assert out.exit_code == 2
+    assert "cannot run here: creating network namespaces needs root" in out.output
+
+
+def test_unavailable_reason_names_root_and_ip(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(netns.os, "geteuid", lambda: 1000)
+    assert "needs root" in (netns.unavailable_reason() or "")
+    monkeypatch.setattr(netns.shutil, "which", lambda _name: None)
+    assert "`ip` command" in (netns.unavailable_reason() or "")
+
+
+def test_json_report_and_exit_status(monkeypatch: pytest.MonkeyPatch) -> None:
+    import json
+
+    failed = {"drill": "netsplit", "seed": 1, "lease_s": 2.0, "fault_seconds": 1.0, "hosts": 7,
+              "subnet": "10.77.9.0/24", "passed": False,
+              "faults": [{"fault": "setup", "target": "cluster", "error": "cluster did not become ready"}]}
+    monkeypatch.setattr(netsplit, "run_netsplit", lambda *a, **k: failed)
+    out = CliRunner().invoke(main, ["drill", "netsplit", "--json"])
+    assert out.exit_code == 1 and json.loads(out.output) == failed
+    out = CliRunner().invoke(main, ["drill", "netsplit"])
+    assert out.exit_code == 1
+    assert out.output.splitlines()[-1] == "FAIL" and "cluster did not become ready" in out.output
