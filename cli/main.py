@@ -141,14 +141,22 @@ data_dir_option = click.option("--data-dir", default=lambda: os.environ.get(DATA
 @click.option("--advertise-host", default="",
               help="Address the processes are reached at, published in the map and cluster.json "
                    "[default: --bind-host, or 127.0.0.1 when that is 0.0.0.0].")
+@click.option("--oauth", type=click.Choice(["basic"]), default=None,
+              help="Accept bearer tokens for the storage audience, checked as Azurite's basic level does "
+                   "(structure, audience, issuer, expiry; not the signature): for development. Needs --cert.")
 @click.option("--json", "as_json", is_flag=True, help="Print cluster.json once ready.")
 def up_cmd(data_dir: str, servers: int, frontends: int, native_port: int, http_port: int, detach: bool, no_restart: bool,
            sync: bool, lease_s: float, partition_target: float, cert: str, key: str, bind_host: str,
-           advertise_host: str, as_json: bool) -> None:
+           advertise_host: str, oauth: str | None, as_json: bool) -> None:
     """Start a local cluster: a coordinator, partition servers and frontends."""
     from cli.supervisor import ClusterSpec, down, pid_alive, read_cluster, supervise
+    from frontend.auth_bearer import check_oauth
     from rangetable.tls import server_context
 
+    try:
+        check_oauth(oauth or "", bool(cert))
+    except ValueError as exc:
+        raise click.ClickException(str(exc)) from None
     if cert or key:
         try:
             server_context(cert, key)
@@ -163,7 +171,7 @@ def up_cmd(data_dir: str, servers: int, frontends: int, native_port: int, http_p
     if doc:
         down(data_dir)  # leftovers of a supervisor that was killed
     spec = ClusterSpec(os.path.abspath(data_dir), servers, frontends, native_port, not no_restart, sync, lease_s,
-                       http_port, partition_target, cert, key, bind_host, advertise_host)
+                       http_port, partition_target, cert, key, bind_host, advertise_host, oauth or "")
 
     def ready(doc: dict) -> None:
         if as_json:
@@ -189,6 +197,7 @@ def up_cmd(data_dir: str, servers: int, frontends: int, native_port: int, http_p
     argv += ["--no-restart"] * no_restart + ["--sync"] * sync
     argv += ["--cert", cert, "--key", key] if cert else []
     argv += ["--bind-host", bind_host, "--advertise-host", advertise_host]
+    argv += ["--oauth", oauth] if oauth else []
     with open(os.path.join(spec.data_dir, "logs", "supervisor.log"), "ab") as log:
         proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                 start_new_session=True)

@@ -148,6 +148,7 @@ class ClusterSpec:
     key: str = ""
     bind_host: str = "127.0.0.1"  # every process listens here (0.0.0.0: all interfaces) …
     advertise_host: str = ""  # … and is reached at this address (empty: bind_host, or 127.0.0.1 for 0.0.0.0)
+    oauth: str = ""  # "basic": HTTP frontends accept development bearer tokens (needs cert)
 
 
 DEV_KEY = "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="
@@ -231,6 +232,8 @@ class Supervisor:
         shared = ["--reuse-port"] if self.spec.frontends > 1 else []
         if self.spec.cert:
             shared += ["--cert", os.path.abspath(self.spec.cert), "--key", os.path.abspath(self.spec.key)]
+        if self.spec.oauth:
+            shared += ["--oauth", self.spec.oauth]
         self.https = [url]
         for i in range(1, self.spec.frontends + 1):
             hid = f"http-{i}"

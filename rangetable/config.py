@@ -65,6 +65,7 @@ class FrontendConfig:
     reuse_port: bool = False  # SO_REUSEPORT: several HTTP frontends share one port, the kernel spreads connections
     cert: str = ""  # PEM certificate: the REST endpoint speaks HTTPS (with --key; Azurite's flag names)
     key: str = ""  # PEM private key of --cert
+    oauth: str = ""  # "basic": accept well-formed bearer tokens for the storage audience (HTTPS only; Azurite's flag)
     keys_dir: str = "./rangetable-data/keys"  # CURVE keys (rangetable/curve.py): this role's pair, the others' public keys
 
 
