@@ -39,6 +39,7 @@ from rangetable.addresses import advertised
 from rangetable.config import PartitionServerConfig
 from rangetable.errors import TableError
 from rangetable.process import serve_until_signalled
+from rangetable.watchdog import LeaseWatchdog
 
 log = logging.getLogger("rangetable.partition_server")
 
@@ -71,6 +72,7 @@ class PartitionServer:
         self._hb_due = False  # the answer to the latest heartbeat has not been processed yet
         self._nbytes = 0
         self.pending = 0  # requests handled back to back, each already queued (the backlog)
+        self.watchdog = LeaseWatchdog(cfg.alive_file)  # systemd WatchdogSec / an alive file: the fencing rule
 
     # --- sockets ------------------------------------------------------------------------------
 
@@ -140,6 +142,8 @@ class PartitionServer:
         # coordinator believes it does (Paranoid Pirate with a safety margin built in).
         self.lease_until = max(self.lease_until, sent + float(reply["lease_s"]))
         self.had_lease = True
+        if self.lease_until > time.monotonic():
+            self.watchdog.renewed()
 
     # --- requests -----------------------------------------------------------------------------
 
@@ -247,6 +251,7 @@ class PartitionServer:
         for s in (getattr(self, "router", None), getattr(self, "coord", None)):
             if s is not None:
                 s.close(0)
+        self.watchdog.close()
 
 
 def run(cfg: PartitionServerConfig) -> None:

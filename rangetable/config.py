@@ -47,6 +47,7 @@ class PartitionServerConfig:
     block_cache_mb: int = 128  # one RocksDB block cache shared by every range of the process
     memtable_budget_mb: int = 256  # memtables of every range of the process together (a write-buffer manager)
     keys_dir: str = ""  # CURVE keys (rangetable/curve.py); empty = <data-dir>/keys
+    alive_file: str = ""  # touched on every lease renewal, for a liveness probe (rangetable/watchdog.py)
 
 
 @dataclass
