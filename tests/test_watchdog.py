@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -9,6 +10,8 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+
+import pytest
 
 from rangetable.watchdog import LeaseWatchdog, is_fresh, notify_address, ping_interval
 from tests.cluster import ROOT
@@ -65,12 +68,17 @@ def test_alive_file_and_probe(tmp_path: Path) -> None:
     assert not LeaseWatchdog(env={}).active
 
 
-def test_partition_server_renews_the_alive_file_only_while_it_holds_its_lease(tmp_path: Path) -> None:
+def test_partition_server_pings_only_while_it_renews_its_lease(tmp_path: Path) -> None:
     from tests.cluster import Cluster
 
     alive = str(tmp_path / "lease-ok")
     probe = [sys.executable, "-m", "rangetable.watchdog", "check", alive, "--max-age", "2"]
-    with Cluster(tmp_path / "rt", servers=1, env={"RANGETABLE_ALIVE_FILE": alive}) as cluster:
+    notify = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)  # stands in for systemd's notify socket
+    notify.bind(str(tmp_path / "notify"))
+    notify.settimeout(5)
+    env = {"RANGETABLE_ALIVE_FILE": alive, "NOTIFY_SOCKET": str(tmp_path / "notify"), "WATCHDOG_USEC": "2000000"}
+    with notify, Cluster(tmp_path / "rt", servers=1, env=env, extra=["--no-restart"]) as cluster:
+        assert notify.recv(64) == b"WATCHDOG=1"  # what systemd's WatchdogSec waits for
         deadline = time.monotonic() + 10
         while not os.path.exists(alive) and time.monotonic() < deadline:
             time.sleep(0.1)
@@ -81,8 +89,18 @@ def test_partition_server_renews_the_alive_file_only_while_it_holds_its_lease(tm
         ps = next(p for p in cluster.refresh()["processes"] if p["role"] == "partition-server")
         os.kill(ps["pid"], signal.SIGSTOP)  # frozen, holding its locks
         try:
-            time.sleep(2.5)
-            out = subprocess.run(probe, cwd=ROOT, capture_output=True, text=True)
+            time.sleep(0.3)  # before the lease lapses and the local supervisor kills the frozen server
+            notify.setblocking(False)
+            while True:  # drain what was sent before the freeze …
+                try:
+                    notify.recv(64)
+                except BlockingIOError:
+                    break
+            time.sleep(1.0)
+            with pytest.raises(BlockingIOError):  # … then silence: systemd would kill it now
+                notify.recv(64)
+            out = subprocess.run(probe[:-1] + ["1"], cwd=ROOT, capture_output=True, text=True)
             assert out.returncode == 1 and "not renewed" in out.stderr  # the probe would have it killed
         finally:
-            os.kill(ps["pid"], signal.SIGCONT)
+            with contextlib.suppress(ProcessLookupError):  # the supervisor may have killed it meanwhile
+                os.kill(ps["pid"], signal.SIGCONT)
