@@ -73,7 +73,7 @@ def decode_jwt(token: str) -> tuple[dict[str, Any], dict[str, Any]]:
         raise fail("Authentication scheme Bearer is not supported: the token is not a JWT "
                    "(header.claims.signature).")
     header = _b64url_json(parts[0], "header")
-    claims = _b64url_json(parts[1], "claims")
+    claims = _b64url_json(parts[1], "claims part")
     if parts[2] and not _B64URL.match(parts[2]):
         raise fail("The bearer token's signature is not base64url.")
     return header, claims
