@@ -6,6 +6,7 @@ import base64
 import json
 import os
 import re
+import socket
 import subprocess
 import sys
 import time
@@ -210,3 +211,25 @@ def test_sdk_with_bearer_tokens_over_https(tmp_path: os.PathLike, cert: tuple[st
         # Shared Key keeps working next to bearer tokens
         with TableServiceClient.from_connection_string(cluster.connection_string, connection_verify=c) as svc:
             assert svc.get_table_client("Bearer").get_entity("p", "r")["n"] == 8
+        _asgi_round_trip(cluster, c, k, "granian")  # an ASGI server tells the app the scheme itself
+
+
+def _asgi_round_trip(cluster: Cluster, cert: str, key: str, server: str) -> None:
+    """A bearer-token read through an HTTP frontend served by an ASGI server (``--http-server``) over HTTPS."""
+    from cli.supervisor import PortReservation
+
+    ports = PortReservation()
+    port = ports.take()
+    ports.release()
+    proc = subprocess.Popen([sys.executable, "-m", "cli.main", "http-frontend", "--coordinator", cluster.coordinator,
+                             "--http", f"127.0.0.1:{port}", "--http-server", server, "--cert", cert, "--key", key,
+                             "--oauth", "basic", "--keys-dir", os.path.join(cluster.data_dir, "keys")],
+                            cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        cluster.wait(lambda: socket.create_connection(("127.0.0.1", port), timeout=1).close() or True, what=server)
+        url = f"https://127.0.0.1:{port}/devstoreaccount1"
+        with TableServiceClient(url, credential=DevCredential(), connection_verify=cert) as svc:
+            assert svc.get_table_client("Bearer").get_entity("p", "r")["n"] == 8
+    finally:
+        proc.terminate()
+        proc.wait(10)
