@@ -6,7 +6,8 @@
   types fail), and every health/liveness probe runs a module that exists;
 * ``systemd-analyze verify`` on the units (skipped when systemd-analyze is missing);
 * the Dockerfile: its stages, the pinned base, the non-root USER, an install constrained by
-  requirements.lock whose dry-run resolves to exactly the lock's pins, and a wheel with every package;
+  requirements.lock whose dry-run resolves to exactly the lock's pins, a wheel with every package, and
+  that install in a fresh virtualenv running a cluster;
 * the Kubernetes manifests hang together (claims, Secret keys, Service selectors and ports), and
   ``kubectl kustomize`` renders them (skipped when kubectl is missing).
 """
@@ -351,3 +352,31 @@ def test_wheel_holds_every_package(tmp_path: Path) -> None:
               if p.parts[len(ROOT.parts)] not in ("tests", ".venv", "build")}
     assert wanted <= names, wanted - names
     assert "frontend/http/serve.py" in names and "rangetable/watchdog.py" in names
+
+
+@pytest.mark.slow
+def test_image_install_runs_a_cluster(tmp_path: Path) -> None:
+    """The image's build stage without Docker: a fresh venv, the Dockerfile's pip line, then a cluster from it."""
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
+    pip = [str(venv / "bin" / "pip"), "install", "--quiet", "--disable-pip-version-check"]
+    out = subprocess.run([*pip, "--constraint", "requirements.lock", "."], cwd=ROOT, capture_output=True, text=True,
+                         timeout=300)
+    shutil.rmtree(ROOT / "build", ignore_errors=True)
+    assert out.returncode == 0, out.stderr
+    rt = str(venv / "bin" / "rangetable")
+    data = str(tmp_path / "data")
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    run = dict(cwd=tmp_path, capture_output=True, text=True, timeout=90, env=env)  # not the checkout: the install
+    try:
+        out = subprocess.run([rt, "up", "--detach", "--data-dir", data, "--servers", "1", "--http-port", "0",
+                              "--native-port", "0"], **run)
+        assert out.returncode == 0, out.stdout + out.stderr
+        assert subprocess.run([rt, "table", "create", "Img", "--data-dir", data], **run).returncode == 0
+        out = subprocess.run([rt, "entity", "put", "Img", '{"PartitionKey":"p","RowKey":"r","n":1}',
+                              "--data-dir", data], **run)
+        assert out.returncode == 0, out.stderr
+        out = subprocess.run([rt, "entity", "get", "Img", "p", "r", "--data-dir", data], **run)
+        assert out.returncode == 0 and json.loads(out.stdout)["n"] == 1, out.stdout + out.stderr
+    finally:
+        subprocess.run([rt, "down", "--data-dir", data], **run)
