@@ -194,6 +194,8 @@ def test_sdk_with_bearer_tokens_over_https(tmp_path: os.PathLike, cert: tuple[st
             t.upsert_entity({"PartitionKey": "p", "RowKey": "r", "n": 8})
             assert [e["n"] for e in t.query_entities("PartitionKey eq 'p'")] == [8]
             assert "Bearer" in [x.name for x in svc.list_tables()]
+            t.submit_transaction([("upsert", {"PartitionKey": "b", "RowKey": str(i)}) for i in range(3)])
+            assert len(list(t.query_entities("PartitionKey eq 'b'"))) == 3  # a batch under a bearer token
             with pytest.raises(HttpResponseError) as exc:  # not available with OAuth, as in Azurite
                 t.get_table_access_policy()
             assert exc.value.status_code == 403
