@@ -18,6 +18,7 @@ import binascii
 import json
 import re
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -79,6 +80,13 @@ def decode_jwt(token: str) -> tuple[dict[str, Any], dict[str, Any]]:
     return header, claims
 
 
+@lru_cache(maxsize=256)
+def _claims(token: str) -> dict[str, Any]:
+    """decode_jwt's claims, remembered: a client sends the same token with every request for an hour
+    (read only; a malformed token raises and is not remembered)."""
+    return decode_jwt(token)[1]
+
+
 def audience_ok(aud: str, account: str, host: str = "") -> bool:
     """Whether ``aud`` is the storage audience for ``account``.
 
@@ -116,7 +124,7 @@ def verify_bearer(token: str, account: str, now: float, scheme: str, host: str =
     """
     if scheme != "https":
         raise fail("Authentication scheme Bearer is not allowed with HTTP.")
-    _, claims = decode_jwt(token)
+    claims = _claims(token)
     nbf, exp = _number(claims, "nbf"), _number(claims, "exp")
     _number(claims, "iat")
     if now < nbf:

@@ -235,3 +235,13 @@ def _asgi_round_trip(cluster: Cluster, cert: str, key: str, server: str) -> None
     finally:
         proc.terminate()
         proc.wait(10)
+
+
+def test_a_remembered_token_still_expires() -> None:
+    tok = make_token()
+    verify_bearer(tok, DEV_ACCOUNT, NOW, "https")  # decoded once, then remembered
+    verify_bearer(tok, DEV_ACCOUNT, NOW + 3600, "https")
+    with refused("expired"):
+        verify_bearer(tok, DEV_ACCOUNT, NOW + 3601, "https")
+    with refused("audience"):
+        verify_bearer(make_token(aud="https://devstoreaccount1.table.core.windows.net"), "otheraccount", NOW, "https")
