@@ -195,6 +195,31 @@ def test_k8s_commands_use_only_flags_the_cli_accepts() -> None:
     assert roles == ROLES
 
 
+def _documented_command_lines() -> Iterator[tuple[str, list[str]]]:
+    """Full command lines in deploy/README.md's code blocks and in the files' usage comments."""
+    readme = (DEPLOY / "README.md").read_text()
+    blocks = re.findall(r"```[a-z]*\n(.*?)```", readme, flags=re.S)
+    for path, text in [("README.md", "\n".join(blocks))] + [
+            (p.name, "\n".join(line.lstrip("# ") for line in p.read_text().splitlines()
+                                if re.match(r"#\s{2,}\S", line)))  # indented comment lines: the examples
+            for p in [DEPLOY / "compose.yaml", DEPLOY / "k8s" / "kustomization.yaml"]]:
+        text = re.sub(r"\\\n\s*", " ", text)  # continuation lines
+        for line in text.splitlines():
+            line = line.strip().removeprefix("$ ")
+            m = re.search(r"run --rm keys (.*)", line)  # `docker compose run --rm keys ARGS` runs `rangetable ARGS`
+            if m or line.startswith("rangetable "):
+                yield path, shlex.split(m.group(1) if m else line.removeprefix("rangetable "), comments=True)
+
+
+def test_documented_command_lines_parse() -> None:
+    seen = []
+    for path, words in _documented_command_lines():
+        parse_rangetable(words)
+        seen.append((path, words[0]))
+    assert ("README.md", "partition-server") in seen and ("compose.yaml", "keys") in seen
+    assert ("kustomization.yaml", "cert") in seen
+
+
 def test_probes_run_the_watchdog_module(tmp_path: Path) -> None:
     """The compose healthcheck's and the liveness probe's command line runs here (exit 1: no lease file)."""
     alive = str(tmp_path / "lease-ok")
