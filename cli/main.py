@@ -150,16 +150,24 @@ data_dir_option = click.option("--data-dir", default=lambda: os.environ.get(DATA
 @click.option("--advertise-host", default="",
               help="Address the processes are reached at, published in the map and cluster.json "
                    "[default: --bind-host, or 127.0.0.1 when that is 0.0.0.0].")
+@click.option("--oauth", type=click.Choice(["basic"]), default=None,
+              help="Accept bearer tokens for the storage audience, checked as Azurite's basic level does "
+                   "(structure, audience, issuer, expiry; not the signature): for development. Needs --cert.")
 @click.option("--json", "as_json", is_flag=True, help="Print cluster.json once ready.")
 def up_cmd(data_dir: str, servers: int, coordinators: int, frontends: int, native_port: int, http_port: int,
            detach: bool, no_restart: bool, sync: bool, lease_s: float, partition_target: float, cert: str, key: str,
            bind_host: str, advertise_host: str, metrics: bool, dashboard: bool, dashboard_port: int,
-           as_json: bool) -> None:
+           oauth: str | None, as_json: bool) -> None:
     """Start a local cluster: coordinators (one leads), partition servers and frontends."""
     from cli.dashboard.ports import browser_refuses
     from cli.supervisor import ClusterSpec, down, pid_alive, read_cluster, supervise
+    from frontend.auth_bearer import check_oauth
     from rangetable.tls import server_context
 
+    try:
+        check_oauth(oauth or "", bool(cert))
+    except ValueError as exc:
+        raise click.ClickException(str(exc)) from None
     if cert or key:
         try:
             server_context(cert, key)
@@ -180,7 +188,7 @@ def up_cmd(data_dir: str, servers: int, coordinators: int, frontends: int, nativ
         raise click.BadParameter("at least 1", param_hint="--coordinators")
     spec = ClusterSpec(os.path.abspath(data_dir), servers, frontends, native_port, not no_restart, sync, lease_s,
                        http_port, partition_target, metrics, cert, key, bind_host, advertise_host, dashboard,
-                       dashboard_port, coordinators)
+                       dashboard_port, coordinators, oauth or "")
 
     def ready(doc: dict) -> None:
         if as_json:
@@ -211,6 +219,7 @@ def up_cmd(data_dir: str, servers: int, coordinators: int, frontends: int, nativ
     argv += ["--cert", cert, "--key", key] if cert else []
     argv += ["--bind-host", bind_host, "--advertise-host", advertise_host]
     argv += ["--no-dashboard"] * (not dashboard)
+    argv += ["--oauth", oauth] if oauth else []
     with open(os.path.join(spec.data_dir, "logs", "supervisor.log"), "ab") as log:
         proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                 start_new_session=True)

@@ -153,6 +153,7 @@ class ClusterSpec:
     dashboard: bool = True  # run the web dashboard (`rangetable dashboard`) as one more process
     dashboard_port: int = 10081  # its port (0 = any free port; browsers refuse 10080)
     coordinators: int = 1  # one leads (elected by a lock on the data root), the others stand by
+    oauth: str = ""  # "basic": HTTP frontends accept development bearer tokens (needs cert)
 
 
 DEV_KEY = "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="
@@ -244,6 +245,8 @@ class Supervisor:
         shared = ["--reuse-port"] if self.spec.frontends > 1 else []
         if self.spec.cert:
             shared += ["--cert", os.path.abspath(self.spec.cert), "--key", os.path.abspath(self.spec.key)]
+        if self.spec.oauth:
+            shared += ["--oauth", self.spec.oauth]
         self.https = [url]
         for i in range(1, self.spec.frontends + 1):
             hid = f"http-{i}"

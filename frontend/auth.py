@@ -1,4 +1,4 @@
-"""Authentication of Azure Table REST requests: SharedKey, SharedKeyLite, service SAS, account SAS.
+"""Authentication of Azure Table REST requests: SharedKey, SharedKeyLite, service SAS, account SAS, bearer.
 
 Pure functions, no I/O (stored access policies come through the ``acl_lookup`` callback). The
 HTTP frontend calls :func:`authenticate` once per request, then :meth:`SasGrant.check` for each
@@ -37,6 +37,7 @@ from datetime import UTC, datetime, timedelta
 from functools import lru_cache
 from urllib.parse import unquote
 
+from frontend.auth_bearer import verify_bearer
 from frontend.auth_sas import (
     ACL,
     CREATE_TABLE,
@@ -130,7 +131,7 @@ class Accounts:
 class AuthResult:
     """Who the request is: the account, and the SAS grant when it used a SAS (None for Shared Key).
 
-    ``scheme`` is ``"SharedKey"``, ``"SharedKeyLite"`` or ``"SAS"``.
+    ``scheme`` is ``"SharedKey"``, ``"SharedKeyLite"``, ``"SAS"`` or ``"Bearer"`` (``--oauth basic``).
     """
 
     account: str
@@ -139,6 +140,7 @@ class AuthResult:
 
 
 _SHARED_KEY_RESULTS: dict[tuple[str, str], AuthResult] = {}  # immutable, so shared between requests
+_BEARER_RESULTS: dict[str, AuthResult] = {}
 
 
 def authenticate(
@@ -152,6 +154,7 @@ def authenticate(
     *,
     scheme: str = "http",
     client_ip: str | None = None,
+    oauth: bool = False,
 ) -> AuthResult:
     """Authenticate one request or raise :class:`AuthError` (a TableError with Azure's code).
 
@@ -159,10 +162,15 @@ def authenticate(
     ``query``: parsed query string, values percent-decoded; ``headers``: lower-case names;
     ``acl_lookup(table)`` → ``{id: {"start", "expiry", "permission"}}`` resolves ``si`` (a TableError
     from it fails the request); ``scheme`` is checked against a SAS's ``spr`` and ``client_ip``
-    against its ``sip`` (a SAS with ``sip`` fails when ``client_ip`` is None).
+    against its ``sip`` (a SAS with ``sip`` fails when ``client_ip`` is None); ``oauth`` accepts
+    ``Authorization: Bearer`` tokens as :func:`frontend.auth_bearer.verify_bearer` checks them.
     """
     account, rest = _account_of(accounts, raw_path, headers)
     auth = headers.get("authorization")
+    if auth and oauth and auth[:7].lower() == "bearer ":
+        now_s = time.time() if now is None else now.timestamp()
+        verify_bearer(auth[7:].strip(), account, now_s, scheme, headers.get("host", ""))
+        return _BEARER_RESULTS.get(account) or _BEARER_RESULTS.setdefault(account, AuthResult(account, None, "Bearer"))
     if auth:
         now_s = time.time() if now is None else now.timestamp()
         kind = _verify_shared_key(accounts, account, method, raw_path, query, headers, auth, now_s)
@@ -244,7 +252,8 @@ def _verify_shared_key(
 ) -> str:
     kind, _, credential = auth.strip().partition(" ")
     if kind not in ("SharedKey", "SharedKeyLite"):
-        raise fail(f"Authorization scheme {kind!r} is not supported; use SharedKey, SharedKeyLite or a SAS.")
+        hint = " (bearer tokens: start the frontend with --oauth basic and HTTPS)" if kind.lower() == "bearer" else ""
+        raise fail(f"Authorization scheme {kind!r} is not supported; use SharedKey, SharedKeyLite or a SAS{hint}.")
     signer, sep, signature = credential.strip().rpartition(":")
     if not sep or not signer or not signature:
         raise fail("The Authorization header is not of the form 'SharedKey account:signature'.")

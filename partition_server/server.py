@@ -50,6 +50,7 @@ from rangetable.config import PartitionServerConfig
 from rangetable.coordinators import LeaderTracker, leader_hint
 from rangetable.errors import TableError
 from rangetable.process import serve_until_signalled
+from rangetable.watchdog import LeaseWatchdog
 
 log = logging.getLogger("rangetable.partition_server")
 
@@ -92,6 +93,7 @@ class PartitionServer:
         self.term = 0  # the highest coordinator term seen (lease grants and commands of a lower one are refused)
         self._answered = float("-inf")  # when the last lease grant arrived
         self._resend = False  # a NotLeader answer named another coordinator: heartbeat it at once
+        self.watchdog = LeaseWatchdog(cfg.alive_file)  # systemd WatchdogSec / an alive file: the fencing rule
 
     # --- sockets ------------------------------------------------------------------------------
 
@@ -193,6 +195,8 @@ class PartitionServer:
         # coordinator believes it does (Paranoid Pirate with a safety margin built in).
         self.lease_until = max(self.lease_until, sent + float(reply["lease_s"]))
         self.had_lease = True
+        if self.lease_until > time.monotonic():
+            self.watchdog.renewed()
 
     # --- requests -----------------------------------------------------------------------------
 
@@ -355,6 +359,7 @@ class PartitionServer:
                 s.close(0)
         self._wake_r.close()
         self._wake_w.close()
+        self.watchdog.close()
 
 
 def run(cfg: PartitionServerConfig) -> None:

@@ -51,6 +51,7 @@ class PartitionServerConfig:
     memtable_budget_mb: int = 256  # memtables of every range of the process together (a write-buffer manager)
     metrics: str = ""  # HOST:PORT of the Prometheus /metrics endpoint; empty = none
     keys_dir: str = ""  # CURVE keys (rangetable/curve.py); empty = <data-dir>/keys
+    alive_file: str = ""  # touched on every lease renewal, for a liveness probe (rangetable/watchdog.py)
 
 
 @dataclass
@@ -70,6 +71,7 @@ class FrontendConfig:
     metrics: str = ""  # HOST:PORT of the Prometheus /metrics endpoint; empty = none
     cert: str = ""  # PEM certificate: the REST endpoint speaks HTTPS (with --key; Azurite's flag names)
     key: str = ""  # PEM private key of --cert
+    oauth: str = ""  # "basic": accept well-formed bearer tokens for the storage audience (HTTPS only; Azurite's flag)
     keys_dir: str = "./rangetable-data/keys"  # CURVE keys (rangetable/curve.py): this role's pair, the others' public keys
 
 

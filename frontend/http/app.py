@@ -123,10 +123,11 @@ class Request:
 class RestApp:
     """The ASGI callable. ``fe`` is an :class:`frontend.aio.AioFrontend` (started on lifespan startup)."""
 
-    def __init__(self, fe: Any, accounts: list[str] | None = None, own_frontend: bool = True) -> None:
+    def __init__(self, fe: Any, accounts: list[str] | None = None, own_frontend: bool = True,
+                 oauth: str = "") -> None:
         self.fe = fe
         self.own_frontend = own_frontend
-        self.security = Security(accounts or [], self._fetch_acl)
+        self.security = Security(accounts or [], self._fetch_acl, oauth)
         self._props: tuple[float, dict] | None = None
         self._submit = getattr(fe, "submit", None)  # AioFrontend.submit: the callback path of serve()
         self.answers = Answers()  # responses by (method, status code), for the Prometheus metrics

@@ -76,9 +76,10 @@ class _Refused(Exception):
 class Connection(asyncio.Protocol):
     """One client connection: parses requests, runs them one at a time, writes answers in order."""
 
-    def __init__(self, app: RestApp, live: set[Connection]) -> None:
+    def __init__(self, app: RestApp, live: set[Connection], scheme: str = "http") -> None:
         self.app = app
         self.live = live
+        self.scheme = scheme  # "https" behind TLS: SAS spr, bearer tokens and odata links depend on it
         self.loop = asyncio.get_event_loop()
         self.parser = httptools.HttpRequestParser(self)
         self.transport: asyncio.Transport | None = None
@@ -178,7 +179,7 @@ class Connection(asyncio.Protocol):
             headers["x-http-method"] = MULTIPLE
         parser = self.parser
         rq = Request(parser.get_method().decode("latin-1"), path.decode("latin-1"), query.decode("latin-1"),
-                     headers, self.client_ip)
+                     headers, self.client_ip, self.scheme)
         too_big = self._size > MAX_BODY
         if self._body and not too_big:
             rq.body = self._body[0] if len(self._body) == 1 else b"".join(self._body)
@@ -319,7 +320,8 @@ async def open_listener(app: RestApp, host: str, port: int, reuse_port: bool = F
     connections across them); with ``tls`` connections speak HTTPS."""
     loop = asyncio.get_running_loop()
     live: set[Connection] = set()
-    server = await loop.create_server(lambda: Connection(app, live), host, port, backlog=1024,
+    scheme = "https" if tls else "http"
+    server = await loop.create_server(lambda: Connection(app, live, scheme), host, port, backlog=1024,
                                       reuse_address=True, reuse_port=reuse_port or None, ssl=tls,
                                       ssl_handshake_timeout=10.0 if tls else None)
     return Listener(server, live)

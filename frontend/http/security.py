@@ -36,8 +36,9 @@ PERMISSIONS = {
 class Security:
     """Accounts and the per-request authentication step."""
 
-    def __init__(self, specs: list[str], fetch_acl: Callable[[str], Awaitable[dict]]) -> None:
+    def __init__(self, specs: list[str], fetch_acl: Callable[[str], Awaitable[dict]], oauth: str = "") -> None:
         self.enabled = _auth is not None
+        self.oauth = oauth == "basic"  # accept development bearer tokens (frontend.auth_bearer)
         self.accounts: Any = _auth.Accounts.from_specs(specs) if _auth is not None else None
         self._fetch_acl = fetch_acl
         self._acl: dict[str, tuple[float, dict]] = {}
@@ -82,7 +83,7 @@ class Security:
                 return acls.get(table.lower(), {})
 
         return _auth.authenticate(self.accounts, method, raw_path, query, headers, acl_lookup=lookup,
-                                  scheme=scheme, client_ip=client_ip)
+                                  scheme=scheme, client_ip=client_ip, oauth=self.oauth)
 
     async def authenticate(self, method: str, raw_path: str, query: dict[str, list[str]], headers: dict[str, str],
                            path_table: str | None, scheme: str, client_ip: str | None) -> Any:
@@ -104,8 +105,14 @@ def sas_of(result: Any) -> Any:
 
 
 def check(result: Any, op: str, table: str | None, pk: str | None = None, rk: str | None = None) -> None:
-    """Raise 403 unless the request's SAS (if any) allows ``op`` on the table / entity."""
+    """Raise 403 unless the request's SAS (if any) allows ``op`` on the table / entity.
+
+    A bearer token allows everything but the table ACL (as in Azurite: not available with OAuth).
+    """
     sas = getattr(result, "sas", None)  # = sas_of(result)
     if sas is None:
+        if op == "acl" and getattr(result, "scheme", None) == "Bearer":
+            raise _auth.AuthError("AuthorizationFailure",
+                                  "Get/Set Table ACL are not available with a bearer token; use Shared Key.")
         return
     sas.check(PERMISSIONS.get(op, op), table, pk, rk)

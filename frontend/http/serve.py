@@ -16,6 +16,7 @@ import socket
 import ssl
 
 from frontend.aio import AioFrontend
+from frontend.auth_bearer import check_oauth
 from frontend.http.app import RestApp
 from rangetable.config import FrontendConfig
 from rangetable.gc_tuning import tune_gc
@@ -39,7 +40,7 @@ def split_hostport(text: str, default_port: int = 10002) -> tuple[str, int]:
 def make_app(cfg: FrontendConfig, own_frontend: bool = True) -> RestApp:
     """The ASGI app with its own asyncio frontend (started by the ASGI lifespan when ``own_frontend``)."""
     specs = [s.strip() for s in cfg.accounts.split(",") if s.strip()]
-    return RestApp(AioFrontend(cfg), specs, own_frontend=own_frontend)
+    return RestApp(AioFrontend(cfg), specs, own_frontend=own_frontend, oauth=cfg.oauth)
 
 
 SERVERS = ("builtin", "granian", "uvicorn")
@@ -126,6 +127,7 @@ def run(cfg: FrontendConfig) -> None:
         raise ValueError("--reuse-port works with --http-server builtin or uvicorn (granian binds its own socket)")
     if cfg.cert or cfg.key:
         server_context(cfg.cert, cfg.key)  # a bad certificate fails before anything starts
+    check_oauth(cfg.oauth, bool(cfg.cert))
     logging.getLogger("granian").setLevel(logging.WARNING)
     try:
         import uvloop  # type: ignore[import-not-found]

@@ -1,0 +1,106 @@
+"""The lease watchdog (rangetable/watchdog.py): sd_notify pings and the alive file of deploy/'s fencing rule."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from rangetable.watchdog import LeaseWatchdog, is_fresh, notify_address, ping_interval
+from tests.cluster import ROOT
+
+
+def test_notify_address_and_interval() -> None:
+    assert notify_address({}) is None
+    assert notify_address({"NOTIFY_SOCKET": "/run/systemd/notify"}) == "/run/systemd/notify"
+    assert notify_address({"NOTIFY_SOCKET": "@abstract"}) == b"\0abstract"
+    assert notify_address({"NOTIFY_SOCKET": "relative"}) is None
+    assert ping_interval({"WATCHDOG_USEC": "2000000"}) == 0.5
+    assert ping_interval({"WATCHDOG_USEC": "2000000", "WATCHDOG_PID": str(os.getpid())}) == 0.5
+    assert ping_interval({"WATCHDOG_USEC": "2000000", "WATCHDOG_PID": "1"}) is None
+    assert ping_interval({"WATCHDOG_USEC": "x"}) is None and ping_interval({}) is None
+    assert is_fresh(100.0, 102.0, 3.0) and not is_fresh(100.0, 104.0, 3.0)
+
+
+def test_pings_systemd_over_a_real_datagram_socket(tmp_path: Path) -> None:
+    path = str(tmp_path / "notify")
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    sock.bind(path)
+    sock.settimeout(2)
+    try:
+        wd = LeaseWatchdog(env={"NOTIFY_SOCKET": path, "WATCHDOG_USEC": "2000000"})
+        assert wd.active and wd.interval == 0.5
+        wd.renewed(now=10.0)
+        assert sock.recv(64) == b"WATCHDOG=1"
+        wd.renewed(now=10.2)  # rate-limited to a quarter of the watchdog period
+        wd.renewed(now=10.6)
+        assert sock.recv(64) == b"WATCHDOG=1"
+        sock.setblocking(False)
+        try:
+            extra = sock.recv(64)
+        except BlockingIOError:
+            extra = b""
+        assert extra == b""
+        wd.close()
+    finally:
+        sock.close()
+
+
+def test_alive_file_and_probe(tmp_path: Path) -> None:
+    alive = str(tmp_path / "lease-ok")
+    probe = [sys.executable, "-m", "rangetable.watchdog", "check", alive, "--max-age", "3"]
+    assert subprocess.run(probe, cwd=ROOT, capture_output=True).returncode == 1  # no lease yet
+    wd = LeaseWatchdog(alive_file=alive, env={})
+    assert wd.active and wd.interval is None
+    wd.renewed()
+    assert subprocess.run(probe, cwd=ROOT, capture_output=True).returncode == 0
+    os.utime(alive, (time.time() - 10, time.time() - 10))  # lease not renewed for 10 s
+    out = subprocess.run(probe, cwd=ROOT, capture_output=True, text=True)
+    assert out.returncode == 1 and "not renewed" in out.stderr
+    assert subprocess.run([sys.executable, "-m", "rangetable.watchdog"], cwd=ROOT).returncode == 2
+    assert not LeaseWatchdog(env={}).active
+
+
+def test_partition_server_pings_only_while_it_renews_its_lease(tmp_path: Path) -> None:
+    from tests.cluster import Cluster
+
+    alive = str(tmp_path / "lease-ok")
+    probe = [sys.executable, "-m", "rangetable.watchdog", "check", alive, "--max-age", "2"]
+    notify = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)  # stands in for systemd's notify socket
+    notify.bind(str(tmp_path / "notify"))
+    notify.settimeout(5)
+    env = {"RANGETABLE_ALIVE_FILE": alive, "NOTIFY_SOCKET": str(tmp_path / "notify"), "WATCHDOG_USEC": "2000000"}
+    with notify, Cluster(tmp_path / "rt", servers=1, env=env, extra=["--no-restart"]) as cluster:
+        assert notify.recv(64) == b"WATCHDOG=1"  # what systemd's WatchdogSec waits for
+        deadline = time.monotonic() + 10
+        while not os.path.exists(alive) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        first = os.stat(alive).st_mtime
+        time.sleep(1.2)
+        assert os.stat(alive).st_mtime > first  # renewed with every heartbeat answer
+        assert subprocess.run(probe, cwd=ROOT).returncode == 0
+        ps = next(p for p in cluster.refresh()["processes"] if p["role"] == "partition-server")
+        os.kill(ps["pid"], signal.SIGSTOP)  # frozen, holding its locks
+        try:
+            time.sleep(0.3)  # before the lease lapses and the local supervisor kills the frozen server
+            notify.setblocking(False)
+            while True:  # drain what was sent before the freeze …
+                try:
+                    notify.recv(64)
+                except BlockingIOError:
+                    break
+            time.sleep(1.0)
+            with pytest.raises(BlockingIOError):  # … then silence: systemd would kill it now
+                notify.recv(64)
+            out = subprocess.run(probe[:-1] + ["1"], cwd=ROOT, capture_output=True, text=True)
+            assert out.returncode == 1 and "not renewed" in out.stderr  # the probe would have it killed
+        finally:
+            with contextlib.suppress(ProcessLookupError):  # the supervisor may have killed it meanwhile
+                os.kill(ps["pid"], signal.SIGCONT)
