@@ -172,19 +172,27 @@ class Bench:
                     self.owner_of_sim[sid] = ident
         self.coord_proc = self._spawn("coordinator", ["-m", "cli.main", "coordinator", "--data-dir", data,
                                                       "--bind", self.coordinator, "--pub-bind", pub])
+        self.request(self.coordinator, {"op": "list_tables"}, timeout=60)
+        for ident in self.sim_idents:
+            self._sim_call(ident, {"op": "go"})
         self.wait_registered()
-        self.fe_procs = [self._spawn(f"fe-{i + 1}", ["-m", "cli.main", "frontend", "--coordinator", self.coordinator,
-                                                     "--native", n, "--frontend-id", f"fe-{i + 1}"])
-                         for i, n in enumerate(natives)]
-        self.natives = natives
-        self.wait_frontends(self.n_ranges)
+        # Frontends one after the other: ten of them decoding a 100,000-range snapshot at once
+        # would take the CPU the simulated servers need to heartbeat on time (2 shared cores;
+        # on separate hosts they would not compete).
+        self.fe_procs, self.natives = [], []
+        for i, n in enumerate(natives):
+            self.fe_procs.append(self._spawn(f"fe-{i + 1}", ["-m", "cli.main", "frontend", "--coordinator",
+                                                             self.coordinator, "--native", n, "--frontend-id",
+                                                             f"fe-{i + 1}"]))
+            self.natives.append(n)
+            self.wait_frontends(self.n_ranges)
 
     def wait_registered(self, timeout: float = 120.0) -> None:
         """Until every simulated server is registered and alive at the coordinator."""
         deadline = time.monotonic() + timeout
         while True:
             try:
-                st = self.request(self.coordinator, {"op": "status"}, timeout=10)
+                st = self.request(self.coordinator, {"op": "servers"}, timeout=10)
                 alive = [s for s in st["servers"] if s["alive"] and s["endpoint"]]
                 if len(alive) == self.n_servers:
                     return
@@ -313,7 +321,7 @@ class Bench:
     def measure_failover(self) -> dict:
         """Kill one simulated server; time until it is declared dead and until all its ranges serve
         elsewhere (each answered ``load`` on its new owner)."""
-        st = self.request(self.coordinator, {"op": "status"}, timeout=30)
+        st = self.request(self.coordinator, {"op": "servers"}, timeout=30)
         victim = max((s for s in st["servers"] if s["alive"]), key=lambda s: (s["ranges"], s["id"]))["id"]
         self.sim_stats()
         killed = self._sim_call(self.owner_of_sim[victim], {"op": "kill", "server": victim})

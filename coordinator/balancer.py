@@ -218,6 +218,7 @@ class _View:
     bytes: int
     fresh: bool  # has a report within the stale bound
     eligible: bool  # serving, on a live server
+    hot_now: bool = True  # its latest report is above hot_rps (else no load rule can apply)
 
     @property
     def id(self) -> str:
@@ -264,6 +265,7 @@ def plan_actions(
     if not settings.enabled:
         return []
     live = sorted(set(servers))
+    live_set = set(live)
     rd = _Round(history, settings, now, recent or {}, max(settings.hot_window_s, 2 * settings.interval_s))
     views = []
     for r in ranges:
@@ -271,8 +273,8 @@ def plan_actions(
         fresh = last is not None and now - last.t <= rd.stale_s
         score = (history.avg(r["id"], "score", rd.stale_s, now) or 0.0) if fresh else 0.0
         size = int(last.load.get("bytes", 0) or 0) if last is not None else 0
-        eligible = r.get("state", "serving") == "serving" and r.get("owner") in live
-        views.append(_View(r, score, size, fresh, eligible))
+        eligible = r.get("state", "serving") == "serving" and r.get("owner") in live_set
+        views.append(_View(r, score, size, fresh, eligible, last is not None and last.score > settings.hot_rps))
     out: list[Action] = []
     if settings.split:
         out += _splits(views, rd)
@@ -343,7 +345,9 @@ def _splits(views: list[_View], rd: _Round) -> list[Action]:
     """Rules 1-4, hottest (then largest) range first."""
     out: list[Action] = []
     splits = 0
-    for v in sorted((v for v in views if v.eligible and v.fresh), key=lambda v: (-v.score, -v.bytes, v.order)):
+    limit = rd.st.split_size_bytes
+    cands = (v for v in views if v.eligible and v.fresh and (v.hot_now or v.bytes >= limit))
+    for v in sorted(cands, key=lambda v: (-v.score, -v.bytes, v.order)):
         a = _load_action(v, rd)
         limit = rd.st.split_size_bytes
         if a is None and v.bytes >= limit:

@@ -367,7 +367,10 @@ class RangeSet:
         return [[rid, s.record["epoch"], s.state] for rid, s in self.open.items()]
 
     def load_report(self) -> dict[str, dict]:
-        """Per-range load since the last report (rates per second), then reset the counters."""
+        """Per-range load since the last report (rates per second), then reset the counters.
+
+        Fields that are zero (or empty) are left out, so an idle range reports only its size
+        (readers take a missing field as 0)."""
         now = time.monotonic()
         dt = max(now - self._last_report, 1e-3)
         self._last_report = now
@@ -394,6 +397,7 @@ class RangeSet:
                 "pending_compaction_bytes": st.get("pending_compaction_bytes", 0),
                 "sample": list(ld.sample),
             }
+            out[rid] = {k: v for k, v in out[rid].items() if v}
             s.load = Load()
         return out
 

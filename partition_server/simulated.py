@@ -14,7 +14,8 @@ times, when each range was loaded) and kills single servers (their sockets close
 silent and refuse connections, like a killed process).
 
 Run as ``python -m partition_server.simulated SPEC.json``; the spec names the coordinator, the
-benchmark's control endpoint, and each server's id with its initial ranges.
+benchmark's control endpoint, and each server's id with its initial ranges. The servers bind their
+sockets at once and start heartbeating when the benchmark says ``go`` (once the coordinator is up).
 """
 
 from __future__ import annotations
@@ -35,9 +36,7 @@ from partition_server.ranges import FULL_REPORT_S, only_changed
 from rangetable import protocol
 from rangetable.errors import TableError
 
-IDLE_LOAD = {"reads_s": 0.0, "writes_s": 0.0, "entities_s": 0.0, "busy_s": 0.0, "lat_avg_ms": 0.0,
-             "lat_max_ms": 0.0, "lat_p99_ms": 0.0, "bytes_s": 0.0, "compacting": False, "entities": 1000,
-             "bytes": 1 << 20, "pending_compaction_bytes": 0, "sample": []}
+IDLE_LOAD = {"entities": 1000, "bytes": 1 << 20}  # what RangeSet.load_report gives an idle range
 _POLLIN = int(zmq.POLLIN)
 _OK_NONE = protocol.ok(None)
 
@@ -175,6 +174,11 @@ class SimProcess:
             s.close()
             self._rebuild()
             return {"killed": s.id, "time": t, "ranges": sorted(s.ranges)}
+        if op == "go":  # start heartbeating, each server at a random phase of its interval
+            now = time.monotonic()
+            self.due = [(now + random.uniform(0, s.heartbeat_s), s.id) for s in self.servers.values()]
+            heapq.heapify(self.due)
+            return None
         if op == "quit":
             self.stopping = True
             return None
@@ -184,11 +188,10 @@ class SimProcess:
         """Heartbeat every server on schedule and answer whatever arrives, until told to quit."""
         protocol.send_frames(self.control, [b"ready", protocol.pack(
             {s.id: s.endpoint for s in self.servers.values()})])
-        now = time.monotonic()
-        due = [(now + random.uniform(0, s.heartbeat_s), s.id) for s in self.servers.values()]
-        heapq.heapify(due)
+        self.due: list[tuple[float, str]] = []  # filled by the benchmark's "go"
         while not self.stopping:
             now = time.monotonic()
+            due = self.due
             while due and due[0][0] <= now:
                 t, sid = heapq.heappop(due)
                 s = self.servers[sid]
