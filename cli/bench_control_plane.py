@@ -267,11 +267,13 @@ class Bench:
         c1, t1 = cpu_seconds(pid), time.monotonic()
         stats = self.sim_stats()
         rtts = sorted(x for s in stats for x in s["rtts"])
+        lags = sorted(x for s in stats for x in s["lags"])
         beats = sum(s["heartbeats"] for s in stats)
         return {"heartbeats_per_s": round(beats / (t1 - t0)),
                 "coordinator_cpu_pct": round(100 * (c1 - c0) / (t1 - t0), 1),
                 "heartbeat_p50_ms": percentile_ms(rtts, 0.50, 2), "heartbeat_p99_ms": percentile_ms(rtts, 0.99, 2),
-                "heartbeat_max_ms": round(rtts[-1] * 1000, 2) if rtts else 0.0, "answered": len(rtts)}
+                "heartbeat_max_ms": round(rtts[-1] * 1000, 2) if rtts else 0.0, "answered": len(rtts),
+                "sim_send_lag_p99_ms": percentile_ms(lags, 0.99, 2)}
 
     def measure_split(self) -> dict:
         """One split: bytes published for it, and time until every frontend has the new map."""
@@ -377,6 +379,7 @@ def run_control_plane_bench(servers: int = 1000, ranges: int = 100_000, frontend
 ROWS = [
     ("heartbeats/s", "heartbeats_per_s", ""), ("coordinator CPU", "coordinator_cpu_pct", "% of a core"),
     ("heartbeat answer p50", "heartbeat_p50_ms", "ms"), ("heartbeat answer p99", "heartbeat_p99_ms", "ms"),
+    ("  (simulators' own send lag p99)", "sim_send_lag_p99_ms", "ms"),
     ("split: bytes published", "split_published_bytes", "B"), ("  (full map snapshot)", "snapshot_bytes", "B"),
     ("split: request -> all frontends", "split_to_frontends_ms", "ms"),
     ("split: commit -> all frontends", "commit_to_frontends_ms", "ms"),

@@ -146,6 +146,7 @@ class SimProcess:
         self.control = make_socket(self.ctx, zmq.DEALER)
         self.control.connect(spec["control"])
         self.rtts: list[float] = []
+        self.lags: list[float] = []  # how late each heartbeat left (this process's own scheduling delay)
         self.loads: dict[str, list] = {}  # range id -> [server, wall time] of its latest load
         self.heartbeats = 0
         self.stopping = False
@@ -163,10 +164,10 @@ class SimProcess:
     def _on_control(self, req: dict) -> Any:
         op = req["op"]
         if op == "stats":
-            out = {"rtts": self.rtts, "heartbeats": self.heartbeats, "loads": self.loads,
+            out = {"rtts": self.rtts, "lags": self.lags, "heartbeats": self.heartbeats, "loads": self.loads,
                    "ranges": {s.id: len(s.ranges) for s in self.servers.values() if s.alive}}
             if req.get("reset", True):
-                self.rtts, self.loads, self.heartbeats = [], {}, 0
+                self.rtts, self.lags, self.loads, self.heartbeats = [], [], {}, 0
             return out
         if op == "kill":
             s = self.servers[req["server"]]
@@ -196,6 +197,7 @@ class SimProcess:
                 t, sid = heapq.heappop(due)
                 s = self.servers[sid]
                 if s.alive:
+                    self.lags.append(now - t)
                     s.heartbeat(now)
                     self.heartbeats += 1
                     heapq.heappush(due, (max(t + s.heartbeat_s, now), sid))
