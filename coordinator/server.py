@@ -379,12 +379,15 @@ class Coordinator:
                 self.servers[sid] = ServerInfo(sid, v["endpoint"], "", time.monotonic(), v.get("pid", 0))
         while not self.stopping:
             events = dict(poller.poll(100))
+            backlog = False
             if router in events:
                 replies = []
+                backlog = True
                 for _ in range(BATCH):
                     try:
                         frames = router.recv_multipart(zmq.NOBLOCK)
                     except zmq.Again:
+                        backlog = False
                         break
                     replies.append(self._on_request(frames))
                 if self._registrations:
@@ -408,7 +411,11 @@ class Coordinator:
                         self._publish()
                         published = True
             now = time.monotonic()
-            if now >= next_tick:
+            # Never declare a server dead while its heartbeats may still wait in our own queue:
+            # a coordinator that falls behind (a burst of registrations, a busy host) would
+            # otherwise fail over servers that are fine. Waiting longer is always safe: their
+            # leases count from when they sent.
+            if now >= next_tick and not backlog:
                 next_tick = now + 0.1
                 self._check_servers()
             if now >= next_gc:
