@@ -42,6 +42,7 @@ from rangetable.process import serve_until_signalled
 log = logging.getLogger("rangetable.coordinator")
 MAX_EVENTS = 1000
 BATCH = 64  # requests handled per loop turn before their answers go out (registrations commit once)
+DRAIN_MAX = 20 * BATCH  # requests handled before declaring a silent server dead
 
 
 @dataclass
@@ -379,25 +380,8 @@ class Coordinator:
                 self.servers[sid] = ServerInfo(sid, v["endpoint"], "", time.monotonic(), v.get("pid", 0))
         while not self.stopping:
             events = dict(poller.poll(100))
-            backlog = False
             if router in events:
-                replies = []
-                backlog = True
-                for _ in range(BATCH):
-                    try:
-                        frames = router.recv_multipart(zmq.NOBLOCK)
-                    except zmq.Again:
-                        backlog = False
-                        break
-                    replies.append(self._on_request(frames))
-                if self._registrations:
-                    with self.lock:
-                        puts, self._registrations = self._registrations, {}
-                        self.pmap.version += 1
-                        self.commit(({**puts, b"meta/version": self.pmap.version}, []))
-                for reply in replies:
-                    if reply is not None:
-                        router.send_multipart(reply)
+                self._drain(router, BATCH)
             if pull in events:
                 published = False
                 while True:
@@ -411,13 +395,15 @@ class Coordinator:
                         self._publish()
                         published = True
             now = time.monotonic()
-            # Never declare a server dead while its heartbeats may still wait in our own queue:
-            # a coordinator that falls behind (a burst of registrations, a busy host) would
-            # otherwise fail over servers that are fine. Waiting longer is always safe: their
-            # leases count from when they sent.
-            if now >= next_tick and not backlog:
+            if now >= next_tick:
                 next_tick = now + 0.1
-                self._check_servers()
+                if self._overdue(now):
+                    # Never declare a server dead while its heartbeats may still wait in our own
+                    # queue: a coordinator that fell behind (a burst of registrations, a busy host)
+                    # would fail over servers that are fine. So what is queued is handled first
+                    # (up to DRAIN_MAX requests: the bound keeps a flooded loop turning).
+                    self._drain(router, DRAIN_MAX)
+                    self._check_servers()
             if now >= next_gc:
                 next_gc = now + 30.0
                 self.controller.submit(ops.collect_garbage, self, self.controller, key="gc")
@@ -433,6 +419,39 @@ class Coordinator:
         if push is not None:
             push.close(0)
         self.meta.close()
+
+    def _drain(self, router: zmq.Socket, limit: int) -> None:
+        """Handle up to ``limit`` queued requests, persist the registrations among them in one
+        write per batch, then send their answers."""
+        replies = []
+        n = 0
+        while n < limit:
+            try:
+                frames = router.recv_multipart(zmq.NOBLOCK)
+            except zmq.Again:
+                break
+            n += 1
+            replies.append(self._on_request(frames))
+            if len(replies) >= BATCH:  # answer in batches, also when draining everything
+                self._answer(router, replies)
+                replies = []
+        self._answer(router, replies)
+
+    def _answer(self, router: zmq.Socket, replies: list) -> None:
+        if self._registrations:
+            with self.lock:
+                puts, self._registrations = self._registrations, {}
+                self.pmap.version += 1
+                self.commit(({**puts, b"meta/version": self.pmap.version}, []))
+        for reply in replies:
+            if reply is not None:
+                router.send_multipart(reply)
+
+    def _overdue(self, now: float) -> bool:
+        """True when some live server has been silent past lease + grace."""
+        limit = self.cfg.lease_s + self.cfg.lease_grace_s
+        with self.lock:
+            return any(s.alive and now - s.last_seen > limit for s in self.servers.values())
 
     def _on_request(self, frames: list[bytes]) -> list[bytes] | None:
         """The reply frames to a request (None when the controller will answer it later)."""
