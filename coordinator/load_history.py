@@ -27,8 +27,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 RATE_KEYS = ("reads_s", "writes_s", "busy_s")
 ENTITY_WEIGHT = 0.01  # one score unit per 100 entities/s
@@ -41,9 +40,11 @@ def load_score(load: Mapping[str, Any]) -> float:
             + ENTITY_WEIGHT * float(g("entities_s") or 0.0))
 
 
-@dataclass(frozen=True, slots=True)
-class Sample:
-    """One range's load in one heartbeat: when, from which server, its score and the raw report."""
+class Sample(NamedTuple):
+    """One range's load in one heartbeat: when, from which server, its score and the raw report.
+
+    A named tuple: made for every range of every full report (20,000 a second with 100,000
+    ranges), it is about three times cheaper to create than a frozen dataclass."""
 
     t: float
     server: str
