@@ -23,6 +23,7 @@ import sys
 import threading
 import time
 from dataclasses import dataclass, field
+from operator import itemgetter
 from typing import Any
 
 import zmq
@@ -42,7 +43,7 @@ from rangetable.process import serve_until_signalled
 log = logging.getLogger("rangetable.coordinator")
 MAX_EVENTS = 1000
 BATCH = 64  # requests handled per loop turn before their answers go out (registrations commit once)
-DRAIN_MAX = 20 * BATCH  # requests handled before declaring a silent server dead
+DRAIN_MAX_S = 1.0  # time spent handling queued requests before declaring a silent server dead
 
 
 @dataclass
@@ -165,7 +166,12 @@ class Coordinator:
         with self.lock:
             key = (self.pmap.version, self._commits)
             if self._snapshot is None or self._snapshot[:2] != key:
-                self._snapshot = (*key, protocol.ok(self.map_snapshot()))
+                # sorted by a C-level key and packed in C: ~0.1 s for 100,000 ranges, not ~1 s
+                snap = {"version": self.pmap.version, "tables": sorted(self.pmap.tables.values()),
+                        "ranges": sorted(self.pmap.ranges.values(), key=itemgetter("table", "low")),
+                        "servers": {s.id: s.endpoint for s in self.servers.values() if s.alive and s.endpoint},
+                        "pub": self.pub_endpoint}
+                self._snapshot = (*key, protocol.ok(snap))
             return self._snapshot[2]
 
     def status(self) -> dict:
@@ -401,8 +407,8 @@ class Coordinator:
                     # Never declare a server dead while its heartbeats may still wait in our own
                     # queue: a coordinator that fell behind (a burst of registrations, a busy host)
                     # would fail over servers that are fine. So what is queued is handled first
-                    # (up to DRAIN_MAX requests: the bound keeps a flooded loop turning).
-                    self._drain(router, DRAIN_MAX)
+                    # (for up to DRAIN_MAX_S: the bound keeps a flooded loop turning).
+                    self._drain(router, None, time.monotonic() + DRAIN_MAX_S)
                     self._check_servers()
             if now >= next_gc:
                 next_gc = now + 30.0
@@ -420,12 +426,12 @@ class Coordinator:
             push.close(0)
         self.meta.close()
 
-    def _drain(self, router: zmq.Socket, limit: int) -> None:
-        """Handle up to ``limit`` queued requests, persist the registrations among them in one
-        write per batch, then send their answers."""
+    def _drain(self, router: zmq.Socket, limit: int | None, until: float = float("inf")) -> None:
+        """Handle up to ``limit`` queued requests (None: until the queue is empty or ``until``),
+        persist the registrations among them in one write per batch, then send their answers."""
         replies = []
         n = 0
-        while n < limit:
+        while (limit is None or n < limit) and (n % BATCH or time.monotonic() < until):
             try:
                 frames = router.recv_multipart(zmq.NOBLOCK)
             except zmq.Again:
