@@ -173,7 +173,8 @@ class Bench:
                 for sid in protocol.unpack(body):
                     self.owner_of_sim[sid] = ident
         self.coord_proc = self._spawn("coordinator", ["-m", "cli.main", "coordinator", "--data-dir", data,
-                                                      "--bind", self.coordinator, "--pub-bind", pub])
+                                                      "--bind", self.coordinator, "--pub-bind", pub,
+                                                      "--startup-grace-s", "60"])
         self.request(self.coordinator, {"op": "list_tables"}, timeout=60)
         # The seeded ranges are small and idle, so after a minute the balancer would start merging
         # them, one pair a round; merges stay off so the map keeps its size while it is measured.

@@ -383,7 +383,8 @@ class Coordinator:
         for k, v in self.meta.items(b"server/"):
             sid = k[len(b"server/"):].decode()
             if sid not in self.servers:
-                self.servers[sid] = ServerInfo(sid, v["endpoint"], "", time.monotonic(), v.get("pid", 0))
+                self.servers[sid] = ServerInfo(sid, v["endpoint"], "", time.monotonic() + self.cfg.startup_grace_s,
+                                               v.get("pid", 0))
         while not self.stopping:
             events = dict(poller.poll(100))
             if router in events:

@@ -23,6 +23,10 @@ class CoordinatorConfig:
     lease_s: float = 2.0  # a partition server's lease, renewed by every heartbeat answer
     lease_grace_s: float = 0.5  # extra wait past a lapsed lease before reassigning its ranges
     command_timeout_s: float = 10.0  # how long a load/unload/split/merge command may take
+    # After a start, servers known from before get this much longer to check in before they are
+    # declared dead (HBase's master likewise waits for region servers at start-up): 1,000 servers
+    # re-registering at once on a busy host may take longer than one lease.
+    startup_grace_s: float = 0.0
 
 
 @dataclass
