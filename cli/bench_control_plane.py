@@ -174,17 +174,15 @@ class Bench:
                     self.owner_of_sim[sid] = ident
         self.coord_proc = self._spawn("coordinator", ["-m", "cli.main", "coordinator", "--data-dir", data,
                                                       "--bind", self.coordinator, "--pub-bind", pub,
-                                                      "--startup-grace-s", "60"])
+                                                      "--startup-grace-s", "300"])
         self.request(self.coordinator, {"op": "list_tables"}, timeout=60)
         # The seeded ranges are small and idle, so after a minute the balancer would start merging
         # them, one pair a round; merges stay off so the map keeps its size while it is measured.
         self.request(self.coordinator, {"op": "balancer", "action": "set", "key": "merge", "value": "off"})
-        for ident in self.sim_idents:
-            self._sim_call(ident, {"op": "go"})
-        self.wait_registered()
-        # Frontends one after the other: ten of them decoding a 100,000-range snapshot at once
-        # would take the CPU the simulated servers need to heartbeat on time (2 shared cores;
-        # on separate hosts they would not compete).
+        # Frontends first, one after the other, while the servers are still quiet: ten processes
+        # decoding a 100,000-range snapshot take the CPU that 1,000 simulated servers need to
+        # heartbeat on time (on one shared 2-core host; on separate hosts they would not compete).
+        # The coordinator's --startup-grace-s keeps the seeded servers alive meanwhile.
         self.fe_procs, self.natives = [], []
         for i, n in enumerate(natives):
             self.fe_procs.append(self._spawn(f"fe-{i + 1}", ["-m", "cli.main", "frontend", "--coordinator",
@@ -192,6 +190,9 @@ class Bench:
                                                              f"fe-{i + 1}"]))
             self.natives.append(n)
             self.wait_frontends(self.n_ranges)
+        for ident in self.sim_idents:
+            self._sim_call(ident, {"op": "go"})
+        self.wait_registered()
 
     def wait_registered(self, timeout: float = 120.0) -> None:
         """Until every simulated server is registered and alive at the coordinator."""
