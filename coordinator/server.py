@@ -43,7 +43,7 @@ from rangetable.process import serve_until_signalled
 log = logging.getLogger("rangetable.coordinator")
 MAX_EVENTS = 1000
 BATCH = 64  # requests handled per loop turn before their answers go out (registrations commit once)
-DRAIN_MAX_S = 1.0  # time spent handling queued requests before declaring a silent server dead
+DRAIN_MAX_S = 2.0  # time spent handling queued requests before declaring a silent server dead
 
 
 @dataclass
