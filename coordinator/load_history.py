@@ -74,6 +74,7 @@ class LoadHistory:
         self._first: dict[str, float] = {}
         self._servers: dict[str, tuple[float, dict[str, float]]] = {}
         self._pruned = float("-inf")
+        self._confirmed: dict[str, float] = {}  # range -> last heartbeat that confirmed its report
 
     # --- input --------------------------------------------------------------------------------
 
@@ -103,6 +104,19 @@ class LoadHistory:
         if self.now - self._pruned >= max(1.0, self.window_s / 4):
             self._prune()  # ranges that stopped reporting
 
+    def confirm(self, now: float, ranges: list[str]) -> None:
+        """Record that these ranges' latest reports still hold at ``now``: their server heartbeated
+        and reported them open, leaving out their load reports because they had not changed (a
+        partition server sends only changed reports, plus all of them every ``FULL_REPORT_S``)."""
+        self._confirmed.update(dict.fromkeys(ranges, now))
+
+    def current_until(self, rid: str) -> float | None:
+        """Until when the range's latest report is known to hold (its time, or a later confirm)."""
+        last = self.latest(rid)
+        if last is None:
+            return None
+        return max(last.t, self._confirmed.get(rid, last.t))
+
     def forget_server(self, server: str) -> None:
         """Drop a server's last report (it died or left); its ranges' samples stay."""
         self._servers.pop(server, None)
@@ -117,6 +131,7 @@ class LoadHistory:
             if not q:
                 del self._ranges[rid]
                 self._first.pop(rid, None)
+                self._confirmed.pop(rid, None)
         for server in [s for s, (t, _) in self._servers.items() if t < horizon]:
             del self._servers[server]
 

@@ -232,7 +232,7 @@ class Coordinator:
                 open_ids = {r[0] for r in ranges}
                 info.load = {rid: ld for rid, ld in info.load.items() if rid in open_ids}
             info.pending = int(req.get("pending", 0))
-            self.balancing.on_heartbeat(sid, load, now)
+            self.balancing.on_heartbeat(sid, load, now, ranges)
             stamp = (self.pmap.owner_stamp(sid), self.pmap.owned_count(sid))
             if same and info.in_step == stamp:
                 mismatch = False  # the same report as last time, and nothing of this server changed

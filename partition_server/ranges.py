@@ -106,9 +106,11 @@ class Served:
         return self.low <= pk and (high is None or pk < high)
 
 
-# Every range's load report is sent at least this often: below the balancer's staleness bound
-# (max(hot_window_s, 2 x interval_s) = 6 s by default), so an idle range always has a fresh report.
-FULL_REPORT_S = 5.0
+# Every range's load report is sent at least this often; in between, a report that did not change
+# is left out and the coordinator takes the range's presence in the heartbeat as "unchanged"
+# (LoadHistory.confirm). Below the balancer's merge cool-down (60 s), so that window always holds
+# a report. PD's region heartbeat is 60 s.
+FULL_REPORT_S = 30.0
 
 
 def only_changed(report: dict[str, dict], sent: dict[str, dict], full: bool) -> dict[str, dict]:
@@ -117,8 +119,9 @@ def only_changed(report: dict[str, dict], sent: dict[str, dict], full: bool) -> 
 
     An idle range's report is the same every heartbeat, so a server with 100 idle ranges sends
     100 reports every ``FULL_REPORT_S`` instead of every heartbeat (PD likewise takes region
-    heartbeats far less often than store heartbeats, and on change). The balancer reads a range
-    with no recent report as idle, which is what the omitted report said.
+    heartbeats far less often than store heartbeats, and on change). The coordinator takes a range
+    listed in the heartbeat without a report as "its latest report still holds"
+    (``LoadHistory.confirm``).
     """
     out = report if full else {rid: r for rid, r in report.items() if sent.get(rid) != r}
     for rid in [rid for rid in sent if rid not in report]:
