@@ -73,13 +73,12 @@ class Balancing:
 
     # --- inputs -------------------------------------------------------------------------------
 
-    def on_heartbeat(self, server: str, load: dict, now: float, ranges: list | None = None) -> None:
+    def on_heartbeat(self, server: str, load: dict, now: float) -> None:
         """Record a server's per-range load reports (only the changed ones), and that the latest
         reports of its other open ranges still hold."""
         if load:
             self.history.add(now, server, load)
-        if ranges:
-            self.history.confirm(now, [r[0] for r in ranges if r[0] not in load])
+        self.history.confirm(now, server)
 
     def on_server_dead(self, server: str) -> None:
         """Forget a dead server's load."""

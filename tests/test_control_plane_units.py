@@ -151,6 +151,6 @@ def test_a_confirmed_report_stays_current_for_the_balancer() -> None:
     h.add(0.0, "s1", {"r000001": big})
     rec = {"id": "r000001", "table": "t", "low": "", "high": None, "owner": "s1", "epoch": 1, "state": "serving"}
     assert plan_actions([rec], ["s1"], h, Settings(), 20.0) == []  # stale: no report for 20 s
-    h.confirm(19.5, ["r000001"])  # the server still lists it: its latest report holds
+    h.confirm(19.5, "s1")  # its server still heartbeats: the latest report holds
     assert h.current_until("r000001") == 19.5
     assert [a.kind for a in plan_actions([rec], ["s1"], h, Settings(), 20.0)] == ["split"]
