@@ -259,7 +259,7 @@ def _print_servers(servers: list[dict]) -> None:
 @json_option
 def servers_cmd(data_dir: str, coordinator: str | None, as_json: bool) -> None:
     """List partition servers: alive or dead, endpoint, pid, ranges."""
-    st = call(_coordinator(data_dir, coordinator), {"op": "status"})
+    st = call(_coordinator(data_dir, coordinator), {"op": "servers"})
     if as_json:
         click.echo(json.dumps(st["servers"], indent=2))
     else:

@@ -9,7 +9,9 @@ their times in ``recent`` and logs each one as an event (or only logs them when
 **Load.** A range's load is its *score* = reads_s + writes_s + busy_s + entities_s / 100 (requests/s
 plus refused requests plus one unit per 100 entities; see ``coordinator.load_history``). Its
 *current* load is the mean score over the last ``max(hot_window_s, 2 × interval_s)`` seconds;
-reports older than that are stale and count as no load. A server's load is the sum of the current
+reports older than that are stale and count as no load — unless a heartbeat confirmed the latest
+one since (partition servers leave out unchanged reports; ``LoadHistory.confirm``): then the
+latest report is the current load. A server's load is the sum of the current
 loads of the ranges the *map* gives it (not its last report), so a move counts at once and does
 not make the next round move again.
 
@@ -218,6 +220,7 @@ class _View:
     bytes: int
     fresh: bool  # has a report within the stale bound
     eligible: bool  # serving, on a live server
+    hot_now: bool = True  # its latest report is above hot_rps (else no load rule can apply)
 
     @property
     def id(self) -> str:
@@ -264,15 +267,19 @@ def plan_actions(
     if not settings.enabled:
         return []
     live = sorted(set(servers))
+    live_set = set(live)
     rd = _Round(history, settings, now, recent or {}, max(settings.hot_window_s, 2 * settings.interval_s))
     views = []
     for r in ranges:
         last = history.latest(r["id"])
-        fresh = last is not None and now - last.t <= rd.stale_s
-        score = (history.avg(r["id"], "score", rd.stale_s, now) or 0.0) if fresh else 0.0
+        until = history.current_until(r["id"])
+        fresh = until is not None and now - until <= rd.stale_s
+        avg = history.avg(r["id"], "score", rd.stale_s, now) if fresh else None
+        # no report in the window but a heartbeat confirmed the latest one: it still holds
+        score = (avg if avg is not None else last.score) if fresh and last is not None else 0.0
         size = int(last.load.get("bytes", 0) or 0) if last is not None else 0
-        eligible = r.get("state", "serving") == "serving" and r.get("owner") in live
-        views.append(_View(r, score, size, fresh, eligible))
+        eligible = r.get("state", "serving") == "serving" and r.get("owner") in live_set
+        views.append(_View(r, score, size, fresh, eligible, last is not None and last.score > settings.hot_rps))
     out: list[Action] = []
     if settings.split:
         out += _splits(views, rd)
@@ -343,7 +350,9 @@ def _splits(views: list[_View], rd: _Round) -> list[Action]:
     """Rules 1-4, hottest (then largest) range first."""
     out: list[Action] = []
     splits = 0
-    for v in sorted((v for v in views if v.eligible and v.fresh), key=lambda v: (-v.score, -v.bytes, v.order)):
+    limit = rd.st.split_size_bytes
+    cands = (v for v in views if v.eligible and v.fresh and (v.hot_now or v.bytes >= limit))
+    for v in sorted(cands, key=lambda v: (-v.score, -v.bytes, v.order)):
         a = _load_action(v, rd)
         limit = rd.st.split_size_bytes
         if a is None and v.bytes >= limit:

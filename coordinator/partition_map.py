@@ -43,15 +43,28 @@ class PartitionMap:
     # not O(the map): range ids per owner, and ids of ranges held by an operation (not serving).
     _owned: dict[str | None, set[str]] = field(default_factory=dict, repr=False, compare=False)
     _busy: set[str] = field(default_factory=set, repr=False, compare=False)
+    _stamp: int = field(default=0, repr=False, compare=False)  # grows on every index change
+    _owner_stamp: dict[str | None, int] = field(default_factory=dict, repr=False, compare=False)
 
     # --- indexes ------------------------------------------------------------------------------
 
     def _index(self, rec: dict) -> None:
+        self._touch(rec["owner"])
         self._owned.setdefault(rec["owner"], set()).add(rec["id"])
         if rec["state"] != "serving":
             self._busy.add(rec["id"])
 
+    def _touch(self, owner: str | None) -> None:
+        self._stamp += 1
+        self._owner_stamp[owner] = self._stamp
+
+    def owner_stamp(self, server: str | None) -> int:
+        """A number that changes whenever a range of this server (or one leaving it) changes, so a
+        caller can tell "nothing changed for this server" without looking at its ranges."""
+        return self._owner_stamp.get(server, 0)
+
     def _unindex(self, rec: dict) -> None:
+        self._touch(rec["owner"])
         ids = self._owned.get(rec["owner"])
         if ids is not None:
             ids.discard(rec["id"])
@@ -62,6 +75,8 @@ class PartitionMap:
     def reindex(self) -> None:
         """Rebuild the owner and busy indexes (after records were changed in place)."""
         self._owned, self._busy = {}, set()
+        for owner in list(self._owner_stamp):
+            self._touch(owner)
         for r in self.ranges.values():
             self._index(r)
 

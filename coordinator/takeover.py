@@ -100,12 +100,13 @@ def finish(co: Coordinator) -> None:
     # Servers known before keep their ranges for a full lease: a takeover (or a restart) shorter
     # than the lease is invisible to clients; silent ones are then declared dead.
     for sid, v in co.known_servers.items():
-        co.servers.setdefault(sid, ServerInfo(sid, v["endpoint"], "", now, v.get("pid", 0)))
+        co.servers.setdefault(sid, ServerInfo(sid, v["endpoint"], "", now + co.cfg.startup_grace_s, v.get("pid", 0)))
     co.quiet_until = now + co.cfg.lease_s + co.cfg.lease_grace_s
     rolled = ops.recover(co)
     if rolled:
         log.warning("rolled back uncommitted operations on ranges %s", rolled)
     co.balancing = Balancing(co)
+    co.balancing.start()  # its rounds wait for quiet_until (balancing.py)
     co.controller.start()
     co.takeover["takeover_ms"] = round((time.monotonic() - co.takeover.pop("won_at")) * 1000, 1)
     log.info("leading term %d: %s", co.term, co.takeover)

@@ -119,9 +119,11 @@ class Deferred:
     finish: Callable[[], Any]
 
 
-# Every range's load report is sent at least this often: below the balancer's staleness bound
-# (max(hot_window_s, 2 x interval_s) = 6 s by default), so an idle range always has a fresh report.
-FULL_REPORT_S = 5.0
+# Every range's load report is sent at least this often; in between, a report that did not change
+# is left out and the coordinator takes the range's presence in the heartbeat as "unchanged"
+# (LoadHistory.confirm). Below the balancer's merge cool-down (60 s), so that window always holds
+# a report. PD's region heartbeat is 60 s.
+FULL_REPORT_S = 30.0
 
 
 def only_changed(report: dict[str, dict], sent: dict[str, dict], full: bool) -> dict[str, dict]:
@@ -130,8 +132,9 @@ def only_changed(report: dict[str, dict], sent: dict[str, dict], full: bool) -> 
 
     An idle range's report is the same every heartbeat, so a server with 100 idle ranges sends
     100 reports every ``FULL_REPORT_S`` instead of every heartbeat (PD likewise takes region
-    heartbeats far less often than store heartbeats, and on change). The balancer reads a range
-    with no recent report as idle, which is what the omitted report said.
+    heartbeats far less often than store heartbeats, and on change). The coordinator takes a range
+    listed in the heartbeat without a report as "its latest report still holds"
+    (``LoadHistory.confirm``).
     """
     out = report if full else {rid: r for rid, r in report.items() if sent.get(rid) != r}
     for rid in [rid for rid in sent if rid not in report]:
@@ -478,7 +481,10 @@ class RangeSet:
         return [[rid, s.record["epoch"], s.state] for rid, s in self.open.items()]
 
     def load_report(self) -> dict[str, dict]:
-        """Per-range load since the last report (rates per second), then reset the counters."""
+        """Per-range load since the last report (rates per second), then reset the counters.
+
+        Fields that are zero (or empty) are left out, so an idle range reports only its size
+        (readers take a missing field as 0)."""
         now = time.monotonic()
         dt = max(now - self._last_report, 1e-3)
         self._last_report = now
@@ -505,6 +511,7 @@ class RangeSet:
                 "sample": list(ld.sample),
             }
             self.totals.add(rid, s.record["table"], ld, out[rid])
+            out[rid] = {k: v for k, v in out[rid].items() if v}
             s.load = Load()
         self.totals.retain(self.open)
         return out

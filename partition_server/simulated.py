@@ -14,7 +14,8 @@ times, when each range was loaded) and kills single servers (their sockets close
 silent and refuse connections, like a killed process).
 
 Run as ``python -m partition_server.simulated SPEC.json``; the spec names the coordinator, the
-benchmark's control endpoint, and each server's id with its initial ranges.
+benchmark's control endpoint, and each server's id with its initial ranges. The servers bind their
+sockets at once and start heartbeating when the benchmark says ``go`` (once the coordinator is up).
 """
 
 from __future__ import annotations
@@ -35,9 +36,7 @@ from partition_server.ranges import FULL_REPORT_S, only_changed
 from rangetable import protocol
 from rangetable.errors import TableError
 
-IDLE_LOAD = {"reads_s": 0.0, "writes_s": 0.0, "entities_s": 0.0, "busy_s": 0.0, "lat_avg_ms": 0.0,
-             "lat_max_ms": 0.0, "lat_p99_ms": 0.0, "bytes_s": 0.0, "compacting": False, "entities": 1000,
-             "bytes": 1 << 20, "pending_compaction_bytes": 0, "sample": []}
+IDLE_LOAD = {"entities": 1000, "bytes": 1 << 20}  # what RangeSet.load_report gives an idle range
 _POLLIN = int(zmq.POLLIN)
 _OK_NONE = protocol.ok(None)
 
@@ -147,6 +146,7 @@ class SimProcess:
         self.control = make_socket(self.ctx, zmq.DEALER)
         self.control.connect(spec["control"])
         self.rtts: list[float] = []
+        self.lags: list[float] = []  # how late each heartbeat left (this process's own scheduling delay)
         self.loads: dict[str, list] = {}  # range id -> [server, wall time] of its latest load
         self.heartbeats = 0
         self.stopping = False
@@ -164,10 +164,10 @@ class SimProcess:
     def _on_control(self, req: dict) -> Any:
         op = req["op"]
         if op == "stats":
-            out = {"rtts": self.rtts, "heartbeats": self.heartbeats, "loads": self.loads,
+            out = {"rtts": self.rtts, "lags": self.lags, "heartbeats": self.heartbeats, "loads": self.loads,
                    "ranges": {s.id: len(s.ranges) for s in self.servers.values() if s.alive}}
             if req.get("reset", True):
-                self.rtts, self.loads, self.heartbeats = [], {}, 0
+                self.rtts, self.lags, self.loads, self.heartbeats = [], [], {}, 0
             return out
         if op == "kill":
             s = self.servers[req["server"]]
@@ -175,6 +175,11 @@ class SimProcess:
             s.close()
             self._rebuild()
             return {"killed": s.id, "time": t, "ranges": sorted(s.ranges)}
+        if op == "go":  # start heartbeating, each server at a random phase of its interval
+            now = time.monotonic()
+            self.due = [(now + random.uniform(0, s.heartbeat_s), s.id) for s in self.servers.values()]
+            heapq.heapify(self.due)
+            return None
         if op == "quit":
             self.stopping = True
             return None
@@ -184,15 +189,15 @@ class SimProcess:
         """Heartbeat every server on schedule and answer whatever arrives, until told to quit."""
         protocol.send_frames(self.control, [b"ready", protocol.pack(
             {s.id: s.endpoint for s in self.servers.values()})])
-        now = time.monotonic()
-        due = [(now + random.uniform(0, s.heartbeat_s), s.id) for s in self.servers.values()]
-        heapq.heapify(due)
+        self.due: list[tuple[float, str]] = []  # filled by the benchmark's "go"
         while not self.stopping:
             now = time.monotonic()
+            due = self.due
             while due and due[0][0] <= now:
                 t, sid = heapq.heappop(due)
                 s = self.servers[sid]
                 if s.alive:
+                    self.lags.append(now - t)
                     s.heartbeat(now)
                     self.heartbeats += 1
                     heapq.heappush(due, (max(t + s.heartbeat_s, now), sid))

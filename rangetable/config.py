@@ -29,6 +29,10 @@ class CoordinatorConfig:
     restart_on_deposed: bool = True  # a deposed leader re-runs itself as a standby (off: it just stops)
     metrics: str = ""  # HOST:PORT of the Prometheus /metrics endpoint; empty = none
     keys_dir: str = ""  # CURVE keys (rangetable/curve.py); empty = <data-dir>/keys
+    # After a start, servers known from before get this much longer to check in before they are
+    # declared dead (HBase's master likewise waits for region servers at start-up): 1,000 servers
+    # re-registering at once on a busy host may take longer than one lease.
+    startup_grace_s: float = 0.0
 
 
 @dataclass

@@ -141,3 +141,16 @@ def test_load_history_shares_unchanged_reports() -> None:
     assert all(x is loads[0] for x in loads)
     h.add(30.0, "s", {"q": {"reads_s": 1.0}})
     assert h.ranges() == ["q"]  # pruned: older than the window
+
+
+def test_a_confirmed_report_stays_current_for_the_balancer() -> None:
+    from coordinator.balancer import Settings, plan_actions
+
+    h = LoadHistory(window_s=180)
+    big = {"bytes": 300 << 20, "entities": 10}
+    h.add(0.0, "s1", {"r000001": big})
+    rec = {"id": "r000001", "table": "t", "low": "", "high": None, "owner": "s1", "epoch": 1, "state": "serving"}
+    assert plan_actions([rec], ["s1"], h, Settings(), 20.0) == []  # stale: no report for 20 s
+    h.confirm(19.5, "s1")  # its server still heartbeats: the latest report holds
+    assert h.current_until("r000001") == 19.5
+    assert [a.kind for a in plan_actions([rec], ["s1"], h, Settings(), 20.0)] == ["split"]
