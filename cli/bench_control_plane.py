@@ -32,7 +32,8 @@ from typing import Any
 
 import zmq
 
-from rangetable import protocol
+from rangetable import curve, protocol
+from rangetable.errors import TableError
 from rangetable.stats import percentile_ms
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -147,6 +148,11 @@ class Bench:
         pub = f"tcp://127.0.0.1:{ports.take()}"
         natives = [f"tcp://127.0.0.1:{ports.take()}" for _ in range(self.n_frontends)]
         ports.release()
+        self.keys_dir = curve.keys_dir(data)  # CURVE keys, as `rangetable up` makes them
+        self.ring = curve.KeyRing.create(self.keys_dir)
+        curve.remember(self.coordinator, self.ring.public("coordinator"), self.ring.pair("admin"))
+        for n in natives:
+            curve.remember(n, self.ring.public("frontend"), self.ring.pair("admin"))
         self.control = self._socket(zmq.ROUTER)
         self.control.bind("tcp://127.0.0.1:0")
         control = self.control.getsockopt(zmq.LAST_ENDPOINT).decode()
@@ -155,7 +161,7 @@ class Bench:
             owned[r["owner"]].append([r["id"], 1])
         for k in range(self.n_sims):
             mine = sids[k::self.n_sims]
-            spec = {"coordinator": self.coordinator, "control": control,
+            spec = {"coordinator": self.coordinator, "control": control, "keys_dir": self.keys_dir,
                     "servers": [{"id": s, "ranges": owned[s]} for s in mine]}
             path = os.path.join(self.work, f"sim-{k}.json")
             with open(path, "w") as f:
@@ -174,8 +180,16 @@ class Bench:
                     self.owner_of_sim[sid] = ident
         self.coord_proc = self._spawn("coordinator", ["-m", "cli.main", "coordinator", "--data-dir", data,
                                                       "--bind", self.coordinator, "--pub-bind", pub,
-                                                      "--startup-grace-s", "300"])
-        self.request(self.coordinator, {"op": "list_tables"}, timeout=60)
+                                                      "--startup-grace-s", "300", "--keys-dir", self.keys_dir])
+        deadline = time.monotonic() + 60
+        while True:  # the coordinator answers NotLeader until it has won its term
+            try:
+                self.request(self.coordinator, {"op": "list_tables"}, timeout=60)
+                break
+            except TableError as exc:
+                if exc.error_code != "NotLeader" or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.05)
         # The seeded ranges are small and idle, so after a minute the balancer would start merging
         # them, one pair a round; merges stay off so the map keeps its size while it is measured.
         self.request(self.coordinator, {"op": "balancer", "action": "set", "key": "merge", "value": "off"})
@@ -187,7 +201,7 @@ class Bench:
         for i, n in enumerate(natives):
             self.fe_procs.append(self._spawn(f"fe-{i + 1}", ["-m", "cli.main", "frontend", "--coordinator",
                                                              self.coordinator, "--native", n, "--frontend-id",
-                                                             f"fe-{i + 1}"]))
+                                                             f"fe-{i + 1}", "--keys-dir", self.keys_dir]))
             self.natives.append(n)
             self.wait_frontends(self.n_ranges)
         for ident in self.sim_idents:
@@ -213,8 +227,7 @@ class Bench:
         """Every frontend's map version and range count, asked of all of them at once."""
         socks = []
         for n in self.natives:
-            s = self._socket(zmq.DEALER)
-            s.connect(n)
+            s = curve.connect(self._socket(zmq.DEALER), n)
             s.send_multipart([b"v", protocol.pack({"op": "map_version"})])
             socks.append(s)
         out = []
@@ -291,10 +304,10 @@ class Bench:
         key = rec["low"] + "m"
         sub = self._socket(zmq.SUB)
         sub.setsockopt(zmq.SUBSCRIBE, b"delta")
+        curve.secure_client(sub, self.ring.pair("admin"), self.ring.public("coordinator"))
         sub.connect(snap["pub"])
         time.sleep(0.5)  # the subscription reaches the publisher
-        admin = self._socket(zmq.DEALER)
-        admin.connect(self.coordinator)
+        admin = curve.connect(self._socket(zmq.DEALER), self.coordinator)
         try:
             t0 = time.monotonic()
             admin.send_multipart([b"split", protocol.pack({"op": "split", "range": rec["id"], "key": key})])

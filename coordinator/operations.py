@@ -250,6 +250,7 @@ def split(co: Coordinator, ctl: Controller, rid: str, key: str | None, reason: s
     for r in (left, right):
         _load(co, ctl, owner, r)
     clock.step("load")
+    done = done if isinstance(done, dict) else {}  # an owner that reports no steps (a simulated one)
     offline = round(float(done.get("offline_ms", 0.0)) + _ms(t0), 2)
     try:
         ctl.call(owner, {"op": "destroy", "range": _public(rec)})

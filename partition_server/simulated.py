@@ -33,7 +33,7 @@ import zmq
 from zmq.backend import zmq_poll
 
 from partition_server.ranges import FULL_REPORT_S, only_changed
-from rangetable import protocol
+from rangetable import curve, protocol
 from rangetable.errors import TableError
 
 IDLE_LOAD = {"entities": 1000, "bytes": 1 << 20}  # what RangeSet.load_report gives an idle range
@@ -53,15 +53,17 @@ class SimServer:
     """One simulated partition server: its ranges, its two sockets, its heartbeat state."""
 
     def __init__(self, ctx: zmq.Context, sid: str, coordinator: str, ranges: list[list],
-                 heartbeat_s: float) -> None:
+                 heartbeat_s: float, keys: curve.KeyRing) -> None:
         self.id = sid
         self.incarnation = uuid.uuid4().hex[:12]
         self.ranges: dict[str, int] = {rid: int(epoch) for rid, epoch in ranges}  # range id -> epoch
         self.heartbeat_s = heartbeat_s
         self.router = make_socket(ctx, zmq.ROUTER)
+        curve.secure_server(self.router, keys.pair("partition-server"), "partition-server")  # no ZAP: any keyed peer
         self.router.bind("tcp://127.0.0.1:0")
         self.endpoint = self.router.getsockopt(zmq.LAST_ENDPOINT).decode()
         self.coord = make_socket(ctx, zmq.DEALER)
+        curve.secure_client(self.coord, keys.pair("partition-server"), keys.public("coordinator"))
         self.coord.connect(coordinator)
         self.alive = True
         self.seq = 0
@@ -141,7 +143,8 @@ class SimProcess:
         self.ctx = zmq.Context()
         self.ctx.set(zmq.MAX_SOCKETS, 4 * len(spec["servers"]) + 64)
         hb = float(spec.get("heartbeat_s", 0.5))
-        self.servers = {s["id"]: SimServer(self.ctx, s["id"], spec["coordinator"], s["ranges"], hb)
+        keys = curve.KeyRing.load(spec["keys_dir"], own="partition-server")
+        self.servers = {s["id"]: SimServer(self.ctx, s["id"], spec["coordinator"], s["ranges"], hb, keys)
                         for s in spec["servers"]}
         self.control = make_socket(self.ctx, zmq.DEALER)
         self.control.connect(spec["control"])
