@@ -152,3 +152,11 @@ class Cluster:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def dev_cert(directory: Path) -> tuple[str, str]:
+    """A development certificate and key made by ``rangetable cert create`` in ``directory``."""
+    out = subprocess.run([sys.executable, "-m", "cli.main", "cert", "create", "--dir", str(directory), "--json"],
+                         cwd=ROOT, capture_output=True, text=True, timeout=30)
+    assert out.returncode == 0, out.stderr
+    return str(directory / "cert.pem"), str(directory / "key.pem")

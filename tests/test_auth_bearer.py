@@ -21,7 +21,7 @@ from azure.data.tables import TableServiceClient
 
 from frontend.auth import DEV_ACCOUNT, Accounts, AuthError, AuthResult, authenticate
 from frontend.auth_bearer import audience_ok, check_oauth, decode_jwt, verify_bearer
-from tests.cluster import ROOT, Cluster
+from tests.cluster import ROOT, Cluster, dev_cert
 
 NOW = 1_800_000_000.0
 ISS = "https://sts.windows.net/72f988bf-86f1-41af-91ab-2d7cd011db47/"
@@ -176,11 +176,7 @@ class DevCredential:
 @pytest.fixture(scope="module")
 def cert(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, str]:
     """A development certificate made by the CLI."""
-    d = tmp_path_factory.mktemp("tls")
-    out = subprocess.run([sys.executable, "-m", "cli.main", "cert", "create", "--dir", str(d), "--json"],
-                         cwd=ROOT, capture_output=True, text=True, timeout=30)
-    assert out.returncode == 0, out.stderr
-    return str(d / "cert.pem"), str(d / "key.pem")
+    return dev_cert(tmp_path_factory.mktemp("tls"))
 
 
 def test_sdk_with_bearer_tokens_over_https(tmp_path: os.PathLike, cert: tuple[str, str]) -> None:

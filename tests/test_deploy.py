@@ -357,8 +357,9 @@ def test_image_install_resolves_to_the_lock(tmp_path: Path) -> None:
     assert out.returncode == 0, out.stderr
     lock = dict(line.split("==") for line in (ROOT / "requirements.lock").read_text().splitlines()
                 if "==" in line and not line.startswith("#"))
-    lock = {k.lower(): v.strip() for k, v in lock.items()}
-    resolved = {i["metadata"]["name"].lower(): i["metadata"]["version"] for i in json.loads(report.read_text())["install"]}
+    lock = {_canonical(k): v.strip() for k, v in lock.items()}
+    resolved = {_canonical(i["metadata"]["name"]): i["metadata"]["version"]
+                for i in json.loads(report.read_text())["install"]}
     assert resolved.pop("rangetable") == "0.1.0"
     assert {"pyzmq", "rocksdict", "msgpack", "click", "granian"} <= resolved.keys()
     assert {k: v for k, v in resolved.items() if lock.get(k) != v} == {}  # nothing unpinned or off the lock
@@ -405,3 +406,8 @@ def test_image_install_runs_a_cluster(tmp_path: Path) -> None:
         assert out.returncode == 0 and json.loads(out.stdout)["n"] == 1, out.stdout + out.stderr
     finally:
         subprocess.run([rt, "down", "--data-dir", data], **run)
+
+
+def _canonical(name: str) -> str:
+    """A distribution name as PEP 503 compares them (prometheus_client == prometheus-client)."""
+    return re.sub(r"[-_.]+", "-", name).lower()

@@ -16,17 +16,13 @@ from azure.core.exceptions import ServiceRequestError
 from azure.data.tables import TableServiceClient
 
 from rangetable.tls import create_dev_cert, server_context
-from tests.cluster import ROOT, Cluster
+from tests.cluster import ROOT, Cluster, dev_cert
 
 
 @pytest.fixture(scope="module")
 def cert(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, str]:
     """A development certificate made by the CLI."""
-    d = tmp_path_factory.mktemp("tls")
-    out = subprocess.run([sys.executable, "-m", "cli.main", "cert", "create", "--dir", str(d), "--json"],
-                         cwd=ROOT, capture_output=True, text=True, timeout=30)
-    assert out.returncode == 0, out.stderr
-    return str(d / "cert.pem"), str(d / "key.pem")
+    return dev_cert(tmp_path_factory.mktemp("tls"))
 
 
 def test_cert_create_makes_a_localhost_certificate(cert: tuple[str, str]) -> None:

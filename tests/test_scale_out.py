@@ -32,14 +32,14 @@ def socket_inodes(pid: int) -> set[str]:
     return out
 
 
-def established_to(port: int) -> set[str]:
-    """Inodes of server-side sockets of established TCP connections on local ``port``."""
+def sockets_on(port: int, state: str) -> set[str]:
+    """Inodes of TCP sockets on local ``port`` in ``state`` ("01" established, "0A" listening)."""
     inodes = set()
     with open("/proc/net/tcp") as f:
         next(f)
         for line in f:
             cols = line.split()
-            if int(cols[1].split(":")[1], 16) == port and cols[3] == "01":
+            if int(cols[1].split(":")[1], 16) == port and cols[3] == state:
                 inodes.add(cols[9])
     return inodes
 
@@ -49,10 +49,13 @@ def test_http_frontends_share_one_port_and_both_take_connections(cluster: Cluste
     http_procs = [p for p in doc["processes"] if p["role"] == "http-frontend"]
     assert len(http_procs) == 2 and {p["http"] for p in http_procs} == {doc["http"]}
     port = int(doc["http"].split(":")[2].split("/")[0])
+    deadline = time.monotonic() + 20  # the cluster is ready once one of them listens; wait for both
+    while len(sockets_on(port, "0A")) < 2 and time.monotonic() < deadline:
+        time.sleep(0.05)
     conns = [socket.create_connection(("127.0.0.1", port)) for _ in range(24)]
     try:
         time.sleep(0.5)
-        est = established_to(port)
+        est = sockets_on(port, "01")
         per_proc = [len(socket_inodes(p["pid"]) & est) for p in http_procs]
         assert sum(per_proc) == 24 and min(per_proc) > 0, per_proc  # all-on-one has odds 2^-23
     finally:
