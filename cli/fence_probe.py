@@ -10,14 +10,14 @@ lease is true/false/null (no answer) and the outcome is ``ok``, an error code, o
 
 from __future__ import annotations
 
-import json
-import os
 import signal
 import sys
 import threading
 import time
 
 import zmq
+
+from rangetable.files import write_json_atomic
 
 
 def ask(ctx: zmq.Context, endpoint: str, pair: object, server: bytes, body: dict, timeout: float = 0.3) -> object:
@@ -59,9 +59,7 @@ def main(argv: list[str]) -> int:
         got = ask(ctx, endpoint, pair, server, {"op": "get", "range": rid, "epoch": int(epoch), "pk": pk, "rk": "fence"})
         rounds.append([t, lease, got if isinstance(got, str) else "ok"])
         stop.wait(max(0.0, 0.1 - (time.monotonic() - t)))
-    with open(out + ".tmp", "w") as f:
-        json.dump(rounds, f)
-    os.replace(out + ".tmp", out)
+    write_json_atomic(out, rounds)
     return 0
 
 

@@ -42,6 +42,7 @@ from cli.netsplit_report import (
 )
 from cli.supervisor import CLUSTER_FILE, Child, ClusterSpec, Supervisor
 from rangetable.errors import TableError
+from rangetable.files import write_json_atomic
 
 PORTS = {"coordinator": 7000, "pub": 7001, "partition-server": 7100, "frontend": 7200}
 
@@ -83,11 +84,7 @@ class NetnsSupervisor(Supervisor):
         doc = {"native": self.natives[0], "frontends": self.natives, "coordinator": self.coordinator,
                "pub": self.pub, "curve": self.keys.connection_info("admin"), "data_dir": self.data_dir,
                "supervisor_pid": os.getpid(), "processes": [c.info() for c in self.children]}
-        path = os.path.join(self.data_dir, CLUSTER_FILE)
-        fd = os.open(path + ".tmp", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "w") as f:
-            json.dump(doc, f, indent=2)
-        os.replace(path + ".tmp", path)
+        write_json_atomic(os.path.join(self.data_dir, CLUSTER_FILE), doc, private=True, indent=2)
 
     def poll(self) -> None:
         """Restart dead processes, except those whose link is cut."""

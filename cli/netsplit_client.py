@@ -9,11 +9,12 @@ verdict, its counters and every acknowledged write's (monotonic time, frontend, 
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import sys
 import threading
+
+from rangetable.files import write_json_atomic
 
 
 def main(argv: list[str]) -> int:
@@ -35,9 +36,7 @@ def main(argv: list[str]) -> int:
     stop.wait()
     wl.stop()
     result = {**wl.verify(), "client": wl.stats.to_dict(), "acks": [list(a) for a in wl.acks]}
-    with open(out + ".tmp", "w") as f:
-        json.dump(result, f)
-    os.replace(out + ".tmp", out)
+    write_json_atomic(out, result)
     return 0
 
 

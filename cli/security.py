@@ -8,6 +8,7 @@ import os
 import click
 
 from cli.main import data_dir_option, json_option, main
+from rangetable.files import write_json_atomic
 
 
 @main.group("cert")
@@ -133,11 +134,7 @@ def keys_add(name: str, account: str, out: str | None, natives: tuple[str, ...],
     conn = {"native": natives[0], "frontends": list(natives), "account": account,
             "curve": {"servers": {"frontend": doc["curve"]["servers"]["frontend"]},
                       "client": {"public": pair.public.decode(), "secret": pair.secret.decode(), "name": name}}}
-    fd = os.open(out + ".tmp", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    os.fchmod(fd, 0o600)
-    with os.fdopen(fd, "w") as f:
-        json.dump(conn, f, indent=2)
-    os.replace(out + ".tmp", out)
+    write_json_atomic(out, conn, private=True, indent=2)
     if as_json:
         click.echo(json.dumps({**rec, "connection_file": os.path.abspath(out)}, indent=2))
         return

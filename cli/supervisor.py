@@ -21,6 +21,7 @@ from typing import Any
 
 from cli.dashboard.ports import BROWSER_BLOCKED_PORTS
 from rangetable.errors import TableError
+from rangetable.files import write_json_atomic
 
 CLUSTER_FILE = "cluster.json"
 
@@ -286,12 +287,7 @@ class Supervisor:
             "metrics": [c.extra["metrics"] for c in self.children if "metrics" in c.extra],
             "dashboard": self.dashboard or None,
         }
-        path = os.path.join(self.data_dir, CLUSTER_FILE)
-        fd = os.open(path + ".tmp", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)  # it holds the admin key
-        os.fchmod(fd, 0o600)
-        with os.fdopen(fd, "w") as f:
-            json.dump(doc, f, indent=2)
-        os.replace(path + ".tmp", path)
+        write_json_atomic(os.path.join(self.data_dir, CLUSTER_FILE), doc, private=True, indent=2)  # the admin key
 
     def wait_ready(self, timeout: float = 30.0) -> None:
         """Block until the coordinator sees every server and every frontend answers."""

@@ -17,7 +17,6 @@ ranges lie within the job's duration, not at one cluster-wide point (see docs/op
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import shutil
@@ -25,6 +24,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from rangetable.errors import TableError
+from rangetable.files import write_json_atomic
 
 if TYPE_CHECKING:
     from coordinator.controller import Controller
@@ -96,12 +96,7 @@ def backup(co: Coordinator, ctl: Controller, dest: str) -> dict[str, Any]:
             "entities_estimate": sum(r["entities_estimate"] for r in out),  # RocksDB's key estimates: rough after a split
             "bytes": meta["bytes"] + sum(r["bytes"] for r in out),
         }
-        tmp = os.path.join(dest, MANIFEST + ".tmp")
-        with open(tmp, "w") as f:
-            json.dump(manifest, f, indent=1)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, os.path.join(dest, MANIFEST))
+        write_json_atomic(os.path.join(dest, MANIFEST), manifest, indent=1, sync=True)
     except BaseException:
         _remove(dest, created)
         raise

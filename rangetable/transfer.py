@@ -29,6 +29,7 @@ from typing import Any
 from rangetable.bulk import bulk_upsert
 from rangetable.client_transport import Transport
 from rangetable.errors import TableError
+from rangetable.files import write_json_atomic
 from rangetable.transfer_format import (
     Column,
     Typed,
@@ -55,9 +56,7 @@ def side_file(path: str, kind: str) -> str:
 
 
 def _save(path: str, state: dict[str, Any]) -> None:
-    with open(path + ".tmp", "w") as f:
-        json.dump(state, f)
-    os.replace(path + ".tmp", path)
+    write_json_atomic(path, state)
 
 
 def _load_state(path: str, kind: str, expect: dict[str, Any], resume: bool) -> dict[str, Any] | None:
