@@ -28,6 +28,15 @@ def listing(path: str) -> list[dict[str, Any]]:
     return out
 
 
+def create_checkpoint(db: rocksdict.Rdict, path: str) -> None:
+    """RocksDB's checkpoint of the open ``db`` at ``path`` (hard links where it can)."""
+    cp = rocksdict.Checkpoint(db)
+    try:
+        cp.create_checkpoint(path)
+    finally:
+        del cp  # a Checkpoint holds the DB: it must not outlive this call (close() needs the LOCK free)
+
+
 def checkpoint_db(db: rocksdict.Rdict, path: str) -> dict[str, Any]:
     """Write a checkpoint of the open ``db`` at ``path`` (which must not exist yet).
 
@@ -39,11 +48,7 @@ def checkpoint_db(db: rocksdict.Rdict, path: str) -> dict[str, Any]:
         raise FileExistsError(f"checkpoint target {path} already exists")
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     t0 = time.perf_counter()
-    cp = rocksdict.Checkpoint(db)
-    try:
-        cp.create_checkpoint(path)
-    finally:
-        del cp  # a Checkpoint holds the DB: it must not outlive this call (close() needs the LOCK free)
+    create_checkpoint(db, path)
     ms = round((time.perf_counter() - t0) * 1e3, 2)
     files = listing(path)
     linked = sum(1 for f in files if os.stat(os.path.join(path, f["name"])).st_nlink > 1)

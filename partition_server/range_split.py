@@ -15,6 +15,7 @@ import shutil
 import msgpack
 import rocksdict
 
+from partition_server.checkpoint import create_checkpoint
 from partition_server.range_store import DROP_KEY, META_TS, pack_meta, unpack_meta
 from partition_server.request_records import REQT_END, REQT_PREFIX, Window
 from partition_server.storage import open_range_db
@@ -36,15 +37,6 @@ def _remove(path: str) -> None:
 def _prepare_output(path: str) -> None:
     _remove(path)
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-
-
-def _checkpoint(db: rocksdict.Rdict, path: str) -> None:
-    """Hard-link checkpoint of ``db`` at ``path`` (the Checkpoint object is dropped at once)."""
-    cp = rocksdict.Checkpoint(db)
-    try:
-        cp.create_checkpoint(path)
-    finally:
-        del cp
 
 
 def _drop_span(path: str, lo: bytes, hi: bytes, compact: bool) -> None:
@@ -72,8 +64,8 @@ def checkpoint_halves(db: rocksdict.Rdict, left_path: str, right_path: str) -> N
     _prepare_output(left_path)
     _prepare_output(right_path)
     db.flush(True)  # memtables to SSTs, so both checkpoints are hard links only
-    _checkpoint(db, left_path)
-    _checkpoint(db, right_path)
+    create_checkpoint(db, left_path)
+    create_checkpoint(db, right_path)
 
 
 def split_store(
@@ -114,7 +106,7 @@ def merge_stores(left_path: str, right_path: str, out_path: str) -> None:
     ldb = open_range_db(left_path, create=False)
     try:
         left_ts = unpack_meta(ldb.get(META_TS))[0]
-        _checkpoint(ldb, out_path)
+        create_checkpoint(ldb, out_path)
     finally:
         ldb.close()
     odb = open_range_db(out_path, create=False)
