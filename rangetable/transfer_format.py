@@ -69,6 +69,11 @@ def parse_jsonl(line: str, where: str = "line") -> Typed | None:
         body = json.loads(line)
     except ValueError as exc:
         raise _invalid(where, f"not JSON: {exc}") from None
+    return _typed(body, where)
+
+
+def _typed(body: dict[str, Any], where: str) -> Typed:
+    """An Azure-JSON entity as ``(pk, rk, typed props)``, validated; the error names ``where``."""
     try:
         pk, rk, props = json_to_typed(body)
         validate_entity(pk, rk, props)
@@ -204,9 +209,4 @@ def parse_csv(text: str, columns: list[Column], where: str = "record") -> Typed 
         if name in body:
             raise _invalid(where, f"property {name!r} has a value in two typed columns")
         body[name], body[name + "@odata.type"] = cell, TYPE_NAMES[code]
-    try:
-        pk, rk, props = json_to_typed(body)
-        validate_entity(pk, rk, props)
-    except TableError as exc:
-        raise _invalid(where, f"{exc.error_code}: {exc.message}") from None
-    return pk, rk, props
+    return _typed(body, where)
