@@ -250,15 +250,14 @@ def split(co: Coordinator, ctl: Controller, rid: str, key: str | None, reason: s
     for r in (left, right):
         _load(co, ctl, owner, r)
     clock.step("load")
-    done = done if isinstance(done, dict) else {}  # an owner that reports no steps (a simulated one)
-    offline = round(float(done.get("offline_ms", 0.0)) + _ms(t0), 2)
+    offline = round(float(done["offline_ms"]) + _ms(t0), 2)
     try:
         ctl.call(owner, {"op": "destroy", "range": _public(rec)})
     except TableError as exc:
         log.warning("destroy %s after split: %s", rid, exc)
     co.event("split", range=rid, table=rec["table"], key=key, left=left["id"], right=right["id"],
              server=owner, reason=reason, offline_ms=offline, duration_ms=round(sum(steps.values()), 2),
-             steps=steps, owner_steps=done.get("steps"))
+             steps=steps, owner_steps=done["steps"])
     return {"range": rid, "key": key, "left": left["id"], "right": right["id"], "offline_ms": offline,
             "steps": steps}
 

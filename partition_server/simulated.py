@@ -115,9 +115,9 @@ class SimServer:
             return None
         if op == "split_key":
             return None  # no data: the benchmark always names the split key
-        if op == "split":
+        if op == "split":  # answered as RangeSet.split_finish answers (no data: nothing offline)
             self.ranges.pop(req["range"], None)
-            return None
+            return {"ms": 0.0, "offline_ms": 0.0, "steps": {}}
         if op == "merge":
             for side in ("left", "right"):
                 self.ranges.pop(req[side]["id"], None)
