@@ -10,12 +10,14 @@ show, so the two agree.
 
 from __future__ import annotations
 
+import sys
 import threading
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from partition_server import storage
 from rangetable.metrics import LATENCY_BUCKETS, bucket_counts, cumulative
 
 if TYPE_CHECKING:
@@ -118,4 +120,13 @@ def collect(ps: PartitionServer) -> list:
     pending.add_metric([server], float(ps.pending))
     served = GaugeMetricFamily("rangetable_server_ranges", "Ranges open on this server.", labels=["server"])
     served.add_metric([server], float(len(ps.ranges.open)))
-    return [*fams, lease, pending, served]
+    rocksdb = GaugeMetricFamily("rangetable_server_rocksdb_memory_bytes",
+                                "RocksDB memory of the process: the shared block cache and every store's memtables.",
+                                labels=["server", "kind"])
+    for kind, nbytes in storage.memory_usage().items():
+        rocksdb.add_metric([server, kind], float(nbytes))
+    blocks = GaugeMetricFamily("rangetable_server_python_allocated_blocks",
+                               "Memory blocks the Python allocator holds (sys.getallocatedblocks): grows with a leak of objects.",
+                               labels=["server"])
+    blocks.add_metric([server], float(sys.getallocatedblocks()))
+    return [*fams, lease, pending, served, rocksdb, blocks]

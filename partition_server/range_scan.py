@@ -30,6 +30,17 @@ _NOTHING, _TS, _FULL = 0, 1, 2  # how much of a stored value to decode
 _ENTITY, _SPLICE, _PACK = 0, 1, 2  # what to append per match
 
 
+def fills_cache(lo: bytes, hi: bytes | None) -> bool:
+    """Whether a scan of ``[lo, hi)`` should keep the blocks it reads in the block cache: only when
+    it stays within one PartitionKey (a partition query, likely to be asked again). A scan across
+    partitions (a table scan, a paged export) reads each block once; caching its blocks would evict
+    the hot set that point reads and partition queries use (as HBase's ``Scan.setCacheBlocks(false)``
+    for full scans)."""
+    if hi is None:
+        return False
+    return hi <= lo.partition(b"\x00")[0] + b"\x01"
+
+
 def scan_span(
     db: Any,
     lo: bytes,
@@ -74,6 +85,7 @@ def scan_span(
     props: Any = None
     ro = rocksdict.ReadOptions()
     ro.set_iterate_upper_bound(upper)  # never set_iterate_lower_bound (rocksdict bug)
+    ro.fill_cache(fills_cache(lo, hi))
     # The loop allocates many short-lived containers; the cyclic GC would then walk the whole
     # heap again and again (halving scan speed in a big process). Nothing here forms cycles,
     # so pause it for this bounded page.

@@ -73,6 +73,19 @@ def _shared_resources() -> tuple[rocksdict.Cache, rocksdict.WriteBufferManager]:
         return _shared
 
 
+def memory_usage() -> dict[str, int]:
+    """RocksDB's memory in this process: ``block_cache`` (the shared cache's charge, pinned index and
+    filter blocks included), ``block_cache_pinned`` and ``memtables`` (every store's memtables, as the
+    shared write-buffer manager counts them). All 0 before the first store opens."""
+    with _shared_lock:
+        shared = _shared
+    if shared is None:
+        return {"block_cache": 0, "block_cache_pinned": 0, "memtables": 0}
+    cache, wbm = shared
+    return {"block_cache": cache.get_usage(), "block_cache_pinned": cache.get_pinned_usage(),
+            "memtables": wbm.get_usage()}
+
+
 def db_options(*, create: bool = True, bloom_bits: int = 10, block_cache_bytes: int | None = None,
                write_buffer_size: int = WRITE_BUFFER_SIZE, compact_deletions: bool = True) -> rocksdict.Options:
     """Raw-mode Options tuned for many small DBs in one process (shared cache and memtable budget).

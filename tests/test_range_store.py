@@ -471,3 +471,34 @@ def test_a_request_id_answers_only_its_own_kind_of_request(store):
             call()
         assert e.value.error_code == "InvalidInput"
     assert store.batch([op], request_id="b-1")[0].props == {"A": [INT32, 1]}  # the same kind: replayed
+
+
+def test_only_scans_within_one_partition_fill_the_block_cache() -> None:
+    from partition_server.range_scan import fills_cache
+    from rangetable.keys import encode_key, partition_bounds
+
+    lo, hi = partition_bounds("p1")
+    assert fills_cache(lo, hi)  # a partition query
+    assert fills_cache(encode_key("p1", "r5"), hi)  # its next page
+    assert not fills_cache(lo, partition_bounds("p2")[1])  # two partitions
+    assert not fills_cache(b"", None)  # a table scan
+    assert not fills_cache(encode_key("p1", "r5"), None)
+
+
+def test_a_table_scan_leaves_the_block_cache_to_partition_reads(store) -> None:
+    from partition_server import storage
+    from rangetable.keys import partition_bounds
+
+    for p in range(20):
+        store.batch([ins(f"p{p:03d}", f"r{i:04d}", note="x" * 200 + str(i)) for i in range(100)])
+    store.flush()
+
+    def cache_growth(scan) -> int:
+        before = storage.memory_usage()["block_cache"]
+        scan()
+        return storage.memory_usage()["block_cache"] - before
+
+    table = cache_growth(lambda: store.scan(b"", None, limit=5000))
+    assert len(store.scan(b"", None, limit=5000)[0]) == 2000
+    partition = cache_growth(lambda: store.scan(*partition_bounds("p007")))
+    assert table < 16 << 10 < partition  # 2000 rows of ~230 B read, none cached; one partition's blocks cached

@@ -1,0 +1,38 @@
+"""``bench soak``'s verdict (pure): throughput held, and memory less the block caches stayed flat."""
+
+from __future__ import annotations
+
+from rangetable.bench_soak import Tally, format_row, format_verdict, make_row, verdict
+
+MIB = 1 << 20
+
+
+def row(t: float, ops_s: float, rss_mib: int, cache_mib: int) -> dict:
+    tally = Tally(lat=[0.001] * int(ops_s * 60))
+    return make_row(t, 60.0, tally, {"ps-1": rss_mib * MIB, "fe-1": 30 * MIB}, 0, 0, {"ps-1": cache_mib * MIB})
+
+
+def test_a_block_cache_filling_to_its_capacity_is_warm_up() -> None:
+    rows = [row(60 * i, 1000, 100 + 10 * i, 10 * i) for i in range(1, 11)]  # all growth is the cache
+    v = verdict(rows, warmup_rows=2)
+    assert v["ok"] and v["rss_growth"] == 0.0 and v["rss_growth_raw"] > 0.5
+    assert v["block_cache_mib"] == [20, 100]
+    assert "PASS" in format_verdict(v) and "block caches 20 -> 100 MiB" in format_verdict(v)
+
+
+def test_growth_outside_the_block_cache_fails() -> None:
+    rows = [row(60 * i, 1000, 100 + 10 * i, 0) for i in range(1, 11)]
+    v = verdict(rows, warmup_rows=2)
+    assert not v["ok"] and v["rss_growth"] > 0.1 and format_verdict(v).startswith("FAIL")
+
+
+def test_throughput_must_hold_ninety_percent_of_the_first_interval() -> None:
+    assert verdict([row(60, 1000, 100, 0), row(120, 905, 100, 0)], 1)["ok"]
+    v = verdict([row(60, 1000, 100, 0), row(120, 895, 100, 0)], 1)
+    assert not v["ok"] and v["hold"] == 0.895
+    assert not verdict([row(60, 1000, 100, 0)], 1)["ok"]
+
+
+def test_a_row_shows_each_partition_servers_block_cache() -> None:
+    line = format_row(row(60, 1000, 150, 64))
+    assert "ps-1 150/c64" in line and "fe-1 30" in line and "fe-1 30/" not in line
