@@ -35,21 +35,17 @@ from partition_server.range_scan import scan_span
 from partition_server.request_records import (
     BATCH,
     MISSING,
-    PURGE_CHUNK,
     PURGE_EVERY,  # read here at each write, so tests can patch it on this module
     WRITE,
-    Window,
+    add_record,
     lookup,
-    purge,
-    record,
-    record_puts,
 )
 from partition_server.request_records import REQ_PREFIX as REQ_PREFIX  # re-exported (layout above)
 from partition_server.request_records import REQT_PREFIX as REQT_PREFIX
 from partition_server.request_records import pack_meta as pack_meta  # re-exported: META_TS's encoding
 from partition_server.request_records import unpack_meta as unpack_meta
 from partition_server.storage import open_range_db
-from partition_server.tee import RecordingBatch
+from partition_server.tee import Ops, Tee
 from partition_server.wire import NIL, array_header, entity_bytes
 from rangetable.edm import UNIX_EPOCH_TICKS, Entity
 from rangetable.errors import TableError
@@ -124,34 +120,16 @@ class RangeStore:
         self._drop_pending = db.get(DROP_KEY) is not None
         self._closing = False
         self._req_writes = 0
-        self._tee: list[list[tuple[bytes, bytes | None]]] | None = None  # a split's record (split_job.py)
+        self._tee = Tee()  # a split's record of this store's writes (split_job.py)
         self._ops_total = 0  # WriteBatch entries since open, and how many of them were meta keys:
         self._ops_meta = 0  # used to discount META_TS rewrites still counted in the memtables
 
     @classmethod
-    def open(
-        cls,
-        path: str | os.PathLike[str],
-        *,
-        sync: bool = False,
-        create: bool = True,
-        request_window_s: float = 600.0,
-        request_window_max: int = 100_000,
-        request_window_bytes: int = 64 << 20,
-        clock: Callable[[], int] | None = None,
-    ) -> RangeStore:
-        """Open the store at ``path`` (created if missing unless ``create=False``)."""
+    def open(cls, path: str | os.PathLike[str], *, create: bool = True, **limits: Any) -> RangeStore:
+        """Open the store at ``path`` (created if missing unless ``create=False``); ``limits`` are the
+        keywords of the constructor after ``path`` (``sync``, the request window's bounds, ``clock``)."""
         p = os.fspath(path)
-        db = open_range_db(p, create=create)
-        return cls(
-            db,
-            p,
-            sync=sync,
-            request_window_s=request_window_s,
-            request_window_max=request_window_max,
-            request_window_bytes=request_window_bytes,
-            clock=clock,
-        )
+        return cls(open_range_db(p, create=create), p, **limits)
 
     # --- lifecycle ---------------------------------------------------------------------------
 
@@ -329,7 +307,7 @@ class RangeStore:
 
     def _new_batch(self) -> Any:
         """A batch for one write: recorded while a split is being prepared (``begin_tee``)."""
-        return rocksdict.WriteBatch(raw_mode=True) if self._tee is None else RecordingBatch()
+        return self._tee.new_batch()
 
     def _commit(self, wb: Any, ts: int, rid: bytes | None, kind: bytes,
                 answer: bytes, stale: tuple[bytes, int] | None) -> None:
@@ -337,30 +315,12 @@ class RangeStore:
         and write it atomically."""
         w = self._window
         if rid is not None:
-            count, nbytes, purge_from = w
-            if stale is not None:
-                wb.delete(stale[0])
-                count, nbytes = count - 1, nbytes - stale[1]
-            rec = record(ts, kind, answer)
-            count, nbytes = count + 1, nbytes + len(rec)
             self._req_writes += 1
-            max_count, max_bytes = self.request_window_max, self.request_window_bytes
-            full = count > max_count or nbytes > max_bytes
-            if full or self._req_writes % PURGE_EVERY == 0:
-                # a full window is purged a chunk below its bounds; deletes go before the new record's puts
-                count, nbytes, purge_from = purge(
-                    self._db, wb, Window(count, nbytes, purge_from), self._cutoff(),
-                    max_count - min(PURGE_CHUNK, max_count // 64) if full else max_count,
-                    max_bytes - max_bytes // 64 if full else max_bytes, stale and stale[0])
-            record_puts(wb, rid, ts, rec)
-            w = Window(count, nbytes, purge_from)
+            w = add_record(self._db, wb, w, rid, ts, kind, answer, stale, self._cutoff(),
+                           (self.request_window_max, self.request_window_bytes), self._req_writes % PURGE_EVERY == 0)
         wb.put(META_TS, pack_meta(ts, w))
         n = len(wb)
-        if self._tee is None:
-            self._db.write(wb, self._wo)
-        else:  # a split is being prepared: its halves get this batch too (split_job.py)
-            self._db.write(wb.wb, self._wo)
-            self._tee.append(wb.ops)
+        self._tee.write(self._db, wb, self._wo)
         self._ops_total += n
         self._ops_meta += 1
         self._last_ts = ts
@@ -493,20 +453,18 @@ class RangeStore:
         from partition_server.range_split import checkpoint_halves
 
         with self._lock:
-            self._tee = []
+            self._tee.begin()
         checkpoint_halves(self._db, left_path, right_path)
 
-    def take_tee(self) -> list[list[tuple[bytes, bytes | None]]]:
+    def take_tee(self) -> list[Ops]:
         """The writes recorded since the last call (recording goes on)."""
         with self._lock:
-            out, self._tee = (self._tee, []) if self._tee is not None else ([], None)
-        return out
+            return self._tee.take()
 
-    def stop_tee(self) -> list[list[tuple[bytes, bytes | None]]]:
+    def stop_tee(self) -> list[Ops]:
         """The writes recorded since the last take; recording stops."""
         with self._lock:
-            out, self._tee = self._tee or [], None
-        return out
+            return self._tee.stop()
 
     def write_raw(self, wb: rocksdict.WriteBatch) -> None:
         """Write a batch of raw keys as it is (a split replaying its parent's writes)."""

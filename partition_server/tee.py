@@ -3,7 +3,11 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import rocksdict
+
+Ops = list[tuple[bytes, bytes | None]]  # one recorded batch: (key, value) puts and (key, None) deletes
 
 
 class RecordingBatch:
@@ -13,7 +17,7 @@ class RecordingBatch:
 
     def __init__(self) -> None:
         self.wb = rocksdict.WriteBatch(raw_mode=True)
-        self.ops: list[tuple[bytes, bytes | None]] = []
+        self.ops: Ops = []
 
     def put(self, key: bytes, value: bytes) -> None:
         """Put ``key`` (and record it)."""
@@ -27,3 +31,39 @@ class RecordingBatch:
 
     def __len__(self) -> int:
         return len(self.wb)
+
+
+class Tee:
+    """The record of a store's write batches, on while a split is prepared. The store calls it under
+    its write lock."""
+
+    __slots__ = ("records",)
+
+    def __init__(self) -> None:
+        self.records: list[Ops] | None = None  # None: not recording
+
+    def new_batch(self) -> Any:
+        """A batch for one write: a :class:`RecordingBatch` while recording."""
+        return rocksdict.WriteBatch(raw_mode=True) if self.records is None else RecordingBatch()
+
+    def write(self, db: rocksdict.Rdict, wb: Any, wo: rocksdict.WriteOptions) -> None:
+        """Write ``wb`` (from :meth:`new_batch`) to ``db``, and record it while recording."""
+        if self.records is None:
+            db.write(wb, wo)
+        else:
+            db.write(wb.wb, wo)
+            self.records.append(wb.ops)
+
+    def begin(self) -> None:
+        """Start recording."""
+        self.records = []
+
+    def take(self) -> list[Ops]:
+        """The batches recorded since the last take (recording goes on)."""
+        out, self.records = (self.records, []) if self.records is not None else ([], None)
+        return out
+
+    def stop(self) -> list[Ops]:
+        """The batches recorded since the last take; recording stops."""
+        out, self.records = self.records or [], None
+        return out
