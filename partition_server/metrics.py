@@ -1,6 +1,6 @@
 """A partition server's Prometheus metrics (``rangetable_range_*`` and ``rangetable_server_*``).
 
-The request path only bumps the plain per-range counters of :class:`~partition_server.ranges.Load`.
+The request path only bumps the plain per-range counters of :class:`~partition_server.served.Load`.
 Every load report (one per heartbeat, 0.5 s) folds them into :class:`RangeTotals`: monotonic
 counters, a latency histogram and the gauges the report carries. A scrape reads the totals under a
 lock that only the report takes, so the request path never waits for it. The gauges hold exactly the
@@ -60,7 +60,7 @@ class RangeTotals:
         self.ranges: dict[str, RangeTotal] = {}
 
     def add(self, rid: str, table: str, load: Any, report: dict[str, Any]) -> None:
-        """Fold one interval's :class:`~partition_server.ranges.Load` and its report into the totals."""
+        """Fold one interval's :class:`~partition_server.served.Load` and its report into the totals."""
         with self.lock:
             t = self.ranges.get(rid)
             if t is None:

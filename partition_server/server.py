@@ -43,7 +43,8 @@ import zmq
 from zmq.backend import Socket as _RawSocket
 from zmq.backend import zmq_poll
 
-from partition_server.ranges import Deferred, RangeSet
+from partition_server.ranges import RangeSet
+from partition_server.served import Deferred
 from rangetable import curve, protocol
 from rangetable.addresses import advertised
 from rangetable.config import PartitionServerConfig

@@ -5,7 +5,7 @@ real partition server does: a ROUTER bound on an ephemeral port, where the coord
 arrive (``load``, ``unload``, ``prepare``, ``split_key``, ``split``, ``merge``, ``destroy``,
 ``ping``), and a DEALER to the coordinator, on which it heartbeats every ``heartbeat_s`` with the
 real body: its ranges as ``[id, epoch, state]`` and per-range load reports, only the changed ones
-plus all of them every ``FULL_REPORT_S`` (:func:`partition_server.ranges.only_changed`). It keeps
+plus all of them every ``FULL_REPORT_S`` (:func:`partition_server.served.only_changed`). It keeps
 no data (no RocksDB): a command only changes which ranges it says it serves.
 
 One process runs hundreds of them in one loop over all their sockets (``zmq_poll`` on a prebuilt
@@ -32,7 +32,7 @@ from typing import Any
 import zmq
 from zmq.backend import zmq_poll
 
-from partition_server.ranges import FULL_REPORT_S, only_changed
+from partition_server.served import FULL_REPORT_S, only_changed
 from rangetable import curve, protocol
 from rangetable.errors import TableError
 

@@ -10,7 +10,7 @@ from coordinator.map_deltas import DeltaLog, PendingChanges, build_delta, fold
 from coordinator.partition_map import PartitionMap
 from coordinator.placement import place_orphans
 from frontend.routing import MapCache
-from partition_server.ranges import only_changed
+from partition_server.served import only_changed
 
 
 def _map(n: int = 4) -> PartitionMap:
