@@ -37,6 +37,7 @@ from coordinator.leadership import Leadership
 from coordinator.map_deltas import DeltaLog, PendingChanges, build_delta
 from coordinator.meta_store import MetaStore
 from coordinator.partition_map import PartitionMap
+from coordinator.warm_standby import WarmFollower
 from rangetable import curve, protocol
 from rangetable.addresses import advertised
 from rangetable.config import CoordinatorConfig
@@ -88,6 +89,7 @@ class Coordinator:
         self.quiet_until = 0.0  # no balancing move before the previous leader's leases surely lapsed
         self.takeover: dict = {}  # how the last takeover went (for status and the logs)
         self.known_servers: dict[str, dict] = {}  # servers in the meta store when this leader took over
+        self.follower: WarmFollower | None = None  # a standby's warm copy of the leader's store (takeover.follow)
         self.controller = Controller(self)
         self.balancing = Balancing(self)
         self.pub_endpoint = ""
@@ -437,6 +439,8 @@ class Coordinator:
             push.close(0)
         if self.meta is not None:
             self.meta.close()
+        if self.follower is not None:
+            self.follower.close()
 
     def _stand_by(self, router: zmq.Socket, poller: zmq.Poller) -> None:
         """Answer ``NotLeader`` (naming the leader) until this coordinator wins a term, then lead."""
@@ -461,6 +465,7 @@ class Coordinator:
                     takeover.begin(self, won)
                     return
                 leader = self.leadership.read_latest()
+                takeover.follow(self, leader)
 
     def _serve_as_leader(self, router: zmq.Socket, pull: zmq.Socket, poller: zmq.Poller) -> None:
         log.info("coordinator leads term %d on %s, map updates on %s; loading the map", self.term, self.endpoint,
