@@ -33,8 +33,10 @@ from coordinator import acl, backup, client_keys, takeover
 from coordinator import operations as ops
 from coordinator.balancing import Balancing
 from coordinator.controller import Controller
+from coordinator.etcd_election import EtcdLeadership, leadership_for
 from coordinator.leadership import Leadership
 from coordinator.map_deltas import DeltaLog, PendingChanges, build_delta
+from coordinator.meta_etcd import EtcdMetaStore
 from coordinator.meta_store import MetaStore
 from coordinator.partition_map import PartitionMap
 from coordinator.warm_standby import WarmFollower
@@ -75,7 +77,7 @@ class Coordinator:
         self.ctx = ctx or zmq.Context.instance()
         self.keys = curve.KeyRing.load(curve.keys_dir(cfg.data_dir, cfg.keys_dir), own="coordinator")
         self.lock = threading.RLock()
-        self.meta: MetaStore | None = None  # opened when this coordinator wins a term (_lead)
+        self.meta: MetaStore | EtcdMetaStore | None = None  # opened when this coordinator wins a term (_lead)
         self.pmap = PartitionMap.load([])
         self.events: list[dict] = []
         self._event_seq = 1
@@ -84,7 +86,7 @@ class Coordinator:
         self.servers: dict[str, ServerInfo] = {}
         self.started = time.monotonic()
         self.stopping = False
-        self.leadership: Leadership | None = None
+        self.leadership: Leadership | EtcdLeadership | None = None
         self.term = 0  # the term this coordinator leads (0: standby)
         self.quiet_until = 0.0  # no balancing move before the previous leader's leases surely lapsed
         self.takeover: dict = {}  # how the last takeover went (for status and the logs)
@@ -410,7 +412,7 @@ class Coordinator:
         self.pub.bind(self.cfg.pub_bind)
         self.pub_endpoint = advertised(self.pub.getsockopt(zmq.LAST_ENDPOINT).decode(), self.cfg.pub_advertise)
         self.endpoint = advertised(router.getsockopt(zmq.LAST_ENDPOINT).decode(), self.cfg.advertise)
-        self.leadership = Leadership(self.cfg.data_dir, self.endpoint, self.pub_endpoint, self.cfg.leader_timeout_s)
+        self.leadership = leadership_for(self.cfg, self.endpoint, self.pub_endpoint)  # lock files or etcd
         # The balancer and controller threads compute for a while at a time; a short GIL switch
         # interval lets the loop thread answer a heartbeat within ~0.5 ms of its arrival, instead
         # of waiting 5 ms (the default) for the GIL every time it wakes (the "convoy effect").

@@ -32,6 +32,7 @@ from coordinator import client_keys
 from coordinator import operations as ops
 from coordinator.balancing import Balancing
 from coordinator.leadership import BEAT_S, TermRecord, lock_free, meta_dir_for, stale_meta_dirs
+from coordinator.meta_etcd import open_etcd_for_term
 from coordinator.meta_store import open_for_term
 from coordinator.partition_map import PartitionMap
 from coordinator.warm_standby import WarmFollower
@@ -44,6 +45,8 @@ log = logging.getLogger("rangetable.coordinator")
 
 def follow(co: Coordinator, leader: TermRecord | None) -> None:
     """Standby: keep following the meta store the current leader's record names."""
+    if co.cfg.meta:
+        return  # the meta store is in etcd: nothing on disk to follow
     if co.follower is None:
         co.follower = WarmFollower(co.cfg.data_dir)
         co.follower.start()
@@ -81,7 +84,10 @@ def _load(co: Coordinator, rec: TermRecord) -> None:
     assert co.leadership is not None
     t0 = time.monotonic()
     try:
-        meta, how = open_for_term(co.cfg.data_dir, rec.meta, meta_dir_for(rec.term), co.fence)
+        if co.cfg.meta:
+            meta, how = open_etcd_for_term(co.leadership, co.fence)  # type: ignore[arg-type]
+        else:
+            meta, how = open_for_term(co.cfg.data_dir, rec.meta, meta_dir_for(rec.term), co.fence)
         if meta.name != rec.meta:
             co.leadership.set_meta(meta.name)
         warm = co.follower.take(rec.meta, how["seq"]) if co.follower is not None else None
@@ -129,6 +135,8 @@ def finish(co: Coordinator) -> None:
     co.takeover["takeover_ms"] = round((time.monotonic() - co.takeover.pop("won_at")) * 1000, 1)
     log.info("leading term %d: %s", co.term, co.takeover)
     co.leadership.collect()
+    if co.cfg.meta:
+        return  # the meta store is in etcd: no directories of earlier terms to delete
     for name in stale_meta_dirs(os.listdir(co.cfg.data_dir), co.meta.name):
         path = os.path.join(co.cfg.data_dir, name)
         if lock_free(os.path.join(path, "LOCK")):
