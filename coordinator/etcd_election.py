@@ -20,6 +20,7 @@ import math
 import os
 import socket
 import threading
+import time
 from dataclasses import asdict
 
 from coordinator.etcd_client import EtcdClient, absent, parse_url, put_op, value_is
@@ -45,7 +46,7 @@ class EtcdLeadership:
 
     def __init__(self, url: str, endpoint: str, pub: str, timeout_s: float = 0.8) -> None:
         base, self.prefix = parse_url(url)
-        self.client = EtcdClient(base)
+        self.client = EtcdClient(base, timeout_s=min(1.0, timeout_s))
         self.endpoint = endpoint
         self.pub = pub
         self.ttl_s = max(1, math.ceil(timeout_s))  # etcd leases count whole seconds
@@ -53,6 +54,7 @@ class EtcdLeadership:
         self.record: TermRecord | None = None
         self.lease = 0
         self._lost = False  # the lease expired under this leader (it paused past its TTL)
+        self._renewed = 0.0  # when the last successful grant or keep-alive was *sent* (monotonic)
         self._lock = threading.Lock()
 
     def read_latest(self) -> TermRecord | None:
@@ -71,6 +73,7 @@ class EtcdLeadership:
                 return None
             raw, _ = self.client.get(term_key(self.prefix))
             last = int(raw) if raw else 0
+            sent = time.monotonic()
             lease, _ = self.client.grant(self.ttl_s)
             rec = TermRecord(last + 1, self.endpoint, self.pub, META_NAME, os.getpid(), socket.gethostname())
             won, _ = self.client.txn(
@@ -82,7 +85,7 @@ class EtcdLeadership:
             return None  # etcd unreachable: stay standby
         if not won:
             return None
-        self.term, self.record, self.lease = rec.term, rec, lease
+        self.term, self.record, self.lease, self._renewed = rec.term, rec, lease, sent
         return rec
 
     def beat(self) -> None:
@@ -90,12 +93,21 @@ class EtcdLeadership:
         with self._lock:
             if not self.lease or self._lost:
                 return
-            if self.client.keepalive(self.lease) <= 0:
+            sent = time.monotonic()
+            try:
+                ttl = self.client.keepalive(self.lease)
+            except TableError:
+                return  # etcd unreachable: deposed() counts from the last renewal that got through
+            if ttl <= 0:
                 self._lost = True
+            else:
+                self._renewed = sent
 
     def deposed(self) -> bool:
-        """True once the leader key no longer names this term (lease lapsed, or a later term won)."""
-        if self.term <= 0 or self._lost:
+        """True once the leader key no longer names this term (lease lapsed, or a later term won),
+        or when no keep-alive got through for a whole TTL (etcd may have expired the lease: a leader
+        cut off from etcd stops by its own clock, counted from when its last renewal was sent)."""
+        if self.term <= 0 or self._lost or time.monotonic() - self._renewed > self.ttl_s:
             return True
         try:
             cur = self.read_latest()

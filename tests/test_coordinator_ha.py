@@ -56,6 +56,8 @@ def test_leader_failover_under_load(cluster: Cluster, mode: str) -> None:
     assert r["linearizable"], r["linearizability_detail"]
     assert r["client_errors"] == 0, r["client"]["errors"]
     assert r["client"]["ops"] > 300
+    takeover = cluster.status()["takeover"]
+    assert takeover["warm"], takeover  # the standby followed the leader's store: no cold load
     # the takeover reassigned nothing: every server kept its lease and its ranges
     new = [e for e in cluster.admin({"op": "events", "limit": 1000}) if e["seq"] not in events_before]
     assert not [e for e in new if e["kind"] in ("server_dead", "failover")], new

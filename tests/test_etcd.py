@@ -81,11 +81,22 @@ def test_one_leader_of_two_and_the_standby_takes_over_when_the_lease_lapses(etcd
         assert b.poll() is None
         time.sleep(0.2)
     assert not a.deposed()
+    time.sleep(a.ttl_s + 0.1)  # no keep-alive for a whole TTL: a stops by its own clock, before b wins
+    assert a.deposed()
     took = _win(b, 5)  # a stops beating (paused or dead): its lease lapses, b wins the next term
     assert b.term == a.term + 1 and took < 3.0
     assert a.deposed() and not b.deposed()
     a.beat()  # the lapsed lease cannot be renewed: a stays deposed
     assert a.deposed()
+
+
+def test_without_etcd_a_coordinator_stays_standby() -> None:
+    ports = PortReservation()
+    port = ports.take()
+    ports.release()  # nothing listens there
+    le = EtcdLeadership(f"etcd://127.0.0.1:{port}", "tcp://a:1", "tcp://a:2")
+    assert le.poll() is None and le.term == 0 and le.deposed()
+    le.beat()  # no lease: nothing to renew, no error
 
 
 def test_a_deposed_leaders_commit_is_refused_by_etcd(etcd: str) -> None:
