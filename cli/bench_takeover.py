@@ -6,6 +6,7 @@ lets the standby follow the leader's meta store for ``follow_s`` (``coordinator/
 pauses the leader (SIGSTOP) and reports: when the first lease of the new term came, and how long the
 new leader took to copy the paused leader's meta store and load the map (which it does after it
 started granting leases, see ``coordinator/takeover.py``), and whether it took its warm copy.
+With ``mode="kill"`` the leader is killed instead, and the new leader reopens its store.
 """
 
 from __future__ import annotations
@@ -54,7 +55,7 @@ def _leases(socks: list[zmq.Socket], body: dict, seconds: float) -> list[tuple[f
 
 
 def run_takeover_bench(servers: int = 1000, ranges: int = 100_000, echo: Any = print,
-                       follow_s: float = 2.0) -> dict:
+                       follow_s: float = 2.0, mode: str = "pause") -> dict:
     """Run the measurement; returns its figures."""
     work = tempfile.mkdtemp(prefix="rt-takeover-")
     sids, recs = range_layout(servers, ranges)
@@ -92,7 +93,7 @@ def run_takeover_bench(servers: int = 1000, ranges: int = 100_000, echo: Any = p
         hb = {"op": "heartbeat", "server": sids[0], "endpoint": "tcp://127.0.0.1:1", "incarnation": "bench",
               "pid": 0, "ranges": [], "load": {}, "pending": 0}
         _leases(socks, hb, follow_s)  # the standby follows the leader's store meanwhile
-        os.kill(procs[0].pid, signal.SIGSTOP)
+        os.kill(procs[0].pid, signal.SIGSTOP if mode == "pause" else signal.SIGKILL)
         paused = time.monotonic()
         got = _leases(socks, hb, 4.0)
         lease = next((t - paused for t, i, term in got if i == 1 and term > first["term"]), None)
@@ -111,15 +112,18 @@ def run_takeover_bench(servers: int = 1000, ranges: int = 100_000, echo: Any = p
     return {"servers": servers, "ranges": ranges, "meta_keys": len(recs) + len(sids) + 3,
             "first_lease_after_pause_s": round(lease, 3) if lease is not None else None,
             "copy_ms": after.get("meta_ms"), "load_ms": after.get("load_ms"), "takeover_ms": after.get("takeover_ms"),
-            "copied_keys": after.get("copied_keys"), "warm": after.get("warm"), "follow_s": follow_s}
+            "copied_keys": after.get("copied_keys"), "warm": after.get("warm"), "follow_s": follow_s,
+            "mode": mode}
 
 
 def format_result(r: dict) -> str:
     """The figures as text."""
     return "\n".join([
-        f"takeover with {r['ranges']} ranges on {r['servers']} servers ({r['meta_keys']} meta keys), leader paused:",
-        f"  first lease of the new term   {r['first_lease_after_pause_s']} s after the pause",
-        f"  meta store copied             {r['copied_keys']} keys in {r['copy_ms']} ms",
+        f"takeover with {r['ranges']} ranges on {r['servers']} servers ({r['meta_keys']} meta keys), leader "
+        f"{'paused' if r.get('mode', 'pause') == 'pause' else 'killed'}:",
+        f"  first lease of the new term   {r['first_lease_after_pause_s']} s after the {r.get('mode', 'pause')}",
+        f"  meta store copied             {r['copied_keys']} keys in {r['copy_ms']} ms" if r["copied_keys"] else
+        f"  meta store reopened           in {r['copy_ms']} ms",
         f"  map loaded                    {r['load_ms']} ms after the term was won (leases granted meanwhile),"
         f" {'warm' if r.get('warm') else 'cold'}",
         f"  leader fully in charge        {r['takeover_ms']} ms after the term was won",

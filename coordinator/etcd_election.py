@@ -8,7 +8,9 @@ the lock on the data root (:mod:`coordinator.leadership`), with the same interfa
 * **Liveness** is the lease: the leader keeps it alive every ``BEAT_S`` (the beat); a leader that
   dies or pauses stops renewing it, etcd deletes the leader key when its TTL runs out, and a
   standby wins the next term.
-* **Fencing.** A leader is deposed as soon as the leader key no longer names its term. Every write
+* **Fencing.** A leader is deposed as soon as the leader key no longer names its term (read at most
+  every ``CHECK_EVERY_S``: the loop asks on every turn), or when no keep-alive got through for a
+  whole TTL. Every write
   to the meta store in etcd (:mod:`coordinator.meta_etcd`) is a transaction that compares the
   term key, so a deposed leader's commit is refused by etcd itself.
 """
@@ -29,6 +31,7 @@ from rangetable.config import CoordinatorConfig
 from rangetable.errors import TableError
 
 META_NAME = "etcd"  # what a term record names as its meta store
+CHECK_EVERY_S = 0.05  # a leader reads the leader key at most this often (the loop asks every turn)
 
 
 def leader_key(prefix: str) -> bytes:
@@ -55,6 +58,7 @@ class EtcdLeadership:
         self.lease = 0
         self._lost = False  # the lease expired under this leader (it paused past its TTL)
         self._renewed = 0.0  # when the last successful grant or keep-alive was *sent* (monotonic)
+        self._checked = float("-inf")  # when the leader key last named this term
         self._lock = threading.Lock()
 
     def read_latest(self) -> TermRecord | None:
@@ -107,13 +111,20 @@ class EtcdLeadership:
         """True once the leader key no longer names this term (lease lapsed, or a later term won),
         or when no keep-alive got through for a whole TTL (etcd may have expired the lease: a leader
         cut off from etcd stops by its own clock, counted from when its last renewal was sent)."""
-        if self.term <= 0 or self._lost or time.monotonic() - self._renewed > self.ttl_s:
+        now = time.monotonic()
+        if self.term <= 0 or self._lost or now - self._renewed > self.ttl_s:
             return True
+        if now - self._checked < CHECK_EVERY_S:
+            return False  # etcd's transactions fence every meta-store write in between
         try:
             cur = self.read_latest()
         except TableError:
-            return False  # etcd unreachable: its transactions fence the meta store meanwhile
-        return cur is None or cur.term != self.term
+            return False  # etcd unreachable: the TTL rule above stops this leader in time
+        if cur is None or cur.term != self.term:
+            self._lost = True  # deposed for good
+            return True
+        self._checked = now
+        return False
 
     def set_meta(self, meta: str) -> None:
         """The meta store is in etcd: nothing to record."""

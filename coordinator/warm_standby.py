@@ -98,6 +98,7 @@ class WarmFollower:
                 log.warning("following the leader's meta store failed; starting over", exc_info=True)
                 with self._lock:
                     self._reset()
+                wait = MAX_WAIT_S  # no warning every 0.25 s when the store cannot be followed at all
 
     def refresh(self) -> WarmState | None:
         """Catch up with the target store and apply what changed; returns the warm state."""
