@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -68,6 +69,12 @@ def test_urls_and_prefixes() -> None:
         with pytest.raises(ValueError):
             parse_url(bad)
     assert prefix_end(b"a/") == b"a0" and prefix_end(b"a\xff") == b"b"
+
+
+def test_up_refuses_a_meta_url_that_is_not_etcd(tmp_path: Path) -> None:
+    out = subprocess.run([sys.executable, "-m", "cli.main", "up", "--data-dir", str(tmp_path), "--meta",
+                          "http://127.0.0.1:2379"], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2 and "etcd://HOST:PORT" in out.stderr, out.stderr
 
 
 def test_one_leader_of_two_and_the_standby_takes_over_when_the_lease_lapses(etcd: str) -> None:
