@@ -155,13 +155,20 @@ def bench_control_plane(servers: int, ranges: int, frontends: int, sim_processes
 @click.command("takeover")
 @click.option("--servers", default=1000, show_default=True, help="Servers in the seeded map.")
 @click.option("--ranges", default=100_000, show_default=True, help="Ranges in the seeded map (one table).")
+@click.option("--follow-s", default=2.0, show_default=True, type=float,
+              help="Seconds the standby follows the leader before the pause.")
+@click.option("--mode", type=click.Choice(["pause", "kill"]), default="pause", show_default=True,
+              help="Pause the leader (SIGSTOP: its store is copied) or kill it (its store is reopened).")
 @json_option
-def bench_takeover(servers: int, ranges: int, as_json: bool) -> None:
+def bench_takeover(servers: int, ranges: int, follow_s: float, mode: str, as_json: bool) -> None:
     """Two real coordinators on a large seeded map: pause the leader, report when the standby's first
     lease came and how long copying the meta store and loading the map took."""
     from cli.bench_takeover import format_result, run_takeover_bench
 
     if servers < 1 or ranges < servers:
         raise click.UsageError("need --servers >= 1 and --ranges >= --servers.")
-    res = run_takeover_bench(servers, ranges, echo=(lambda s: None) if as_json else click.echo)
+    if follow_s < 0:
+        raise click.UsageError("--follow-s must be >= 0.")
+    res = run_takeover_bench(servers, ranges, echo=(lambda s: None) if as_json else click.echo, follow_s=follow_s,
+                             mode=mode)
     click.echo(json.dumps(res, indent=2) if as_json else format_result(res))

@@ -2,9 +2,11 @@
 
 Seeds a meta store with ``--ranges`` ranges on ``--servers`` servers (as ``bench control-plane``
 does), starts two real coordinators on it, heartbeats both every 50 ms as one partition server would,
+lets the standby follow the leader's meta store for ``follow_s`` (``coordinator/warm_standby.py``),
 pauses the leader (SIGSTOP) and reports: when the first lease of the new term came, and how long the
 new leader took to copy the paused leader's meta store and load the map (which it does after it
-started granting leases, see ``coordinator/takeover.py``).
+started granting leases, see ``coordinator/takeover.py``), and whether it took its warm copy.
+With ``mode="kill"`` the leader is killed instead, and the new leader reopens its store.
 """
 
 from __future__ import annotations
@@ -52,7 +54,8 @@ def _leases(socks: list[zmq.Socket], body: dict, seconds: float) -> list[tuple[f
     return out
 
 
-def run_takeover_bench(servers: int = 1000, ranges: int = 100_000, echo: Any = print) -> dict:
+def run_takeover_bench(servers: int = 1000, ranges: int = 100_000, echo: Any = print,
+                       follow_s: float = 2.0, mode: str = "pause") -> dict:
     """Run the measurement; returns its figures."""
     work = tempfile.mkdtemp(prefix="rt-takeover-")
     sids, recs = range_layout(servers, ranges)
@@ -75,8 +78,12 @@ def run_takeover_bench(servers: int = 1000, ranges: int = 100_000, echo: Any = p
             if i == 0:
                 time.sleep(0.3)  # the first one wins term 1
         t0 = time.monotonic()
-        first = call(eps[0], {"op": "status"}, timeout=60)
-        echo(f"coordinator-1 leads term {first['term']} ({time.monotonic() - t0:.2f} s): {first['takeover']}")
+        first = call(",".join(eps[:2]), {"op": "status"}, timeout=60)  # on a busy host the second may win
+        lead = eps.index(first["leader"])
+        if lead == 1:
+            procs.reverse()
+            eps[0], eps[1], eps[2], eps[3] = eps[1], eps[0], eps[3], eps[2]
+        echo(f"coordinator-{lead + 1} leads term {first['term']} ({time.monotonic() - t0:.2f} s): {first['takeover']}")
         for e in eps[:2]:
             s = ctx.socket(zmq.DEALER)
             s.setsockopt(zmq.LINGER, 0)
@@ -85,8 +92,8 @@ def run_takeover_bench(servers: int = 1000, ranges: int = 100_000, echo: Any = p
             socks.append(s)
         hb = {"op": "heartbeat", "server": sids[0], "endpoint": "tcp://127.0.0.1:1", "incarnation": "bench",
               "pid": 0, "ranges": [], "load": {}, "pending": 0}
-        _leases(socks, hb, 0.5)
-        os.kill(procs[0].pid, signal.SIGSTOP)
+        _leases(socks, hb, follow_s)  # the standby follows the leader's store meanwhile
+        os.kill(procs[0].pid, signal.SIGSTOP if mode == "pause" else signal.SIGKILL)
         paused = time.monotonic()
         got = _leases(socks, hb, 4.0)
         lease = next((t - paused for t, i, term in got if i == 1 and term > first["term"]), None)
@@ -105,15 +112,19 @@ def run_takeover_bench(servers: int = 1000, ranges: int = 100_000, echo: Any = p
     return {"servers": servers, "ranges": ranges, "meta_keys": len(recs) + len(sids) + 3,
             "first_lease_after_pause_s": round(lease, 3) if lease is not None else None,
             "copy_ms": after.get("meta_ms"), "load_ms": after.get("load_ms"), "takeover_ms": after.get("takeover_ms"),
-            "copied_keys": after.get("copied_keys")}
+            "copied_keys": after.get("copied_keys"), "warm": after.get("warm"), "follow_s": follow_s,
+            "mode": mode}
 
 
 def format_result(r: dict) -> str:
     """The figures as text."""
     return "\n".join([
-        f"takeover with {r['ranges']} ranges on {r['servers']} servers ({r['meta_keys']} meta keys), leader paused:",
-        f"  first lease of the new term   {r['first_lease_after_pause_s']} s after the pause",
-        f"  meta store copied             {r['copied_keys']} keys in {r['copy_ms']} ms",
-        f"  map loaded                    {r['load_ms']} ms after the term was won (leases granted meanwhile)",
+        f"takeover with {r['ranges']} ranges on {r['servers']} servers ({r['meta_keys']} meta keys), leader "
+        f"{'paused' if r.get('mode', 'pause') == 'pause' else 'killed'}:",
+        f"  first lease of the new term   {r['first_lease_after_pause_s']} s after the {r.get('mode', 'pause')}",
+        f"  meta store copied             {r['copied_keys']} keys in {r['copy_ms']} ms" if r["copied_keys"] else
+        f"  meta store reopened           in {r['copy_ms']} ms",
+        f"  map loaded                    {r['load_ms']} ms after the term was won (leases granted meanwhile),"
+        f" {'warm' if r.get('warm') else 'cold'}",
         f"  leader fully in charge        {r['takeover_ms']} ms after the term was won",
     ])

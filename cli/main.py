@@ -153,11 +153,14 @@ data_dir_option = click.option("--data-dir", default=lambda: os.environ.get(DATA
 @click.option("--oauth", type=click.Choice(["basic"]), default=None,
               help="Accept bearer tokens for the storage audience, checked as Azurite's basic level does "
                    "(structure, audience, issuer, expiry; not the signature): for development. Needs --cert.")
+@click.option("--meta", envvar="RANGETABLE_META", default="",
+              help="etcd://HOST:PORT[/prefix]: coordinators are elected and keep their state in etcd "
+                   "(its JSON gateway) instead of lock files and RocksDB on the data root [env RANGETABLE_META].")
 @click.option("--json", "as_json", is_flag=True, help="Print cluster.json once ready.")
 def up_cmd(data_dir: str, servers: int, coordinators: int, frontends: int, native_port: int, http_port: int,
            detach: bool, no_restart: bool, sync: bool, lease_s: float, partition_target: float, cert: str, key: str,
            bind_host: str, advertise_host: str, metrics: bool, dashboard: bool, dashboard_port: int,
-           oauth: str | None, as_json: bool) -> None:
+           oauth: str | None, meta: str, as_json: bool) -> None:
     """Start a local cluster: coordinators (one leads), partition servers and frontends."""
     from cli.dashboard.ports import browser_refuses
     from cli.supervisor import ClusterSpec, down, pid_alive, read_cluster, supervise
@@ -186,9 +189,16 @@ def up_cmd(data_dir: str, servers: int, coordinators: int, frontends: int, nativ
         down(data_dir)  # leftovers of a supervisor that was killed
     if coordinators < 1:
         raise click.BadParameter("at least 1", param_hint="--coordinators")
+    if meta:
+        from coordinator.etcd_client import parse_url
+
+        try:
+            parse_url(meta)
+        except ValueError as exc:
+            raise click.BadParameter(str(exc), param_hint="--meta") from None
     spec = ClusterSpec(os.path.abspath(data_dir), servers, frontends, native_port, not no_restart, sync, lease_s,
                        http_port, partition_target, metrics, cert, key, bind_host, advertise_host, dashboard,
-                       dashboard_port, coordinators, oauth or "")
+                       dashboard_port, coordinators, oauth or "", meta)
 
     def ready(doc: dict) -> None:
         if as_json:
@@ -220,6 +230,7 @@ def up_cmd(data_dir: str, servers: int, coordinators: int, frontends: int, nativ
     argv += ["--bind-host", bind_host, "--advertise-host", advertise_host]
     argv += ["--no-dashboard"] * (not dashboard)
     argv += ["--oauth", oauth] if oauth else []
+    argv += ["--meta", meta] if meta else []
     with open(os.path.join(spec.data_dir, "logs", "supervisor.log"), "ab") as log:
         proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                 start_new_session=True)

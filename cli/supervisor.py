@@ -155,6 +155,7 @@ class ClusterSpec:
     dashboard_port: int = 10081  # its port (0 = any free port; browsers refuse 10080)
     coordinators: int = 1  # one leads (elected by a lock on the data root), the others stand by
     oauth: str = ""  # "basic": HTTP frontends accept development bearer tokens (needs cert)
+    meta: str = ""  # etcd://HOST:PORT[/prefix]: coordinators elect and keep their state in etcd
 
 
 DEV_KEY = "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="
@@ -213,7 +214,8 @@ class Supervisor:
             self.pubs.append(pub)
             self.children.append(Child("coordinator", cid, self._cmd(
                 "coordinator", "--data-dir", d, "--bind", coord_bind, "--pub-bind", pub_bind, "--advertise", endpoint,
-                "--pub-advertise", pub, "--lease-s", lease, "--keys-dir", self.keys_dir),
+                "--pub-advertise", pub, "--lease-s", lease, "--keys-dir", self.keys_dir,
+                *(["--meta", self.spec.meta] if self.spec.meta else [])),
                 os.path.join(self.logs, f"{cid}.log"), {"endpoint": endpoint, "pub": pub}))
         self.coordinator = ",".join(endpoints)  # every process gets the whole list and finds the leader
         self.pub = self.pubs[0]

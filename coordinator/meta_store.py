@@ -13,9 +13,10 @@ from collections.abc import Callable
 from typing import Any
 
 import msgpack
+import rocksdict
 from rocksdict import WriteBatch, WriteOptions
 
-from partition_server.storage import open_range_db
+from partition_server.storage import db_options, open_range_db
 
 COPY_BATCH = 4096  # keys per WriteBatch when a new leader copies the meta store
 
@@ -75,10 +76,21 @@ def is_lock_error(exc: BaseException) -> bool:
     return "lock" in str(exc).lower()
 
 
-def copy_store(src_path: str, dst_path: str) -> int:
+def open_secondary(path: str, secondary_dir: str) -> rocksdict.Rdict:
+    """The store at ``path`` as a RocksDB secondary instance (``secondary_dir`` holds its own info
+    files): it reads without taking the writer's lock and sees new writes after
+    ``try_catch_up_with_primary()``."""
+    opts = db_options(create=False)
+    return rocksdict.Rdict(path, opts, column_families={"default": opts},
+                           access_type=rocksdict.AccessType.secondary(secondary_dir))
+
+
+def copy_store(src_path: str, dst_path: str) -> tuple[int, int]:
     """Copy every key of the RocksDB at ``src_path`` (opened read-only: its writer may still hold
-    it, paused) into a fresh store at ``dst_path``, synced; returns the number of keys."""
+    it, paused) into a fresh store at ``dst_path``, synced; returns (keys, the source's sequence
+    number: which writes the copy holds)."""
     src = open_range_db(src_path, create=False, read_only=True)
+    seq = src.latest_sequence_number()
     shutil.rmtree(dst_path, ignore_errors=True)
     dst = open_range_db(dst_path)
     wo = WriteOptions()
@@ -96,11 +108,12 @@ def copy_store(src_path: str, dst_path: str) -> int:
     finally:
         src.close()
         dst.close()
-    return n
+    return n, seq
 
 
 def open_for_term(data_dir: str, prev: str, fresh: str, guard: Callable[[], None]) -> tuple[MetaStore, dict]:
-    """The meta store a new leader writes, and how it got it (``{"copied", "ms"}``).
+    """The meta store a new leader writes, and how it got it (``{"copied", "ms", "seq"}``: ``seq``
+    is the sequence number of the store it holds, of ``prev`` when copied from it).
 
     The previous leader's store ``prev`` is opened read-write when its writer is gone (a crash or a
     kill releases RocksDB's lock). A paused leader still holds that lock, so its store is then
@@ -109,16 +122,22 @@ def open_for_term(data_dir: str, prev: str, fresh: str, guard: Callable[[], None
     leader makes later land in a store nobody reads.
     """
     t0 = time.monotonic()
+
+    def opened(name: str, copied: int | None = None, seq: int | None = None) -> tuple[MetaStore, dict]:
+        store = MetaStore(data_dir, name, guard)
+        seq = store.db.latest_sequence_number() if seq is None else seq
+        return store, {"copied": copied, "ms": round((time.monotonic() - t0) * 1000, 1), "seq": seq}
+
     if prev != fresh:
         try:
-            return MetaStore(data_dir, prev, guard), {"copied": None, "ms": round((time.monotonic() - t0) * 1000, 1)}
+            return opened(prev)
         except Exception as exc:
             if not is_lock_error(exc):
                 raise
     if prev == fresh or not os.path.isdir(os.path.join(data_dir, prev)):
-        return MetaStore(data_dir, fresh, guard), {"copied": None, "ms": round((time.monotonic() - t0) * 1000, 1)}
+        return opened(fresh)
     tmp = os.path.join(data_dir, fresh + ".tmp")
-    n = copy_store(os.path.join(data_dir, prev), tmp)
+    n, seq = copy_store(os.path.join(data_dir, prev), tmp)
     shutil.rmtree(os.path.join(data_dir, fresh), ignore_errors=True)
     os.rename(tmp, os.path.join(data_dir, fresh))
-    return MetaStore(data_dir, fresh, guard), {"copied": n, "ms": round((time.monotonic() - t0) * 1000, 1)}
+    return opened(fresh, n, seq)

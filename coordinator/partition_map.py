@@ -256,3 +256,27 @@ class PartitionMap:
                 pm.next_id = v
         pm.reindex()
         return pm
+
+    def apply(self, puts: dict[bytes, Any], deletes: list[bytes]) -> None:
+        """Apply meta-store writes (decoded) as :meth:`load` would read them, keeping the indexes:
+        how a standby follows the leader's store without rebuilding the map."""
+        for k in deletes:
+            if k.startswith(b"table/"):
+                self.tables.pop(k[6:].decode(), None)
+            elif k.startswith(b"range/"):
+                old = self.ranges.pop(k[6:].decode(), None)
+                if old is not None:
+                    self._unindex(old)
+        for k, v in puts.items():
+            if k.startswith(b"table/"):
+                self.tables[k[6:].decode()] = v
+            elif k.startswith(b"range/"):
+                old = self.ranges.get(v["id"])
+                if old is not None:
+                    self._unindex(old)
+                self.ranges[v["id"]] = v
+                self._index(v)
+            elif k == b"meta/version":
+                self.version = v
+            elif k == b"meta/next_id":
+                self.next_id = v

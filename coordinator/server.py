@@ -33,10 +33,13 @@ from coordinator import acl, backup, client_keys, takeover
 from coordinator import operations as ops
 from coordinator.balancing import Balancing
 from coordinator.controller import Controller
+from coordinator.etcd_election import EtcdLeadership, leadership_for
 from coordinator.leadership import Leadership
 from coordinator.map_deltas import DeltaLog, PendingChanges, build_delta
+from coordinator.meta_etcd import EtcdMetaStore
 from coordinator.meta_store import MetaStore
 from coordinator.partition_map import PartitionMap
+from coordinator.warm_standby import WarmFollower
 from rangetable import curve, protocol
 from rangetable.addresses import advertised
 from rangetable.config import CoordinatorConfig
@@ -74,7 +77,7 @@ class Coordinator:
         self.ctx = ctx or zmq.Context.instance()
         self.keys = curve.KeyRing.load(curve.keys_dir(cfg.data_dir, cfg.keys_dir), own="coordinator")
         self.lock = threading.RLock()
-        self.meta: MetaStore | None = None  # opened when this coordinator wins a term (_lead)
+        self.meta: MetaStore | EtcdMetaStore | None = None  # opened when this coordinator wins a term (_lead)
         self.pmap = PartitionMap.load([])
         self.events: list[dict] = []
         self._event_seq = 1
@@ -83,11 +86,12 @@ class Coordinator:
         self.servers: dict[str, ServerInfo] = {}
         self.started = time.monotonic()
         self.stopping = False
-        self.leadership: Leadership | None = None
+        self.leadership: Leadership | EtcdLeadership | None = None
         self.term = 0  # the term this coordinator leads (0: standby)
         self.quiet_until = 0.0  # no balancing move before the previous leader's leases surely lapsed
         self.takeover: dict = {}  # how the last takeover went (for status and the logs)
         self.known_servers: dict[str, dict] = {}  # servers in the meta store when this leader took over
+        self.follower: WarmFollower | None = None  # a standby's warm copy of the leader's store (takeover.follow)
         self.controller = Controller(self)
         self.balancing = Balancing(self)
         self.pub_endpoint = ""
@@ -408,7 +412,7 @@ class Coordinator:
         self.pub.bind(self.cfg.pub_bind)
         self.pub_endpoint = advertised(self.pub.getsockopt(zmq.LAST_ENDPOINT).decode(), self.cfg.pub_advertise)
         self.endpoint = advertised(router.getsockopt(zmq.LAST_ENDPOINT).decode(), self.cfg.advertise)
-        self.leadership = Leadership(self.cfg.data_dir, self.endpoint, self.pub_endpoint, self.cfg.leader_timeout_s)
+        self.leadership = leadership_for(self.cfg, self.endpoint, self.pub_endpoint)  # lock files or etcd
         # The balancer and controller threads compute for a while at a time; a short GIL switch
         # interval lets the loop thread answer a heartbeat within ~0.5 ms of its arrival, instead
         # of waiting 5 ms (the default) for the GIL every time it wakes (the "convoy effect").
@@ -437,6 +441,8 @@ class Coordinator:
             push.close(0)
         if self.meta is not None:
             self.meta.close()
+        if self.follower is not None:
+            self.follower.close()
 
     def _stand_by(self, router: zmq.Socket, poller: zmq.Poller) -> None:
         """Answer ``NotLeader`` (naming the leader) until this coordinator wins a term, then lead."""
@@ -461,6 +467,7 @@ class Coordinator:
                     takeover.begin(self, won)
                     return
                 leader = self.leadership.read_latest()
+                takeover.follow(self, leader)
 
     def _serve_as_leader(self, router: zmq.Socket, pull: zmq.Socket, poller: zmq.Poller) -> None:
         log.info("coordinator leads term %d on %s, map updates on %s; loading the map", self.term, self.endpoint,

@@ -5,8 +5,11 @@ the meta store, building the map; 0.3 s more to copy the store a paused leader s
 partition server's lease lasts 2 s from its heartbeat, and detecting a paused leader already took
 0.8 s of that. So the new leader renews leases *first*:
 
+0. :func:`follow` (loop thread, while standby): keep a warm copy of the leader's meta store and
+   map (:mod:`coordinator.warm_standby`).
 1. :func:`begin` (loop thread): the term is ours; a beat thread starts, and a loader thread opens
-   (or copies) the meta store and builds the map.
+   (or copies) the meta store and takes the warm map when it is exactly the durable store (same
+   sequence number), or builds the map from the store (cold).
 2. While it loads, the loop answers heartbeats with a lease of the new term at once
    (:func:`early_lease`) and holds every other request until the map is there. Granting a lease
    without the map is what the previous leader did with the same map: the server keeps serving what
@@ -29,13 +32,25 @@ from coordinator import client_keys
 from coordinator import operations as ops
 from coordinator.balancing import Balancing
 from coordinator.leadership import BEAT_S, TermRecord, lock_free, meta_dir_for, stale_meta_dirs
+from coordinator.meta_etcd import open_etcd_for_term
 from coordinator.meta_store import open_for_term
 from coordinator.partition_map import PartitionMap
+from coordinator.warm_standby import WarmFollower
 
 if TYPE_CHECKING:
     from coordinator.server import Coordinator
 
 log = logging.getLogger("rangetable.coordinator")
+
+
+def follow(co: Coordinator, leader: TermRecord | None) -> None:
+    """Standby: keep following the meta store the current leader's record names."""
+    if co.cfg.meta:
+        return  # the meta store is in etcd: nothing on disk to follow
+    if co.follower is None:
+        co.follower = WarmFollower(co.cfg.data_dir)
+        co.follower.start()
+    co.follower.follow(leader.meta if leader is not None else None)
 
 
 def begin(co: Coordinator, rec: TermRecord) -> None:
@@ -69,13 +84,21 @@ def _load(co: Coordinator, rec: TermRecord) -> None:
     assert co.leadership is not None
     t0 = time.monotonic()
     try:
-        meta, how = open_for_term(co.cfg.data_dir, rec.meta, meta_dir_for(rec.term), co.fence)
+        if co.cfg.meta:
+            meta, how = open_etcd_for_term(co.leadership, co.fence)  # type: ignore[arg-type]
+        else:
+            meta, how = open_for_term(co.cfg.data_dir, rec.meta, meta_dir_for(rec.term), co.fence)
         if meta.name != rec.meta:
             co.leadership.set_meta(meta.name)
-        items = meta.items()
-        pmap = PartitionMap.load(items)
-        events = [v for k, v in items if k.startswith(b"event/")][-MAX_EVENTS:]
-        servers = {k[len(b"server/"):].decode(): v for k, v in items if k.startswith(b"server/")}
+        warm = co.follower.take(rec.meta, how["seq"]) if co.follower is not None else None
+        co.follower = None
+        if warm is not None:
+            pmap, events, servers = warm.pmap, warm.events(MAX_EVENTS), warm.servers()
+        else:
+            items = meta.items()
+            pmap = PartitionMap.load(items)
+            events = [v for k, v in items if k.startswith(b"event/")][-MAX_EVENTS:]
+            servers = {k[len(b"server/"):].decode(): v for k, v in items if k.startswith(b"server/")}
     except Exception:
         log.exception("taking over term %d failed", rec.term)
         co.step_down()
@@ -87,6 +110,7 @@ def _load(co: Coordinator, rec: TermRecord) -> None:
         co.published = pmap.version
         co.known_servers = servers
         co.takeover.update({"meta": meta.name, "copied_keys": how["copied"], "meta_ms": how["ms"],
+                            "warm": warm is not None, "seq": how["seq"],
                             "load_ms": round((time.monotonic() - t0) * 1000, 1)})
     co._notify([b"led"])
 
@@ -111,6 +135,8 @@ def finish(co: Coordinator) -> None:
     co.takeover["takeover_ms"] = round((time.monotonic() - co.takeover.pop("won_at")) * 1000, 1)
     log.info("leading term %d: %s", co.term, co.takeover)
     co.leadership.collect()
+    if co.cfg.meta:
+        return  # the meta store is in etcd: no directories of earlier terms to delete
     for name in stale_meta_dirs(os.listdir(co.cfg.data_dir), co.meta.name):
         path = os.path.join(co.cfg.data_dir, name)
         if lock_free(os.path.join(path, "LOCK")):

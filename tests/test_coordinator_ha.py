@@ -56,6 +56,8 @@ def test_leader_failover_under_load(cluster: Cluster, mode: str) -> None:
     assert r["linearizable"], r["linearizability_detail"]
     assert r["client_errors"] == 0, r["client"]["errors"]
     assert r["client"]["ops"] > 300
+    takeover = cluster.status()["takeover"]
+    assert takeover["warm"], takeover  # the standby followed the leader's store: no cold load
     # the takeover reassigned nothing: every server kept its lease and its ranges
     new = [e for e in cluster.admin({"op": "events", "limit": 1000}) if e["seq"] not in events_before]
     assert not [e for e in new if e["kind"] in ("server_dead", "failover")], new
@@ -105,6 +107,7 @@ def test_seeded_chaos_pauses_and_kills_leaders(cluster: Cluster) -> None:
 def test_takeover_bench_grants_a_lease_of_the_new_term() -> None:
     r = run_takeover_bench(servers=20, ranges=2000, echo=print)
     print(format_result(r))
-    assert r["copied_keys"] == r["meta_keys"]  # the paused leader held its store: copied
+    assert r["copied_keys"] >= r["meta_keys"]  # the paused leader held its store: copied (events added)
     assert r["first_lease_after_pause_s"] is not None and r["first_lease_after_pause_s"] < 2.0
     assert r["takeover_ms"] is not None
+    assert r["warm"]  # the standby followed the leader: the map was not loaded cold

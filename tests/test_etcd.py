@@ -1,0 +1,152 @@
+"""Coordinators elected through etcd, their meta store in etcd (``--meta etcd://``), on a real etcd.
+
+Skipped with the reason printed when the ``etcd`` binary is absent (``apt-get install etcd-server``).
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from cli.supervisor import PortReservation
+from coordinator.etcd_client import EtcdClient, parse_url, prefix_end
+from coordinator.etcd_election import EtcdLeadership
+from coordinator.meta_etcd import open_etcd_for_term
+from rangetable.errors import TableError
+
+
+@pytest.fixture(scope="module")
+def etcd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    if shutil.which("etcd") is None:
+        pytest.skip("etcd not installed: apt-get install etcd-server")
+    data = tmp_path_factory.mktemp("etcd")
+    ports = PortReservation()
+    client, peer = ports.take(), ports.take()
+    ports.release()
+    cu, pu = f"http://127.0.0.1:{client}", f"http://127.0.0.1:{peer}"
+    with open(data / "etcd.log", "wb") as log:
+        proc = subprocess.Popen(
+            ["etcd", "--name", "t", "--data-dir", str(data / "d"), "--listen-client-urls", cu,
+             "--advertise-client-urls", cu, "--listen-peer-urls", pu, "--initial-advertise-peer-urls", pu,
+             "--initial-cluster", f"t={pu}", "--heartbeat-interval", "25", "--election-timeout", "250",
+             "--max-txn-ops", "10000"], stdout=log, stderr=subprocess.STDOUT)
+    try:
+        c = EtcdClient(cu)
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                c.get(b"probe")
+                break
+            except TableError:
+                if time.monotonic() > deadline or proc.poll() is not None:
+                    raise AssertionError((data / "etcd.log").read_text()[-2000:]) from None
+                time.sleep(0.1)
+        yield f"etcd://127.0.0.1:{client}"
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
+def _win(le: EtcdLeadership, within: float) -> float:
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < within:
+        if le.poll() is not None:
+            return time.monotonic() - t0
+        time.sleep(0.05)
+    raise AssertionError(f"no term won within {within} s")
+
+
+def test_urls_and_prefixes() -> None:
+    assert parse_url("etcd://127.0.0.1:2379") == ("http://127.0.0.1:2379", "/rangetable")
+    assert parse_url("etcd://h:1/a/b/") == ("http://h:1", "/a/b")
+    for bad in ("http://h:1", "etcd://h", "h:1"):
+        with pytest.raises(ValueError):
+            parse_url(bad)
+    assert prefix_end(b"a/") == b"a0" and prefix_end(b"a\xff") == b"b"
+
+
+def test_up_refuses_a_meta_url_that_is_not_etcd(tmp_path: Path) -> None:
+    out = subprocess.run([sys.executable, "-m", "cli.main", "up", "--data-dir", str(tmp_path), "--meta",
+                          "http://127.0.0.1:2379"], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2 and "etcd://HOST:PORT" in out.stderr, out.stderr
+
+
+def test_one_leader_of_two_and_the_standby_takes_over_when_the_lease_lapses(etcd: str) -> None:
+    a = EtcdLeadership(etcd + "/elect", "tcp://a:1", "tcp://a:2")
+    b = EtcdLeadership(etcd + "/elect", "tcp://b:1", "tcp://b:2")
+    _win(a, 5)
+    assert b.poll() is None and b.read_latest().endpoint == "tcp://a:1"
+    end = time.monotonic() + 2.5  # a beats: b stays standby past the lease's TTL
+    while time.monotonic() < end:
+        a.beat()
+        assert b.poll() is None
+        time.sleep(0.2)
+    assert not a.deposed()
+    time.sleep(a.ttl_s + 0.1)  # no keep-alive for a whole TTL: a stops by its own clock, before b wins
+    assert a.deposed()
+    took = _win(b, 5)  # a stops beating (paused or dead): its lease lapses, b wins the next term
+    assert b.term == a.term + 1 and took < 3.0
+    assert a.deposed() and not b.deposed()
+    a.beat()  # the lapsed lease cannot be renewed: a stays deposed
+    assert a.deposed()
+
+
+def test_without_etcd_a_coordinator_stays_standby() -> None:
+    ports = PortReservation()
+    port = ports.take()
+    ports.release()  # nothing listens there
+    le = EtcdLeadership(f"etcd://127.0.0.1:{port}", "tcp://a:1", "tcp://a:2")
+    assert le.poll() is None and le.term == 0 and le.deposed()
+    le.beat()  # no lease: nothing to renew, no error
+
+
+def test_a_deposed_leaders_commit_is_refused_by_etcd(etcd: str) -> None:
+    a = EtcdLeadership(etcd + "/fence", "tcp://a:1", "tcp://a:2")
+    b = EtcdLeadership(etcd + "/fence", "tcp://b:1", "tcp://b:2")
+    _win(a, 5)
+    meta_a, _ = open_etcd_for_term(a, lambda: None)  # no guard: only etcd's comparison fences
+    meta_a.commit({b"range/r1": {"id": "r1"}, b"table/t": "T"})
+    assert meta_a.items(b"range/") == [(b"range/r1", {"id": "r1"})]
+    _win(b, 5)
+    meta_b, how = open_etcd_for_term(b, lambda: None)
+    with pytest.raises(TableError) as exc:
+        meta_a.commit({b"range/r1": {"id": "r1", "owner": "stale"}})
+    assert exc.value.error_code == "NotLeader"
+    assert dict(meta_b.items()) == {b"range/r1": {"id": "r1"}, b"table/t": "T"}
+    meta_b.commit({b"range/r2": {"id": "r2"}}, [b"range/r1"])
+    assert [k for k, _ in meta_b.items()] == [b"range/r2", b"table/t"]
+
+
+def test_items_page_through_many_keys(etcd: str) -> None:
+    a = EtcdLeadership(etcd + "/paging", "tcp://a:1", "tcp://a:2")
+    _win(a, 5)
+    meta, _ = open_etcd_for_term(a, lambda: None)
+    for start in range(0, 2500, 500):
+        meta.commit({b"range/%06d" % i: {"n": i} for i in range(start, start + 500)})
+    got = meta.items(b"range/")
+    assert [v["n"] for _, v in got] == list(range(2500))
+
+
+def test_a_cluster_on_etcd_serves_writes_and_survives_a_leader_kill(etcd: str, tmp_path: Path) -> None:
+    import cli.main  # noqa: F401  (cli.drill and cli.main import each other: enter through main)
+    from cli.drill_coordinator import MAX_GAP_S, format_report, run_coordinator_drill
+    from tests.cluster import Cluster
+
+    with Cluster(tmp_path / "c", servers=2, extra=["--coordinators", "2", "--meta", etcd + "/cluster"]) as c:
+        before = c.status()
+        assert before["takeover"]["meta"] == "etcd"
+        assert not (tmp_path / "c" / "coordinator").exists()  # nothing of the meta store on the data root
+        r = run_coordinator_drill(c.data_dir, mode="kill", pause_s=3.0, threads=2, seed=3)
+        print(format_report(r))
+        assert r["took_over_s"] is not None and r["new_term"] > before["term"]
+        assert r["lost_writes"] == 0, r["lost_detail"]
+        assert r["client_errors"] == 0, r["client"]["errors"]
+        assert r["worst_gap_s"] < MAX_GAP_S
+        c.wait(lambda: not c.check_map(), timeout=15, what="every range served and reported")
+        assert c.status()["takeover"]["meta"] == "etcd"
