@@ -16,7 +16,7 @@ import msgpack
 import rocksdict
 from rocksdict import WriteBatch, WriteOptions
 
-from partition_server.storage import db_options, open_range_db
+from partition_server.storage import open_range_db
 
 COPY_BATCH = 4096  # keys per WriteBatch when a new leader copies the meta store
 
@@ -80,9 +80,7 @@ def open_secondary(path: str, secondary_dir: str) -> rocksdict.Rdict:
     """The store at ``path`` as a RocksDB secondary instance (``secondary_dir`` holds its own info
     files): it reads without taking the writer's lock and sees new writes after
     ``try_catch_up_with_primary()``."""
-    opts = db_options(create=False)
-    return rocksdict.Rdict(path, opts, column_families={"default": opts},
-                           access_type=rocksdict.AccessType.secondary(secondary_dir))
+    return open_range_db(path, create=False, secondary=secondary_dir)
 
 
 def copy_store(src_path: str, dst_path: str) -> tuple[int, int]:

@@ -168,13 +168,16 @@ def repair_config(path: str | os.PathLike[str]) -> bool:
 
 
 def open_range_db(path: str | os.PathLike[str], *, create: bool = True,
-                  options: rocksdict.Options | None = None, read_only: bool = False) -> rocksdict.Rdict:
+                  options: rocksdict.Options | None = None, read_only: bool = False,
+                  secondary: str | None = None) -> rocksdict.Rdict:
     """Open (or with ``create`` make) the raw-mode RocksDB at ``path``.
 
     ``options`` replaces :func:`db_options` (tests pass its result with statistics enabled). With
     ``create=False`` a missing directory raises FileNotFoundError. Lock conflicts surface as
     rocksdict's plain ``Exception('IO error: ... LOCK ...')``. ``read_only`` opens without taking
     the lock (while another process may still write the store), replaying its WAL as of now.
+    ``secondary`` (a directory of its own for info files) opens a RocksDB secondary instance: no
+    lock either, and it sees the writer's later writes after ``try_catch_up_with_primary()``.
     """
     p = os.fspath(path)
     if os.path.isdir(p):
@@ -187,6 +190,9 @@ def open_range_db(path: str | os.PathLike[str], *, create: bool = True,
     # Name the default column family: without it rocksdict reopens an existing DB's column families
     # with options loaded from its OPTIONS file, which lose the table factory (no bloom filter, no
     # shared block cache) — every range opened again after a move, split or restart ran without them.
+    if secondary is not None:
+        return rocksdict.Rdict(p, opts, column_families={"default": opts},
+                               access_type=rocksdict.AccessType.secondary(secondary))
     if read_only:
         return rocksdict.Rdict(p, opts, column_families={"default": opts},
                                access_type=rocksdict.AccessType.read_only(False))
