@@ -55,7 +55,8 @@ def handle(co: Coordinator, ident: bytes, rid: bytes, req: dict, role: str | Non
     if op in ("status", "ranges"):
         return protocol.ok(co.status())
     if op == "servers":  # the server list alone: cheap with a large map (no ranges, no loads)
-        return protocol.ok({"version": co.pmap.version, "servers": co.server_list(loads=False)})
+        return protocol.ok({"version": co.pmap.version, "servers": co.server_list(loads=False),
+                            "gc": co.gc.snapshot()})
     if op == "balancer":
         with co.lock:
             return protocol.ok(co.balancing.control(req))
