@@ -51,7 +51,7 @@ def handle(co: Coordinator, ident: bytes, rid: bytes, req: dict, role: str | Non
                 delta = co.deltas.since(since, co.published)
             if delta is not None:
                 return protocol.ok({**delta, "pub": co.pub_endpoint})
-        return co.packed_snapshot()
+        return co.snapshots.answer(ident, rid)  # None: the snapshot thread answers when it is packed
     if op in ("status", "ranges"):
         return protocol.ok(co.status())
     if op == "servers":  # the server list alone: cheap with a large map (no ranges, no loads)

@@ -23,7 +23,6 @@ import os
 import sys
 import threading
 import time
-from operator import itemgetter
 from typing import Any
 
 import zmq
@@ -37,6 +36,7 @@ from coordinator.leases import ServerInfo  # noqa: F401  (re-exported: takeover.
 from coordinator.map_deltas import DeltaLog, PendingChanges, build_delta
 from coordinator.meta_store import MetaStore
 from coordinator.partition_map import PartitionMap
+from coordinator.snapshots import Snapshots
 from rangetable import curve, protocol
 from rangetable.addresses import advertised
 from rangetable.config import CoordinatorConfig
@@ -81,7 +81,7 @@ class Coordinator:
         self._inproc = f"inproc://coordinator-{id(self)}"
         self.changes = PendingChanges()  # what the next published delta carries
         self.registrations: dict[bytes, dict] = {}  # server records to persist before answering
-        self._snapshot: tuple[int, int, bytes] | None = None  # (version, commits, packed map answer)
+        self.snapshots = Snapshots(self)  # map snapshots for frontends, packed off the loop thread
         self._commits = 0
         self.deltas = DeltaLog()
         self.published = self.pmap.version
@@ -174,19 +174,9 @@ class Coordinator:
             snap["pub"] = self.pub_endpoint
             return snap
 
-    def packed_snapshot(self) -> bytes:
-        """The ``map`` answer, packed once per map state (ten frontends starting at once cost one
-        snapshot of a 100,000-range map, not ten)."""
-        with self.lock:
-            key = (self.pmap.version, self._commits)
-            if self._snapshot is None or self._snapshot[:2] != key:
-                # sorted by a C-level key and packed in C: ~0.1 s for 100,000 ranges, not ~1 s
-                snap = {"version": self.pmap.version, "tables": sorted(self.pmap.tables.values()),
-                        "ranges": sorted(self.pmap.ranges.values(), key=itemgetter("table", "low")),
-                        "servers": {s.id: s.endpoint for s in self.servers.values() if s.alive and s.endpoint},
-                        "pub": self.pub_endpoint}
-                self._snapshot = (*key, protocol.ok(snap))
-            return self._snapshot[2]
+    def map_key(self) -> tuple[int, int]:
+        """What identifies the current map state (its version, and the commits without a new version)."""
+        return self.pmap.version, self._commits
 
     def status(self) -> dict:
         """Servers with their load, for ``rangetable ranges`` and ``servers``."""
