@@ -385,6 +385,7 @@ def run_control_plane_bench(servers: int = 1000, ranges: int = 100_000, frontend
     bench = Bench(work, servers, ranges, frontends, sim_processes, echo)
     res: dict[str, Any] = {"servers": servers, "ranges": ranges, "frontends": frontends,
                            "sim_processes": bench.n_sims}
+    res["host_load_before"] = round(os.getloadavg()[0], 2)  # other work on the host moves every figure
     try:
         t0 = time.monotonic()
         bench.start()
@@ -399,6 +400,7 @@ def run_control_plane_bench(servers: int = 1000, ranges: int = 100_000, frontend
         res.update(bench.measure_memory())
         res.update(bench.measure_failover())
         echo(f"failover of {res['failover_ranges']} ranges: {res['failover_total_s']} s after the kill")
+        res["host_load_after"] = round(os.getloadavg()[0], 2)
     finally:
         bench.stop()
         if not work_dir:
@@ -421,6 +423,7 @@ ROWS = [
     ("failover: kill -> declared dead", "failover_detect_s", "s"),
     ("failover: dead -> all serving elsewhere", "failover_reassign_s", "s"),
     ("failover: kill -> all serving elsewhere", "failover_total_s", "s"),
+    ("host load average (1 min) before", "host_load_before", ""), ("host load average (1 min) after", "host_load_after", ""),
 ]
 
 
