@@ -95,6 +95,7 @@ class Bench:
         self.ctx = zmq.Context()
         self.ctx.set(zmq.MAX_SOCKETS, 4096)
         self.procs: list[subprocess.Popen] = []
+        self.sim_procs: list[subprocess.Popen] = []
         self.sim_idents: list[bytes] = []
         self.owner_of_sim: dict[str, bytes] = {}
         self._ids = 0
@@ -166,7 +167,7 @@ class Bench:
             path = os.path.join(self.work, f"sim-{k}.json")
             with open(path, "w") as f:
                 json.dump(spec, f)
-            self._spawn(f"sim-{k}", ["-m", "partition_server.simulated", path])
+            self.sim_procs.append(self._spawn(f"sim-{k}", ["-m", "partition_server.simulated", path]))
         deadline = time.monotonic() + 60
         while len(self.sim_idents) < self.n_sims:
             if time.monotonic() > deadline or not self.control.poll(100):
@@ -283,10 +284,14 @@ class Bench:
         time.sleep(min(3.0, seconds))  # past the registration burst
         self.sim_stats()
         pid = self.coord_proc.pid
+        gc0 = self.request(self.coordinator, {"op": "servers"}, timeout=10)["gc"]
+        s0 = sum(cpu_seconds(p.pid) for p in self.sim_procs)
         c0, t0 = cpu_seconds(pid), time.monotonic()
         time.sleep(seconds)
         c1, t1 = cpu_seconds(pid), time.monotonic()
+        s1 = sum(cpu_seconds(p.pid) for p in self.sim_procs)
         stats = self.sim_stats()
+        gc1 = self.request(self.coordinator, {"op": "servers"}, timeout=10)["gc"]
         rtts = sorted(x for s in stats for x in s["rtts"])
         lags = sorted(x for s in stats for x in s["lags"])
         beats = sum(s["heartbeats"] for s in stats)
@@ -294,7 +299,11 @@ class Bench:
                 "coordinator_cpu_pct": round(100 * (c1 - c0) / (t1 - t0), 1),
                 "heartbeat_p50_ms": percentile_ms(rtts, 0.50, 2), "heartbeat_p99_ms": percentile_ms(rtts, 0.99, 2),
                 "heartbeat_max_ms": round(rtts[-1] * 1000, 2) if rtts else 0.0, "answered": len(rtts),
-                "sim_send_lag_p99_ms": percentile_ms(lags, 0.99, 2)}
+                "sim_send_lag_p99_ms": percentile_ms(lags, 0.99, 2),
+                "sim_cpu_pct_each": round(100 * (s1 - s0) / (t1 - t0) / len(self.sim_procs), 1),
+                "coordinator_gc_collections": [b - a for a, b in zip(gc0["collections"], gc1["collections"], strict=True)],
+                "coordinator_gc_pause_ms": round(sum(gc1["total_ms"]) - sum(gc0["total_ms"]), 1),
+                "coordinator_gc_max_pause_ms": max(gc1["max_ms"])}
 
     def measure_split(self) -> dict:
         """One split: bytes published for it, and time until every frontend has the new map."""
@@ -376,6 +385,7 @@ def run_control_plane_bench(servers: int = 1000, ranges: int = 100_000, frontend
     bench = Bench(work, servers, ranges, frontends, sim_processes, echo)
     res: dict[str, Any] = {"servers": servers, "ranges": ranges, "frontends": frontends,
                            "sim_processes": bench.n_sims}
+    res["host_load_before"] = round(os.getloadavg()[0], 2)  # other work on the host moves every figure
     try:
         t0 = time.monotonic()
         bench.start()
@@ -390,6 +400,7 @@ def run_control_plane_bench(servers: int = 1000, ranges: int = 100_000, frontend
         res.update(bench.measure_memory())
         res.update(bench.measure_failover())
         echo(f"failover of {res['failover_ranges']} ranges: {res['failover_total_s']} s after the kill")
+        res["host_load_after"] = round(os.getloadavg()[0], 2)
     finally:
         bench.stop()
         if not work_dir:
@@ -401,6 +412,9 @@ ROWS = [
     ("heartbeats/s", "heartbeats_per_s", ""), ("coordinator CPU", "coordinator_cpu_pct", "% of a core"),
     ("heartbeat answer p50", "heartbeat_p50_ms", "ms"), ("heartbeat answer p99", "heartbeat_p99_ms", "ms"),
     ("  (simulators' own send lag p99)", "sim_send_lag_p99_ms", "ms"),
+    ("  (CPU of each simulator process)", "sim_cpu_pct_each", "% of a core"),
+    ("  (coordinator GC pauses in the window)", "coordinator_gc_pause_ms", "ms in all"),
+    ("  (longest coordinator GC pause so far)", "coordinator_gc_max_pause_ms", "ms"),
     ("split: bytes published", "split_published_bytes", "B"), ("  (full map snapshot)", "snapshot_bytes", "B"),
     ("split: request -> all frontends", "split_to_frontends_ms", "ms"),
     ("split: commit -> all frontends", "commit_to_frontends_ms", "ms"),
@@ -409,6 +423,7 @@ ROWS = [
     ("failover: kill -> declared dead", "failover_detect_s", "s"),
     ("failover: dead -> all serving elsewhere", "failover_reassign_s", "s"),
     ("failover: kill -> all serving elsewhere", "failover_total_s", "s"),
+    ("host load average (1 min) before", "host_load_before", ""), ("host load average (1 min) after", "host_load_after", ""),
 ]
 
 

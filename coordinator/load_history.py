@@ -19,8 +19,9 @@ plus one more unit per 100 entities moved, so a 1000-entity scan page costs like
 
 Samples are kept per range id (a moved range keeps its history; the halves of a split start new
 ones) for ``window_s`` seconds and at most ``max_samples`` reports per range. A range's old samples
-are dropped when it reports again; ranges that stopped reporting are swept every ``window_s / 4``
-(so a report costs O(1), not O(ranges), with 100,000 ranges).
+are dropped when it reports again; ranges that stopped reporting are swept every ``window_s / 4``,
+``SWEEP_CHUNK`` ranges per report (so a report costs O(1), not O(ranges), with 100,000 ranges: a
+sweep of them in one go held the coordinator's loop for 60 ms).
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from typing import Any, NamedTuple
 
 RATE_KEYS = ("reads_s", "writes_s", "busy_s")
 ENTITY_WEIGHT = 0.01  # one score unit per 100 entities/s
+SWEEP_CHUNK = 2000  # ranges checked for stale samples per add() while a sweep runs
 
 
 def load_score(load: Mapping[str, Any]) -> float:
@@ -74,6 +76,7 @@ class LoadHistory:
         self._first: dict[str, float] = {}
         self._servers: dict[str, tuple[float, dict[str, float]]] = {}
         self._pruned = float("-inf")
+        self._sweep: list[str] = []  # range ids the running sweep has still to check
         self._confirmed: dict[str, float] = {}  # server -> its last heartbeat (confirms its reports)
 
     # --- input --------------------------------------------------------------------------------
@@ -101,8 +104,10 @@ class LoadHistory:
             q.append(s)
             scores[rid] = s.score
         self._servers[server] = (now, scores)
-        if self.now - self._pruned >= max(1.0, self.window_s / 4):
-            self._prune()  # ranges that stopped reporting
+        if not self._sweep and self.now - self._pruned >= max(1.0, self.window_s / 4):
+            self._start_sweep()  # ranges that stopped reporting
+        if self._sweep:
+            self._prune(SWEEP_CHUNK)
 
     def confirm(self, now: float, server: str) -> None:
         """Record that ``server`` heartbeated at ``now``: the latest reports it sent for its ranges
@@ -123,18 +128,28 @@ class LoadHistory:
         self._servers.pop(server, None)
         self._confirmed.pop(server, None)
 
-    def _prune(self) -> None:
+    def _start_sweep(self) -> None:
         self._pruned = self.now
         horizon = self.now - self.window_s
-        for rid in list(self._ranges):
-            q = self._ranges[rid]
+        for server in [s for s, (t, _) in self._servers.items() if t < horizon]:
+            del self._servers[server]
+        self._sweep = list(self._ranges)
+
+    def _prune(self, n: int) -> None:
+        """Check the next ``n`` ranges of the running sweep: drop their samples older than the
+        window, and the ranges left without any."""
+        horizon = self.now - self.window_s
+        sweep, ranges = self._sweep, self._ranges
+        for _ in range(min(n, len(sweep))):
+            rid = sweep.pop()
+            q = ranges.get(rid)
+            if q is None:
+                continue
             while q and q[0].t < horizon:
                 q.popleft()
             if not q:
-                del self._ranges[rid]
+                del ranges[rid]
                 self._first.pop(rid, None)
-        for server in [s for s, (t, _) in self._servers.items() if t < horizon]:
-            del self._servers[server]
 
     # --- queries ------------------------------------------------------------------------------
 

@@ -324,12 +324,16 @@ def collect_garbage(co: Coordinator, ctl: Controller) -> list[str]:
     controller runs jobs one at a time, so no operation that allocated a directory is in flight.
     """
     root = os.path.join(co.cfg.data_dir, "ranges")
-    with co.lock:
+    names = sorted(os.listdir(root)) if os.path.isdir(root) else []
+    if not names:
+        return []
+    with co.lock:  # references only: the sets are built outside the lock the heartbeats need
         used = set(co.pmap.ranges)
-        for info in co.servers.values():
-            used |= {r[0] for r in info.ranges}
+        reported = [info.ranges for info in co.servers.values()]
+    for ranges in reported:  # a heartbeat replaces a server's list, never changes it in place
+        used.update(r[0] for r in ranges)
     removed = []
-    for name in sorted(os.listdir(root)) if os.path.isdir(root) else []:
+    for name in names:
         if name not in used:
             shutil.rmtree(os.path.join(root, name), ignore_errors=True)
             removed.append(name)

@@ -1,0 +1,88 @@
+"""The coordinator's request dispatch: heartbeats, map requests, status and admin commands.
+
+Quick questions (status, events, the map, tables) are answered at once in the loop thread; every
+multi-step change (create or delete a table, move, split, merge, backup) goes to the controller
+thread, which answers when it is done (:mod:`coordinator.operations`).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from coordinator import acl, backup, client_keys, leases
+from coordinator import operations as ops
+from rangetable import curve, protocol
+from rangetable.errors import TableError
+
+if TYPE_CHECKING:
+    from coordinator.server import Coordinator
+
+text = protocol.field
+JOBS = {  # op -> (controller job, its arguments from the request)
+    "create_table": (ops.create_table, lambda r: (text(r, "table", str),)),
+    "delete_table": (ops.delete_table, lambda r: (text(r, "table", str),)),
+    "move": (ops.move, lambda r: (text(r, "range", str), text(r, "server", str))),
+    "split": (ops.split, lambda r: (text(r, "range", str), text(r, "key", str, None))),
+    "merge": (ops.merge, lambda r: (text(r, "range", str),)),
+    "backup": (backup.backup, lambda r: (text(r, "dir", str),)),
+}
+
+
+def handle(co: Coordinator, ident: bytes, rid: bytes, req: dict, role: str | None) -> bytes | None:
+    """Answer a request now (returns the body) or hand it to the controller (None).
+
+    ``role`` is the sender's, from its CURVE key: only partition servers heartbeat, only the admin
+    key adds or revokes client keys, frontends and the admin key send the rest (``curve.may``).
+    """
+    op = req["op"]
+    kind = ("heartbeat" if op == "heartbeat" else "keys_list" if op == "keys_list"
+            else "keys_admin" if op in client_keys.OPS else "admin")
+    if not curve.may("coordinator", kind, role):
+        raise TableError("AuthorizationPermissionMismatch", f"{op!r} is not accepted from a {role or 'client'} key")
+    if op in client_keys.OPS:
+        return protocol.ok(client_keys.handle(co, op, req))
+    if op == "heartbeat":
+        return protocol.ok(leases.heartbeat(co, req))
+    if op == "map":
+        since = req.get("since")
+        if isinstance(since, int) and not isinstance(since, bool):
+            co.publish()  # changes committed but not yet published go out first
+            with co.lock:
+                delta = co.deltas.since(since, co.published)
+            if delta is not None:
+                return protocol.ok({**delta, "pub": co.pub_endpoint})
+        return co.snapshots.answer(ident, rid)  # None: the snapshot thread answers when it is packed
+    if op in ("status", "ranges"):
+        return protocol.ok(co.status())
+    if op == "servers":  # the server list alone: cheap with a large map (no ranges, no loads)
+        return protocol.ok({"version": co.pmap.version, "servers": co.server_list(loads=False),
+                            "gc": co.gc.snapshot()})
+    if op == "balancer":
+        with co.lock:
+            return protocol.ok(co.balancing.control(req))
+    if op == "events":
+        since = protocol.field(req, "since", int, 0)
+        limit = protocol.field(req, "limit", int, 200)
+        with co.lock:
+            return protocol.ok([e for e in co.events if e["seq"] > since][-limit:] if limit > 0 else [])
+    if op == "list_tables":
+        with co.lock:
+            return protocol.ok({"tables": sorted(co.pmap.tables.values(), key=str.lower), "next": None})
+    if op == "get_table":
+        with co.lock:
+            return protocol.ok({"table": co.pmap.table_name(protocol.field(req, "table", str))})
+    if op in acl.OPS:
+        return protocol.ok(acl.handle(co, op, req))
+    if op not in JOBS:
+        raise TableError("InvalidInput", f"unknown op {op!r}")
+    fn, args = JOBS[op]
+    try:
+        argv = args(req)
+    except KeyError as exc:
+        raise TableError("InvalidInput", f"missing field {exc}") from None
+
+    def reply(res: Any, err: TableError | None) -> None:
+        co._notify([b"reply", ident, rid, protocol.error(err) if err else protocol.ok(res)])
+
+    co.controller.submit(fn, co, co.controller, *argv, reply=reply)
+    return None

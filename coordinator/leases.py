@@ -1,0 +1,133 @@
+"""Heartbeats and leases: what the coordinator knows of each partition server, and when one is dead.
+
+A partition server heartbeats every 0.5 s with its open ranges and its changed load reports; the
+answer is its lease (the ZeroMQ guide's *Paranoid Pirate* pattern: the heartbeat is the request,
+the lease the reply). A server is declared dead when nothing was heard from it for
+``lease_s + lease_grace_s``: its lease (counted from when it *sent* its last answered heartbeat) has
+surely lapsed by then, so its ranges can be reassigned without two servers ever serving one range.
+
+Functions here run in the coordinator's loop thread and take the :class:`~coordinator.server.Coordinator`.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from coordinator import operations as ops
+
+if TYPE_CHECKING:
+    from coordinator.server import Coordinator
+
+log = logging.getLogger("rangetable.coordinator")
+
+
+@dataclass
+class ServerInfo:
+    """What the coordinator knows of one partition server."""
+
+    id: str
+    endpoint: str
+    incarnation: str
+    last_seen: float
+    pid: int = 0
+    alive: bool = True
+    ranges: list = field(default_factory=list)
+    load: dict = field(default_factory=dict)
+    pending: int = 0  # requests queued at the server in its last loop turn
+    in_step: tuple | None = None  # (owner stamp, range count) when its report last matched the map
+
+
+def heartbeat(co: Coordinator, req: dict) -> dict:
+    """Take one heartbeat (register the server when it is new or restarted, keep its ranges and
+    load reports, ask the controller to reconcile it when its ranges differ from the map) and
+    return the lease."""
+    sid = req["server"]
+    now = time.monotonic()
+    with co.lock:
+        info = co.servers.get(sid)
+        fresh = info is None or info.incarnation != req["incarnation"] or not info.alive
+        if fresh:
+            info = ServerInfo(sid, req["endpoint"], req["incarnation"], now, int(req.get("pid", 0)))
+            co.servers[sid] = info
+            log.info("partition server %s registered at %s", sid, info.endpoint)
+            # Persisted with the other registrations of this batch, before any answer leaves
+            # (one synced write for hundreds of servers starting at once).
+            co.changes.servers.add(sid)
+            co.registrations[b"server/" + sid.encode()] = {"endpoint": info.endpoint, "pid": info.pid}
+        info.last_seen = now
+        ranges = req.get("ranges", [])
+        same = ranges == info.ranges
+        if not same:
+            # An unchanged list is not kept: the one decoded now dies at once. Kept, 1,000 servers'
+            # lists (100,000 small lists, each living one heartbeat interval) were always in the
+            # collector's youngest generation, and every young collection walked them.
+            info.ranges = ranges
+        load = req.get("load", {})
+        if load:  # only changed reports come (plus all every few seconds): keep the latest of each
+            info.load.update(load)
+        if len(info.load) > len(ranges):
+            open_ids = {r[0] for r in ranges}
+            info.load = {rid: ld for rid, ld in info.load.items() if rid in open_ids}
+        info.pending = int(req.get("pending", 0))
+        co.balancing.on_heartbeat(sid, load, now)
+        stamp = (co.pmap.owner_stamp(sid), co.pmap.owned_count(sid))
+        if same and info.in_step == stamp:
+            differs = False  # the same report as last time, and nothing of this server changed
+        else:
+            differs, exact = mismatch(co, info)
+            info.in_step = stamp if exact else None
+    if fresh:
+        co.controller.submit(ops.assign_orphans, co, co.controller, key="orphans")
+    if differs:
+        co.controller.submit(ops.reconcile, co, co.controller, sid, key=f"reconcile:{sid}")
+    return {"lease_s": co.cfg.lease_s, "version": co.pmap.version, "term": co.term}
+
+
+def mismatch(co: Coordinator, info: ServerInfo) -> tuple[bool, bool]:
+    """(the server's open ranges differ from the map, they are exactly the map's)."""
+    pmap = co.pmap
+    reported = {(rid, epoch) for rid, epoch, state in info.ranges if state == "serving"}
+    pending = {rid for rid, _, state in info.ranges if state != "serving"}
+    desired = {(r["id"], r["epoch"]) for r in pmap.owned_by(info.id) if r["state"] == "serving"}
+    busy = pmap.busy_ids()
+    extra = {rid for rid, _ in reported - desired if rid not in busy}
+    stale_pending = {rid for rid in pending if rid in pmap.ranges or rid < f"r{pmap.next_id:06d}"}
+    stale_pending -= busy
+    differs = bool(desired - reported or extra or (stale_pending and not co.controller.jobs.qsize()))
+    return differs, not pending and reported == desired
+
+
+def overdue(co: Coordinator, now: float) -> bool:
+    """True when some live server has been silent past lease + grace."""
+    limit = co.cfg.lease_s + co.cfg.lease_grace_s
+    with co.lock:
+        return any(s.alive and now - s.last_seen > limit for s in co.servers.values())
+
+
+def check_servers(co: Coordinator) -> None:
+    """Declare every server silent past lease + grace dead, in one map change, and have the
+    controller reassign their ranges."""
+    now = time.monotonic()
+    limit = co.cfg.lease_s + co.cfg.lease_grace_s
+    dead = []
+    with co.lock:
+        for s in co.servers.values():
+            if s.alive and now - s.last_seen > limit:
+                s.alive = False
+                dead.append(s)
+    if not dead:
+        return
+    for s in dead:
+        log.warning("partition server %s silent for %.1f s: declared dead", s.id, now - s.last_seen)
+        co.balancing.on_server_dead(s.id)
+    # one durable write for the events and one for the map version, however many died at once
+    co.record_events([{"kind": "server_dead", "server": s.id, "silent_s": round(now - s.last_seen, 2)}
+                      for s in dead])
+    with co.lock:
+        co.changes.servers.update(s.id for s in dead)
+        co.pmap.version += 1
+        co.commit(({b"meta/version": co.pmap.version}, []))
+    co.controller.submit(ops.assign_orphans, co, co.controller, key="orphans")

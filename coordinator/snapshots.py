@@ -1,0 +1,83 @@
+"""Map snapshots for frontends, packed in a thread of their own.
+
+A frontend that starts (or lost too many deltas) asks for the whole map: with 100,000 ranges that
+is 10.7 MB to copy, sort and pack, about 0.15 s of CPU on an idle core and most of a second on a
+loaded host. Built in the coordinator's loop, that stalled every heartbeat answer behind it (the
+ZeroMQ guide's *Clone* pattern serves snapshots from a separate thread for the same reason). Here
+the loop only queues the request; the snapshot thread copies the records under the coordinator's
+lock (the controller changes records in place), sorts and packs them without it, and answers
+through the loop's inproc socket. One packed snapshot per map state serves every frontend asking.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from operator import itemgetter
+from typing import TYPE_CHECKING
+
+from rangetable import protocol
+from rangetable.errors import TableError
+
+if TYPE_CHECKING:
+    from coordinator.server import Coordinator
+
+log = logging.getLogger("rangetable.coordinator")
+
+
+class Snapshots:
+    """The packed ``map`` answer: served from a cache, or built by a thread and sent when ready."""
+
+    def __init__(self, co: Coordinator) -> None:
+        self.co = co
+        self._cond = threading.Condition()
+        self._waiting: list[tuple[bytes, bytes]] = []  # (routing id, request id) of requests to answer
+        self._cached: tuple[tuple[int, int], bytes] | None = None  # ((version, commits), packed answer)
+        self._thread: threading.Thread | None = None
+
+    def answer(self, ident: bytes, rid: bytes) -> bytes | None:
+        """The packed answer when the cached one is of the current map; else None (it is sent
+        later, through ``co._notify``)."""
+        key = self.co.map_key()
+        with self._cond:
+            if self._cached is not None and self._cached[0] == key:
+                return self._cached[1]
+            self._waiting.append((ident, rid))
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="map-snapshots", daemon=True)
+                self._thread.start()
+            self._cond.notify()
+        return None
+
+    def build(self) -> tuple[tuple[int, int], bytes]:
+        """Pack the current map: ((version, commits), the ``map`` answer)."""
+        co = self.co
+        with co.lock:  # copies: the controller changes records in place
+            key = co.map_key()
+            ranges = [r.copy() for r in co.pmap.ranges.values()]
+            snap = {"version": co.pmap.version, "tables": sorted(co.pmap.tables.values()), "ranges": ranges,
+                    "servers": {s.id: s.endpoint for s in co.servers.values() if s.alive and s.endpoint},
+                    "pub": co.pub_endpoint}
+        ranges.sort(key=itemgetter("table", "low"))  # C-level key: ~0.1 s for 100,000 ranges, not ~1 s
+        return key, protocol.ok(snap)
+
+    def _run(self) -> None:
+        while not self.co.stopping:
+            with self._cond:
+                while not self._waiting:
+                    self._cond.wait(1.0)
+                    if self.co.stopping:
+                        return
+                waiting, self._waiting = self._waiting, []
+                cached = self._cached
+            try:
+                if cached is None or cached[0] != self.co.map_key():
+                    cached = self.build()
+                    with self._cond:
+                        self._cached = cached
+                body = cached[1]
+            except Exception as exc:
+                log.exception("packing a map snapshot failed")
+                body = protocol.error(TableError("InternalError", f"{type(exc).__name__}: {exc}"))
+            for ident, rid in waiting:
+                self.co._notify([b"reply", ident, rid, body])

@@ -1,0 +1,107 @@
+"""What keeps the coordinator's loop answering heartbeats with a large map: the collector's pauses
+and freezes (rangetable/gc_tuning.py), the load history's chunked sweep, map snapshots packed by a
+thread of their own (coordinator/snapshots.py), and unchanged range lists not kept."""
+
+from __future__ import annotations
+
+import gc
+import threading
+import time
+from types import SimpleNamespace
+
+import pytest
+
+from coordinator import leases, load_history
+from coordinator.leases import ServerInfo
+from coordinator.load_history import LoadHistory
+from coordinator.partition_map import PartitionMap
+from coordinator.snapshots import Snapshots
+from rangetable import protocol
+from rangetable.gc_tuning import GcPauses
+
+
+@pytest.fixture
+def pauses():
+    p = GcPauses().install()
+    yield p
+    gc.callbacks.remove(p._on_gc)
+    gc.unfreeze()
+
+
+def test_gc_pauses_are_recorded_and_survivors_frozen_only_after_an_older_collection(pauses) -> None:
+    gc.collect(0)
+    assert pauses.count[0] >= 1 and pauses.max_s[0] >= 0.0
+    assert not pauses.freeze_survivors()  # only young collections so far: nothing frozen
+    frozen = gc.get_freeze_count()
+    keep = [[i] for i in range(1000)]  # long-lived containers
+    gc.collect(1)
+    assert pauses.freeze_survivors()
+    assert gc.get_freeze_count() >= frozen + len(keep)
+    assert not pauses.freeze_survivors()  # once per older collection
+    snap = pauses.snapshot()
+    assert snap["collections"][1] >= 1 and snap["freezes"] == 1 and snap["frozen_objects"] >= len(keep)
+    assert pauses.freeze_survivors(now=True) and pauses.frozen == 2
+
+
+def test_load_history_sweeps_silent_ranges_a_chunk_per_report(monkeypatch) -> None:
+    monkeypatch.setattr(load_history, "SWEEP_CHUNK", 10)
+    h = LoadHistory(window_s=8.0)
+    h.add(0.0, "s1", {f"r{i:03d}": {"reads_s": 1.0} for i in range(50)})
+    h.add(1.0, "s2", {"x": {"reads_s": 1.0}})
+    assert len(h.ranges()) == 51
+    t = 20.0  # r000…r049 stopped reporting: older than the window
+    h.add(t, "s2", {"x": {"reads_s": 2.0}})  # starts a sweep, checks the first 10
+    assert 40 <= len(h.ranges()) <= 42
+    for _ in range(6):
+        t += 0.1
+        h.add(t, "s2", {"x": {"reads_s": 2.0}})
+    assert h.ranges() == ["x"]
+    assert h.servers() == ["s2"]
+
+
+def _coordinator(n: int) -> SimpleNamespace:
+    pm = PartitionMap()
+    pm.create_table("t", "s1")
+    co = SimpleNamespace(lock=threading.RLock(), pmap=pm, servers={}, pub_endpoint="tcp://p", stopping=False,
+                         commits=0, sent=[])
+    co.map_key = lambda: (co.pmap.version, co.commits)
+    co._notify = co.sent.append
+    return co
+
+
+def test_snapshots_are_packed_by_their_thread_and_cached_per_map_state() -> None:
+    co = _coordinator(1)
+    snaps = Snapshots(co)
+    try:
+        assert snaps.answer(b"fe1", b"q1") is None  # the loop does not wait for it
+        deadline = time.monotonic() + 5
+        while not co.sent and time.monotonic() < deadline:
+            time.sleep(0.01)
+        (frames,) = co.sent
+        assert frames[:3] == [b"reply", b"fe1", b"q1"]
+        snap = protocol.result(frames[3])
+        assert snap["version"] == co.pmap.version and [r["id"] for r in snap["ranges"]] == ["r000001"]
+        assert snaps.answer(b"fe2", b"q2") == frames[3]  # the same map state: the cached bytes at once
+        co.commits += 1  # a commit without a new version is a new state too
+        assert snaps.answer(b"fe3", b"q3") is None
+    finally:
+        co.stopping = True
+
+
+def test_an_unchanged_range_list_keeps_the_stored_one() -> None:
+    info = ServerInfo("s1", "tcp://a", "i1", 0.0, ranges=[["r000001", 1, "serving"]])
+    stored = info.ranges
+    pm = PartitionMap()
+    pm.create_table("t", "s1")
+    calls = []
+    co = SimpleNamespace(lock=threading.RLock(), servers={"s1": info}, pmap=pm, changes=None, registrations={},
+                         balancing=SimpleNamespace(on_heartbeat=lambda *a: None),
+                         controller=SimpleNamespace(submit=lambda *a, **k: calls.append(k),
+                                                    jobs=SimpleNamespace(qsize=lambda: 0)),
+                         cfg=SimpleNamespace(lease_s=2.0), term=1)
+    req = {"op": "heartbeat", "server": "s1", "endpoint": "tcp://a", "incarnation": "i1",
+           "ranges": [["r000001", 1, "serving"]], "load": {}}
+    assert leases.heartbeat(co, req)["lease_s"] == 2.0
+    assert info.ranges is stored and not calls  # equal: the decoded list is dropped, nothing to reconcile
+    leases.heartbeat(co, {**req, "ranges": []})
+    assert info.ranges == [] and calls  # changed: stored, and the server is reconciled
