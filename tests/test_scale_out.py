@@ -75,13 +75,15 @@ def test_http_frontends_share_one_port_and_both_take_connections(cluster: Cluste
 
 @pytest.mark.parametrize("extra", [["--mix", "mixed"], ["--mix", "mixed", "--http"], ["--mix", "hot-partition"]])
 def test_soak_prints_a_row_per_interval_and_a_verdict(cluster: Cluster, extra: list[str]) -> None:
-    argv = [sys.executable, "-m", "cli.main", "bench", "soak", "--data-dir", cluster.data_dir, "--minutes", "0.2",
-            "--interval", "4", "--threads", "2", "--preload", "2000", "--json", *extra]
+    argv = [sys.executable, "-m", "cli.main", "bench", "soak", "--data-dir", cluster.data_dir, "--minutes", "0.1",
+            "--interval", "2", "--threads", "2", "--preload", "2000", "--json", *extra]
     out = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=120)
     res = json.loads(out.stdout)
     rows = res["rows"]
     assert len(rows) == 3 and all(r["ops"] > 0 for r in rows), out.stderr
-    assert set(rows[0]["rss"]) == {p["id"] for p in cluster.refresh()["processes"]}
+    procs = cluster.refresh()["processes"]
+    assert set(rows[0]["rss"]) == {p["id"] for p in procs}
+    assert set(rows[-1]["cache"]) == {p["id"] for p in procs if p["role"] == "partition-server"}  # from /metrics
     assert all(r["disk_bytes"] > 0 and r["pending_compaction_bytes"] >= 0 for r in rows)
     kinds = set().union(*(r["by_kind"] for r in rows))
     if "hot-partition" in extra:
