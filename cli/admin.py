@@ -72,3 +72,12 @@ def _call_one(endpoint: str, body: dict, timeout: float) -> Any:
 def range_loads(status: dict) -> dict[str, dict]:
     """Each range's last load report (range id → report), from a coordinator ``status`` answer."""
     return {rid: ld for s in status.get("servers", []) for rid, ld in (s.get("load") or {}).items()}
+
+
+def human_size(n: float) -> str:
+    """Bytes for people: ``512 B``, ``1.5 KiB``, … up to GiB."""
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return str(n)

@@ -8,7 +8,7 @@ import os
 
 import click
 
-from cli.admin import call
+from cli.admin import call, human_size
 from cli.main import data_dir_option, json_option, main
 
 coordinator_option = click.option("--coordinator", default=None, help="Coordinator endpoint (default: cluster.json).")
@@ -25,14 +25,6 @@ def _coordinator(data_dir: str, endpoint: str | None) -> str:
         raise click.ClickException(f"no cluster.json in {data_dir}: start one with `rangetable up` "
                                    "or pass --coordinator")
     return doc["coordinator"]
-
-
-def _size(n: float) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if n < 1024 or unit == "GiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return str(n)
 
 
 @main.command("backup")
@@ -58,7 +50,7 @@ def backup_cmd(dest: str, timeout: float, data_dir: str, coordinator: str | None
     linked = sum(r["linked"] for r in m["ranges"]) + m["coordinator"]["linked"]
     slowest = max((r["ms"] for r in m["ranges"]), default=0.0)
     click.echo(f"backup in {dest}: {len(m['tables'])} tables, {len(m['ranges'])} ranges, "
-               f"{_size(m['bytes'])} in {len(files)} files "
+               f"{human_size(m['bytes'])} in {len(files)} files "
                f"({linked} hard-linked) in {m['seconds']:.2f} s")
     click.echo(f"map version {m['map_version']}; each range checkpointed at its own instant, "
                f"the slowest in {slowest:.1f} ms")

@@ -8,7 +8,7 @@ from typing import Any
 
 import click
 
-from cli.admin import call, range_loads
+from cli.admin import call, human_size, range_loads
 from cli.bench import bench_control_plane, bench_frontends, bench_scale, bench_soak, bench_takeover
 from cli.main import data_dir_option, json_option, main
 from rangetable.rest_json import json_to_typed, typed_to_json
@@ -234,17 +234,9 @@ def ranges_cmd(table: str | None, data_dir: str, coordinator: str | None, as_jso
         rps = ld.get("reads_s", 0) + ld.get("writes_s", 0)
         click.echo(f"{r['id']:8} {r['table'][:14]:14} {_fmt_key(r['low'], ''):>12} {_fmt_key(r['high'], '∞'):>12} "
                    f"{str(r['owner']):8} {r['epoch']:>5} {r['state']:9} {ld.get('entities', 0):>9} "
-                   f"{_size(ld.get('bytes', 0)):>9} {rps:>8.1f}")
+                   f"{human_size(ld.get('bytes', 0)):>9} {rps:>8.1f}")
     click.echo("")
     _print_servers(st["servers"])
-
-
-def _size(n: int) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if n < 1024 or unit == "GiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return str(n)
 
 
 def _print_servers(servers: list[dict]) -> None:
