@@ -316,7 +316,7 @@ class RangeStore:
         w = self._window
         if rid is not None:
             self._req_writes += 1
-            w = add_record(self._db, wb, w, rid, ts, kind, answer, stale, self._cutoff(),
+            w = add_record(self._db, wb, w, rid, ts, kind, answer, stale, self._cutoff,
                            (self.request_window_max, self.request_window_bytes), self._req_writes % PURGE_EVERY == 0)
         wb.put(META_TS, pack_meta(ts, w))
         n = len(wb)

@@ -147,11 +147,12 @@ def purge(db: rocksdict.Rdict, wb: rocksdict.WriteBatch, w: Window, cutoff: int,
 
 
 def add_record(db: rocksdict.Rdict, wb: rocksdict.WriteBatch, w: Window, rid: bytes, ts: int, kind: bytes,
-               answer: bytes, stale: tuple[bytes, int] | None, cutoff: int, bounds: tuple[int, int],
+               answer: bytes, stale: tuple[bytes, int] | None, cutoff: Callable[[], int], bounds: tuple[int, int],
                purge_now: bool) -> Window:
     """Add request ``rid``'s record (see :func:`record`) to ``wb``, with the delete of its ``stale``
     expired record (see :func:`lookup`) and a purge when the window overflows ``bounds`` (records,
-    bytes) or ``purge_now`` (the periodic age purge); returns the window after the batch."""
+    bytes) or ``purge_now`` (the periodic age purge: records older than ``cutoff()``, asked only
+    then); returns the window after the batch."""
     count, nbytes, purge_from = w
     if stale is not None:
         wb.delete(stale[0])
@@ -163,7 +164,7 @@ def add_record(db: rocksdict.Rdict, wb: rocksdict.WriteBatch, w: Window, rid: by
     if full or purge_now:
         # a full window is purged a chunk below its bounds; deletes go before the new record's puts
         count, nbytes, purge_from = purge(
-            db, wb, Window(count, nbytes, purge_from), cutoff,
+            db, wb, Window(count, nbytes, purge_from), cutoff(),
             max_count - min(PURGE_CHUNK, max_count // 64) if full else max_count,
             max_bytes - max_bytes // 64 if full else max_bytes, stale and stale[0])
     record_puts(wb, rid, ts, rec)
