@@ -122,10 +122,12 @@ def purge(db: rocksdict.Rdict, wb: rocksdict.WriteBatch, w: Window, cutoff: int,
     """
     plen = len(REQT_PREFIX)
     count, nbytes, start_ts = w
+    first = REQT_PREFIX + _TS.pack(start_ts)
+    last = None
     deleted = 0
     ro = rocksdict.ReadOptions()
     ro.set_iterate_upper_bound(REQT_END)
-    it = db.items(from_key=REQT_PREFIX + _TS.pack(start_ts), read_opt=ro)
+    it = db.items(from_key=first, read_opt=ro)
     try:
         for k, v in it:
             if deleted >= PURGE_MAX_DELETES:
@@ -133,16 +135,19 @@ def purge(db: rocksdict.Rdict, wb: rocksdict.WriteBatch, w: Window, cutoff: int,
             ts = _TS.unpack_from(k, plen)[0]
             if count <= max_count and nbytes <= max_bytes and ts >= cutoff:
                 break
-            start_ts = ts
+            start_ts, last = ts, k
             if k == skip:
                 continue
-            wb.delete(k)
             wb.delete(REQ_PREFIX + k[plen + 8 :])
             count -= 1
             nbytes -= _SIZE.unpack(v)[0] if len(v) == 4 else 0
             deleted += 1
     finally:
         it = None
+    if last is not None:
+        # every index key walked goes in one range tombstone, not one tombstone each: a run of point
+        # tombstones in key order would mark each flushed SST for the compact-on-deletion collector
+        wb.delete_range(first, last + b"\x00")
     return Window(max(count, 0), max(nbytes, 0), start_ts)
 
 

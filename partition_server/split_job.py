@@ -8,8 +8,8 @@ thread replays the records into the halves until few remain. The switch-over, on
 (so no write is in flight), replays the rest and hands the halves over; the range is offline only
 from then until the coordinator has committed the split and loaded the halves.
 
-Replaying a record that the checkpoint already holds is harmless: records are blind puts and deletes
-of whole values, replayed in commit order, so the halves end as they would after a checkpoint taken
+Replaying a record that the checkpoint already holds is harmless: records are blind puts, deletes
+and range deletes of whole values, replayed in commit order, so the halves end as they would after a checkpoint taken
 at the switch-over. Each entity key goes to the half whose span holds it; meta keys (the last
 Timestamp, the request-id window and its records) go to both, as a plain split keeps them in both.
 """
@@ -23,6 +23,7 @@ from collections.abc import Callable
 import rocksdict
 
 from partition_server.range_store import RangeStore
+from partition_server.tee import Ops, RangeEnd
 from rangetable.errors import TableError
 from rangetable.keys import META_PREFIX
 from rangetable.stats import StepClock
@@ -31,7 +32,7 @@ CATCH_UP_ROUNDS = 20  # replays on the background thread before the switch-over 
 CATCH_UP_ENOUGH = 256  # operations: fewer left over than this and the switch-over replays them
 
 
-def replay(records: list[list[tuple[bytes, bytes | None]]], split_key: bytes,
+def replay(records: list[Ops], split_key: bytes,
            left: RangeStore, right: RangeStore) -> int:
     """Write recorded batches into the halves: an entity key into the half that holds it (left below
     ``split_key``), a meta key into both. Returns how many operations were replayed."""
@@ -45,6 +46,10 @@ def replay(records: list[list[tuple[bytes, bytes | None]]], split_key: bytes,
                 targets = batches[:1] if key < split_key else batches[1:]
             else:
                 targets = batches
+            if type(value) is RangeEnd:
+                _replay_range(batches, key, value.end, split_key)
+                n += 1
+                continue
             for wb in targets:
                 if value is None:
                     wb.delete(key)
@@ -54,6 +59,17 @@ def replay(records: list[list[tuple[bytes, bytes | None]]], split_key: bytes,
     left.write_raw(batches[0])
     right.write_raw(batches[1])
     return n
+
+
+def _replay_range(batches: tuple[rocksdict.WriteBatch, rocksdict.WriteBatch], begin: bytes, end: bytes,
+                  split_key: bytes) -> None:
+    """A recorded range delete ``[begin, end)`` into the halves: its entity keys below ``split_key`` to
+    the left, its other entity keys to the right, its meta keys to both."""
+    left, right = batches
+    for wb, lo, hi in ((left, begin, min(end, split_key)), (left, max(begin, META_PREFIX), end),
+                       (right, max(begin, split_key), end)):
+        if lo < hi:
+            wb.delete_range(lo, hi)
 
 
 class SplitJob:

@@ -7,7 +7,7 @@ Every range store (and anything else holding a RocksDB) must open it through :fu
 * it repairs a ``rocksdict-config.json`` that a stray non-raw open (``Rdict(path)`` in a debug shell)
   rewrote to ``raw_mode:false``, which would otherwise make every later raw open fail with
   ``does not match existing comparator leveldb.BytewiseComparator`` (gotcha 2);
-* it sizes each DB for many DBs per process: 8 MiB memtables, one block cache and one write-buffer
+* it sizes each DB for many DBs per process: 16 MiB memtables, one block cache and one write-buffer
   manager shared by every store of the process, bloom filters for point reads, few open files — also
   when it reopens an existing DB (rocksdict would otherwise reload the column family's options from the
   OPTIONS file and drop the table factory).
@@ -27,15 +27,18 @@ import rocksdict
 CONFIG_FILE = "rocksdict-config.json"
 RAW_CONFIG = {"raw_mode": True, "prefix_extractors": {}}
 
-WRITE_BUFFER_SIZE = 8 << 20  # per memtable
+WRITE_BUFFER_SIZE = 16 << 20  # per memtable
 MAX_WRITE_BUFFERS = 3
+L0_COMPACTION_TRIGGER = 8  # L0 files that start a compaction into L1 (RocksDB's default is 4)
 SHARED_CACHE_BYTES = 128 << 20  # one LRU block cache per process (--block-cache-mb)
 SHARED_WRITE_BUFFER_BYTES = 256 << 20  # memtable budget across every DB of the process (--memtable-budget-mb)
 MAX_OPEN_FILES = 256  # per DB; many DBs share the process's descriptor limit
 # An SST holding DELETION_TRIGGER tombstones within any DELETION_WINDOW consecutive entries is compacted
-# soon: deletes in key order (a queue of entities, expired request records) then stop costing scans.
+# soon: deletes in key order (a queue of entities) then stop costing scans. 75 %, not 50 %: the request
+# records' purge interleaves a delete with every put in their region, and at 50 % about every second SST
+# was marked and rewritten again and again (compaction CPU per write doubled; docs/scale.md).
 DELETION_WINDOW = 16384
-DELETION_TRIGGER = 8192
+DELETION_TRIGGER = 12288
 
 _shared_lock = threading.Lock()
 _shared: tuple[rocksdict.Cache, rocksdict.WriteBufferManager] | None = None
@@ -87,12 +90,14 @@ def memory_usage() -> dict[str, int]:
 
 
 def db_options(*, create: bool = True, bloom_bits: int = 10, block_cache_bytes: int | None = None,
-               write_buffer_size: int = WRITE_BUFFER_SIZE, compact_deletions: bool = True) -> rocksdict.Options:
+               write_buffer_size: int = WRITE_BUFFER_SIZE, compact_deletions: bool = True,
+               deletion_trigger: int = DELETION_TRIGGER, l0_trigger: int = L0_COMPACTION_TRIGGER) -> rocksdict.Options:
     """Raw-mode Options tuned for many small DBs in one process (shared cache and memtable budget).
 
     The keywords exist to measure alternatives (``rangetable bench store --options``): ``bloom_bits``
     0 turns bloom filters off, ``block_cache_bytes`` gives the DB a private cache of that size,
-    ``compact_deletions`` False leaves out the compact-on-deletion collector.
+    ``compact_deletions`` False leaves out the compact-on-deletion collector, ``deletion_trigger`` is its
+    threshold, ``l0_trigger`` the number of L0 files that starts a compaction.
     """
     cache, wbm = _shared_resources()
     if block_cache_bytes is not None:
@@ -105,10 +110,11 @@ def db_options(*, create: bool = True, bloom_bits: int = 10, block_cache_bytes: 
     o.set_max_open_files(MAX_OPEN_FILES)
     o.set_keep_log_file_num(2)
     o.set_max_log_file_size(4 << 20)
+    o.set_level_zero_file_num_compaction_trigger(l0_trigger)
     o.set_target_file_size_base(16 << 20)
     o.set_max_bytes_for_level_base(64 << 20)
     if compact_deletions:
-        o.add_compact_on_deletion_collector_factory(DELETION_WINDOW, DELETION_TRIGGER, 0.5)
+        o.add_compact_on_deletion_collector_factory(DELETION_WINDOW, deletion_trigger, 0.5)
     bb = rocksdict.BlockBasedOptions()
     bb.set_block_cache(cache)
     if bloom_bits:

@@ -3,11 +3,19 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 import rocksdict
 
-Ops = list[tuple[bytes, bytes | None]]  # one recorded batch: (key, value) puts and (key, None) deletes
+
+class RangeEnd(NamedTuple):
+    """The end (exclusive) of a recorded range delete: ``(begin, RangeEnd(end))``."""
+
+    end: bytes
+
+
+# one recorded batch: (key, value) puts, (key, None) deletes and (begin, RangeEnd(end)) range deletes
+Ops = list[tuple[bytes, "bytes | None | RangeEnd"]]
 
 
 class RecordingBatch:
@@ -28,6 +36,11 @@ class RecordingBatch:
         """Delete ``key`` (and record it)."""
         self.wb.delete(key)
         self.ops.append((key, None))
+
+    def delete_range(self, begin: bytes, end: bytes) -> None:
+        """Delete the keys ``[begin, end)`` (and record it)."""
+        self.wb.delete_range(begin, end)
+        self.ops.append((begin, RangeEnd(end)))
 
     def __len__(self) -> int:
         return len(self.wb)

@@ -144,3 +144,21 @@ def test_frontends_route_a_splitting_range_to_its_owner_but_not_a_moving_one() -
     cache.apply({"version": 1, "tables": ["t"], "ranges": ranges, "servers": {"ps-1": "tcp://a:1"}})
     assert cache.route("t", "a").endpoint == "tcp://a:1"  # serves until the owner's switch-over
     assert cache.route("t", "x").endpoint is None  # waits for the next map
+
+
+def test_a_recorded_range_delete_reaches_each_half_clipped_to_its_span(tmp_path) -> None:
+    from partition_server.split_job import replay
+    from partition_server.tee import RangeEnd
+    from rangetable.keys import META_PREFIX
+
+    left, right = (RangeStore.open(tmp_path / name) for name in ("l", "r"))
+    keys = [b"a1", b"a2", b"m1", b"m2", META_PREFIX + b"x1", META_PREFIX + b"x2"]
+    for store in (left, right):
+        for k in keys:
+            store._db.put(k, b"v")
+    # one range delete from the left's entities across the split key, one of meta keys only
+    replay([[(b"a2", RangeEnd(b"m2")), (META_PREFIX + b"x1", RangeEnd(META_PREFIX + b"x2"))]], b"m", left, right)
+    assert [k for k in keys if left._db.get(k) is not None] == [b"a1", b"m1", b"m2", META_PREFIX + b"x2"]
+    assert [k for k in keys if right._db.get(k) is not None] == [b"a1", b"a2", b"m2", META_PREFIX + b"x2"]
+    left.close()
+    right.close()
