@@ -383,7 +383,8 @@ def bench_group(ctx: click.Context, use_http: bool, count: int, data_dir: str | 
 @bench_group.command("store")
 @click.option("-n", "count", default=50_000, show_default=True, help="Entities per phase.")
 @click.option("--options", "options", is_flag=True,
-              help="Instead: RocksDB options compared on one store (bloom filter, block cache, memtable size).")
+              help="Instead: RocksDB options compared on one store (bloom filter, block cache, memtable size, "
+                   "deletes in key order, compaction CPU of one hot range).")
 @click.option("--data-dir", default=None, help="Where to put the store (default: a temp dir).")
 @json_option
 def bench_store(count: int, options: bool, data_dir: str | None, as_json: bool) -> None:

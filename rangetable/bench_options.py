@@ -20,11 +20,22 @@ from typing import Any
 
 MiB = 1 << 20
 VARIANTS: dict[str, dict[str, Any]] = {
-    "ours (bloom 10 bits, shared 128 MiB cache, 8 MiB memtables)": {},
+    "ours (bloom 10 bits, shared 128 MiB cache, 16 MiB memtables)": {},
     "no bloom filter": {"bloom_bits": 0},
     "block cache 8 MiB": {"block_cache_bytes": 8 * MiB},
     "block cache 512 MiB": {"block_cache_bytes": 512 * MiB},
+    "memtables 8 MiB": {"write_buffer_size": 8 * MiB},
     "memtables 64 MiB": {"write_buffer_size": 64 * MiB},
+}
+# compaction under one hot range: each changes one option of ours, the last all three back to before
+HOT_VARIANTS: dict[str, dict[str, Any]] = {
+    "ours (16 MiB memtables, L0 trigger 8, deletion trigger 75 %)": {},
+    "memtables 8 MiB": {"write_buffer_size": 8 * MiB},
+    "L0 trigger 4 (RocksDB's default)": {"l0_trigger": 4},
+    "deletion trigger 50 %": {"deletion_trigger": 8192},
+    "no compact-on-deletion collector": {"compact_deletions": False},
+    "all three as before (8 MiB, L0 4, 50 %)": {"write_buffer_size": 8 * MiB, "l0_trigger": 4,
+                                                "deletion_trigger": 8192},
 }
 
 
@@ -107,6 +118,53 @@ def queue_scan(path: str, n: int, compact_deletions: bool, settle_s: float = 5.0
     return {"head_scan_ms": round(ms, 3), "keys_skipped_per_scan": skipped, "live_first": page[0].rk}
 
 
+def background_cpu_s() -> float:
+    """CPU seconds used so far by this process's RocksDB background threads (flushes and compactions:
+    the threads RocksDB names ``rocksdb:high`` and ``rocksdb:low``), from ``/proc/self/task``."""
+    hz = os.sysconf("SC_CLK_TCK")
+    ticks = 0
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            with open(f"/proc/self/task/{tid}/stat") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        if stat[stat.index("(") + 1: stat.rindex(")")].startswith("rocksdb"):
+            fields = stat[stat.rindex(")") + 2:].split()
+            ticks += int(fields[11]) + int(fields[12])  # utime, stime
+    return ticks / hz
+
+
+def hot_range_compaction(path: str, n: int, settle_s: float = 30.0, **kw: Any) -> dict[str, Any]:
+    """One hot range: ``n`` upserts of new RowKeys into one PartitionKey by 6 interleaved writers, each
+    with a request id (so the request-record window fills and purges), into a store opened with
+    ``db_options(**kw)``. Returns RocksDB's background CPU per write in microseconds, measured until the
+    compactions the writes caused have finished (at most ``settle_s`` more), and the writes' rate."""
+    import uuid
+
+    from partition_server.range_store import RangeStore
+    from partition_server.storage import db_options, open_range_db
+
+    store = RangeStore(open_range_db(path, options=db_options(**kw)), path)
+    run = uuid.uuid4().hex[:8]
+    note = [0, "x" * 60]  # String
+    try:
+        cpu0, t0 = background_cpu_s(), time.perf_counter()
+        for i in range(n):
+            store.write({"op": "insert_or_replace", "pk": "hot", "rk": f"{i % 6}-{run}-{i:010d}",
+                         "props": {"qty": [2, i], "note": note}}, request_id=uuid.uuid4().hex)
+        write_s = time.perf_counter() - t0
+        deadline = time.monotonic() + settle_s
+        while time.monotonic() < deadline and (store._db.property_int_value("rocksdb.num-running-compactions")
+                                               or store._db.property_int_value("rocksdb.compaction-pending")):
+            time.sleep(0.1)
+        cpu = background_cpu_s() - cpu0
+    finally:
+        store.close()
+    return {"writes_s": round(n / write_s), "background_cpu_s": round(cpu, 2),
+            "background_us_per_write": round(cpu / n * 1e6, 1)}
+
+
 def run_options_bench(n: int = 1_000_000, probes: int = 50_000, data_dir: str | None = None,
                       echo: Callable[[str], None] = print) -> dict[str, dict[str, Any]]:
     """Every variant of :data:`VARIANTS` on ``n`` entities; prints a table, returns the figures."""
@@ -126,6 +184,12 @@ def run_options_bench(n: int = 1_000_000, probes: int = 50_000, data_dir: str | 
             r = out[f"queue {name}"] = queue_scan(os.path.join(base, f"q{int(flag)}"), q, flag)
             echo(f"  {name:<46} {r['head_scan_ms']:>8} ms per 100-entity head scan, "
                  f"{r['keys_skipped_per_scan']:,} keys stepped over")
+        echo(f"hot range: {n:,} upserts of new RowKeys into one PartitionKey, each with a request id")
+        for i, (name, kw) in enumerate(HOT_VARIANTS.items()):
+            r = out[f"hot {name}"] = hot_range_compaction(os.path.join(base, f"h{i}"), n, **kw)
+            echo(f"  {name:<62} {r['background_us_per_write']:>6} us of flush and compaction CPU per write, "
+                 f"{r['writes_s']:,} writes/s")
+            shutil.rmtree(os.path.join(base, f"h{i}"), ignore_errors=True)
     finally:
         shutil.rmtree(base, ignore_errors=True)
     return out

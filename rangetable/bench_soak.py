@@ -248,13 +248,28 @@ HEADER = f"{'t (s)':>7} {'ops/s':>9} {'p50 ms':>7} {'p99 ms':>7} {'max ms':>8} {
          f"{'pend MiB':>8}  RSS MiB per process (/c: of it, RocksDB block cache)"
 
 
+def trend(rows: list[dict[str, Any]]) -> float:
+    """The least-squares line of ops/s over time through every row: its value at the last row's time
+    over its value at the first's (1.0: flat). Unlike the verdict's last-over-first, one noisy interval
+    at either end moves it little; 0.0 for fewer than two rows or a line through zero."""
+    if len(rows) < 2:
+        return 0.0
+    ts, ys = [r["t_s"] for r in rows], [r["ops_s"] for r in rows]
+    mt, my = sum(ts) / len(ts), sum(ys) / len(ys)
+    var = sum((t - mt) ** 2 for t in ts)
+    slope = sum((t - mt) * (y - my) for t, y in zip(ts, ys, strict=True)) / var if var else 0.0
+    start, end = my + slope * (ts[0] - mt), my + slope * (ts[-1] - mt)
+    return end / start if start > 0 else 0.0
+
+
 def verdict(rows: list[dict[str, Any]], warmup_rows: int) -> dict[str, Any]:
     """Did throughput hold and memory stay flat? Compares the last row with the first full one (ops/s)
     and the cluster's memory at the end of warm-up with its memory at the end.
 
     The memory judged is RSS less the block caches: a block cache fills up to its fixed capacity
     (``--block-cache-mb``) as reads touch more of the data, which is warm-up however long it takes;
-    what must not grow is everything else. ``rss_growth_raw`` is the growth of plain RSS."""
+    what must not grow is everything else. ``rss_growth_raw`` is the growth of plain RSS; ``trend`` is
+    :func:`trend`, printed beside the verdict, not judged."""
     if len(rows) < 2:
         return {"ok": False, "reason": "fewer than two intervals: run longer"}
     first, last = rows[0], rows[-1]
@@ -269,7 +284,7 @@ def verdict(rows: list[dict[str, Any]], warmup_rows: int) -> dict[str, Any]:
     return {"ok": ok, "hold": round(hold, 3), "rss_growth": round(heap, 3),
             "rss_growth_raw": round(growth(lambda r: r["rss_total"]), 3),
             "block_cache_mib": [round(base.get("cache_total", 0) / (1 << 20)), round(last.get("cache_total", 0) / (1 << 20))],
-            "first_ops_s": first["ops_s"], "last_ops_s": last["ops_s"]}
+            "first_ops_s": first["ops_s"], "last_ops_s": last["ops_s"], "trend": round(trend(rows), 3)}
 
 
 def format_verdict(v: dict[str, Any]) -> str:
@@ -281,7 +296,8 @@ def format_verdict(v: dict[str, Any]) -> str:
     return (f"{word}  last interval {v['last_ops_s']:.1f} ops/s = {v['hold'] * 100:.1f}% of the first "
             f"({v['first_ops_s']:.1f}; needs >= {HOLD_SHARE * 100:.0f}%), RSS less block caches grew "
             f"{v['rss_growth'] * 100:+.1f}% after warm-up (needs <= {RSS_GROWTH * 100:.0f}%; RSS "
-            f"{v.get('rss_growth_raw', 0) * 100:+.1f}%, block caches {c0} -> {c1} MiB)")
+            f"{v.get('rss_growth_raw', 0) * 100:+.1f}%, block caches {c0} -> {c1} MiB); fitted over every "
+            f"interval, ops/s ended at {v.get('trend', 0) * 100:.1f}% of their start")
 
 
 # --- the run ----------------------------------------------------------------------------------

@@ -3,16 +3,18 @@ data blocks), and the parsing of wrk's output."""
 
 from __future__ import annotations
 
-from rangetable.bench_options import VARIANTS, run_options_bench
+from rangetable.bench_options import HOT_VARIANTS, VARIANTS, run_options_bench
 
 
 def test_options_bench_measures_every_variant(tmp_path):
     res = run_options_bench(3000, 1000, str(tmp_path), echo=lambda s: None)
-    assert list(res)[: len(VARIANTS)] == list(VARIANTS) and len(res) == len(VARIANTS) + 2  # + the queue
+    assert list(res)[: len(VARIANTS)] == list(VARIANTS)
+    assert len(res) == len(VARIANTS) + 2 + len(HOT_VARIANTS)  # + the queue, + the hot range
     ours, no_bloom = res[next(iter(VARIANTS))], res["no bloom filter"]
     assert ours["data_blocks_per_missing_get"] < 0.05  # ~1% false positives at 10 bits per key
     assert no_bloom["data_blocks_per_missing_get"] >= 0.99  # every missing key reads its block
     assert all(res[v]["disk_mib"] > 0 and res[v]["get_ops_s"] > 0 for v in VARIANTS)
+    assert all(res[f"hot {v}"]["writes_s"] > 0 and res[f"hot {v}"]["background_cpu_s"] >= 0 for v in HOT_VARIANTS)
 
 
 WRK_OUTPUT = """Running 3s test @ http://127.0.0.1:40000/devstoreaccount1/frontends(PartitionKey='p',RowKey='r')?sv=x

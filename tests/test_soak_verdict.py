@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from rangetable.bench_soak import Tally, format_row, format_verdict, make_row, verdict
+from rangetable.bench_soak import Tally, format_row, format_verdict, make_row, trend, verdict
 
 MIB = 1 << 20
 
@@ -31,6 +31,17 @@ def test_throughput_must_hold_ninety_percent_of_the_first_interval() -> None:
     v = verdict([row(60, 1000, 100, 0), row(120, 895, 100, 0)], 1)
     assert not v["ok"] and v["hold"] == 0.895
     assert not verdict([row(60, 1000, 100, 0)], 1)["ok"]
+
+
+def test_the_fitted_trend_is_not_moved_much_by_one_noisy_end_interval() -> None:
+    flat = [row(60 * i, 1000, 100, 0) for i in range(1, 21)]
+    flat[0] = row(60, 1120, 100, 0)  # a lucky first interval
+    v = verdict(flat, 2)
+    assert v["hold"] < 0.9 and not v["ok"]  # the verdict still judges last over first
+    assert 0.96 < v["trend"] < 1.0 and "ops/s ended at" in format_verdict(v)
+    falling = [row(60 * i, 1000 - 20 * i, 100, 0) for i in range(1, 11)]
+    assert abs(trend(falling) - 800 / 980) < 1e-9  # a straight line is its own fit
+    assert trend(falling[:1]) == 0.0
 
 
 def test_a_row_shows_each_partition_servers_block_cache() -> None:
