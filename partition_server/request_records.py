@@ -14,7 +14,9 @@ Purging deletes index keys oldest first, so it is RocksDB's queue pattern: an it
 start of the index would walk over the tombstone of every record purged before it until a compaction
 drops them (a write rate 300x lower after the first 100,000 records). So every purge starts at a
 cursor, the Timestamp of the last record it deleted (every older index key is already deleted); the
-range store keeps it in its ``META_TS`` value, so the cursor survives restarts and moves.
+range store keeps it in its ``META_TS`` value, so the cursor survives restarts and moves. The index keys
+a purge walked go in one range tombstone (a run of point tombstones in key order made every flushed SST a
+candidate for the compact-on-deletion collector); each record key, in random order, gets its own.
 
 A record is written in the same WriteBatch as the change it answers. Its value is spliced from the
 answer's packed bytes (the bytes ``msgpack.packb([ts, kind, result])`` gives), so the answer is packed
