@@ -8,9 +8,9 @@ thread replays the records into the halves until few remain. The switch-over, on
 (so no write is in flight), replays the rest and hands the halves over; the range is offline only
 from then until the coordinator has committed the split and loaded the halves.
 
-Replaying a record that the checkpoint already holds is harmless: records are blind puts, deletes
-and range deletes of whole values, replayed in commit order, so the halves end as they would after a checkpoint taken
-at the switch-over. Each entity key goes to the half whose span holds it; meta keys (the last
+Replaying a record that the checkpoint already holds is harmless: records are blind puts, deletes and
+range deletes of whole values, replayed in commit order, so the halves end as they would after a
+checkpoint taken at the switch-over. Each entity key goes to the half whose span holds it; meta keys (the last
 Timestamp, the request-id window and its records) go to both, as a plain split keeps them in both.
 """
 
@@ -42,20 +42,19 @@ def replay(records: list[Ops], split_key: bytes,
     n = 0
     for ops in records:
         for key, value in ops:
+            n += 1
+            if type(value) is RangeEnd:
+                _replay_range(batches, key, value.end, split_key)
+                continue
             if key < META_PREFIX:
                 targets = batches[:1] if key < split_key else batches[1:]
             else:
                 targets = batches
-            if type(value) is RangeEnd:
-                _replay_range(batches, key, value.end, split_key)
-                n += 1
-                continue
             for wb in targets:
                 if value is None:
                     wb.delete(key)
                 else:
                     wb.put(key, value)
-            n += 1
     left.write_raw(batches[0])
     right.write_raw(batches[1])
     return n

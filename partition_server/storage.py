@@ -7,7 +7,7 @@ Every range store (and anything else holding a RocksDB) must open it through :fu
 * it repairs a ``rocksdict-config.json`` that a stray non-raw open (``Rdict(path)`` in a debug shell)
   rewrote to ``raw_mode:false``, which would otherwise make every later raw open fail with
   ``does not match existing comparator leveldb.BytewiseComparator`` (gotcha 2);
-* it sizes each DB for many DBs per process: 16 MiB memtables, one block cache and one write-buffer
+* it sizes each DB for many DBs per process: 8 MiB memtables, one block cache and one write-buffer
   manager shared by every store of the process, bloom filters for point reads, few open files — also
   when it reopens an existing DB (rocksdict would otherwise reload the column family's options from the
   OPTIONS file and drop the table factory).
@@ -27,9 +27,11 @@ import rocksdict
 CONFIG_FILE = "rocksdict-config.json"
 RAW_CONFIG = {"raw_mode": True, "prefix_extractors": {}}
 
-WRITE_BUFFER_SIZE = 16 << 20  # per memtable
+WRITE_BUFFER_SIZE = 8 << 20  # per memtable
 MAX_WRITE_BUFFERS = 3
-L0_COMPACTION_TRIGGER = 8  # L0 files that start a compaction into L1 (RocksDB's default is 4)
+# L0 files that start a compaction into L1 (RocksDB's default). 16 MiB memtables and 8 L0 files cut a hot
+# range's compaction CPU further (docs/scale.md) but made the mixed soak's reads decline over 20 minutes.
+L0_COMPACTION_TRIGGER = 4
 SHARED_CACHE_BYTES = 128 << 20  # one LRU block cache per process (--block-cache-mb)
 SHARED_WRITE_BUFFER_BYTES = 256 << 20  # memtable budget across every DB of the process (--memtable-budget-mb)
 MAX_OPEN_FILES = 256  # per DB; many DBs share the process's descriptor limit

@@ -15,9 +15,11 @@ from __future__ import annotations
 
 import base64
 import os
+import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import uuid
 from collections.abc import Callable
@@ -283,9 +285,19 @@ def run_http_bench(doc: dict, n: int = 2000, batches: int = 50, big: int = 50_00
     return results
 
 
+def _unwind_on_sigterm() -> None:
+    """Make SIGTERM raise SystemExit in this process (if it has no handler of its own), so the caller's
+    ``finally`` stops the cluster it started instead of leaving it running."""
+    if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
+        signal.signal(signal.SIGTERM, lambda signum, _frame: sys.exit(128 + signum))
+
+
 def start_temp_cluster(servers: int = 2, frontends: int = 1) -> tuple[str, dict]:
-    """Start a cluster in a temporary data dir (``rangetable up --detach``); returns (data_dir, cluster.json)."""
+    """Start a cluster in a temporary data dir (``rangetable up --detach``); returns (data_dir, cluster.json).
+    From now on a SIGTERM to this process unwinds, so a caller's ``finally: stop_temp_cluster`` runs."""
     from cli.supervisor import read_cluster
+
+    _unwind_on_sigterm()
 
     data_dir = tempfile.mkdtemp(prefix="rt-bench-http-")
     argv = [sys.executable, "-m", "cli.main", "up", "--detach", "--data-dir", data_dir, "--native-port", "0",

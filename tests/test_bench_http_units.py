@@ -52,3 +52,42 @@ def test_wrong_key_changes_only_the_key():
     assert fields.keys() == good.keys()
     assert fields["AccountKey"] != good["AccountKey"] and len(fields["AccountKey"]) == len(good["AccountKey"])
     assert {k: v for k, v in fields.items() if k != "AccountKey"} == {k: v for k, v in good.items() if k != "AccountKey"}
+
+
+def test_a_bench_stopped_by_sigterm_stops_the_cluster_it_started(tmp_path):
+    import json
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    script = ("import sys, time\n"
+              "from rangetable.bench_http import start_temp_cluster, stop_temp_cluster\n"
+              "d, doc = start_temp_cluster(servers=1)\n"
+              "try:\n"
+              "    print(d, flush=True)\n"
+              "    time.sleep(60)\n"
+              "finally:\n"
+              "    stop_temp_cluster(d)\n")
+    p = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True,
+                         cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    pids: list[int] = []
+    try:
+        data_dir = p.stdout.readline().strip()
+        with open(os.path.join(data_dir, "cluster.json")) as f:
+            pids = [proc["pid"] for proc in json.load(f)["processes"]]
+        p.send_signal(signal.SIGTERM)
+        assert p.wait(30) == 128 + signal.SIGTERM
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and any(os.path.exists(f"/proc/{pid}") for pid in pids):
+            time.sleep(0.1)
+        assert not any(os.path.exists(f"/proc/{pid}") for pid in pids)  # the cluster stopped with the bench
+        assert not os.path.exists(data_dir)
+    finally:
+        if p.poll() is None:
+            p.kill()
+        for pid in pids:  # never leave a process running, even when the test fails
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
