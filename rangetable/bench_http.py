@@ -31,17 +31,22 @@ AZURITE_MS = {"insert": 1.2, "get": 1.2, "upsert": 1.2, "batch100": 21.0, "pk_qu
 _TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
 
+def stat_cpu(path: str) -> tuple[str, float]:
+    """(command name, user+system CPU seconds) from a ``/proc/<pid>/stat`` or
+    ``/proc/<pid>/task/<tid>/stat`` file; ``("", 0.0)`` when it is gone or unreadable."""
+    try:
+        with open(path) as f:
+            stat = f.read()
+        name, rest = stat[stat.index("(") + 1:].rsplit(")", 1)
+        fields = rest.split()
+        return name, (int(fields[11]) + int(fields[12])) / _TICK  # utime, stime (fields 14 and 15)
+    except (OSError, IndexError, ValueError):
+        return "", 0.0
+
+
 def cpu_seconds(pids: list[int]) -> float:
     """Sum of user+system CPU seconds of processes (and their threads); missing pids count 0."""
-    total = 0
-    for pid in pids:
-        try:
-            with open(f"/proc/{pid}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-            total += int(fields[11]) + int(fields[12])  # utime, stime (fields 14 and 15)
-        except (OSError, IndexError, ValueError):
-            pass
-    return total / _TICK
+    return sum(stat_cpu(f"/proc/{pid}/stat")[1] for pid in pids)
 
 
 def server_pids(doc: dict, roles: tuple[str, ...] = ("http-frontend", "partition-server")) -> list[int]:

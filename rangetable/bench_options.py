@@ -118,18 +118,10 @@ def queue_scan(path: str, n: int, compact_deletions: bool, settle_s: float = 5.0
 def background_cpu_s() -> float:
     """CPU seconds used so far by this process's RocksDB background threads (flushes and compactions:
     the threads RocksDB names ``rocksdb:high`` and ``rocksdb:low``), from ``/proc/self/task``."""
-    hz = os.sysconf("SC_CLK_TCK")
-    ticks = 0
-    for tid in os.listdir("/proc/self/task"):
-        try:
-            with open(f"/proc/self/task/{tid}/stat") as f:
-                stat = f.read()
-        except OSError:
-            continue
-        if stat[stat.index("(") + 1: stat.rindex(")")].startswith("rocksdb"):
-            fields = stat[stat.rindex(")") + 2:].split()
-            ticks += int(fields[11]) + int(fields[12])  # utime, stime
-    return ticks / hz
+    from rangetable.bench_http import stat_cpu
+
+    threads = (stat_cpu(f"/proc/self/task/{tid}/stat") for tid in os.listdir("/proc/self/task"))
+    return sum(cpu for name, cpu in threads if name.startswith("rocksdb"))
 
 
 def hot_range_compaction(path: str, n: int, settle_s: float = 30.0, **kw: Any) -> dict[str, Any]:

@@ -21,6 +21,7 @@ from __future__ import annotations
 import collections
 import os
 import random
+import statistics
 import threading
 import time
 import uuid
@@ -255,10 +256,11 @@ def trend(rows: list[dict[str, Any]]) -> float:
     if len(rows) < 2:
         return 0.0
     ts, ys = [r["t_s"] for r in rows], [r["ops_s"] for r in rows]
-    mt, my = sum(ts) / len(ts), sum(ys) / len(ys)
-    var = sum((t - mt) ** 2 for t in ts)
-    slope = sum((t - mt) * (y - my) for t, y in zip(ts, ys, strict=True)) / var if var else 0.0
-    start, end = my + slope * (ts[0] - mt), my + slope * (ts[-1] - mt)
+    try:
+        slope, intercept = statistics.linear_regression(ts, ys)
+    except statistics.StatisticsError:  # every row at one time: no slope
+        return 1.0 if statistics.fmean(ys) > 0 else 0.0
+    start, end = intercept + slope * ts[0], intercept + slope * ts[-1]
     return end / start if start > 0 else 0.0
 
 
