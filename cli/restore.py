@@ -18,7 +18,7 @@ import time
 from typing import Any
 
 from coordinator.backup import FORMAT, MANIFEST
-from partition_server.checkpoint import SST_SUFFIX
+from rangetable.checkpoint import SST_SUFFIX
 
 
 class RestoreError(Exception):

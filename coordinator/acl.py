@@ -26,8 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 import msgpack
 
-from frontend.auth_sas import parse_time
-from rangetable.edm import ticks_to_iso
+from rangetable.edm import parse_time, ticks_to_iso
 from rangetable.errors import TableError
 
 if TYPE_CHECKING:

@@ -7,7 +7,7 @@ map every range checkpoint belongs to. Steps:
 1. under the coordinator's lock: copy the map and checkpoint the meta store (catalog, map, ACLs,
    events) into ``DIR/coordinator``;
 2. ask each range's owner for a checkpoint of that range into ``DIR/ranges/<id>`` (the ``checkpoint``
-   control command; the range keeps serving, see :mod:`partition_server.checkpoint`);
+   control command; the range keeps serving, see :mod:`rangetable.checkpoint`);
 3. write ``DIR/backup.json`` last, so a directory without it is an incomplete backup.
 
 On any failure the directory is removed: a backup is either complete or absent. Each range is

@@ -23,14 +23,11 @@ import base64
 import binascii
 import hmac
 import ipaddress
-import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime
-from functools import lru_cache
 from typing import Any
 
-from rangetable.edm import TICKS_PER_SECOND, datetime_to_ticks, iso_to_ticks, ticks_to_datetime
+from rangetable.edm import TICKS_PER_SECOND, parse_time, ticks_to_datetime
 from rangetable.errors import TableError
 
 START_SKEW_S = 300
@@ -74,27 +71,6 @@ def fail(detail: str, code: str = "AuthenticationFailed") -> AuthError:
 
 
 # --- times ------------------------------------------------------------------------------------
-
-_DATE_ONLY = re.compile(r"^(\d{4})-(\d{2})-(\d{2})$")
-_OFFSET = re.compile(r"^(.*)([+-])(\d{2}):(\d{2})$")
-
-
-@lru_cache(maxsize=1024)
-def parse_time(text: str) -> int:
-    """Parse a SAS / access-policy time (ISO 8601, date only, or with an offset) into UTC ticks.
-
-    Raises ValueError on anything else.
-    """
-    text = text.strip()
-    m = _DATE_ONLY.match(text)
-    if m:
-        return datetime_to_ticks(datetime(int(m[1]), int(m[2]), int(m[3]), tzinfo=UTC))
-    m = _OFFSET.match(text)
-    if m and "T" in m[1] and (m[3], m[4]) != ("00", "00"):
-        shift = (int(m[3]) * 3600 + int(m[4]) * 60) * TICKS_PER_SECOND
-        return iso_to_ticks(m[1]) - shift if m[2] == "+" else iso_to_ticks(m[1]) + shift
-    return iso_to_ticks(text)
-
 
 def _time(text: str | None, field: str) -> int | None:
     if not text:

@@ -17,7 +17,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from partition_server import storage
+from rangetable import storage
 from rangetable.metrics import LATENCY_BUCKETS, bucket_counts, cumulative
 
 if TYPE_CHECKING:

@@ -15,11 +15,11 @@ import shutil
 import msgpack
 import rocksdict
 
-from partition_server.checkpoint import create_checkpoint
 from partition_server.range_store import DROP_KEY, META_TS, pack_meta, unpack_meta
 from partition_server.request_records import REQT_END, REQT_PREFIX, Window
-from partition_server.storage import open_range_db
+from rangetable.checkpoint import create_checkpoint
 from rangetable.keys import META_PREFIX
+from rangetable.storage import open_range_db
 
 COPY_BATCH_BYTES = 1 << 20
 SLICE_BYTES = 64 << 20  # a dropped span is compacted this much at a time (close waits for one slice)

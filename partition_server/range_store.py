@@ -1,6 +1,6 @@
 """One key range of a table: a RocksDB directory holding entities, their Timestamps and meta keys.
 
-Layout (all raw bytes, opened only through :func:`partition_server.storage.open_range_db`):
+Layout (all raw bytes, opened only through :func:`rangetable.storage.open_range_db`):
 
 * entity ``encode_key(pk, rk)`` → ``msgpack([ts_ticks, typed_props])``;
 * ``META_TS`` → ``>QQQQ`` (last Timestamp handed out; the request records' count, the Timestamp the
@@ -44,7 +44,6 @@ from partition_server.request_records import REQ_PREFIX as REQ_PREFIX  # re-expo
 from partition_server.request_records import REQT_PREFIX as REQT_PREFIX
 from partition_server.request_records import pack_meta as pack_meta  # re-exported: META_TS's encoding
 from partition_server.request_records import unpack_meta as unpack_meta
-from partition_server.storage import open_range_db
 from partition_server.tee import Ops, Tee
 from partition_server.wire import NIL, array_header, entity_bytes
 from rangetable.edm import UNIX_EPOCH_TICKS, Entity
@@ -53,6 +52,7 @@ from rangetable.filter import Predicate
 from rangetable.keys import META_PREFIX, encode_key
 from rangetable.protocol import entity_to_wire
 from rangetable.protocol import pack as _packb
+from rangetable.storage import open_range_db
 
 META_TS = META_PREFIX + b"ts"
 DROP_KEY = META_PREFIX + b"drop"  # msgpack [lo, hi]: a span a split dropped but did not compact yet
@@ -203,8 +203,8 @@ class RangeStore:
 
     def checkpoint(self, path: str) -> dict[str, Any]:
         """A consistent copy of the store at ``path`` (flush, then hard links; see
-        :func:`partition_server.checkpoint.checkpoint_db`), with the store's size estimates added."""
-        from partition_server.checkpoint import checkpoint_db
+        :func:`rangetable.checkpoint.checkpoint_db`), with the store's size estimates added."""
+        from rangetable.checkpoint import checkpoint_db
 
         with self._lock:  # no write of this store lands between the flush and the links
             self._db.flush(True)

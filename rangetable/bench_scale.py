@@ -179,8 +179,8 @@ def bloom_check(range_dir: str, pks: range, gets: int = 10_000) -> dict[str, Any
     """Open a range store in this process with RocksDB statistics: its open time, and the data blocks
     that ``gets`` point reads of missing RowKeys in its partitions ``pks`` touch (bloom filters skip them)."""
     from partition_server.range_store import RangeStore
-    from partition_server.storage import db_options, open_range_db
     from rangetable.keys import encode_key
+    from rangetable.storage import db_options, open_range_db
 
     opts = db_options(create=False)
     opts.enable_statistics()

@@ -25,6 +25,7 @@ from __future__ import annotations
 import re
 from datetime import UTC, datetime, timedelta
 from enum import Enum
+from functools import lru_cache
 from urllib.parse import quote, unquote
 
 STRING, INT32, INT64, DOUBLE, BOOLEAN, DATETIME, GUID, BINARY = range(8)
@@ -165,3 +166,24 @@ class Entity(NamedTuple):
     rk: str
     ts: int
     props: dict[str, Any]
+
+
+_DATE_ONLY = re.compile(r"^(\d{4})-(\d{2})-(\d{2})$")
+_OFFSET = re.compile(r"^(.*)([+-])(\d{2}):(\d{2})$")
+
+
+@lru_cache(maxsize=1024)
+def parse_time(text: str) -> int:
+    """Parse a SAS / access-policy time (ISO 8601, date only, or with an offset) into UTC ticks.
+
+    Raises ValueError on anything else.
+    """
+    text = text.strip()
+    m = _DATE_ONLY.match(text)
+    if m:
+        return datetime_to_ticks(datetime(int(m[1]), int(m[2]), int(m[3]), tzinfo=UTC))
+    m = _OFFSET.match(text)
+    if m and "T" in m[1] and (m[3], m[4]) != ("00", "00"):
+        shift = (int(m[3]) * 3600 + int(m[4]) * 60) * TICKS_PER_SECOND
+        return iso_to_ticks(m[1]) - shift if m[2] == "+" else iso_to_ticks(m[1]) + shift
+    return iso_to_ticks(text)

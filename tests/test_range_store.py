@@ -14,10 +14,10 @@ import rocksdict
 
 from partition_server import range_store
 from partition_server.range_store import REQ_PREFIX, RangeStore
-from partition_server.storage import StorageConfigError, open_range_db, repair_config
 from rangetable.edm import BINARY, INT32, STRING, etag_from_ticks
 from rangetable.errors import TableError
 from rangetable.keys import encode_key
+from rangetable.storage import StorageConfigError, open_range_db, repair_config
 
 REPO = Path(__file__).resolve().parents[1]
 OTHER_ETAG = etag_from_ticks(630000000000000000)
@@ -52,7 +52,7 @@ def test_nothing_else_opens_rocksdb_directly():
         dirs[:] = [d for d in dirs if not d.startswith(".") and d not in ("node_modules", "__pycache__")]
         for f in files:
             p = Path(root, f)
-            if f.endswith(".py") and p != REPO / "partition_server" / "storage.py":
+            if f.endswith(".py") and p != REPO / "rangetable" / "storage.py":
                 if needle in p.read_text(encoding="utf-8", errors="replace"):
                     offenders.append(str(p.relative_to(REPO)))
     assert offenders == []
@@ -486,7 +486,7 @@ def test_only_scans_within_one_partition_fill_the_block_cache() -> None:
 
 
 def test_a_table_scan_leaves_the_block_cache_to_partition_reads(store) -> None:
-    from partition_server import storage
+    from rangetable import storage
     from rangetable.keys import partition_bounds
 
     for p in range(20):
