@@ -1,4 +1,4 @@
-"""Where orphaned ranges go: a pure function, unit-tested in ``tests/test_control_plane_units.py``."""
+"""Where orphaned ranges go: a pure function, unit-tested in ``tests/unit/test_control_plane_units.py``."""
 
 from __future__ import annotations
 

@@ -9,7 +9,7 @@ the same names, codes and value types in every op) is validated as a whole with 
 passes per property instead of pair by pair, and a batch of upserts is then packed and written at
 C level too. Whatever those passes cannot vouch for falls back to :func:`prepare_op` per op, so
 answers, bytes and errors are always those of the op-by-op evaluation
-(``tests/test_ps_batch_speed.py`` compares the two).
+(``tests/unit/test_ps_batch_speed.py`` compares the two).
 """
 
 from __future__ import annotations

@@ -5,11 +5,11 @@ as ``msgpack([pk, rk, ts, props])`` (docs/protocol.md). Both are msgpack arrays,
 a 4-element array header, the two keys as msgpack strings, then the stored value without its own
 2-element array header. The bytes are exactly what ``msgpack.packb`` of the decoded entity gives
 (``use_bin_type=True`` encodes a str of 32-255 bytes as str8), so a receiver cannot tell the
-difference; ``tests/test_ps_fastpath.py`` checks this on varied data.
+difference; ``tests/unit/test_ps_fastpath.py`` checks this on varied data.
 
 Writes answer the same way: the entity written (or a batch's list of them) is spliced from the value
 just packed for storage, and the request record stored with it from those same bytes
-(``tests/test_ps_write_fastpath.py``).
+(``tests/unit/test_ps_write_fastpath.py``).
 """
 
 from __future__ import annotations

@@ -284,7 +284,7 @@ def validate_table_name(name: str) -> None:
 # An entity group transaction usually holds one shape: the same property names in the same order, with
 # the same type code and value type per name. Such a batch is validated column by column, at C level,
 # instead of pair by pair; whatever cannot be shown valid that way is left to validate_entity, op by
-# op, which alone decides the error. tests/test_ps_batch_speed.py compares both on random batches.
+# op, which alone decides the error. tests/unit/test_ps_batch_speed.py compares both on random batches.
 
 _HEX_OR_DASH = b"-0123456789abcdef"  # a canonical GUID's characters (_GUID)
 _GAP = object()  # a missing item of a pair

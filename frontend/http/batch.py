@@ -11,7 +11,7 @@ A changeset holds up to 100 operations, so the per-operation work is kept small:
 lines) are remembered, since the SDK sends the same few in every batch; parts are cut by ``split``
 when the delimiter lines are plain; sub-requests are read by offsets; response parts are written as
 one string each (:func:`http_part`). Each fast path gives exactly what the general code gives, errors
-included; ``tests/test_batch_speed.py`` compares them with the code they replaced on random input.
+included; ``tests/unit/test_batch_speed.py`` compares them with the code they replaced on random input.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 The payload format itself is specified by :func:`rangetable.rest_json.typed_to_json` (reference §2).
 Query pages hold up to 1000 entities and request bodies are decoded for every write, so both use
 orjson where its result is provably what the stdlib gives (see :func:`parse_json_object` and
-:func:`_dump`); ``tests/test_rest_units.py`` and ``tests/test_conversion_speed.py`` check the output
+:func:`_dump`); ``tests/unit/test_rest_units.py`` and ``tests/unit/test_conversion_speed.py`` check the output
 byte for byte against ``json.dumps`` of ``typed_to_json`` for every type and metadata level.
 """
 

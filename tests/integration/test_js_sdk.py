@@ -19,7 +19,7 @@ import pytest
 from tests.cluster import Cluster
 from tests.rest_helpers import DEV_ACCOUNT, DEV_KEY
 
-JS = Path(__file__).resolve().parent / "js"
+JS = Path(__file__).resolve().parents[1] / "js"
 STAMP = JS / "node_modules" / ".package-lock.json"  # written by npm ci, a copy of the lock it installed
 NETWORK_ERRORS = ("ENOTFOUND", "EAI_AGAIN", "ECONNREFUSED", "ECONNRESET", "ETIMEDOUT", "ENETUNREACH",
                   "network", "getaddrinfo", "request to https://")

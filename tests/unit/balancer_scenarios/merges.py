@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tests.balancer_scenarios import A, Beat, R, S, beats
+from tests.unit.balancer_scenarios import A, Beat, R, S, beats
 
 
 def cold(server: str, *rids: str, t0: float = 0, t1: float = 100, rps: float = 1, mib: float = 4) -> list[Beat]:

@@ -19,7 +19,7 @@ from rangetable.errors import TableError
 from rangetable.keys import encode_key
 from rangetable.storage import StorageConfigError, open_range_db, repair_config
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 OTHER_ETAG = etag_from_ticks(630000000000000000)
 MALFORMED = ['"abc"', "W/\"datetime'not-a-date'\""]
 

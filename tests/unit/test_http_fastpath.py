@@ -25,8 +25,8 @@ from frontend.http.app import Request, RestApp
 from frontend.http.common import Response
 from rangetable.errors import TableError
 from tests.rest_helpers import DEV_ACCOUNT, DEV_KEY, sign
-from tests.test_http_listener import listening
-from tests.test_rest_units import StubFrontend
+from tests.unit.test_http_listener import listening
+from tests.unit.test_rest_units import StubFrontend
 
 T = "/devstoreaccount1/t"
 E = "/devstoreaccount1/t(PartitionKey='p',RowKey='r')"
@@ -235,7 +235,7 @@ def test_many_pipelined_requests_answered_synchronously_in_order(fast_server: di
 
 
 def test_connection_semantics_when_answered_synchronously(fast_server: dict) -> None:
-    from tests.test_http_listener import Reader, connect, req
+    from tests.unit.test_http_listener import Reader, connect, req
 
     s = connect(fast_server)
     rd = Reader(s)

@@ -33,7 +33,7 @@ from rangetable import (
 from rangetable.client_transport import Transport
 from rangetable.edm import datetime_to_ticks, ticks_from_etag
 
-if not (Path(__file__).parent / "cluster.py").exists():
+if not (Path(__file__).parents[1] / "cluster.py").exists():
     pytest.skip("tests/cluster.py (the cluster harness) is not there yet", allow_module_level=True)
 
 from tests.cluster import Cluster  # noqa: E402

@@ -9,7 +9,7 @@ Each scenario module has ``SCENARIOS``, a list built with ``S(name, given=..., n
 * ``now``: when the balancer runs;
 * ``expect``: the actions in order, ``A(kind, range, key, target, **detail items that must match)``.
 
-``tests/test_balancer.py`` runs every scenario of every module listed in ``MODULES``.
+``tests/unit/test_balancer.py`` runs every scenario of every module listed in ``MODULES``.
 """
 
 from __future__ import annotations

@@ -12,10 +12,10 @@ from hypothesis import strategies as st
 
 from coordinator.balancer import Action, Settings, append_pattern, load_median, plan_actions
 from coordinator.load_history import LoadHistory, load_score
-from tests.balancer_scenarios import MODULES, MiB, R
-from tests.balancer_scenarios.sim import Sim
+from tests.unit.balancer_scenarios import MODULES, MiB, R
+from tests.unit.balancer_scenarios.sim import Sim
 
-SCENARIOS = [sc for m in MODULES for sc in importlib.import_module(f"tests.balancer_scenarios.{m}").SCENARIOS]
+SCENARIOS = [sc for m in MODULES for sc in importlib.import_module(f"tests.unit.balancer_scenarios.{m}").SCENARIOS]
 
 
 def run(sc: dict) -> list[Action]:

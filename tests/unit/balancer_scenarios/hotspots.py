@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tests.balancer_scenarios import A, R, S, beats
+from tests.unit.balancer_scenarios import A, R, S, beats
 
 ONE = [R("r1", "", None, "s1")]
 TWO = ["s1", "s2"]

@@ -70,7 +70,7 @@ def test_a_bench_stopped_by_sigterm_stops_the_cluster_it_started(tmp_path):
               "finally:\n"
               "    stop_temp_cluster(d)\n")
     p = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True,
-                         cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+                         cwd=os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
     pids: list[int] = []
     try:
         data_dir = p.stdout.readline().strip()

@@ -12,7 +12,7 @@ import pytest
 
 from partition_server.range_store import RangeStore
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 BATCH = 50
 
 CHILD = r"""

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tests.balancer_scenarios import A, R, S, beats
+from tests.unit.balancer_scenarios import A, R, S, beats
 
 EVEN = "a*16 f*16 m*16 x*16"  # four keys, equal load: the median is m
 ONE = [R("r1", "", None, "s1")]

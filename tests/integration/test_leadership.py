@@ -39,7 +39,7 @@ from rangetable.config import CoordinatorConfig
 from rangetable.coordinators import LeaderTracker, leader_hint, not_leader, split_endpoints
 from rangetable.errors import TableError
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 # A contender in its own process: wins a term, beats, and says when it is deposed.
 CONTENDER = textwrap.dedent("""

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tests.balancer_scenarios import A, Beat, R, S, beats
+from tests.unit.balancer_scenarios import A, Beat, R, S, beats
 
 
 def on(server: str, t0: float = 0, t1: float = 10, **rps: float) -> list[Beat]:

@@ -19,7 +19,7 @@ from coordinator.meta_store import MetaStore, open_for_term
 from coordinator.partition_map import PartitionMap
 from coordinator.warm_standby import WarmFollower, diff_raw
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 # A leader in its own process: makes tables, then splits, moves and deletes on each "step" line.
 LEADER = textwrap.dedent("""

@@ -12,7 +12,7 @@ from collections.abc import Callable
 
 from coordinator.balancer import Action, Settings, plan_actions
 from coordinator.load_history import LoadHistory
-from tests.balancer_scenarios import R
+from tests.unit.balancer_scenarios import R
 
 Workload = Callable[[float], dict[str, float]]
 
