@@ -15,7 +15,7 @@ from rangetable import curve, protocol
 from rangetable.errors import TableError
 
 if TYPE_CHECKING:
-    from coordinator.server import Coordinator
+    from coordinator.interfaces import AdminHost
 
 text = protocol.field
 JOBS = {  # op -> (controller job, its arguments from the request)
@@ -28,7 +28,7 @@ JOBS = {  # op -> (controller job, its arguments from the request)
 }
 
 
-def handle(co: Coordinator, ident: bytes, rid: bytes, req: dict, role: str | None) -> bytes | None:
+def handle(co: AdminHost, ident: bytes, rid: bytes, req: dict, role: str | None) -> bytes | None:
     """Answer a request now (returns the body) or hand it to the controller (None).
 
     ``role`` is the sender's, from its CURVE key: only partition servers heartbeat, only the admin
@@ -51,7 +51,7 @@ def handle(co: Coordinator, ident: bytes, rid: bytes, req: dict, role: str | Non
                 delta = co.deltas.since(since, co.published)
             if delta is not None:
                 return protocol.ok({**delta, "pub": co.pub_endpoint})
-        return co.snapshots.answer(ident, rid)  # None: the snapshot thread answers when it is packed
+        return co.map_snapshots.answer(ident, rid)  # None: the snapshot thread answers when it is packed
     if op in ("status", "ranges"):
         return protocol.ok(co.status())
     if op == "servers":  # the server list alone: cheap with a large map (no ranges, no loads)
@@ -59,7 +59,7 @@ def handle(co: Coordinator, ident: bytes, rid: bytes, req: dict, role: str | Non
                             "gc": co.gc.snapshot()})
     if op == "balancer":
         with co.lock:
-            return protocol.ok(co.balancing.control(req))
+            return protocol.ok(co.balancer_loop.control(req))
     if op == "events":
         since = protocol.field(req, "since", int, 0)
         limit = protocol.field(req, "limit", int, 200)
@@ -82,7 +82,7 @@ def handle(co: Coordinator, ident: bytes, rid: bytes, req: dict, role: str | Non
         raise TableError("InvalidInput", f"missing field {exc}") from None
 
     def reply(res: Any, err: TableError | None) -> None:
-        co._notify([b"reply", ident, rid, protocol.error(err) if err else protocol.ok(res)])
+        co.notify([b"reply", ident, rid, protocol.error(err) if err else protocol.ok(res)])
 
     co.controller.submit(fn, co, co.controller, *argv, reply=reply)
     return None
