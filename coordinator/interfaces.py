@@ -143,10 +143,8 @@ class EventRecorder(Protocol):
         ...
 
 
-class ServerDirectory(Protocol):
-    """The registered partition servers."""
-
-    servers: dict[str, ServerInfo]
+class ServerLookup(Protocol):
+    """One registered partition server's state, by id."""
 
     def is_alive(self, server: str | None) -> bool:
         """True for a registered server not declared dead."""
@@ -159,6 +157,12 @@ class ServerDirectory(Protocol):
     def server_incarnation(self, server: str) -> str | None:
         """The incarnation id a server registered with."""
         ...
+
+
+class ServerDirectory(ServerLookup, Protocol):
+    """The registered partition servers."""
+
+    servers: dict[str, ServerInfo]
 
     def pick_server(self) -> str | None:
         """The live server with the fewest ranges."""
@@ -194,30 +198,23 @@ class KeyRegistry(MetaAccess, EventRecorder, Notifier, Protocol):
     keys_version: int
 
 
-class CommandSource(Protocol):
-    """What the controller needs to reach partition servers, fenced by the leader's term."""
+class Fenced(Protocol):
+    """A leader that steps down as soon as a later term exists."""
 
-    lock: threading.RLock
-    ctx: zmq.Context
-    keys: KeyRing
-    cfg: CoordinatorConfig
     term: int
 
     def fence(self) -> None:
         """Step down at once when a later term exists."""
         ...
 
-    def server_endpoint(self, server: str) -> str | None:
-        """The data endpoint of a registered server."""
-        ...
 
-    def server_incarnation(self, server: str) -> str | None:
-        """The incarnation id a server registered with."""
-        ...
+class CommandSource(ServerLookup, Fenced, Protocol):
+    """What the controller needs to reach partition servers, fenced by the leader's term."""
 
-    def is_alive(self, server: str | None) -> bool:
-        """True for a registered server not declared dead."""
-        ...
+    lock: threading.RLock
+    ctx: zmq.Context
+    keys: KeyRing
+    cfg: CoordinatorConfig
 
 
 class SnapshotSource(Notifier, Protocol):
@@ -301,13 +298,12 @@ class AdminHost(LeaseHolder, KeyRegistry, Protocol):
         ...
 
 
-class TakeoverHost(MapWriter, Notifier, Protocol):
+class TakeoverHost(MapWriter, Notifier, Fenced, Protocol):
     """What taking over a term uses (:mod:`coordinator.takeover`)."""
 
     meta: MetaStoreLike | None
     leadership: Leadership | EtcdLeadership | None
     follower: WarmFollower | None
-    term: int
     takeover: dict
     stopping: bool
     events: list[dict]
@@ -320,10 +316,6 @@ class TakeoverHost(MapWriter, Notifier, Protocol):
     @property
     def controller(self) -> Commands:
         """The controller thread (started once the map is loaded)."""
-        ...
-
-    def fence(self) -> None:
-        """Step down at once when a later term exists."""
         ...
 
     def step_down(self) -> None:
