@@ -7,6 +7,7 @@ thread, which answers when it is done (:mod:`coordinator.operations`).
 
 from __future__ import annotations
 
+import time
 from typing import TYPE_CHECKING, Any
 
 from coordinator import acl, backup, client_keys, leases
@@ -53,9 +54,9 @@ def handle(co: AdminHost, ident: bytes, rid: bytes, req: dict, role: str | None)
                 return protocol.ok({**delta, "pub": co.pub_endpoint})
         return co.map_snapshots.answer(ident, rid)  # None: the snapshot thread answers when it is packed
     if op in ("status", "ranges"):
-        return protocol.ok(co.status())
+        return protocol.ok(status(co))
     if op == "servers":  # the server list alone: cheap with a large map (no ranges, no loads)
-        return protocol.ok({"version": co.pmap.version, "servers": co.server_list(loads=False),
+        return protocol.ok({"version": co.pmap.version, "servers": server_list(co, loads=False),
                             "gc": co.gc.snapshot()})
     if op == "balancer":
         with co.lock:
@@ -82,7 +83,35 @@ def handle(co: AdminHost, ident: bytes, rid: bytes, req: dict, role: str | None)
         raise TableError("InvalidInput", f"missing field {exc}") from None
 
     def reply(res: Any, err: TableError | None) -> None:
+        """Send the job's answer to the requester (through the loop thread)."""
         co.notify([b"reply", ident, rid, protocol.error(err) if err else protocol.ok(res)])
 
     co.controller.submit(fn, co, co.controller, *argv, reply=reply)
     return None
+
+
+def status(co: AdminHost) -> dict:
+    """The map, the servers with their load, the term and the last takeover (``rangetable ranges``,
+    ``servers``)."""
+    now = time.monotonic()
+    with co.lock:
+        snap = co.pmap.snapshot()
+        snap["pub"] = co.pub_endpoint
+        snap["endpoints"] = {s.id: s.endpoint for s in co.servers.values() if s.alive and s.endpoint}
+        return {**snap, "term": co.term, "leader": co.endpoint, "takeover": co.takeover,
+                "servers": server_list(co, now)}
+
+
+def server_list(co: AdminHost, now: float | None = None, loads: bool = True) -> list[dict]:
+    """Every registered server with its state (and its ranges' latest load reports)."""
+    now = time.monotonic() if now is None else now
+    with co.lock:
+        out = []
+        for s in sorted(co.servers.values(), key=lambda s: s.id):
+            row = {"id": s.id, "endpoint": s.endpoint, "alive": s.alive, "pid": s.pid,
+                   "incarnation": s.incarnation, "last_seen_s": round(now - s.last_seen, 2),
+                   "ranges": co.pmap.owned_count(s.id), "pending": s.pending}
+            if loads:
+                row["load"] = s.load
+            out.append(row)
+        return out

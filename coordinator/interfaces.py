@@ -279,6 +279,8 @@ class AdminHost(LeaseHolder, KeyRegistry, Protocol):
     pub_endpoint: str
     gc: GcPauses
     events: list[dict]
+    endpoint: str
+    takeover: dict
 
     @property
     def map_snapshots(self) -> MapAnswers:
@@ -287,14 +289,6 @@ class AdminHost(LeaseHolder, KeyRegistry, Protocol):
 
     def publish(self) -> None:
         """Send what changed since the last delta."""
-        ...
-
-    def status(self) -> dict:
-        """Servers with their load and the map."""
-        ...
-
-    def server_list(self, now: float | None = None, loads: bool = True) -> list[dict]:
-        """Every registered server with its state."""
         ...
 
 

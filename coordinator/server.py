@@ -170,40 +170,9 @@ class Coordinator:
         """Ids of the registered servers that are alive."""
         return [s.id for s in self.servers.values() if s.alive and s.endpoint]
 
-    def map_snapshot(self) -> dict:
-        """The partition map plus server endpoints and the PUB endpoint."""
-        with self.lock:
-            snap = self.pmap.snapshot()
-            snap["servers"] = {s.id: s.endpoint for s in self.servers.values() if s.alive and s.endpoint}
-            snap["pub"] = self.pub_endpoint
-            return snap
-
     def map_key(self) -> tuple[int, int]:
         """What identifies the current map state (its version, and the commits without a new version)."""
         return self.pmap.version, self._commits
-
-    def status(self) -> dict:
-        """Servers with their load, for ``rangetable ranges`` and ``servers``."""
-        now = time.monotonic()
-        with self.lock:
-            snap = self.map_snapshot()
-            snap["endpoints"] = snap.pop("servers")
-            return {**snap, "term": self.term, "leader": self.endpoint, "takeover": self.takeover,
-                    "servers": self.server_list(now)}
-
-    def server_list(self, now: float | None = None, loads: bool = True) -> list[dict]:
-        """Every registered server with its state (and its ranges' latest load reports)."""
-        now = time.monotonic() if now is None else now
-        with self.lock:
-            out = []
-            for s in sorted(self.servers.values(), key=lambda s: s.id):
-                row = {"id": s.id, "endpoint": s.endpoint, "alive": s.alive, "pid": s.pid,
-                       "incarnation": s.incarnation, "last_seen_s": round(now - s.last_seen, 2),
-                       "ranges": self.pmap.owned_count(s.id), "pending": s.pending}
-                if loads:
-                    row["load"] = s.load
-                out.append(row)
-            return out
 
     def notify(self, frames: list[bytes]) -> None:
         """Hand frames to the loop thread through its inproc socket (from any thread)."""
