@@ -8,6 +8,7 @@ thread, which answers when it is done (:mod:`coordinator.operations`).
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from coordinator import acl, backup, client_keys, leases
@@ -19,7 +20,7 @@ if TYPE_CHECKING:
     from coordinator.interfaces import AdminHost
 
 text = protocol.field
-JOBS = {  # op -> (controller job, its arguments from the request)
+JOBS: dict[str, tuple[Callable[..., Any], Callable[[dict], tuple]]] = {  # op -> (controller job, its arguments)
     "create_table": (ops.create_table, lambda r: (text(r, "table", str),)),
     "delete_table": (ops.delete_table, lambda r: (text(r, "table", str),)),
     "move": (ops.move, lambda r: (text(r, "range", str), text(r, "server", str))),

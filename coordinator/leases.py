@@ -34,7 +34,7 @@ def heartbeat(co: LeaseHolder, req: dict) -> dict:
     with co.lock:
         info = co.servers.get(sid)
         fresh = info is None or info.incarnation != req["incarnation"] or not info.alive
-        if fresh:
+        if info is None or fresh:
             info = ServerInfo(sid, req["endpoint"], req["incarnation"], now, int(req.get("pid", 0)))
             co.servers[sid] = info
             log.info("partition server %s registered at %s", sid, info.endpoint)

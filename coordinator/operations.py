@@ -226,7 +226,8 @@ def split(co: MapWriter, ctl: Commands, rid: str, key: str | None, reason: str =
         co.commit((puts, dels))
         epoch = rec["epoch"]
         crash_point("split.after_intent", co.cfg.data_dir)
-    clock = StepClock(steps := {})
+    steps: dict[str, float] = {}
+    clock = StepClock(steps)
     try:
         # The owner prepares the halves while the range still serves (frontends route a splitting
         # range to its owner) and answers after a short switch-over: the range is offline from that

@@ -38,7 +38,7 @@ from coordinator.server_info import MAX_EVENTS, ServerInfo
 from coordinator.warm_standby import WarmFollower
 
 if TYPE_CHECKING:
-    from coordinator.interfaces import TakeoverHost
+    from coordinator.interfaces import MetaStoreLike, TakeoverHost
 
 log = logging.getLogger("rangetable.coordinator")
 
@@ -81,6 +81,7 @@ def _beat(co: TakeoverHost) -> None:
 def _load(co: TakeoverHost, rec: TermRecord) -> None:
     assert co.leadership is not None
     t0 = time.monotonic()
+    meta: MetaStoreLike
     try:
         if co.cfg.meta:
             meta, how = open_etcd_for_term(co.leadership, co.fence)  # type: ignore[arg-type]
