@@ -30,7 +30,7 @@ from rangetable.edm import parse_time, ticks_to_iso
 from rangetable.errors import TableError
 
 if TYPE_CHECKING:
-    from coordinator.server import Coordinator
+    from coordinator.interfaces import MetaAccess
 
 OPS = frozenset({"get_acl", "set_acl", "get_service_properties", "set_service_properties"})
 MAX_POLICIES = 5
@@ -50,7 +50,7 @@ def _bad_xml(message: str) -> TableError:
     return TableError("InvalidXmlDocument", message)
 
 
-def _get(co: Coordinator, key: bytes) -> Any:
+def _get(co: MetaAccess, key: bytes) -> Any:
     for k, v in co.meta.items(key):
         if k == key:
             return v
@@ -127,7 +127,7 @@ def _table_field(req: dict) -> str:
     return table
 
 
-def handle(co: Coordinator, op: str, req: dict) -> Any:
+def handle(co: MetaAccess, op: str, req: dict) -> Any:
     """Run one of :data:`OPS` and return its result (a write is durable when this returns)."""
     with co.lock:
         if op == "get_acl":

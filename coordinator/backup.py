@@ -27,8 +27,7 @@ from rangetable.errors import TableError
 from rangetable.files import write_json_atomic
 
 if TYPE_CHECKING:
-    from coordinator.controller import Controller
-    from coordinator.server import Coordinator
+    from coordinator.interfaces import Commands, MapWriter
 
 log = logging.getLogger("rangetable.coordinator")
 
@@ -65,7 +64,7 @@ def _remove(dest: str, created: bool) -> None:
             os.unlink(full)
 
 
-def backup(co: Coordinator, ctl: Controller, dest: str) -> dict[str, Any]:
+def backup(co: MapWriter, ctl: Commands, dest: str) -> dict[str, Any]:
     """Write a complete backup of the cluster into ``dest``; returns the manifest."""
     created = _prepare_dir(dest)
     t0 = time.monotonic()

@@ -23,7 +23,7 @@ from rangetable.curve import valid_public_key
 from rangetable.errors import TableError
 
 if TYPE_CHECKING:
-    from coordinator.server import Coordinator
+    from coordinator.interfaces import KeyRegistry, MetaAccess
 
 OPS = frozenset({"keys_add", "keys_revoke", "keys_list"})
 PREFIX = b"clientkey/"
@@ -32,7 +32,7 @@ NAME = re.compile(r"[A-Za-z0-9._-]{1,64}")
 ACCOUNT = re.compile(r"[a-z0-9]{3,24}")
 
 
-def load(co: Coordinator) -> tuple[int, dict[str, dict]]:
+def load(co: MetaAccess) -> tuple[int, dict[str, dict]]:
     """The stored version and records (name → record)."""
     version = 0
     for k, v in co.meta.items(VERSION_KEY):
@@ -58,7 +58,7 @@ def validate(req: dict, records: dict[str, dict], reserved: set[str]) -> dict:
     return {"name": name, "account": account, "public": public, "created": time.time()}
 
 
-def handle(co: Coordinator, op: str, req: dict) -> Any:
+def handle(co: KeyRegistry, op: str, req: dict) -> Any:
     """Run one of :data:`OPS` (a change is durable when this returns)."""
     with co.lock:
         version, records = load(co)
@@ -68,7 +68,7 @@ def handle(co: Coordinator, op: str, req: dict) -> Any:
             rec = validate(req, records, {p.user_id for p in co.keys.pairs.values()})
             co.meta.commit({PREFIX + rec["name"].encode(): rec, VERSION_KEY: version + 1})
             co.keys_version = version + 1
-            co._notify([b"hugz"])
+            co.notify([b"hugz"])
             co.event("key_added", name=rec["name"], account=rec["account"], public=rec["public"])
             return rec
         name = req.get("name")
@@ -76,6 +76,6 @@ def handle(co: Coordinator, op: str, req: dict) -> Any:
             raise TableError("ResourceNotFound", f"no client key named {name!r}")
         co.meta.commit({VERSION_KEY: version + 1}, [PREFIX + name.encode()])
         co.keys_version = version + 1
-        co._notify([b"hugz"])
+        co.notify([b"hugz"])
         co.event("key_revoked", name=name, account=records[name]["account"])
         return None

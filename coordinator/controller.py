@@ -24,17 +24,15 @@ from rangetable import curve, protocol
 from rangetable.errors import TableError
 
 if TYPE_CHECKING:
-    from coordinator.server import Coordinator
+    from coordinator.interfaces import CommandSource, Reply
 
 log = logging.getLogger("rangetable.coordinator")
-
-Reply = Callable[[Any, TableError | None], None]
 
 
 class Controller(threading.Thread):
     """Runs jobs sequentially against the partition map and the partition servers."""
 
-    def __init__(self, coord: Coordinator) -> None:
+    def __init__(self, coord: CommandSource) -> None:
         super().__init__(name="controller", daemon=True)
         self.coord = coord
         self.jobs: queue.Queue = queue.Queue()

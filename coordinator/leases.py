@@ -6,41 +6,26 @@ the lease the reply). A server is declared dead when nothing was heard from it f
 ``lease_s + lease_grace_s``: its lease (counted from when it *sent* its last answered heartbeat) has
 surely lapsed by then, so its ranges can be reassigned without two servers ever serving one range.
 
-Functions here run in the coordinator's loop thread and take the :class:`~coordinator.server.Coordinator`.
+Functions here run in the coordinator's loop thread and take the coordinator as a
+:class:`~coordinator.interfaces.LeaseHolder`.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from coordinator import operations as ops
+from coordinator.server_info import ServerInfo
 
 if TYPE_CHECKING:
-    from coordinator.server import Coordinator
+    from coordinator.interfaces import LeaseHolder
 
 log = logging.getLogger("rangetable.coordinator")
 
 
-@dataclass
-class ServerInfo:
-    """What the coordinator knows of one partition server."""
-
-    id: str
-    endpoint: str
-    incarnation: str
-    last_seen: float
-    pid: int = 0
-    alive: bool = True
-    ranges: list = field(default_factory=list)
-    load: dict = field(default_factory=dict)
-    pending: int = 0  # requests queued at the server in its last loop turn
-    in_step: tuple | None = None  # (owner stamp, range count) when its report last matched the map
-
-
-def heartbeat(co: Coordinator, req: dict) -> dict:
+def heartbeat(co: LeaseHolder, req: dict) -> dict:
     """Take one heartbeat (register the server when it is new or restarted, keep its ranges and
     load reports, ask the controller to reconcile it when its ranges differ from the map) and
     return the lease."""
@@ -49,7 +34,7 @@ def heartbeat(co: Coordinator, req: dict) -> dict:
     with co.lock:
         info = co.servers.get(sid)
         fresh = info is None or info.incarnation != req["incarnation"] or not info.alive
-        if fresh:
+        if info is None or fresh:
             info = ServerInfo(sid, req["endpoint"], req["incarnation"], now, int(req.get("pid", 0)))
             co.servers[sid] = info
             log.info("partition server %s registered at %s", sid, info.endpoint)
@@ -72,7 +57,7 @@ def heartbeat(co: Coordinator, req: dict) -> dict:
             open_ids = {r[0] for r in ranges}
             info.load = {rid: ld for rid, ld in info.load.items() if rid in open_ids}
         info.pending = int(req.get("pending", 0))
-        co.balancing.on_heartbeat(sid, load, now)
+        co.balancer_loop.on_heartbeat(sid, load, now)
         stamp = (co.pmap.owner_stamp(sid), co.pmap.owned_count(sid))
         if same and info.in_step == stamp:
             differs = False  # the same report as last time, and nothing of this server changed
@@ -86,7 +71,7 @@ def heartbeat(co: Coordinator, req: dict) -> dict:
     return {"lease_s": co.cfg.lease_s, "version": co.pmap.version, "term": co.term}
 
 
-def mismatch(co: Coordinator, info: ServerInfo) -> tuple[bool, bool]:
+def mismatch(co: LeaseHolder, info: ServerInfo) -> tuple[bool, bool]:
     """(the server's open ranges differ from the map, they are exactly the map's)."""
     pmap = co.pmap
     reported = {(rid, epoch) for rid, epoch, state in info.ranges if state == "serving"}
@@ -100,14 +85,14 @@ def mismatch(co: Coordinator, info: ServerInfo) -> tuple[bool, bool]:
     return differs, not pending and reported == desired
 
 
-def overdue(co: Coordinator, now: float) -> bool:
+def overdue(co: LeaseHolder, now: float) -> bool:
     """True when some live server has been silent past lease + grace."""
     limit = co.cfg.lease_s + co.cfg.lease_grace_s
     with co.lock:
         return any(s.alive and now - s.last_seen > limit for s in co.servers.values())
 
 
-def check_servers(co: Coordinator) -> None:
+def check_servers(co: LeaseHolder) -> None:
     """Declare every server silent past lease + grace dead, in one map change, and have the
     controller reassign their ranges."""
     now = time.monotonic()
@@ -122,7 +107,7 @@ def check_servers(co: Coordinator) -> None:
         return
     for s in dead:
         log.warning("partition server %s silent for %.1f s: declared dead", s.id, now - s.last_seen)
-        co.balancing.on_server_dead(s.id)
+        co.balancer_loop.on_server_dead(s.id)
     # one durable write for the events and one for the map version, however many died at once
     co.record_events([{"kind": "server_dead", "server": s.id, "silent_s": round(now - s.last_seen, 2)}
                       for s in dead])

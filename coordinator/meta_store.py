@@ -122,6 +122,7 @@ def open_for_term(data_dir: str, prev: str, fresh: str, guard: Callable[[], None
     t0 = time.monotonic()
 
     def opened(name: str, copied: int | None = None, seq: int | None = None) -> tuple[MetaStore, dict]:
+        """Open the store ``name`` and say how it was obtained (copied keys, time, sequence number)."""
         store = MetaStore(data_dir, name, guard)
         seq = store.db.latest_sequence_number() if seq is None else seq
         return store, {"copied": copied, "ms": round((time.monotonic() - t0) * 1000, 1), "seq": seq}

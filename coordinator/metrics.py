@@ -10,10 +10,10 @@ import time
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from coordinator.server import Coordinator
+    from coordinator.interfaces import MetricsSource
 
 
-def collect(co: Coordinator) -> list:
+def collect(co: MetricsSource) -> list:
     """The metric families of the coordinator."""
     from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 

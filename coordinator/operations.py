@@ -22,8 +22,7 @@ from rangetable.errors import TableError
 from rangetable.stats import StepClock
 
 if TYPE_CHECKING:
-    from coordinator.controller import Controller
-    from coordinator.server import Coordinator
+    from coordinator.interfaces import Commands, MapWriter
 
 log = logging.getLogger("rangetable.coordinator")
 
@@ -36,7 +35,7 @@ def _public(rec: dict) -> dict:
     return {k: rec[k] for k in ("id", "table", "low", "high", "epoch", "path")}
 
 
-def create_table(co: Coordinator, ctl: Controller, name: str) -> dict:
+def create_table(co: MapWriter, ctl: Commands, name: str) -> dict:
     """Add a table with one range on the least-loaded live server and open it there."""
     from rangetable.entity import validate_table_name
 
@@ -50,7 +49,7 @@ def create_table(co: Coordinator, ctl: Controller, name: str) -> dict:
     return {"table": name}
 
 
-def delete_table(co: Coordinator, ctl: Controller, name: str) -> None:
+def delete_table(co: MapWriter, ctl: Commands, name: str) -> None:
     """Drop a table from the catalog and destroy its range directories."""
     with co.lock:
         gone, writes = co.pmap.delete_table(name)
@@ -64,7 +63,7 @@ def delete_table(co: Coordinator, ctl: Controller, name: str) -> None:
                 log.warning("destroy %s: %s", r["id"], exc)
 
 
-def _load(co: Coordinator, ctl: Controller, server: str, rec: dict) -> bool:
+def _load(co: MapWriter, ctl: Commands, server: str, rec: dict) -> bool:
     try:
         ctl.call(server, {"op": "load", "range": _public(rec), "version": co.pmap.version})
         return True
@@ -73,7 +72,7 @@ def _load(co: Coordinator, ctl: Controller, server: str, rec: dict) -> bool:
         return False
 
 
-def assign_orphans(co: Coordinator, ctl: Controller, reason: str = "owner not alive") -> list[str]:
+def assign_orphans(co: MapWriter, ctl: Commands, reason: str = "owner not alive") -> list[str]:
     """Give every serving range without a live owner to a live server, all in one map change.
 
     The new owners are chosen by :func:`coordinator.placement.place_orphans` (least-loaded first),
@@ -108,7 +107,7 @@ def assign_orphans(co: Coordinator, ctl: Controller, reason: str = "owner not al
     return orphans
 
 
-def fail_over(co: Coordinator, ctl: Controller, rid: str, reason: str) -> None:
+def fail_over(co: MapWriter, ctl: Commands, rid: str, reason: str) -> None:
     """Reassign one range whose owner is dead (its lease has surely lapsed) to a live server."""
     t0 = time.monotonic()
     with co.lock:
@@ -126,7 +125,7 @@ def fail_over(co: Coordinator, ctl: Controller, rid: str, reason: str) -> None:
              duration_ms=_ms(t0), ok=ok)
 
 
-def reconcile(co: Coordinator, ctl: Controller, server: str) -> None:
+def reconcile(co: MapWriter, ctl: Commands, server: str) -> None:
     """Make a server's open ranges match the map: load what it should serve, unload the rest."""
     with co.lock:
         info = co.servers.get(server)
@@ -151,7 +150,7 @@ def reconcile(co: Coordinator, ctl: Controller, server: str) -> None:
             log.warning("reconcile %s on %s: %s", rid, server, exc)
 
 
-def _prepare(ctl: Controller, server: str | None, rid: str, epoch: int) -> None:
+def _prepare(ctl: Commands, server: str | None, rid: str, epoch: int) -> None:
     """Ask the owner to flush a range while it still serves (shortens the offline window)."""
     if server is None:
         return
@@ -161,7 +160,7 @@ def _prepare(ctl: Controller, server: str | None, rid: str, epoch: int) -> None:
         log.info("prepare %s on %s: %s", rid, server, exc)
 
 
-def move(co: Coordinator, ctl: Controller, rid: str, target: str, reason: str = "manual") -> dict:
+def move(co: MapWriter, ctl: Commands, rid: str, target: str, reason: str = "manual") -> dict:
     """Move a range: source closes it, the map records the new owner, the target opens it."""
     with co.lock:
         rec = co.pmap.ranges.get(rid)
@@ -202,7 +201,7 @@ def move(co: Coordinator, ctl: Controller, rid: str, target: str, reason: str = 
     return {"range": rid, "source": source, "target": target, "offline_ms": offline}
 
 
-def split(co: Coordinator, ctl: Controller, rid: str, key: str | None, reason: str = "manual") -> dict:
+def split(co: MapWriter, ctl: Commands, rid: str, key: str | None, reason: str = "manual") -> dict:
     """Split a range at a PartitionKey (or at the data median) into two ranges on the same server."""
     with co.lock:
         rec = co.pmap.ranges.get(rid)
@@ -227,7 +226,8 @@ def split(co: Coordinator, ctl: Controller, rid: str, key: str | None, reason: s
         co.commit((puts, dels))
         epoch = rec["epoch"]
         crash_point("split.after_intent", co.cfg.data_dir)
-    clock = StepClock(steps := {})
+    steps: dict[str, float] = {}
+    clock = StepClock(steps)
     try:
         # The owner prepares the halves while the range still serves (frontends route a splitting
         # range to its owner) and answers after a short switch-over: the range is offline from that
@@ -262,7 +262,7 @@ def split(co: Coordinator, ctl: Controller, rid: str, key: str | None, reason: s
             "steps": steps}
 
 
-def merge(co: Coordinator, ctl: Controller, rid: str, reason: str = "manual", target: str | None = None) -> dict:
+def merge(co: MapWriter, ctl: Commands, rid: str, reason: str = "manual", target: str | None = None) -> dict:
     """Merge a range with its right-hand neighbour on ``target`` (default: the left range's owner),
     moving either range there first if needed."""
     with co.lock:
@@ -317,7 +317,7 @@ def merge(co: Coordinator, ctl: Controller, rid: str, reason: str = "manual", ta
     return {"range": out["id"], "left": left["id"], "right": right["id"], "offline_ms": offline}
 
 
-def collect_garbage(co: Coordinator, ctl: Controller) -> list[str]:
+def collect_garbage(co: MapWriter, ctl: Commands) -> list[str]:
     """Delete range directories that no range in the map and no live server refers to.
 
     They are left behind by splits and merges that crashed before or after their commit point. The
@@ -342,7 +342,7 @@ def collect_garbage(co: Coordinator, ctl: Controller) -> list[str]:
     return removed
 
 
-def recover(co: Coordinator) -> list[str]:
+def recover(co: MapWriter) -> list[str]:
     """After a restart: roll back operations that never reached their commit point.
 
     A range still ``moving``, ``splitting`` or ``merging`` was not committed (the commit point

@@ -12,7 +12,9 @@ The loop only moves messages:
   multi-step change (see :mod:`coordinator.operations`).
 
 Heartbeats, leases and dead servers are :mod:`coordinator.leases`; what each request gets is
-:mod:`coordinator.admin`.
+:mod:`coordinator.admin_dispatch`. Each part takes the narrow view of this class it uses (a
+``Protocol`` of :mod:`coordinator.interfaces`); this module composes them and is the only one that
+knows the concrete :class:`Coordinator`.
 """
 
 from __future__ import annotations
@@ -27,18 +29,17 @@ from typing import Any
 
 import zmq
 
-from coordinator import admin, leases, takeover
+from coordinator import admin_dispatch, leases, takeover
 from coordinator import operations as ops
-from coordinator.balancing import Balancing
+from coordinator.balancer_loop import BalancerLoop
 from coordinator.controller import Controller
 from coordinator.etcd_election import EtcdLeadership, leadership_for
+from coordinator.interfaces import MetaStoreLike
 from coordinator.leadership import Leadership
-from coordinator.leases import ServerInfo  # noqa: F401  (re-exported: takeover.py builds them)
 from coordinator.map_deltas import DeltaLog, PendingChanges, build_delta
-from coordinator.meta_etcd import EtcdMetaStore
-from coordinator.meta_store import MetaStore
+from coordinator.map_snapshots import MapSnapshots
 from coordinator.partition_map import PartitionMap
-from coordinator.snapshots import Snapshots
+from coordinator.server_info import MAX_EVENTS, ServerInfo
 from coordinator.warm_standby import WarmFollower
 from rangetable import curve, protocol
 from rangetable.addresses import advertised
@@ -49,7 +50,6 @@ from rangetable.gc_tuning import GcPauses
 from rangetable.process import serve_until_signalled
 
 log = logging.getLogger("rangetable.coordinator")
-MAX_EVENTS = 1000
 BATCH = 64  # requests handled per loop turn before their answers go out (registrations commit once)
 DRAIN_MAX_S = 2.0  # time spent handling queued requests before declaring a silent server dead
 
@@ -62,10 +62,10 @@ class Coordinator:
         self.ctx = ctx or zmq.Context.instance()
         self.keys = curve.KeyRing.load(curve.keys_dir(cfg.data_dir, cfg.keys_dir), own="coordinator")
         self.lock = threading.RLock()
-        self.meta: MetaStore | EtcdMetaStore | None = None  # opened when this coordinator wins a term (_lead)
+        self.meta: MetaStoreLike | None = None  # opened when this coordinator wins a term (_lead)
         self.pmap = PartitionMap.load([])
         self.events: list[dict] = []
-        self._event_seq = 1
+        self.event_seq = 1
         self.keys_version = 0  # client keys (client_keys.py): loaded with the meta store at takeover
         self.event_counts: dict[str, int] = {}  # events by kind since this process started (metrics)
         self.servers: dict[str, ServerInfo] = {}
@@ -78,14 +78,14 @@ class Coordinator:
         self.known_servers: dict[str, dict] = {}  # servers in the meta store when this leader took over
         self.follower: WarmFollower | None = None  # a standby's warm copy of the leader's store (takeover.follow)
         self.controller = Controller(self)
-        self.balancing = Balancing(self)
+        self.balancer_loop = BalancerLoop(self)
         self.pub_endpoint = ""
         self.endpoint = ""
         self._tls = threading.local()
         self._inproc = f"inproc://coordinator-{id(self)}"
         self.changes = PendingChanges()  # what the next published delta carries
         self.registrations: dict[bytes, dict] = {}  # server records to persist before answering
-        self.snapshots = Snapshots(self)  # map snapshots for frontends, packed off the loop thread
+        self.map_snapshots = MapSnapshots(self)  # map snapshots for frontends, packed off the loop thread
         self._commits = 0
         self.deltas = DeltaLog()
         self.published = self.pmap.version
@@ -118,7 +118,7 @@ class Coordinator:
         with self.lock:
             self._commits += 1
             self.changes.note_writes(puts, deletes)
-        self._notify([b"publish"])
+        self.notify([b"publish"])
 
     def event(self, kind: str, **fields: Any) -> None:
         """Record an event (split, move, merge, failover, hot key …) durably."""
@@ -130,8 +130,8 @@ class Coordinator:
             puts, deletes = {}, []
             evs = []
             for fields in items:
-                ev = {"seq": self._event_seq, "time": time.time(), **fields}
-                self._event_seq += 1
+                ev = {"seq": self.event_seq, "time": time.time(), **fields}
+                self.event_seq += 1
                 self.events.append(ev)
                 self.event_counts[ev["kind"]] = self.event_counts.get(ev["kind"], 0) + 1
                 evs.append(ev)
@@ -170,42 +170,12 @@ class Coordinator:
         """Ids of the registered servers that are alive."""
         return [s.id for s in self.servers.values() if s.alive and s.endpoint]
 
-    def map_snapshot(self) -> dict:
-        """The partition map plus server endpoints and the PUB endpoint."""
-        with self.lock:
-            snap = self.pmap.snapshot()
-            snap["servers"] = {s.id: s.endpoint for s in self.servers.values() if s.alive and s.endpoint}
-            snap["pub"] = self.pub_endpoint
-            return snap
-
     def map_key(self) -> tuple[int, int]:
         """What identifies the current map state (its version, and the commits without a new version)."""
         return self.pmap.version, self._commits
 
-    def status(self) -> dict:
-        """Servers with their load, for ``rangetable ranges`` and ``servers``."""
-        now = time.monotonic()
-        with self.lock:
-            snap = self.map_snapshot()
-            snap["endpoints"] = snap.pop("servers")
-            return {**snap, "term": self.term, "leader": self.endpoint, "takeover": self.takeover,
-                    "servers": self.server_list(now)}
-
-    def server_list(self, now: float | None = None, loads: bool = True) -> list[dict]:
-        """Every registered server with its state (and its ranges' latest load reports)."""
-        now = time.monotonic() if now is None else now
-        with self.lock:
-            out = []
-            for s in sorted(self.servers.values(), key=lambda s: s.id):
-                row = {"id": s.id, "endpoint": s.endpoint, "alive": s.alive, "pid": s.pid,
-                       "incarnation": s.incarnation, "last_seen_s": round(now - s.last_seen, 2),
-                       "ranges": self.pmap.owned_count(s.id), "pending": s.pending}
-                if loads:
-                    row["load"] = s.load
-                out.append(row)
-            return out
-
-    def _notify(self, frames: list[bytes]) -> None:
+    def notify(self, frames: list[bytes]) -> None:
+        """Hand frames to the loop thread through its inproc socket (from any thread)."""
         sock = getattr(self._tls, "push", None)
         if sock is None:
             sock = self.ctx.socket(zmq.PUSH)
@@ -213,6 +183,11 @@ class Coordinator:
             sock.connect(self._inproc)
             self._tls.push = sock
         sock.send_multipart(frames)
+
+    def start_balancer(self) -> None:
+        """Start the balancer loop with the settings of the loaded meta store (at takeover)."""
+        self.balancer_loop = BalancerLoop(self)
+        self.balancer_loop.start()
 
     # --- loop ---------------------------------------------------------------------------------
 
@@ -267,7 +242,7 @@ class Coordinator:
         self.controller.stopping = True
         if self.controller.is_alive():
             self.controller.join(timeout=5)
-        self.balancing.join(timeout=5)
+        self.balancer_loop.join(timeout=5)
         for s in (router, pull, self.pub):
             s.close(0)
         push = getattr(self._tls, "push", None)
@@ -427,7 +402,7 @@ class Coordinator:
         rid = frames[1] if len(frames) > 1 else b""
         try:
             rid, req = protocol.parse_request(frames[1:])
-            body = admin.handle(self, ident, rid, req, role)
+            body = admin_dispatch.handle(self, ident, rid, req, role)
         except TableError as exc:
             body = protocol.error(exc)
         except Exception as exc:

@@ -30,20 +30,20 @@ from typing import TYPE_CHECKING
 
 from coordinator import client_keys
 from coordinator import operations as ops
-from coordinator.balancing import Balancing
 from coordinator.leadership import BEAT_S, TermRecord, lock_free, meta_dir_for, stale_meta_dirs
 from coordinator.meta_etcd import open_etcd_for_term
 from coordinator.meta_store import open_for_term
 from coordinator.partition_map import PartitionMap
+from coordinator.server_info import MAX_EVENTS, ServerInfo
 from coordinator.warm_standby import WarmFollower
 
 if TYPE_CHECKING:
-    from coordinator.server import Coordinator
+    from coordinator.interfaces import MetaStoreLike, TakeoverHost
 
 log = logging.getLogger("rangetable.coordinator")
 
 
-def follow(co: Coordinator, leader: TermRecord | None) -> None:
+def follow(co: TakeoverHost, leader: TermRecord | None) -> None:
     """Standby: keep following the meta store the current leader's record names."""
     if co.cfg.meta:
         return  # the meta store is in etcd: nothing on disk to follow
@@ -53,7 +53,7 @@ def follow(co: Coordinator, leader: TermRecord | None) -> None:
     co.follower.follow(leader.meta if leader is not None else None)
 
 
-def begin(co: Coordinator, rec: TermRecord) -> None:
+def begin(co: TakeoverHost, rec: TermRecord) -> None:
     """Lead ``rec.term`` from now on: beat, and load the map in the background."""
     co.term = rec.term
     co.takeover = {"term": rec.term, "won_at": time.monotonic()}
@@ -61,12 +61,12 @@ def begin(co: Coordinator, rec: TermRecord) -> None:
     threading.Thread(target=_load, args=(co, rec), name="takeover", daemon=True).start()
 
 
-def early_lease(co: Coordinator) -> dict:
+def early_lease(co: TakeoverHost) -> dict:
     """A heartbeat answer while the map loads: a lease of the new term, nothing else."""
     return {"lease_s": co.cfg.lease_s, "version": -1, "term": co.term}
 
 
-def _beat(co: Coordinator) -> None:
+def _beat(co: TakeoverHost) -> None:
     """Beat for standbys from a thread of its own, so loading a large map or a long request in the
     loop does not look like a pause (SIGSTOP stops this thread too)."""
     assert co.leadership is not None
@@ -78,11 +78,10 @@ def _beat(co: Coordinator) -> None:
         time.sleep(BEAT_S)
 
 
-def _load(co: Coordinator, rec: TermRecord) -> None:
-    from coordinator.server import MAX_EVENTS
-
+def _load(co: TakeoverHost, rec: TermRecord) -> None:
     assert co.leadership is not None
     t0 = time.monotonic()
+    meta: MetaStoreLike
     try:
         if co.cfg.meta:
             meta, how = open_etcd_for_term(co.leadership, co.fence)  # type: ignore[arg-type]
@@ -105,20 +104,18 @@ def _load(co: Coordinator, rec: TermRecord) -> None:
         return
     with co.lock:
         co.meta, co.pmap, co.events = meta, pmap, events
-        co._event_seq = (events[-1]["seq"] + 1) if events else 1
+        co.event_seq = (events[-1]["seq"] + 1) if events else 1
         co.keys_version = client_keys.load(co)[0]
         co.published = pmap.version
         co.known_servers = servers
         co.takeover.update({"meta": meta.name, "copied_keys": how["copied"], "meta_ms": how["ms"],
                             "warm": warm is not None, "seq": how["seq"],
                             "load_ms": round((time.monotonic() - t0) * 1000, 1)})
-    co._notify([b"led"])
+    co.notify([b"led"])
 
 
-def finish(co: Coordinator) -> None:
+def finish(co: TakeoverHost) -> None:
     """The map is loaded: act as the leader from now on (loop thread)."""
-    from coordinator.server import ServerInfo
-
     assert co.leadership is not None and co.meta is not None
     now = time.monotonic()
     # Servers known before keep their ranges for a full lease: a takeover (or a restart) shorter
@@ -129,8 +126,7 @@ def finish(co: Coordinator) -> None:
     rolled = ops.recover(co)
     if rolled:
         log.warning("rolled back uncommitted operations on ranges %s", rolled)
-    co.balancing = Balancing(co)
-    co.balancing.start()  # its rounds wait for quiet_until (balancing.py)
+    co.start_balancer()  # its rounds wait for quiet_until (balancer_loop.py)
     co.controller.start()
     co.takeover["takeover_ms"] = round((time.monotonic() - co.takeover.pop("won_at")) * 1000, 1)
     log.info("leading term %d: %s", co.term, co.takeover)

@@ -10,7 +10,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from coordinator.balancer import Action, Settings, append_pattern, load_median, plan_actions
+from coordinator.balancer import plan_actions
+from coordinator.balancer_round import Action
+from coordinator.balancer_settings import Settings
+from coordinator.balancer_splits import append_pattern, load_median
 from coordinator.load_history import LoadHistory, load_score
 from tests.unit.balancer_scenarios import MODULES, MiB, R
 from tests.unit.balancer_scenarios.sim import Sim

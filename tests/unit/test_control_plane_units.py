@@ -144,7 +144,8 @@ def test_load_history_shares_unchanged_reports() -> None:
 
 
 def test_a_confirmed_report_stays_current_for_the_balancer() -> None:
-    from coordinator.balancer import Settings, plan_actions
+    from coordinator.balancer import plan_actions
+    from coordinator.balancer_settings import Settings
 
     h = LoadHistory(window_s=180)
     big = {"bytes": 300 << 20, "entities": 10}

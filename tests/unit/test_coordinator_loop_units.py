@@ -1,6 +1,6 @@
 """What keeps the coordinator's loop answering heartbeats with a large map: the collector's pauses
 and freezes (rangetable/gc_tuning.py), the load history's chunked sweep, map snapshots packed by a
-thread of their own (coordinator/snapshots.py), and unchanged range lists not kept."""
+thread of their own (coordinator/map_snapshots.py), and unchanged range lists not kept."""
 
 from __future__ import annotations
 
@@ -12,10 +12,10 @@ from types import SimpleNamespace
 import pytest
 
 from coordinator import leases, load_history
-from coordinator.leases import ServerInfo
 from coordinator.load_history import LoadHistory
+from coordinator.map_snapshots import MapSnapshots
 from coordinator.partition_map import PartitionMap
-from coordinator.snapshots import Snapshots
+from coordinator.server_info import ServerInfo
 from rangetable import protocol
 from rangetable.gc_tuning import GcPauses
 
@@ -65,13 +65,13 @@ def _coordinator(n: int) -> SimpleNamespace:
     co = SimpleNamespace(lock=threading.RLock(), pmap=pm, servers={}, pub_endpoint="tcp://p", stopping=False,
                          commits=0, sent=[])
     co.map_key = lambda: (co.pmap.version, co.commits)
-    co._notify = co.sent.append
+    co.notify = co.sent.append
     return co
 
 
 def test_snapshots_are_packed_by_their_thread_and_cached_per_map_state() -> None:
     co = _coordinator(1)
-    snaps = Snapshots(co)
+    snaps = MapSnapshots(co)
     try:
         assert snaps.answer(b"fe1", b"q1") is None  # the loop does not wait for it
         deadline = time.monotonic() + 5
@@ -95,7 +95,7 @@ def test_an_unchanged_range_list_keeps_the_stored_one() -> None:
     pm.create_table("t", "s1")
     calls = []
     co = SimpleNamespace(lock=threading.RLock(), servers={"s1": info}, pmap=pm, changes=None, registrations={},
-                         balancing=SimpleNamespace(on_heartbeat=lambda *a: None),
+                         balancer_loop=SimpleNamespace(on_heartbeat=lambda *a: None),
                          controller=SimpleNamespace(submit=lambda *a, **k: calls.append(k),
                                                     jobs=SimpleNamespace(qsize=lambda: 0)),
                          cfg=SimpleNamespace(lease_s=2.0), term=1)

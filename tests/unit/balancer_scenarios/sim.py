@@ -10,7 +10,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from coordinator.balancer import Action, Settings, plan_actions
+from coordinator.balancer import plan_actions
+from coordinator.balancer_round import Action
+from coordinator.balancer_settings import Settings
 from coordinator.load_history import LoadHistory
 from tests.unit.balancer_scenarios import R
 

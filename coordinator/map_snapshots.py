@@ -20,15 +20,15 @@ from rangetable import protocol
 from rangetable.errors import TableError
 
 if TYPE_CHECKING:
-    from coordinator.server import Coordinator
+    from coordinator.interfaces import SnapshotSource
 
 log = logging.getLogger("rangetable.coordinator")
 
 
-class Snapshots:
+class MapSnapshots:
     """The packed ``map`` answer: served from a cache, or built by a thread and sent when ready."""
 
-    def __init__(self, co: Coordinator) -> None:
+    def __init__(self, co: SnapshotSource) -> None:
         self.co = co
         self._cond = threading.Condition()
         self._waiting: list[tuple[bytes, bytes]] = []  # (routing id, request id) of requests to answer
@@ -37,7 +37,7 @@ class Snapshots:
 
     def answer(self, ident: bytes, rid: bytes) -> bytes | None:
         """The packed answer when the cached one is of the current map; else None (it is sent
-        later, through ``co._notify``)."""
+        later, through ``co.notify``)."""
         key = self.co.map_key()
         with self._cond:
             if self._cached is not None and self._cached[0] == key:
@@ -80,4 +80,4 @@ class Snapshots:
                 log.exception("packing a map snapshot failed")
                 body = protocol.error(TableError("InternalError", f"{type(exc).__name__}: {exc}"))
             for ident, rid in waiting:
-                self.co._notify([b"reply", ident, rid, body])
+                self.co.notify([b"reply", ident, rid, body])

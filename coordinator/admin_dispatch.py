@@ -7,6 +7,8 @@ thread, which answers when it is done (:mod:`coordinator.operations`).
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from coordinator import acl, backup, client_keys, leases
@@ -15,10 +17,10 @@ from rangetable import curve, protocol
 from rangetable.errors import TableError
 
 if TYPE_CHECKING:
-    from coordinator.server import Coordinator
+    from coordinator.interfaces import AdminHost
 
 text = protocol.field
-JOBS = {  # op -> (controller job, its arguments from the request)
+JOBS: dict[str, tuple[Callable[..., Any], Callable[[dict], tuple]]] = {  # op -> (controller job, its arguments)
     "create_table": (ops.create_table, lambda r: (text(r, "table", str),)),
     "delete_table": (ops.delete_table, lambda r: (text(r, "table", str),)),
     "move": (ops.move, lambda r: (text(r, "range", str), text(r, "server", str))),
@@ -28,7 +30,7 @@ JOBS = {  # op -> (controller job, its arguments from the request)
 }
 
 
-def handle(co: Coordinator, ident: bytes, rid: bytes, req: dict, role: str | None) -> bytes | None:
+def handle(co: AdminHost, ident: bytes, rid: bytes, req: dict, role: str | None) -> bytes | None:
     """Answer a request now (returns the body) or hand it to the controller (None).
 
     ``role`` is the sender's, from its CURVE key: only partition servers heartbeat, only the admin
@@ -51,15 +53,15 @@ def handle(co: Coordinator, ident: bytes, rid: bytes, req: dict, role: str | Non
                 delta = co.deltas.since(since, co.published)
             if delta is not None:
                 return protocol.ok({**delta, "pub": co.pub_endpoint})
-        return co.snapshots.answer(ident, rid)  # None: the snapshot thread answers when it is packed
+        return co.map_snapshots.answer(ident, rid)  # None: the snapshot thread answers when it is packed
     if op in ("status", "ranges"):
-        return protocol.ok(co.status())
+        return protocol.ok(status(co))
     if op == "servers":  # the server list alone: cheap with a large map (no ranges, no loads)
-        return protocol.ok({"version": co.pmap.version, "servers": co.server_list(loads=False),
+        return protocol.ok({"version": co.pmap.version, "servers": server_list(co, loads=False),
                             "gc": co.gc.snapshot()})
     if op == "balancer":
         with co.lock:
-            return protocol.ok(co.balancing.control(req))
+            return protocol.ok(co.balancer_loop.control(req))
     if op == "events":
         since = protocol.field(req, "since", int, 0)
         limit = protocol.field(req, "limit", int, 200)
@@ -82,7 +84,35 @@ def handle(co: Coordinator, ident: bytes, rid: bytes, req: dict, role: str | Non
         raise TableError("InvalidInput", f"missing field {exc}") from None
 
     def reply(res: Any, err: TableError | None) -> None:
-        co._notify([b"reply", ident, rid, protocol.error(err) if err else protocol.ok(res)])
+        """Send the job's answer to the requester (through the loop thread)."""
+        co.notify([b"reply", ident, rid, protocol.error(err) if err else protocol.ok(res)])
 
     co.controller.submit(fn, co, co.controller, *argv, reply=reply)
     return None
+
+
+def status(co: AdminHost) -> dict:
+    """The map, the servers with their load, the term and the last takeover (``rangetable ranges``,
+    ``servers``)."""
+    now = time.monotonic()
+    with co.lock:
+        snap = co.pmap.snapshot()
+        snap["pub"] = co.pub_endpoint
+        snap["endpoints"] = {s.id: s.endpoint for s in co.servers.values() if s.alive and s.endpoint}
+        return {**snap, "term": co.term, "leader": co.endpoint, "takeover": co.takeover,
+                "servers": server_list(co, now)}
+
+
+def server_list(co: AdminHost, now: float | None = None, loads: bool = True) -> list[dict]:
+    """Every registered server with its state (and its ranges' latest load reports)."""
+    now = time.monotonic() if now is None else now
+    with co.lock:
+        out = []
+        for s in sorted(co.servers.values(), key=lambda s: s.id):
+            row = {"id": s.id, "endpoint": s.endpoint, "alive": s.alive, "pid": s.pid,
+                   "incarnation": s.incarnation, "last_seen_s": round(now - s.last_seen, 2),
+                   "ranges": co.pmap.owned_count(s.id), "pending": s.pending}
+            if loads:
+                row["load"] = s.load
+            out.append(row)
+        return out

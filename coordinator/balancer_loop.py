@@ -1,6 +1,6 @@
 """The balancer's process side: feeds load reports to the pure policy and carries out its actions.
 
-:class:`Balancing` collects every heartbeat's load report into a
+:class:`BalancerLoop` collects every heartbeat's load report into a
 :class:`~coordinator.load_history.LoadHistory`, runs :func:`~coordinator.balancer.plan_actions`
 every ``interval_s``, and hands splits, moves and merges to the controller (one job per range at a
 time); hot-key and append-hotspot warnings become events. In dry-run mode every action is only an
@@ -16,12 +16,14 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from coordinator import operations as ops
-from coordinator.balancer import Action, Settings, plan_actions
+from coordinator.balancer import plan_actions
+from coordinator.balancer_round import Action
+from coordinator.balancer_settings import Settings
 from coordinator.load_history import LoadHistory
 from rangetable.errors import TableError
 
 if TYPE_CHECKING:
-    from coordinator.server import Coordinator
+    from coordinator.interfaces import BalancerHost
 
 log = logging.getLogger("rangetable.coordinator")
 SETTINGS_KEY = b"balancer/settings"
@@ -29,10 +31,10 @@ FAILED_BACKOFF_S = 30.0
 ROUND_SHARE = 10  # the pause between rounds is at least this many times the last round's duration
 
 
-class Balancing:
+class BalancerLoop:
     """Load history, settings and the action loop of the balancer."""
 
-    def __init__(self, co: Coordinator) -> None:
+    def __init__(self, co: BalancerHost) -> None:
         self.co = co
         self.settings = Settings()
         for k, v in co.meta.items(SETTINGS_KEY) if co.meta is not None else []:

@@ -1,0 +1,27 @@
+"""What the coordinator knows of each partition server, and how many events it keeps.
+
+A leaf module: the loop thread (:mod:`coordinator.leases`), the takeover
+(:mod:`coordinator.takeover`) and the coordinator itself build and read these records.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+MAX_EVENTS = 1000  # coordinator events kept, in memory and in the meta store (older ones deleted)
+
+
+@dataclass
+class ServerInfo:
+    """What the coordinator knows of one partition server."""
+
+    id: str
+    endpoint: str
+    incarnation: str
+    last_seen: float
+    pid: int = 0
+    alive: bool = True
+    ranges: list = field(default_factory=list)
+    load: dict = field(default_factory=dict)
+    pending: int = 0  # requests queued at the server in its last loop turn
+    in_step: tuple | None = None  # (owner stamp, range count) when its report last matched the map
