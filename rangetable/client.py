@@ -75,7 +75,7 @@ def _write_metadata(wire: list | None) -> dict[str, Any]:
     return {"etag": etag_from_ticks(ts), "timestamp": when, "date": when}
 
 
-def _entity_token(token: Any) -> list[str] | None:
+def _entity_token(token: Any) -> list[str | None] | None:
     """A query continuation token (``{"PartitionKey", "RowKey"}`` or a pair) in wire form."""
     if not token:
         return None

@@ -38,7 +38,7 @@ class Transport:
         self.timeout = float(timeout)
         self.server_info: dict[str, Any] | None = None
         self._max_message = protocol.MAX_MESSAGE
-        self._ctx = zmq.Context.instance()
+        self._ctx: zmq.Context[zmq.Socket[bytes]] = zmq.Context.instance()
         self._sock: zmq.Socket | None = None
         self._monitor: zmq.Socket | None = None
         self._ids = itertools.count(1)
@@ -126,12 +126,12 @@ class Transport:
         deadline = time.monotonic() + limit
         sock = self._socket()
         request_id = next(self._ids).to_bytes(8, "big")
-        if not sock.poll(limit * 1000, zmq.POLLOUT):
+        if not sock.poll(int(limit * 1000), zmq.POLLOUT):
             self._timed_out(body, limit)
         protocol.send_frames(sock, [request_id, data])
         while True:
             remaining = deadline - time.monotonic()
-            if remaining <= 0 or not sock.poll(remaining * 1000, zmq.POLLIN):
+            if remaining <= 0 or not sock.poll(int(remaining * 1000), zmq.POLLIN):
                 self._timed_out(body, limit)
             frames = protocol.recv_frames(sock)
             if len(frames) != 2 or frames[0] != request_id:

@@ -170,14 +170,14 @@ def _boxes(node: Node) -> list[Box]:
         return right
     if right == [_FULL]:
         return left
-    out = {}
+    meets: dict[Box, None] = {}  # an insertion-ordered set
     for lpk, lrk in left:
         for rpk, rrk in right:
             pk = _intersect_iv(lpk, rpk)
             rk = _intersect_iv(lrk, rrk) if pk is not None else None
             if pk is not None and rk is not None:
-                out[(pk, rk)] = None
-    boxes = list(out)
+                meets[(pk, rk)] = None
+    boxes = list(meets)
     return _hull(boxes) if len(boxes) > MAX_BOXES else boxes
 
 

@@ -76,9 +76,10 @@ def peer_key(frame: zmq.Frame | None) -> str | None:
     if frame is None:
         return None
     try:
-        return frame.get("User-Id")
+        user_id = frame.get("User-Id")
     except zmq.ZMQError:  # no CURVE on this connection
         return None
+    return user_id if isinstance(user_id, str) else None  # a str property (the stubs say int | str)
 
 
 def readable(sock: zmq.Socket) -> bool:
