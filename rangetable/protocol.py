@@ -18,7 +18,7 @@ description, with every op, is in ``docs/protocol.md``.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgpack
 import zmq
@@ -26,6 +26,9 @@ from zmq.backend import Socket as _RawSocket
 from zmq.backend import zmq_poll
 
 from rangetable.errors import TableError
+
+if TYPE_CHECKING:
+    from rangetable.messages import Reply, WireEntity
 
 VERSION = 1
 MAX_MESSAGE = 8 * 1024 * 1024  # a request body larger than this is refused with RequestBodyTooLarge
@@ -143,9 +146,9 @@ def error_body(name: str, message: str | None = None) -> bytes:
     return error(TableError(name, message))
 
 
-def result(body: bytes | dict) -> Any:
+def result(body: bytes | Reply) -> Any:
     """Return a reply's result, or raise the TableError it carries."""
-    reply = unpack(body) if isinstance(body, bytes | bytearray | memoryview) else body
+    reply: Any = unpack(body) if isinstance(body, bytes | bytearray | memoryview) else body  # untrusted
     if not isinstance(reply, dict):
         raise TableError("InternalError", "malformed reply")
     if "error" in reply:
@@ -188,6 +191,6 @@ def parse_request(frames: list[bytes]) -> tuple[bytes, dict]:
     return rid, req
 
 
-def entity_to_wire(e: Any) -> list:
+def entity_to_wire(e: Any) -> WireEntity:
     """An :class:`rangetable.edm.Entity` as ``[pk, rk, ts, props]``."""
     return [e.pk, e.rk, e.ts, e.props]
