@@ -25,7 +25,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from rangetable.edm import STRING
-from rangetable.filter import And, Compare, Const, Node, Not, Or
+from rangetable.filter_syntax import And, Compare, Const, Node, Not, Or
 
 MAX_BOXES = 64  # beyond this many boxes (or scans) fall back to the covering one
 MAX_SCANS = 64
