@@ -7,8 +7,8 @@ several threads. On a timeout the socket is closed with linger 0 and a new one c
 late reply to the abandoned request can never be taken for the answer to a later one.
 
 The socket authenticates with CURVE, with the keys remembered for the endpoint
-(:func:`rangetable.curve.connect`: from ``cluster.json`` or a connection file, see
-``TableServiceClient.from_cluster``).
+(:func:`rangetable.curve.connect`: from ``cluster.json`` or a connection file, which
+:func:`cluster_endpoint` reads for ``TableServiceClient.from_cluster``).
 """
 
 from __future__ import annotations
