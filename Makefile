@@ -21,6 +21,7 @@ down: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/ruff check .
+	$(BIN)/mypy
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 lint: $(STAMP)

@@ -15,13 +15,16 @@ import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import zmq
 
 from rangetable import curve, protocol
 from rangetable.errors import TableError
 from rangetable.values import entity_to_typed
+
+if TYPE_CHECKING:
+    from rangetable.messages import BatchRequest, WriteKind, WriteOp
 
 MAX_OPS = 100
 MAX_BYTES = 3 * 1024 * 1024  # below the 4 MiB limit, leaving room for framing
@@ -46,27 +49,28 @@ Typed = tuple[str, str, dict[str, list]]  # (PartitionKey, RowKey, typed props) 
 
 
 def _batches(entities: Iterable[Mapping[str, Any]] | Iterable[Typed], mode: str,
-             typed: bool = False) -> Iterable[tuple[str, list[dict]]]:
+             typed: bool = False) -> Iterable[tuple[str, list[WriteOp]]]:
     """Consecutive entities of one PartitionKey, cut at 100 operations or ~3 MiB; ``typed``: the
     entities are already ``(pk, rk, typed props)`` (the servers validate them all the same)."""
-    kind = "insert_or_merge" if mode == "merge" else "insert_or_replace"
-    cur_pk: str | None = None
-    ops: list[dict] = []
+    kind: WriteKind = "insert_or_merge" if mode == "merge" else "insert_or_replace"
+    rows: Iterable[Typed] = (cast("Iterable[Typed]", entities) if typed
+                             else map(entity_to_typed, cast("Iterable[Mapping[str, Any]]", entities)))
+    cur_pk = ""  # the PartitionKey of ``ops`` (read only while ops is not empty)
+    ops: list[WriteOp] = []
     size = 0
     seen: set[str] = set()
-    for ent in entities:
-        pk, rk, props = ent if typed else entity_to_typed(ent)  # type: ignore[misc,arg-type]
-        op = {"op": kind, "pk": pk, "rk": rk, "props": props, "if_match": None}
+    for pk, rk, props in rows:
+        op: WriteOp = {"op": kind, "pk": pk, "rk": rk, "props": props, "if_match": None}
         est = len(protocol.pack(op))
         if ops and (pk != cur_pk or len(ops) >= MAX_OPS or size + est > MAX_BYTES or rk in seen):
-            yield cur_pk, ops  # type: ignore[misc]
+            yield cur_pk, ops
             ops, size, seen = [], 0, set()
         cur_pk = pk
         ops.append(op)
         seen.add(rk)
         size += est
     if ops:
-        yield cur_pk, ops  # type: ignore[misc]
+        yield cur_pk, ops
 
 
 def bulk_upsert(endpoint: str, table: str, entities: Iterable[Mapping[str, Any]] | Iterable[Typed], *,
@@ -78,16 +82,16 @@ def bulk_upsert(endpoint: str, table: str, entities: Iterable[Mapping[str, Any]]
     of generated data). ``progress`` is called with the entities of every acknowledged batch.
     Raises the first non-retriable TableError (with the failing operation's index in its message).
     """
-    sock = zmq.Context.instance().socket(zmq.DEALER)
+    sock: zmq.Socket[bytes] = zmq.Context.instance().socket(zmq.DEALER)
     sock.setsockopt(zmq.LINGER, 0)
     curve.connect(sock, endpoint)
     ids = itertools.count(1)
-    inflight: dict[bytes, tuple[dict, int, float]] = {}
+    inflight: dict[bytes, tuple[BatchRequest, int, float]] = {}
     res = BulkResult()
     t0 = time.monotonic()
     source = iter(_batches(entities, mode, typed))
 
-    def send(body: dict, attempt: int) -> None:
+    def send(body: BatchRequest, attempt: int) -> None:
         rid = b"%d" % next(ids)
         inflight[rid] = (body, attempt, time.monotonic())
         protocol.send_frames(sock, [rid, protocol.pack(body)])

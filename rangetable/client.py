@@ -16,74 +16,44 @@ across retries, so the server applies a retried write at most once.
 
 from __future__ import annotations
 
-import json
 import os
 import uuid
 from collections.abc import Iterable, Mapping
-from typing import Any, Self
+from typing import TYPE_CHECKING, Any, Self
 
-from rangetable import curve
 from rangetable.client_models import (
     ResourceExistsError,
     ResourceNotFoundError,
     TableItem,
-    TransactionOperation,
     UpdateMode,
     if_match,
     transaction_error,
 )
 from rangetable.client_paging import ItemPaged, parameter_filter_substitution, select_list
-from rangetable.client_transport import Transport
-from rangetable.edm import Entity, etag_from_ticks
+from rangetable.client_transport import Transport, cluster_endpoint
+from rangetable.client_wire import batch_op, entity_token, write_metadata, write_op
+from rangetable.edm import Entity
 from rangetable.errors import TableError
 from rangetable.retry import RetryPolicy, call_with_retry, default_policy
-from rangetable.values import TableEntity, TablesDatetime, entity_to_typed, typed_to_entity
+from rangetable.values import TableEntity, typed_to_entity
+
+if TYPE_CHECKING:
+    from rangetable.messages import (
+        BatchRequest,
+        GetRequest,
+        ListTablesAnswer,
+        ListTablesRequest,
+        NativeRequest,
+        QueryAnswer,
+        QueryRequest,
+        WriteKind,
+        WriteRequest,
+    )
 
 __all__ = ["TableServiceClient", "TableClient"]
 
 DEFAULT_DATA_DIR = "./rangetable-data"
 MAX_BATCH = 100
-
-
-def _cluster_endpoint(data_dir: str | os.PathLike[str]) -> str:
-    """The native endpoint recorded in ``<data_dir>/cluster.json`` (or in a connection file from
-    ``rangetable keys add --out``); its CURVE keys are remembered for the connection."""
-    path = os.fspath(data_dir)
-    if os.path.isdir(path):
-        path = os.path.join(path, "cluster.json")
-    try:
-        with open(path, encoding="utf-8") as f:
-            info = json.load(f)
-    except FileNotFoundError:
-        raise FileNotFoundError(f"{path} not found: is a cluster running (rangetable up)?") from None
-    endpoint = info.get("native") if isinstance(info, dict) else None
-    if not isinstance(endpoint, str):
-        raise ValueError(f"{path} has no 'native' endpoint")
-    try:
-        curve.remember_cluster(info)
-    except (KeyError, TypeError, AttributeError) as exc:
-        raise ValueError(f"{path} has a malformed 'curve' section: {exc}") from None
-    return endpoint
-
-
-def _write_metadata(wire: list | None) -> dict[str, Any]:
-    """The SDK-style metadata dict of a write result (``None`` for a delete)."""
-    if wire is None:
-        return {"etag": None, "timestamp": None, "date": None}
-    ts = wire[2]
-    when = TablesDatetime.from_ticks(ts)
-    return {"etag": etag_from_ticks(ts), "timestamp": when, "date": when}
-
-
-def _entity_token(token: Any) -> list[str] | None:
-    """A query continuation token (``{"PartitionKey", "RowKey"}`` or a pair) in wire form."""
-    if not token:
-        return None
-    if isinstance(token, Mapping):
-        return [token.get("PartitionKey"), token.get("RowKey")]
-    if isinstance(token, list | tuple) and len(token) == 2:
-        return [token[0], token[1]]
-    raise ValueError("Invalid continuation token format.")
 
 
 class _Client:
@@ -107,7 +77,7 @@ class _Client:
         """The endpoint (the SDK's name for it)."""
         return self.endpoint
 
-    def _call(self, body: dict[str, Any]) -> Any:
+    def _call(self, body: NativeRequest) -> Any:
         """One request under the retry policy; a write's ``rid`` is fixed before the first try."""
         return call_with_retry(lambda: self._transport.request(body), self.retry_policy)
 
@@ -134,7 +104,7 @@ class TableServiceClient(_Client):
     @classmethod
     def from_cluster(cls, data_dir: str | os.PathLike[str] = DEFAULT_DATA_DIR, **kwargs: Any) -> TableServiceClient:
         """A client for the local cluster whose ``cluster.json`` lives in ``data_dir``."""
-        return cls(_cluster_endpoint(data_dir), **kwargs)
+        return cls(cluster_endpoint(data_dir), **kwargs)
 
     def get_table_client(self, table_name: str) -> TableClient:
         """A client for one table (which need not exist yet), sharing this client's connection."""
@@ -167,14 +137,16 @@ class TableServiceClient(_Client):
         """All tables (optionally those matching a ``TableName`` filter), as TableItems, page by page."""
 
         def fetch(token: Any) -> tuple[Any, list[TableItem]]:
-            body: dict[str, Any] = {"op": "list_tables"}
+            body: ListTablesRequest = {"op": "list_tables"}
             if filter:
                 body["filter"] = filter
             if results_per_page is not None:
                 body["top"] = results_per_page
             if token:
                 body["next"] = token
-            res = self._call(body) or {}
+            res: ListTablesAnswer | None = self._call(body)
+            if not res:
+                return None, []
             return res.get("next") or None, [TableItem(name) for name in res.get("tables", [])]
 
         return ItemPaged(fetch)
@@ -214,7 +186,7 @@ class TableClient(_Client):
         cls, table_name: str, data_dir: str | os.PathLike[str] = DEFAULT_DATA_DIR, **kwargs: Any
     ) -> TableClient:
         """A client for ``table_name`` on the local cluster whose ``cluster.json`` is in ``data_dir``."""
-        return cls(_cluster_endpoint(data_dir), table_name, **kwargs)
+        return cls(cluster_endpoint(data_dir), table_name, **kwargs)
 
     # --- tables ---------------------------------------------------------------------------------
 
@@ -232,11 +204,10 @@ class TableClient(_Client):
 
     # --- single entities ------------------------------------------------------------------------
 
-    def _write(self, kind: str, entity: Mapping[str, Any], match: str | None = None) -> dict[str, Any]:
-        pk, rk, props = entity_to_typed(entity)
-        op = {"op": kind, "pk": pk, "rk": rk, "props": props, "if_match": match}
-        body = {"op": "write", "table": self.table_name, "write": op, "rid": uuid.uuid4().hex}
-        return _write_metadata(self._call(body))
+    def _write(self, kind: WriteKind, entity: Mapping[str, Any], match: str | None = None) -> dict[str, Any]:
+        body: WriteRequest = {"op": "write", "table": self.table_name, "write": write_op(kind, entity, match),
+                              "rid": uuid.uuid4().hex}
+        return write_metadata(self._call(body))
 
     def create_entity(self, entity: Mapping[str, Any]) -> dict[str, Any]:
         """Insert an entity; raises ResourceExistsError (EntityAlreadyExists) if the key is taken.
@@ -329,7 +300,7 @@ class TableClient(_Client):
     ) -> TableEntity:
         """Read one entity; raises ResourceNotFoundError if it does not exist."""
         names = select_list(select)
-        body: dict[str, Any] = {"op": "get", "table": self.table_name, "pk": partition_key, "rk": row_key}
+        body: GetRequest = {"op": "get", "table": self.table_name, "pk": partition_key, "rk": row_key}
         if names:
             body["select"] = names
         wire = self._call(body)
@@ -364,17 +335,19 @@ class TableClient(_Client):
         names = select_list(select)
 
         def fetch(token: Any) -> tuple[Any, list[TableEntity]]:
-            body: dict[str, Any] = {"op": "query", "table": self.table_name}
+            body: QueryRequest = {"op": "query", "table": self.table_name}
             if query_filter:
                 body["filter"] = query_filter
             if names:
                 body["select"] = names
             if results_per_page is not None:
                 body["top"] = results_per_page
-            nxt = _entity_token(token)
+            nxt = entity_token(token)
             if nxt is not None:
                 body["next"] = nxt
-            res = self._call(body) or {}
+            res: QueryAnswer | None = self._call(body)
+            if not res:
+                return None, []
             entities = [typed_to_entity(Entity(*w), names) for w in res.get("entities", [])]
             after = res.get("next")
             return ({"PartitionKey": after[0], "RowKey": after[1]} if after else None), entities
@@ -392,7 +365,7 @@ class TableClient(_Client):
         :class:`TableTransactionError` names the failing operation in ``.index``.
         """
         try:
-            ops = [_batch_op(op) for op in operations]
+            ops = [batch_op(op) for op in operations]
         except TypeError as exc:
             raise TypeError(
                 "The value of 'operations' must be an iterator of Tuples. "
@@ -402,52 +375,10 @@ class TableClient(_Client):
             return []
         if len({op["pk"] for op in ops}) > 1:
             raise ValueError("Partition Keys in the batch must all be the same.")
-        body = {"op": "batch", "table": self.table_name, "ops": ops, "rid": uuid.uuid4().hex}
+        body: BatchRequest = {"op": "batch", "table": self.table_name, "ops": ops, "rid": uuid.uuid4().hex}
         try:
             results = self._call(body)
         except TableError as exc:
             raise transaction_error(exc) from None
-        return [_write_metadata(w) for w in results]
+        return [write_metadata(w) for w in results]
 
-
-def _batch_op(operation: Any) -> dict[str, Any]:
-    """One SDK-style transaction tuple as a wire write operation."""
-    if isinstance(operation, str | bytes) or not isinstance(operation, tuple | list):
-        raise TypeError(f"not an operation tuple: {operation!r}")
-    if len(operation) == 3:
-        kind, entity, kwargs = operation
-        kwargs = dict(kwargs or {})
-    elif len(operation) == 2:
-        (kind, entity), kwargs = operation, {}
-    else:
-        raise TypeError(f"not an operation tuple: {operation!r}")
-    try:
-        kind = TransactionOperation(kind.lower() if isinstance(kind, str) else kind)
-    except (ValueError, AttributeError):
-        raise ValueError(f"Unrecognized operation: {kind}") from None
-    if not isinstance(entity, Mapping) or "PartitionKey" not in entity or "RowKey" not in entity:
-        raise ValueError("PartitionKey and/or RowKey were not provided in entity")
-    mode = kwargs.pop("mode", UpdateMode.MERGE)
-    etag = kwargs.pop("etag", None)
-    condition = kwargs.pop("match_condition", None)
-    if kwargs:
-        raise ValueError(f"Unsupported arguments for {kind.value}: {', '.join(kwargs)}")
-    if kind is TransactionOperation.CREATE:
-        name, match = "insert", None
-    elif kind is TransactionOperation.UPSERT:
-        name, match = _mode_name(mode, "insert_or_merge", "insert_or_replace"), None
-    elif kind is TransactionOperation.UPDATE:
-        name, match = _mode_name(mode, "merge", "replace"), if_match(etag, condition, entity)
-    else:
-        name, match = "delete", if_match(etag, condition, entity)
-        entity = {"PartitionKey": entity["PartitionKey"], "RowKey": entity["RowKey"]}
-    pk, rk, props = entity_to_typed(entity)
-    return {"op": name, "pk": pk, "rk": rk, "props": props, "if_match": match}
-
-
-def _mode_name(mode: Any, merge: str, replace: str) -> str:
-    if mode == UpdateMode.MERGE:
-        return merge
-    if mode == UpdateMode.REPLACE:
-        return replace
-    raise ValueError(f"Mode type '{mode}' is not supported.")

@@ -7,16 +7,18 @@ several threads. On a timeout the socket is closed with linger 0 and a new one c
 late reply to the abandoned request can never be taken for the answer to a later one.
 
 The socket authenticates with CURVE, with the keys remembered for the endpoint
-(:func:`rangetable.curve.connect`: from ``cluster.json`` or a connection file, see
-``TableServiceClient.from_cluster``).
+(:func:`rangetable.curve.connect`: from ``cluster.json`` or a connection file, which
+:func:`cluster_endpoint` reads for ``TableServiceClient.from_cluster``).
 """
 
 from __future__ import annotations
 
 import itertools
+import json
+import os
 import threading
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import zmq
 from zmq.utils.monitor import parse_monitor_message
@@ -24,6 +26,30 @@ from zmq.utils.monitor import parse_monitor_message
 from rangetable import curve, protocol
 from rangetable.client_models import specific_error
 from rangetable.errors import TableError
+
+if TYPE_CHECKING:
+    from rangetable.messages import HelloAnswer, NativeRequest
+
+
+def cluster_endpoint(data_dir: str | os.PathLike[str]) -> str:
+    """The native endpoint recorded in ``<data_dir>/cluster.json`` (or in a connection file from
+    ``rangetable keys add --out``); its CURVE keys are remembered for the connection."""
+    path = os.fspath(data_dir)
+    if os.path.isdir(path):
+        path = os.path.join(path, "cluster.json")
+    try:
+        with open(path, encoding="utf-8") as f:
+            info = json.load(f)
+    except FileNotFoundError:
+        raise FileNotFoundError(f"{path} not found: is a cluster running (rangetable up)?") from None
+    endpoint = info.get("native") if isinstance(info, dict) else None
+    if not isinstance(endpoint, str):
+        raise ValueError(f"{path} has no 'native' endpoint")
+    try:
+        curve.remember_cluster(info)
+    except (KeyError, TypeError, AttributeError) as exc:
+        raise ValueError(f"{path} has a malformed 'curve' section: {exc}") from None
+    return endpoint
 
 
 class Transport:
@@ -36,9 +62,9 @@ class Transport:
             raise ValueError("timeout must be > 0")
         self.endpoint = endpoint
         self.timeout = float(timeout)
-        self.server_info: dict[str, Any] | None = None
+        self.server_info: HelloAnswer | None = None
         self._max_message = protocol.MAX_MESSAGE
-        self._ctx = zmq.Context.instance()
+        self._ctx: zmq.Context[zmq.Socket[bytes]] = zmq.Context.instance()
         self._sock: zmq.Socket | None = None
         self._monitor: zmq.Socket | None = None
         self._ids = itertools.count(1)
@@ -97,7 +123,7 @@ class Transport:
 
     # --- requests -------------------------------------------------------------------------------
 
-    def request(self, body: dict[str, Any], timeout: float | None = None) -> Any:
+    def request(self, body: NativeRequest, timeout: float | None = None) -> Any:
         """Send one request and return its result.
 
         Raises the reply's error as a TableError (404/409/412 as the azure-core-named subclasses) or
@@ -109,14 +135,14 @@ class Transport:
             return self._roundtrip(body, timeout)
 
     def _hello(self, timeout: float | None) -> None:
-        info = self._roundtrip({"op": "hello", "version": protocol.VERSION}, timeout)
+        info: HelloAnswer = self._roundtrip({"op": "hello", "version": protocol.VERSION}, timeout)
         if not isinstance(info, dict) or info.get("version") != protocol.VERSION:
             version = info.get("version") if isinstance(info, dict) else None
             raise TableError("InvalidInput", f"the server speaks protocol version {version}, not {protocol.VERSION}")
         self._max_message = int(info.get("max_message") or protocol.MAX_MESSAGE)
         self.server_info = info
 
-    def _roundtrip(self, body: dict[str, Any], timeout: float | None) -> Any:
+    def _roundtrip(self, body: NativeRequest, timeout: float | None) -> Any:
         data = protocol.pack(body)
         if len(data) > self._max_message:
             raise specific_error(
@@ -126,12 +152,12 @@ class Transport:
         deadline = time.monotonic() + limit
         sock = self._socket()
         request_id = next(self._ids).to_bytes(8, "big")
-        if not sock.poll(limit * 1000, zmq.POLLOUT):
+        if not sock.poll(int(limit * 1000), zmq.POLLOUT):
             self._timed_out(body, limit)
         protocol.send_frames(sock, [request_id, data])
         while True:
             remaining = deadline - time.monotonic()
-            if remaining <= 0 or not sock.poll(remaining * 1000, zmq.POLLIN):
+            if remaining <= 0 or not sock.poll(int(remaining * 1000), zmq.POLLIN):
                 self._timed_out(body, limit)
             frames = protocol.recv_frames(sock)
             if len(frames) != 2 or frames[0] != request_id:
@@ -141,7 +167,7 @@ class Transport:
             except TableError as exc:
                 raise specific_error(exc) from None
 
-    def _timed_out(self, body: dict[str, Any], limit: float) -> None:
+    def _timed_out(self, body: NativeRequest, limit: float) -> NoReturn:
         refused = self._refused()
         self._reset()
         if refused:

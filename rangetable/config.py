@@ -8,9 +8,12 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field, fields
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
-T = TypeVar("T")
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
+
+T = TypeVar("T", bound="DataclassInstance")  # a config class (a dataclass)
 
 
 @dataclass
@@ -112,7 +115,7 @@ def _convert(raw: str, default: Any) -> Any:
 def load(cls: type[T], **overrides: Any) -> T:
     """Build a config: explicit (non-None) overrides, then RANGETABLE_* variables, then defaults."""
     values: dict[str, Any] = {}
-    for f in fields(cls):  # type: ignore[arg-type]
+    for f in fields(cls):
         default = f.default
         if overrides.get(f.name) is not None:
             values[f.name] = overrides[f.name]

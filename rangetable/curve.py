@@ -189,6 +189,7 @@ class KeyRing:
     def connection_info(self, client: str = "admin") -> dict[str, Any]:
         """The ``curve`` section of ``cluster.json``: the servers' public keys and a client pair."""
         pair = self.pair(client)
+        assert pair.secret is not None  # pair() refuses a role without its secret
         return {"servers": {r: self.public(r).decode() for r in SERVER_ROLES},
                 "client": {"public": pair.public.decode(), "secret": pair.secret.decode(), "role": client}}
 
@@ -304,7 +305,7 @@ class RefusalLog:
         return True
 
 
-_FAILED = {
+_FAILED: dict[int, str] = {  # handshake failure events, as monitor messages carry them (int)
     zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL: "a peer that does not speak CURVE (or a malformed handshake)",
     zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL: "a peer whose handshake failed",
 }

@@ -9,7 +9,10 @@ exception with ``.error_code`` and ``.status_code``.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from rangetable.messages import WireError
 
 
 @dataclass(frozen=True)
@@ -127,14 +130,14 @@ class TableError(Exception):
         """True when a client may retry the request unchanged."""
         return self.code.retriable
 
-    def to_wire(self) -> dict[str, Any]:
+    def to_wire(self) -> WireError:
         """The error as a plain dict for the native protocol."""
-        d: dict[str, Any] = {"code": self.error_code, "message": self.message}
+        d: WireError = {"code": self.error_code, "message": self.message}
         if self.index is not None:
             d["index"] = self.index
         return d
 
     @classmethod
-    def from_wire(cls, d: dict[str, Any]) -> TableError:
+    def from_wire(cls, d: WireError) -> TableError:
         """Rebuild an error from :meth:`to_wire` output."""
         return cls(d.get("code", "InternalError"), d.get("message"), index=d.get("index"))

@@ -13,7 +13,10 @@ from __future__ import annotations
 import bisect
 import logging
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from prometheus_client.metrics_core import Metric
 
 log = logging.getLogger("rangetable.metrics")
 
@@ -45,7 +48,8 @@ def bucket_counts(samples: Iterable[float], count: int, buckets: tuple[float, ..
 
 def cumulative(counts: list[float], buckets: tuple[float, ...] = LATENCY_BUCKETS) -> list[tuple[str, float]]:
     """Non-cumulative bucket counts as Prometheus's cumulative ``(le, count)`` pairs ending with +Inf."""
-    out, acc = [], 0.0
+    out: list[tuple[str, float]] = []
+    acc = 0.0
     for le, c in zip([*(str(b) for b in buckets), "+Inf"], counts, strict=True):
         acc += c
         out.append((le, round(acc)))
@@ -68,7 +72,7 @@ class FunctionCollector:
     def __init__(self, fn: Callable[[], Iterable[Any]]) -> None:
         self._fn = fn
 
-    def collect(self) -> Iterable[Any]:
+    def collect(self) -> Iterable[Metric]:
         """The metric families at this scrape."""
         return list(self._fn())
 
@@ -90,7 +94,7 @@ def serve_metrics(bind: str, collect: Callable[[], Iterable[Any]]) -> str:
     host, port = parse_bind(bind)
     registry = CollectorRegistry(auto_describe=False)
     ProcessCollector(namespace="rangetable", registry=registry)
-    registry.register(FunctionCollector(collect))  # type: ignore[arg-type]
+    registry.register(FunctionCollector(collect))
     try:
         server, _thread = start_http_server(port, addr=host, registry=registry)
     except OSError as exc:

@@ -25,7 +25,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from rangetable.edm import STRING
-from rangetable.filter import And, Compare, Const, Node, Not, Or
+from rangetable.filter_syntax import And, Compare, Const, Node, Not, Or
 
 MAX_BOXES = 64  # beyond this many boxes (or scans) fall back to the covering one
 MAX_SCANS = 64
@@ -170,14 +170,14 @@ def _boxes(node: Node) -> list[Box]:
         return right
     if right == [_FULL]:
         return left
-    out = {}
+    meets: dict[Box, None] = {}  # an insertion-ordered set
     for lpk, lrk in left:
         for rpk, rrk in right:
             pk = _intersect_iv(lpk, rpk)
             rk = _intersect_iv(lrk, rrk) if pk is not None else None
             if pk is not None and rk is not None:
-                out[(pk, rk)] = None
-    boxes = list(out)
+                meets[(pk, rk)] = None
+    boxes = list(meets)
     return _hull(boxes) if len(boxes) > MAX_BOXES else boxes
 
 

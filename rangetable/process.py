@@ -13,7 +13,8 @@ class Serving(Protocol):
 
     stopping: bool
 
-    def serve(self) -> None: ...
+    def serve(self) -> None:
+        """Run the loop until ``stopping`` is set."""
 
 
 def serve_until_signalled(server: Serving, *, gc_tuned: bool = True) -> None:

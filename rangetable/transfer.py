@@ -24,7 +24,7 @@ import os
 import time
 from collections.abc import Callable, Iterator
 from contextlib import closing
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rangetable.bulk import bulk_upsert
 from rangetable.client_transport import Transport
@@ -42,6 +42,9 @@ from rangetable.transfer_format import (
     parse_jsonl,
     records,
 )
+
+if TYPE_CHECKING:
+    from rangetable.messages import QueryAnswer, QueryRequest, WireEntity
 
 PAGE = 1000
 CHUNK = 5000
@@ -78,7 +81,7 @@ def _load_state(path: str, kind: str, expect: dict[str, Any], resume: bool) -> d
     return state
 
 
-def _query(conn: Transport, body: dict[str, Any]) -> dict[str, Any]:
+def _query(conn: Transport, body: QueryRequest) -> QueryAnswer:
     """One query page, retried with back-off on retriable errors (a range moving or splitting)."""
     for attempt in range(1, ATTEMPTS + 1):
         try:
@@ -91,7 +94,7 @@ def _query(conn: Transport, body: dict[str, Any]) -> dict[str, Any]:
 
 
 def _pages(conn: Transport, table: str, filter_text: str | None, page: int,
-           token: Any) -> Iterator[tuple[list, Any]]:
+           token: Any) -> Iterator[tuple[list[WireEntity], Any]]:
     """Yield (entities in wire form, next token) page by page from ``token``."""
     while True:
         res = _query(conn, {"op": "query", "table": table, "filter": filter_text, "top": page, "next": token})

@@ -59,7 +59,7 @@ class EntityProperty(NamedTuple):
     edm_type: str | EdmType
 
 
-class TableEntity(dict):  # type: ignore[type-arg]
+class TableEntity(dict[str, Any]):
     """An entity dict with ``.metadata`` (``etag``, ``timestamp``), like the SDK's TableEntity."""
 
     _metadata: dict[str, Any] = {"etag": None, "timestamp": None}
@@ -79,6 +79,7 @@ class TablesDatetime(datetime):
     """
 
     __slots__ = ("_ticks",)
+    _ticks: int  # set by from_ticks only; absent on instances made by arithmetic or replace()
 
     @classmethod
     def from_ticks(cls, ticks: int) -> TablesDatetime:

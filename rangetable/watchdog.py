@@ -84,10 +84,12 @@ class LeaseWatchdog:
             os.utime(self.alive_file)
 
     def _notify(self, message: bytes) -> None:
+        if self.address is None:  # no systemd watching (interval is None then, so never called)
+            return
         try:
             if self._sock is None:
                 self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM | socket.SOCK_CLOEXEC)
-            self._sock.sendto(message, self.address)  # type: ignore[arg-type]
+            self._sock.sendto(message, self.address)
         except OSError:
             pass  # systemd gone or restarting: the next ping retries
 

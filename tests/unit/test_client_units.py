@@ -29,10 +29,10 @@ from rangetable import (
     UpdateMode,
     curve,
 )
-from rangetable.client import _batch_op, _entity_token, _write_metadata
 from rangetable.client_models import if_match, specific_error, transaction_error
 from rangetable.client_paging import ItemPaged, format_literal, parameter_filter_substitution, select_list
 from rangetable.client_transport import Transport
+from rangetable.client_wire import batch_op, entity_token, write_metadata
 from rangetable.edm import datetime_to_ticks, etag_from_ticks
 
 sdk_serialize = pytest.importorskip("azure.data.tables._serialize")
@@ -150,11 +150,11 @@ def test_nothing_is_fetched_before_iteration() -> None:
 
 
 def test_entity_tokens() -> None:
-    assert _entity_token(None) is None
-    assert _entity_token({"PartitionKey": "p", "RowKey": "r"}) == ["p", "r"]
-    assert _entity_token(("p", "r")) == ["p", "r"]
+    assert entity_token(None) is None
+    assert entity_token({"PartitionKey": "p", "RowKey": "r"}) == ["p", "r"]
+    assert entity_token(("p", "r")) == ["p", "r"]
     with pytest.raises(ValueError):
-        _entity_token("nonsense")
+        entity_token("nonsense")
 
 
 # --- ETag conditions, transaction tuples, errors -----------------------------------------------
@@ -189,21 +189,21 @@ def test_if_match_accepts_azure_core_match_conditions() -> None:
 
 def test_batch_op_shapes() -> None:
     e = {"PartitionKey": "p", "RowKey": "r", "N": 1}
-    assert _batch_op(("create", e)) == {"op": "insert", "pk": "p", "rk": "r", "props": {"N": [1, 1]}, "if_match": None}
-    assert _batch_op(("upsert", e))["op"] == "insert_or_merge"
-    assert _batch_op(("upsert", e, {"mode": UpdateMode.REPLACE}))["op"] == "insert_or_replace"
-    assert _batch_op((TransactionOperation.UPDATE, e))["if_match"] == "*"
-    assert _batch_op(("Update", e, {"mode": "replace"}))["op"] == "replace"
-    upd = _batch_op(("update", e, {"etag": "x", "match_condition": MatchConditions.IfNotModified}))
+    assert batch_op(("create", e)) == {"op": "insert", "pk": "p", "rk": "r", "props": {"N": [1, 1]}, "if_match": None}
+    assert batch_op(("upsert", e))["op"] == "insert_or_merge"
+    assert batch_op(("upsert", e, {"mode": UpdateMode.REPLACE}))["op"] == "insert_or_replace"
+    assert batch_op((TransactionOperation.UPDATE, e))["if_match"] == "*"
+    assert batch_op(("Update", e, {"mode": "replace"}))["op"] == "replace"
+    upd = batch_op(("update", e, {"etag": "x", "match_condition": MatchConditions.IfNotModified}))
     assert (upd["op"], upd["if_match"]) == ("merge", "x")
-    d = _batch_op(("delete", e))
+    d = batch_op(("delete", e))
     assert (d["op"], d["props"], d["if_match"]) == ("delete", {}, "*")
     with pytest.raises(ValueError, match="Unrecognized"):
-        _batch_op(("frobnicate", e))
+        batch_op(("frobnicate", e))
     with pytest.raises(ValueError, match="PartitionKey"):
-        _batch_op(("create", {"RowKey": "r"}))
+        batch_op(("create", {"RowKey": "r"}))
     with pytest.raises(TypeError):
-        _batch_op("create")
+        batch_op("create")
 
 
 def test_error_types_by_status() -> None:
@@ -235,10 +235,10 @@ def test_transaction_error_carries_index() -> None:
 
 def test_write_metadata() -> None:
     ts = datetime_to_ticks(datetime(2024, 5, 6, tzinfo=UTC)) + 7
-    md = _write_metadata(["p", "r", ts, {}])
+    md = write_metadata(["p", "r", ts, {}])
     assert md["etag"] == etag_from_ticks(ts)
     assert md["timestamp"].ticks == ts
-    assert _write_metadata(None)["etag"] is None
+    assert write_metadata(None)["etag"] is None
 
 
 def test_entity_property_and_edm_type_are_sdk_shaped() -> None:

@@ -1,0 +1,409 @@
+"""The shapes of the msgpack maps that cross a process boundary, as ``TypedDict`` s.
+
+:mod:`rangetable.protocol` carries every one of them as ``[request_id, body]`` (``docs/protocol.md``
+describes each op in prose); this module only names their fields and types, for type checkers and
+readers. Nothing here runs on a request path: a ``TypedDict`` is a plain ``dict`` at run time.
+
+Each class says who sends it and who receives it. The hops:
+
+* client → frontend (native endpoint): :data:`NativeRequest`, answered with a :data:`Reply`;
+* frontend → partition server: :class:`RangeGetRequest`, :class:`RangeWriteRequest`,
+  :class:`RangeBatchRequest`, :class:`ScanRequest`;
+* coordinator → partition server: :data:`ControlCommand`;
+* partition server → coordinator: :class:`Heartbeat`, answered with a :class:`LeaseAnswer`;
+* coordinator → frontend: :class:`MapSnapshot` (``map``), :class:`MapDelta` and :class:`Hugz` (PUB).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal, NotRequired, TypedDict
+
+# --- values and replies ------------------------------------------------------------------------
+
+TypedProps = dict[str, list[Any]]
+"""An entity's properties: name → ``[type code, value]`` (codes in :mod:`rangetable.edm`)."""
+
+WireEntity = list[Any]
+"""An entity on the wire: ``[PartitionKey, RowKey, Timestamp ticks, TypedProps]``."""
+
+WriteKind = Literal["insert", "replace", "merge", "delete", "insert_or_replace", "insert_or_merge"]
+
+
+class WriteOp(TypedDict):
+    """One write: sent by the client (and the frontend, unchanged) to the partition server that
+    applies it, alone in a ``write`` or as an operation of a ``batch``."""
+
+    op: WriteKind
+    pk: str
+    rk: str
+    props: TypedProps
+    if_match: str | None  # None: unconditional; "*": the entity must exist; else its ETag
+
+
+class WireError(TypedDict):
+    """A failure, as every server sends it in an :class:`ErrorReply` and every asker raises it again
+    as a :class:`rangetable.errors.TableError`."""
+
+    code: str  # Azure's error code name (rangetable/errors.py)
+    message: str
+    index: NotRequired[int]  # the failing operation of a batch
+
+
+class OkReply(TypedDict):
+    """A success: sent by whichever process answers a request, received by the asker."""
+
+    ok: Any
+
+
+class ErrorReply(TypedDict):
+    """A failure: sent by whichever process answers a request, received by the asker."""
+
+    error: WireError
+
+
+Reply = OkReply | ErrorReply
+
+# --- client → frontend (native endpoint) -------------------------------------------------------
+
+
+class HelloRequest(TypedDict):
+    """Sent by the native client's transport before its first request; received by a frontend."""
+
+    op: Literal["hello"]
+    version: int
+
+
+class HelloAnswer(TypedDict):
+    """A frontend's answer to :class:`HelloRequest`, received by the client's transport."""
+
+    version: int
+    max_message: int
+    frontend: str
+
+
+class TableRequest(TypedDict):
+    """``create_table`` / ``delete_table``: sent by the client, relayed by a frontend to the coordinator."""
+
+    op: Literal["create_table", "delete_table"]
+    table: str
+
+
+class ListTablesRequest(TypedDict):
+    """Sent by the client, relayed by a frontend to the coordinator; answered with :class:`ListTablesAnswer`."""
+
+    op: Literal["list_tables"]
+    filter: NotRequired[str]
+    top: NotRequired[int]
+    next: NotRequired[str]
+
+
+class ListTablesAnswer(TypedDict):
+    """The coordinator's page of table names, received by the client."""
+
+    tables: list[str]
+    next: str | None
+
+
+class GetRequest(TypedDict):
+    """One entity by key: sent by the client, received by a frontend (which routes it on)."""
+
+    op: Literal["get"]
+    table: str
+    pk: str
+    rk: str
+    select: NotRequired[list[str]]
+
+
+class WriteRequest(TypedDict):
+    """One write: sent by the client, received by a frontend; ``rid`` makes a retry apply at most once."""
+
+    op: Literal["write"]
+    table: str
+    write: WriteOp
+    rid: NotRequired[str]
+
+
+class BatchRequest(TypedDict):
+    """An entity group transaction: sent by the client (and bulk imports), received by a frontend.
+    ``echo: False`` asks for the shared Timestamp only, not the entities."""
+
+    op: Literal["batch"]
+    table: str
+    ops: list[WriteOp]
+    rid: NotRequired[str]
+    echo: NotRequired[bool]
+
+
+class QueryRequest(TypedDict):
+    """A page of a query: sent by the client, received by a frontend; answered with :class:`QueryAnswer`."""
+
+    op: Literal["query"]
+    table: str
+    filter: NotRequired[str | None]  # an absent optional field and None mean the same
+    select: NotRequired[list[str] | None]
+    top: NotRequired[int | None]
+    next: NotRequired[list[str | None] | None]  # [PartitionKey, RowKey] of the first entity not yet returned
+
+
+class QueryAnswer(TypedDict):
+    """A frontend's page of entities, received by the client; the query is done when ``next`` is None."""
+
+    entities: list[WireEntity]
+    next: list[str] | None
+
+
+class MapRequest(TypedDict):
+    """``map`` (the whole partition map) or ``map_version``: sent by the CLI or a bench to a frontend,
+    or by a frontend to the coordinator (with ``since``: a :class:`MapDelta` when it can)."""
+
+    op: Literal["map", "map_version"]
+    since: NotRequired[int]
+
+
+class MapVersionAnswer(TypedDict):
+    """A frontend's answer to ``map_version``: how far its map is, without the map."""
+
+    version: int
+    ranges: int
+
+
+NativeRequest = (
+    HelloRequest | TableRequest | ListTablesRequest | GetRequest | WriteRequest | BatchRequest | QueryRequest
+    | MapRequest
+)
+"""What a native client sends to a frontend."""
+
+# --- frontend → partition server ---------------------------------------------------------------
+
+
+class RangeGetRequest(TypedDict):
+    """Sent by a frontend to the partition server that owns the key's range at ``epoch``."""
+
+    op: Literal["get"]
+    range: str
+    epoch: int
+    pk: str
+    rk: str
+    select: list[str] | None
+
+
+class RangeWriteRequest(TypedDict):
+    """Sent by a frontend to the owner of the key's range; answered with the entity written (or None)."""
+
+    op: Literal["write"]
+    range: str
+    epoch: int
+    write: WriteOp
+    rid: NotRequired[str | None]
+
+
+class RangeBatchRequest(TypedDict):
+    """Sent by a frontend to the owner of the partition's range."""
+
+    op: Literal["batch"]
+    range: str
+    epoch: int
+    ops: list[WriteOp]
+    rid: NotRequired[str | None]
+    echo: NotRequired[bool]
+
+
+class ScanRequest(TypedDict):
+    """A page of a range's keys in ``[lo, hi)``: sent by a frontend to the range's owner."""
+
+    op: Literal["scan"]
+    range: str
+    epoch: int
+    lo: bytes
+    hi: bytes | None
+    filter: str | None
+    select: list[str] | None
+    limit: int
+    budget_ms: float
+
+
+class ScanAnswer(TypedDict):
+    """A partition server's page of a range, received by the frontend; ``next`` is the key to go on from."""
+
+    entities: list[WireEntity]
+    next: bytes | None
+
+
+# --- coordinator → partition server (control) --------------------------------------------------
+
+
+class RangeRecord(TypedDict):
+    """A range of a table, as the coordinator sends it in control commands, lease answers and maps."""
+
+    id: str
+    table: str
+    low: str
+    high: str | None  # None: to the end of the key space
+    epoch: int
+    path: str
+    owner: NotRequired[str | None]  # in the map, not in control commands
+    state: NotRequired[str]  # "serving" or the operation holding the range (in the map)
+
+
+class LoadCommand(TypedDict):
+    """Sent by the coordinator to the server that should serve ``range``; answered once it serves."""
+
+    op: Literal["load"]
+    range: RangeRecord
+    version: int
+    term: NotRequired[int]  # every command carries the sending leader's term (added by the controller)
+
+
+class UnloadCommand(TypedDict):
+    """Sent by the coordinator to the server that should stop serving a range."""
+
+    op: Literal["unload"]
+    range: str
+    epoch: int
+    version: NotRequired[int]
+    term: NotRequired[int]
+
+
+class RangeCommand(TypedDict):
+    """``prepare`` (flush before a move or split) or ``split_key`` (a key near the median): sent by the
+    coordinator to the range's owner."""
+
+    op: Literal["prepare", "split_key"]
+    range: str
+    epoch: int
+    term: NotRequired[int]
+
+
+class SplitCommand(TypedDict):
+    """Sent by the coordinator to the owner of ``range``: write both halves, cut at ``key``."""
+
+    op: Literal["split"]
+    range: str
+    epoch: int
+    key: str
+    left: RangeRecord
+    right: RangeRecord
+    term: NotRequired[int]
+
+
+class MergeCommand(TypedDict):
+    """Sent by the coordinator to the owner of two adjacent ranges: write them as ``out``."""
+
+    op: Literal["merge"]
+    left: RangeRecord
+    right: RangeRecord
+    out: RangeRecord
+    term: NotRequired[int]
+
+
+class DestroyTarget(TypedDict):
+    """The part of a range record a ``destroy`` needs."""
+
+    id: str
+    path: str
+
+
+class DestroyCommand(TypedDict):
+    """Sent by the coordinator to a server holding a range's files that no longer belong there."""
+
+    op: Literal["destroy"]
+    range: RangeRecord | DestroyTarget
+    term: NotRequired[int]
+
+
+class CheckpointCommand(TypedDict):
+    """Sent by the coordinator (a backup job) to a range's owner: a RocksDB checkpoint at ``path``."""
+
+    op: Literal["checkpoint"]
+    range: str
+    epoch: int
+    path: str
+    term: NotRequired[int]
+
+
+class CheckpointFile(TypedDict):
+    """One file of a checkpoint."""
+
+    name: str
+    size: int
+
+
+class CheckpointAnswer(TypedDict):
+    """A partition server's answer to :class:`CheckpointCommand`, received by the coordinator."""
+
+    ms: float
+    files: list[CheckpointFile]
+    bytes: int
+    linked: int
+    last_ts: int
+    entities_estimate: int
+
+
+ControlCommand = (
+    LoadCommand | UnloadCommand | RangeCommand | SplitCommand | MergeCommand | DestroyCommand | CheckpointCommand
+)
+"""What the coordinator sends a partition server (only the coordinator's key may)."""
+
+# --- partition server → coordinator (heartbeats) -----------------------------------------------
+
+
+class Heartbeat(TypedDict):
+    """Sent by every partition server to the coordinator every ``heartbeat_interval``.
+
+    ``ranges`` lists every open range as ``[range id, epoch, state]``; ``load`` holds the load reports
+    (field → number, zero fields left out) of the ranges whose report changed, by range id.
+    """
+
+    op: Literal["heartbeat"]
+    server: str
+    endpoint: str
+    incarnation: str
+    pid: NotRequired[int]
+    ranges: list[list[Any]]
+    load: dict[str, dict[str, float]]
+    pending: NotRequired[int]
+
+
+class LeaseAnswer(TypedDict):
+    """The coordinator's answer to a :class:`Heartbeat`: the lease runs ``lease_s`` from when the
+    heartbeat was sent, unless ``term`` is lower than one the server has seen."""
+
+    lease_s: float
+    version: int
+    term: int
+    assign: NotRequired[list[RangeRecord]]
+
+
+# --- coordinator → frontends (the partition map) -----------------------------------------------
+
+
+class MapSnapshot(TypedDict):
+    """The whole partition map: the coordinator's answer to ``map``, received by frontends and the CLI."""
+
+    version: int
+    ranges: list[RangeRecord]
+    servers: dict[str, str]  # server id → endpoint
+    tables: list[str]
+    pub: NotRequired[str]  # the coordinator's PUB endpoint for deltas
+
+
+class MapDelta(TypedDict):
+    """What changed in the map after ``prev``: published by the coordinator as ``[b"delta", body]``
+    (or the answer to ``map {since}``), applied by frontends at a version in ``[prev, version]``."""
+
+    prev: int
+    version: int
+    ranges: list[RangeRecord]
+    removed: list[str]  # range ids
+    servers: dict[str, str | None]  # None: the server left
+    tables: NotRequired[list[str]]  # only when the catalog changed
+    pub: NotRequired[str]
+
+
+class Hugz(TypedDict):
+    """Published by the coordinator as ``[b"hugz", body]`` every second; a frontend behind ``version``
+    asks for the map, and re-reads the client keys when ``keys`` changed."""
+
+    version: int
+    term: int
+    keys: int
