@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from cli.admin import call
+from cli.coordinator_client import call
 from cli.supervisor import down, pid_alive, read_cluster
 
 ROOT = Path(__file__).resolve().parent.parent

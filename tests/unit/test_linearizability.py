@@ -1,4 +1,4 @@
-"""Tests for rangetable.verify: the history recorder and the per-key linearizability checker.
+"""Tests for cli.workload.verify: the history recorder and the per-key linearizability checker.
 
 Histories that must pass and must fail, a Hypothesis property over histories produced by a
 simulated correct register (and the same histories with one provably stale read injected), and a
@@ -17,7 +17,7 @@ import hypothesis.strategies as st
 import pytest
 from hypothesis import HealthCheck, assume, given, settings
 
-from rangetable.verify import Op, Recorder, check, check_key, dump_history, load_history
+from cli.workload.verify import Op, Recorder, check, check_key, dump_history, load_history
 
 INF = None  # end of an op whose answer never came
 

@@ -1,7 +1,7 @@
-"""The netsplit drill's client process, run inside its own namespace by cli/netsplit.py.
+"""The netsplit drill's client process, run inside its own namespace by cli/drills/netsplit.py.
 
-``python -m cli.netsplit_client DATA_DIR TABLE SEED THREADS OUT`` runs the verifying
-:class:`~rangetable.workload.Workload` through every native frontend of the cluster.json in
+``python -m cli.drills.netsplit_client DATA_DIR TABLE SEED THREADS OUT`` runs the verifying
+:class:`~cli.workload.generator.Workload` through every native frontend of the cluster.json in
 DATA_DIR (thread i through frontend i mod n), writes ``OUT.started`` once it runs, and on SIGTERM
 stops, verifies the history (acknowledged writes lost, duplicates, linearizability) and writes the
 verdict, its counters and every acknowledged write's (monotonic time, frontend, PartitionKey) to OUT.
@@ -19,8 +19,8 @@ from rangetable.files import write_json_atomic
 
 def main(argv: list[str]) -> int:
     """Run the workload until SIGTERM, then verify and write the result file."""
-    from cli.supervisor import read_cluster
-    from rangetable.workload import Workload
+    from cli.cluster_file import read_cluster
+    from cli.workload.generator import Workload
 
     data_dir, table, seed, threads, out = argv[0], argv[1], int(argv[2]), int(argv[3]), argv[4]
     doc = read_cluster(data_dir)

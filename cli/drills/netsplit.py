@@ -1,6 +1,6 @@
 """``rangetable drill netsplit``: a multi-host cluster in network namespaces, and links cut under load.
 
-The drill builds a bridge and one namespace per host (cli/netns.py): the coordinator, 3 partition
+The drill builds a bridge and one namespace per host (cli/drills/netns.py): the coordinator, 3 partition
 servers, 2 native frontends and a client, each with its own address, sharing one data root and the
 CURVE keys ``rangetable up`` makes. A supervisor like ``rangetable up``'s runs every process in its
 namespace, restarts what dies, and kills a partition server the coordinator declared dead (it still
@@ -9,7 +9,7 @@ each fault a fresh table spread over the servers takes the verifying workload th
 from the client's namespace, then one link is cut: (1) a partition server's for ``--fault-seconds``,
 (2) the coordinator's for half a lease, then for ``--fault-seconds``, (3) a frontend's. Each fault
 reports the gap, acknowledged writes lost, the linearizability check and its own figures
-(cli/netsplit_report.py decides); the last line is PASS or FAIL. Everything is torn down at the end,
+(cli/drills/netsplit_report.py decides); the last line is PASS or FAIL. Everything is torn down at the end,
 also on failure or Ctrl-C.
 """
 
@@ -28,10 +28,10 @@ from typing import Any
 
 import click
 
-from cli.admin import call
-from cli.main import drill_group, json_option
-from cli.netns import NetnsUnavailable, Network, unavailable_reason
-from cli.netsplit_report import (
+from cli.cluster_file import CLUSTER_FILE
+from cli.coordinator_client import call
+from cli.drills.netns import NetnsUnavailable, Network, unavailable_reason
+from cli.drills.netsplit_report import (
     ack_times,
     fence_summary,
     first_after,
@@ -40,7 +40,8 @@ from cli.netsplit_report import (
     longest_gap,
     verdict,
 )
-from cli.supervisor import CLUSTER_FILE, Child, ClusterSpec, Supervisor
+from cli.options import json_option
+from cli.supervisor import Child, ClusterSpec, Supervisor
 from rangetable.errors import TableError
 from rangetable.files import write_json_atomic
 
@@ -107,7 +108,7 @@ class ClientRun:
         self.out = os.path.join(data_dir, f"client-{table}.json")
         log = open(os.path.join(data_dir, "logs", f"client-{table}.log"), "ab")
         self.proc = subprocess.Popen(
-            net.argv("client", [sys.executable, "-m", "cli.netsplit_client", data_dir, table, str(seed), str(threads),
+            net.argv("client", [sys.executable, "-m", "cli.drills.netsplit_client", data_dir, table, str(seed), str(threads),
                                 self.out]), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
             start_new_session=True)
         log.close()
@@ -136,7 +137,7 @@ class ClientRun:
 
 
 class FenceProbe(ClientRun):
-    """cli/fence_probe.py in the cut server's namespace: does it still answer after its lease?"""
+    """cli/drills/fence_probe.py in the cut server's namespace: does it still answer after its lease?"""
 
     def __init__(self, net: Network, host: str, data_dir: str, endpoint: str, rng: dict, pk: str) -> None:
         from rangetable import curve
@@ -144,7 +145,7 @@ class FenceProbe(ClientRun):
         self.out = os.path.join(data_dir, f"fence-{host}-{time.monotonic_ns()}.json")
         log = open(os.path.join(data_dir, "logs", "fence-probe.log"), "ab")
         self.proc = subprocess.Popen(
-            net.argv(host, [sys.executable, "-m", "cli.fence_probe", curve.keys_dir(data_dir), endpoint, rng["id"],
+            net.argv(host, [sys.executable, "-m", "cli.drills.fence_probe", curve.keys_dir(data_dir), endpoint, rng["id"],
                             str(rng["epoch"]), pk, self.out]),
             stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
         log.close()
@@ -197,7 +198,7 @@ class Drill:
     # --- one fault -----------------------------------------------------------------------------
 
     def _start(self, kind: str) -> tuple[str, list[dict], ClientRun]:
-        from cli.drill import prepare_table  # not at the top: cli.drill imports cli.main, which imports this
+        from cli.drills.drill_table import prepare_table
 
         self.n += 1
         table = f"ns{self.seed % 10**6}x{self.n}"
@@ -249,7 +250,7 @@ class Drill:
 
     def partition_server(self) -> dict:
         """Cut the partition server owning most of the table's ranges; it must fence, fail over, rejoin."""
-        from cli.drill import Prober
+        from cli.drills.drill_table import Prober
 
         table, ranges, client = self._start("partition-server")
         owned: dict[str, int] = {}
@@ -389,7 +390,7 @@ def run_netsplit(fault_seconds: float = 10.0, lease_s: float = 2.0, threads: int
             "subnet": subnet, "faults": faults, "passed": verdict(faults)}
 
 
-@drill_group.command("netsplit")
+@click.command("netsplit")
 @click.option("--fault-seconds", default=10.0, show_default=True,
               help="How long a partition server, the coordinator (second cut) and a frontend stay cut off.")
 @click.option("--lease-s", default=2.0, show_default=True, help="The coordinator's lease.")

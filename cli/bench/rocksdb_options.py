@@ -43,9 +43,9 @@ def _ticker(options: Any, name: str) -> int:
 
 def measure_variant(path: str, n: int, probes: int, **kw: Any) -> dict[str, Any]:
     """Load, compact and probe one store at ``path`` opened with ``db_options(**kw)``."""
+    from cli.bench.scale import ROWS_PER_PARTITION, typed_entity
+    from cli.bench.soak import disk_bytes
     from partition_server.range_store import RangeStore
-    from rangetable.bench_scale import ROWS_PER_PARTITION, typed_entity
-    from rangetable.bench_soak import disk_bytes
     from rangetable.storage import db_options, open_range_db
 
     opts = db_options(**kw)
@@ -118,7 +118,7 @@ def queue_scan(path: str, n: int, compact_deletions: bool, settle_s: float = 5.0
 def background_cpu_s() -> float:
     """CPU seconds used so far by this process's RocksDB background threads (flushes and compactions:
     the threads RocksDB names ``rocksdb:high`` and ``rocksdb:low``), from ``/proc/self/task``."""
-    from rangetable.bench_http import stat_cpu
+    from cli.bench.http import stat_cpu
 
     threads = (stat_cpu(f"/proc/self/task/{tid}/stat") for tid in os.listdir("/proc/self/task"))
     return sum(cpu for name, cpu in threads if name.startswith("rocksdb"))

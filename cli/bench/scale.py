@@ -29,9 +29,9 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from rangetable.bench_http import cpu_seconds, server_pids
-from rangetable.bench_soak import disk_bytes
-from rangetable.bench_store import make_props
+from cli.bench.http import cpu_seconds, server_pids
+from cli.bench.soak import disk_bytes
+from cli.bench.store import make_props
 from rangetable.stats import percentile_ms
 
 ROWS_PER_PARTITION = 1000
@@ -41,7 +41,7 @@ MiB = 1 << 20
 
 def typed_entity(i: int) -> tuple[str, str, dict[str, list]]:
     """Entity ``i`` as (PartitionKey, RowKey, typed props): ~400 bytes of ten mixed-type properties
-    (:func:`rangetable.bench_store.make_props`), 1000 per partition."""
+    (:func:`cli.bench.store.make_props`), 1000 per partition."""
     return f"p{i // ROWS_PER_PARTITION:07d}", f"r{i % ROWS_PER_PARTITION:04d}", make_props(i)
 
 
@@ -158,7 +158,7 @@ def offline_stats(values: list[float]) -> dict[str, float]:
 
 def table_ranges(coordinator: str, table: str) -> list[dict]:
     """The table's ranges with their last reported load (bytes, entities), in key order."""
-    from cli.admin import call, range_loads
+    from cli.coordinator_client import call, range_loads
 
     st = call(coordinator, {"op": "status"}, timeout=10)
     loads = range_loads(st)
@@ -234,7 +234,7 @@ def wait_for_size_splits(coordinator: str, table: str, target: int, timeout: flo
 
 def wait_compacted(coordinator: str, rid: str, timeout: float = 600.0) -> None:
     """Wait until range ``rid`` reports no compaction of a split's dropped half in progress."""
-    from cli.admin import call, range_loads
+    from cli.coordinator_client import call, range_loads
 
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -265,7 +265,7 @@ def run_scale(doc: dict, data_dir: str, *, entities: int = 10_000_000, moves: in
     """Run every step of the module docstring on the cluster of ``doc`` (started with ``up_args``,
     which :func:`time_up` reuses) whose data root is ``data_dir``; stops that cluster at step 7 and
     leaves it running again after it. Returns the figures."""
-    from cli.admin import call
+    from cli.coordinator_client import call
     from rangetable.client import TableServiceClient
 
     coord, native = doc["coordinator"], doc["native"]
@@ -342,7 +342,7 @@ def run_scale(doc: dict, data_dir: str, *, entities: int = 10_000_000, moves: in
     echo(f"space: {res['space']}")
     svc.close()
     biggest = max(table_ranges(coord, name), key=lambda r: r["bytes"])
-    from cli.supervisor import down
+    from cli.cluster_file import down
 
     down(data_dir)
     res["store_open"] = bloom_check(range_dir(data_dir, biggest), partitions_of(biggest, -(-entities // ROWS_PER_PARTITION)))

@@ -24,7 +24,7 @@ from collections.abc import Hashable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from rangetable.verify.history import Op, by_key, freeze
+from cli.workload.verify.history import Op, by_key, freeze
 
 
 @dataclass

@@ -22,14 +22,14 @@ from typing import Any
 
 import click
 
-from cli.admin import call
-from cli.drill import prepare_table
-from cli.drill_coordinator import leader_process
-from cli.main import data_dir_option, drill_group
-from cli.supervisor import pid_alive, read_cluster
+from cli.cluster_file import pid_alive, read_cluster
+from cli.coordinator_client import call
+from cli.drills.coordinator_failover import leader_process
+from cli.drills.drill_table import prepare_table
+from cli.options import data_dir_option
+from cli.workload.generator import Workload
 from coordinator.partition_map import PartitionMap
 from rangetable.errors import TableError
-from rangetable.workload import Workload
 
 FAULTS = ("kill_ps", "kill_coordinator", "kill_frontend", "pause_ps", "split", "move", "merge")
 HA_FAULTS = ("pause_leader",)  # added when the cluster has standby coordinators
@@ -174,7 +174,7 @@ def run_chaos(data_dir: str, *, seed: int, duration: float = 40.0, interval: flo
     return report
 
 
-@drill_group.command("chaos")
+@click.command("chaos")
 @click.option("--seed", type=int, default=None, help="Seed of the fault schedule and workload (printed).")
 @click.option("--duration", default=40.0, show_default=True, help="Seconds of faults.")
 @data_dir_option

@@ -12,61 +12,18 @@ from __future__ import annotations
 import json
 import os
 import signal
-import threading
 import time
 from typing import Any
 
 import click
 
-from cli.admin import call
-from cli.main import data_dir_option, drill_group
-from cli.supervisor import pid_alive, read_cluster
+from cli.cluster_file import pid_alive, read_cluster
+from cli.coordinator_client import call
+from cli.drills import coordinator_failover as dc
+from cli.drills.drill_table import Prober, prepare_table
+from cli.options import data_dir_option
+from cli.workload.generator import Workload
 from rangetable.errors import TableError
-from rangetable.workload import Workload
-
-
-def _ranges(coordinator: str, table: str) -> list[dict]:
-    return [r for r in call(coordinator, {"op": "status"})["ranges"] if r["table"] == table]
-
-
-def prepare_table(coordinator: str, native: str, table: str, pieces: int = 4) -> list[dict]:
-    """Create the drill table split into ``pieces`` ranges spread over the live servers."""
-    call(native, {"op": "create_table", "table": table})
-    servers = sorted(s["id"] for s in call(coordinator, {"op": "status"})["servers"] if s["alive"])
-    keys = [f"p{int(8 * i / pieces):02d}" for i in range(1, pieces)]
-    for k in keys:
-        r = next(r for r in _ranges(coordinator, table) if r["low"] < k and (r["high"] is None or k < r["high"]))
-        call(coordinator, {"op": "split", "range": r["id"], "key": k}, timeout=60)
-    for i, r in enumerate(_ranges(coordinator, table)):
-        target = servers[i % len(servers)]
-        if r["owner"] != target:
-            call(coordinator, {"op": "move", "range": r["id"], "server": target}, timeout=60)
-    return _ranges(coordinator, table)
-
-
-class Prober(threading.Thread):
-    """Reads one key of each watched range every 50 ms; remembers when each first answered after t0."""
-
-    def __init__(self, native: str, table: str, ranges: list[dict], t0: float) -> None:
-        super().__init__(daemon=True)
-        self.native, self.table, self.t0 = native, table, t0
-        self.pending = {r["id"]: r["low"] for r in ranges}
-        self.served: dict[str, float] = {}
-        self.stop = threading.Event()
-
-    def run(self) -> None:
-        """Probe until every watched range answered or stopped."""
-        while self.pending and not self.stop.is_set():
-            for rid, low in list(self.pending.items()):
-                try:
-                    call(self.native, {"op": "get", "table": self.table, "pk": low or "p00", "rk": "probe"},
-                         timeout=0.5)
-                except TableError as exc:
-                    if exc.error_code not in ("ResourceNotFound",):
-                        continue
-                self.served[rid] = round(time.monotonic() - self.t0, 3)
-                del self.pending[rid]
-            time.sleep(0.05)
 
 
 def run_failover_drill(data_dir: str, *, mode: str = "kill", server: str | None = None, duration: float = 10.0,
@@ -158,7 +115,7 @@ def format_report(r: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-@drill_group.command("failover")
+@click.command("failover")
 @click.option("--kill", "mode", flag_value="kill", default=True, help="SIGKILL the server (default).")
 @click.option("--pause", "mode", flag_value="pause", help="SIGSTOP the server past its lease.")
 @click.option("--coordinator", "coordinator", is_flag=True,
@@ -176,8 +133,6 @@ def drill_failover(mode: str, coordinator: bool, pause_s: float, server: str | N
     """Kill (or pause) a partition server — or with --coordinator the leading coordinator — under a
     verifying workload and report how the cluster coped."""
     if coordinator:
-        from cli import drill_coordinator as dc
-
         rep = dc.run_coordinator_drill(data_dir, mode=mode, pause_s=pause_s, threads=threads, seed=seed,
                                        echo=None if as_json else click.echo)
         click.echo(json.dumps(rep, indent=2) if as_json else dc.format_report(rep))

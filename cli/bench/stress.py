@@ -13,9 +13,9 @@ from typing import Any
 
 import click
 
-from cli.admin import call
-from cli.loadgen import LoadGen
-from cli.main import data_dir_option, main
+from cli.coordinator_client import call
+from cli.options import data_dir_option, native_endpoint
+from cli.workload.loadgen import LoadGen
 from rangetable.errors import TableError
 
 AZURE_PARTITION_TARGET = 2000
@@ -56,7 +56,7 @@ def run_stress(native: str, table: str, partition: str, *, get_share: float = 0.
     }
 
 
-@main.command("stress")
+@click.command("stress")
 @click.argument("table")
 @click.option("--partition", required=True, help="The PartitionKey to load.")
 @click.option("--mix", default="1:1", show_default=True, help="GET:PUT weights.")
@@ -68,9 +68,7 @@ def run_stress(native: str, table: str, partition: str, *, get_share: float = 0.
 def stress_cmd(table: str, partition: str, mix: str, duration: float, window: int, data_dir: str,
                endpoint: str | None, as_json: bool) -> None:
     """Load one partition and report GET/PUT throughput against Azure's 2000 entities/s target."""
-    from cli.commands import _native
-
-    r = run_stress(_native(data_dir, endpoint), table, partition, get_share=parse_mix(mix), duration=duration,
+    r = run_stress(native_endpoint(data_dir, endpoint), table, partition, get_share=parse_mix(mix), duration=duration,
                    window=window)
     if as_json:
         click.echo(json.dumps(r, indent=2))

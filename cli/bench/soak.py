@@ -190,7 +190,7 @@ def disk_bytes(path: str) -> int:
 
 def pending_compaction(status: dict) -> int:
     """RocksDB's pending-compaction estimate summed over the ranges of a coordinator status."""
-    from cli.admin import range_loads
+    from cli.coordinator_client import range_loads
 
     return sum(int(ld.get("pending_compaction_bytes", 0) or 0) for ld in range_loads(status).values())
 
@@ -332,8 +332,8 @@ def run_soak(doc: dict, data_dir: str, *, minutes: float = 10.0, threads: int = 
     the first interval does not run on an empty table. ``warmup`` (seconds, default a fifth of the
     run, at least one interval) is excluded from the RSS comparison. Returns ``{"rows", "verdict", ...}``.
     """
-    from cli.admin import call
-    from cli.supervisor import read_cluster
+    from cli.cluster_file import read_cluster
+    from cli.coordinator_client import call
     from rangetable.bulk import bulk_upsert
 
     table = "soak" + uuid.uuid4().hex[:8]

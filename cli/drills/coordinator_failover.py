@@ -19,11 +19,11 @@ from typing import Any
 
 import click
 
-from cli.admin import call
-from cli.drill import prepare_table
-from cli.supervisor import pid_alive, read_cluster
+from cli.cluster_file import pid_alive, read_cluster
+from cli.coordinator_client import call
+from cli.drills.drill_table import prepare_table
+from cli.workload.generator import Workload
 from rangetable.errors import TableError
-from rangetable.workload import Workload
 
 MAX_GAP_S = 3.0  # the bound on how long a key range may go unserved
 

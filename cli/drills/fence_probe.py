@@ -1,6 +1,6 @@
 """Asks a cut-off partition server, from inside its own namespace, whether it still serves.
 
-``python -m cli.fence_probe KEYS_DIR ENDPOINT RANGE EPOCH PK OUT`` runs in the cut server's
+``python -m cli.drills.fence_probe KEYS_DIR ENDPOINT RANGE EPOCH PK OUT`` runs in the cut server's
 namespace (its own address still answers there) with the frontend key of KEYS_DIR. Every 100 ms it
 sends a ``ping`` (the server answers whether its lease holds, and closes its ranges when it lapsed)
 and a data request (a ``get`` of PK in RANGE at EPOCH, which passes the same lease check as a

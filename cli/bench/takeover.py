@@ -22,9 +22,9 @@ from typing import Any
 
 import zmq
 
-from cli.admin import call
-from cli.bench_control_plane import range_layout, seed_meta
-from cli.supervisor import PortReservation
+from cli.bench.control_plane import range_layout, seed_meta
+from cli.coordinator_client import call
+from cli.port_reservation import PortReservation
 from rangetable import curve, protocol
 from rangetable.errors import TableError
 

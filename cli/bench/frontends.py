@@ -19,7 +19,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from rangetable.bench_http import cpu_seconds, server_pids, start_temp_cluster, stop_temp_cluster
+from cli.bench.http import cpu_seconds, server_pids, start_temp_cluster, stop_temp_cluster
 
 
 class WrkMissing(RuntimeError):
@@ -31,7 +31,7 @@ def sas_get_url(doc: dict, table: str) -> str:
     from azure.core.credentials import AzureNamedKeyCredential
     from azure.data.tables import TableSasPermissions, TableServiceClient, generate_table_sas
 
-    from rangetable.bench_http import _fields
+    from cli.bench.http import _fields
 
     fields = _fields(doc["connection_string"])
     svc = TableServiceClient.from_connection_string(doc["connection_string"])

@@ -160,7 +160,7 @@ def _parallel(pool: Any, procs: int, kind: str, n: int) -> int:
 
 def rss_total(pids: list[int]) -> int:
     """Resident set size of processes together, in bytes."""
-    from rangetable.bench_soak import rss_bytes
+    from cli.bench.soak import rss_bytes
 
     return sum(rss_bytes(pid) for pid in pids)
 
@@ -172,7 +172,7 @@ def wait_quiet(doc: dict, echo: Callable[[str], None], timeout: float = 300.0) -
     waited; other endpoints (no coordinator in ``doc``) return at once."""
     if "coordinator" not in doc:
         return 0.0
-    from cli.admin import call, range_loads
+    from cli.coordinator_client import call, range_loads
 
     t0 = time.monotonic()
     last_version, still_since = None, time.monotonic()
@@ -236,7 +236,7 @@ def run_http_bench(doc: dict, n: int = 2000, batches: int = 50, big: int = 50_00
                  f"{results['preload']['server_rss_mib']} MiB")
             results["preload"]["settle_s"] = round(wait_quiet(doc, echo), 1)
         if hold_balancer:
-            from cli.admin import call
+            from cli.coordinator_client import call
 
             call(doc["coordinator"], {"op": "balancer", "action": "off"})
         for kind in ("insert", "get", "upsert"):
@@ -300,7 +300,7 @@ def _unwind_on_sigterm() -> None:
 def start_temp_cluster(servers: int = 2, frontends: int = 1) -> tuple[str, dict]:
     """Start a cluster in a temporary data dir (``rangetable up --detach``); returns (data_dir, cluster.json).
     From now on a SIGTERM to this process unwinds, so a caller's ``finally: stop_temp_cluster`` runs."""
-    from cli.supervisor import read_cluster
+    from cli.cluster_file import read_cluster
 
     _unwind_on_sigterm()
 
@@ -320,7 +320,7 @@ def stop_temp_cluster(data_dir: str) -> None:
     """Stop a cluster started by :func:`start_temp_cluster` and remove its data."""
     import shutil
 
-    from cli.supervisor import down
+    from cli.cluster_file import down
 
     try:
         down(data_dir)

@@ -1,7 +1,7 @@
 """``rangetable bench control-plane``: the real coordinator and frontends against simulated servers.
 
 The coordinator's meta store is seeded with one table cut into ``ranges`` ranges spread evenly over
-``servers`` server ids; processes of :mod:`partition_server.simulated` then play those servers
+``servers`` server ids; processes of :mod:`cli.workload.simulated` then play those servers
 (real sockets, real heartbeats and control commands, no data), the real coordinator process starts
 on the seeded map and ``frontends`` real frontend processes fetch it. Measured, in this order:
 
@@ -116,7 +116,7 @@ class Bench:
 
     def request(self, endpoint: str, body: dict, timeout: float = 30.0) -> Any:
         """One request to a coordinator or frontend endpoint."""
-        from cli.admin import call
+        from cli.coordinator_client import call
 
         return call(endpoint, body, timeout=timeout)
 
@@ -138,7 +138,7 @@ class Bench:
 
     def start(self) -> None:
         """Seed the map, start the simulated servers, the coordinator and the frontends."""
-        from cli.supervisor import PortReservation
+        from cli.port_reservation import PortReservation
 
         os.makedirs(os.path.join(self.work, "logs"), exist_ok=True)
         data = os.path.join(self.work, "data")
@@ -167,7 +167,7 @@ class Bench:
             path = os.path.join(self.work, f"sim-{k}.json")
             with open(path, "w") as f:
                 json.dump(spec, f)
-            self.sim_procs.append(self._spawn(f"sim-{k}", ["-m", "partition_server.simulated", path]))
+            self.sim_procs.append(self._spawn(f"sim-{k}", ["-m", "cli.workload.simulated", path]))
         deadline = time.monotonic() + 60
         while len(self.sim_idents) < self.n_sims:
             if time.monotonic() > deadline or not self.control.poll(100):

@@ -1,5 +1,5 @@
 """Pure policy of ``rangetable drill netsplit``: gaps between acknowledged writes, the verdict of each
-fault, the overall verdict and the text report. No I/O here; the orchestration is in cli/netsplit.py.
+fault, the overall verdict and the text report. No I/O here; the orchestration is in cli/drills/netsplit.py.
 """
 
 from __future__ import annotations

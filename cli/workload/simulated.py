@@ -13,7 +13,7 @@ list). A control DEALER connects to the benchmark, which asks for statistics (he
 times, when each range was loaded) and kills single servers (their sockets close, so they fall
 silent and refuse connections, like a killed process).
 
-Run as ``python -m partition_server.simulated SPEC.json``; the spec names the coordinator, the
+Run as ``python -m cli.workload.simulated SPEC.json``; the spec names the coordinator, the
 benchmark's control endpoint, and each server's id with its initial ranges. The servers bind their
 sockets at once and start heartbeating when the benchmark says ``go`` (once the coordinator is up).
 """
@@ -257,7 +257,7 @@ class SimProcess:
 
 
 def main(argv: list[str]) -> None:
-    """Entry point: ``python -m partition_server.simulated SPEC.json``."""
+    """Entry point: ``python -m cli.workload.simulated SPEC.json``."""
     with open(argv[0]) as f:
         spec = json.load(f)
     proc = SimProcess(spec)

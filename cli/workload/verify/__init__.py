@@ -1,10 +1,10 @@
 """Verifiers for failover drills and chaos tests (issue #4).
 
-- :mod:`rangetable.verify.history`: the history model (:class:`Op`) and a thread-safe
+- :mod:`cli.workload.verify.history`: the history model (:class:`Op`) and a thread-safe
   :class:`Recorder` that workload threads call around each request.
-- :mod:`rangetable.verify.linearizability`: a per-key Wing & Gong / Lowe linearizability checker
+- :mod:`cli.workload.verify.linearizability`: a per-key Wing & Gong / Lowe linearizability checker
   for a register with read, write, cas, insert, update and delete (:func:`check`).
-- :mod:`rangetable.verify.ack_loss`: the acknowledged-write-loss checker (:func:`check_ack_loss`)
+- :mod:`cli.workload.verify.ack_loss`: the acknowledged-write-loss checker (:func:`check_ack_loss`)
   and the exactly-once counter checker (:func:`check_counters`).
 
 Typical use::
@@ -20,7 +20,7 @@ Typical use::
 
 from __future__ import annotations
 
-from rangetable.verify.ack_loss import (
+from cli.workload.verify.ack_loss import (
     AckResult,
     CounterAnomaly,
     LostWrite,
@@ -28,8 +28,8 @@ from rangetable.verify.ack_loss import (
     check_counters,
     combine,
 )
-from rangetable.verify.history import Op, Recorder, by_key, dump_history, load_history
-from rangetable.verify.linearizability import KeyResult, Result, check, check_key
+from cli.workload.verify.history import Op, Recorder, by_key, dump_history, load_history
+from cli.workload.verify.linearizability import KeyResult, Result, check, check_key
 
 __all__ = [
     "AckResult",

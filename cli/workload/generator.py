@@ -2,7 +2,7 @@
 
 Worker threads run reads, unconditional writes, conditional writes (read, then update with the ETag),
 inserts, deletes and entity group transactions over a fixed set of keys, recording each operation in a
-:class:`~rangetable.verify.history.Recorder`. Every written value is unique, so an ETag match is a
+:class:`~cli.workload.verify.history.Recorder`. Every written value is unique, so an ETag match is a
 value match and the history checks as a register per key. Each thread also inserts fresh entities
 (keys never used before): one answered ``EntityAlreadyExists`` was applied twice — a duplicate
 application of a retried request — and one answered OK must exist at the end.
@@ -19,13 +19,13 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from cli.workload.verify import check, check_ack_loss
+from cli.workload.verify.history import Recorder
 from rangetable.client import TableClient, TableServiceClient
 from rangetable.client_models import MatchConditions, UpdateMode
 from rangetable.errors import TableError
 from rangetable.retry import ExponentialRetry
 from rangetable.stats import percentile_ms
-from rangetable.verify import check, check_ack_loss
-from rangetable.verify.history import Recorder
 
 FAIL_STATUSES = frozenset({404, 409, 412})
 

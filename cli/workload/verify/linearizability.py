@@ -9,7 +9,7 @@ The search walks a doubly linked list of call and return events ordered by time.
 tries to linearize one of the operations whose call precedes the first pending return (the
 "minimal" ops); reaching a return whose op is not linearized yet means a dead end, so it backtracks.
 
-Outcomes (see :mod:`rangetable.verify.history`): ``ok`` ops must be linearized inside their
+Outcomes (see :mod:`cli.workload.verify.history`): ``ok`` ops must be linearized inside their
 interval; ``fail`` ops too, as checks that do not change the value (a failed cas saw a value other
 than ``expected``, a failed insert saw a present value, a failed update or delete an absent one);
 ``unknown`` ops have no return event: they may be linearized anywhere after their start, or never.
@@ -39,7 +39,7 @@ from collections.abc import Callable, Hashable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from rangetable.verify.history import Op, by_key, freeze
+from cli.workload.verify.history import Op, by_key, freeze
 
 # Step codes: what an op checks and does when linearized.
 _READ, _WRITE, _CAS, _CAS_FAIL, _INS, _INS_FAIL, _UPD, _UPD_FAIL, _DEL, _DEL_FAIL = range(10)
