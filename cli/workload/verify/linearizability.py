@@ -36,10 +36,10 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Hashable, Iterable, Mapping
-from dataclasses import dataclass, field
 from typing import Any
 
 from cli.workload.verify.history import Op, by_key, freeze
+from cli.workload.verify.verdict import KeyResult, Result, context_ops, format_ops
 
 # Step codes: what an op checks and does when linearized.
 _READ, _WRITE, _CAS, _CAS_FAIL, _INS, _INS_FAIL, _UPD, _UPD_FAIL, _DEL, _DEL_FAIL = range(10)
@@ -82,65 +82,6 @@ _STEPS: tuple[Callable[[Any, Any, Any], Any], ...] = (
 )
 
 
-@dataclass
-class KeyResult:
-    """The verdict for one key: ``status`` is ``"ok"``, ``"violation"`` or ``"timeout"``."""
-
-    key: Hashable
-    status: str
-    explanation: str = ""
-    ops_checked: int = 0
-    states_explored: int = 0
-    elapsed_s: float = 0.0
-    failing_ops: list[Op] = field(default_factory=list)
-
-
-@dataclass
-class Result:
-    """The verdict for a whole history.
-
-    ``ok`` is True only when every key was proven linearizable. ``status`` is ``"ok"``,
-    ``"violation"`` (``key`` is the first bad key, ``explanation`` says why, ``failing_ops`` are the
-    op that could not be placed and the ops around it) or ``"timeout"`` (no violation found, but the
-    search was cut short on the keys in ``timed_out_keys``).
-    """
-
-    ok: bool
-    key: Hashable | None
-    explanation: str
-    ops_checked: int
-    status: str = "ok"
-    keys_checked: int = 0
-    bad_keys: list[Hashable] = field(default_factory=list)
-    timed_out_keys: list[Hashable] = field(default_factory=list)
-    failing_ops: list[Op] = field(default_factory=list)
-    elapsed_s: float = 0.0
-
-    def __bool__(self) -> bool:
-        return self.ok
-
-    def to_dict(self) -> dict[str, Any]:
-        """A JSON-friendly summary (for ``rangetable drill --json``)."""
-        names = ("ok", "status", "key", "explanation", "ops_checked", "keys_checked", "bad_keys")
-        out = {name: getattr(self, name) for name in names}
-        out["timed_out_keys"] = self.timed_out_keys
-        out["failing_ops"] = [op.describe() for op in self.failing_ops]
-        out["elapsed_s"] = round(self.elapsed_s, 3)
-        return out
-
-
-def _fmt_ops(ops: Iterable[Op], indent: str = "  ") -> str:
-    return "\n".join(indent + op.describe() for op in ops)
-
-
-def _context_ops(ops: list[Op], bad: Op, limit: int = 8) -> tuple[list[Op], list[Op]]:
-    """Ops concurrent with ``bad``, and the last mutations that completed before it started."""
-    concurrent = [o for o in ops if o is not bad and o.start <= bad.end_time and bad.start <= o.end_time]
-    before = [o for o in ops if o.end_time < bad.start and o.kind != "read" and o.outcome == "ok"]
-    before.sort(key=lambda o: o.end_time)
-    return concurrent[:limit], before[-3:]
-
-
 def _precheck(
     key: Hashable, ops: list[Op], codes: list[int], vals: list[Any], exps: list[Any], initial: Any
 ) -> KeyResult | None:
@@ -163,13 +104,13 @@ def _precheck(
             failed = [
                 o for o, ov in zip(ops, vals, strict=True) if ov == seen and o.kind != "read" and o is not op
             ]
-            why = f" (only failed ops wrote it:\n{_fmt_ops(failed)})" if failed else ""
+            why = f" (only failed ops wrote it:\n{format_ops(failed)})" if failed else ""
             text = f"key {key!r}: {what} {seen!r}, a value no operation on this key wrote{why}\n  {op.describe()}"
             return KeyResult(key, "violation", text, len(ops), failing_ops=[op, *failed])
         if all(w.start > op.end_time for w in ws):
             text = (
                 f"key {key!r}: {what} {seen!r} before any write of it began\n  {op.describe()}\n"
-                f"written only later by:\n{_fmt_ops(ws)}"
+                f"written only later by:\n{format_ops(ws)}"
             )
             return KeyResult(key, "violation", text, len(ops), failing_ops=[op, *ws])
     return None
@@ -433,7 +374,7 @@ def check_key(
         return KeyResult(key, "ok", "", n, n_states, elapsed)
 
     bad = sops[best_op]
-    concurrent, before = _context_ops(sops, bad)
+    concurrent, before = context_ops(sops, bad)
     tail_ops = [sops[j] for j in best_tail]
     states = ", ".join(sorted(repr(s) for s in best_states))
     parts = [
@@ -443,11 +384,11 @@ def check_key(
         f"when its answer came, the register held one of {{{states}}} in the longest partial orders.",
     ]
     if tail_ops:
-        parts += ["The longest partial linearization ended with:", _fmt_ops(tail_ops)]
+        parts += ["The longest partial linearization ended with:", format_ops(tail_ops)]
     if before:
-        parts += ["Last mutations acknowledged before it started:", _fmt_ops(before)]
+        parts += ["Last mutations acknowledged before it started:", format_ops(before)]
     if concurrent:
-        parts += ["Ops concurrent with it:", _fmt_ops(concurrent)]
+        parts += ["Ops concurrent with it:", format_ops(concurrent)]
     failing = [bad, *before, *concurrent]
     return KeyResult(key, "violation", "\n".join(parts), n, n_states, elapsed, failing)
 
