@@ -9,9 +9,7 @@ import os
 import click
 
 from cli.coordinator_client import call, human_size
-from cli.options import data_dir_option, json_option
-
-coordinator_option = click.option("--coordinator", default=None, help="Coordinator endpoint (default: cluster.json).")
+from cli.options import coordinator_option, data_dir_option, json_option
 
 
 def _coordinator(data_dir: str, endpoint: str | None) -> str:

@@ -13,10 +13,9 @@ from typing import Any
 import click
 
 from cli.coordinator_client import call, range_loads
-from cli.options import data_dir_option, json_option
+from cli.options import data_dir_option, endpoint_option, json_option
 from rangetable.errors import TableError
 
-endpoint_option = click.option("--endpoint", default=None, help="Native endpoint (default: from cluster.json).")
 progress_option = click.option("--progress/--no-progress", default=None,
                                help="Show a progress bar on stderr [default: when stderr is a terminal].")
 format_option = click.option("--format", "fmt", type=click.Choice(["jsonl", "csv"]), default=None,
