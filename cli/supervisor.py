@@ -16,9 +16,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from cli.cluster_file import CLUSTER_FILE, DEV_KEY, connection_string, down, pid_alive, read_cluster  # noqa: F401  (re-exported)
+from cli.cluster_file import CLUSTER_FILE, connection_string, read_cluster
 from cli.dashboard.ports import BROWSER_BLOCKED_PORTS
-from cli.port_reservation import PortReservation, ephemeral_range  # noqa: F401  (re-exported)
+from cli.port_reservation import PortReservation
 from rangetable.errors import TableError
 from rangetable.files import write_json_atomic
 

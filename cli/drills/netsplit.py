@@ -30,6 +30,7 @@ import click
 
 from cli.cluster_file import CLUSTER_FILE
 from cli.coordinator_client import call
+from cli.drills.drill_table import Prober, prepare_table
 from cli.drills.netns import NetnsUnavailable, Network, unavailable_reason
 from cli.drills.netsplit_report import (
     ack_times,
@@ -198,8 +199,6 @@ class Drill:
     # --- one fault -----------------------------------------------------------------------------
 
     def _start(self, kind: str) -> tuple[str, list[dict], ClientRun]:
-        from cli.drills.drill_table import prepare_table
-
         self.n += 1
         table = f"ns{self.seed % 10**6}x{self.n}"
         ranges = self._until(lambda: prepare_table(self.sup.coordinator, self.sup.natives[0], table),
@@ -250,8 +249,6 @@ class Drill:
 
     def partition_server(self) -> dict:
         """Cut the partition server owning most of the table's ranges; it must fence, fail over, rejoin."""
-        from cli.drills.drill_table import Prober
-
         table, ranges, client = self._start("partition-server")
         owned: dict[str, int] = {}
         for r in ranges:

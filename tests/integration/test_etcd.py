@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from cli.supervisor import PortReservation
+from cli.port_reservation import PortReservation
 from coordinator.etcd_client import EtcdClient, parse_url, prefix_end
 from coordinator.etcd_election import EtcdLeadership
 from coordinator.meta_etcd import open_etcd_for_term
