@@ -8,15 +8,13 @@ import os
 
 import click
 
-from cli.admin import call, human_size
-from cli.main import data_dir_option, json_option, main
-
-coordinator_option = click.option("--coordinator", default=None, help="Coordinator endpoint (default: cluster.json).")
+from cli.coordinator_client import call, human_size
+from cli.options import coordinator_option, data_dir_option, json_option
 
 
 def _coordinator(data_dir: str, endpoint: str | None) -> str:
     """The coordinator endpoint: given, or from the data root's cluster.json."""
-    from cli.supervisor import read_cluster
+    from cli.cluster_file import read_cluster
 
     if endpoint:
         return endpoint
@@ -27,7 +25,7 @@ def _coordinator(data_dir: str, endpoint: str | None) -> str:
     return doc["coordinator"]
 
 
-@main.command("backup")
+@click.command("backup")
 @click.option("--to", "dest", required=True, type=click.Path(file_okay=False),
               help="New (or empty) directory for the backup; on the data root's filesystem SST files are hard "
                    "links, elsewhere copies.")
@@ -56,7 +54,7 @@ def backup_cmd(dest: str, timeout: float, data_dir: str, coordinator: str | None
                f"the slowest in {slowest:.1f} ms")
 
 
-@main.command("restore")
+@click.command("restore")
 @click.option("--from", "src", required=True, type=click.Path(exists=True, file_okay=False),
               help="A directory written by `rangetable backup`.")
 @data_dir_option

@@ -1,276 +1,60 @@
-"""``rangetable`` — the command line: run processes, start a local cluster, use and administer it."""
+"""``rangetable`` — the command line: run processes, start a local cluster, use and administer it,
+bench it and drill it.
+
+This is the one module that registers commands: every command module defines plain click commands
+and groups (importing only :mod:`cli.options` for shared options), and ``main`` adds them here.
+"""
 
 from __future__ import annotations
 
-import dataclasses
-import json
-import logging
-import os
-import subprocess
-import sys
-import time
-from collections.abc import Callable
-from typing import Any
-
 import click
 
-from rangetable.config import CoordinatorConfig, FrontendConfig, PartitionServerConfig, env_name, load
-from rangetable.errors import TableError
-
-DATA_DIR_ENV = "RANGETABLE_DATA_DIR"
-
-
-def _config_options(cls: type) -> Callable:
-    """Decorate a command with one ``--field-name`` option per config field."""
-
-    def deco(fn: Callable) -> Callable:
-        for f in reversed(dataclasses.fields(cls)):
-            flag = "--" + f.name.replace("_", "-")
-            help_ = f"[env {env_name(cls, f.name)}; default {f.default!r}]"
-            if isinstance(f.default, bool):
-                fn = click.option(flag, f.name, is_flag=True, default=None, help=help_)(fn)
-            else:
-                fn = click.option(flag, f.name, type=type(f.default), default=None, help=help_)(fn)
-        return fn
-
-    return deco
+from cli import (
+    backup,
+    balance,
+    cluster_commands,
+    local_cluster,
+    observe,
+    processes,
+    security,
+    tables,
+    transfer,
+)
+from cli.bench import commands as bench
+from cli.bench.stress import stress_cmd
+from cli.dashboard.command import dashboard_cmd
+from cli.drills import chaos, failover, netsplit, rebalance
+from cli.drills.group import drill_group
+from cli.options import TableErrorGroup
 
 
-def _logging(verbose: bool = False) -> None:
-    logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO,
-                        format="%(asctime)s %(name)s %(levelname)s %(message)s")
-
-
-class _Group(click.Group):
-    """A click group that prints TableErrors as one line with Azure's error code."""
-
-    def invoke(self, ctx: click.Context) -> Any:
-        try:
-            return super().invoke(ctx)
-        except TableError as exc:
-            raise click.ClickException(f"{exc.error_code}: {exc.message}") from None
-
-
-@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(cls=TableErrorGroup, context_settings={"help_option_names": ["-h", "--help"]})
 def main() -> None:
     """rangetable: a sharded table store with the semantics of Azure Table Storage."""
 
 
-# --- processes -----------------------------------------------------------------------------------
+for command in (
+    # processes and the local cluster
+    processes.coordinator_cmd, processes.partition_server_cmd, processes.frontend_cmd, processes.http_frontend_cmd,
+    local_cluster.up_cmd, local_cluster.down_cmd, dashboard_cmd,
+    # tables and entities
+    tables.table_group, tables.entity_group, tables.query_cmd, transfer.export_cmd, transfer.import_cmd,
+    # administration
+    cluster_commands.ranges_cmd, cluster_commands.servers_cmd, cluster_commands.status_cmd,
+    cluster_commands.events_cmd, cluster_commands.split_cmd, cluster_commands.move_cmd, cluster_commands.merge_cmd,
+    balance.balancer_cmd, balance.top_cmd, backup.backup_cmd, backup.restore_cmd, observe.metrics_cmd,
+    security.cert_group, security.keys_group,
+    # tools
+    bench.bench_group, stress_cmd, drill_group,
+):
+    main.add_command(command)
 
+for command in (bench.bench_store, bench.bench_http, bench.bench_soak, bench.bench_scale, bench.bench_frontends,
+                bench.bench_control_plane, bench.bench_takeover):
+    bench.bench_group.add_command(command)
 
-@main.command("coordinator")
-@_config_options(CoordinatorConfig)
-def coordinator_cmd(**kw: Any) -> None:
-    """Run the coordinator (partition manager) in the foreground."""
-    from coordinator.server import run
-
-    _logging()
-    try:
-        run(load(CoordinatorConfig, **kw))
-    except ValueError as exc:  # no CURVE keys
-        raise click.ClickException(str(exc)) from None
-
-
-@main.command("partition-server")
-@_config_options(PartitionServerConfig)
-def partition_server_cmd(**kw: Any) -> None:
-    """Run a partition server in the foreground."""
-    from partition_server.server import run
-
-    _logging()
-    try:
-        run(load(PartitionServerConfig, **kw))
-    except ValueError as exc:  # no CURVE keys
-        raise click.ClickException(str(exc)) from None
-
-
-@main.command("frontend")
-@_config_options(FrontendConfig)
-def frontend_cmd(**kw: Any) -> None:
-    """Run a frontend in the foreground."""
-    from frontend.server import run
-
-    _logging()
-    try:
-        run(load(FrontendConfig, **kw))
-    except ValueError as exc:  # no CURVE keys
-        raise click.ClickException(str(exc)) from None
-
-
-@main.command("http-frontend")
-@_config_options(FrontendConfig)
-def http_frontend_cmd(**kw: Any) -> None:
-    """Run an HTTP frontend (Azure Table REST API) in the foreground."""
-    from frontend.http.serve import run
-
-    _logging()
-    try:
-        run(load(FrontendConfig, **kw))
-    except ValueError as exc:  # a bad --accounts spec, --http address, certificate or no CURVE keys
-        raise click.ClickException(str(exc)) from None
-
-
-# --- the local cluster ---------------------------------------------------------------------------
-
-json_option = click.option("--json", "as_json", is_flag=True, help="Machine-readable JSON output.")
-data_dir_option = click.option("--data-dir", default=lambda: os.environ.get(DATA_DIR_ENV, "./rangetable-data"),
-                               show_default="./rangetable-data", help=f"Data root [env {DATA_DIR_ENV}].")
-
-
-@main.command("up")
-@data_dir_option
-@click.option("--servers", default=2, show_default=True, help="Number of partition servers.")
-@click.option("--coordinators", default=1, show_default=True,
-              help="Coordinator processes: one leads (a lock on the data root elects it), the others stand by "
-                   "and take over within about a second when it dies or pauses.")
-@click.option("--frontends", default=1, show_default=True,
-              help="Frontend processes of each kind: native ones on consecutive ports from --native-port, "
-                   "HTTP ones all on --http-port (SO_REUSEPORT; the kernel spreads connections).")
-@click.option("--native-port", default=10012, show_default=True, help="Native port of the first frontend (0 = any).")
-@click.option("--http-port", default=10002, show_default=True,
-              help="REST (Azure Table API) port of the HTTP frontends (0 = any).")
-@click.option("--detach", is_flag=True, help="Run in the background; stop with `rangetable down`.")
-@click.option("--no-restart", is_flag=True, help="Do not restart processes that die.")
-@click.option("--sync", is_flag=True, help="fsync every write before acknowledging it.")
-@click.option("--lease-s", default=2.0, show_default=True, help="Partition-server lease.")
-@click.option("--partition-target", default=0.0, show_default=True,
-              help="Entities/s per PartitionKey before ServerBusy, as Azure enforces (2000); 0 = off.")
-@click.option("--metrics/--no-metrics", default=True, show_default=True,
-              help="Every process serves Prometheus /metrics on a port of its own (cluster.json lists the URLs).")
-@click.option("--dashboard/--no-dashboard", default=True, show_default=True,
-              help="Serve the web dashboard (servers, ranges, events, key-space heatmap) on --dashboard-port.")
-@click.option("--dashboard-port", default=10081, show_default=True,
-              help="Port of the web dashboard (0 = any; not 10080, which browsers refuse).")
-@click.option("--cert", envvar="RANGETABLE_CERT", default="",
-              help="PEM certificate: the REST endpoint speaks HTTPS (with --key) [env RANGETABLE_CERT].")
-@click.option("--key", envvar="RANGETABLE_KEY", default="", help="PEM private key of --cert [env RANGETABLE_KEY].")
-@click.option("--bind-host", default="127.0.0.1", show_default=True,
-              help="Address every process listens on (0.0.0.0: all interfaces).")
-@click.option("--advertise-host", default="",
-              help="Address the processes are reached at, published in the map and cluster.json "
-                   "[default: --bind-host, or 127.0.0.1 when that is 0.0.0.0].")
-@click.option("--oauth", type=click.Choice(["basic"]), default=None,
-              help="Accept bearer tokens for the storage audience, checked as Azurite's basic level does "
-                   "(structure, audience, issuer, expiry; not the signature): for development. Needs --cert.")
-@click.option("--meta", envvar="RANGETABLE_META", default="",
-              help="etcd://HOST:PORT[/prefix]: coordinators are elected and keep their state in etcd "
-                   "(its JSON gateway) instead of lock files and RocksDB on the data root [env RANGETABLE_META].")
-@click.option("--json", "as_json", is_flag=True, help="Print cluster.json once ready.")
-def up_cmd(data_dir: str, servers: int, coordinators: int, frontends: int, native_port: int, http_port: int,
-           detach: bool, no_restart: bool, sync: bool, lease_s: float, partition_target: float, cert: str, key: str,
-           bind_host: str, advertise_host: str, metrics: bool, dashboard: bool, dashboard_port: int,
-           oauth: str | None, meta: str, as_json: bool) -> None:
-    """Start a local cluster: coordinators (one leads), partition servers and frontends."""
-    from cli.dashboard.ports import browser_refuses
-    from cli.supervisor import ClusterSpec, down, pid_alive, read_cluster, supervise
-    from frontend.auth_bearer import check_oauth
-    from rangetable.tls import server_context
-
-    try:
-        check_oauth(oauth or "", bool(cert))
-    except ValueError as exc:
-        raise click.ClickException(str(exc)) from None
-    if cert or key:
-        try:
-            server_context(cert, key)
-        except ValueError as exc:
-            raise click.ClickException(str(exc)) from None
-        cert, key = os.path.abspath(cert), os.path.abspath(key)
-
-    if dashboard and browser_refuses(dashboard_port):
-        raise click.ClickException(f"browsers refuse to open port {dashboard_port} (ERR_UNSAFE_PORT): "
-                                   "pick another --dashboard-port")
-    doc = read_cluster(data_dir)
-    if doc and pid_alive(doc.get("supervisor_pid", 0)):
-        raise click.ClickException(f"a cluster is already running on {data_dir} (pid {doc['supervisor_pid']}); "
-                                   "stop it with `rangetable down`")
-    if doc:
-        down(data_dir)  # leftovers of a supervisor that was killed
-    if coordinators < 1:
-        raise click.BadParameter("at least 1", param_hint="--coordinators")
-    if meta:
-        from coordinator.etcd_client import parse_url
-
-        try:
-            parse_url(meta)
-        except ValueError as exc:
-            raise click.BadParameter(str(exc), param_hint="--meta") from None
-    spec = ClusterSpec(os.path.abspath(data_dir), servers, frontends, native_port, not no_restart, sync, lease_s,
-                       http_port, partition_target, metrics, cert, key, bind_host, advertise_host, dashboard,
-                       dashboard_port, coordinators, oauth or "", meta)
-
-    def ready(doc: dict) -> None:
-        if as_json:
-            click.echo(json.dumps(doc, indent=2))
-            return
-        click.echo(f"rangetable is up: {servers} partition servers, {frontends} frontend(s), data in {spec.data_dir}")
-        click.echo(f"  native endpoint:  {doc['native']}")
-        click.echo(f"  REST endpoint:    {doc['http']}")
-        click.echo(f"  coordinator{'s' if coordinators > 1 else ':'}:     {doc['coordinator']}")
-        if doc.get("dashboard"):
-            click.echo(f"  dashboard:        {doc['dashboard']}")
-        click.echo(f"  logs:             {os.path.join(spec.data_dir, 'logs')}")
-        click.echo("Stop with Ctrl-C" + ("" if not detach else f" or `rangetable down --data-dir {data_dir}`"))
-
-    if not detach:
-        try:
-            supervise(spec, echo=click.echo, on_ready=ready)
-        except RuntimeError as exc:
-            raise click.ClickException(str(exc)) from None
-        return
-    os.makedirs(os.path.join(spec.data_dir, "logs"), exist_ok=True)
-    argv = [sys.executable, "-m", "cli.main", "up", "--data-dir", spec.data_dir, "--servers", str(servers),
-            "--coordinators", str(coordinators),
-            "--frontends", str(frontends), "--native-port", str(native_port), "--lease-s", str(lease_s),
-            "--http-port", str(http_port), "--partition-target", str(partition_target),
-            "--dashboard-port", str(dashboard_port)]
-    argv += ["--no-restart"] * no_restart + ["--sync"] * sync + ["--no-metrics"] * (not metrics)
-    argv += ["--cert", cert, "--key", key] if cert else []
-    argv += ["--bind-host", bind_host, "--advertise-host", advertise_host]
-    argv += ["--no-dashboard"] * (not dashboard)
-    argv += ["--oauth", oauth] if oauth else []
-    argv += ["--meta", meta] if meta else []
-    with open(os.path.join(spec.data_dir, "logs", "supervisor.log"), "ab") as log:
-        proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                start_new_session=True)
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        doc = read_cluster(spec.data_dir)
-        if doc and doc.get("supervisor_pid") == proc.pid:
-            ready(doc)
-            return
-        if proc.poll() is not None:
-            raise click.ClickException(f"the cluster failed to start; see {spec.data_dir}/logs/supervisor.log")
-        time.sleep(0.1)
-    proc.terminate()
-    raise click.ClickException("the cluster did not become ready within 60 s")
-
-
-@main.command("down")
-@data_dir_option
-def down_cmd(data_dir: str) -> None:
-    """Stop the local cluster running on a data dir."""
-    from cli.supervisor import down, read_cluster
-
-    if read_cluster(data_dir) is None:
-        click.echo(f"no cluster is running on {data_dir}")
-        return
-    killed = down(data_dir)
-    click.echo("stopped" + (f" (killed {len(killed)} stragglers)" if killed else ""))
-
-
-@main.group("drill")
-def drill_group() -> None:
-    """Failure drills against a running cluster."""
-
-
-from cli import backup, balance, chaos, commands, drill, netsplit, observe, security, stress, transfer  # noqa: E402,F401  (registers the user, admin and drill commands)
-from cli.dashboard import command as _dashboard  # noqa: E402,F401  (registers `rangetable dashboard`)
+for command in (failover.drill_failover, chaos.drill_chaos, rebalance.drill_rebalance, netsplit.drill_netsplit):
+    drill_group.add_command(command)
 
 if __name__ == "__main__":
-    # Under `python -m cli.main` this file runs as __main__, while the command modules register on the
-    # group of the imported `cli.main`; run that one so every command is there.
-    from cli.main import main as registered
-
-    registered()
+    main()

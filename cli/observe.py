@@ -9,7 +9,7 @@ from typing import Any
 
 import click
 
-from cli.main import data_dir_option, json_option, main
+from cli.options import data_dir_option, json_option
 
 
 def scrape(url: str, timeout: float = 5.0) -> list[tuple[str, dict[str, str], float]]:
@@ -27,14 +27,14 @@ def total(samples: list[tuple[str, dict[str, str], float]], name: str, **labels:
     return sum(v for n, lab, v in samples if n == name and all(lab.get(k) == x for k, x in labels.items()))
 
 
-@main.command("metrics")
+@click.command("metrics")
 @click.argument("prefix", required=False, default="rangetable_")
 @data_dir_option
 @json_option
 def metrics_cmd(prefix: str, data_dir: str, as_json: bool) -> None:
     """Print the metrics of every process of the local cluster whose name starts with PREFIX
     (histogram buckets left out; each process's /metrics URL is in cluster.json)."""
-    from cli.supervisor import read_cluster
+    from cli.cluster_file import read_cluster
 
     doc = read_cluster(data_dir)
     if doc is None:

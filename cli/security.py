@@ -7,11 +7,11 @@ import os
 
 import click
 
-from cli.main import data_dir_option, json_option, main
+from cli.options import data_dir_option, json_option
 from rangetable.files import write_json_atomic
 
 
-@main.group("cert")
+@click.group("cert")
 def cert_group() -> None:
     """TLS certificates for the REST endpoint (rangetable up --cert PEM --key PEM)."""
 
@@ -48,7 +48,7 @@ def cert_create(directory: str, days: int, force: bool, as_json: bool) -> None:
 # --- CURVE keys --------------------------------------------------------------------------------------
 
 
-@main.group("keys")
+@click.group("keys")
 def keys_group() -> None:
     """CURVE keys: the cluster's role keys and the client keys registered to accounts."""
 
@@ -56,7 +56,7 @@ def keys_group() -> None:
 def _cluster_doc(data_dir: str, coordinator: str | None = None, natives: tuple[str, ...] = ()) -> dict:
     """The local cluster's cluster.json, or (``--coordinator``, for clusters started role by role)
     the same built from the endpoints given and the admin key in ``<data-dir>/keys``."""
-    from cli.supervisor import read_cluster
+    from cli.cluster_file import read_cluster
     from rangetable import curve
 
     if coordinator:
@@ -121,7 +121,7 @@ def keys_add(name: str, account: str, out: str | None, natives: tuple[str, ...],
 
     Use it from Python with TableServiceClient.from_cluster("NAME.rangetable.json").
     """
-    from cli.admin import call
+    from cli.coordinator_client import call
     from rangetable import curve
 
     doc = _cluster_doc(data_dir, coordinator, natives)
@@ -150,7 +150,7 @@ def keys_list(data_dir: str, coordinator: str | None, as_json: bool) -> None:
     """List the registered client keys."""
     import datetime as dt
 
-    from cli.admin import call
+    from cli.coordinator_client import call
 
     res = call(_cluster_doc(data_dir, coordinator)["coordinator"], {"op": "keys_list"})
     if as_json:
@@ -168,7 +168,7 @@ def keys_list(data_dir: str, coordinator: str | None, as_json: bool) -> None:
 @coordinator_option
 def keys_revoke(name: str, data_dir: str, coordinator: str | None) -> None:
     """Revoke client key NAME: frontends refuse it within about a second, also on open connections."""
-    from cli.admin import call
+    from cli.coordinator_client import call
 
     call(_cluster_doc(data_dir, coordinator)["coordinator"], {"op": "keys_revoke", "name": name})
     click.echo(f"revoked {name}")

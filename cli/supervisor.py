@@ -8,99 +8,19 @@ back-off), and stops everything on Ctrl-C, SIGTERM or ``rangetable down``.
 
 from __future__ import annotations
 
-import json
 import os
-import random
 import signal
-import socket
 import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from cli.cluster_file import CLUSTER_FILE, connection_string, read_cluster
 from cli.dashboard.ports import BROWSER_BLOCKED_PORTS
+from cli.port_reservation import PortReservation
 from rangetable.errors import TableError
 from rangetable.files import write_json_atomic
-
-CLUSTER_FILE = "cluster.json"
-
-
-class PortReservation:
-    """Free ports on 127.0.0.1 that are distinct from one another.
-
-    Each port stays bound until `release()`, so the kernel cannot hand the same port out twice while
-    a cluster is being planned (binding port 0 and closing it at once, call after call, can return
-    one port twice, and two processes of one cluster then collide on bind). Ports are drawn below
-    the kernel's ephemeral range, so an outgoing connection's source port cannot take a listener's
-    port between planning and bind either.
-    """
-
-    def __init__(self) -> None:
-        self._held: list[socket.socket] = []
-
-    def take(self) -> int:
-        """One more free port, distinct from every port taken before it."""
-        low = ephemeral_range()[0]
-        candidates = [random.randrange(10000, low) for _ in range(64)] if low > 10100 else []
-        for port in [*candidates, 0]:
-            s = socket.socket()
-            try:
-                s.bind(("127.0.0.1", port))
-            except OSError:
-                s.close()
-                continue
-            self._held.append(s)
-            return s.getsockname()[1]
-        raise OSError("no free TCP port on 127.0.0.1")
-
-    def release(self) -> None:
-        """Unbind every reserved port so the cluster's processes can bind them."""
-        for s in self._held:
-            s.close()
-        self._held.clear()
-
-
-def ephemeral_range() -> tuple[int, int]:
-    """The kernel's range for outgoing connections' source ports (Linux default 32768–60999)."""
-    try:
-        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
-            low, high = f.read().split()
-        return int(low), int(high)
-    except (OSError, ValueError):
-        return 32768, 60999
-
-
-def pid_alive(pid: int) -> bool:
-    """True when a process with this pid exists (and is not a zombie of ours)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().split(")")[-1].split()[0] != "Z"
-    except OSError:
-        return True
-
-
-def read_cluster(data_dir: str) -> dict | None:
-    """The cluster.json of a data dir, or None; its CURVE keys are remembered for its endpoints
-    (``curve.remember_cluster``), so ``call`` and the native client can reach them."""
-    from rangetable import curve
-
-    try:
-        with open(os.path.join(data_dir, CLUSTER_FILE)) as f:
-            doc = json.load(f)
-    except (OSError, ValueError):
-        return None
-    try:
-        curve.remember_cluster(doc)
-    except (KeyError, TypeError, AttributeError):
-        pass  # a malformed key section: calls will say no key is known
-    return doc
 
 
 @dataclass
@@ -156,16 +76,6 @@ class ClusterSpec:
     coordinators: int = 1  # one leads (elected by a lock on the data root), the others stand by
     oauth: str = ""  # "basic": HTTP frontends accept development bearer tokens (needs cert)
     meta: str = ""  # etcd://HOST:PORT[/prefix]: coordinators elect and keep their state in etcd
-
-
-DEV_KEY = "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="
-
-
-def connection_string(http: str, account: str = "devstoreaccount1", key: str = DEV_KEY) -> str:
-    """The Azure SDK connection string for an HTTP frontend's account URL (http:// or https://)."""
-    protocol = "https" if http.startswith("https://") else "http"
-    return (f"DefaultEndpointsProtocol={protocol};AccountName={account};AccountKey={key};"
-            f"TableEndpoint={http};")
 
 
 class Supervisor:
@@ -293,7 +203,7 @@ class Supervisor:
 
     def wait_ready(self, timeout: float = 30.0) -> None:
         """Block until the coordinator sees every server and every frontend answers."""
-        from cli.admin import call
+        from cli.coordinator_client import call
 
         deadline = time.monotonic() + timeout
         last: Exception | None = None
@@ -365,7 +275,7 @@ class Supervisor:
         its lease has lapsed, so it would answer nothing anyway. Killing it lets failover complete
         (what a multi-host deployment needs instead is described in deploy/README.md).
         """
-        from cli.admin import call
+        from cli.coordinator_client import call
 
         try:
             st = call(self.coordinator, {"op": "status"}, timeout=0.3)
@@ -457,29 +367,3 @@ def supervise(spec: ClusterSpec, echo: Any = print, on_ready: Any = None) -> Non
         sup.run()
     finally:
         sup.stop()
-
-
-def down(data_dir: str, timeout: float = 20.0) -> list[int]:
-    """Stop the cluster of a data dir; returns the pids that had to be killed."""
-    doc = read_cluster(data_dir)
-    if doc is None:
-        return []
-    pid = doc.get("supervisor_pid")
-    if pid and pid_alive(pid):
-        os.kill(pid, signal.SIGTERM)
-        deadline = time.monotonic() + timeout
-        while pid_alive(pid) and time.monotonic() < deadline:
-            time.sleep(0.05)
-    killed = []
-    for p in doc.get("processes", []):
-        if p.get("pid") and pid_alive(p["pid"]):
-            os.kill(p["pid"], signal.SIGKILL)
-            killed.append(p["pid"])
-    if pid and pid_alive(pid):
-        os.kill(pid, signal.SIGKILL)
-        killed.append(pid)
-    try:
-        os.remove(os.path.join(data_dir, CLUSTER_FILE))
-    except OSError:
-        pass
-    return killed

@@ -12,11 +12,10 @@ from typing import Any
 
 import click
 
-from cli.admin import call, range_loads
-from cli.main import data_dir_option, json_option, main
+from cli.coordinator_client import call, range_loads
+from cli.options import data_dir_option, endpoint_option, json_option
 from rangetable.errors import TableError
 
-endpoint_option = click.option("--endpoint", default=None, help="Native endpoint (default: from cluster.json).")
 progress_option = click.option("--progress/--no-progress", default=None,
                                help="Show a progress bar on stderr [default: when stderr is a terminal].")
 format_option = click.option("--format", "fmt", type=click.Choice(["jsonl", "csv"]), default=None,
@@ -25,7 +24,7 @@ format_option = click.option("--format", "fmt", type=click.Choice(["jsonl", "csv
 
 def _cluster(data_dir: str, endpoint: str | None) -> tuple[str, str | None]:
     """(native endpoint, coordinator endpoint or None) from the flags or cluster.json."""
-    from cli.supervisor import read_cluster
+    from cli.cluster_file import read_cluster
 
     doc = read_cluster(data_dir)
     if endpoint:
@@ -77,7 +76,7 @@ def _fail(exc: TableError) -> click.ClickException:
     return click.ClickException(f"{exc.error_code}: {exc.message}")
 
 
-@main.command("export")
+@click.command("export")
 @click.argument("table")
 @click.option("--to", "path", required=True, type=click.Path(dir_okay=False), help="File to write.")
 @format_option
@@ -121,7 +120,7 @@ def export_cmd(table: str, path: str, fmt: str | None, filter_text: str | None, 
         click.echo(f"stopped after {max_pages} pages: continue with `rangetable export {table} --to {path} --resume`")
 
 
-@main.command("import")
+@click.command("import")
 @click.argument("table")
 @click.option("--from", "path", required=True, type=click.Path(exists=True, dir_okay=False), help="File to read.")
 @format_option

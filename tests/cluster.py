@@ -14,8 +14,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from cli.admin import call
-from cli.supervisor import down, pid_alive, read_cluster
+from cli.cluster_file import down, pid_alive, read_cluster
+from cli.coordinator_client import call
 
 ROOT = Path(__file__).resolve().parent.parent
 

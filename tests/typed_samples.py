@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from cli.admin import call
+from cli.coordinator_client import call
 from rangetable.edm import BINARY, BOOLEAN, DATETIME, DOUBLE, GUID, INT32, INT64, STRING
 
 _DOUBLES = [0.0, -0.0, 1.5, -2.25e-300, 1.7976931348623157e308, 5e-324, 1e16, float("nan"), float("inf"),

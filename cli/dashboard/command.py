@@ -12,7 +12,7 @@ from typing import Any
 
 import click
 
-from cli.main import _config_options, _logging, main
+from cli.options import config_options, setup_logging
 from rangetable.config import DashboardConfig, load
 
 
@@ -24,15 +24,15 @@ def split_host_port(text: str) -> tuple[str, int]:
     return host, int(port)
 
 
-@main.command("dashboard")
-@_config_options(DashboardConfig)
+@click.command("dashboard")
+@config_options(DashboardConfig)
 def dashboard_cmd(**kw: Any) -> None:
     """Serve the web dashboard (servers, ranges, events, key-space heatmap) of a running cluster."""
-    from cli.admin import call
+    from cli.cluster_file import read_cluster
+    from cli.coordinator_client import call
     from cli.dashboard.ports import browser_refuses
     from cli.dashboard.server import Dashboard
     from cli.dashboard.state import Watch, collect
-    from cli.supervisor import read_cluster
     from rangetable import curve
     from rangetable.metrics import serve_metrics
 
@@ -55,7 +55,7 @@ def dashboard_cmd(**kw: Any) -> None:
             raise click.ClickException(str(exc)) from None
         for ep in coordinator.split(","):
             curve.remember(ep, ring.public("coordinator"), ring.pair("admin"))
-    _logging()
+    setup_logging()
     watch = Watch(coordinator, call, cfg.interval_s, cfg.history_s, cfg.lease_s)
     try:
         dash = Dashboard(watch, host, port, cfg.history_s)

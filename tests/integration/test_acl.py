@@ -1,7 +1,7 @@
 """Table ACLs and service properties on a real coordinator (coordinator.acl).
 
 One cluster (one partition server) for the module; requests go to the coordinator with
-cli.admin.call, and once through the frontend, which relays them.
+cli.coordinator_client.call, and once through the frontend, which relays them.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from cli.admin import call
+from cli.coordinator_client import call
 from coordinator.acl import validate_policies, validate_properties
 from rangetable.errors import TableError
 from tests.cluster import Cluster

@@ -11,7 +11,7 @@ import threading
 
 import pytest
 
-from cli.admin import call
+from cli.coordinator_client import call
 from cli.restore import RestoreError, missing_files, read_manifest, restore
 from rangetable.edm import INT32, STRING
 from rangetable.errors import TableError

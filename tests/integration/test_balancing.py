@@ -6,8 +6,8 @@ import time
 
 import pytest
 
-from cli.admin import call
-from cli.loadgen import LoadGen
+from cli.coordinator_client import call
+from cli.workload.loadgen import LoadGen
 from tests.cluster import Cluster
 
 

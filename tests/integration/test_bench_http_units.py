@@ -7,8 +7,8 @@ import os
 import pytest
 from click.testing import CliRunner
 
+from cli.bench.http import cpu_seconds, external_doc, server_pids, wrong_key
 from cli.main import main
-from rangetable.bench_http import cpu_seconds, external_doc, server_pids, wrong_key
 
 CONN = ("DefaultEndpointsProtocol=http;AccountName=devstoreaccount1;AccountKey=a2V5;"
         "TableEndpoint=http://127.0.0.1:10012/devstoreaccount1;")
@@ -62,7 +62,7 @@ def test_a_bench_stopped_by_sigterm_stops_the_cluster_it_started(tmp_path):
     import time
 
     script = ("import sys, time\n"
-              "from rangetable.bench_http import start_temp_cluster, stop_temp_cluster\n"
+              "from cli.bench.http import start_temp_cluster, stop_temp_cluster\n"
               "d, doc = start_temp_cluster(servers=1)\n"
               "try:\n"
               "    print(d, flush=True)\n"

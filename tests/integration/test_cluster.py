@@ -8,7 +8,7 @@ import time
 import pytest
 import zmq
 
-from cli.admin import call
+from cli.coordinator_client import call
 from rangetable import TableServiceClient, curve, protocol
 from rangetable.edm import INT32
 from rangetable.errors import TableError

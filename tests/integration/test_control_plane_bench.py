@@ -7,7 +7,7 @@ import json
 import subprocess
 import sys
 
-from cli.bench_control_plane import ROWS
+from cli.bench.control_plane import ROWS
 from tests.cluster import ROOT
 
 

@@ -13,10 +13,10 @@ import random
 
 import pytest
 
-from cli.admin import call
-from cli.bench_takeover import format_result, run_takeover_bench
-from cli.chaos import FAULTS, HA_FAULTS, run_chaos
-from cli.drill_coordinator import MAX_GAP_S, format_report, leader_process, run_coordinator_drill
+from cli.bench.takeover import format_result, run_takeover_bench
+from cli.coordinator_client import call
+from cli.drills.chaos import FAULTS, HA_FAULTS, run_chaos
+from cli.drills.coordinator_failover import MAX_GAP_S, format_report, leader_process, run_coordinator_drill
 from rangetable import curve
 from rangetable.errors import TableError
 from tests.cluster import Cluster

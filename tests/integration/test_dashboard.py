@@ -19,10 +19,10 @@ from pathlib import Path
 
 import pytest
 
-from cli.admin import call
+from cli.coordinator_client import call
 from cli.dashboard.heatmap import hot_rows
-from cli.loadgen import LoadGen
 from cli.observe import scrape, total
+from cli.workload.loadgen import LoadGen
 from tests.cluster import ROOT, Cluster
 
 CHROMIUM = os.environ.get("RANGETABLE_CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"

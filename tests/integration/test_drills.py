@@ -7,8 +7,8 @@ import random
 
 import pytest
 
-from cli.chaos import run_chaos
-from cli.drill import format_report, run_failover_drill
+from cli.drills.chaos import run_chaos
+from cli.drills.failover import format_report, run_failover_drill
 from tests.cluster import Cluster
 
 

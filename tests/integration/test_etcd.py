@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from cli.supervisor import PortReservation
+from cli.port_reservation import PortReservation
 from coordinator.etcd_client import EtcdClient, parse_url, prefix_end
 from coordinator.etcd_election import EtcdLeadership
 from coordinator.meta_etcd import open_etcd_for_term
@@ -134,8 +134,7 @@ def test_items_page_through_many_keys(etcd: str) -> None:
 
 
 def test_a_cluster_on_etcd_serves_writes_and_survives_a_leader_kill(etcd: str, tmp_path: Path) -> None:
-    import cli.main  # noqa: F401  (cli.drill and cli.main import each other: enter through main)
-    from cli.drill_coordinator import MAX_GAP_S, format_report, run_coordinator_drill
+    from cli.drills.coordinator_failover import MAX_GAP_S, format_report, run_coordinator_drill
     from tests.cluster import Cluster
 
     with Cluster(tmp_path / "c", servers=2, extra=["--coordinators", "2", "--meta", etcd + "/cluster"]) as c:

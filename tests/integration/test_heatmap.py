@@ -239,7 +239,7 @@ def test_the_dashboard_never_lands_on_a_port_browsers_refuse(tmp_path, monkeypat
 
 
 def test_a_silent_coordinator_is_shown_not_fatal() -> None:
-    from cli.admin import call
+    from cli.coordinator_client import call
     from cli.dashboard.state import Watch
     from rangetable import curve
 

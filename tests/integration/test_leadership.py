@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from cli.admin import call
+from cli.coordinator_client import call
 from coordinator.leadership import (
     BASE_META,
     Leadership,

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from cli.admin import call
-from cli.balance import render_top, run_rebalance_drill
-from cli.stress import run_stress
+from cli.balance import render_top
+from cli.bench.stress import run_stress
+from cli.coordinator_client import call
+from cli.drills.rebalance import run_rebalance_drill
 from tests.cluster import Cluster
 
 

@@ -10,7 +10,7 @@ import sys
 import pytest
 from azure.data.tables import TableServiceClient as AzureService
 
-from cli.admin import call
+from cli.coordinator_client import call
 from cli.observe import scrape, total
 from frontend.metrics import MAX_SERIES, Answers
 from rangetable import protocol

@@ -12,10 +12,10 @@ import subprocess
 import pytest
 from click.testing import CliRunner
 
-from cli import netns, netsplit
+from cli.drills import netns, netsplit
+from cli.drills.netsplit import run_netsplit
+from cli.drills.netsplit_report import fault_problems, format_report
 from cli.main import main
-from cli.netsplit import run_netsplit
-from cli.netsplit_report import fault_problems, format_report
 
 REASON = netns.unavailable_reason()
 

@@ -3,7 +3,8 @@ from __future__ import annotations
 
 import socket
 
-from cli.supervisor import ClusterSpec, PortReservation, Supervisor, ephemeral_range
+from cli.port_reservation import PortReservation, ephemeral_range
+from cli.supervisor import ClusterSpec, Supervisor
 
 
 def test_reserved_ports_are_distinct_and_below_the_ephemeral_range() -> None:

@@ -626,7 +626,7 @@ def test_c25_protocol_hygiene(raw, table):
 
 def test_bench_http_smoke(cluster):
     """`rangetable bench http` runs end to end (tiny sizes; the figures themselves are not checked)."""
-    from rangetable.bench_http import run_http_bench
+    from cli.bench.http import run_http_bench
 
     lines: list[str] = []
     res = run_http_bench(cluster.refresh(), n=20, batches=2, big=0, procs=2, echo=lines.append)

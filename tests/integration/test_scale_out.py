@@ -114,7 +114,7 @@ def test_bench_scale_small_run_reports_every_step(tmp_path) -> None:
 
 
 def _alive(data_dir) -> bool:
-    from cli.supervisor import pid_alive, read_cluster
+    from cli.cluster_file import pid_alive, read_cluster
 
     doc = read_cluster(str(data_dir)) or {}
     return any(pid_alive(p["pid"]) for p in doc.get("processes", []) if p.get("pid"))

@@ -12,7 +12,7 @@ import sys
 
 import pytest
 
-from cli.admin import call
+from cli.coordinator_client import call
 from rangetable.errors import TableError
 from rangetable.transfer_format import (
     columns_of,

@@ -1,4 +1,4 @@
-"""Tests for rangetable.verify.ack_loss: acknowledged-write loss and exactly-once counters."""
+"""Tests for cli.workload.verify.ack_loss: acknowledged-write loss and exactly-once counters."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import hypothesis.strategies as st
 import pytest
 from hypothesis import given, settings
 
-from rangetable.verify import Op, check_ack_loss, check_counters, combine
-from tests.unit.test_linearizability import CAS, DEL, INF, INS, UPD, R, W, build, simulate
+from cli.workload.verify import Op, check_ack_loss, check_counters, combine
+from tests.unit.register_histories import CAS, DEL, INF, INS, UPD, R, W, build, simulate
 
 # name -> (op specs on key "k", final value of "k" (None: absent), lost kind or None if it must pass)
 CASES: dict[str, tuple[list[tuple], Any, str | None]] = {

@@ -3,7 +3,7 @@ data blocks), and the parsing of wrk's output."""
 
 from __future__ import annotations
 
-from rangetable.bench_options import HOT_VARIANTS, VARIANTS, run_options_bench
+from cli.bench.rocksdb_options import HOT_VARIANTS, VARIANTS, run_options_bench
 
 
 def test_options_bench_measures_every_variant(tmp_path):
@@ -35,14 +35,14 @@ Transfer/sec:      2.80MB
 
 
 def test_wrk_output_is_parsed():
-    from rangetable.bench_frontends import parse_wrk
+    from cli.bench.frontends import parse_wrk
 
     assert parse_wrk(WRK_OUTPUT) == {"rps": 5600.12, "p50_ms": 10.17, "p90_ms": 0.85, "p99_ms": 1200.0,
                                      "non_2xx": 3.0, "requests": 16803.0}
 
 
 def test_deletes_in_key_order_stop_costing_reads_once_compacted(tmp_path):
-    from rangetable.bench_options import queue_scan
+    from cli.bench.rocksdb_options import queue_scan
 
     ours = queue_scan(str(tmp_path / "with"), 60_000, True, settle_s=4.0)
     plain = queue_scan(str(tmp_path / "without"), 60_000, False, settle_s=4.0)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import copy
 
-from cli.netsplit_report import (
+from cli.drills.netsplit_report import (
     ack_times,
     fault_problems,
     fence_summary,

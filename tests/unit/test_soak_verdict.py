@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from rangetable.bench_soak import Tally, format_row, format_verdict, make_row, trend, verdict
+from cli.bench.soak import Tally, format_row, format_verdict, make_row, trend, verdict
 
 MIB = 1 << 20
 

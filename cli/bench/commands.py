@@ -1,0 +1,276 @@
+"""``rangetable bench`` and its subcommands: the native path (the group itself), ``store``, ``http``,
+``soak`` (a workload held for minutes), ``scale`` (10M entities), ``frontends`` (REST across HTTP
+frontend processes), ``control-plane`` and ``takeover``.
+
+Plain click commands; :mod:`cli.main` adds them to the ``bench`` group.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import click
+
+from cli.options import cluster_doc, json_option
+
+
+@click.group("bench", invoke_without_command=True)
+@click.option("--http", "use_http", is_flag=True, help="The Azure SDK workload over REST (= `bench http`).")
+@click.option("-n", "count", default=20_000, show_default=True, help="Operations per phase (native path).")
+@click.option("--data-dir", default=None, help="Use the running cluster of this data dir (default: start one).")
+@json_option
+@click.pass_context
+def bench_group(ctx: click.Context, use_http: bool, count: int, data_dir: str | None, as_json: bool) -> None:
+    """Benchmarks that print figures. Without a subcommand: the native path (point ops, EGT, queries,
+    scan, bulk ingest) next to a bare two-hop ZeroMQ echo; `--http` for the REST path."""
+    if ctx.invoked_subcommand is not None:
+        return
+    if use_http:
+        ctx.invoke(bench_http, data_dir=data_dir, as_json=as_json)
+        return
+    from cli.bench.http import start_temp_cluster, stop_temp_cluster
+    from cli.bench.native import run_native_bench
+
+    temp = None
+    if data_dir:
+        doc = cluster_doc(data_dir)
+    else:
+        temp, doc = start_temp_cluster()
+    try:
+        click.echo(f"native endpoint {doc['native']}, {count:,} operations per phase")
+        res = run_native_bench(doc["native"], count, echo=click.echo)
+    finally:
+        if temp:
+            stop_temp_cluster(temp)
+    if as_json:
+        click.echo(json.dumps(res, indent=2))
+
+
+@click.command("store")
+@click.option("-n", "count", default=50_000, show_default=True, help="Entities per phase.")
+@click.option("--options", "options", is_flag=True,
+              help="Instead: RocksDB options compared on one store (bloom filter, block cache, memtable size, "
+                   "deletes in key order, compaction CPU of one hot range).")
+@click.option("--data-dir", default=None, help="Where to put the store (default: a temp dir).")
+@json_option
+def bench_store(count: int, options: bool, data_dir: str | None, as_json: bool) -> None:
+    """Single-process range-store figures: point write/read, EGT of 100, filtered scan."""
+    if options:
+        from cli.bench.rocksdb_options import run_options_bench
+
+        res = run_options_bench(count, max(1000, min(50_000, count // 4)), data_dir,
+                                echo=(lambda s: None) if as_json else click.echo)
+    else:
+        from cli.bench.store import run_store_bench
+
+        res = run_store_bench(count, data_dir)
+    if as_json:
+        click.echo(json.dumps(res, indent=2))
+
+
+
+
+@click.command("http")
+@click.option("-n", "count", default=2000, show_default=True, help="Point operations per phase.")
+@click.option("--batches", default=50, show_default=True, help="100-operation batches.")
+@click.option("--big", default=50_000, show_default=True, help="Table size for the second PartitionKey query run.")
+@click.option("--procs", default=8, show_default=True, help="Client processes (the SDK needs ~1 ms of CPU per call).")
+@click.option("--entities", default=0, show_default=True, help="Preload this many entities before the first phase.")
+@click.option("--pages", "max_pages", default=0, show_default=True, help="At most this many scan pages (0: all).")
+@click.option("--frontends", default=1, show_default=True,
+              help="HTTP frontends of the cluster it starts (sharing one port).")
+@click.option("--data-dir", default=None, help="Use the running cluster of this data dir (default: start one in a temp dir).")
+@click.option("--endpoint", default=None, metavar="CONNECTION_STRING",
+              help="Run the workload against another Azure Table endpoint instead (e.g. Azurite); needs --pid.")
+@click.option("--pid", "pids", type=int, multiple=True,
+              help="With --endpoint: a process whose CPU counts as the server's (repeatable).")
+@json_option
+def bench_http(count: int, batches: int, big: int, procs: int, entities: int, max_pages: int, frontends: int,
+               data_dir: str | None, endpoint: str | None, pids: tuple[int, ...], as_json: bool) -> None:
+    """The Azure SDK workload through the REST API: ops/s and server CPU per operation.
+
+    With --endpoint and --pid the same workload runs against another server, so that rangetable and,
+    say, Azurite are measured by one harness on one machine (see docs/http.md).
+    """
+    from cli.bench.http import external_doc, run_http_bench, start_temp_cluster, stop_temp_cluster
+
+    if pids and not endpoint:
+        raise click.UsageError("--pid goes with --endpoint.")
+    if frontends != 1 and (endpoint or data_dir):
+        raise click.UsageError("--frontends is for the cluster bench http starts, not with --endpoint or --data-dir.")
+    temp = None
+    if endpoint:
+        if data_dir:
+            raise click.UsageError("--endpoint and --data-dir exclude each other.")
+        try:
+            doc = external_doc(endpoint, list(pids))
+        except ValueError as exc:
+            raise click.UsageError(str(exc)) from None
+    elif data_dir:
+        doc = cluster_doc(data_dir)
+    else:
+        temp, doc = start_temp_cluster(frontends=frontends)
+    try:
+        click.echo(f"REST endpoint {doc['http']}")
+        res = run_http_bench(doc, count, batches, big=big, procs=procs, entities=entities, max_pages=max_pages,
+                             hold_balancer=temp is not None, echo=click.echo)
+    finally:
+        if temp:
+            stop_temp_cluster(temp)
+    if as_json:
+        click.echo(json.dumps(res, indent=2))
+
+
+@click.command("soak")
+@click.option("--minutes", default=10.0, show_default=True, help="How long to run.")
+@click.option("--threads", default=6, show_default=True, help="Client threads, one client each.")
+@click.option("--mix", type=click.Choice(["mixed", "hot-partition"]), default="mixed", show_default=True,
+              help="mixed: inserts, upserts, merges, gets, deletes, batches, queries, scan pages; "
+                   "hot-partition: upserts of new RowKeys into one PartitionKey.")
+@click.option("--interval", default=60.0, show_default=True, help="Seconds per row of the table.")
+@click.option("--preload", default=100_000, show_default=True,
+              help="Entities bulk-loaded first (read only by scans), so the first interval is not on an empty table.")
+@click.option("--http", "use_http", is_flag=True, help="Through the Azure SDK over REST instead of the native client.")
+@click.option("--data-dir", default=None, help="Use the running cluster of this data dir (default: start one).")
+@json_option
+def bench_soak(minutes: float, threads: int, mix: str, interval: float, preload: int, use_http: bool,
+               data_dir: str | None, as_json: bool) -> None:
+    """A workload held for minutes: ops/s, latency, RSS of every process, bytes on disk and RocksDB's
+    pending compaction per interval, then a verdict (exit 1 on FAIL): the last interval holds 90% of
+    the first one's ops/s and RSS grew at most 10% after warm-up."""
+    from cli.bench.http import start_temp_cluster, stop_temp_cluster
+    from cli.bench.soak import run_soak
+
+    if minutes <= 0 or interval <= 0 or threads < 1 or preload < 0:
+        raise click.UsageError("--minutes and --interval must be positive, --threads at least 1, --preload at least 0.")
+    temp = None
+    if data_dir:
+        doc = cluster_doc(data_dir)
+    else:
+        temp, doc = start_temp_cluster()
+    try:
+        res = run_soak(doc, data_dir or temp, minutes=minutes, threads=threads, mix=mix, interval=interval,
+                       http=use_http, background=preload, echo=(lambda s: None) if as_json else click.echo)
+    finally:
+        if temp:
+            stop_temp_cluster(temp)
+    if as_json:
+        click.echo(json.dumps(res, indent=2))
+    if not res["verdict"]["ok"]:
+        sys.exit(1)
+
+
+@click.command("scale")
+@click.option("--entities", default=10_000_000, show_default=True, help="Entities to load (~400 bytes each).")
+@click.option("--moves", default=10, show_default=True, help="Moves of the loaded range, to time their offline windows.")
+@click.option("--split-levels", default=3, show_default=True,
+              help="Levels of manual splits at the median (1 + 2 + 4 splits for 3), to time their offline windows.")
+@click.option("--split-mb", default=64, show_default=True,
+              help="The balancer's size-split target, in MiB, for the size-based splits after the manual ones.")
+@click.option("--block-cache-mb", default=128, show_default=True, help="Each partition server's block cache, in MiB.")
+@click.option("--reps", default=2000, show_default=True, help="Point gets per measurement (queries: a fiftieth).")
+@click.option("--loaders", default=2, show_default=True, help="Bulk-load client processes (each a contiguous key run).")
+@click.option("--work-dir", default=None, help="Where the cluster it starts keeps its data (default: a temp dir).")
+@click.option("--keep", is_flag=True, help="Leave the cluster running and its data in place.")
+@json_option
+def bench_scale(entities: int, moves: int, split_levels: int, split_mb: int, block_cache_mb: int, reps: int,
+                loaders: int, work_dir: str | None, keep: bool, as_json: bool) -> None:
+    """Load one table through the native bulk path (progress on stderr), then at that size: point gets,
+    query and scan pages against the same at 10,000 entities, move and split offline times of the
+    multi-GB range, size-based splits, space on disk, and restart times. Starts its own cluster."""
+    import os
+    import shutil
+    import tempfile
+
+    from cli.bench.scale import SMALL, run_scale, time_up
+    from cli.cluster_file import down, read_cluster
+
+    if entities < SMALL or min(moves, split_levels, split_mb, block_cache_mb, reps, loaders) < 1:
+        raise click.UsageError(f"--entities must be at least {SMALL:,}; --moves, --split-levels, --split-mb, "
+                               "--block-cache-mb, --reps and --loaders at least 1.")
+    data_dir = os.path.abspath(work_dir or tempfile.mkdtemp(prefix="rt-bench-scale-"))
+    os.environ["RANGETABLE_BLOCK_CACHE_MB"] = str(block_cache_mb)  # inherited by the partition servers
+    up_args = ["--servers", "2"]
+    echo = (lambda s: None) if as_json else click.echo
+    try:
+        echo(f"starting a cluster in {data_dir} (block cache {block_cache_mb} MiB per partition server)")
+        time_up(data_dir, up_args)
+        doc = read_cluster(data_dir)
+        with click.progressbar(length=entities, label="bulk load", file=sys.stderr) as bar:
+            res = run_scale(doc, data_dir, entities=entities, moves=moves, split_levels=split_levels,
+                            split_target=split_mb << 20, reps=reps,
+                            loaders=loaders, up_args=up_args, echo=echo, progress=bar.update)
+    finally:
+        if not keep:
+            down(data_dir)
+            if not work_dir:
+                shutil.rmtree(data_dir, ignore_errors=True)
+    if as_json:
+        click.echo(json.dumps(res, indent=2))
+
+
+@click.command("frontends")
+@click.option("--max", "max_frontends", default=2, show_default=True, help="Measure 1 up to this many HTTP frontends.")
+@click.option("--seconds", default=30.0, show_default=True, help="Length of each measured run.")
+@click.option("--connections", default=64, show_default=True, help="Keep-alive connections wrk keeps open.")
+@json_option
+def bench_frontends(max_frontends: int, seconds: float, connections: int, as_json: bool) -> None:
+    """REST throughput at 1, 2, … HTTP frontends sharing one port, driven by wrk (point GETs with a
+    table SAS): requests/s, latency and server CPU per request. Needs wrk (apt-get install wrk)."""
+    from cli.bench.frontends import WrkMissing, run_frontends_bench
+
+    if max_frontends < 1 or seconds <= 0 or connections < 1:
+        raise click.UsageError("--max and --connections must be at least 1, --seconds positive.")
+    try:
+        res = run_frontends_bench(max_frontends, seconds, connections, echo=(lambda s: None) if as_json else click.echo)
+    except WrkMissing as exc:
+        raise click.ClickException(str(exc)) from None
+    if as_json:
+        click.echo(json.dumps(res, indent=2))
+
+
+@click.command("control-plane")
+@click.option("--servers", default=1000, show_default=True, help="Simulated partition servers.")
+@click.option("--ranges", default=100_000, show_default=True, help="Ranges in the seeded map (one table).")
+@click.option("--frontends", default=10, show_default=True, help="Real frontend processes.")
+@click.option("--sim-processes", default=4, show_default=True, help="Processes the simulated servers run in.")
+@click.option("--seconds", default=10.0, show_default=True, help="Length of the heartbeat measurement.")
+@click.option("--work-dir", default=None, help="Keep the run's data and logs here (default: a temp dir, removed).")
+@json_option
+def bench_control_plane(servers: int, ranges: int, frontends: int, sim_processes: int, seconds: float,
+                        work_dir: str | None, as_json: bool) -> None:
+    """The control plane at scale: the real coordinator and frontends against simulated partition
+    servers (real heartbeats and control commands, no data). Reports coordinator CPU and heartbeat
+    round trips, the bytes and time for a split to reach every frontend, frontend memory with the
+    whole map, and the time to fail over a killed server's ranges."""
+    from cli.bench.control_plane import format_table, run_control_plane_bench
+
+    if servers < 2 or ranges < servers or frontends < 1 or sim_processes < 1 or seconds <= 0:
+        raise click.UsageError("need --servers >= 2, --ranges >= --servers, --frontends >= 1, "
+                               "--sim-processes >= 1 and --seconds > 0.")
+    res = run_control_plane_bench(servers, ranges, frontends, sim_processes, seconds, work_dir,
+                                  echo=(lambda s: None) if as_json else click.echo)
+    click.echo(json.dumps(res, indent=2) if as_json else format_table(res))
+
+
+@click.command("takeover")
+@click.option("--servers", default=1000, show_default=True, help="Servers in the seeded map.")
+@click.option("--ranges", default=100_000, show_default=True, help="Ranges in the seeded map (one table).")
+@click.option("--follow-s", default=2.0, show_default=True, type=float,
+              help="Seconds the standby follows the leader before the pause.")
+@click.option("--mode", type=click.Choice(["pause", "kill"]), default="pause", show_default=True,
+              help="Pause the leader (SIGSTOP: its store is copied) or kill it (its store is reopened).")
+@json_option
+def bench_takeover(servers: int, ranges: int, follow_s: float, mode: str, as_json: bool) -> None:
+    """Two real coordinators on a large seeded map: pause the leader, report when the standby's first
+    lease came and how long copying the meta store and loading the map took."""
+    from cli.bench.takeover import format_result, run_takeover_bench
+
+    if servers < 1 or ranges < servers:
+        raise click.UsageError("need --servers >= 1 and --ranges >= --servers.")
+    if follow_s < 0:
+        raise click.UsageError("--follow-s must be >= 0.")
+    res = run_takeover_bench(servers, ranges, echo=(lambda s: None) if as_json else click.echo, follow_s=follow_s,
+                             mode=mode)
+    click.echo(json.dumps(res, indent=2) if as_json else format_result(res))

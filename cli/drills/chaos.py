@@ -1,0 +1,196 @@
+"""Seeded chaos against a supervised local cluster, under the verifying workload.
+
+Every ~1.5 s one fault, chosen by a seeded RNG: kill -9 of a partition server, the (leading)
+coordinator or a frontend; a pause of a partition server past its lease; a manual split, move or
+merge; and with several coordinators a pause of the leader past the leader timeout (a standby takes
+over; the old leader wakes up deposed). A checker
+thread asserts the partition-map invariant (ranges of a table disjoint and covering the key space)
+on every map it sees. At the end the cluster must converge (every range served) and the workload's
+history must show no lost acknowledged write, no duplicate application and no linearizability
+violation. The seed is printed; the same seed replays the same fault schedule.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import threading
+import time
+from typing import Any
+
+import click
+
+from cli.cluster_file import pid_alive, read_cluster
+from cli.coordinator_client import call
+from cli.drills.coordinator_failover import leader_process
+from cli.drills.drill_table import prepare_table
+from cli.options import data_dir_option
+from cli.workload.generator import Workload
+from coordinator.partition_map import PartitionMap
+from rangetable.errors import TableError
+
+FAULTS = ("kill_ps", "kill_coordinator", "kill_frontend", "pause_ps", "split", "move", "merge")
+HA_FAULTS = ("pause_leader",)  # added when the cluster has standby coordinators
+
+
+class MapWatcher(threading.Thread):
+    """Checks the map invariant on every snapshot, five times a second."""
+
+    def __init__(self, coordinator: str) -> None:
+        super().__init__(daemon=True)
+        self.coordinator = coordinator
+        self.violations: list[str] = []
+        self.checks = 0
+        self.stop = threading.Event()
+
+    def run(self) -> None:
+        """Poll and check until stopped."""
+        while not self.stop.is_set():
+            try:
+                snap = call(self.coordinator, {"op": "map"}, timeout=0.5)
+                problems = PartitionMap.from_snapshot(snap).check()
+                self.checks += 1
+                if problems:
+                    self.violations.append(f"map v{snap['version']}: {problems}")
+            except TableError:
+                pass  # the coordinator is restarting
+            time.sleep(0.2)
+
+
+def _pid(doc_dir: str, proc_id: str) -> int | None:
+    doc = read_cluster(doc_dir) or {}
+    for p in doc.get("processes", []):
+        if p["id"] == proc_id:
+            return p["pid"]
+    return None
+
+
+def _fault(kind: str, rnd: random.Random, data_dir: str, coord: str, table: str, lease_s: float) -> str:
+    doc = read_cluster(data_dir) or {}
+    servers = sorted(p["id"] for p in doc.get("processes", []) if p["role"] == "partition-server")
+    if kind in ("kill_ps", "pause_ps"):
+        victim = rnd.choice(servers)
+        pid = _pid(data_dir, victim)
+        if not pid or not pid_alive(pid):
+            return f"{kind}: {victim} not running"
+        if kind == "kill_ps":
+            os.kill(pid, signal.SIGKILL)
+            return f"kill -9 {victim} (pid {pid})"
+        os.kill(pid, signal.SIGSTOP)
+        time.sleep(lease_s + 1.0)
+        if pid_alive(pid):
+            os.kill(pid, signal.SIGCONT)
+        return f"paused {victim} (pid {pid}) for {lease_s + 1.0:.1f} s"
+    if kind in ("kill_coordinator", "pause_leader"):
+        try:
+            leader = leader_process(doc)
+        except (TableError, click.ClickException) as exc:
+            return f"{kind}: no leader found ({exc})"
+        pid = leader["pid"]
+        if not pid or not pid_alive(pid):
+            return f"{kind}: {leader['id']} not running"
+        if kind == "kill_coordinator":
+            os.kill(pid, signal.SIGKILL)
+            return f"kill -9 {leader['id']} (leader of term {leader['term']}, pid {pid})"
+        pause = round(rnd.uniform(1.0, 4.0), 1)
+        os.kill(pid, signal.SIGSTOP)
+        time.sleep(pause)
+        if pid_alive(pid):
+            os.kill(pid, signal.SIGCONT)
+        return f"paused {leader['id']} (leader of term {leader['term']}, pid {pid}) for {pause} s"
+    if kind == "kill_frontend":
+        proc_id = "fe-1"
+        pid = _pid(data_dir, proc_id)
+        if pid and pid_alive(pid):
+            os.kill(pid, signal.SIGKILL)
+        return f"kill -9 {proc_id} (pid {pid})"
+    try:
+        ranges = [r for r in call(coord, {"op": "map"}, timeout=2)["ranges"] if r["table"] == table]
+        r = rnd.choice(ranges)
+        if kind == "split":
+            res = call(coord, {"op": "split", "range": r["id"]}, timeout=10)
+            return f"split {r['id']} at {res['key']!r}"
+        if kind == "move":
+            target = rnd.choice([s for s in servers if s != r["owner"]] or servers)
+            call(coord, {"op": "move", "range": r["id"], "server": target}, timeout=10)
+            return f"move {r['id']} to {target}"
+        res = call(coord, {"op": "merge", "range": r["id"]}, timeout=10)
+        return f"merge {res['left']}+{res['right']}"
+    except (TableError, IndexError) as exc:
+        return f"{kind}: refused ({exc})"
+
+
+def run_chaos(data_dir: str, *, seed: int, duration: float = 40.0, interval: float = 1.5, threads: int = 4,
+              lease_s: float = 2.0, echo: Any = None, kinds: tuple[str, ...] = FAULTS) -> dict[str, Any]:
+    """Run seeded chaos for ``duration`` seconds; returns the report (``passed`` says it all)."""
+    say = echo or (lambda _m: None)
+    doc = read_cluster(data_dir)
+    if doc is None:
+        raise click.ClickException(f"no cluster running on {data_dir}")
+    coord, native = doc["coordinator"], doc["native"]
+    if kinds == FAULTS and sum(p["role"] == "coordinator" for p in doc["processes"]) > 1:
+        kinds = FAULTS + HA_FAULTS
+    rnd = random.Random(seed)
+    table = f"chaos{seed % 10**8}"
+    prepare_table(coord, native, table)
+    say(f"chaos seed {seed}: table {table}")
+    watcher = MapWatcher(coord)
+    watcher.start()
+    wl = Workload(native, table, threads=threads, seed=seed)
+    wl.start()
+    faults: list[dict] = []
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < duration:
+        time.sleep(rnd.uniform(0.5, 2 * interval - 0.5))
+        kind = rnd.choice(kinds)
+        at = round(time.monotonic() - t0, 2)
+        what = _fault(kind, rnd, data_dir, coord, table, lease_s)
+        faults.append({"t": at, "fault": kind, "what": what})
+        say(f"  t={at:6.2f}s {what}")
+    # Converge: every range of the table served again (reads answer), then stop the workload.
+    deadline = time.monotonic() + 30
+    converged = False
+    while time.monotonic() < deadline and not converged:
+        try:
+            snap = call(coord, {"op": "status"}, timeout=2)
+            alive = {s["id"] for s in snap["servers"] if s["alive"]}
+            converged = not PartitionMap.from_snapshot(snap).check() and all(
+                r["state"] == "serving" and r["owner"] in alive for r in snap["ranges"])
+        except TableError:
+            pass
+        time.sleep(0.2)
+    wl.stop()
+    watcher.stop.set()
+    watcher.join(timeout=5)
+    say("verifying the history …")
+    verdict = wl.verify()
+    report = {"seed": seed, "duration_s": duration, "faults": faults, "converged": converged,
+              "map_checks": watcher.checks, "map_violations": watcher.violations,
+              "client": wl.stats.to_dict(), **verdict}
+    report["passed"] = (converged and not watcher.violations and report["lost_writes"] == 0
+                        and report["duplicate_applications"] == 0 and report["linearizable"])
+    return report
+
+
+@click.command("chaos")
+@click.option("--seed", type=int, default=None, help="Seed of the fault schedule and workload (printed).")
+@click.option("--duration", default=40.0, show_default=True, help="Seconds of faults.")
+@data_dir_option
+@click.option("--json", "as_json", is_flag=True)
+def drill_chaos(seed: int | None, duration: float, data_dir: str, as_json: bool) -> None:
+    """Random kills, pauses, splits, moves and merges under a verifying workload (needs `rangetable up`)."""
+    seed = int(time.time()) if seed is None else seed
+    r = run_chaos(data_dir, seed=seed, duration=duration, echo=None if as_json else click.echo)
+    if as_json:
+        click.echo(json.dumps(r, indent=2))
+    else:
+        c = r["client"]
+        click.echo(f"seed {r['seed']}: {len(r['faults'])} faults, map checked {r['map_checks']} times, "
+                   f"{len(r['map_violations'])} violations; converged: {r['converged']}")
+        click.echo(f"client: {c['ops']} ops, {c['ok']} ok, {c['unknown']} unknown, worst {c['latency_ms']['max']} ms")
+        click.echo(f"lost writes {r['lost_writes']}, duplicates {r['duplicate_applications']}, "
+                   f"linearizable {r['linearizable']}  →  {'PASS' if r['passed'] else 'FAIL'}")
+    if not r["passed"]:
+        raise SystemExit(1)

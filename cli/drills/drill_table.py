@@ -1,0 +1,54 @@
+"""What the drills share: a fresh table split into ranges spread over the live servers, and a prober
+that notes when each watched range answers again."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from cli.coordinator_client import call
+from rangetable.errors import TableError
+
+
+def _ranges(coordinator: str, table: str) -> list[dict]:
+    return [r for r in call(coordinator, {"op": "status"})["ranges"] if r["table"] == table]
+
+
+def prepare_table(coordinator: str, native: str, table: str, pieces: int = 4) -> list[dict]:
+    """Create the drill table split into ``pieces`` ranges spread over the live servers."""
+    call(native, {"op": "create_table", "table": table})
+    servers = sorted(s["id"] for s in call(coordinator, {"op": "status"})["servers"] if s["alive"])
+    keys = [f"p{int(8 * i / pieces):02d}" for i in range(1, pieces)]
+    for k in keys:
+        r = next(r for r in _ranges(coordinator, table) if r["low"] < k and (r["high"] is None or k < r["high"]))
+        call(coordinator, {"op": "split", "range": r["id"], "key": k}, timeout=60)
+    for i, r in enumerate(_ranges(coordinator, table)):
+        target = servers[i % len(servers)]
+        if r["owner"] != target:
+            call(coordinator, {"op": "move", "range": r["id"], "server": target}, timeout=60)
+    return _ranges(coordinator, table)
+
+
+class Prober(threading.Thread):
+    """Reads one key of each watched range every 50 ms; remembers when each first answered after t0."""
+
+    def __init__(self, native: str, table: str, ranges: list[dict], t0: float) -> None:
+        super().__init__(daemon=True)
+        self.native, self.table, self.t0 = native, table, t0
+        self.pending = {r["id"]: r["low"] for r in ranges}
+        self.served: dict[str, float] = {}
+        self.stop = threading.Event()
+
+    def run(self) -> None:
+        """Probe until every watched range answered or stopped."""
+        while self.pending and not self.stop.is_set():
+            for rid, low in list(self.pending.items()):
+                try:
+                    call(self.native, {"op": "get", "table": self.table, "pk": low or "p00", "rk": "probe"},
+                         timeout=0.5)
+                except TableError as exc:
+                    if exc.error_code not in ("ResourceNotFound",):
+                        continue
+                self.served[rid] = round(time.monotonic() - self.t0, 3)
+                del self.pending[rid]
+            time.sleep(0.05)

@@ -1,0 +1,146 @@
+"""``rangetable drill failover``: kill (or pause) a partition server under a verifying workload.
+
+The drill creates a fresh table spread over every partition server, runs :class:`Workload`, kills
+or SIGSTOPs the server that owns the most of its ranges, and reports a timeline — when the server
+died, when the coordinator noticed, when each of its ranges answered again — plus the client's view
+(operations, failures, worst latency) and the verdicts: lost acknowledged writes, duplicate
+applications, linearizability.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+from typing import Any
+
+import click
+
+from cli.cluster_file import pid_alive, read_cluster
+from cli.coordinator_client import call
+from cli.drills import coordinator_failover as dc
+from cli.drills.drill_table import Prober, prepare_table
+from cli.options import data_dir_option
+from cli.workload.generator import Workload
+from rangetable.errors import TableError
+
+
+def run_failover_drill(data_dir: str, *, mode: str = "kill", server: str | None = None, duration: float = 10.0,
+                       threads: int = 6, seed: int | None = None, echo: Any = None) -> dict[str, Any]:
+    """Run one failover drill against the cluster of ``data_dir``; returns the report."""
+    doc = read_cluster(data_dir)
+    if doc is None:
+        raise click.ClickException(f"no cluster running on {data_dir}: start one with `rangetable up`")
+    coord, native = doc["coordinator"], doc["native"]
+    say = echo or (lambda _m: None)
+    seed = int(time.time()) if seed is None else seed
+    table = f"drill{int(time.time() * 1000) % 10**9}"
+    ranges = prepare_table(coord, native, table)
+    st = call(coord, {"op": "status"})
+    owned: dict[str, int] = {}
+    for r in ranges:
+        owned[r["owner"]] = owned.get(r["owner"], 0) + 1
+    victim = server or max(sorted(owned), key=lambda s: owned[s])
+    info = next((s for s in st["servers"] if s["id"] == victim), None)
+    if info is None or not info["alive"]:
+        raise click.ClickException(f"partition server {victim} is not alive")
+    watched = [r for r in ranges if r["owner"] == victim]
+    say(f"table {table}: {len(ranges)} ranges; victim {victim} (pid {info['pid']}) owns {len(watched)}; seed {seed}")
+    wl = Workload(native, table, threads=threads, seed=seed)
+    wl.start()
+    warmup = min(2.0, duration / 4)
+    time.sleep(warmup)
+    t0 = time.monotonic()
+    os.kill(info["pid"], signal.SIGKILL if mode == "kill" else signal.SIGSTOP)
+    say(f"{'killed' if mode == 'kill' else 'paused'} {victim} (pid {info['pid']})")
+    prober = Prober(native, table, watched, t0)
+    prober.start()
+    noticed = None
+    while time.monotonic() - t0 < max(duration - warmup, 1.0):
+        if noticed is None:
+            try:
+                now_info = next((s for s in call(coord, {"op": "status"}, timeout=1)["servers"]
+                                 if s["id"] == victim), None)
+                if now_info and (not now_info["alive"] or now_info["incarnation"] != info["incarnation"]):
+                    noticed = round(time.monotonic() - t0, 3)
+            except TableError:
+                pass
+        time.sleep(0.05)
+    prober.join(timeout=15)
+    prober.stop.set()
+    wl.stop()
+    if mode == "pause" and pid_alive(info["pid"]):
+        os.kill(info["pid"], signal.SIGCONT)  # no supervisor fenced it: let it wake (it must serve nothing)
+    say("verifying the history …")
+    verdict = wl.verify()
+    served = max(prober.served.values()) if prober.served and not prober.pending else None
+    report = {
+        "drill": "failover", "mode": mode, "seed": seed, "table": table, "victim": victim,
+        "victim_pid": info["pid"], "ranges_on_victim": len(watched),
+        "timeline_s": {"killed": 0.0, "coordinator_noticed": noticed, "all_ranges_served": served,
+                       "per_range_served": prober.served, "never_served": sorted(prober.pending)},
+        "client": wl.stats.to_dict(), **verdict,
+    }
+    report["passed"] = (report["lost_writes"] == 0 and report["duplicate_applications"] == 0
+                        and report["linearizable"] and served is not None)
+    return report
+
+
+def format_report(r: dict[str, Any]) -> str:
+    """The report as text."""
+    t, c = r["timeline_s"], r["client"]
+    lines = [
+        f"failover drill ({r['mode']}) of {r['victim']} (pid {r['victim_pid']}), {r['ranges_on_victim']} ranges, "
+        f"seed {r['seed']}",
+        "  timeline:",
+        f"    t=0.000 s   {r['victim']} {'killed (SIGKILL)' if r['mode'] == 'kill' else 'paused (SIGSTOP)'}",
+        f"    t={t['coordinator_noticed']} s   coordinator noticed (declared dead or re-registered)",
+        f"    t={t['all_ranges_served']} s   every range served again",
+    ]
+    for rid, s in sorted(t["per_range_served"].items()):
+        lines.append(f"                 {rid} answered at {s} s")
+    lat = c["latency_ms"]
+    lines += [
+        f"  client: {c['ops']} ops, {c['ok']} ok, {c['fail']} failed precondition, {c['unknown']} unknown, "
+        f"{c['slow_over_1s']} slower than 1 s; latency p50 {lat['p50']} ms, p99 {lat['p99']} ms, "
+        f"worst {lat['max']} ms",
+        f"  lost acknowledged writes: {r['lost_writes']}",
+        f"  duplicate applications:   {r['duplicate_applications']}",
+        f"  linearizable:             {'yes' if r['linearizable'] else 'NO'} ({r['history_ops']} ops checked)",
+        f"  verdict: {'PASS' if r['passed'] else 'FAIL'}",
+    ]
+    if not r["linearizable"]:
+        lines.append(r["linearizability_detail"])
+    return "\n".join(lines)
+
+
+@click.command("failover")
+@click.option("--kill", "mode", flag_value="kill", default=True, help="SIGKILL the server (default).")
+@click.option("--pause", "mode", flag_value="pause", help="SIGSTOP the server past its lease.")
+@click.option("--coordinator", "coordinator", is_flag=True,
+              help="Fail the leading coordinator instead (needs `up --coordinators 3`): paused for --pause-s "
+                   "with --pause, killed with --kill; reports the worst gap, lost writes and client errors.")
+@click.option("--pause-s", default=12.0, show_default=True, help="With --coordinator --pause: how long to pause.")
+@click.option("--server", default=None, help="Partition server id (default: the one owning most drill ranges).")
+@click.option("--duration", default=10.0, show_default=True, help="Seconds of workload.")
+@click.option("--threads", default=6, show_default=True, help="Client threads.")
+@click.option("--seed", type=int, default=None, help="Workload seed (printed, for replay).")
+@data_dir_option
+@click.option("--json", "as_json", is_flag=True)
+def drill_failover(mode: str, coordinator: bool, pause_s: float, server: str | None, duration: float, threads: int,
+                   seed: int | None, data_dir: str, as_json: bool) -> None:
+    """Kill (or pause) a partition server — or with --coordinator the leading coordinator — under a
+    verifying workload and report how the cluster coped."""
+    if coordinator:
+        rep = dc.run_coordinator_drill(data_dir, mode=mode, pause_s=pause_s, threads=threads, seed=seed,
+                                       echo=None if as_json else click.echo)
+        click.echo(json.dumps(rep, indent=2) if as_json else dc.format_report(rep))
+        if not rep["passed"]:
+            raise SystemExit(1)
+        return
+    report = run_failover_drill(data_dir, mode=mode, server=server, duration=duration, threads=threads, seed=seed,
+                                echo=None if as_json else click.echo)
+    click.echo(json.dumps(report, indent=2) if as_json else format_report(report))
+    if not report["passed"]:
+        raise SystemExit(1)

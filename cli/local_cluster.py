@@ -1,0 +1,157 @@
+"""``rangetable up`` and ``rangetable down``: start a local cluster (in the foreground, or detached)
+under :mod:`cli.supervisor`, and stop it."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+import click
+
+from cli.options import data_dir_option
+
+
+@click.command("up")
+@data_dir_option
+@click.option("--servers", default=2, show_default=True, help="Number of partition servers.")
+@click.option("--coordinators", default=1, show_default=True,
+              help="Coordinator processes: one leads (a lock on the data root elects it), the others stand by "
+                   "and take over within about a second when it dies or pauses.")
+@click.option("--frontends", default=1, show_default=True,
+              help="Frontend processes of each kind: native ones on consecutive ports from --native-port, "
+                   "HTTP ones all on --http-port (SO_REUSEPORT; the kernel spreads connections).")
+@click.option("--native-port", default=10012, show_default=True, help="Native port of the first frontend (0 = any).")
+@click.option("--http-port", default=10002, show_default=True,
+              help="REST (Azure Table API) port of the HTTP frontends (0 = any).")
+@click.option("--detach", is_flag=True, help="Run in the background; stop with `rangetable down`.")
+@click.option("--no-restart", is_flag=True, help="Do not restart processes that die.")
+@click.option("--sync", is_flag=True, help="fsync every write before acknowledging it.")
+@click.option("--lease-s", default=2.0, show_default=True, help="Partition-server lease.")
+@click.option("--partition-target", default=0.0, show_default=True,
+              help="Entities/s per PartitionKey before ServerBusy, as Azure enforces (2000); 0 = off.")
+@click.option("--metrics/--no-metrics", default=True, show_default=True,
+              help="Every process serves Prometheus /metrics on a port of its own (cluster.json lists the URLs).")
+@click.option("--dashboard/--no-dashboard", default=True, show_default=True,
+              help="Serve the web dashboard (servers, ranges, events, key-space heatmap) on --dashboard-port.")
+@click.option("--dashboard-port", default=10081, show_default=True,
+              help="Port of the web dashboard (0 = any; not 10080, which browsers refuse).")
+@click.option("--cert", envvar="RANGETABLE_CERT", default="",
+              help="PEM certificate: the REST endpoint speaks HTTPS (with --key) [env RANGETABLE_CERT].")
+@click.option("--key", envvar="RANGETABLE_KEY", default="", help="PEM private key of --cert [env RANGETABLE_KEY].")
+@click.option("--bind-host", default="127.0.0.1", show_default=True,
+              help="Address every process listens on (0.0.0.0: all interfaces).")
+@click.option("--advertise-host", default="",
+              help="Address the processes are reached at, published in the map and cluster.json "
+                   "[default: --bind-host, or 127.0.0.1 when that is 0.0.0.0].")
+@click.option("--oauth", type=click.Choice(["basic"]), default=None,
+              help="Accept bearer tokens for the storage audience, checked as Azurite's basic level does "
+                   "(structure, audience, issuer, expiry; not the signature): for development. Needs --cert.")
+@click.option("--meta", envvar="RANGETABLE_META", default="",
+              help="etcd://HOST:PORT[/prefix]: coordinators are elected and keep their state in etcd "
+                   "(its JSON gateway) instead of lock files and RocksDB on the data root [env RANGETABLE_META].")
+@click.option("--json", "as_json", is_flag=True, help="Print cluster.json once ready.")
+def up_cmd(data_dir: str, servers: int, coordinators: int, frontends: int, native_port: int, http_port: int,
+           detach: bool, no_restart: bool, sync: bool, lease_s: float, partition_target: float, cert: str, key: str,
+           bind_host: str, advertise_host: str, metrics: bool, dashboard: bool, dashboard_port: int,
+           oauth: str | None, meta: str, as_json: bool) -> None:
+    """Start a local cluster: coordinators (one leads), partition servers and frontends."""
+    from cli.cluster_file import down, pid_alive, read_cluster
+    from cli.dashboard.ports import browser_refuses
+    from cli.supervisor import ClusterSpec, supervise
+    from frontend.auth_bearer import check_oauth
+    from rangetable.tls import server_context
+
+    try:
+        check_oauth(oauth or "", bool(cert))
+    except ValueError as exc:
+        raise click.ClickException(str(exc)) from None
+    if cert or key:
+        try:
+            server_context(cert, key)
+        except ValueError as exc:
+            raise click.ClickException(str(exc)) from None
+        cert, key = os.path.abspath(cert), os.path.abspath(key)
+
+    if dashboard and browser_refuses(dashboard_port):
+        raise click.ClickException(f"browsers refuse to open port {dashboard_port} (ERR_UNSAFE_PORT): "
+                                   "pick another --dashboard-port")
+    doc = read_cluster(data_dir)
+    if doc and pid_alive(doc.get("supervisor_pid", 0)):
+        raise click.ClickException(f"a cluster is already running on {data_dir} (pid {doc['supervisor_pid']}); "
+                                   "stop it with `rangetable down`")
+    if doc:
+        down(data_dir)  # leftovers of a supervisor that was killed
+    if coordinators < 1:
+        raise click.BadParameter("at least 1", param_hint="--coordinators")
+    if meta:
+        from coordinator.etcd_client import parse_url
+
+        try:
+            parse_url(meta)
+        except ValueError as exc:
+            raise click.BadParameter(str(exc), param_hint="--meta") from None
+    spec = ClusterSpec(os.path.abspath(data_dir), servers, frontends, native_port, not no_restart, sync, lease_s,
+                       http_port, partition_target, metrics, cert, key, bind_host, advertise_host, dashboard,
+                       dashboard_port, coordinators, oauth or "", meta)
+
+    def ready(doc: dict) -> None:
+        if as_json:
+            click.echo(json.dumps(doc, indent=2))
+            return
+        click.echo(f"rangetable is up: {servers} partition servers, {frontends} frontend(s), data in {spec.data_dir}")
+        click.echo(f"  native endpoint:  {doc['native']}")
+        click.echo(f"  REST endpoint:    {doc['http']}")
+        click.echo(f"  coordinator{'s' if coordinators > 1 else ':'}:     {doc['coordinator']}")
+        if doc.get("dashboard"):
+            click.echo(f"  dashboard:        {doc['dashboard']}")
+        click.echo(f"  logs:             {os.path.join(spec.data_dir, 'logs')}")
+        click.echo("Stop with Ctrl-C" + ("" if not detach else f" or `rangetable down --data-dir {data_dir}`"))
+
+    if not detach:
+        try:
+            supervise(spec, echo=click.echo, on_ready=ready)
+        except RuntimeError as exc:
+            raise click.ClickException(str(exc)) from None
+        return
+    os.makedirs(os.path.join(spec.data_dir, "logs"), exist_ok=True)
+    argv = [sys.executable, "-m", "cli.main", "up", "--data-dir", spec.data_dir, "--servers", str(servers),
+            "--coordinators", str(coordinators),
+            "--frontends", str(frontends), "--native-port", str(native_port), "--lease-s", str(lease_s),
+            "--http-port", str(http_port), "--partition-target", str(partition_target),
+            "--dashboard-port", str(dashboard_port)]
+    argv += ["--no-restart"] * no_restart + ["--sync"] * sync + ["--no-metrics"] * (not metrics)
+    argv += ["--cert", cert, "--key", key] if cert else []
+    argv += ["--bind-host", bind_host, "--advertise-host", advertise_host]
+    argv += ["--no-dashboard"] * (not dashboard)
+    argv += ["--oauth", oauth] if oauth else []
+    argv += ["--meta", meta] if meta else []
+    with open(os.path.join(spec.data_dir, "logs", "supervisor.log"), "ab") as log:
+        proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                start_new_session=True)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        doc = read_cluster(spec.data_dir)
+        if doc and doc.get("supervisor_pid") == proc.pid:
+            ready(doc)
+            return
+        if proc.poll() is not None:
+            raise click.ClickException(f"the cluster failed to start; see {spec.data_dir}/logs/supervisor.log")
+        time.sleep(0.1)
+    proc.terminate()
+    raise click.ClickException("the cluster did not become ready within 60 s")
+
+
+@click.command("down")
+@data_dir_option
+def down_cmd(data_dir: str) -> None:
+    """Stop the local cluster running on a data dir."""
+    from cli.cluster_file import down, read_cluster
+
+    if read_cluster(data_dir) is None:
+        click.echo(f"no cluster is running on {data_dir}")
+        return
+    killed = down(data_dir)
+    click.echo("stopped" + (f" (killed {len(killed)} stragglers)" if killed else ""))

@@ -1,0 +1,51 @@
+"""Free TCP ports for a local cluster, reserved until its processes bind them."""
+
+from __future__ import annotations
+
+import random
+import socket
+
+
+class PortReservation:
+    """Free ports on 127.0.0.1 that are distinct from one another.
+
+    Each port stays bound until `release()`, so the kernel cannot hand the same port out twice while
+    a cluster is being planned (binding port 0 and closing it at once, call after call, can return
+    one port twice, and two processes of one cluster then collide on bind). Ports are drawn below
+    the kernel's ephemeral range, so an outgoing connection's source port cannot take a listener's
+    port between planning and bind either.
+    """
+
+    def __init__(self) -> None:
+        self._held: list[socket.socket] = []
+
+    def take(self) -> int:
+        """One more free port, distinct from every port taken before it."""
+        low = ephemeral_range()[0]
+        candidates = [random.randrange(10000, low) for _ in range(64)] if low > 10100 else []
+        for port in [*candidates, 0]:
+            s = socket.socket()
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                s.close()
+                continue
+            self._held.append(s)
+            return s.getsockname()[1]
+        raise OSError("no free TCP port on 127.0.0.1")
+
+    def release(self) -> None:
+        """Unbind every reserved port so the cluster's processes can bind them."""
+        for s in self._held:
+            s.close()
+        self._held.clear()
+
+
+def ephemeral_range() -> tuple[int, int]:
+    """The kernel's range for outgoing connections' source ports (Linux default 32768–60999)."""
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            low, high = f.read().split()
+        return int(low), int(high)
+    except (OSError, ValueError):
+        return 32768, 60999

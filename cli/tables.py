@@ -1,0 +1,171 @@
+"""User commands: create, delete and list tables; put, merge, get and delete entities; query a table."""
+
+from __future__ import annotations
+
+import json
+
+import click
+
+from cli.coordinator_client import call
+from cli.options import data_dir_option, emit, endpoint_option, json_option, native_endpoint
+from rangetable.rest_json import json_to_typed, typed_to_json
+
+
+def _entity_json(wire: list) -> dict:
+    pk, rk, ts, props = wire
+    return typed_to_json(pk, rk, ts, props, metadata="minimal")
+
+
+# --- tables --------------------------------------------------------------------------------------
+
+
+@click.group("table")
+def table_group() -> None:
+    """Create, delete and list tables."""
+
+
+@table_group.command("create")
+@click.argument("name")
+@data_dir_option
+@endpoint_option
+def table_create(name: str, data_dir: str, endpoint: str | None) -> None:
+    """Create a table."""
+    call(native_endpoint(data_dir, endpoint), {"op": "create_table", "table": name})
+    click.echo(f"created table {name}")
+
+
+@table_group.command("delete")
+@click.argument("name")
+@data_dir_option
+@endpoint_option
+def table_delete(name: str, data_dir: str, endpoint: str | None) -> None:
+    """Delete a table and all its entities."""
+    call(native_endpoint(data_dir, endpoint), {"op": "delete_table", "table": name})
+    click.echo(f"deleted table {name}")
+
+
+@table_group.command("list")
+@data_dir_option
+@endpoint_option
+@json_option
+def table_list(data_dir: str, endpoint: str | None, as_json: bool) -> None:
+    """List tables."""
+    res = call(native_endpoint(data_dir, endpoint), {"op": "list_tables"})
+    emit(res["tables"], as_json, "\n".join(res["tables"]) or "(no tables)")
+
+
+# --- entities ------------------------------------------------------------------------------------
+
+
+@click.group("entity")
+def entity_group() -> None:
+    """Put, get and delete entities (JSON as in the Azure REST API, @odata.type annotations allowed)."""
+
+
+@entity_group.command("put")
+@click.argument("table")
+@click.argument("entity_json")
+@click.option("--mode", type=click.Choice(["replace", "merge", "insert"]), default="replace", show_default=True,
+              help="replace/merge: upsert; insert: fail if the entity exists.")
+@click.option("--if-match", default=None, help="Only update when the entity's ETag matches (or '*').")
+@data_dir_option
+@endpoint_option
+@json_option
+def entity_put(table: str, entity_json: str, mode: str, if_match: str | None, data_dir: str,
+               endpoint: str | None, as_json: bool) -> None:
+    """Insert or update an entity given as JSON."""
+    try:
+        body = json.loads(entity_json)
+    except ValueError as exc:
+        raise click.ClickException(f"InvalidInput: not JSON: {exc}") from None
+    pk, rk, props = json_to_typed(body)
+    if mode == "insert":
+        op = "insert"
+    elif if_match:
+        op = mode
+    else:
+        op = "insert_or_" + mode
+    res = call(native_endpoint(data_dir, endpoint), {"op": "write", "table": table, "write": {
+        "op": op, "pk": pk, "rk": rk, "props": props, "if_match": if_match}})
+    from rangetable.edm import etag_from_ticks
+
+    etag = etag_from_ticks(res[2])
+    emit({"etag": etag}, as_json, f"ok  etag {etag}")
+
+
+@entity_group.command("merge")
+@click.argument("table")
+@click.argument("entity_json")
+@click.option("--if-match", default=None, help="Only merge when the entity's ETag matches (or '*').")
+@data_dir_option
+@endpoint_option
+@json_option
+@click.pass_context
+def entity_merge(ctx: click.Context, table: str, entity_json: str, if_match: str | None, data_dir: str,
+                 endpoint: str | None, as_json: bool) -> None:
+    """Merge properties into an entity (inserting it if absent, unless --if-match is given)."""
+    ctx.invoke(entity_put, table=table, entity_json=entity_json, mode="merge", if_match=if_match,
+               data_dir=data_dir, endpoint=endpoint, as_json=as_json)
+
+
+@entity_group.command("get")
+@click.argument("table")
+@click.argument("partition_key")
+@click.argument("row_key")
+@data_dir_option
+@endpoint_option
+def entity_get(table: str, partition_key: str, row_key: str, data_dir: str, endpoint: str | None) -> None:
+    """Print one entity as JSON."""
+    res = call(native_endpoint(data_dir, endpoint), {"op": "get", "table": table, "pk": partition_key, "rk": row_key})
+    click.echo(json.dumps(_entity_json(res), indent=2))
+
+
+@entity_group.command("delete")
+@click.argument("table")
+@click.argument("partition_key")
+@click.argument("row_key")
+@click.option("--if-match", default="*", show_default=True, help="ETag the entity must have.")
+@data_dir_option
+@endpoint_option
+def entity_delete(table: str, partition_key: str, row_key: str, if_match: str, data_dir: str,
+                  endpoint: str | None) -> None:
+    """Delete one entity."""
+    call(native_endpoint(data_dir, endpoint), {"op": "write", "table": table, "write": {
+        "op": "delete", "pk": partition_key, "rk": row_key, "if_match": if_match}})
+    click.echo("deleted")
+
+
+@click.command("query")
+@click.argument("table")
+@click.argument("filter_text", required=False, default=None, metavar="[FILTER]")
+@click.option("--select", default=None, help="Comma-separated properties to return.")
+@click.option("--top", type=int, default=None, help="Stop after this many entities.")
+@click.option("--page-size", type=int, default=1000, show_default=True)
+@data_dir_option
+@endpoint_option
+@json_option
+def query_cmd(table: str, filter_text: str | None, select: str | None, top: int | None, page_size: int,
+              data_dir: str, endpoint: str | None, as_json: bool) -> None:
+    """Query a table with an OData $filter, e.g. "PartitionKey eq 'p1' and qty ge 2"."""
+    ep = native_endpoint(data_dir, endpoint)
+    sel = [s.strip() for s in select.split(",")] if select else None
+    token = None
+    out: list[dict] = []
+    pages = 0
+    while True:
+        size = page_size if top is None else min(page_size, top - len(out))
+        res = call(ep, {"op": "query", "table": table, "filter": filter_text, "select": sel, "top": size,
+                        "next": token})
+        pages += 1
+        for w in res["entities"]:
+            e = _entity_json(w)
+            out.append(e)
+            if not as_json:
+                click.echo(json.dumps(e))
+        token = res["next"]
+        if token is None or (top is not None and len(out) >= top):
+            break
+    if as_json:
+        click.echo(json.dumps(out, indent=2))
+    else:
+        click.echo(f"({len(out)} entities, {pages} page{'s' if pages != 1 else ''})", err=True)

@@ -1,0 +1,257 @@
+"""A verifying workload (in the spirit of toyDB's ``bank``): mixed operations whose history is checked.
+
+Worker threads run reads, unconditional writes, conditional writes (read, then update with the ETag),
+inserts, deletes and entity group transactions over a fixed set of keys, recording each operation in a
+:class:`~cli.workload.verify.history.Recorder`. Every written value is unique, so an ETag match is a
+value match and the history checks as a register per key. Each thread also inserts fresh entities
+(keys never used before): one answered ``EntityAlreadyExists`` was applied twice — a duplicate
+application of a retried request — and one answered OK must exist at the end.
+
+At the end :meth:`Workload.verify` reads every key back and runs the acknowledged-write-loss checker
+and the per-key linearizability checker.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from cli.workload.verify import check, check_ack_loss
+from cli.workload.verify.history import Recorder
+from rangetable.client import TableClient, TableServiceClient
+from rangetable.client_models import MatchConditions, UpdateMode
+from rangetable.errors import TableError
+from rangetable.retry import ExponentialRetry
+from rangetable.stats import percentile_ms
+
+FAIL_STATUSES = frozenset({404, 409, 412})
+
+
+def outcome_of(exc: TableError) -> str:
+    """How an error counts in the history: definite failure, unknown, or aborted."""
+    if exc.error_code == "TableNotFound":
+        return "aborted"  # nothing was applied, and it says nothing about the entity
+    if exc.status_code in FAIL_STATUSES:
+        return "fail"
+    if exc.retriable or exc.status_code >= 500:
+        return "unknown"
+    return "aborted"
+
+
+@dataclass
+class Stats:
+    """Counters of a workload run."""
+
+    ops: int = 0
+    ok: int = 0
+    fail: int = 0
+    unknown: int = 0
+    aborted: int = 0
+    slow: int = 0  # operations that took longer than one second (retried across a failover)
+    latencies: list[float] = field(default_factory=list)
+    errors: dict[str, int] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-friendly summary with latency percentiles in ms."""
+        lat = self.latencies
+        return {"ops": self.ops, "ok": self.ok, "fail": self.fail, "unknown": self.unknown,
+                "aborted": self.aborted, "slow_over_1s": self.slow, "errors": dict(self.errors),
+                "latency_ms": {"p50": percentile_ms(lat, 0.5, 1), "p99": percentile_ms(lat, 0.99, 1),
+                               "max": percentile_ms(lat, 1.0, 1)}}
+
+
+class Workload:
+    """Mixed verifying workload against one table through the native client."""
+
+    def __init__(self, endpoint: str, table: str, *, threads: int = 6, partitions: int = 8, rows: int = 4,
+                 seed: int = 0, timeout: float = 3.0, batches: bool = True,
+                 endpoints: list[str] | None = None) -> None:
+        self.endpoint = endpoint
+        self.endpoints = list(endpoints or [endpoint])  # thread i goes through endpoints[i % len]
+        self.acks: list[tuple[float, str, str]] = []  # (monotonic time, endpoint, PartitionKey) of each acked write
+        self._local = threading.local()
+        self.table = table
+        self.threads = threads
+        self.keys = [(f"p{p:02d}", f"k{r}") for p in range(partitions) for r in range(rows)]
+        self.seed = seed
+        self.timeout = timeout
+        self.batches = batches
+        self.recorder = Recorder()
+        self.stats = Stats()
+        self.fresh: dict[tuple[str, str], str] = {}  # fresh key -> outcome of its insert
+        self.duplicates: list[tuple[str, str]] = []
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self._workers: list[threading.Thread] = []
+
+    def client(self, endpoint: str | None = None) -> TableClient:
+        """A client with the workload's timeout and retry policy (retries reuse request ids)."""
+        svc = TableServiceClient(endpoint or self.endpoint, timeout=self.timeout,
+                                 retry_policy=ExponentialRetry(initial=0.05, base=0.1, max_delay=1.0, max_attempts=8))
+        return svc.get_table_client(self.table)
+
+    # --- running ------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Start the worker threads."""
+        for i in range(self.threads):
+            t = threading.Thread(target=self._run, args=(i,), name=f"workload-{i}", daemon=True)
+            t.start()
+            self._workers.append(t)
+
+    def stop(self) -> None:
+        """Stop the workers and wait for their last operation."""
+        self._stop.set()
+        for t in self._workers:
+            t.join(timeout=60)
+
+    def _note(self, outcome: str, t0: float, err: TableError | None = None, written: str | None = None) -> None:
+        now = time.monotonic()
+        dt = now - t0
+        with self._lock:
+            if outcome == "ok" and written is not None:
+                self.acks.append((now, getattr(self._local, "endpoint", self.endpoint), written))
+            s = self.stats
+            s.ops += 1
+            setattr(s, outcome, getattr(s, outcome) + 1)
+            s.latencies.append(dt)
+            if dt > 1.0:
+                s.slow += 1
+            if err is not None:
+                s.errors[err.error_code] = s.errors.get(err.error_code, 0) + 1
+
+    def _do(self, key: Any, kind: str, fn: Any, value: Any = None, expected: Any = None) -> tuple[str, Any]:
+        op = self.recorder.invoke(key, kind, value=value, expected=expected)
+        t0 = time.monotonic()
+        try:
+            res = fn()
+        except TableError as exc:
+            outcome = outcome_of(exc)
+            self.recorder.complete(op, outcome)
+            self._note(outcome, t0, exc)
+            return outcome, exc
+        self.recorder.complete(op, "ok", value=res if kind == "read" else None)
+        self._note("ok", t0, written=None if kind == "read" else key[0])
+        return "ok", res
+
+    def _read(self, c: TableClient, key: tuple[str, str]) -> tuple[str, Any]:
+        holder: dict[str, Any] = {}
+
+        def get() -> Any:
+            try:
+                e = c.get_entity(*key)
+            except TableError as exc:
+                if exc.error_code == "ResourceNotFound":  # not TableNotFound: that says nothing of the entity
+                    return None
+                raise
+            holder["etag"] = e.metadata["etag"]
+            return e["v"]
+
+        outcome, value = self._do(key, "read", get)
+        return outcome, (value, holder.get("etag"))
+
+    def _run(self, tid: int) -> None:
+        rnd = random.Random(self.seed * 1000 + tid)
+        self._local.endpoint = self.endpoints[tid % len(self.endpoints)]
+        c = self.client(self._local.endpoint)
+        n = 0
+        while not self._stop.is_set():
+            n += 1
+            self._step(c, rnd, tid, n)
+
+    def _step(self, c: TableClient, rnd: random.Random, tid: int, n: int) -> None:
+        """One randomly chosen operation."""
+        val = f"t{tid}-{n}"
+        key = rnd.choice(self.keys)
+        pk, rk = key
+        r = rnd.random()
+        if r < 0.30:
+            self._read(c, key)
+        elif r < 0.50:
+            self._do(key, "write", lambda: c.upsert_entity({"PartitionKey": pk, "RowKey": rk, "v": val},
+                                                           mode=UpdateMode.REPLACE), value=val)
+        elif r < 0.70:
+            outcome, (cur, etag) = self._read(c, key)
+            if outcome != "ok":
+                return
+            if cur is None:
+                self._do(key, "insert", lambda: c.create_entity({"PartitionKey": pk, "RowKey": rk, "v": val}),
+                         value=val)
+            else:
+                self._do(key, "cas", lambda: c.update_entity(
+                    {"PartitionKey": pk, "RowKey": rk, "v": val}, mode=UpdateMode.REPLACE, etag=etag,
+                    match_condition=MatchConditions.IfNotModified), value=val, expected=cur)
+        elif r < 0.78:
+            self._do(key, "delete", lambda: c.delete_entity(pk, rk), value=None)
+        elif r < 0.88 and self.batches:
+            self._batch(c, rnd, pk, val)
+        else:
+            self._fresh(c, tid, n)
+
+    def _batch(self, c: TableClient, rnd: random.Random, pk: str, val: str) -> None:
+        rks = sorted(rnd.sample([rk for p, rk in self.keys if p == pk], k=min(3, len(self.keys))))
+        ops = [self.recorder.invoke((pk, rk), "write", value=f"{val}-{rk}") for rk in rks]
+        t0 = time.monotonic()
+        try:
+            c.submit_transaction([("upsert", {"PartitionKey": pk, "RowKey": rk, "v": f"{val}-{rk}"},
+                                   {"mode": UpdateMode.REPLACE}) for rk in rks])
+        except TableError as exc:
+            outcome = outcome_of(exc)
+            for op in ops:
+                self.recorder.complete(op, outcome)
+            self._note(outcome, t0, exc)
+            return
+        for op in ops:
+            self.recorder.complete(op, "ok")
+        self._note("ok", t0, written=pk)
+
+    def _fresh(self, c: TableClient, tid: int, n: int) -> None:
+        key = (f"fresh{tid}", f"{n:08d}")
+        t0 = time.monotonic()
+        try:
+            c.create_entity({"PartitionKey": key[0], "RowKey": key[1], "v": "x"})
+            outcome = "ok"
+            self._note("ok", t0, written=key[0])
+        except TableError as exc:
+            outcome = outcome_of(exc)
+            self._note(outcome, t0, exc)
+            if exc.error_code == "EntityAlreadyExists":
+                with self._lock:
+                    self.duplicates.append(key)
+        with self._lock:
+            self.fresh[key] = outcome
+
+    # --- verifying ----------------------------------------------------------------------------
+
+    def final_state(self) -> tuple[dict, set]:
+        """Every register key's value and the set of fresh keys present, read back at the end."""
+        c = self.client()
+        state: dict = {}
+        fresh: set = set()
+        for e in c.list_entities():
+            key = (e["PartitionKey"], e["RowKey"])
+            if key[0].startswith("fresh"):
+                fresh.add(key)
+            else:
+                state[key] = e["v"]
+        return state, fresh
+
+    def verify(self, lin_timeout_s: float = 60.0) -> dict[str, Any]:
+        """Check the run: acknowledged writes not lost, no duplicate application, linearizable."""
+        history = self.recorder.history()
+        state, fresh = self.final_state()
+        ack = check_ack_loss(history, state)
+        lost_fresh = [k for k, o in self.fresh.items() if o == "ok" and k not in fresh]
+        lin = check(history, timeout_s=lin_timeout_s)
+        return {
+            "lost_writes": len(ack.lost) + len(lost_fresh),
+            "lost_detail": [x.describe() for x in ack.lost][:5] + [f"fresh insert {k} missing" for k in lost_fresh][:5],
+            "duplicate_applications": len(self.duplicates),
+            "linearizable": bool(lin.ok),
+            "linearizability": lin.status,
+            "linearizability_detail": "" if lin.ok else lin.explanation[:2000],
+            "history_ops": len(history),
+        }
