@@ -1,5 +1,8 @@
 # rangetable — two entry points: `make up` (local cluster) and `make test` (the suite).
 PYTHON ?= python3.11
+# The suite runs in parallel (pytest-xdist): one worker per file, so a module's cluster starts once.
+# Many integration tests wait on timers, so more workers than CI's 2 cores pay.
+TEST_WORKERS ?= 4
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
@@ -21,7 +24,7 @@ down: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/ruff check .
-	$(BIN)/python -m pytest $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile --durations=15 $(PYTEST_ARGS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

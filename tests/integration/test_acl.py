@@ -13,12 +13,12 @@ import pytest
 from cli.admin import call
 from coordinator.acl import validate_policies, validate_properties
 from rangetable.errors import TableError
-from tests.cluster import Cluster
+from tests.cluster import Cluster, ClusterFactory
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory):
-    with Cluster(tmp_path_factory.mktemp("acl"), servers=1) as c:
+def cluster(cluster_factory: ClusterFactory):
+    with cluster_factory(servers=1) as c:
         yield c
 
 

@@ -6,7 +6,7 @@ import pytest
 
 from rangetable import TableServiceClient
 from rangetable.addresses import advertised, split_endpoint
-from tests.cluster import Cluster
+from tests.cluster import ClusterFactory
 
 
 def test_advertised_address_rules() -> None:
@@ -24,10 +24,10 @@ def test_advertised_address_rules() -> None:
     assert split_endpoint("h") == ("tcp", "h", "")
 
 
-def test_cluster_bound_on_all_interfaces_publishes_its_advertised_address(tmp_path) -> None:
+def test_cluster_bound_on_all_interfaces_publishes_its_advertised_address(tmp_path, cluster_factory: ClusterFactory) -> None:
     # 127.0.0.2 is another address of this host: every process listens on 0.0.0.0, and the map,
     # cluster.json and every connection between processes use 127.0.0.2.
-    with Cluster(tmp_path, servers=2, extra=["--bind-host", "0.0.0.0", "--advertise-host", "127.0.0.2"]) as c:
+    with cluster_factory(servers=2, extra=["--bind-host", "0.0.0.0", "--advertise-host", "127.0.0.2"], data_dir=tmp_path) as c:
         assert c.native.startswith("tcp://127.0.0.2:") and c.coordinator.startswith("tcp://127.0.0.2:")
         assert c.http.startswith("http://127.0.0.2:")
         st = c.status()

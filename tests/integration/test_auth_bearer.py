@@ -21,7 +21,7 @@ from azure.data.tables import TableServiceClient
 
 from frontend.auth import DEV_ACCOUNT, Accounts, AuthError, AuthResult, authenticate
 from frontend.auth_bearer import audience_ok, check_oauth, decode_jwt, verify_bearer
-from tests.cluster import ROOT, Cluster, dev_cert
+from tests.cluster import ROOT, Cluster, ClusterFactory, dev_cert
 
 NOW = 1_800_000_000.0
 ISS = "https://sts.windows.net/72f988bf-86f1-41af-91ab-2d7cd011db47/"
@@ -179,9 +179,9 @@ def cert(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, str]:
     return dev_cert(tmp_path_factory.mktemp("tls"))
 
 
-def test_sdk_with_bearer_tokens_over_https(tmp_path: os.PathLike, cert: tuple[str, str]) -> None:
+def test_sdk_with_bearer_tokens_over_https(tmp_path: os.PathLike, cert: tuple[str, str], cluster_factory: ClusterFactory) -> None:
     c, k = cert
-    with Cluster(tmp_path, servers=1, extra=["--cert", c, "--key", k, "--oauth", "basic"]) as cluster:
+    with cluster_factory(servers=1, extra=["--cert", c, "--key", k, "--oauth", "basic"], data_dir=tmp_path) as cluster:
         cred = DevCredential()
         with TableServiceClient(cluster.http, credential=cred, connection_verify=c) as svc:
             t = svc.create_table("Bearer")

@@ -19,12 +19,12 @@ from cli.chaos import FAULTS, HA_FAULTS, run_chaos
 from cli.drill_coordinator import MAX_GAP_S, format_report, leader_process, run_coordinator_drill
 from rangetable import curve
 from rangetable.errors import TableError
-from tests.cluster import Cluster
+from tests.cluster import Cluster, ClusterFactory
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory):
-    with Cluster(tmp_path_factory.mktemp("ha"), servers=2, extra=["--coordinators", "3"]) as c:
+def cluster(cluster_factory: ClusterFactory):
+    with cluster_factory(servers=2, extra=["--coordinators", "3"]) as c:
         yield c
 
 

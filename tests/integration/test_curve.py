@@ -17,7 +17,7 @@ import zmq
 from coordinator.client_keys import validate
 from rangetable import TableServiceClient, curve, protocol
 from rangetable.errors import TableError
-from tests.cluster import ROOT, Cluster
+from tests.cluster import ROOT, Cluster, ClusterFactory
 
 # --- pure parts --------------------------------------------------------------------------------------
 
@@ -89,8 +89,8 @@ def test_client_key_registration_is_validated() -> None:
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory):
-    with Cluster(tmp_path_factory.mktemp("curve"), servers=2) as c:
+def cluster(cluster_factory: ClusterFactory):
+    with cluster_factory(servers=2) as c:
         yield c
 
 

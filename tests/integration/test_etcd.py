@@ -19,6 +19,7 @@ from coordinator.etcd_client import EtcdClient, parse_url, prefix_end
 from coordinator.etcd_election import EtcdLeadership
 from coordinator.meta_etcd import open_etcd_for_term
 from rangetable.errors import TableError
+from tests.cluster import ClusterFactory
 
 
 @pytest.fixture(scope="module")
@@ -133,12 +134,11 @@ def test_items_page_through_many_keys(etcd: str) -> None:
     assert [v["n"] for _, v in got] == list(range(2500))
 
 
-def test_a_cluster_on_etcd_serves_writes_and_survives_a_leader_kill(etcd: str, tmp_path: Path) -> None:
+def test_a_cluster_on_etcd_serves_writes_and_survives_a_leader_kill(etcd: str, tmp_path: Path, cluster_factory: ClusterFactory) -> None:
     import cli.main  # noqa: F401  (cli.drill and cli.main import each other: enter through main)
     from cli.drill_coordinator import MAX_GAP_S, format_report, run_coordinator_drill
-    from tests.cluster import Cluster
 
-    with Cluster(tmp_path / "c", servers=2, extra=["--coordinators", "2", "--meta", etcd + "/cluster"]) as c:
+    with cluster_factory(servers=2, extra=["--coordinators", "2", "--meta", etcd + "/cluster"], data_dir=tmp_path / "c") as c:
         before = c.status()
         assert before["takeover"]["meta"] == "etcd"
         assert not (tmp_path / "c" / "coordinator").exists()  # nothing of the meta store on the data root

@@ -7,12 +7,12 @@ import pytest
 from cli.admin import call
 from cli.balance import render_top, run_rebalance_drill
 from cli.stress import run_stress
-from tests.cluster import Cluster
+from tests.cluster import Cluster, ClusterFactory
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory):
-    with Cluster(tmp_path_factory.mktemp("load"), servers=2, extra=["--partition-target", "500"]) as c:
+def cluster(cluster_factory: ClusterFactory):
+    with cluster_factory(servers=2, extra=["--partition-target", "500"]) as c:
         yield c
 
 

@@ -16,7 +16,7 @@ from frontend.metrics import MAX_SERIES, Answers
 from rangetable import protocol
 from rangetable.errors import TableError
 from rangetable.metrics import LATENCY_BUCKETS, bucket_counts, cumulative, parse_bind
-from tests.cluster import ROOT, Cluster
+from tests.cluster import ROOT, ClusterFactory
 
 
 def test_bucket_counts_exact_and_scaled() -> None:
@@ -60,8 +60,8 @@ def test_parse_bind_and_answers() -> None:
     assert len(a.counts) <= MAX_SERIES + 1 and a.counts[("other", "InvalidInput")] >= 2000 - MAX_SERIES
 
 
-def test_every_process_counts_the_traffic(tmp_path) -> None:
-    with Cluster(tmp_path, servers=2) as c:
+def test_every_process_counts_the_traffic(tmp_path, cluster_factory: ClusterFactory) -> None:
+    with cluster_factory(servers=2, data_dir=tmp_path) as c:
         doc = c.refresh()
         assert len(doc["metrics"]) == 1 + 2 + 1 + 1 + 1  # coordinator, partition servers, frontends, dashboard
         call(c.native, {"op": "create_table", "table": "Metered"})

@@ -11,12 +11,12 @@ import time
 
 import pytest
 
-from tests.cluster import ROOT, Cluster
+from tests.cluster import ROOT, Cluster, ClusterFactory
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory):
-    with Cluster(tmp_path_factory.mktemp("scale-out"), servers=2, frontends=2) as c:
+def cluster(cluster_factory: ClusterFactory):
+    with cluster_factory(servers=2, frontends=2) as c:
         yield c
 
 

@@ -26,7 +26,7 @@ from rangetable.transfer_format import (
     records,
     split_record,
 )
-from tests.cluster import ROOT, Cluster
+from tests.cluster import ROOT, Cluster, ClusterFactory
 from tests.typed_samples import dump, same_props, typed_props
 
 N = 300
@@ -99,8 +99,8 @@ def rangetable(*args: str) -> subprocess.CompletedProcess:
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory):
-    with Cluster(tmp_path_factory.mktemp("transfer"), servers=2) as c:
+def cluster(cluster_factory: ClusterFactory):
+    with cluster_factory(servers=2) as c:
         call(c.native, {"op": "create_table", "table": "Source"})
         ents = sample()
         for i in range(0, N, 25):

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from rangetable.watchdog import LeaseWatchdog, is_fresh, notify_address, ping_interval
-from tests.cluster import ROOT
+from tests.cluster import ROOT, ClusterFactory
 
 
 def test_notify_address_and_interval() -> None:
@@ -68,16 +68,14 @@ def test_alive_file_and_probe(tmp_path: Path) -> None:
     assert not LeaseWatchdog(env={}).active
 
 
-def test_partition_server_pings_only_while_it_renews_its_lease(tmp_path: Path) -> None:
-    from tests.cluster import Cluster
-
+def test_partition_server_pings_only_while_it_renews_its_lease(tmp_path: Path, cluster_factory: ClusterFactory) -> None:
     alive = str(tmp_path / "lease-ok")
     probe = [sys.executable, "-m", "rangetable.watchdog", "check", alive, "--max-age", "2"]
     notify = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)  # stands in for systemd's notify socket
     notify.bind(str(tmp_path / "notify"))
     notify.settimeout(5)
     env = {"RANGETABLE_ALIVE_FILE": alive, "NOTIFY_SOCKET": str(tmp_path / "notify"), "WATCHDOG_USEC": "2000000"}
-    with notify, Cluster(tmp_path / "rt", servers=1, env=env, extra=["--no-restart"]) as cluster:
+    with notify, cluster_factory(servers=1, env=env, extra=["--no-restart"], data_dir=tmp_path / "rt") as cluster:
         assert notify.recv(64) == b"WATCHDOG=1"  # what systemd's WatchdogSec waits for
         deadline = time.monotonic() + 10
         while not os.path.exists(alive) and time.monotonic() < deadline:
