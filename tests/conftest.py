@@ -6,7 +6,9 @@
   cluster wrap it in a module-scoped fixture; a test that needs a cluster of its own uses it as a context
   manager (``with cluster_factory(servers=1) as c:``), which stops it at the end of the block.
 * Tests under ``tests/unit/`` start no process: an autouse guard makes any attempt fail loudly.
-* Test ids are the same in every pytest-xdist worker (an id that prints an object's address would not be).
+* Test ids are the same in every pytest-xdist worker, and the files with slow tests are handed out first.
+* ``@pytest.mark.serial`` tests (wall-clock bounds) are left out of the parallel run and run alone after
+  it (see ``make test``).
 """
 
 from __future__ import annotations
@@ -72,7 +74,12 @@ def _unit_tests_start_no_process(request: pytest.FixtureRequest, monkeypatch: py
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Drop object addresses from parametrized ids (``<object object at 0x7f…>``): xdist workers must agree."""
+    """Make the ids the same in every xdist worker, and hand out the heaviest files first.
+
+    An id that prints an object's address (``<object object at 0x7f…>``) differs between workers, which
+    then refuse to run. Files are kept whole and in order, but those with slow tests (then the other
+    integration files) come first, so ``--dist loadfile`` does not leave one long file for the end.
+    """
     seen: set[str] = set()
     for item in items:
         if ADDRESS.search(item.nodeid):
@@ -83,3 +90,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
                 nodeid = f"{base[:-1]}-{n}]"
             item._id = type(item._id).parse(nodeid)  # pytest 9 keeps the id as a NodeId
         seen.add(item.nodeid)
+    slow: dict[Path, int] = {}
+    for item in items:
+        slow[item.path] = slow.get(item.path, 0) + (item.get_closest_marker("slow") is not None)
+    items.sort(key=lambda item: (-slow[item.path], UNIT in item.path.parents))

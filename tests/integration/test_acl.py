@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from cli.admin import call
-from coordinator.acl import validate_policies, validate_properties
+from coordinator.acl import validate_properties
 from rangetable.errors import TableError
 from tests.cluster import Cluster, ClusterFactory
 
@@ -80,11 +80,6 @@ def test_acl_limits(cluster: Cluster, policies: Any, code: str) -> None:
         admin(cluster, op="create_table", table="AclLimits")
     assert error_of(cluster, op="set_acl", table="AclLimits", policies=policies) == code
     assert admin(cluster, op="get_acl", table="AclLimits") == {"policies": {}}  # nothing half-written
-
-
-def test_acl_limits_at_the_edge() -> None:
-    ok = validate_policies({"x" * 64: {"permission": "raud"}, **{f"p{i}": None for i in range(4)}})
-    assert len(ok) == 5 and ok["x" * 64]["permission"] == "raud"
 
 
 def test_acl_missing_table(cluster: Cluster) -> None:

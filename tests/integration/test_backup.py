@@ -32,6 +32,7 @@ def put(native: str, table: str, pk: str, rk: str, props: dict) -> int:
     return res[2]
 
 
+@pytest.mark.slow
 def test_backup_under_writes_restores_equal(tmp_path, cluster_factory: ClusterFactory) -> None:
     src = tmp_path / "src"
     with cluster_factory(servers=2, data_dir=src) as c:

@@ -24,6 +24,7 @@ def _op_for(point: str) -> str:
     return name.split(".")[0]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("point", sorted(POINTS))
 def test_crash_point_converges(tmp_path, point: str, cluster_factory: ClusterFactory) -> None:
     with cluster_factory(servers=2, env={"RANGETABLE_CRASH_AT": point}, data_dir=tmp_path) as c:

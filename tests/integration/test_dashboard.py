@@ -58,6 +58,7 @@ def chromium(url: str, *args: str, tmp: Path) -> subprocess.CompletedProcess:
     return subprocess.run(argv, capture_output=True, text=True, timeout=90)
 
 
+@pytest.mark.slow
 def test_dashboard_shows_a_hot_key_range(tmp_path: Path, cluster_factory: ClusterFactory) -> None:
     with cluster_factory(data_dir=tmp_path / "data") as cluster:
         dash = cluster.doc["dashboard"]

@@ -31,6 +31,7 @@ def test_failover_drill(cluster: Cluster, mode: str) -> None:
     assert r["client"]["ops"] > 500
 
 
+@pytest.mark.slow
 def test_seeded_chaos(cluster: Cluster) -> None:
     seed = int(os.environ.get("RANGETABLE_CHAOS_SEED", random.randrange(10**6)))
     print(f"chaos seed {seed} (replay with RANGETABLE_CHAOS_SEED={seed})")

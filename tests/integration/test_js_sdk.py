@@ -47,6 +47,7 @@ def install() -> None:
         raise AssertionError(f"npm ci failed:\n{text[-3000:]}")
 
 
+@pytest.mark.slow
 def test_js_sdk_reference_cases(tmp_path, cluster_factory: ClusterFactory):
     install()
     with cluster_factory(servers=1, data_dir=tmp_path / "data") as c:

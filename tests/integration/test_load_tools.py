@@ -25,6 +25,7 @@ def test_stress_meets_the_partition_target_with_server_busy(cluster: Cluster) ->
     assert other["get_per_s"] + other["put_per_s"] > 0  # another partition is not throttled by p1
 
 
+@pytest.mark.slow
 def test_rebalance_drill_reports_splits_and_no_client_errors(cluster: Cluster) -> None:
     cluster.admin({"op": "balancer", "action": "set", "key": "hot-window-s", "value": "3"})
     r = run_rebalance_drill(cluster.data_dir, duration=10.0)
