@@ -14,6 +14,7 @@
 from __future__ import annotations
 
 import os
+import platform
 import re
 import subprocess
 from collections.abc import Iterator
@@ -25,6 +26,10 @@ from tests.cluster import Cluster, ClusterFactory
 
 UNIT = Path(__file__).resolve().parent / "unit"
 ADDRESS = re.compile(r" at 0x[0-9a-f]+")
+
+# The Azure SDK's user agent asks `platform`, which runs `uname -p` once per process and caches it: ask it
+# here, before any test, so whether a unit test "started a process" does not depend on the tests before it.
+platform.platform()
 
 @pytest.fixture(scope="module")
 def cluster_factory(tmp_path_factory: pytest.TempPathFactory,
