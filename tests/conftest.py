@@ -31,6 +31,7 @@ ADDRESS = re.compile(r" at 0x[0-9a-f]+")
 # here, before any test, so whether a unit test "started a process" does not depend on the tests before it.
 platform.platform()
 
+
 @pytest.fixture(scope="module")
 def cluster_factory(tmp_path_factory: pytest.TempPathFactory,
                     request: pytest.FixtureRequest) -> Iterator[ClusterFactory]:
