@@ -1,5 +1,9 @@
 # rangetable — two entry points: `make up` (local cluster) and `make test` (the suite).
 PYTHON ?= python3.11
+# The suite runs in parallel (pytest-xdist): one worker per file, so a module's cluster starts once.
+# Many integration tests wait on timers, so more workers than CI's 2 cores pay. Tests marked `serial`
+# (wall-clock bounds) run alone afterwards.
+TEST_WORKERS ?= 4
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
@@ -22,7 +26,8 @@ down: $(STAMP)
 test: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/mypy
-	$(BIN)/python -m pytest $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile -m "not serial" --durations=15 $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -m serial $(PYTEST_ARGS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

@@ -11,6 +11,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -32,9 +33,14 @@ class Cluster:
         self.env = env
         self.doc: dict[str, Any] = {}
         self._pids: set[int] = set()
+        self._started = False
+        self._stopped = False
 
     def start(self) -> Cluster:
-        """Start the cluster and wait until it serves."""
+        """Start the cluster and wait until it serves (once: a started cluster is returned as it is)."""
+        if self._started:
+            return self
+        self._started = True
         argv = [sys.executable, "-m", "cli.main", "up", "--detach", "--data-dir", self.data_dir,
                 "--native-port", "0", "--http-port", "0", "--dashboard-port", "0", "--servers", str(self.servers), "--frontends", str(self.frontends),
                 *self.extra]
@@ -134,7 +140,10 @@ class Cluster:
         return "\n".join(out)
 
     def stop(self) -> None:
-        """Stop the cluster; SIGKILL anything left."""
+        """Stop the cluster; SIGKILL anything left (once: a second call does nothing)."""
+        if self._stopped:
+            return
+        self._stopped = True
         self.refresh()
         try:
             down(self.data_dir, timeout=15)
@@ -144,6 +153,7 @@ class Cluster:
                     os.kill(pid, signal.SIGKILL)
 
     def __enter__(self) -> Cluster:
+        """Start the cluster (unless already started, as ``cluster_factory`` does); stop it on exit."""
         try:
             return self.start()
         except BaseException:
@@ -152,6 +162,10 @@ class Cluster:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+ClusterFactory = Callable[..., Cluster]
+"""The type of the ``cluster_factory`` fixture (tests/conftest.py): ``(servers, frontends, extra, env, data_dir)``."""
 
 
 def dev_cert(directory: Path) -> tuple[str, str]:

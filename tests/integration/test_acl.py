@@ -11,14 +11,14 @@ from typing import Any
 import pytest
 
 from cli.coordinator_client import call
-from coordinator.acl import validate_policies, validate_properties
+from coordinator.acl import validate_properties
 from rangetable.errors import TableError
-from tests.cluster import Cluster
+from tests.cluster import Cluster, ClusterFactory
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory):
-    with Cluster(tmp_path_factory.mktemp("acl"), servers=1) as c:
+def cluster(cluster_factory: ClusterFactory):
+    with cluster_factory(servers=1) as c:
         yield c
 
 
@@ -80,11 +80,6 @@ def test_acl_limits(cluster: Cluster, policies: Any, code: str) -> None:
         admin(cluster, op="create_table", table="AclLimits")
     assert error_of(cluster, op="set_acl", table="AclLimits", policies=policies) == code
     assert admin(cluster, op="get_acl", table="AclLimits") == {"policies": {}}  # nothing half-written
-
-
-def test_acl_limits_at_the_edge() -> None:
-    ok = validate_policies({"x" * 64: {"permission": "raud"}, **{f"p{i}": None for i in range(4)}})
-    assert len(ok) == 5 and ok["x" * 64]["permission"] == "raud"
 
 
 def test_acl_missing_table(cluster: Cluster) -> None:

@@ -15,7 +15,7 @@ from cli.coordinator_client import call
 from cli.restore import RestoreError, missing_files, read_manifest, restore
 from rangetable.edm import INT32, STRING
 from rangetable.errors import TableError
-from tests.cluster import ROOT, Cluster
+from tests.cluster import ROOT, ClusterFactory
 from tests.typed_samples import dump, same_props, typed_props
 
 
@@ -32,9 +32,10 @@ def put(native: str, table: str, pk: str, rk: str, props: dict) -> int:
     return res[2]
 
 
-def test_backup_under_writes_restores_equal(tmp_path) -> None:
+@pytest.mark.slow
+def test_backup_under_writes_restores_equal(tmp_path, cluster_factory: ClusterFactory) -> None:
     src = tmp_path / "src"
-    with Cluster(src, servers=2) as c:
+    with cluster_factory(servers=2, data_dir=src) as c:
         call(c.native, {"op": "create_table", "table": "Typed"})
         call(c.native, {"op": "create_table", "table": "Log"})
         for p in range(6):  # 6 partitions, 40 entities each, every EDM type
@@ -85,7 +86,7 @@ def test_backup_under_writes_restores_equal(tmp_path) -> None:
     res = rangetable("restore", "--from", str(tmp_path / "bk"), "--data-dir", str(tmp_path / "new"))
     assert res.returncode == 0, res.stderr
     assert "restored 4 ranges of 2 tables" in res.stdout
-    with Cluster(tmp_path / "new", servers=2) as r:
+    with cluster_factory(servers=2, data_dir=tmp_path / "new") as r:
         restored_typed = dump(r.native, "Typed")
         assert restored_typed.keys() == source_typed.keys()
         for key, (ts, props) in source_typed.items():
@@ -104,14 +105,14 @@ def test_backup_under_writes_restores_equal(tmp_path) -> None:
 
     # The same backup restored again, onto one server: ps-2's ranges fail over to ps-1 after a lease.
     assert restore(str(tmp_path / "bk"), str(tmp_path / "one"))["ranges"] == 4
-    with Cluster(tmp_path / "one", servers=1) as one:
+    with cluster_factory(servers=1, data_dir=tmp_path / "one") as one:
         assert dump(one.native, "Typed").keys() == source_typed.keys()
         one.wait(lambda: not one.check_map(), timeout=15, what="ps-2's ranges to fail over to ps-1")
         assert {x["owner"] for x in one.status()["ranges"]} == {"ps-1"}
 
 
-def test_backup_refuses_a_used_directory_and_restore_a_damaged_backup(tmp_path) -> None:
-    with Cluster(tmp_path / "src", servers=1) as c:
+def test_backup_refuses_a_used_directory_and_restore_a_damaged_backup(tmp_path, cluster_factory: ClusterFactory) -> None:
+    with cluster_factory(servers=1, data_dir=tmp_path / "src") as c:
         call(c.native, {"op": "create_table", "table": "Tbl"})
         put(c.native, "Tbl", "p", "r", {"x": [INT32, 1]})
         (tmp_path / "used").mkdir()

@@ -8,12 +8,12 @@ import pytest
 
 from cli.coordinator_client import call
 from cli.workload.loadgen import LoadGen
-from tests.cluster import Cluster
+from tests.cluster import Cluster, ClusterFactory
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory):
-    with Cluster(tmp_path_factory.mktemp("balancing"), servers=2) as c:
+def cluster(cluster_factory: ClusterFactory):
+    with cluster_factory(servers=2) as c:
         yield c
 
 

@@ -7,30 +7,8 @@ import os
 import pytest
 from click.testing import CliRunner
 
-from cli.bench.http import cpu_seconds, external_doc, server_pids, wrong_key
 from cli.main import main
-
-CONN = ("DefaultEndpointsProtocol=http;AccountName=devstoreaccount1;AccountKey=a2V5;"
-        "TableEndpoint=http://127.0.0.1:10012/devstoreaccount1;")
-
-
-def test_external_doc_describes_the_endpoint_and_its_processes():
-    doc = external_doc(CONN, [os.getpid()])
-    assert doc["http"] == "http://127.0.0.1:10012/devstoreaccount1"
-    assert doc["connection_string"] == CONN
-    assert server_pids(doc) == [os.getpid()]  # counted as the server, like an HTTP frontend of ours
-    assert server_pids(doc, ("http-frontend",)) == [os.getpid()]
-    assert cpu_seconds(server_pids(doc)) > 0
-
-
-@pytest.mark.parametrize(("conn", "pids", "message"), [
-    ("AccountName=x;AccountKey=a2V5", [1], "names no TableEndpoint"),
-    (CONN, [], "give the server's process ids"),
-    (CONN, [2 ** 22 + 12345], "is running"),
-])
-def test_external_doc_refuses_what_it_cannot_measure(conn, pids, message):
-    with pytest.raises(ValueError, match=message):
-        external_doc(conn, pids)
+from tests.unit.test_bench_http_units import CONN
 
 
 @pytest.mark.parametrize(("args", "message"), [
@@ -43,15 +21,6 @@ def test_cli_explains_bad_combinations(args, message):
     out = CliRunner().invoke(main, ["bench", "http", *args])
     assert out.exit_code == 2, out.output
     assert message in out.output
-
-
-def test_wrong_key_changes_only_the_key():
-    bad = wrong_key(CONN)
-    fields = dict(f.split("=", 1) for f in bad.split(";") if f)
-    good = dict(f.split("=", 1) for f in CONN.split(";") if f)
-    assert fields.keys() == good.keys()
-    assert fields["AccountKey"] != good["AccountKey"] and len(fields["AccountKey"]) == len(good["AccountKey"])
-    assert {k: v for k, v in fields.items() if k != "AccountKey"} == {k: v for k, v in good.items() if k != "AccountKey"}
 
 
 def test_a_bench_stopped_by_sigterm_stops_the_cluster_it_started(tmp_path):

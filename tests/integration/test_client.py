@@ -36,14 +36,14 @@ from rangetable.edm import datetime_to_ticks, ticks_from_etag
 if not (Path(__file__).parents[1] / "cluster.py").exists():
     pytest.skip("tests/cluster.py (the cluster harness) is not there yet", allow_module_level=True)
 
-from tests.cluster import Cluster  # noqa: E402
+from tests.cluster import ClusterFactory  # noqa: E402
 
 _names = itertools.count()
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory):
-    with Cluster(tmp_path_factory.mktemp("cluster"), servers=2) as c:
+def cluster(cluster_factory: ClusterFactory):
+    with cluster_factory(servers=2) as c:
         yield c
 
 

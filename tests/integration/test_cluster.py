@@ -12,12 +12,12 @@ from cli.coordinator_client import call
 from rangetable import TableServiceClient, curve, protocol
 from rangetable.edm import INT32
 from rangetable.errors import TableError
-from tests.cluster import Cluster
+from tests.cluster import Cluster, ClusterFactory
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory):
-    with Cluster(tmp_path_factory.mktemp("cluster"), servers=2) as c:
+def cluster(cluster_factory: ClusterFactory):
+    with cluster_factory(servers=2) as c:
         yield c
 
 
@@ -174,14 +174,14 @@ def test_partition_server_kill9_fails_over(cluster: Cluster) -> None:
     assert len(list(t.list_entities())) == 51
 
 
-def test_up_again_brings_back_every_table_and_entity(tmp_path) -> None:
-    with Cluster(tmp_path, servers=2) as c:
+def test_up_again_brings_back_every_table_and_entity(tmp_path, cluster_factory: ClusterFactory) -> None:
+    with cluster_factory(servers=2, data_dir=tmp_path) as c:
         svc = TableServiceClient(c.native)
         t = svc.create_table("Durable")
         t.submit_transaction([("create", {"PartitionKey": "p", "RowKey": str(i), "i": i}) for i in range(100)])
         rid = ranges_of(c, "Durable")[0]["id"]
         c.admin({"op": "split", "range": rid, "key": "p"})
-    with Cluster(tmp_path, servers=2) as c:
+    with cluster_factory(servers=2, data_dir=tmp_path) as c:
         t = TableServiceClient(c.native).get_table_client("Durable")
         assert sorted(int(e["RowKey"]) for e in t.list_entities()) == list(range(100))
         assert len(ranges_of(c, "Durable")) == 2

@@ -7,10 +7,13 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 from cli.bench.control_plane import ROWS
 from tests.cluster import ROOT
 
 
+@pytest.mark.slow
 def test_control_plane_bench_reports_every_figure(tmp_path) -> None:
     argv = [sys.executable, "-m", "cli.main", "bench", "control-plane", "--servers", "20", "--ranges", "500",
             "--frontends", "2", "--sim-processes", "2", "--seconds", "2", "--work-dir", str(tmp_path), "--json"]

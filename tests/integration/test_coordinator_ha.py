@@ -19,12 +19,12 @@ from cli.drills.chaos import FAULTS, HA_FAULTS, run_chaos
 from cli.drills.coordinator_failover import MAX_GAP_S, format_report, leader_process, run_coordinator_drill
 from rangetable import curve
 from rangetable.errors import TableError
-from tests.cluster import Cluster
+from tests.cluster import Cluster, ClusterFactory
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory):
-    with Cluster(tmp_path_factory.mktemp("ha"), servers=2, extra=["--coordinators", "3"]) as c:
+def cluster(cluster_factory: ClusterFactory):
+    with cluster_factory(servers=2, extra=["--coordinators", "3"]) as c:
         yield c
 
 
@@ -43,6 +43,7 @@ def test_one_leader_and_standbys_that_name_it(cluster: Cluster) -> None:
         assert st["leader"] in exc.value.message
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", ["pause", "kill"])
 def test_leader_failover_under_load(cluster: Cluster, mode: str) -> None:
     before = leader_process(cluster.refresh())
@@ -91,6 +92,7 @@ def _is_standby(endpoint: str) -> bool:
     return False
 
 
+@pytest.mark.slow
 def test_seeded_chaos_pauses_and_kills_leaders(cluster: Cluster) -> None:
     seed = int(os.environ.get("RANGETABLE_CHAOS_SEED", random.randrange(10**6)))
     print(f"chaos seed {seed} (replay with RANGETABLE_CHAOS_SEED={seed})")

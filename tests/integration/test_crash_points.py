@@ -14,7 +14,7 @@ import pytest
 from rangetable import TableServiceClient
 from rangetable.crash import POINTS
 from rangetable.errors import TableError
-from tests.cluster import Cluster
+from tests.cluster import ClusterFactory
 
 N = 120
 
@@ -24,9 +24,10 @@ def _op_for(point: str) -> str:
     return name.split(".")[0]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("point", sorted(POINTS))
-def test_crash_point_converges(tmp_path, point: str) -> None:
-    with Cluster(tmp_path, servers=2, env={"RANGETABLE_CRASH_AT": point}) as c:
+def test_crash_point_converges(tmp_path, point: str, cluster_factory: ClusterFactory) -> None:
+    with cluster_factory(servers=2, env={"RANGETABLE_CRASH_AT": point}, data_dir=tmp_path) as c:
         svc = TableServiceClient(c.native, timeout=20)
         t = svc.create_table("Crash")
         for p in range(6):

@@ -23,7 +23,7 @@ from cli.coordinator_client import call
 from cli.dashboard.heatmap import hot_rows
 from cli.observe import scrape, total
 from cli.workload.loadgen import LoadGen
-from tests.cluster import ROOT, Cluster
+from tests.cluster import ROOT, Cluster, ClusterFactory
 
 CHROMIUM = os.environ.get("RANGETABLE_CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"
 HOT = ("k500", "k550")  # the hot key range: PartitionKeys k500 … k549
@@ -58,8 +58,9 @@ def chromium(url: str, *args: str, tmp: Path) -> subprocess.CompletedProcess:
     return subprocess.run(argv, capture_output=True, text=True, timeout=90)
 
 
-def test_dashboard_shows_a_hot_key_range(tmp_path: Path) -> None:
-    with Cluster(tmp_path / "data") as cluster:
+@pytest.mark.slow
+def test_dashboard_shows_a_hot_key_range(tmp_path: Path, cluster_factory: ClusterFactory) -> None:
+    with cluster_factory(data_dir=tmp_path / "data") as cluster:
         dash = cluster.doc["dashboard"]
         assert dash and dash.startswith("http://127.0.0.1:")
         assert any(p["role"] == "dashboard" and p["url"] == dash for p in cluster.doc["processes"])
@@ -137,8 +138,8 @@ def test_dashboard_shows_a_hot_key_range(tmp_path: Path) -> None:
             shutil.copy(shot, ROOT / os.environ["RANGETABLE_SCREENSHOT"])
 
 
-def test_dashboard_runs_alone_against_a_cluster(tmp_path: Path) -> None:
-    with Cluster(tmp_path / "data", servers=1, extra=["--no-dashboard", "--no-metrics"]) as cluster:
+def test_dashboard_runs_alone_against_a_cluster(tmp_path: Path, cluster_factory: ClusterFactory) -> None:
+    with cluster_factory(servers=1, extra=["--no-dashboard", "--no-metrics"], data_dir=tmp_path / "data") as cluster:
         assert cluster.doc["dashboard"] is None
         assert not any(p["role"] == "dashboard" for p in cluster.doc["processes"])
         proc = subprocess.Popen([sys.executable, "-m", "cli.main", "dashboard", "--data-dir", cluster.data_dir,

@@ -9,12 +9,12 @@ import pytest
 
 from cli.drills.chaos import run_chaos
 from cli.drills.failover import format_report, run_failover_drill
-from tests.cluster import Cluster
+from tests.cluster import Cluster, ClusterFactory
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory):
-    with Cluster(tmp_path_factory.mktemp("drills"), servers=2) as c:
+def cluster(cluster_factory: ClusterFactory):
+    with cluster_factory(servers=2) as c:
         yield c
 
 
@@ -31,6 +31,7 @@ def test_failover_drill(cluster: Cluster, mode: str) -> None:
     assert r["client"]["ops"] > 500
 
 
+@pytest.mark.slow
 def test_seeded_chaos(cluster: Cluster) -> None:
     seed = int(os.environ.get("RANGETABLE_CHAOS_SEED", random.randrange(10**6)))
     print(f"chaos seed {seed} (replay with RANGETABLE_CHAOS_SEED={seed})")

@@ -15,10 +15,11 @@ from pathlib import Path
 import pytest
 
 from cli.port_reservation import PortReservation
-from coordinator.etcd_client import EtcdClient, parse_url, prefix_end
+from coordinator.etcd_client import EtcdClient
 from coordinator.etcd_election import EtcdLeadership
 from coordinator.meta_etcd import open_etcd_for_term
 from rangetable.errors import TableError
+from tests.cluster import ClusterFactory
 
 
 @pytest.fixture(scope="module")
@@ -62,15 +63,6 @@ def _win(le: EtcdLeadership, within: float) -> float:
     raise AssertionError(f"no term won within {within} s")
 
 
-def test_urls_and_prefixes() -> None:
-    assert parse_url("etcd://127.0.0.1:2379") == ("http://127.0.0.1:2379", "/rangetable")
-    assert parse_url("etcd://h:1/a/b/") == ("http://h:1", "/a/b")
-    for bad in ("http://h:1", "etcd://h", "h:1"):
-        with pytest.raises(ValueError):
-            parse_url(bad)
-    assert prefix_end(b"a/") == b"a0" and prefix_end(b"a\xff") == b"b"
-
-
 def test_up_refuses_a_meta_url_that_is_not_etcd(tmp_path: Path) -> None:
     out = subprocess.run([sys.executable, "-m", "cli.main", "up", "--data-dir", str(tmp_path), "--meta",
                           "http://127.0.0.1:2379"], capture_output=True, text=True, timeout=60)
@@ -95,15 +87,6 @@ def test_one_leader_of_two_and_the_standby_takes_over_when_the_lease_lapses(etcd
     assert a.deposed() and not b.deposed()
     a.beat()  # the lapsed lease cannot be renewed: a stays deposed
     assert a.deposed()
-
-
-def test_without_etcd_a_coordinator_stays_standby() -> None:
-    ports = PortReservation()
-    port = ports.take()
-    ports.release()  # nothing listens there
-    le = EtcdLeadership(f"etcd://127.0.0.1:{port}", "tcp://a:1", "tcp://a:2")
-    assert le.poll() is None and le.term == 0 and le.deposed()
-    le.beat()  # no lease: nothing to renew, no error
 
 
 def test_a_deposed_leaders_commit_is_refused_by_etcd(etcd: str) -> None:
@@ -133,11 +116,10 @@ def test_items_page_through_many_keys(etcd: str) -> None:
     assert [v["n"] for _, v in got] == list(range(2500))
 
 
-def test_a_cluster_on_etcd_serves_writes_and_survives_a_leader_kill(etcd: str, tmp_path: Path) -> None:
+def test_a_cluster_on_etcd_serves_writes_and_survives_a_leader_kill(etcd: str, tmp_path: Path, cluster_factory: ClusterFactory) -> None:
     from cli.drills.coordinator_failover import MAX_GAP_S, format_report, run_coordinator_drill
-    from tests.cluster import Cluster
 
-    with Cluster(tmp_path / "c", servers=2, extra=["--coordinators", "2", "--meta", etcd + "/cluster"]) as c:
+    with cluster_factory(servers=2, extra=["--coordinators", "2", "--meta", etcd + "/cluster"], data_dir=tmp_path / "c") as c:
         before = c.status()
         assert before["takeover"]["meta"] == "etcd"
         assert not (tmp_path / "c" / "coordinator").exists()  # nothing of the meta store on the data root

@@ -18,7 +18,7 @@ import pytest
 import zmq
 
 from rangetable import TableServiceClient, curve
-from tests.cluster import Cluster
+from tests.cluster import Cluster, ClusterFactory
 
 NATIVE_OPS = ["hello", "get", "write", "batch", "query", "map", "list_tables", "get_table", "create_table",
               "get_acl", "set_acl", "get_service_properties", "events", "status", "servers"]
@@ -70,8 +70,8 @@ def _message(rnd: random.Random, ops: list[str]) -> list[bytes]:
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory):
-    with Cluster(tmp_path_factory.mktemp("fuzz"), servers=2) as c:
+def cluster(cluster_factory: ClusterFactory):
+    with cluster_factory(servers=2) as c:
         yield c
 
 

@@ -16,7 +16,7 @@ from azure.core.exceptions import ServiceRequestError
 from azure.data.tables import TableServiceClient
 
 from rangetable.tls import create_dev_cert, server_context
-from tests.cluster import ROOT, Cluster, dev_cert
+from tests.cluster import ROOT, Cluster, ClusterFactory, dev_cert
 
 
 @pytest.fixture(scope="module")
@@ -44,9 +44,9 @@ def test_bad_certificate_is_refused_before_start(tmp_path: os.PathLike, cert: tu
     assert out.returncode != 0 and "cannot use TLS certificate" in out.stderr
 
 
-def test_sdk_round_trip_over_https(tmp_path: os.PathLike, cert: tuple[str, str]) -> None:
+def test_sdk_round_trip_over_https(tmp_path: os.PathLike, cert: tuple[str, str], cluster_factory: ClusterFactory) -> None:
     c, k = cert
-    with Cluster(tmp_path, servers=1, extra=["--cert", c, "--key", k]) as cluster:
+    with cluster_factory(servers=1, extra=["--cert", c, "--key", k], data_dir=tmp_path) as cluster:
         assert cluster.http.startswith("https://127.0.0.1:")
         assert "DefaultEndpointsProtocol=https;" in cluster.connection_string
         assert f"TableEndpoint={cluster.http};" in cluster.connection_string

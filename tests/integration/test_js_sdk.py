@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.cluster import Cluster
+from tests.cluster import ClusterFactory
 from tests.rest_helpers import DEV_ACCOUNT, DEV_KEY
 
 JS = Path(__file__).resolve().parents[1] / "js"
@@ -47,9 +47,10 @@ def install() -> None:
         raise AssertionError(f"npm ci failed:\n{text[-3000:]}")
 
 
-def test_js_sdk_reference_cases(tmp_path):
+@pytest.mark.slow
+def test_js_sdk_reference_cases(tmp_path, cluster_factory: ClusterFactory):
     install()
-    with Cluster(tmp_path / "data", servers=1) as c:
+    with cluster_factory(servers=1, data_dir=tmp_path / "data") as c:
         env = {**os.environ, "RT_TABLE_URL": c.http, "RT_ACCOUNT": DEV_ACCOUNT, "RT_KEY": DEV_KEY}
         out = subprocess.run(["node", "cases.mjs"], cwd=JS, env=env, capture_output=True, text=True, timeout=180)
     lines = [line for line in out.stdout.splitlines() if line.startswith('{"results"')]

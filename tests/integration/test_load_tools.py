@@ -8,12 +8,12 @@ from cli.balance import render_top
 from cli.bench.stress import run_stress
 from cli.coordinator_client import call
 from cli.drills.rebalance import run_rebalance_drill
-from tests.cluster import Cluster
+from tests.cluster import Cluster, ClusterFactory
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory):
-    with Cluster(tmp_path_factory.mktemp("load"), servers=2, extra=["--partition-target", "500"]) as c:
+def cluster(cluster_factory: ClusterFactory):
+    with cluster_factory(servers=2, extra=["--partition-target", "500"]) as c:
         yield c
 
 
@@ -26,6 +26,7 @@ def test_stress_meets_the_partition_target_with_server_busy(cluster: Cluster) ->
     assert other["get_per_s"] + other["put_per_s"] > 0  # another partition is not throttled by p1
 
 
+@pytest.mark.slow
 def test_rebalance_drill_reports_splits_and_no_client_errors(cluster: Cluster) -> None:
     cluster.admin({"op": "balancer", "action": "set", "key": "hot-window-s", "value": "3"})
     r = run_rebalance_drill(cluster.data_dir, duration=10.0)

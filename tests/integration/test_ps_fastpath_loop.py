@@ -14,6 +14,8 @@ from rangetable import curve, protocol
 from rangetable.config import PartitionServerConfig
 from rangetable.errors import TableError
 
+pytestmark = pytest.mark.serial  # timing of a real event loop (backlog, heartbeats): runs alone, after the parallel part
+
 RECORD = {"id": "r1", "table": "t", "low": "", "high": None, "epoch": 1, "path": "r1"}
 
 

@@ -15,7 +15,7 @@ from urllib.parse import quote
 
 import pytest
 
-from tests.cluster import Cluster
+from tests.cluster import ClusterFactory
 from tests.rest_helpers import DEV_ACCOUNT, DEV_KEY, Raw, sign
 
 SECONDARY = f"/{DEV_ACCOUNT}-secondary"
@@ -23,8 +23,8 @@ _n = itertools.count()
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory):
-    with Cluster(tmp_path_factory.mktemp("compat"), servers=1) as c:
+def cluster(cluster_factory: ClusterFactory):
+    with cluster_factory(servers=1) as c:
         yield c
 
 

@@ -42,7 +42,7 @@ from azure.data.tables import (  # noqa: E402
     generate_table_sas,
 )
 
-from tests.cluster import Cluster  # noqa: E402
+from tests.cluster import ClusterFactory  # noqa: E402
 from tests.rest_helpers import DEV_ACCOUNT, DEV_KEY, Raw, batch_body  # noqa: E402
 
 _n = itertools.count()
@@ -53,8 +53,8 @@ def _name() -> str:
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory):
-    with Cluster(tmp_path_factory.mktemp("rest"), servers=2, extra=["--http-port", "0"]) as c:
+def cluster(cluster_factory: ClusterFactory):
+    with cluster_factory(servers=2, extra=["--http-port", "0"]) as c:
         yield c
 
 

@@ -11,12 +11,12 @@ import time
 
 import pytest
 
-from tests.cluster import ROOT, Cluster
+from tests.cluster import ROOT, Cluster, ClusterFactory
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory):
-    with Cluster(tmp_path_factory.mktemp("scale-out"), servers=2, frontends=2) as c:
+def cluster(cluster_factory: ClusterFactory):
+    with cluster_factory(servers=2, frontends=2) as c:
         yield c
 
 
@@ -73,6 +73,7 @@ def test_http_frontends_share_one_port_and_both_take_connections(cluster: Cluste
     svc.delete_table("SharedPort")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("extra", [["--mix", "mixed"], ["--mix", "mixed", "--http"], ["--mix", "hot-partition"]])
 def test_soak_prints_a_row_per_interval_and_a_verdict(cluster: Cluster, extra: list[str]) -> None:
     argv = [sys.executable, "-m", "cli.main", "bench", "soak", "--data-dir", cluster.data_dir, "--minutes", "0.1",
@@ -96,6 +97,7 @@ def test_soak_prints_a_row_per_interval_and_a_verdict(cluster: Cluster, extra: l
     assert {"hold", "rss_growth"} <= set(res["verdict"])
 
 
+@pytest.mark.slow
 def test_bench_scale_small_run_reports_every_step(tmp_path) -> None:
     argv = [sys.executable, "-m", "cli.main", "bench", "scale", "--entities", "20000", "--moves", "2", "--split-mb", "1",
             "--reps", "100", "--work-dir", str(tmp_path / "scale"), "--json"]

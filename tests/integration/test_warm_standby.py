@@ -17,7 +17,8 @@ from pathlib import Path
 from coordinator.leadership import BASE_META
 from coordinator.meta_store import MetaStore, open_for_term
 from coordinator.partition_map import PartitionMap
-from coordinator.warm_standby import WarmFollower, diff_raw
+from coordinator.warm_standby import WarmFollower
+from tests.unit.test_warm_standby import _same_map
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -76,32 +77,6 @@ def _durable(data: Path, name: str) -> tuple[dict, PartitionMap]:
         return dict(items), PartitionMap.load(items)
     finally:
         m.close()
-
-
-def _same_map(a: PartitionMap, b: PartitionMap) -> None:
-    assert a == b  # tables, ranges, version, next_id
-    for owner in set(a.owners()) | set(b.owners()):
-        assert sorted(a.owned_ids(owner)) == sorted(b.owned_ids(owner))
-    assert a.busy_ids() == b.busy_ids()
-    assert not a.check()
-
-
-def test_diff_raw() -> None:
-    assert diff_raw({b"a": b"1", b"b": b"2"}, {b"b": b"3", b"c": b"4"}) == ({b"b": b"3", b"c": b"4"}, [b"a"])
-    assert diff_raw({b"a": b"1"}, {b"a": b"1"}) == ({}, [])
-
-
-def test_apply_keeps_the_indexes_as_load_builds_them() -> None:
-    pm = PartitionMap()
-    _, (puts, _) = pm.create_table("t", "s1")
-    follower = PartitionMap.load(sorted(puts.items()))
-    r = pm.ranges_of("t")[0]
-    halves = [pm.new_range("t", "", "m", "s1", 2), pm.new_range("t", "m", None, "s2", 2)]
-    follower.apply(*pm.replace([r], halves))
-    follower.apply(*pm.update(pm.ranges_of("t")[1], state="moving"))
-    _same_map(follower, pm)
-    follower.apply(*pm.delete_table("t")[1])
-    _same_map(follower, pm)
 
 
 def test_a_standbys_warm_map_equals_the_leaders_after_splits_and_moves(tmp_path: Path) -> None:

@@ -13,44 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from rangetable.watchdog import LeaseWatchdog, is_fresh, notify_address, ping_interval
-from tests.cluster import ROOT
-
-
-def test_notify_address_and_interval() -> None:
-    assert notify_address({}) is None
-    assert notify_address({"NOTIFY_SOCKET": "/run/systemd/notify"}) == "/run/systemd/notify"
-    assert notify_address({"NOTIFY_SOCKET": "@abstract"}) == b"\0abstract"
-    assert notify_address({"NOTIFY_SOCKET": "relative"}) is None
-    assert ping_interval({"WATCHDOG_USEC": "2000000"}) == 0.5
-    assert ping_interval({"WATCHDOG_USEC": "2000000", "WATCHDOG_PID": str(os.getpid())}) == 0.5
-    assert ping_interval({"WATCHDOG_USEC": "2000000", "WATCHDOG_PID": "1"}) is None
-    assert ping_interval({"WATCHDOG_USEC": "x"}) is None and ping_interval({}) is None
-    assert is_fresh(100.0, 102.0, 3.0) and not is_fresh(100.0, 104.0, 3.0)
-
-
-def test_pings_systemd_over_a_real_datagram_socket(tmp_path: Path) -> None:
-    path = str(tmp_path / "notify")
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
-    sock.bind(path)
-    sock.settimeout(2)
-    try:
-        wd = LeaseWatchdog(env={"NOTIFY_SOCKET": path, "WATCHDOG_USEC": "2000000"})
-        assert wd.active and wd.interval == 0.5
-        wd.renewed(now=10.0)
-        assert sock.recv(64) == b"WATCHDOG=1"
-        wd.renewed(now=10.2)  # rate-limited to a quarter of the watchdog period
-        wd.renewed(now=10.6)
-        assert sock.recv(64) == b"WATCHDOG=1"
-        sock.setblocking(False)
-        try:
-            extra = sock.recv(64)
-        except BlockingIOError:
-            extra = b""
-        assert extra == b""
-        wd.close()
-    finally:
-        sock.close()
+from rangetable.watchdog import LeaseWatchdog
+from tests.cluster import ROOT, ClusterFactory
 
 
 def test_alive_file_and_probe(tmp_path: Path) -> None:
@@ -68,16 +32,14 @@ def test_alive_file_and_probe(tmp_path: Path) -> None:
     assert not LeaseWatchdog(env={}).active
 
 
-def test_partition_server_pings_only_while_it_renews_its_lease(tmp_path: Path) -> None:
-    from tests.cluster import Cluster
-
+def test_partition_server_pings_only_while_it_renews_its_lease(tmp_path: Path, cluster_factory: ClusterFactory) -> None:
     alive = str(tmp_path / "lease-ok")
     probe = [sys.executable, "-m", "rangetable.watchdog", "check", alive, "--max-age", "2"]
     notify = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)  # stands in for systemd's notify socket
     notify.bind(str(tmp_path / "notify"))
     notify.settimeout(5)
     env = {"RANGETABLE_ALIVE_FILE": alive, "NOTIFY_SOCKET": str(tmp_path / "notify"), "WATCHDOG_USEC": "2000000"}
-    with notify, Cluster(tmp_path / "rt", servers=1, env=env, extra=["--no-restart"]) as cluster:
+    with notify, cluster_factory(servers=1, env=env, extra=["--no-restart"], data_dir=tmp_path / "rt") as cluster:
         assert notify.recv(64) == b"WATCHDOG=1"  # what systemd's WatchdogSec waits for
         deadline = time.monotonic() + 10
         while not os.path.exists(alive) and time.monotonic() < deadline:

@@ -489,6 +489,7 @@ def test_account_sas_newer_version_signs_encryption_scope() -> None:
     assert res.sas is not None and res.sas.kind == "account"
 
 
+@pytest.mark.serial  # a wall-clock bound: runs alone, after the parallel part
 def test_shared_key_wins_over_sas_and_is_fast() -> None:
     import time
 

@@ -3,9 +3,12 @@ data blocks), and the parsing of wrk's output."""
 
 from __future__ import annotations
 
+import pytest
+
 from cli.bench.rocksdb_options import HOT_VARIANTS, VARIANTS, run_options_bench
 
 
+@pytest.mark.slow
 def test_options_bench_measures_every_variant(tmp_path):
     res = run_options_bench(3000, 1000, str(tmp_path), echo=lambda s: None)
     assert list(res)[: len(VARIANTS)] == list(VARIANTS)
@@ -41,6 +44,7 @@ def test_wrk_output_is_parsed():
                                      "non_2xx": 3.0, "requests": 16803.0}
 
 
+@pytest.mark.slow
 def test_deletes_in_key_order_stop_costing_reads_once_compacted(tmp_path):
     from cli.bench.rocksdb_options import queue_scan
 

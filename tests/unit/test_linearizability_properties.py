@@ -11,6 +11,7 @@ import time
 from typing import Any
 
 import hypothesis.strategies as st
+import pytest
 from hypothesis import HealthCheck, assume, given, settings
 
 from cli.workload.verify import Op, check
@@ -82,6 +83,7 @@ tiny_op = st.tuples(
 )
 
 
+@pytest.mark.slow
 @settings(max_examples=600, deadline=None)
 @given(
     specs=st.lists(tiny_op, min_size=1, max_size=7),

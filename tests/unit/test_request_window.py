@@ -12,6 +12,8 @@ from __future__ import annotations
 import re
 import time
 
+import pytest
+
 from partition_server.range_store import META_TS, REQ_PREFIX, RangeStore, pack_meta, unpack_meta
 from partition_server.request_records import REQT_END, REQT_PREFIX, Window
 from rangetable.edm import INT32, STRING
@@ -50,6 +52,7 @@ def request_records(s: RangeStore) -> int:
     return sum(1 for k in s._db.keys(from_key=REQ_PREFIX) if k.startswith(REQ_PREFIX))
 
 
+@pytest.mark.slow
 def test_purge_cost_stays_flat_over_tens_of_thousands_of_purges(tmp_path):
     c = CountedStore(tmp_path / "r", request_window_max=WINDOW)
     s = c.store

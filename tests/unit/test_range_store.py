@@ -4,9 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -424,34 +421,6 @@ def test_split_checkpoints_are_hard_links(tmp_path, store):
 
 
 # --- close releases the LOCK ------------------------------------------------------------------
-
-
-def test_close_releases_lock_in_process_and_for_a_subprocess(tmp_path):
-    path = tmp_path / "r"
-    s = RangeStore.open(path)
-    s.batch([ins("p", str(i)) for i in range(100)])
-    s.scan(b"", None, limit=10)
-    with pytest.raises(ZeroDivisionError):
-        s.scan(b"", None, lambda *a: 1 / 0)
-    s.split_key()
-    with pytest.raises(Exception, match="lock"):
-        RangeStore.open(path)
-    s.close()
-    s.close()  # idempotent
-    assert err(s.get, "p", "1").error_code == "RangeBusy"
-    s = RangeStore.open(path)
-    s.scan(b"", None, limit=5)
-    s.close()
-    code = (
-        "import sys; from partition_server.range_store import RangeStore;"
-        "s = RangeStore.open(sys.argv[1]); print(len(s.scan(b'', None)[0])); s.close()"
-    )
-    out = subprocess.run(
-        [sys.executable, "-c", code, str(path)], capture_output=True, text=True, cwd=REPO, timeout=60
-    )
-    assert out.returncode == 0, out.stderr
-    assert out.stdout.strip() == "100"
-    assert re.search("LOCK", out.stderr) is None
 
 
 def test_batch_with_an_unhashable_row_key_is_invalid_input(store):

@@ -1,0 +1,102 @@
+"""Shared fixtures of the suite.
+
+* ``cluster_factory`` — the one way an integration test gets a real cluster: it starts a
+  :class:`tests.cluster.Cluster` on ephemeral ports in a fresh temporary data dir and stops it (down, then
+  SIGKILL of anything left) when the test module ends, even when the test failed. Tests that share one
+  cluster wrap it in a module-scoped fixture; a test that needs a cluster of its own uses it as a context
+  manager (``with cluster_factory(servers=1) as c:``), which stops it at the end of the block.
+* Tests under ``tests/unit/`` start no process: an autouse guard makes any attempt fail loudly.
+* Test ids are the same in every pytest-xdist worker, and the files with slow tests are handed out first.
+* ``@pytest.mark.serial`` tests (wall-clock bounds) are left out of the parallel run and run alone after
+  it (see ``make test``).
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import re
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.cluster import Cluster, ClusterFactory
+
+UNIT = Path(__file__).resolve().parent / "unit"
+ADDRESS = re.compile(r" at 0x[0-9a-f]+")
+
+# The Azure SDK's user agent asks `platform`, which runs `uname -p` once per process and caches it: ask it
+# here, before any test, so whether a unit test "started a process" does not depend on the tests before it.
+platform.platform()
+
+
+@pytest.fixture(scope="module")
+def cluster_factory(tmp_path_factory: pytest.TempPathFactory,
+                    request: pytest.FixtureRequest) -> Iterator[ClusterFactory]:
+    """A factory of started clusters; every cluster it made is stopped when the module ends."""
+    started: list[Cluster] = []
+    stem = request.module.__name__.rsplit(".", 1)[-1].removeprefix("test_")
+
+    def start(servers: int = 2, frontends: int = 1, extra: list[str] | None = None,
+              env: dict[str, str] | None = None, data_dir: str | os.PathLike | None = None) -> Cluster:
+        """Start a cluster (in a new temporary dir unless ``data_dir`` is given) and wait until it serves."""
+        cluster = Cluster(data_dir or tmp_path_factory.mktemp(stem), servers=servers, frontends=frontends,
+                          extra=extra, env=env)
+        started.append(cluster)
+        try:
+            return cluster.start()
+        except BaseException:
+            cluster.stop()  # half started: nothing may outlive the failure
+            raise
+
+    try:
+        yield start
+    finally:
+        errors = []
+        for cluster in reversed(started):
+            try:
+                cluster.stop()
+            except Exception as exc:  # stop the others anyway
+                errors.append(exc)
+        if errors:
+            raise errors[0]
+
+
+def _no_process(*args: object, **kwargs: object) -> None:
+    raise AssertionError("a test under tests/unit/ must not start a process (move it to tests/integration/)")
+
+
+@pytest.fixture(autouse=True)
+def _unit_tests_start_no_process(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Under tests/unit/, starting a subprocess or forking fails the test."""
+    if UNIT not in Path(str(request.node.path)).resolve().parents:
+        return
+    monkeypatch.setattr(subprocess.Popen, "_execute_child", _no_process)
+    monkeypatch.setattr(os, "fork", _no_process)
+    monkeypatch.setattr(os, "posix_spawn", _no_process)
+    monkeypatch.setattr(os, "posix_spawnp", _no_process)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Make the ids the same in every xdist worker, and hand out the heaviest files first.
+
+    An id that prints an object's address (``<object object at 0x7f…>``) differs between workers, which
+    then refuse to run. Files are kept whole and in order, but those with slow tests (then the other
+    integration files) come first, so ``--dist loadfile`` does not leave one long file for the end.
+    """
+    seen: set[str] = set()
+    for item in items:
+        if ADDRESS.search(item.nodeid):
+            nodeid = base = ADDRESS.sub("", item.nodeid)
+            n = 1
+            while nodeid in seen:
+                n += 1
+                nodeid = f"{base[:-1]}-{n}]"
+            item._id = type(item._id).parse(nodeid)  # pytest 9 keeps the id as a NodeId
+        seen.add(item.nodeid)
+    slow: dict[Path, int] = {}
+    for item in items:
+        slow[item.path] = slow.get(item.path, 0) + (item.get_closest_marker("slow") is not None)
+    items.sort(key=lambda item: (-slow[item.path], UNIT in item.path.parents))
