@@ -73,7 +73,7 @@ def backup(co: MapWriter, ctl: Commands, dest: str) -> dict[str, Any]:
             ranges = sorted((dict(r) for r in co.pmap.ranges.values()), key=lambda r: r["id"])
             tables = sorted(co.pmap.tables.values(), key=str.lower)
             version = co.pmap.version
-            meta = co.meta.checkpoint(os.path.join(dest, "coordinator"))
+            meta = co.meta_store().checkpoint(os.path.join(dest, "coordinator"))
         busy = [r["id"] for r in ranges if r["state"] != "serving" or not co.is_alive(r["owner"])]
         if busy:
             raise TableError("ServerBusy", f"ranges without a serving owner: {', '.join(busy)}; retry the backup")

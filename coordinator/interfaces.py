@@ -128,7 +128,11 @@ class MetaAccess(Protocol):
 
     lock: threading.RLock
     pmap: PartitionMap
-    meta: MetaStoreLike | None
+    meta: MetaStoreLike | None  # None until this coordinator wins a term (a standby has none)
+
+    def meta_store(self) -> MetaStoreLike:
+        """The meta store of the term this coordinator leads; raises RuntimeError on a standby."""
+        ...
 
 
 class EventRecorder(Protocol):
@@ -295,7 +299,6 @@ class AdminHost(LeaseHolder, KeyRegistry, Protocol):
 class TakeoverHost(MapWriter, Notifier, Fenced, Protocol):
     """What taking over a term uses (:mod:`coordinator.takeover`)."""
 
-    meta: MetaStoreLike | None
     leadership: Leadership | EtcdLeadership | None
     follower: WarmFollower | None
     takeover: dict

@@ -111,10 +111,18 @@ class Coordinator:
 
     # --- shared helpers (called from both threads under self.lock) ------------------------------
 
+    def meta_store(self) -> MetaStoreLike:
+        """The meta store of the term this coordinator leads (opened at takeover, before any request
+        other than a heartbeat is handled); raises RuntimeError on a standby, which has none."""
+        meta = self.meta
+        if meta is None:
+            raise RuntimeError(f"coordinator {self.endpoint} leads no term: it has no meta store open")
+        return meta
+
     def commit(self, writes: tuple[dict, list]) -> None:
         """Persist a map change, then ask the loop to publish the new map."""
         puts, deletes = writes
-        self.meta.commit(puts, deletes)
+        self.meta_store().commit(puts, deletes)
         with self.lock:
             self._commits += 1
             self.changes.note_writes(puts, deletes)
@@ -140,7 +148,7 @@ class Coordinator:
                 old = self.events.pop(0)
                 puts.pop(b"event/%012d" % old["seq"], None)
                 deletes.append(b"event/%012d" % old["seq"])
-            self.meta.commit(puts, deletes)
+            self.meta_store().commit(puts, deletes)
         for ev in evs:
             log.info("event %s", ev)
 

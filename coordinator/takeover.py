@@ -116,7 +116,8 @@ def _load(co: TakeoverHost, rec: TermRecord) -> None:
 
 def finish(co: TakeoverHost) -> None:
     """The map is loaded: act as the leader from now on (loop thread)."""
-    assert co.leadership is not None and co.meta is not None
+    assert co.leadership is not None
+    meta = co.meta_store()
     now = time.monotonic()
     # Servers known before keep their ranges for a full lease: a takeover (or a restart) shorter
     # than the lease is invisible to clients; silent ones are then declared dead.
@@ -133,7 +134,7 @@ def finish(co: TakeoverHost) -> None:
     co.leadership.collect()
     if co.cfg.meta:
         return  # the meta store is in etcd: no directories of earlier terms to delete
-    for name in stale_meta_dirs(os.listdir(co.cfg.data_dir), co.meta.name):
+    for name in stale_meta_dirs(os.listdir(co.cfg.data_dir), meta.name):
         path = os.path.join(co.cfg.data_dir, name)
         if lock_free(os.path.join(path, "LOCK")):
             shutil.rmtree(path, ignore_errors=True)
