@@ -28,6 +28,7 @@ from rangetable.files import write_json_atomic
 
 if TYPE_CHECKING:
     from coordinator.interfaces import Commands, MapWriter
+    from rangetable.messages import CheckpointAnswer
 
 log = logging.getLogger("rangetable.coordinator")
 
@@ -80,7 +81,7 @@ def backup(co: MapWriter, ctl: Commands, dest: str) -> dict[str, Any]:
         out = []
         for r in ranges:
             path = os.path.join(dest, "ranges", r["id"])
-            info = ctl.call(r["owner"], {"op": "checkpoint", "range": r["id"], "epoch": r["epoch"], "path": path},
+            info: CheckpointAnswer = ctl.call(r["owner"], {"op": "checkpoint", "range": r["id"], "epoch": r["epoch"], "path": path},
                             timeout=CHECKPOINT_TIMEOUT_S)
             out.append({"id": r["id"], "table": r["table"], "low": r["low"], "high": r["high"], "epoch": r["epoch"],
                         "owner": r["owner"], "taken_at": time.time(), **info})

@@ -25,7 +25,7 @@ import os
 import sys
 import threading
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import zmq
 
@@ -48,6 +48,9 @@ from rangetable.coordinators import not_leader
 from rangetable.errors import TableError
 from rangetable.gc_tuning import GcPauses
 from rangetable.process import serve_until_signalled
+
+if TYPE_CHECKING:
+    from rangetable.messages import Hugz, RangeRecord
 
 log = logging.getLogger("rangetable.coordinator")
 BATCH = 64  # requests handled per loop turn before their answers go out (registrations commit once)
@@ -207,7 +210,8 @@ class Coordinator:
                 return
             endpoints = {sid: (s.endpoint if s.alive and s.endpoint else None)
                          for sid in self.changes.servers if (s := self.servers.get(sid)) is not None}
-            delta = build_delta(self.published, self.pmap.version, self.changes.take(), self.pmap.ranges,
+            records = cast("dict[str, RangeRecord]", self.pmap.ranges)  # the map's records, as published
+            delta = build_delta(self.published, self.pmap.version, self.changes.take(), records,
                                 endpoints, sorted(self.pmap.tables.values()))
             packed = protocol.pack(delta)
             self.deltas.add(delta, packed)
@@ -340,8 +344,8 @@ class Coordinator:
                 self.controller.submit(ops.collect_garbage, self, self.controller, key="gc")
             if now >= next_hugz:
                 next_hugz = now + 1.0
-                self.pub.send_multipart([b"hugz", protocol.pack({"version": self.pmap.version, "term": self.term,
-                                                                 "keys": self.keys_version})])
+                hugz: Hugz = {"version": self.pmap.version, "term": self.term, "keys": self.keys_version}
+                self.pub.send_multipart([b"hugz", protocol.pack(hugz)])
 
     def _freeze_map(self) -> None:
         """Keep the loaded map out of the collector's walks from now on.

@@ -39,6 +39,7 @@ from coordinator.warm_standby import WarmFollower
 
 if TYPE_CHECKING:
     from coordinator.interfaces import MetaStoreLike, TakeoverHost
+    from rangetable.messages import LeaseAnswer
 
 log = logging.getLogger("rangetable.coordinator")
 
@@ -61,7 +62,7 @@ def begin(co: TakeoverHost, rec: TermRecord) -> None:
     threading.Thread(target=_load, args=(co, rec), name="takeover", daemon=True).start()
 
 
-def early_lease(co: TakeoverHost) -> dict:
+def early_lease(co: TakeoverHost) -> LeaseAnswer:
     """A heartbeat answer while the map loads: a lease of the new term, nothing else."""
     return {"lease_s": co.cfg.lease_s, "version": -1, "term": co.term}
 
