@@ -27,7 +27,7 @@ sends it. Nothing here runs: the module holds types only.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 from rangetable.messages import (
@@ -93,7 +93,7 @@ class MetaStoreLike(Protocol):
         """Every record whose key starts with ``prefix``, in key order."""
         ...
 
-    def commit(self, puts: dict[bytes, Any], deletes: list[bytes] = ...) -> None:
+    def commit(self, puts: dict[bytes, Any], deletes: Sequence[bytes] = ...) -> None:
         """Write ``puts`` and delete ``deletes`` in one durable write."""
         ...
 
@@ -346,6 +346,10 @@ class TakeoverHost(MapWriter, Notifier, Fenced, Protocol):
     @property
     def controller(self) -> Commands:
         """The controller thread (started once the map is loaded)."""
+        ...
+
+    def election(self) -> Leadership | EtcdLeadership:
+        """The election this coordinator takes part in; raises RuntimeError before it serves."""
         ...
 
     def step_down(self) -> None:

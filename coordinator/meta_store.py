@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import shutil
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, cast
 
 import msgpack
@@ -48,7 +48,7 @@ class MetaStore:
             out.append((key, msgpack.unpackb(v, raw=False, strict_map_key=False)))
         return out
 
-    def commit(self, puts: dict[bytes, Any], deletes: list[bytes] = ()) -> None:  # type: ignore[assignment]
+    def commit(self, puts: dict[bytes, Any], deletes: Sequence[bytes] = ()) -> None:
         """Write puts and deletes as one synced batch (fenced by ``guard`` on both sides)."""
         self.guard()
         wb = WriteBatch(raw_mode=True)

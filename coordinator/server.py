@@ -96,6 +96,14 @@ class Coordinator:
 
     # --- leadership ---------------------------------------------------------------------------
 
+    def election(self) -> Leadership | EtcdLeadership:
+        """The election this coordinator takes part in (lock files or etcd, chosen in :meth:`serve`
+        once its endpoints are bound); raises RuntimeError before."""
+        election = self.leadership
+        if election is None:
+            raise RuntimeError("the coordinator takes part in no election before it serves")
+        return election
+
     def fence(self) -> None:
         """Step down at once when a later term exists (called before every command sent and on
         both sides of every meta-store write; a deposed leader never acts)."""
@@ -267,7 +275,7 @@ class Coordinator:
 
     def _stand_by(self, router: zmq.Socket, poller: zmq.Poller) -> None:
         """Answer ``NotLeader`` (naming the leader) until this coordinator wins a term, then lead."""
-        assert self.leadership is not None
+        election = self.election()
         next_poll = 0.0
         leader = None
         while not self.stopping:
@@ -283,17 +291,16 @@ class Coordinator:
             now = time.monotonic()
             if now >= next_poll:
                 next_poll = now + 0.05
-                won = self.leadership.poll()
+                won = election.poll()
                 if won is not None:
                     takeover.begin(self, won)
                     return
-                leader = self.leadership.read_latest()
+                leader = election.read_latest()
                 takeover.follow(self, leader)
 
     def _serve_as_leader(self, router: zmq.Socket, pull: zmq.Socket, poller: zmq.Poller) -> None:
         log.info("coordinator leads term %d on %s, map updates on %s; loading the map", self.term, self.endpoint,
                  self.pub_endpoint)
-        assert self.leadership is not None
         next_tick = 0.0
         next_hugz = 0.0
         next_gc = time.monotonic() + 2 * (self.cfg.lease_s + self.cfg.lease_grace_s)
