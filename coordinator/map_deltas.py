@@ -88,8 +88,8 @@ def fold(deltas: list[MapDelta]) -> MapDelta:
         if "tables" in d:
             tables = d["tables"]
     out: MapDelta = {"prev": deltas[0]["prev"], "version": deltas[-1]["version"],
-                           "ranges": [ranges[k] for k in sorted(ranges)], "removed": sorted(removed),
-                           "servers": servers}
+                     "ranges": [ranges[k] for k in sorted(ranges)], "removed": sorted(removed),
+                     "servers": servers}
     if tables is not None:
         out["tables"] = tables
     return out

@@ -56,9 +56,10 @@ class MapSnapshots:
         with co.lock:  # copies: the controller changes records in place
             key = co.map_key()
             ranges = cast("list[RangeRecord]", [r.copy() for r in co.pmap.ranges.values()])  # the map's records
-            snap: MapSnapshot = {"version": co.pmap.version, "tables": sorted(co.pmap.tables.values()), "ranges": ranges,
-                    "servers": {s.id: s.endpoint for s in co.servers.values() if s.alive and s.endpoint},
-                    "pub": co.pub_endpoint}
+            snap: MapSnapshot = {
+                "version": co.pmap.version, "tables": sorted(co.pmap.tables.values()), "ranges": ranges,
+                "servers": {s.id: s.endpoint for s in co.servers.values() if s.alive and s.endpoint},
+                "pub": co.pub_endpoint}
         ranges.sort(key=itemgetter("table", "low"))  # C-level key: ~0.1 s for 100,000 ranges, not ~1 s
         return key, protocol.ok(snap)
 
