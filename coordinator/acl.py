@@ -51,7 +51,7 @@ def _bad_xml(message: str) -> TableError:
 
 
 def _get(co: MetaAccess, key: bytes) -> Any:
-    for k, v in co.meta.items(key):
+    for k, v in co.meta_store().items(key):
         if k == key:
             return v
         break
@@ -138,15 +138,15 @@ def handle(co: MetaAccess, op: str, req: dict) -> Any:
             table = co.pmap.table_name(_table_field(req))
             policies = validate_policies(req.get("policies"))
             if policies:
-                co.meta.commit({acl_key(table): {"policies": policies}})
+                co.meta_store().commit({acl_key(table): {"policies": policies}})
             else:
-                co.meta.commit({}, [acl_key(table)])
+                co.meta_store().commit({}, [acl_key(table)])
             return None
         if op == "get_service_properties":
             return {"properties": _get(co, SERVICE_KEY) or {}}
         if op == "set_service_properties":
             props = validate_properties(req.get("properties"))
             merged = {**(_get(co, SERVICE_KEY) or {}), **props}
-            co.meta.commit({SERVICE_KEY: merged})
+            co.meta_store().commit({SERVICE_KEY: merged})
             return None
     raise TableError("InvalidInput", f"unknown op {op!r}")

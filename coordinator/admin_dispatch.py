@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from coordinator import acl, backup, client_keys, leases
 from coordinator import operations as ops
@@ -18,6 +18,7 @@ from rangetable.errors import TableError
 
 if TYPE_CHECKING:
     from coordinator.interfaces import AdminHost
+    from rangetable.messages import Heartbeat, MapDelta
 
 text = protocol.field
 JOBS: dict[str, tuple[Callable[..., Any], Callable[[dict], tuple]]] = {  # op -> (controller job, its arguments)
@@ -44,7 +45,7 @@ def handle(co: AdminHost, ident: bytes, rid: bytes, req: dict, role: str | None)
     if op in client_keys.OPS:
         return protocol.ok(client_keys.handle(co, op, req))
     if op == "heartbeat":
-        return protocol.ok(leases.heartbeat(co, req))
+        return protocol.ok(leases.heartbeat(co, cast("Heartbeat", req)))  # from a partition-server key
     if op == "map":
         since = req.get("since")
         if isinstance(since, int) and not isinstance(since, bool):
@@ -52,7 +53,8 @@ def handle(co: AdminHost, ident: bytes, rid: bytes, req: dict, role: str | None)
             with co.lock:
                 delta = co.deltas.since(since, co.published)
             if delta is not None:
-                return protocol.ok({**delta, "pub": co.pub_endpoint})
+                answer: MapDelta = {**delta, "pub": co.pub_endpoint}
+                return protocol.ok(answer)
         return co.map_snapshots.answer(ident, rid)  # None: the snapshot thread answers when it is packed
     if op in ("status", "ranges"):
         return protocol.ok(status(co))

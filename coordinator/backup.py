@@ -28,6 +28,7 @@ from rangetable.files import write_json_atomic
 
 if TYPE_CHECKING:
     from coordinator.interfaces import Commands, MapWriter
+    from rangetable.messages import CheckpointAnswer
 
 log = logging.getLogger("rangetable.coordinator")
 
@@ -73,14 +74,14 @@ def backup(co: MapWriter, ctl: Commands, dest: str) -> dict[str, Any]:
             ranges = sorted((dict(r) for r in co.pmap.ranges.values()), key=lambda r: r["id"])
             tables = sorted(co.pmap.tables.values(), key=str.lower)
             version = co.pmap.version
-            meta = co.meta.checkpoint(os.path.join(dest, "coordinator"))
+            meta = co.meta_store().checkpoint(os.path.join(dest, "coordinator"))
         busy = [r["id"] for r in ranges if r["state"] != "serving" or not co.is_alive(r["owner"])]
         if busy:
             raise TableError("ServerBusy", f"ranges without a serving owner: {', '.join(busy)}; retry the backup")
         out = []
         for r in ranges:
             path = os.path.join(dest, "ranges", r["id"])
-            info = ctl.call(r["owner"], {"op": "checkpoint", "range": r["id"], "epoch": r["epoch"], "path": path},
+            info: CheckpointAnswer = ctl.call(r["owner"], {"op": "checkpoint", "range": r["id"], "epoch": r["epoch"], "path": path},
                             timeout=CHECKPOINT_TIMEOUT_S)
             out.append({"id": r["id"], "table": r["table"], "low": r["low"], "high": r["high"], "epoch": r["epoch"],
                         "owner": r["owner"], "taken_at": time.time(), **info})

@@ -144,6 +144,8 @@ class BalancerLoop:
                 for half in (res["left"], res["right"]):
                     self.recent.setdefault("split", {})[half] = t
             elif a.kind == "move":
+                if a.target is None:  # the move rule always names one (balancer_moves.py)
+                    raise TableError("InvalidInput", f"a move of {a.range} names no target server")
                 ops.move(co, ctl, a.range, a.target, reason=reason)
                 self.recent.setdefault("move", {})[a.range] = time.monotonic()
             elif a.kind == "merge":
@@ -178,7 +180,7 @@ class BalancerLoop:
         elif action != "status":
             raise TableError("InvalidInput", f"unknown balancer action {action!r}")
         if action != "status":
-            self.co.meta.commit({SETTINGS_KEY: s.to_dict()})
+            self.co.meta_store().commit({SETTINGS_KEY: s.to_dict()})
         return {"settings": s.to_dict(), "in_flight": self.in_flight, "busy_ranges": sorted(self.busy),
                 "round_ms": self.round_ms,
                 "last_actions": self.last_actions}

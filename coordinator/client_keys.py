@@ -35,11 +35,11 @@ ACCOUNT = re.compile(r"[a-z0-9]{3,24}")
 def load(co: MetaAccess) -> tuple[int, dict[str, dict]]:
     """The stored version and records (name → record)."""
     version = 0
-    for k, v in co.meta.items(VERSION_KEY):
+    for k, v in co.meta_store().items(VERSION_KEY):
         if k == VERSION_KEY:
             version = int(v)
         break
-    return version, {k[len(PREFIX):].decode(): v for k, v in co.meta.items(PREFIX)}
+    return version, {k[len(PREFIX):].decode(): v for k, v in co.meta_store().items(PREFIX)}
 
 
 def validate(req: dict, records: dict[str, dict], reserved: set[str]) -> dict:
@@ -49,7 +49,7 @@ def validate(req: dict, records: dict[str, dict], reserved: set[str]) -> dict:
         raise TableError("InvalidInput", "name must be 1-64 letters, digits, '-', '_' or '.'")
     if not isinstance(account, str) or not ACCOUNT.fullmatch(account):
         raise TableError("InvalidInput", "account must be 3-24 lower-case letters and digits")
-    if not valid_public_key(public):
+    if not isinstance(public, str) or not valid_public_key(public):
         raise TableError("InvalidInput", "public must be a Z85-encoded CURVE public key (40 characters)")
     if name in records:
         raise TableError("EntityAlreadyExists", f"a client key named {name!r} is already registered")
@@ -66,7 +66,7 @@ def handle(co: KeyRegistry, op: str, req: dict) -> Any:
             return {"version": version, "keys": sorted(records.values(), key=lambda r: r["name"])}
         if op == "keys_add":
             rec = validate(req, records, {p.user_id for p in co.keys.pairs.values()})
-            co.meta.commit({PREFIX + rec["name"].encode(): rec, VERSION_KEY: version + 1})
+            co.meta_store().commit({PREFIX + rec["name"].encode(): rec, VERSION_KEY: version + 1})
             co.keys_version = version + 1
             co.notify([b"hugz"])
             co.event("key_added", name=rec["name"], account=rec["account"], public=rec["public"])
@@ -74,7 +74,7 @@ def handle(co: KeyRegistry, op: str, req: dict) -> Any:
         name = req.get("name")
         if not isinstance(name, str) or name not in records:
             raise TableError("ResourceNotFound", f"no client key named {name!r}")
-        co.meta.commit({VERSION_KEY: version + 1}, [PREFIX + name.encode()])
+        co.meta_store().commit({VERSION_KEY: version + 1}, [PREFIX + name.encode()])
         co.keys_version = version + 1
         co.notify([b"hugz"])
         co.event("key_revoked", name=name, account=records[name]["account"])

@@ -12,6 +12,7 @@ import json
 import urllib.error
 import urllib.parse
 import urllib.request
+from collections.abc import Sequence
 from typing import Any
 
 from rangetable.errors import TableError
@@ -113,7 +114,7 @@ class EtcdClient:
                 return out, rev
             start = out[-1][0] + b"\x00"
 
-    def txn(self, compare: list[dict], success: list[dict], failure: list[dict] = ()) -> tuple[bool, dict]:  # type: ignore[assignment]
+    def txn(self, compare: list[dict], success: list[dict], failure: Sequence[dict] = ()) -> tuple[bool, dict]:
         """Run a transaction; returns (whether the comparisons held, etcd's answer)."""
         res = self.call("kv/txn", {"compare": compare, "success": success, "failure": list(failure)})
         return bool(res.get("succeeded", False)), res

@@ -20,14 +20,25 @@ protocol                   taken by
 =========================  ===========================================================
 
 The controller, the balancer loop and the map snapshots are seen through :class:`Commands`,
-:class:`LoadSink` and :class:`MapAnswers`. Nothing here runs: the module holds types only.
+:class:`LoadSink` and :class:`MapAnswers`; :data:`SentCommand` is a control command as the controller
+sends it. Nothing here runs: the module holds types only.
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
+
+from rangetable.messages import (
+    CheckpointCommand,
+    DestroyCommand,
+    LoadCommand,
+    MergeCommand,
+    RangeCommand,
+    SplitCommand,
+    UnloadCommand,
+)
 
 if TYPE_CHECKING:
     import queue
@@ -48,6 +59,28 @@ if TYPE_CHECKING:
 Reply = Callable[[Any, "TableError | None"], None]  # how a controller job's result is answered
 
 
+# --- control commands as the controller sends them ------------------------------------------------
+
+
+class VersionedSplit(SplitCommand):
+    """A ``split`` as :func:`coordinator.operations.split` sends it: with the map ``version``, which a
+    partition server takes from any control command (``RangeSet.control``)."""
+
+    version: int
+
+
+class VersionedMerge(MergeCommand):
+    """A ``merge`` as :func:`coordinator.operations.merge` sends it: with the map ``version``."""
+
+    version: int
+
+
+SentCommand = (
+    LoadCommand | UnloadCommand | RangeCommand | VersionedSplit | VersionedMerge | DestroyCommand | CheckpointCommand
+)
+"""A control command as the controller sends it to a partition server (it adds the leader's ``term``)."""
+
+
 # --- the parts seen from outside ------------------------------------------------------------------
 
 
@@ -60,7 +93,7 @@ class MetaStoreLike(Protocol):
         """Every record whose key starts with ``prefix``, in key order."""
         ...
 
-    def commit(self, puts: dict[bytes, Any], deletes: list[bytes] = ...) -> None:
+    def commit(self, puts: dict[bytes, Any], deletes: Sequence[bytes] = ...) -> None:
         """Write ``puts`` and delete ``deletes`` in one durable write."""
         ...
 
@@ -83,11 +116,11 @@ class Commands(Protocol):
         """Queue a job (with ``key``, at most one such job waits at a time)."""
         ...
 
-    def call(self, server: str, body: dict, timeout: float | None = None) -> Any:
+    def call(self, server: str, body: SentCommand, timeout: float | None = None) -> Any:
         """Send one command to a partition server and wait for its answer."""
         ...
 
-    def call_many(self, calls: list[tuple[str, dict]], timeout: float | None = None) -> list[Any]:
+    def call_many(self, calls: list[tuple[str, SentCommand]], timeout: float | None = None) -> list[Any]:
         """Send commands to partition servers at once; one result or TableError per call."""
         ...
 
@@ -128,7 +161,11 @@ class MetaAccess(Protocol):
 
     lock: threading.RLock
     pmap: PartitionMap
-    meta: MetaStoreLike | None
+    meta: MetaStoreLike | None  # None until this coordinator wins a term (a standby has none)
+
+    def meta_store(self) -> MetaStoreLike:
+        """The meta store of the term this coordinator leads; raises RuntimeError on a standby."""
+        ...
 
 
 class EventRecorder(Protocol):
@@ -295,7 +332,6 @@ class AdminHost(LeaseHolder, KeyRegistry, Protocol):
 class TakeoverHost(MapWriter, Notifier, Fenced, Protocol):
     """What taking over a term uses (:mod:`coordinator.takeover`)."""
 
-    meta: MetaStoreLike | None
     leadership: Leadership | EtcdLeadership | None
     follower: WarmFollower | None
     takeover: dict
@@ -310,6 +346,10 @@ class TakeoverHost(MapWriter, Notifier, Fenced, Protocol):
     @property
     def controller(self) -> Commands:
         """The controller thread (started once the map is loaded)."""
+        ...
+
+    def election(self) -> Leadership | EtcdLeadership:
+        """The election this coordinator takes part in; raises RuntimeError before it serves."""
         ...
 
     def step_down(self) -> None:

@@ -21,11 +21,12 @@ from coordinator.server_info import ServerInfo
 
 if TYPE_CHECKING:
     from coordinator.interfaces import LeaseHolder
+    from rangetable.messages import Heartbeat, LeaseAnswer
 
 log = logging.getLogger("rangetable.coordinator")
 
 
-def heartbeat(co: LeaseHolder, req: dict) -> dict:
+def heartbeat(co: LeaseHolder, req: Heartbeat) -> LeaseAnswer:
     """Take one heartbeat (register the server when it is new or restarted, keep its ranges and
     load reports, ask the controller to reconcile it when its ranges differ from the map) and
     return the lease."""

@@ -16,10 +16,14 @@ delta: it asks for ``map {since: its version}`` and gets the missed deltas folde
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgpack
+
+if TYPE_CHECKING:
+    from rangetable.messages import MapDelta, RangeRecord
 
 DELTA_LOG = 1024  # deltas kept for catch-up (each one is small: it holds only what changed)
 
@@ -49,11 +53,11 @@ class PendingChanges:
         return out
 
 
-def build_delta(prev: int, version: int, changes: PendingChanges, ranges: dict[str, dict],
-                endpoints: dict[str, str | None], tables: list[str]) -> dict:
+def build_delta(prev: int, version: int, changes: PendingChanges, ranges: Mapping[str, RangeRecord],
+                endpoints: dict[str, str | None], tables: list[str]) -> MapDelta:
     """The delta from ``prev`` to ``version``: current records of changed ranges (ids no longer in
     ``ranges`` are removed), changed servers' endpoints (None: gone), the catalog if it changed."""
-    delta: dict[str, Any] = {"prev": prev, "version": version, "ranges": [], "removed": [], "servers": {}}
+    delta: MapDelta = {"prev": prev, "version": version, "ranges": [], "removed": [], "servers": {}}
     for rid in sorted(changes.ranges):
         rec = ranges.get(rid)
         if rec is None:
@@ -67,9 +71,9 @@ def build_delta(prev: int, version: int, changes: PendingChanges, ranges: dict[s
     return delta
 
 
-def fold(deltas: list[dict]) -> dict:
+def fold(deltas: list[MapDelta]) -> MapDelta:
     """Consecutive deltas (oldest first) as one delta from the first ``prev`` to the last ``version``."""
-    ranges: dict[str, dict] = {}
+    ranges: dict[str, RangeRecord] = {}
     removed: set[str] = set()
     servers: dict[str, str | None] = {}
     tables = None
@@ -83,9 +87,9 @@ def fold(deltas: list[dict]) -> dict:
         servers.update(d["servers"])
         if "tables" in d:
             tables = d["tables"]
-    out: dict[str, Any] = {"prev": deltas[0]["prev"], "version": deltas[-1]["version"],
-                           "ranges": [ranges[k] for k in sorted(ranges)], "removed": sorted(removed),
-                           "servers": servers}
+    out: MapDelta = {"prev": deltas[0]["prev"], "version": deltas[-1]["version"],
+                     "ranges": [ranges[k] for k in sorted(ranges)], "removed": sorted(removed),
+                     "servers": servers}
     if tables is not None:
         out["tables"] = tables
     return out
@@ -97,11 +101,11 @@ class DeltaLog:
     def __init__(self, limit: int = DELTA_LOG) -> None:
         self._log: deque[tuple[int, int, bytes]] = deque(maxlen=limit)
 
-    def add(self, delta: dict, packed: bytes) -> None:
+    def add(self, delta: MapDelta, packed: bytes) -> None:
         """Keep a published delta (``packed`` is its msgpack form, as sent)."""
         self._log.append((delta["prev"], delta["version"], packed))
 
-    def since(self, version: int, current: int) -> dict | None:
+    def since(self, version: int, current: int) -> MapDelta | None:
         """One delta taking a map at ``version`` to ``current``, or None when the log does not reach
         back that far (the caller sends a snapshot instead)."""
         if version > current:

@@ -14,13 +14,14 @@ from __future__ import annotations
 import logging
 import threading
 from operator import itemgetter
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from rangetable import protocol
 from rangetable.errors import TableError
 
 if TYPE_CHECKING:
     from coordinator.interfaces import SnapshotSource
+    from rangetable.messages import MapSnapshot, RangeRecord
 
 log = logging.getLogger("rangetable.coordinator")
 
@@ -54,10 +55,11 @@ class MapSnapshots:
         co = self.co
         with co.lock:  # copies: the controller changes records in place
             key = co.map_key()
-            ranges = [r.copy() for r in co.pmap.ranges.values()]
-            snap = {"version": co.pmap.version, "tables": sorted(co.pmap.tables.values()), "ranges": ranges,
-                    "servers": {s.id: s.endpoint for s in co.servers.values() if s.alive and s.endpoint},
-                    "pub": co.pub_endpoint}
+            ranges = cast("list[RangeRecord]", [r.copy() for r in co.pmap.ranges.values()])  # the map's records
+            snap: MapSnapshot = {
+                "version": co.pmap.version, "tables": sorted(co.pmap.tables.values()), "ranges": ranges,
+                "servers": {s.id: s.endpoint for s in co.servers.values() if s.alive and s.endpoint},
+                "pub": co.pub_endpoint}
         ranges.sort(key=itemgetter("table", "low"))  # C-level key: ~0.1 s for 100,000 ranges, not ~1 s
         return key, protocol.ok(snap)
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import msgpack
@@ -43,7 +43,7 @@ class EtcdMetaStore:
         """etcd's current revision (grows with every write anywhere in etcd)."""
         return self.client.get(term_key(self.prefix))[1]
 
-    def commit(self, puts: dict[bytes, Any], deletes: list[bytes] = ()) -> None:  # type: ignore[assignment]
+    def commit(self, puts: dict[bytes, Any], deletes: Sequence[bytes] = ()) -> None:
         """Write puts and deletes as one transaction, refused unless this leader's term is current."""
         self.guard()
         ops = [delete_op(self._root + k) for k in deletes]

@@ -9,8 +9,8 @@ from __future__ import annotations
 import os
 import shutil
 import time
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Any, cast
 
 import msgpack
 import rocksdict
@@ -40,14 +40,15 @@ class MetaStore:
 
     def items(self, prefix: bytes = b"") -> list[tuple[bytes, Any]]:
         """Every (key, value) under a prefix, in key order."""
-        out = []
+        out: list[tuple[bytes, Any]] = []
         for k, v in self.db.items(from_key=prefix):
-            if not k.startswith(prefix):
+            key = cast(bytes, k)  # a raw-mode Rdict: keys are bytes
+            if not key.startswith(prefix):
                 break
-            out.append((k, msgpack.unpackb(v, raw=False, strict_map_key=False)))
+            out.append((key, msgpack.unpackb(v, raw=False, strict_map_key=False)))
         return out
 
-    def commit(self, puts: dict[bytes, Any], deletes: list[bytes] = ()) -> None:  # type: ignore[assignment]
+    def commit(self, puts: dict[bytes, Any], deletes: Sequence[bytes] = ()) -> None:
         """Write puts and deletes as one synced batch (fenced by ``guard`` on both sides)."""
         self.guard()
         wb = WriteBatch(raw_mode=True)

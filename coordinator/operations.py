@@ -23,6 +23,7 @@ from rangetable.stats import StepClock
 
 if TYPE_CHECKING:
     from coordinator.interfaces import Commands, MapWriter
+    from rangetable.messages import RangeRecord
 
 log = logging.getLogger("rangetable.coordinator")
 
@@ -31,8 +32,10 @@ def _ms(t0: float) -> float:
     return round((time.monotonic() - t0) * 1000, 2)
 
 
-def _public(rec: dict) -> dict:
-    return {k: rec[k] for k in ("id", "table", "low", "high", "epoch", "path")}
+def _public(rec: dict) -> RangeRecord:
+    """A map record as control commands carry it (without ``owner`` and ``state``)."""
+    return {"id": rec["id"], "table": rec["table"], "low": rec["low"], "high": rec["high"], "epoch": rec["epoch"],
+            "path": rec["path"]}
 
 
 def create_table(co: MapWriter, ctl: Commands, name: str) -> dict:

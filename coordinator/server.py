@@ -25,7 +25,7 @@ import os
 import sys
 import threading
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import zmq
 
@@ -48,6 +48,9 @@ from rangetable.coordinators import not_leader
 from rangetable.errors import TableError
 from rangetable.gc_tuning import GcPauses
 from rangetable.process import serve_until_signalled
+
+if TYPE_CHECKING:
+    from rangetable.messages import Hugz, RangeRecord
 
 log = logging.getLogger("rangetable.coordinator")
 BATCH = 64  # requests handled per loop turn before their answers go out (registrations commit once)
@@ -93,6 +96,14 @@ class Coordinator:
 
     # --- leadership ---------------------------------------------------------------------------
 
+    def election(self) -> Leadership | EtcdLeadership:
+        """The election this coordinator takes part in (lock files or etcd, chosen in :meth:`serve`
+        once its endpoints are bound); raises RuntimeError before."""
+        election = self.leadership
+        if election is None:
+            raise RuntimeError("the coordinator takes part in no election before it serves")
+        return election
+
     def fence(self) -> None:
         """Step down at once when a later term exists (called before every command sent and on
         both sides of every meta-store write; a deposed leader never acts)."""
@@ -111,10 +122,18 @@ class Coordinator:
 
     # --- shared helpers (called from both threads under self.lock) ------------------------------
 
+    def meta_store(self) -> MetaStoreLike:
+        """The meta store of the term this coordinator leads (opened at takeover, before any request
+        other than a heartbeat is handled); raises RuntimeError on a standby, which has none."""
+        meta = self.meta
+        if meta is None:
+            raise RuntimeError(f"coordinator {self.endpoint} leads no term: it has no meta store open")
+        return meta
+
     def commit(self, writes: tuple[dict, list]) -> None:
         """Persist a map change, then ask the loop to publish the new map."""
         puts, deletes = writes
-        self.meta.commit(puts, deletes)
+        self.meta_store().commit(puts, deletes)
         with self.lock:
             self._commits += 1
             self.changes.note_writes(puts, deletes)
@@ -140,7 +159,7 @@ class Coordinator:
                 old = self.events.pop(0)
                 puts.pop(b"event/%012d" % old["seq"], None)
                 deletes.append(b"event/%012d" % old["seq"])
-            self.meta.commit(puts, deletes)
+            self.meta_store().commit(puts, deletes)
         for ev in evs:
             log.info("event %s", ev)
 
@@ -199,7 +218,8 @@ class Coordinator:
                 return
             endpoints = {sid: (s.endpoint if s.alive and s.endpoint else None)
                          for sid in self.changes.servers if (s := self.servers.get(sid)) is not None}
-            delta = build_delta(self.published, self.pmap.version, self.changes.take(), self.pmap.ranges,
+            records = cast("dict[str, RangeRecord]", self.pmap.ranges)  # the map's records, as published
+            delta = build_delta(self.published, self.pmap.version, self.changes.take(), records,
                                 endpoints, sorted(self.pmap.tables.values()))
             packed = protocol.pack(delta)
             self.deltas.add(delta, packed)
@@ -255,7 +275,7 @@ class Coordinator:
 
     def _stand_by(self, router: zmq.Socket, poller: zmq.Poller) -> None:
         """Answer ``NotLeader`` (naming the leader) until this coordinator wins a term, then lead."""
-        assert self.leadership is not None
+        election = self.election()
         next_poll = 0.0
         leader = None
         while not self.stopping:
@@ -271,17 +291,16 @@ class Coordinator:
             now = time.monotonic()
             if now >= next_poll:
                 next_poll = now + 0.05
-                won = self.leadership.poll()
+                won = election.poll()
                 if won is not None:
                     takeover.begin(self, won)
                     return
-                leader = self.leadership.read_latest()
+                leader = election.read_latest()
                 takeover.follow(self, leader)
 
     def _serve_as_leader(self, router: zmq.Socket, pull: zmq.Socket, poller: zmq.Poller) -> None:
         log.info("coordinator leads term %d on %s, map updates on %s; loading the map", self.term, self.endpoint,
                  self.pub_endpoint)
-        assert self.leadership is not None
         next_tick = 0.0
         next_hugz = 0.0
         next_gc = time.monotonic() + 2 * (self.cfg.lease_s + self.cfg.lease_grace_s)
@@ -332,8 +351,8 @@ class Coordinator:
                 self.controller.submit(ops.collect_garbage, self, self.controller, key="gc")
             if now >= next_hugz:
                 next_hugz = now + 1.0
-                self.pub.send_multipart([b"hugz", protocol.pack({"version": self.pmap.version, "term": self.term,
-                                                                 "keys": self.keys_version})])
+                hugz: Hugz = {"version": self.pmap.version, "term": self.term, "keys": self.keys_version}
+                self.pub.send_multipart([b"hugz", protocol.pack(hugz)])
 
     def _freeze_map(self) -> None:
         """Keep the loaded map out of the collector's walks from now on.

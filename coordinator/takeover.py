@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING
 
 from coordinator import client_keys
 from coordinator import operations as ops
+from coordinator.etcd_election import EtcdLeadership
 from coordinator.leadership import BEAT_S, TermRecord, lock_free, meta_dir_for, stale_meta_dirs
 from coordinator.meta_etcd import open_etcd_for_term
 from coordinator.meta_store import open_for_term
@@ -39,6 +40,7 @@ from coordinator.warm_standby import WarmFollower
 
 if TYPE_CHECKING:
     from coordinator.interfaces import MetaStoreLike, TakeoverHost
+    from rangetable.messages import LeaseAnswer
 
 log = logging.getLogger("rangetable.coordinator")
 
@@ -61,7 +63,7 @@ def begin(co: TakeoverHost, rec: TermRecord) -> None:
     threading.Thread(target=_load, args=(co, rec), name="takeover", daemon=True).start()
 
 
-def early_lease(co: TakeoverHost) -> dict:
+def early_lease(co: TakeoverHost) -> LeaseAnswer:
     """A heartbeat answer while the map loads: a lease of the new term, nothing else."""
     return {"lease_s": co.cfg.lease_s, "version": -1, "term": co.term}
 
@@ -69,26 +71,26 @@ def early_lease(co: TakeoverHost) -> dict:
 def _beat(co: TakeoverHost) -> None:
     """Beat for standbys from a thread of its own, so loading a large map or a long request in the
     loop does not look like a pause (SIGSTOP stops this thread too)."""
-    assert co.leadership is not None
+    election = co.election()
     while not co.stopping:
         try:
-            co.leadership.beat()
+            election.beat()
         except OSError:
             log.exception("leader beat failed")
         time.sleep(BEAT_S)
 
 
 def _load(co: TakeoverHost, rec: TermRecord) -> None:
-    assert co.leadership is not None
+    election = co.election()
     t0 = time.monotonic()
     meta: MetaStoreLike
     try:
-        if co.cfg.meta:
-            meta, how = open_etcd_for_term(co.leadership, co.fence)  # type: ignore[arg-type]
+        if isinstance(election, EtcdLeadership):  # --meta etcd://... (etcd_election.leadership_for)
+            meta, how = open_etcd_for_term(election, co.fence)
         else:
             meta, how = open_for_term(co.cfg.data_dir, rec.meta, meta_dir_for(rec.term), co.fence)
         if meta.name != rec.meta:
-            co.leadership.set_meta(meta.name)
+            election.set_meta(meta.name)
         warm = co.follower.take(rec.meta, how["seq"]) if co.follower is not None else None
         co.follower = None
         if warm is not None:
@@ -116,7 +118,7 @@ def _load(co: TakeoverHost, rec: TermRecord) -> None:
 
 def finish(co: TakeoverHost) -> None:
     """The map is loaded: act as the leader from now on (loop thread)."""
-    assert co.leadership is not None and co.meta is not None
+    election, meta = co.election(), co.meta_store()
     now = time.monotonic()
     # Servers known before keep their ranges for a full lease: a takeover (or a restart) shorter
     # than the lease is invisible to clients; silent ones are then declared dead.
@@ -130,10 +132,10 @@ def finish(co: TakeoverHost) -> None:
     co.controller.start()
     co.takeover["takeover_ms"] = round((time.monotonic() - co.takeover.pop("won_at")) * 1000, 1)
     log.info("leading term %d: %s", co.term, co.takeover)
-    co.leadership.collect()
+    election.collect()
     if co.cfg.meta:
         return  # the meta store is in etcd: no directories of earlier terms to delete
-    for name in stale_meta_dirs(os.listdir(co.cfg.data_dir), co.meta.name):
+    for name in stale_meta_dirs(os.listdir(co.cfg.data_dir), meta.name):
         path = os.path.join(co.cfg.data_dir, name)
         if lock_free(os.path.join(path, "LOCK")):
             shutil.rmtree(path, ignore_errors=True)

@@ -111,7 +111,7 @@ class WarmFollower:
                 self._sec_dir = tempfile.mkdtemp(prefix="rt-warm-")
                 self._db = open_secondary(os.path.join(self.data_dir, target), self._sec_dir)
                 self._db_meta = target
-            if self._db is None:
+            if self._db is None or target is None:  # no store followed (both None together: _reset)
                 return None
             self._db.try_catch_up_with_primary()
             seq = self._db.latest_sequence_number()
