@@ -24,7 +24,8 @@ from rangetable import curve, protocol
 from rangetable.errors import TableError
 
 if TYPE_CHECKING:
-    from coordinator.interfaces import CommandSource, Reply, SentCommand
+    from coordinator.interfaces import CommandSource, Reply
+    from rangetable.messages import ControlCommand
 
 log = logging.getLogger("rangetable.coordinator")
 
@@ -100,7 +101,7 @@ class Controller(threading.Thread):
         if ent is not None:
             ent[1].close(0)
 
-    def call_many(self, calls: list[tuple[str, SentCommand]], timeout: float | None = None) -> list[Any]:
+    def call_many(self, calls: list[tuple[str, ControlCommand]], timeout: float | None = None) -> list[Any]:
         """Send commands to partition servers all at once and wait for every answer.
 
         Returns one item per call, in order: the result, or the TableError it failed with (a server
@@ -153,7 +154,7 @@ class Controller(threading.Thread):
                         out[ent[0]] = exc
         return out
 
-    def call(self, server: str, body: SentCommand, timeout: float | None = None) -> Any:
+    def call(self, server: str, body: ControlCommand, timeout: float | None = None) -> Any:
         """Send one command to a partition server and wait for its answer (raises TableError)."""
         sock = self._socket(server)
         rid = b"c%d" % next(self._ids)

@@ -20,7 +20,7 @@ protocol                   taken by
 =========================  ===========================================================
 
 The controller, the balancer loop and the map snapshots are seen through :class:`Commands`,
-:class:`LoadSink` and :class:`MapAnswers`; :data:`SentCommand` is a control command as the controller
+:class:`LoadSink` and :class:`MapAnswers`; :data:`~rangetable.messages.ControlCommand` is what the controller
 sends it. Nothing here runs: the module holds types only.
 """
 
@@ -30,15 +30,7 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
-from rangetable.messages import (
-    CheckpointCommand,
-    DestroyCommand,
-    LoadCommand,
-    MergeCommand,
-    RangeCommand,
-    SplitCommand,
-    UnloadCommand,
-)
+from rangetable.messages import ControlCommand
 
 if TYPE_CHECKING:
     import queue
@@ -57,28 +49,6 @@ if TYPE_CHECKING:
     from rangetable.gc_tuning import GcPauses
 
 Reply = Callable[[Any, "TableError | None"], None]  # how a controller job's result is answered
-
-
-# --- control commands as the controller sends them ------------------------------------------------
-
-
-class VersionedSplit(SplitCommand):
-    """A ``split`` as :func:`coordinator.operations.split` sends it: with the map ``version``, which a
-    partition server takes from any control command (``RangeSet.control``)."""
-
-    version: int
-
-
-class VersionedMerge(MergeCommand):
-    """A ``merge`` as :func:`coordinator.operations.merge` sends it: with the map ``version``."""
-
-    version: int
-
-
-SentCommand = (
-    LoadCommand | UnloadCommand | RangeCommand | VersionedSplit | VersionedMerge | DestroyCommand | CheckpointCommand
-)
-"""A control command as the controller sends it to a partition server (it adds the leader's ``term``)."""
 
 
 # --- the parts seen from outside ------------------------------------------------------------------
@@ -116,11 +86,11 @@ class Commands(Protocol):
         """Queue a job (with ``key``, at most one such job waits at a time)."""
         ...
 
-    def call(self, server: str, body: SentCommand, timeout: float | None = None) -> Any:
+    def call(self, server: str, body: ControlCommand, timeout: float | None = None) -> Any:
         """Send one command to a partition server and wait for its answer."""
         ...
 
-    def call_many(self, calls: list[tuple[str, SentCommand]], timeout: float | None = None) -> list[Any]:
+    def call_many(self, calls: list[tuple[str, ControlCommand]], timeout: float | None = None) -> list[Any]:
         """Send commands to partition servers at once; one result or TableError per call."""
         ...
 

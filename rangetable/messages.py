@@ -283,6 +283,7 @@ class SplitCommand(TypedDict):
     key: str
     left: RangeRecord
     right: RangeRecord
+    version: int  # the map version the split commits (a partition server takes it from any command)
     term: NotRequired[int]
 
 
@@ -293,6 +294,7 @@ class MergeCommand(TypedDict):
     left: RangeRecord
     right: RangeRecord
     out: RangeRecord
+    version: int  # the map version the merge commits
     term: NotRequired[int]
 
 
@@ -360,7 +362,7 @@ class Heartbeat(TypedDict):
     incarnation: str
     pid: NotRequired[int]
     ranges: list[list[Any]]
-    load: dict[str, dict[str, float]]
+    load: dict[str, dict[str, float | bool | list[str]]]  # numbers, "compacting", the key "sample"
     pending: NotRequired[int]
 
 
@@ -371,7 +373,6 @@ class LeaseAnswer(TypedDict):
     lease_s: float
     version: int
     term: int
-    assign: NotRequired[list[RangeRecord]]
 
 
 # --- coordinator → frontends (the partition map) -----------------------------------------------
