@@ -1,18 +1,20 @@
-"""The partition server's spliced replies decode to (and are byte-identical with) the packed ones."""
+"""The partition server's spliced replies (:mod:`partition_server.fast_path`) decode to, and are
+byte-identical with, the product's plain path: entities decoded by ``RangeStore.scan`` / ``get`` and packed."""
 
 from __future__ import annotations
 
 import msgpack
 import pytest
 
-from partition_server import wire
+from partition_server import fast_path as wire
+from partition_server.data_requests import scan_filter
 from partition_server.range_store import RangeStore
-from partition_server.ranges import RangeSet, scan_filter
+from partition_server.ranges import RangeSet
 from rangetable import protocol
 from rangetable.edm import BINARY, BOOLEAN, DATETIME, DOUBLE, GUID, INT32, INT64, STRING
 from rangetable.errors import TableError
 from rangetable.filter import compile_cached, parse_filter, properties_used
-from rangetable.keys import META_PREFIX, decode_key, encode_key
+from rangetable.keys import encode_key
 from rangetable.protocol import entity_to_wire
 
 KEYS = ["", "a", "é", "日本", "🙂x", "k" * 31, "k" * 32, "ü" * 128, "日" * 200, "p_q"]
@@ -76,32 +78,13 @@ def ranges(request, tmp_path):
 
 
 def old_scan(store: RangeStore, req: dict) -> dict:
-    """The scan result as the partition server built it before the wire fast path (that loop,
-    kept here as an independent reference): decode every entity, filter, project, pack."""
+    """The scan result on the product's plain path: decoded entities from ``RangeStore.scan`` (every
+    stored value decoded, filtered, projected), packed as they are, with the same bounds and budget."""
     _, pred = compile_cached(req.get("filter"))
-    lo, hi, select = req.get("lo") or b"", req.get("hi"), req.get("select")
-    limit, budget_zero = int(req.get("limit", 1000)), req.get("budget_ms") == 0
-    upper = META_PREFIX if hi is None or hi > META_PREFIX else hi
-    out: list = []
-    nxt = None
-    stop = False
-    n = 0
-    for k, v in store._db.items(from_key=lo):
-        if k >= upper:
-            break
-        if stop:
-            nxt = k
-            break
-        n += 1
-        stop = budget_zero and n % 64 == 0
-        pk, rk = decode_key(k)
-        ts, props = msgpack.unpackb(v)
-        if pred(pk, rk, ts, props):
-            if select is not None:
-                props = {name: props[name] for name in select if name in props}
-            out.append([pk, rk, ts, props])
-            stop = stop or len(out) >= limit
-    return {"entities": out, "next": nxt}
+    budget = 0.0 if req.get("budget_ms") == 0 else None
+    found, nxt = store.scan(req.get("lo") or b"", req.get("hi"), None if req.get("filter") is None else pred,
+                            req.get("select"), limit=int(req.get("limit", 1000)), budget_s=budget)
+    return {"entities": [entity_to_wire(e) for e in found], "next": nxt}
 
 
 def scan_req(**kw: object) -> dict:
