@@ -42,11 +42,15 @@ from partition_server.range_split import (
 )
 from partition_server.request_records import (
     BATCH,
+    BATCH_ANSWERS,
     MISSING,
     PURGE_EVERY,  # read here at each write, so tests can patch it on this module
     WRITE,
     add_record,
     lookup,
+    packed_answer,
+    replayed_batch,
+    stored_answer,
 )
 from partition_server.request_records import REQ_PREFIX as REQ_PREFIX  # re-exported (layout above)
 from partition_server.request_records import REQT_PREFIX as REQT_PREFIX
@@ -60,39 +64,12 @@ from rangetable.edm import UNIX_EPOCH_TICKS, Entity
 from rangetable.errors import TableError
 from rangetable.filter import Predicate
 from rangetable.keys import encode_key
-from rangetable.protocol import entity_to_wire
 from rangetable.storage import open_range_db
 
 
 def wall_ticks() -> int:
     """The wall clock in .NET ticks (100 ns since 0001-01-01 UTC); the default store clock."""
     return time.time_ns() // 100 + UNIX_EPOCH_TICKS
-
-
-def _from_wire(x: list | None) -> Entity | None:
-    return None if x is None else Entity(x[0], x[1], x[2], x[3])
-
-
-def _packed(e: Entity | None) -> bytes:
-    return protocol.pack(None if e is None else entity_to_wire(e))
-
-
-def _stored_answer(prev: tuple[str, Any]) -> Any:
-    """A request record's ``(kind, result)`` as :meth:`RangeStore.write` / :meth:`RangeStore.batch` answer."""
-    kind, payload = prev
-    if kind == "b":  # a batch answered with its Timestamp alone stored only that
-        return payload if isinstance(payload, int) else [_from_wire(x) for x in payload]
-    return _from_wire(payload)
-
-
-_ANSWERS = ("entities", "wire", "timestamp")
-
-
-def _replayed_batch(first: Any, answer: str) -> Any:
-    """A batch's stored answer (entities, or a Timestamp) in the shape ``answer`` asks for."""
-    if answer == "wire":
-        return [] if isinstance(first, int) else [_packed(e) for e in first]  # [] : the first call was quiet
-    return first
 
 
 class _Closed:
@@ -344,8 +321,8 @@ class RangeStore:
         with self._lock:
             rid, stale, prev = self._replay(request_id, "w")
             if prev is not MISSING:
-                answer = _stored_answer(prev)
-                return _packed(answer) if wire else answer
+                answer = stored_answer(prev)
+                return packed_answer(answer) if wire else answer
             ts = self._next_ts()
             key, value, props = prepare_op(self._db.get, op, ts)
             wb = self._tee.new_batch()
@@ -378,13 +355,13 @@ class RangeStore:
 
         A repeated request id answers the first call's result in the asked shape.
         """
-        if answer not in _ANSWERS:
-            raise ValueError(f"answer must be one of {_ANSWERS}, not {answer!r}")
+        if answer not in BATCH_ANSWERS:
+            raise ValueError(f"answer must be one of {BATCH_ANSWERS}, not {answer!r}")
         echo = answer != "timestamp"
         with self._lock:
             rid, stale, prev = self._replay(request_id, "b")
             if prev is not MISSING:
-                return _replayed_batch(_stored_answer(prev), answer)
+                return replayed_batch(stored_answer(prev), answer)
             check_batch_shape(ops)
             ts = self._next_ts()
             wb = self._tee.new_batch()

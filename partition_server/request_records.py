@@ -34,7 +34,9 @@ import rocksdict
 
 from partition_server.fast_path import request_record
 from rangetable import protocol
+from rangetable.edm import Entity
 from rangetable.keys import META_PREFIX
+from rangetable.protocol import entity_to_wire
 
 REQ_PREFIX = META_PREFIX + b"req/"
 REQT_PREFIX = META_PREFIX + b"reqt/"
@@ -169,3 +171,33 @@ def add_record(db: rocksdict.Rdict, wb: rocksdict.WriteBatch, w: Window, rid: by
             max_bytes - max_bytes // 64 if full else max_bytes, stale and stale[0])
     record_puts(wb, rid, ts, rec)
     return Window(count, nbytes, purge_from)
+
+
+# --- stored answers -----------------------------------------------------------------------------
+
+
+def _from_wire(x: list | None) -> Entity | None:
+    return None if x is None else Entity(x[0], x[1], x[2], x[3])
+
+
+def packed_answer(e: Entity | None) -> bytes:
+    """A stored answer (an entity, or None for a delete) packed in wire form."""
+    return protocol.pack(None if e is None else entity_to_wire(e))
+
+
+def stored_answer(prev: tuple[str, Any]) -> Any:
+    """A request record's ``(kind, result)`` (see :func:`lookup`) as ``RangeStore.write`` / ``RangeStore.batch`` answer."""
+    kind, payload = prev
+    if kind == "b":  # a batch answered with its Timestamp alone stored only that
+        return payload if isinstance(payload, int) else [_from_wire(x) for x in payload]
+    return _from_wire(payload)
+
+
+BATCH_ANSWERS = ("entities", "wire", "timestamp")
+
+
+def replayed_batch(first: Any, answer: str) -> Any:
+    """A batch's stored answer (entities, or a Timestamp) in the shape ``answer`` asks for."""
+    if answer == "wire":
+        return [] if isinstance(first, int) else [packed_answer(e) for e in first]  # [] : the first call was quiet
+    return first
