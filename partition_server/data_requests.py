@@ -39,7 +39,7 @@ class ScanPage(NamedTuple):
 class DataOp(NamedTuple):
     """One kind of data request."""
 
-    counter: str  # the Load counter it adds to: "reads" or "writes"
+    reads: bool  # counted as a read (else as a write)
     target: Callable[[dict], tuple[str | None, int]] | None  # (PartitionKey, entities) named up front; None: a scan
     run: Callable[[Served, dict, float], Any]  # (range, request, scan budget in s) -> result, or a ScanPage
 
@@ -106,8 +106,8 @@ def _batch_target(req: dict) -> tuple[str | None, int]:
 
 
 DATA_OPS: dict[str, DataOp] = {
-    "get": DataOp("reads", lambda req: (req["pk"], 1), get),
-    "write": DataOp("writes", lambda req: (req["write"].get("pk"), 1), write),
-    "batch": DataOp("writes", _batch_target, batch),
-    "scan": DataOp("reads", None, scan),
+    "get": DataOp(True, lambda req: (req["pk"], 1), get),
+    "write": DataOp(False, lambda req: (req["write"].get("pk"), 1), write),
+    "batch": DataOp(False, _batch_target, batch),
+    "scan": DataOp(True, None, scan),
 }

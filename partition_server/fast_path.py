@@ -419,15 +419,16 @@ def _evaluate_valid(read: Callable[[bytes], bytes | None], ops: list[dict], ts: 
     for i, op in enumerate(ops):
         try:
             valid = range_ops.read_op(op)
-            key, value, props = range_ops.evaluate(read, valid, range_ops.condition(op, valid[0]), ts)
+            key, props = range_ops.evaluate(read, valid, range_ops.condition(op, valid[0]))
         except TableError as e:
             raise range_ops.at_index(e, i) from None
-        if value is None:
+        if props is None:
             wb.delete(key)
             size += len(key)
             if wire:
                 items.append(NIL)
         else:
+            value = pack_value(ts, props)
             put(key, value)
             size += len(key) + len(value)
             if wire:

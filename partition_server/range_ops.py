@@ -6,8 +6,7 @@ One op goes through three steps, each once:
 2. :func:`prepare_op` validates keys and props (``validate_entity``), then the If-Match
    (:func:`condition`);
 3. :func:`evaluate` reads the stored entity and decides, per Azure's rules (existence, ETag, merge),
-   what to write: the key, the new stored value ``msgpack([ts, props])`` or None to delete, and the
-   props written.
+   what to write: the key and the props (None to delete), stored as ``msgpack([ts, props])``.
 
 :func:`evaluate_batch` runs an entity group transaction op by op after :func:`check_batch_shape`
 (the rules that do not need the data). :func:`partition_server.fast_path.prepare_batch` computes the
@@ -81,47 +80,47 @@ def condition(op: dict, kind: str) -> str | None:
     return check_if_match(op.get("if_match")) if kind in CONDITIONAL else None
 
 
-def evaluate(read: Callable[[bytes], bytes | None], op: Op, etag: str | None,
-             ts: int) -> tuple[bytes, bytes | None, dict | None]:
+def evaluate(read: Callable[[bytes], bytes | None], op: Op, etag: str | None) -> tuple[bytes, dict | None]:
     """Decide a validated op (see :func:`read_op`), conditional on ``etag``, against the stored entity
-    (read through ``read``) at Timestamp ``ts``.
+    (read through ``read``).
 
-    Returns (key, new stored value or None to delete, the props written or None); raises
-    EntityAlreadyExists, ResourceNotFound, UpdateConditionNotSatisfied, or a validation error of the
-    props a merge produces.
+    Returns (key, the props to write, or None to delete); the caller stores them as
+    ``msgpack([ts, props])`` (:func:`pack_value`). Raises EntityAlreadyExists, ResourceNotFound,
+    UpdateConditionNotSatisfied, or a validation error of the props a merge produces.
     """
     kind, pk, rk, props = op
     key = encode_key(pk, rk)
     if kind == NO_READ:
-        return key, pack_value(ts, props), props
+        return key, props
     cur = read(key)
     if kind == "insert":
         if cur is not None:
             raise TableError("EntityAlreadyExists")
-        return key, pack_value(ts, props), props
+        return key, props
     if cur is None:
         if kind != "insert_or_merge":
             raise TableError("ResourceNotFound")
-        return key, pack_value(ts, props), props
+        return key, props
     cts, cprops = msgpack.unpackb(cur)
     if etag is not None and etag != etag_from_ticks(cts):
         raise TableError("UpdateConditionNotSatisfied")
     if kind == "delete":
-        return key, None, None
+        return key, None
     if kind != "replace" and cprops:
         covered = cprops.keys() <= props.keys()
         cprops.update(props)
         props = cprops
         if not covered:  # stored properties remain beside the new ones: the union must fit Azure's limits
             validate_entity(pk, rk, props)
-    return key, pack_value(ts, props), props
+    return key, props
 
 
-def prepare_op(read: Callable[[bytes], bytes | None], op: dict, ts: int) -> tuple[bytes, bytes | None, dict | None]:
+def prepare_op(read: Callable[[bytes], bytes | None], op: dict) -> tuple[bytes, dict | None]:
     """Validate one op dict (the entity first, then its If-Match) and evaluate it (see :func:`evaluate`)."""
-    valid = read_op(op)
-    validate_entity(valid[1], valid[2], valid[3])
-    return evaluate(read, valid, condition(op, valid[0]), ts)
+    kind, pk, rk, props = valid = read_op(op)
+    validate_entity(pk, rk, props)
+    etag = check_if_match(op.get("if_match")) if kind in CONDITIONAL else None
+    return evaluate(read, valid, etag)
 
 
 def pack_value(ts: int, props: dict) -> bytes:
@@ -195,13 +194,15 @@ def evaluate_batch(read: Callable[[bytes], bytes | None], ops: list[dict], ts: i
     size = 0
     for i, op in enumerate(ops):
         try:
-            key, value, props = prepare_op(read, op, ts)
+            key, props = prepare_op(read, op)
         except TableError as e:
             raise at_index(e, i) from None
-        if value is None:
+        if props is None:
+            value = None
             wb.delete(key)
             size += len(key)
         else:
+            value = pack_value(ts, props)
             wb.put(key, value)
             size += len(key) + len(value)
         if wire:

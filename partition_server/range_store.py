@@ -324,12 +324,13 @@ class RangeStore:
                 answer = stored_answer(prev)
                 return packed_answer(answer) if wire else answer
             ts = self._next_ts()
-            key, value, props = prepare_op(self._db.get, op, ts)
+            key, props = prepare_op(self._db.get, op)
             wb = self._tee.new_batch()
-            if value is None:
+            if props is None:
                 wb.delete(key)
                 packed = fast_path.NIL
             else:
+                value = fast_path.pack_value(ts, props)
                 wb.put(key, value)
                 packed = fast_path.entity_bytes(key, value) if wire or rid is not None else b""
             self._commit(wb, ts, rid, WRITE, packed, stale)

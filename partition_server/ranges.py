@@ -289,9 +289,9 @@ class RangeSet:
         kind = DATA_OPS[op]
         if kind.target is not None:  # counted before it runs: a request refused by its precondition is load too
             pk, n = kind.target(req)
-            served = self._serving(req, pk, max(1, n))
+            served = self._serving(req, pk, n or 1)
             ld = served.load
-            if kind.counter == "reads":
+            if kind.reads:
                 ld.reads += 1
             else:
                 ld.writes += 1
