@@ -136,6 +136,12 @@ def entities(prefix: bytes, rkbs: list[bytes], values: list[bytes]) -> list[byte
     return list(map(entity, repeat(prefix), rkbs, values))
 
 
+def answer(key: bytes, value: bytes | None) -> bytes:
+    """An op's answer in wire form: the entity at ``key`` spliced from its stored ``value``, or nil
+    for a delete (:func:`partition_server.range_ops.wire_answer` packs the same bytes)."""
+    return NIL if value is None else entity_bytes(key, value)
+
+
 def entity_bytes(key: bytes, value: bytes) -> bytes:
     """``msgpack([pk, rk, ts, props])`` from the encoded entity key and the stored value."""
     pkb, _, rkb = key.partition(b"\x00")
@@ -383,7 +389,8 @@ def prepare_batch(
     """
     plan = _plan(ops)
     if plan is None:
-        return range_ops.evaluate_batch(prefetch(get, ops), ops, ts, wb, wire)
+        keys, values, written = range_ops.evaluate_batch(prefetch(get, ops), ops, ts, wb, pack_value)
+        return (list(map(answer, keys, values)) if wire else []), written
     kinds, pks, rks, props = plan
     pkb = pks[0].encode()
     rkbs = list(map(str.encode, rks))

@@ -181,15 +181,16 @@ def check_batch_shape(ops: list[dict]) -> None:
 
 
 def evaluate_batch(read: Callable[[bytes], bytes | None], ops: list[dict], ts: int, wb: rocksdict.WriteBatch,
-                   wire: bool = True) -> tuple[list[bytes], list[dict | None]]:
+                   pack: Callable[[int, dict], bytes] = pack_value) -> tuple[list[bytes], list[bytes | None], list[dict | None]]:
     """Evaluate an entity group transaction (shape already checked) into ``wb``, op by op, reading
-    the current rows through ``read``.
+    the current rows through ``read`` and packing stored values with ``pack``.
 
-    Returns each op's answer in wire form (:func:`wire_answer`; none without ``wire``) and the props
-    it wrote (None for a delete). A failure raises TableError with ``index`` set to the failing op
-    (except RequestBodyTooLarge, which concerns the whole request).
+    Returns each op's key, stored value (None for a delete) and props written (None for a delete);
+    :func:`wire_answer` of a key and value is the op's answer. A failure raises TableError with
+    ``index`` set to the failing op (except RequestBodyTooLarge, which concerns the whole request).
     """
-    items: list[bytes] = []
+    keys: list[bytes] = []
+    values: list[bytes | None] = []
     written: list[dict | None] = []
     size = 0
     for i, op in enumerate(ops):
@@ -202,11 +203,11 @@ def evaluate_batch(read: Callable[[bytes], bytes | None], ops: list[dict], ts: i
             wb.delete(key)
             size += len(key)
         else:
-            value = pack_value(ts, props)
+            value = pack(ts, props)
             wb.put(key, value)
             size += len(key) + len(value)
-        if wire:
-            items.append(wire_answer(key, value))
         check_batch_size(size)
+        keys.append(key)
+        values.append(value)
         written.append(props)
-    return items, written
+    return keys, values, written

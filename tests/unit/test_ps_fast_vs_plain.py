@@ -45,8 +45,10 @@ _pack = protocol.pack
 
 
 def plain_batch(get: Callable, ops: list[dict], ts: int, wb: Any, wire_: bool = True, probe: Any = None) -> tuple:
-    """The product's plain evaluation, reading row by row (no multi-get, no probe)."""
-    return range_ops.evaluate_batch(get, ops, ts, wb, wire_)
+    """The product's plain evaluation, reading row by row (no multi-get, no probe), answers packed
+    from the decoded entities."""
+    keys, values, written = range_ops.evaluate_batch(get, ops, ts, wb)
+    return ([range_ops.wire_answer(k, v) for k, v in zip(keys, values, strict=True)] if wire_ else []), written
 
 
 # --- random batches -----------------------------------------------------------------------------
