@@ -420,36 +420,6 @@ def test_partition_probe(tmp_path):
         store.close()
 
 
-def test_pack_value_matches_protocol_pack():
-    class IntSub(int):
-        pass
-
-    values: list[Any] = [{}, {"a": [STRING, "x"]}, {"a": (INT32, 5)}, {"a": [STRING, StrSub("s")]},
-                         {"a": [INT64, IntSub(7)]}, {"a": [BINARY, bytearray(b"xy")]}, {"a": [DOUBLE, float("nan")]},
-                         {StrSub("k"): [BOOLEAN, True]}, {"a": [BINARY, memoryview(b"ab")]}]
-    for props in values:
-        for ts in (0, 5, 2**40, 638396643000000000):
-            assert fast_path.pack_value(ts, props) == range_ops.pack_value(ts, props) == _pack([ts, props])
-    for pack in (fast_path.pack_value, range_ops.pack_value):
-        with pytest.raises(TypeError):
-            pack(1, {"a": [STRING, object()]})
-        with pytest.raises(OverflowError):
-            pack(1, {"a": [INT64, 2**64]})
-
-
-def test_wire_entities_match_entity():
-    rng = random.Random(5)
-    for _ in range(200):
-        n = rng.randint(1, 20)
-        rkbs = [rng.choice(["", "a", "é" * rng.randint(0, 130), "k" * rng.randint(0, 300)]).encode() for _ in range(n)]
-        values = [_pack([rng.choice([1, 2**40]), {"a": [STRING, "x" * rng.randint(0, 40)]}]) for _ in range(n)]
-        if rng.random() < 0.2:
-            values[rng.randrange(n)] = _pack([5, {}, 1])  # not the stored layout: decoded and packed instead
-        prefix = fast_path.key_prefix(rng.choice(["p", "é" * 200]).encode())
-        assert fast_path.entities(prefix, rkbs, values) == [fast_path.entity(prefix, r, v) for r, v in zip(rkbs, values,
-                                                                                                            strict=True)]
-
-
 def test_stores_fast_and_plain_byte_for_byte(tmp_path, monkeypatch):
     """Whole batches and single writes through two stores, one on the plain path (no batch fast path,
     answers packed from decoded entities), with request ids and replays: same answers, same errors
