@@ -7,14 +7,14 @@ steps; the plain versions are the readable definitions:
   ``msgpack([pk, rk, ts, props])``, so its wire form is a hand-written array header, the two keys as
   msgpack strings, then the stored value without its own header: no decode, no re-encode. Plain
   version: ``protocol.pack(entity_to_wire(entity))`` (:func:`partition_server.range_ops.wire_answer`).
-  Speeds up point reads, scan pages and write answers (``rangetable bench store``: reads/s, scanned
-  entities/s).
+  Speeds up point reads, scan pages and write answers: one entity's answer costs 0.2 µs of CPU
+  spliced, 2.7 µs decoded and packed.
 * **whole-batch validation and C-level upserts** — the usual entity group transaction (one schema:
   the same names, codes and value types in every op) is validated column by column with a few
   C-level passes, and a batch of upserts is packed and written at C level. Plain version: each op
   validated and evaluated on its own (:func:`partition_server.range_ops.evaluate_batch`), to which
-  whatever these passes cannot vouch for falls back. Speeds up ``rangetable bench store``'s EGT
-  entities/s about 3x.
+  whatever these passes cannot vouch for falls back. A batch of 100 upserts of ~400-byte entities
+  costs ~200 µs of CPU here, ~600 µs on the plain path (``rangetable bench store``: EGT of 100).
 * **method aliases** bound once at import (an attribute lookup less per call in the server's loop).
 
 ``tests/unit/test_ps_fast_vs_plain.py`` runs both versions on the same Hypothesis-generated inputs
