@@ -385,14 +385,8 @@ class RangeStore:
 
     # --- split / merge (see range_split.py) ---------------------------------------------------
 
-    def split(
-        self,
-        split_pk: str,
-        left_path: str | os.PathLike[str],
-        right_path: str | os.PathLike[str],
-        *,
-        compact: bool = True,
-    ) -> None:
+    def split(self, split_pk: str, left_path: str | os.PathLike[str], right_path: str | os.PathLike[str], *,
+              compact: bool = True) -> None:
         """Write two new stores: ``left_path`` holds pks < ``split_pk``, ``right_path`` the rest.
 
         Hard-linked checkpoints, then a delete_range of the other half in each, compacted away unless
@@ -449,11 +443,8 @@ class RangeStore:
             self._drop_pending = True
 
     @staticmethod
-    def merge(
-        left_path: str | os.PathLike[str],
-        right_path: str | os.PathLike[str],
-        out_path: str | os.PathLike[str],
-    ) -> None:
+    def merge(left_path: str | os.PathLike[str], right_path: str | os.PathLike[str],
+              out_path: str | os.PathLike[str]) -> None:
         """Write ``out_path`` holding the union of two closed adjacent stores (left below right).
 
         Request records are united, the last Timestamp is the max of both. Re-runnable after a crash.
