@@ -61,6 +61,7 @@ from rangetable.entity import (
     validate_props,
 )
 from rangetable.errors import TableError
+from rangetable.keys import encode_key
 from rangetable.protocol import Packed
 
 # --- aliases bound once ------------------------------------------------------------------------
@@ -326,7 +327,7 @@ def prefetch(get: Callable, ops: list[dict]) -> Callable[[bytes], bytes | None]:
     fails validation before it reads) or no op reads.
     """
     try:
-        keys = [range_ops.entity_key(op["pk"], op["rk"]) for op in ops if op.get("op") != range_ops.NO_READ]
+        keys = [encode_key(op["pk"], op["rk"]) for op in ops if op.get("op") != range_ops.NO_READ]
     except (AttributeError, KeyError, TypeError, UnicodeError):
         return get
     if not keys:

@@ -35,7 +35,6 @@ UPSERTS = frozenset(("insert_or_merge", "insert_or_replace"))
 KIND_NAMES = ("insert", "insert_or_replace", "insert_or_merge", "replace", "merge", "delete")
 KINDS = frozenset(KIND_NAMES)
 CONDITIONAL = ("replace", "merge", "delete")  # the kinds that take an If-Match
-entity_key = encode_key
 
 
 Op = tuple[str, str, str, dict]  # an op's kind, keys and the props it writes ({} for a delete)
