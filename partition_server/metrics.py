@@ -13,15 +13,12 @@ from __future__ import annotations
 import sys
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Sized
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from rangetable import storage
 from rangetable.metrics import LATENCY_BUCKETS, bucket_counts, cumulative
-
-if TYPE_CHECKING:
-    from partition_server.server import PartitionServer
 
 COUNTERS = {  # Load field -> (metric name, help)
     "reads": ("rangetable_range_reads_total", "Read requests (point reads and scan pages) served by the range."),
@@ -87,7 +84,23 @@ class RangeTotals:
                                     dict(t.report)) for rid, t in self.ranges.items()}
 
 
-def collect(ps: PartitionServer) -> list:
+class ServedRanges(Protocol):
+    """What a scrape reads of the ranges a server serves (a :class:`~partition_server.ranges.RangeSet`)."""
+
+    totals: RangeTotals
+    open: Sized
+
+
+class ScrapedServer(Protocol):
+    """What a scrape reads of a partition server (a :class:`~partition_server.server.PartitionServer`)."""
+
+    server_id: str
+    lease_until: float
+    pending: int
+    ranges: ServedRanges
+
+
+def collect(ps: ScrapedServer) -> list:
     """The metric families of a partition server."""
     from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 

@@ -1,62 +1,48 @@
-"""Evaluation of entity operations against a range's current state (pure apart from reads).
+"""Entity operations evaluated against a range's current state: the plain, readable write path.
 
-:func:`prepare_op` validates one op dict and checks it against the stored entity (existence and
-If-Match, per Azure's rules), returning the bytes to write; :func:`check_batch_shape` enforces the
-entity-group-transaction rules that do not need the data. The range store applies the results.
+One op goes through three steps, each once:
 
-:func:`prepare_batch` is the hot path of an entity group transaction. The usual batch (one schema:
-the same names, codes and value types in every op) is validated as a whole with a few C-level
-passes per property instead of pair by pair, and a batch of upserts is then packed and written at
-C level too. Whatever those passes cannot vouch for falls back to :func:`prepare_op` per op, so
-answers, bytes and errors are always those of the op-by-op evaluation
-(``tests/unit/test_ps_batch_speed.py`` compares the two).
+1. :func:`read_op` takes its fields (``op``, ``pk``, ``rk``, ``props``) and refuses an unknown kind;
+2. :func:`prepare_op` validates keys and props (``validate_entity``), then the If-Match
+   (:func:`condition`);
+3. :func:`evaluate` reads the stored entity and decides, per Azure's rules (existence, ETag, merge),
+   what to write: the key and the props (None to delete), stored as ``msgpack([ts, props])``.
+
+:func:`evaluate_batch` runs an entity group transaction op by op after :func:`check_batch_shape`
+(the rules that do not need the data). :func:`partition_server.fast_path.prepare_batch` computes the
+same, faster, for the usual batch; ``tests/unit/test_ps_fast_vs_plain.py`` compares the two.
 """
 
 from __future__ import annotations
 
-from collections import deque
 from collections.abc import Callable
-from functools import partial
-from itertools import repeat
-from operator import itemgetter
 from typing import Any
 
 import msgpack
 import rocksdict
 
-from partition_server.wire import NIL, entities, entity, key_prefix
 from rangetable import protocol
-from rangetable.edm import etag_from_ticks, ticks_from_etag
-from rangetable.entity import batch_valid, validate_entity
+from rangetable.edm import Entity, etag_from_ticks, ticks_from_etag
+from rangetable.entity import validate_entity
 from rangetable.errors import TableError
 from rangetable.keys import encode_key
+from rangetable.protocol import entity_to_wire
 
 MAX_BATCH_OPS = 100
 MAX_BATCH_BYTES = 4 << 20
-
-_packb = protocol.pack
-# Same bytes as protocol.pack for exact built-in types, which it checks first and so more cheaply
-# (no isinstance tests); anything else (a tuple, a subclass) raises TypeError: then protocol.pack.
-_pack_exact = msgpack.Packer(use_bin_type=True, strict_types=True).pack
-_unpackb = msgpack.unpackb
-_NO_READ = "insert_or_replace"  # the one kind that does not read the current entity
-_PROBE_SKIP = 256  # deleted (or overwritten) versions span_may_hold skips before giving up
-
-_get_op = itemgetter("op")
-_get_pk = itemgetter("pk")
-_get_rk = itemgetter("rk")
-_second = itemgetter(1)
-_unpack_raw = partial(msgpack.unpackb, use_list=False, raw=True)  # names stay bytes: cheap to decode
-_UPSERTS = frozenset(("insert_or_merge", "insert_or_replace"))
-_KINDS = frozenset(("insert", "insert_or_replace", "insert_or_merge", "replace", "merge", "delete"))
+NO_READ = "insert_or_replace"  # the one kind that does not read the current entity
+UPSERTS = frozenset(("insert_or_merge", "insert_or_replace"))
+KIND_NAMES = ("insert", "insert_or_replace", "insert_or_merge", "replace", "merge", "delete")
+KINDS = frozenset(KIND_NAMES)
+CONDITIONAL = ("replace", "merge", "delete")  # the kinds that take an If-Match
 
 
-def pack_value(ts: int, props: dict) -> bytes:
-    """A stored value, ``msgpack([ts, props])``: the bytes :func:`rangetable.protocol.pack` gives."""
-    try:
-        return _pack_exact([ts, props])
-    except TypeError:
-        return _packb([ts, props])
+Op = tuple[str, str, str, dict]  # an op's kind, keys and the props it writes ({} for a delete)
+
+
+def at_index(e: TableError, i: int) -> TableError:
+    """``e`` naming the batch op ``i`` it concerns (unless it names one already)."""
+    return e if e.index is not None else TableError(e.error_code, e.message, index=i)
 
 
 def check_if_match(if_match: Any) -> str | None:
@@ -72,76 +58,89 @@ def check_if_match(if_match: Any) -> str | None:
     return if_match
 
 
-def prepare_op(
-    get: Callable[[bytes], bytes | None], op: dict, ts: int, checked: bool = False
-) -> tuple[bytes, bytes | None, dict | None]:
-    """Evaluate one op against the current state (read through ``get``).
-
-    Returns (key, new value ``msgpack([ts, props])`` or None to delete, the props written or None)
-    or raises TableError. ``checked``: the op's keys and props are known to pass ``validate_entity``
-    (see :func:`_plan`), so only what a merge adds is validated.
-    """
+def read_op(op: dict) -> Op:
+    """The fields of op dict ``{"op", "pk", "rk", "props", "if_match"}``; InvalidInput when one of the
+    first three is missing or the kind is unknown."""
     try:
         kind = op["op"]
         pk = op["pk"]
         rk = op["rk"]
     except (KeyError, TypeError):
         raise TableError("InvalidInput", "An operation needs 'op', 'pk' and 'rk'.") from None
-    if kind == "insert_or_replace":
-        props = op.get("props")
-        if props is None:
-            props = {}
-        if not checked:
-            validate_entity(pk, rk, props)
-        return encode_key(pk, rk), pack_value(ts, props), props
-    if kind == "insert":
-        props = op.get("props")
-        if props is None:
-            props = {}
-        if not checked:
-            validate_entity(pk, rk, props)
-        key = encode_key(pk, rk)
-        if get(key) is not None:
-            raise TableError("EntityAlreadyExists")
-        return key, pack_value(ts, props), props
-    if kind == "delete":
-        if not checked:
-            validate_entity(pk, rk, {})
-        etag = check_if_match(op.get("if_match"))
-        key = encode_key(pk, rk)
-        cur = get(key)
-        if cur is None:
-            raise TableError("ResourceNotFound")
-        if etag is not None and etag != etag_from_ticks(_unpackb(cur)[0]):
-            raise TableError("UpdateConditionNotSatisfied")
-        return key, None, None
-    if kind not in ("replace", "merge", "insert_or_merge"):
+    if kind not in KIND_NAMES:  # a tuple: an unhashable kind is unknown too, not a TypeError
         raise TableError("InvalidInput", f"Unknown operation {kind!r}.")
-    props = op.get("props")
-    if props is None:
-        props = {}
-    if not checked:
-        validate_entity(pk, rk, props)
+    props = op.get("props") if kind != "delete" else None
+    return kind, pk, rk, {} if props is None else props
+
+
+def condition(op: dict, kind: str) -> str | None:
+    """The ETag an op of ``kind`` is conditional on (None: unconditional); only replace, merge and
+    delete take one."""
+    return check_if_match(op.get("if_match")) if kind in CONDITIONAL else None
+
+
+def evaluate(read: Callable[[bytes], bytes | None], op: Op, etag: str | None) -> tuple[bytes, dict | None]:
+    """Decide a validated op (see :func:`read_op`), conditional on ``etag``, against the stored entity
+    (read through ``read``).
+
+    Returns (key, the props to write, or None to delete); the caller stores them as
+    ``msgpack([ts, props])`` (:func:`pack_value`). Raises EntityAlreadyExists, ResourceNotFound,
+    UpdateConditionNotSatisfied, or a validation error of the props a merge produces.
+    """
+    kind, pk, rk, props = op
     key = encode_key(pk, rk)
-    etag = None
-    if kind == "insert_or_merge":
-        cur = get(key)
-    else:
-        etag = check_if_match(op.get("if_match"))
-        cur = get(key)
-        if cur is None:
+    if kind == NO_READ:
+        return key, props
+    cur = read(key)
+    if kind == "insert":
+        if cur is not None:
+            raise TableError("EntityAlreadyExists")
+        return key, props
+    if cur is None:
+        if kind != "insert_or_merge":
             raise TableError("ResourceNotFound")
-    if cur is not None:
-        cts, cprops = _unpackb(cur)
-        if etag is not None and etag != etag_from_ticks(cts):
-            raise TableError("UpdateConditionNotSatisfied")
-        if kind != "replace" and cprops:
-            covered = cprops.keys() <= props.keys()
-            cprops.update(props)
-            props = cprops
-            if not covered:  # else the merged props are the very pairs just validated (reordered)
-                validate_entity(pk, rk, props)
-    return key, pack_value(ts, props), props
+        return key, props
+    cts, cprops = msgpack.unpackb(cur)
+    if etag is not None and etag != etag_from_ticks(cts):
+        raise TableError("UpdateConditionNotSatisfied")
+    if kind == "delete":
+        return key, None
+    if kind != "replace" and cprops:
+        covered = cprops.keys() <= props.keys()
+        cprops.update(props)
+        props = cprops
+        if not covered:  # stored properties remain beside the new ones: the union must fit Azure's limits
+            validate_entity(pk, rk, props)
+    return key, props
+
+
+def prepare_op(read: Callable[[bytes], bytes | None], op: dict) -> tuple[bytes, dict | None]:
+    """Validate one op dict (the entity first, then its If-Match) and evaluate it (see :func:`evaluate`)."""
+    kind, pk, rk, props = valid = read_op(op)
+    validate_entity(pk, rk, props)
+    etag = check_if_match(op.get("if_match")) if kind in CONDITIONAL else None
+    return evaluate(read, valid, etag)
+
+
+def pack_value(ts: int, props: dict) -> bytes:
+    """A stored value: ``msgpack([ts, props])``."""
+    return protocol.pack([ts, props])
+
+
+def wire_answer(key: bytes, value: bytes | None) -> bytes:
+    """An op's answer in wire form, packed from the decoded entity: ``msgpack([pk, rk, ts, props])``,
+    or nil for a delete (:func:`partition_server.fast_path.entity_bytes` splices the same bytes)."""
+    if value is None:
+        return protocol.pack(None)
+    pkb, _, rkb = key.partition(b"\x00")
+    ts, props = msgpack.unpackb(value, strict_map_key=False)  # a pair may be a map (see validate_props)
+    return protocol.pack(entity_to_wire(Entity(pkb.decode(), rkb.decode(), ts, props)))
+
+
+def check_batch_size(size: int) -> None:
+    """RequestBodyTooLarge once a batch's keys and values pass 4 MiB."""
+    if size > MAX_BATCH_BYTES:
+        raise TableError("RequestBodyTooLarge", "The batch request exceeds 4 MiB.")
 
 
 def check_batch_shape(ops: list[dict]) -> None:
@@ -180,155 +179,34 @@ def check_batch_shape(ops: list[dict]) -> None:
             )
 
 
-def span_may_hold(db: rocksdict.Rdict, lo: bytes, hi: bytes) -> bool:
-    """False only when no key lies in ``[lo, hi)`` of ``db`` (one seek: cheaper than reading the rows of
-    a batch into a new partition). Many uncompacted deletes there count as keys: the seek gives up."""
-    ro = rocksdict.ReadOptions()
-    ro.set_iterate_upper_bound(hi)  # never set_iterate_lower_bound: it sets the upper bound
-    ro.set_max_skippable_internal_keys(_PROBE_SKIP)
-    it = db.iter(ro)  # dropped on return, so that close() can release the LOCK
-    try:
-        it.seek(lo)
-        if it.valid():
-            return True
-        it.status()  # raises after too many deletes (or an I/O error): then the rows are read
-        return False
-    except Exception:
-        return True
+def evaluate_batch(read: Callable[[bytes], bytes | None], ops: list[dict], ts: int, wb: rocksdict.WriteBatch,
+                   pack: Callable[[int, dict], bytes] = pack_value) -> tuple[list[bytes], list[bytes | None], list[dict | None]]:
+    """Evaluate an entity group transaction (shape already checked) into ``wb``, op by op, reading
+    the current rows through ``read`` and packing stored values with ``pack``.
 
-
-def _prefetch(get: Callable, ops: list[dict]) -> Callable[[bytes], bytes | None]:
-    """A reader of the current values of every row the ops address, fetched with one multi-get.
-
-    The rows of a batch are distinct and nothing is written before the commit, so each op sees
-    exactly what a get of its own would. Falls back to ``get`` when a key cannot be encoded (the op
-    fails validation before it reads) or no op reads.
+    Returns each op's key, stored value (None for a delete) and props written (None for a delete);
+    :func:`wire_answer` of a key and value is the op's answer. A failure raises TableError with
+    ``index`` set to the failing op (except RequestBodyTooLarge, which concerns the whole request).
     """
-    try:
-        keys = [encode_key(op["pk"], op["rk"]) for op in ops if op.get("op") != _NO_READ]
-    except (AttributeError, KeyError, TypeError, UnicodeError):
-        return get
-    if not keys:
-        return get
-    return dict(zip(keys, get(keys), strict=True)).get
-
-
-def _plan(ops: list[dict]) -> tuple[list, list[str], list[str], list[dict | None]] | None:
-    """(kinds, pks, rks, props) of a batch of known kinds in which every op passes
-    ``validate_entity``, shown with a few C-level passes over the whole batch; None when that
-    cannot be shown (then each op is validated on its own, which finds the error and its op)."""
-    try:
-        if set(map(type, ops)) != {dict}:
-            return None
-        kinds = list(map(_get_op, ops))
-        if not _KINDS.issuperset(kinds):
-            return None
-        pks = list(map(_get_pk, ops))
-        rks = list(map(_get_rk, ops))
-    except (KeyError, TypeError):
-        return None
-    props = list(map(dict.get, ops, repeat("props")))
-    P = [p for k, p in zip(kinds, props, strict=True) if k != "delete"] if "delete" in kinds else props
-    if not batch_valid(pks, rks, P):
-        return None
-    return kinds, pks, rks, props
-
-
-def _upsert_all(keys: list[bytes], rkbs: list[bytes], curs: list[bytes | None], props: list[dict],
-                names: tuple[bytes, ...] | None, ts: int, wb: rocksdict.WriteBatch,
-                prefix: bytes | None) -> tuple[list[bytes], list[dict | None]] | None:
-    """The op loop of :func:`prepare_batch` at C level for valid insert_or_merge / insert_or_replace
-    ops, when each writes its own props: no row exists, or its stored props have just the names
-    ``names`` in that order (merging gives the new props, in their order). Else None, having
-    written nothing. ``prefix`` is the wire prefix, or None for no wire answers."""
-    present = list(filter(None, curs))  # an insert_or_replace reads nothing: None
-    if present and list(map(tuple, map(_second, map(_unpack_raw, present)))).count(names) != len(present):
-        return None
-    try:
-        values = list(map(_pack_exact, map(list, zip(repeat(ts), props))))
-    except TypeError:  # see pack_value
-        values = list(map(_packb, zip(repeat(ts), props)))  # a tuple packs as a list does
-    if sum(map(len, keys)) + sum(map(len, values)) > MAX_BATCH_BYTES:
-        return None  # the op loop finds which op's error comes first
-    deque(map(wb.put, keys, values), maxlen=0)
-    return ([] if prefix is None else entities(prefix, rkbs, values)), props
-
-
-def prepare_batch(
-    get: Callable, ops: list[dict], ts: int, wb: rocksdict.WriteBatch, wire: bool = True,
-    probe: Callable[[bytes, bytes], bool] | None = None,
-) -> tuple[list[bytes], list[dict | None]]:
-    """Evaluate an entity group transaction (shape already checked) into ``wb``.
-
-    ``get`` reads one key or, given a list, several; ``probe(lo, hi)``, if given, is False only when
-    no key lies in ``[lo, hi)``, so that a batch into an empty partition need not read its rows one
-    by one. Returns each op's result packed in wire form
-    (``[pk, rk, ts, props]`` or nil; none without ``wire``) and the props it wrote (None for a
-    delete). A failure raises TableError with ``index`` set to the failing op (except
-    RequestBodyTooLarge, which concerns the whole request).
-
-    Outcome, bytes and errors are those of :func:`prepare_op` applied op by op; when the whole
-    batch is shown valid up front (:func:`_plan`, the usual case) the ops skip their own validation,
-    and a batch of upserts that each write their own props skips the op loop (:func:`_upsert_all`).
-    """
-    plan = _plan(ops)
-    if plan is None:
-        return _prepare_each(_prefetch(get, ops), ops, ts, wb, wire)
-    kinds, pks, rks, props = plan
-    pkb = pks[0].encode()
-    rkbs = list(map(str.encode, rks))
-    lo = pkb + b"\x00"
-    keys = list(map(lo.__add__, rkbs))
-    if probe is not None and not probe(lo, pkb + b"\x01"):  # the partition's span: see keys.py
-        curs = [None] * len(keys)
-    elif _NO_READ not in kinds:
-        curs = get(keys)
-    else:  # read only the rows of the ops that look at them, as _prefetch does
-        want = [k for k, kind in zip(keys, kinds, strict=True) if kind != _NO_READ]
-        found = dict(zip(want, get(want), strict=True)) if want else {}
-        curs = list(map(found.get, keys))
-    if _UPSERTS.issuperset(kinds):
-        first = next((p for p in props if p), None)
-        names = tuple(n.encode() for n in first) if first else None
-        done = _upsert_all(keys, rkbs, curs, props, names, ts, wb, key_prefix(pkb) if wire else None)
-        if done is not None:
-            return done
-    return _prepare_each(dict(zip(keys, curs, strict=True)).get, ops, ts, wb, wire, checked=True)
-
-
-def _prepare_each(
-    read: Callable[[bytes], bytes | None], ops: list[dict], ts: int, wb: rocksdict.WriteBatch, wire: bool,
-    checked: bool = False,
-) -> tuple[list[bytes], list[dict | None]]:
-    """:func:`prepare_batch` op by op, each through :func:`prepare_op` (any batch), reading the
-    current rows through ``read``."""
-    put = wb.put
-    items: list[bytes] = []
+    keys: list[bytes] = []
+    values: list[bytes | None] = []
     written: list[dict | None] = []
     size = 0
-    prefix = b""
-    plen = 0
     for i, op in enumerate(ops):
         try:
-            key, value, props = prepare_op(read, op, ts, checked)
+            key, props = prepare_op(read, op)
         except TableError as e:
-            if e.index is None:
-                raise TableError(e.error_code, e.message, index=i) from None
-            raise
-        if value is None:
+            raise at_index(e, i) from None
+        if props is None:
+            value = None
             wb.delete(key)
             size += len(key)
-            if wire:
-                items.append(NIL)
         else:
-            put(key, value)
+            value = pack(ts, props)
+            wb.put(key, value)
             size += len(key) + len(value)
-            if wire:
-                if not prefix:  # every op has the same PartitionKey: splice its header once
-                    pkb = key[: key.index(b"\x00")]
-                    prefix, plen = key_prefix(pkb), len(pkb) + 1
-                items.append(entity(prefix, key[plen:], value))
-        if size > MAX_BATCH_BYTES:
-            raise TableError("RequestBodyTooLarge", "The batch request exceeds 4 MiB.")
+        check_batch_size(size)
+        keys.append(key)
+        values.append(value)
         written.append(props)
-    return items, written
+    return keys, values, written

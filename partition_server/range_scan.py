@@ -1,8 +1,7 @@
-"""Forward scans over a range store's entity keys (used by :meth:`RangeStore.scan` and
-:meth:`RangeStore.scan_wire`).
+"""Forward scans over a range store's entity keys (used by :meth:`RangeStore.scan`).
 
 One loop serves both forms of a page: decoded :class:`~rangetable.edm.Entity` tuples, or each
-entity already in wire form (``msgpack([pk, rk, ts, props])``, see :mod:`partition_server.wire`).
+entity already in wire form (``msgpack([pk, rk, ts, props])``, see :mod:`partition_server.fast_path`).
 The wire form decodes a stored value only as far as the filter and ``$select`` need: nothing for
 no filter or a filter on PartitionKey/RowKey, the Timestamp alone for a filter on it, everything
 otherwise, and it splices the stored bytes into the reply unless ``$select`` changes them.
@@ -17,15 +16,14 @@ from typing import Any
 import msgpack
 import rocksdict
 
-from partition_server.wire import entity as wire_entity
-from partition_server.wire import key_prefix, stored_ts
+from partition_server.fast_path import entity as wire_entity
+from partition_server.fast_path import key_prefix, stored_ts
 from rangetable import protocol
 from rangetable.edm import Entity
 from rangetable.filter import Predicate
 from rangetable.keys import META_PREFIX
 
-_packb = protocol.pack
-_unpackb = msgpack.unpackb
+_PROBE_SKIP = 256  # deleted (or overwritten) versions span_may_hold skips before giving up
 _NOTHING, _TS, _FULL = 0, 1, 2  # how much of a stored value to decode
 _ENTITY, _SPLICE, _PACK = 0, 1, 2  # what to append per match
 
@@ -73,7 +71,8 @@ def scan_span(
     want_rk = not wire or predicate is not None or sel is not None
     deadline = time.perf_counter() + budget_s if budget_s is not None else None
     perf = time.perf_counter
-    unpack = _unpackb
+    unpack = msgpack.unpackb
+    pack = protocol.pack
     out: list[Any] = []
     append = out.append
     next_key: bytes | None = None
@@ -114,7 +113,7 @@ def scan_span(
                 else:
                     if sel is not None:
                         props = {name: props[name] for name in sel if name in props}
-                    append(Entity(pk, rk, ts, props) if emit == _ENTITY else _packb([pk, rk, ts, props]))
+                    append(Entity(pk, rk, ts, props) if emit == _ENTITY else pack([pk, rk, ts, props]))
                 if len(out) >= limit:
                     break
             if not n & 63 and deadline is not None and perf() >= deadline:
@@ -128,3 +127,20 @@ def scan_span(
         if gc_was_on:
             gc.enable()
     return out, next_key
+
+
+def span_may_hold(db: rocksdict.Rdict, lo: bytes, hi: bytes) -> bool:
+    """False only when no key lies in ``[lo, hi)`` of ``db`` (one seek: cheaper than reading the rows of
+    a batch into a new partition). Many uncompacted deletes there count as keys: the seek gives up."""
+    ro = rocksdict.ReadOptions()
+    ro.set_iterate_upper_bound(hi)  # never set_iterate_lower_bound: it sets the upper bound
+    ro.set_max_skippable_internal_keys(_PROBE_SKIP)
+    it = db.iter(ro)  # dropped on return, so that close() can release the LOCK
+    try:
+        it.seek(lo)
+        if it.valid():
+            return True
+        it.status()  # raises after too many deletes (or an I/O error): then the rows are read
+        return False
+    except Exception:
+        return True

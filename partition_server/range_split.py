@@ -15,8 +15,8 @@ import shutil
 import msgpack
 import rocksdict
 
-from partition_server.range_store import DROP_KEY, META_TS, pack_meta, unpack_meta
-from partition_server.request_records import REQT_END, REQT_PREFIX, Window
+from partition_server.request_records import REQT_END, REQT_PREFIX, Window, pack_meta, unpack_meta
+from partition_server.store_keys import DROP_KEY, META_TS
 from rangetable.checkpoint import create_checkpoint
 from rangetable.keys import META_PREFIX
 from rangetable.storage import open_range_db

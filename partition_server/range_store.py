@@ -30,55 +30,46 @@ from typing import Any
 import msgpack
 import rocksdict
 
-from partition_server.range_ops import check_batch_shape, prepare_batch, prepare_op, span_may_hold
-from partition_server.range_scan import scan_span
+from partition_server import fast_path
+from partition_server.range_ops import check_batch_shape, prepare_op
+from partition_server.range_scan import scan_span, span_may_hold
+from partition_server.range_split import (
+    checkpoint_halves,
+    choose_split_key,
+    compaction_slices,
+    merge_stores,
+    split_store,
+)
 from partition_server.request_records import (
     BATCH,
+    BATCH_ANSWERS,
     MISSING,
     PURGE_EVERY,  # read here at each write, so tests can patch it on this module
     WRITE,
     add_record,
     lookup,
+    packed_answer,
+    replayed_batch,
+    stored_answer,
 )
 from partition_server.request_records import REQ_PREFIX as REQ_PREFIX  # re-exported (layout above)
 from partition_server.request_records import REQT_PREFIX as REQT_PREFIX
 from partition_server.request_records import pack_meta as pack_meta  # re-exported: META_TS's encoding
 from partition_server.request_records import unpack_meta as unpack_meta
+from partition_server.store_keys import DROP_KEY as DROP_KEY  # re-exported (layout above)
+from partition_server.store_keys import META_TS as META_TS
 from partition_server.tee import Ops, Tee
-from partition_server.wire import NIL, array_header, entity_bytes
+from rangetable import protocol
 from rangetable.edm import UNIX_EPOCH_TICKS, Entity
 from rangetable.errors import TableError
 from rangetable.filter import Predicate
-from rangetable.keys import META_PREFIX, encode_key
-from rangetable.protocol import entity_to_wire
-from rangetable.protocol import pack as _packb
+from rangetable.keys import encode_key
 from rangetable.storage import open_range_db
-
-META_TS = META_PREFIX + b"ts"
-DROP_KEY = META_PREFIX + b"drop"  # msgpack [lo, hi]: a span a split dropped but did not compact yet
-
-_unpackb = msgpack.unpackb
 
 
 def wall_ticks() -> int:
     """The wall clock in .NET ticks (100 ns since 0001-01-01 UTC); the default store clock."""
     return time.time_ns() // 100 + UNIX_EPOCH_TICKS
-
-
-def _from_wire(x: list | None) -> Entity | None:
-    return None if x is None else Entity(x[0], x[1], x[2], x[3])
-
-
-def _packed(e: Entity | None) -> bytes:
-    return _packb(None if e is None else entity_to_wire(e))
-
-
-def _stored_answer(prev: tuple[str, Any]) -> Any:
-    """A request record's ``(kind, result)`` as :meth:`RangeStore.write` / :meth:`RangeStore.batch` answer."""
-    kind, payload = prev
-    if kind == "b":  # a quiet batch (batch_quiet) stored only its Timestamp
-        return payload if isinstance(payload, int) else [_from_wire(x) for x in payload]
-    return _from_wire(payload)
 
 
 class _Closed:
@@ -175,8 +166,6 @@ class RangeStore:
         Safe to run in a background thread while the store serves (RocksDB compacts without the
         GIL; reads and writes go on). Afterwards :meth:`stats` is right.
         """
-        from partition_server.range_split import compaction_slices
-
         db = self._db
         if db is _CLOSED or self._closing:
             return False
@@ -184,7 +173,7 @@ class RangeStore:
         if v is None:
             self._drop_pending = False
             return False
-        lo, hi = _unpackb(v)
+        lo, hi = msgpack.unpackb(v)
         for a, b in compaction_slices(db.live_files(), lo, hi):
             with self._compact_lock:
                 if self._closing:
@@ -224,7 +213,7 @@ class RangeStore:
         v = self._db.get(encode_key(pk, rk))
         if v is None:
             return None
-        ts, props = _unpackb(v)
+        ts, props = msgpack.unpackb(v)
         return Entity(pk, rk, ts, props)
 
     def get_raw(self, key: bytes) -> bytes | None:
@@ -232,19 +221,16 @@ class RangeStore:
         return self._db.get(key)
 
     def scan(self, lo: bytes, hi: bytes | None, predicate: Predicate | None = None,
-             select: list[str] | None = None, limit: int = 1000,
-             budget_s: float | None = None) -> tuple[list[Entity], bytes | None]:
+             select: list[str] | None = None, limit: int = 1000, budget_s: float | None = None, *,
+             wire: bool = False, needs_ts: bool = True,
+             needs_props: bool = True) -> tuple[list[Entity], bytes | None] | tuple[list[bytes], bytes | None]:
         """Forward scan of entity keys in ``[lo, hi)`` (``hi`` None: to the end of the entities): the
-        matching entities and the key to resume from (see :func:`~partition_server.range_scan.scan_span`)."""
-        return scan_span(self._db, lo, hi, predicate, select, limit, budget_s)
+        matching entities and the key to resume from (see :func:`~partition_server.range_scan.scan_span`).
 
-    def scan_wire(self, lo: bytes, hi: bytes | None, predicate: Predicate | None = None,
-                  select: list[str] | None = None, limit: int = 1000, budget_s: float | None = None, *,
-                  needs_ts: bool = True, needs_props: bool = True) -> tuple[list[bytes], bytes | None]:
-        """Like :meth:`scan`, but each match is the bytes of its wire form ``[pk, rk, ts, props]``,
-        spliced from the stored value when possible; ``needs_ts`` / ``needs_props`` say what
-        ``predicate`` reads (see :func:`partition_server.range_scan.scan_span`)."""
-        return scan_span(self._db, lo, hi, predicate, select, limit, budget_s, wire=True,
+        With ``wire`` each match is the bytes of its wire form ``[pk, rk, ts, props]``, spliced from
+        the stored value when possible; ``needs_ts`` / ``needs_props`` then say what ``predicate`` reads.
+        """
+        return scan_span(self._db, lo, hi, predicate, select, limit, budget_s, wire=wire,
                          needs_ts=needs_ts, needs_props=needs_props)
 
     def stats(self) -> dict[str, int]:
@@ -279,8 +265,6 @@ class RangeStore:
         Taken from the SST files' metadata after a flush, so it costs no scan however large the
         range (see :func:`partition_server.range_split.choose_split_key`).
         """
-        from partition_server.range_split import choose_split_key
-
         return choose_split_key(self._db)
 
     # --- writes ------------------------------------------------------------------------------
@@ -305,10 +289,6 @@ class RangeStore:
             raise TableError("InvalidInput", "This request id was already used by a different kind of request.")
         return rid, stale, prev
 
-    def _new_batch(self) -> Any:
-        """A batch for one write: recorded while a split is being prepared (``begin_tee``)."""
-        return self._tee.new_batch()
-
     def _commit(self, wb: Any, ts: int, rid: bytes | None, kind: bytes,
                 answer: bytes, stale: tuple[bytes, int] | None) -> None:
         """Add meta (and the record of request ``rid``: ``kind`` and the packed ``answer``) to ``wb``
@@ -326,109 +306,87 @@ class RangeStore:
         self._last_ts = ts
         self._window = w
 
-    def write(self, op: dict, request_id: str | None = None) -> Entity | None:
+    def write(self, op: dict, request_id: str | None = None, *, wire: bool = False) -> Entity | None | bytes:
         """Apply one entity operation ``{"op", "pk", "rk", "props", "if_match"}``.
 
         ``op`` is insert | replace | merge | delete | insert_or_replace | insert_or_merge; ``props``
         are typed props (not for delete); ``if_match`` None | "*" | an ETag (replace, merge and
         delete only; None counts as "*"). Returns the entity as written (with its new Timestamp),
-        None for a delete. Raises TableError with Azure's code (EntityAlreadyExists,
-        ResourceNotFound, UpdateConditionNotSatisfied, InvalidInput, validation codes). With
-        ``request_id``, a repeated call returns the first call's answer without applying it again.
+        None for a delete; with ``wire``, that answer packed: ``msgpack([pk, rk, ts, props])``
+        spliced from the stored value, or nil. Raises TableError with Azure's code
+        (EntityAlreadyExists, ResourceNotFound, UpdateConditionNotSatisfied, InvalidInput,
+        validation codes). With ``request_id``, a repeated call returns the first call's answer
+        without applying it again.
         """
-        ts, _, props, prev = self._write(op, request_id, False)
-        if prev is not MISSING:
-            return _stored_answer(prev)
-        return None if props is None else Entity(op["pk"], op["rk"], ts, props)
-
-    def write_wire(self, op: dict, request_id: str | None = None) -> bytes:
-        """Like :meth:`write`, but the answer is packed in wire form: ``msgpack([pk, rk, ts, props])``
-        spliced from the stored value (the bytes packing the entity gives), or nil for a delete."""
-        _, out, _, prev = self._write(op, request_id, True)
-        return out if prev is MISSING else _packed(_stored_answer(prev))
-
-    def _write(self, op: dict, request_id: str | None, wire: bool) -> tuple[int, bytes, dict | None, Any]:
-        """(Timestamp, packed answer (only with ``wire`` or a request id), props written, stored answer
-        of a repeated request or MISSING)."""
         with self._lock:
             rid, stale, prev = self._replay(request_id, "w")
             if prev is not MISSING:
-                return 0, b"", None, prev
+                answer = stored_answer(prev)
+                return packed_answer(answer) if wire else answer
             ts = self._next_ts()
-            key, value, props = prepare_op(self._db.get, op, ts)
-            wb = self._new_batch()
-            if value is None:
+            key, props = prepare_op(self._db.get, op)
+            wb = self._tee.new_batch()
+            if props is None:
                 wb.delete(key)
-                out = NIL
+                packed = fast_path.NIL
             else:
+                value = fast_path.pack_value(ts, props)
                 wb.put(key, value)
-                out = entity_bytes(key, value) if wire or rid is not None else b""
-            self._commit(wb, ts, rid, WRITE, out, stale)
-            return ts, out, props, MISSING
+                packed = fast_path.entity_bytes(key, value) if wire or rid is not None else b""
+            self._commit(wb, ts, rid, WRITE, packed, stale)
+        if wire:
+            return packed
+        return None if props is None else Entity(op["pk"], op["rk"], ts, props)
 
-    def batch(self, ops: list[dict], request_id: str | None = None) -> list[Entity | None]:
+    def batch(self, ops: list[dict], request_id: str | None = None, *,
+              answer: str = "entities") -> list[Entity | None] | list[bytes] | int:
         """Apply an entity group transaction atomically: every op or none.
 
         At most 100 ops, one PartitionKey, each row once, at most 4 MiB; all written entities share
         one Timestamp. A failure raises TableError with ``index`` set to the failing op (except
-        RequestBodyTooLarge, which concerns the whole request).
+        RequestBodyTooLarge, which concerns the whole request). ``answer`` is the shape of the result:
+
+        * ``"entities"``: each op's entity as written (None for a delete);
+        * ``"wire"``: each op's answer packed, as :meth:`write` with ``wire`` gives it (``[]`` when a
+          repeated request id was first answered with ``"timestamp"``);
+        * ``"timestamp"``: only the Timestamp (ticks) every written entity got, from which each ETag
+          follows (Azure's ``Prefer: return-no-content``; bulk imports). The request record then
+          holds that number, not the entities: ~10 bytes instead of ~40 KiB for 100 entities of 400
+          bytes.
+
+        A repeated request id answers the first call's result in the asked shape.
         """
-        ts, _, written, prev = self._batch(ops, request_id, False)
-        if prev is not MISSING:
-            return _stored_answer(prev)
-        return [None if p is None else Entity(op["pk"], op["rk"], ts, p)
-                for op, p in zip(ops, written, strict=True)]
-
-    def batch_wire(self, ops: list[dict], request_id: str | None = None) -> list[bytes]:
-        """Like :meth:`batch`, but each op's answer packed in wire form (see :meth:`write_wire`)."""
-        _, items, _, prev = self._batch(ops, request_id, True)
-        if prev is MISSING:
-            return items
-        first = _stored_answer(prev)
-        return [] if isinstance(first, int) else [_packed(e) for e in first]  # [] : the first call was quiet
-
-    def batch_quiet(self, ops: list[dict], request_id: str | None = None) -> int:
-        """Like :meth:`batch`, but the answer is only the Timestamp (ticks) every written entity got,
-        from which each ETag follows (Azure's ``Prefer: return-no-content``; bulk imports). The
-        request record then holds that number, not the entities: ~10 bytes instead of ~40 KiB for
-        100 entities of 400 bytes. A repeated request id answers the first call's Timestamp."""
-        ts, _, _, prev = self._batch(ops, request_id, False, echo=False)
-        return ts if prev is MISSING else _stored_answer(prev)
-
-    def _batch(self, ops: list[dict], request_id: str | None, wire: bool,
-               echo: bool = True) -> tuple[int, list[bytes], list, Any]:
-        """(Timestamp, packed answers (only with ``wire`` or a request id, and ``echo``), props
-        written, stored answer of a repeated request or MISSING)."""
+        if answer not in BATCH_ANSWERS:
+            raise ValueError(f"answer must be one of {BATCH_ANSWERS}, not {answer!r}")
+        echo = answer != "timestamp"
         with self._lock:
             rid, stale, prev = self._replay(request_id, "b")
             if prev is not MISSING:
-                return 0, [], [], prev
+                return replayed_batch(stored_answer(prev), answer)
             check_batch_shape(ops)
             ts = self._next_ts()
-            wb = self._new_batch()
+            wb = self._tee.new_batch()
             db = self._db
-            want_items = echo and (wire or rid is not None)
-            items, written = prepare_batch(db.get, ops, ts, wb, want_items, partial(span_may_hold, db))
+            want_items = echo and (answer == "wire" or rid is not None)
+            items, written = fast_path.prepare_batch(db.get, ops, ts, wb, want_items, partial(span_may_hold, db))
             if written:
                 if rid is None:
-                    answer = b""
+                    record = b""
                 elif echo:
-                    answer = array_header(len(items)) + b"".join(items)
+                    record = fast_path.array_header(len(items)) + b"".join(items)
                 else:
-                    answer = _packb(ts)
-                self._commit(wb, ts, rid, BATCH, answer, stale)
-            return ts, items, written, MISSING
+                    record = protocol.pack(ts)
+                self._commit(wb, ts, rid, BATCH, record, stale)
+        if answer == "wire":
+            return items
+        if answer == "timestamp":
+            return ts
+        return [None if p is None else Entity(op["pk"], op["rk"], ts, p) for op, p in zip(ops, written, strict=True)]
 
     # --- split / merge (see range_split.py) ---------------------------------------------------
 
-    def split(
-        self,
-        split_pk: str,
-        left_path: str | os.PathLike[str],
-        right_path: str | os.PathLike[str],
-        *,
-        compact: bool = True,
-    ) -> None:
+    def split(self, split_pk: str, left_path: str | os.PathLike[str], right_path: str | os.PathLike[str], *,
+              compact: bool = True) -> None:
         """Write two new stores: ``left_path`` holds pks < ``split_pk``, ``right_path`` the rest.
 
         Hard-linked checkpoints, then a delete_range of the other half in each, compacted away unless
@@ -436,8 +394,6 @@ class RangeStore:
         stay high until then). Meta (last Timestamp, request records) is kept in both. This store
         stays open and unchanged. Safe to re-run after a crash (leftover outputs are removed first).
         """
-        from partition_server.range_split import split_store
-
         with self._lock:
             split_store(self._db, split_pk, os.fspath(left_path), os.fspath(right_path), compact=compact)
 
@@ -450,8 +406,6 @@ class RangeStore:
         """Record every write from now on (see :mod:`partition_server.split_job`), then checkpoint
         the store into both paths. Writes go on meanwhile: the record starts before the checkpoint,
         and replaying what the checkpoint already holds changes nothing."""
-        from partition_server.range_split import checkpoint_halves
-
         with self._lock:
             self._tee.begin()
         checkpoint_halves(self._db, left_path, right_path)
@@ -484,20 +438,15 @@ class RangeStore:
         with self._lock:
             wb = rocksdict.WriteBatch(raw_mode=True)
             wb.delete_range(lo, hi)
-            wb.put(DROP_KEY, _packb([lo, hi]))
+            wb.put(DROP_KEY, protocol.pack([lo, hi]))
             self._db.write(wb, self._wo)
             self._drop_pending = True
 
     @staticmethod
-    def merge(
-        left_path: str | os.PathLike[str],
-        right_path: str | os.PathLike[str],
-        out_path: str | os.PathLike[str],
-    ) -> None:
+    def merge(left_path: str | os.PathLike[str], right_path: str | os.PathLike[str],
+              out_path: str | os.PathLike[str]) -> None:
         """Write ``out_path`` holding the union of two closed adjacent stores (left below right).
 
         Request records are united, the last Timestamp is the max of both. Re-runnable after a crash.
         """
-        from partition_server.range_split import merge_stores
-
         merge_stores(os.fspath(left_path), os.fspath(right_path), os.fspath(out_path))

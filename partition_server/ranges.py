@@ -15,10 +15,9 @@ import shutil
 import threading
 import time
 from collections.abc import Callable
-from functools import lru_cache
 from typing import Any
 
-from partition_server import wire
+from partition_server.data_requests import DATA_OPS
 from partition_server.metrics import RangeTotals
 from partition_server.range_store import RangeStore
 from partition_server.served import FULL_REPORT_S, LAT_SAMPLES, Deferred, Load, Served, only_changed
@@ -26,24 +25,11 @@ from partition_server.split_job import SplitJob
 from partition_server.throttle import PartitionThrottle
 from rangetable.crash import crash_point
 from rangetable.errors import TableError
-from rangetable.filter import Predicate, compile_cached, properties_used
-from rangetable.keys import encode_key, range_bounds
-from rangetable.protocol import Packed, entity_to_wire
+from rangetable.keys import range_bounds
 from rangetable.stats import StepClock, percentile_ms
 
 log = logging.getLogger("rangetable.partition_server")
 
-_KEYS_AND_TIMESTAMP = frozenset(("PartitionKey", "RowKey", "Timestamp"))
-_random = random.random
-
-
-@lru_cache(maxsize=1024)
-def scan_filter(text: str | None) -> tuple[Predicate | None, bool, bool]:
-    """A scan's ``$filter`` as (predicate, or None without a filter; whether it reads the Timestamp;
-    whether it reads other properties). Raises TableError for an invalid filter."""
-    node, pred = compile_cached(text)
-    used = properties_used(node)
-    return (None if node is None else pred), "Timestamp" in used, not used <= _KEYS_AND_TIMESTAMP
 
 
 class RangeSet:
@@ -51,7 +37,7 @@ class RangeSet:
 
     CONTROL_OPS = frozenset({"load", "unload", "prepare", "split", "split_key", "merge", "destroy", "status",
                              "checkpoint"})
-    DATA_OPS = frozenset({"get", "write", "batch", "scan"})
+    DATA_OPS = frozenset(DATA_OPS)
 
     def __init__(self, data_dir: str, *, sync: bool = False, scan_budget_ms: int = 200,
                  partition_target: float = 0.0, request_window: tuple[float, int, int] = (600.0, 100_000, 64 << 20)) -> None:
@@ -297,42 +283,32 @@ class RangeSet:
         return served
 
     def data(self, op: str, req: dict, nbytes: int = 0) -> Any:
-        """Run a data request against the range it names."""
+        """Run a data request against the range it names (the handlers are in
+        :mod:`partition_server.data_requests`); the one place where requests are counted as load."""
         t0 = time.perf_counter()
-        if op == "get":
-            pk = req["pk"]
-            served = self._serving(req, pk)
+        kind = DATA_OPS[op]
+        if kind.target is not None:  # counted before it runs: a request refused by its precondition is load too
+            pk, n = kind.target(req)
+            served = self._serving(req, pk, n or 1)
             ld = served.load
-            ld.reads += 1  # counted before it runs: a read of a missing entity is load too
-            ld.note(pk)
-            result: Any = self._get(served.store, pk, req["rk"], req.get("select"))
-            ld.entities += 1
-        elif op == "write":
-            w = req["write"]
-            pk = w.get("pk")
-            served = self._serving(req, pk)
-            ld = served.load
-            ld.writes += 1  # a write refused by its precondition is load too
-            ld.note(pk)
-            result = Packed(served.store.write_wire(w, request_id=req.get("rid")))
-            ld.entities += 1
-        elif op == "batch":
-            ops = req["ops"]
-            pk = ops[0].get("pk") if ops else None
-            served = self._serving(req, pk, max(1, len(ops)))
-            ld = served.load
-            ld.writes += 1
-            ld.note(pk, len(ops))
-            if req.get("echo", True):
-                result = wire.array(served.store.batch_wire(ops, request_id=req.get("rid")))
-            else:  # the caller wants no entities back: only their shared Timestamp
-                result = served.store.batch_quiet(ops, request_id=req.get("rid"))
-            ld.entities += len(ops)
-        else:
+            if kind.reads:
+                ld.reads += 1
+            else:
+                ld.writes += 1
+            ld.note(pk, n)
+            result = kind.run(served, req, self.scan_budget_s)
+            ld.entities += n
+        else:  # a scan: counted once it ran, by the partition of its first entity
             served = self._serving(req, None)
-            result = self._scan(served, req)
+            page = kind.run(served, req, self.scan_budget_s)
+            ld = served.load
+            if page.counts:
+                ld.reads += 1
+                if page.sampled is not None:
+                    ld.note(*page.sampled)
+            ld.entities += page.entities
+            result = page.result
         dt = time.perf_counter() - t0
-        ld = served.load
         ld.lat_sum += dt
         if dt > ld.lat_max:
             ld.lat_max = dt
@@ -341,41 +317,8 @@ class RangeSet:
         if len(ld.lats) < LAT_SAMPLES:
             ld.lats.append(dt)
         else:
-            ld.lats[int(_random() * LAT_SAMPLES)] = dt
+            ld.lats[int(random.random() * LAT_SAMPLES)] = dt
         return result
-
-    @staticmethod
-    def _get(store: RangeStore, pk: str, rk: str, select: list[str] | None) -> Any:
-        """A point read's result: spliced from the stored bytes, decoded only for ``$select``."""
-        if select:
-            e = store.get(pk, rk)
-            if e is not None:
-                return entity_to_wire(e._replace(props={k: v for k, v in e.props.items() if k in select}))
-        else:
-            key = encode_key(pk, rk)
-            v = store.get_raw(key)
-            if v is not None:
-                return wire.entity_at(key, v)
-        raise TableError("ResourceNotFound")
-
-    def _scan(self, served: Served, req: dict) -> Packed:
-        lo = max(req.get("lo") or b"", served.lo)
-        hi = req.get("hi")
-        if served.hi is not None and (hi is None or hi > served.hi):
-            hi = served.hi
-        pred, needs_ts, needs_props = scan_filter(req.get("filter"))
-        budget = min(float(req.get("budget_ms", 1e9)) / 1000.0, self.scan_budget_s)
-        if hi is not None and lo >= hi:
-            return wire.page([], None)
-        items, nxt = served.store.scan_wire(
-            lo, hi, pred, req.get("select"), limit=int(req.get("limit", 1000)), budget_s=budget,
-            needs_ts=needs_ts, needs_props=needs_props,
-        )
-        served.load.reads += 1
-        served.load.entities += len(items)
-        if items:
-            served.load.note(wire.entity_pk(items[0]), 1 + len(items) // 100)
-        return wire.page(items, nxt)
 
     # --- reports ------------------------------------------------------------------------------
 

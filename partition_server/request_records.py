@@ -32,8 +32,11 @@ from typing import Any, NamedTuple
 import msgpack
 import rocksdict
 
+from partition_server.fast_path import request_record
 from rangetable import protocol
+from rangetable.edm import Entity
 from rangetable.keys import META_PREFIX
+from rangetable.protocol import entity_to_wire
 
 REQ_PREFIX = META_PREFIX + b"req/"
 REQT_PREFIX = META_PREFIX + b"reqt/"
@@ -41,13 +44,11 @@ REQT_END = META_PREFIX + b"reqt0"  # b"/" + 1
 PURGE_EVERY = 1000  # request-id writes between age-based purges
 PURGE_MAX_DELETES = 5000  # records one purge deletes at most (bounds one write's WriteBatch)
 PURGE_CHUNK = 1000  # a full window is purged this far below its bound, so not every write purges
-WRITE = b"\xa1w"  # the packed kinds
-BATCH = b"\xa1b"
+WRITE = protocol.pack("w")  # the packed kinds
+BATCH = protocol.pack("b")
 
 _TS = struct.Struct(">Q")
 _SIZE = struct.Struct(">I")
-_pack = protocol.pack
-_unpackb = msgpack.unpackb
 MISSING: Any = object()
 
 
@@ -88,14 +89,8 @@ def unpack_meta(v: bytes | None) -> tuple[int, Window]:
     return ts, Window(count, nbytes, purge_from)
 
 
-def record(ts: int, kind: bytes, answer: bytes) -> bytes:
-    """The stored record of a request answered at ``ts``: ``kind`` is :data:`WRITE` or :data:`BATCH`,
-    ``answer`` the packed result (the bytes ``msgpack.packb([ts, kind, result])`` gives)."""
-    return b"\x93" + _pack(ts) + kind + answer
-
-
 def record_puts(wb: rocksdict.WriteBatch, rid: bytes, ts: int, rec: bytes) -> None:
-    """Add request ``rid``'s (UTF-8) record ``rec`` (see :func:`record`) and its index key to ``wb``."""
+    """Add request ``rid``'s (UTF-8) record ``rec`` (see :func:`~partition_server.fast_path.request_record`) and its index key to ``wb``."""
     wb.put(REQ_PREFIX + rid, rec)
     wb.put(REQT_PREFIX + _TS.pack(ts) + rid, _SIZE.pack(len(rec)))
 
@@ -108,7 +103,7 @@ def lookup(db: rocksdict.Rdict, rid: bytes, cutoff: Callable[[], int]) -> tuple[
     rec = db.get(REQ_PREFIX + rid)
     if rec is None:
         return MISSING, None
-    rts, kind, payload = _unpackb(rec)
+    rts, kind, payload = msgpack.unpackb(rec)
     if rts >= cutoff():
         return (kind, payload), None
     return MISSING, (REQT_PREFIX + _TS.pack(rts) + rid, len(rec))
@@ -156,7 +151,7 @@ def purge(db: rocksdict.Rdict, wb: rocksdict.WriteBatch, w: Window, cutoff: int,
 def add_record(db: rocksdict.Rdict, wb: rocksdict.WriteBatch, w: Window, rid: bytes, ts: int, kind: bytes,
                answer: bytes, stale: tuple[bytes, int] | None, cutoff: Callable[[], int], bounds: tuple[int, int],
                purge_now: bool) -> Window:
-    """Add request ``rid``'s record (see :func:`record`) to ``wb``, with the delete of its ``stale``
+    """Add request ``rid``'s record (see :func:`~partition_server.fast_path.request_record`) to ``wb``, with the delete of its ``stale``
     expired record (see :func:`lookup`) and a purge when the window overflows ``bounds`` (records,
     bytes) or ``purge_now`` (the periodic age purge: records older than ``cutoff()``, asked only
     then); returns the window after the batch."""
@@ -164,7 +159,7 @@ def add_record(db: rocksdict.Rdict, wb: rocksdict.WriteBatch, w: Window, rid: by
     if stale is not None:
         wb.delete(stale[0])
         count, nbytes = count - 1, nbytes - stale[1]
-    rec = record(ts, kind, answer)
+    rec = request_record(ts, kind, answer)
     count, nbytes = count + 1, nbytes + len(rec)
     max_count, max_bytes = bounds
     full = count > max_count or nbytes > max_bytes
@@ -176,3 +171,33 @@ def add_record(db: rocksdict.Rdict, wb: rocksdict.WriteBatch, w: Window, rid: by
             max_bytes - max_bytes // 64 if full else max_bytes, stale and stale[0])
     record_puts(wb, rid, ts, rec)
     return Window(count, nbytes, purge_from)
+
+
+# --- stored answers -----------------------------------------------------------------------------
+
+
+def _from_wire(x: list | None) -> Entity | None:
+    return None if x is None else Entity(x[0], x[1], x[2], x[3])
+
+
+def packed_answer(e: Entity | None) -> bytes:
+    """A stored answer (an entity, or None for a delete) packed in wire form."""
+    return protocol.pack(None if e is None else entity_to_wire(e))
+
+
+def stored_answer(prev: tuple[str, Any]) -> Any:
+    """A request record's ``(kind, result)`` (see :func:`lookup`) as ``RangeStore.write`` / ``RangeStore.batch`` answer."""
+    kind, payload = prev
+    if kind == "b":  # a batch answered with its Timestamp alone stored only that
+        return payload if isinstance(payload, int) else [_from_wire(x) for x in payload]
+    return _from_wire(payload)
+
+
+BATCH_ANSWERS = ("entities", "wire", "timestamp")
+
+
+def replayed_batch(first: Any, answer: str) -> Any:
+    """A batch's stored answer (entities, or a Timestamp) in the shape ``answer`` asks for."""
+    if answer == "wire":
+        return [] if isinstance(first, int) else [packed_answer(e) for e in first]  # [] : the first call was quiet
+    return first

@@ -13,7 +13,6 @@ from rangetable.keys import range_bounds
 
 SAMPLE_SIZE = 64  # PartitionKeys in a range's reservoir sample (the balancer's split points)
 LAT_SAMPLES = 512  # request latencies kept per report, for p99
-_random = random.random
 
 
 @dataclass
@@ -43,7 +42,7 @@ class Load:
             if len(sample) < SAMPLE_SIZE:
                 sample.append(pk)
             else:
-                j = int(_random() * self.seen)
+                j = int(random.random() * self.seen)
                 if j < SAMPLE_SIZE:
                     sample[j] = pk
 

@@ -40,9 +40,9 @@ import uuid
 from typing import Any
 
 import zmq
-from zmq.backend import Socket as _RawSocket
 from zmq.backend import zmq_poll
 
+from partition_server.fast_path import set_socket_option
 from partition_server.ranges import RangeSet
 from partition_server.served import Deferred
 from rangetable import curve, protocol
@@ -59,9 +59,6 @@ HB_RETRY_S = 0.2  # heartbeat interval while no coordinator answers (finding a n
 QUEUED_S = 20e-6  # a receive that returns sooner found its request already queued (it did not wait)
 _POLLIN = int(zmq.POLLIN)
 _RCVTIMEO = int(zmq.RCVTIMEO)
-_set = _RawSocket.set  # the Cython method with a plain int option (see rangetable/protocol.py)
-_monotonic = time.monotonic
-_perf = time.perf_counter
 
 
 class PartitionServer:
@@ -210,7 +207,7 @@ class PartitionServer:
         """
         op = req["op"]
         if op in RangeSet.DATA_OPS:
-            if not (_monotonic() < self.lease_until or self.lease_valid()):
+            if not (time.monotonic() < self.lease_until or self.lease_valid()):
                 raise TableError("NotOwner", f"{self.server_id} holds no lease")
             return self.ranges.data(op, req, self._nbytes)
         if op in RangeSet.CONTROL_OPS:
@@ -301,7 +298,7 @@ class PartitionServer:
         hb = self.cfg.heartbeat_s
         burst = 0
         while not self.stopping:
-            now = _monotonic()
+            now = time.monotonic()
             if now >= next_hb or self._resend:
                 self._send_heartbeat()
                 next_hb = now + (hb if now - self._answered < 1.5 * hb else min(hb, HB_RETRY_S))
@@ -324,13 +321,13 @@ class PartitionServer:
                 frames, peer = protocol.recv_frames_peer(router, protocol.NOBLOCK)
                 burst = 1
             else:  # nothing can come from the coordinator before the next heartbeat: block on the ROUTER
-                _set(router, _RCVTIMEO, timeout)
-                t0 = _perf()
+                set_socket_option(router, _RCVTIMEO, timeout)
+                t0 = time.perf_counter()
                 try:
                     frames, peer = protocol.recv_frames_peer(router)
                 except zmq.Again:
                     continue
-                burst = burst + 1 if _perf() - t0 < QUEUED_S else 1
+                burst = burst + 1 if time.perf_counter() - t0 < QUEUED_S else 1
             self.pending = burst
             self._on_request(frames, peer)
         self.close()

@@ -1,18 +1,26 @@
-"""The partition server's spliced replies decode to (and are byte-identical with) the packed ones."""
+"""The partition server's spliced replies (:mod:`partition_server.fast_path`) decode to, and are
+byte-identical with, the product's plain path: entities decoded by ``RangeStore.scan`` / ``get`` and packed."""
 
 from __future__ import annotations
 
+import random
+from typing import Any
+
 import msgpack
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from partition_server import wire
+from partition_server import fast_path, range_ops
+from partition_server import fast_path as wire
+from partition_server.data_requests import scan_filter
 from partition_server.range_store import RangeStore
-from partition_server.ranges import RangeSet, scan_filter
+from partition_server.ranges import RangeSet
 from rangetable import protocol
 from rangetable.edm import BINARY, BOOLEAN, DATETIME, DOUBLE, GUID, INT32, INT64, STRING
 from rangetable.errors import TableError
 from rangetable.filter import compile_cached, parse_filter, properties_used
-from rangetable.keys import META_PREFIX, decode_key, encode_key
+from rangetable.keys import encode_key
 from rangetable.protocol import entity_to_wire
 
 KEYS = ["", "a", "é", "日本", "🙂x", "k" * 31, "k" * 32, "ü" * 128, "日" * 200, "p_q"]
@@ -76,32 +84,13 @@ def ranges(request, tmp_path):
 
 
 def old_scan(store: RangeStore, req: dict) -> dict:
-    """The scan result as the partition server built it before the wire fast path (that loop,
-    kept here as an independent reference): decode every entity, filter, project, pack."""
+    """The scan result on the product's plain path: decoded entities from ``RangeStore.scan`` (every
+    stored value decoded, filtered, projected), packed as they are, with the same bounds and budget."""
     _, pred = compile_cached(req.get("filter"))
-    lo, hi, select = req.get("lo") or b"", req.get("hi"), req.get("select")
-    limit, budget_zero = int(req.get("limit", 1000)), req.get("budget_ms") == 0
-    upper = META_PREFIX if hi is None or hi > META_PREFIX else hi
-    out: list = []
-    nxt = None
-    stop = False
-    n = 0
-    for k, v in store._db.items(from_key=lo):
-        if k >= upper:
-            break
-        if stop:
-            nxt = k
-            break
-        n += 1
-        stop = budget_zero and n % 64 == 0
-        pk, rk = decode_key(k)
-        ts, props = msgpack.unpackb(v)
-        if pred(pk, rk, ts, props):
-            if select is not None:
-                props = {name: props[name] for name in select if name in props}
-            out.append([pk, rk, ts, props])
-            stop = stop or len(out) >= limit
-    return {"entities": out, "next": nxt}
+    budget = 0.0 if req.get("budget_ms") == 0 else None
+    found, nxt = store.scan(req.get("lo") or b"", req.get("hi"), None if req.get("filter") is None else pred,
+                            req.get("select"), limit=int(req.get("limit", 1000)), budget_s=budget)
+    return {"entities": [entity_to_wire(e) for e in found], "next": nxt}
 
 
 def scan_req(**kw: object) -> dict:
@@ -226,3 +215,94 @@ def test_scan_clamped_to_range_bounds(tmp_path):
         assert ei.value.error_code == "InvalidInput"
     finally:
         rs.unload_all()
+
+
+# --- spliced bytes = packed bytes, on generated data -----------------------------------------------
+
+
+class StrSub(str):
+    """A str subclass: packs as a str, but not through the exact-type packer."""
+
+
+def test_pack_value_matches_protocol_pack():
+    class IntSub(int):
+        pass
+
+    values: list[Any] = [{}, {"a": [STRING, "x"]}, {"a": (INT32, 5)}, {"a": [STRING, StrSub("s")]},
+                         {"a": [INT64, IntSub(7)]}, {"a": [BINARY, bytearray(b"xy")]}, {"a": [DOUBLE, float("nan")]},
+                         {StrSub("k"): [BOOLEAN, True]}, {"a": [BINARY, memoryview(b"ab")]}]
+    for props in values:
+        for ts in (0, 5, 2**40, 638396643000000000):
+            assert fast_path.pack_value(ts, props) == range_ops.pack_value(ts, props) == protocol.pack([ts, props])
+    for pack in (fast_path.pack_value, range_ops.pack_value):
+        with pytest.raises(TypeError):
+            pack(1, {"a": [STRING, object()]})
+        with pytest.raises(OverflowError):
+            pack(1, {"a": [INT64, 2**64]})
+
+
+def test_wire_entities_match_entity():
+    rng = random.Random(5)
+    for _ in range(200):
+        n = rng.randint(1, 20)
+        rkbs = [rng.choice(["", "a", "é" * rng.randint(0, 130), "k" * rng.randint(0, 300)]).encode() for _ in range(n)]
+        values = [protocol.pack([rng.choice([1, 2**40]), {"a": [STRING, "x" * rng.randint(0, 40)]}]) for _ in range(n)]
+        if rng.random() < 0.2:
+            values[rng.randrange(n)] = protocol.pack([5, {}, 1])  # not the stored layout: decoded and packed instead
+        prefix = fast_path.key_prefix(rng.choice(["p", "é" * 200]).encode())
+        assert fast_path.entities(prefix, rkbs, values) == [fast_path.entity(prefix, r, v) for r, v in zip(rkbs, values,
+                                                                                                            strict=True)]
+
+
+KEY_TEXT = st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"), max_size=300)
+PAIRS = st.one_of(
+    st.tuples(st.just(STRING), st.text(st.characters(blacklist_categories=("Cs",)), max_size=300)),
+    st.tuples(st.just(INT32), st.integers(-(2**31), 2**31 - 1)),
+    st.tuples(st.just(INT64), st.integers(-(2**63), 2**63 - 1)),
+    st.tuples(st.just(DOUBLE), st.floats(allow_nan=False)),
+    st.tuples(st.just(BOOLEAN), st.booleans()),
+    st.tuples(st.just(BINARY), st.binary(max_size=300)),
+).map(list)
+PROPS = st.dictionaries(st.from_regex(r"[A-Za-z_][A-Za-z0-9_]{0,40}", fullmatch=True), PAIRS, max_size=12)
+
+
+@settings(max_examples=400, deadline=None)
+@given(KEY_TEXT, KEY_TEXT, st.integers(0, 2**64 - 1), PROPS)
+def test_spliced_answers_equal_packed_answers(pk, rk, ts, props):
+    """fast_path splices an entity's wire form from its stored value; range_ops packs it from the
+    decoded entity: the same bytes, for any keys, Timestamp and props."""
+    key = encode_key(pk, rk)
+    value = fast_path.pack_value(ts, props)
+    assert value == range_ops.pack_value(ts, props)
+    assert fast_path.answer(key, value) == range_ops.wire_answer(key, value)
+    assert fast_path.answer(key, None) == range_ops.wire_answer(key, None)
+    assert fast_path.stored_ts(value) == ts
+    pkb, _, rkb = key.partition(b"\x00")
+    assert fast_path.entities(fast_path.key_prefix(pkb), [rkb], [value]) == [fast_path.entity_bytes(key, value)]
+    items = [fast_path.entity_bytes(key, value)] * (len(props) % 3)
+    assert bytes(fast_path.page(items, key if ts % 2 else None)) == protocol.pack(
+        {"entities": [msgpack.unpackb(i, strict_map_key=False) for i in items], "next": key if ts % 2 else None})
+
+
+@pytest.fixture(scope="module")
+def filled(tmp_path_factory):
+    """One RangeSet serving a filled range, shared by the generated scans below (they only read)."""
+    rs = RangeSet(str(tmp_path_factory.mktemp("scan")))
+    rs.load(RECORD)
+    fill(rs.open["r1"].store)
+    yield rs
+    rs.unload_all()
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.sampled_from(FILTERS), st.one_of(st.none(), st.lists(st.sampled_from(["i", "s", "x", "nope"]), max_size=3)),
+       st.integers(1, 40), st.sampled_from(KEYS), st.one_of(st.none(), st.sampled_from(KEYS)))
+def test_generated_scans_spliced_equal_plain(filled, filt, select, limit, lo_pk, hi_pk):
+    """A scan page through the partition server (wire form, decoding only what the filter needs) is
+    the page of the plain path (every entity decoded by RangeStore.scan, then packed)."""
+    store = filled.open["r1"].store
+    lo = encode_key(lo_pk, "")
+    hi = None if hi_pk is None else encode_key(hi_pk, "")
+    req = scan_req(lo=lo, hi=hi, filter=filt, select=select, limit=limit)
+    want = old_scan(store, req) if hi is None or lo < hi else {"entities": [], "next": None}
+    same_reply(filled.data("scan", req), want)

@@ -17,7 +17,7 @@ from typing import Any
 import msgpack
 import pytest
 
-from partition_server import range_ops
+from partition_server import fast_path
 from partition_server.range_store import REQ_PREFIX, RangeStore
 from partition_server.ranges import RangeSet
 from rangetable import entity as ent
@@ -115,12 +115,12 @@ def test_entity_api_answers(tmp_path):
         props = {"a": [STRING, "x"]}
         e = s.write({"op": "insert", "pk": "p", "rk": "r", "props": props})
         assert e is not None and (e.pk, e.rk, e.props) == ("p", "r", props) and s.get("p", "r") == e
-        wire = s.write_wire({"op": "merge", "pk": "p", "rk": "r", "props": {"b": [INT32, 1]}})
+        wire = s.write({"op": "merge", "pk": "p", "rk": "r", "props": {"b": [INT32, 1]}}, wire=True)
         assert msgpack.unpackb(wire) == entity_to_wire(s.get("p", "r"))
-        assert s.write_wire({"op": "delete", "pk": "p", "rk": "r"}) == msgpack.packb(None)
+        assert s.write({"op": "delete", "pk": "p", "rk": "r"}, wire=True) == msgpack.packb(None)
         got = s.batch([{"op": "insert", "pk": "q", "rk": str(i), "props": props} for i in range(3)], "B")
         assert got == [s.get("q", str(i)) for i in range(3)]
-        assert s.batch_wire([{"op": "insert", "pk": "q", "rk": "9"}], "B") == [msgpack.packb(entity_to_wire(e))
+        assert s.batch([{"op": "insert", "pk": "q", "rk": "9"}], "B", answer="wire") == [msgpack.packb(entity_to_wire(e))
                                                                                  for e in got]
 
 
@@ -178,7 +178,7 @@ def test_batch_prefetch_matches_row_by_row_reads(tmp_path, monkeypatch):
     ticks = [10**17]
     fast = RangeStore.open(tmp_path / "fast", clock=lambda: ticks[0])
     slow = RangeStore.open(tmp_path / "slow", clock=lambda: ticks[0])
-    prefetch = range_ops._prefetch
+    prefetch = fast_path.prefetch
 
     def row_by_row(get: Any, ops: list) -> Any:
         return get
@@ -195,9 +195,9 @@ def test_batch_prefetch_matches_row_by_row_reads(tmp_path, monkeypatch):
                 for e in store.batch(seed):
                     etags[e.rk] = etag_from_ticks(e.ts)
             ops = [random_op(rng, pk, etags) for _ in range(rng.randint(1, 6))]
-            monkeypatch.setattr(range_ops, "_prefetch", prefetch)
+            monkeypatch.setattr(fast_path, "prefetch", prefetch)
             a = outcome(fast, ops, f"r{case}")
-            monkeypatch.setattr(range_ops, "_prefetch", row_by_row)
+            monkeypatch.setattr(fast_path, "prefetch", row_by_row)
             b = outcome(slow, ops, f"r{case}")
             assert a == b, (case, ops)
             prefetched += isinstance(getattr(prefetch(fast._db.get, ops), "__self__", None), dict)

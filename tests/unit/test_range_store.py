@@ -434,8 +434,8 @@ def test_a_request_id_answers_only_its_own_kind_of_request(store):
     op = {"op": "insert_or_replace", "pk": "p", "rk": "r", "props": {"A": [INT32, 1]}}
     store.batch([op], request_id="b-1")
     store.write(op, request_id="w-1")
-    for call in (lambda: store.write_wire(op, request_id="b-1"), lambda: store.write(op, request_id="b-1"),
-                 lambda: store.batch_wire([op], request_id="w-1"), lambda: store.batch([op], request_id="w-1")):
+    for call in (lambda: store.write(op, request_id="b-1", wire=True), lambda: store.write(op, request_id="b-1"),
+                 lambda: store.batch([op], request_id="w-1", answer="wire"), lambda: store.batch([op], request_id="w-1")):
         with pytest.raises(TableError) as e:
             call()
         assert e.value.error_code == "InvalidInput"

@@ -161,16 +161,16 @@ def test_a_quiet_batch_answers_its_timestamp_and_keeps_a_small_record(tmp_path) 
     store = RangeStore.open(tmp_path / "quiet")
     ops = [{"op": "insert_or_replace", "pk": "p", "rk": f"r{i:03d}", "props": {"s": [STRING, "x" * 300]},
             "if_match": None} for i in range(100)]
-    ts = store.batch_quiet(ops, request_id="bulk-1")
+    ts = store.batch(ops, request_id="bulk-1", answer="timestamp")
     assert isinstance(ts, int) and ts == store.last_ts
     assert store.get("p", "r099").ts == ts
-    again = store.batch_quiet([{**ops[0], "props": {"s": [STRING, "changed"]}}], request_id="bulk-1")
+    again = store.batch([{**ops[0], "props": {"s": [STRING, "changed"]}}], request_id="bulk-1", answer="timestamp")
     assert again == ts and store.get("p", "r000").props["s"] == [STRING, "x" * 300]  # applied once
-    assert store.batch_wire(ops, request_id="bulk-1") == []  # the first call was quiet: no entities kept
+    assert store.batch(ops, request_id="bulk-1", answer="wire") == []  # the first call was quiet: no entities kept
     records = [v for k, v in store._db.items(from_key=REQ_PREFIX) if k.startswith(REQ_PREFIX)]
     assert len(records) == 1 and len(records[0]) < 64  # the echoed form would hold ~31 KiB
 
-    loud = store.batch_wire([{**op, "pk": "q"} for op in ops], request_id="bulk-2")
+    loud = store.batch([{**op, "pk": "q"} for op in ops], request_id="bulk-2", answer="wire")
     assert len(loud) == 100
     records = [v for k, v in store._db.items(from_key=REQ_PREFIX) if k.startswith(REQ_PREFIX)]
     assert max(map(len, records)) > 30_000

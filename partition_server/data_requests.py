@@ -1,0 +1,113 @@
+"""The data requests of a partition server (``get``, ``write``, ``batch``, ``scan``): one handler each,
+and :data:`DATA_OPS`, the table from op name to handler that :meth:`RangeSet.data
+<partition_server.ranges.RangeSet.data>` dispatches through (and where it does the load accounting).
+
+A handler runs one request against the range that serves it and returns its result (already in
+wire form where the reply can be spliced from stored bytes). A request that names its PartitionKey
+and entities up front (:attr:`DataOp.target`) counts as load before it runs, so a refused write is
+load too; a scan counts once it ran (its handler answers a :class:`ScanPage`), by the partition of
+the first entity of its page.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from functools import lru_cache
+from typing import Any, NamedTuple
+
+from partition_server import fast_path
+from partition_server.served import Served
+from rangetable.errors import TableError
+from rangetable.filter import Predicate, compile_cached, properties_used
+from rangetable.keys import encode_key
+from rangetable.protocol import Packed, entity_to_wire
+
+_KEYS_AND_TIMESTAMP = frozenset(("PartitionKey", "RowKey", "Timestamp"))
+
+
+class ScanPage(NamedTuple):
+    """A scan's answer: the page, the entities on it, the PartitionKey to sample for the load report
+    and its weight (None for an empty page), and whether it counts as load at all (a scan of an
+    empty span reads nothing)."""
+
+    result: Packed
+    entities: int
+    sampled: tuple[str, int] | None
+    counts: bool = True
+
+
+class DataOp(NamedTuple):
+    """One kind of data request."""
+
+    reads: bool  # counted as a read (else as a write)
+    target: Callable[[dict], tuple[str | None, int]] | None  # (PartitionKey, entities) named up front; None: a scan
+    run: Callable[[Served, dict, float], Any]  # (range, request, scan budget in s) -> result, or a ScanPage
+
+
+@lru_cache(maxsize=1024)
+def scan_filter(text: str | None) -> tuple[Predicate | None, bool, bool]:
+    """A scan's ``$filter`` as (predicate, or None without a filter; whether it reads the Timestamp;
+    whether it reads other properties). Raises TableError for an invalid filter."""
+    node, pred = compile_cached(text)
+    used = properties_used(node)
+    return (None if node is None else pred), "Timestamp" in used, not used <= _KEYS_AND_TIMESTAMP
+
+
+def get(served: Served, req: dict, budget_s: float) -> Any:
+    """A point read: the entity spliced from the stored bytes, decoded only for ``$select``."""
+    pk, rk, select = req["pk"], req["rk"], req.get("select")
+    store = served.store
+    if select:
+        e = store.get(pk, rk)
+        if e is not None:
+            return entity_to_wire(e._replace(props={k: v for k, v in e.props.items() if k in select}))
+    else:
+        key = encode_key(pk, rk)
+        v = store.get_raw(key)
+        if v is not None:
+            return Packed(fast_path.entity_bytes(key, v))
+    raise TableError("ResourceNotFound")
+
+
+def write(served: Served, req: dict, budget_s: float) -> Packed:
+    """One entity operation; the entity written in wire form (nil for a delete)."""
+    return Packed(served.store.write(req["write"], request_id=req.get("rid"), wire=True))
+
+
+def batch(served: Served, req: dict, budget_s: float) -> Any:
+    """An entity group transaction: each op's entity in wire form, or with ``echo`` false only the
+    Timestamp they share (the caller wants no entities back)."""
+    ops = req["ops"]
+    if req.get("echo", True):
+        return fast_path.array(served.store.batch(ops, request_id=req.get("rid"), answer="wire"))
+    return served.store.batch(ops, request_id=req.get("rid"), answer="timestamp")
+
+
+def scan(served: Served, req: dict, budget_s: float) -> ScanPage:
+    """One page of a scan of ``[lo, hi)`` clamped to the range, filtered and projected, within the
+    time budget: ``{"entities": [...], "next": key or nil}``."""
+    lo = max(req.get("lo") or b"", served.lo)
+    hi = req.get("hi")
+    if served.hi is not None and (hi is None or hi > served.hi):
+        hi = served.hi
+    pred, needs_ts, needs_props = scan_filter(req.get("filter"))
+    budget = min(float(req.get("budget_ms", 1e9)) / 1000.0, budget_s)
+    if hi is not None and lo >= hi:
+        return ScanPage(fast_path.page([], None), 0, None, counts=False)
+    items, nxt = served.store.scan(lo, hi, pred, req.get("select"), limit=int(req.get("limit", 1000)),
+                                   budget_s=budget, wire=True, needs_ts=needs_ts, needs_props=needs_props)
+    sampled = (fast_path.entity_pk(items[0]), 1 + len(items) // 100) if items else None
+    return ScanPage(fast_path.page(items, nxt), len(items), sampled)
+
+
+def _batch_target(req: dict) -> tuple[str | None, int]:
+    ops = req["ops"]
+    return (ops[0].get("pk") if ops else None), len(ops)
+
+
+DATA_OPS: dict[str, DataOp] = {
+    "get": DataOp(True, lambda req: (req["pk"], 1), get),
+    "write": DataOp(False, lambda req: (req["write"].get("pk"), 1), write),
+    "batch": DataOp(False, _batch_target, batch),
+    "scan": DataOp(True, None, scan),
+}

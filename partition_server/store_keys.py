@@ -1,0 +1,8 @@
+"""The meta keys of a range store (see :mod:`partition_server.range_store` for the whole layout)."""
+
+from __future__ import annotations
+
+from rangetable.keys import META_PREFIX
+
+META_TS = META_PREFIX + b"ts"  # >QQQQ: the last Timestamp and the request-record window (request_records.pack_meta)
+DROP_KEY = META_PREFIX + b"drop"  # msgpack [lo, hi]: a span a split dropped but did not compact yet
