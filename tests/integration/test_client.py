@@ -10,7 +10,6 @@ from __future__ import annotations
 import math
 import uuid
 from datetime import UTC, datetime
-from pathlib import Path
 
 import pytest
 
@@ -28,12 +27,8 @@ from rangetable import (
     UpdateMode,
 )
 from rangetable.edm import datetime_to_ticks, ticks_from_etag
-
-if not (Path(__file__).parents[1] / "cluster.py").exists():
-    pytest.skip("tests/cluster.py (the cluster harness) is not there yet", allow_module_level=True)
-
-from tests.cluster import ClusterFactory  # noqa: E402
-from tests.integration.client_fixtures import service_fixture, table_fixture  # noqa: E402, F401  (fixtures)
+from tests.cluster import ClusterFactory
+from tests.integration.client_fixtures import service_fixture, table_fixture  # noqa: F401  (fixtures)
 
 
 @pytest.fixture(scope="module")

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import threading
 import uuid
-from pathlib import Path
 
 import pytest
 
@@ -25,12 +24,8 @@ from rangetable import (
     UpdateMode,
 )
 from rangetable.client_transport import Transport
-
-if not (Path(__file__).parents[1] / "cluster.py").exists():
-    pytest.skip("tests/cluster.py (the cluster harness) is not there yet", allow_module_level=True)
-
-from tests.cluster import ClusterFactory  # noqa: E402
-from tests.integration.client_fixtures import service_fixture, table_fixture  # noqa: E402, F401  (fixtures)
+from tests.cluster import ClusterFactory
+from tests.integration.client_fixtures import service_fixture, table_fixture  # noqa: F401  (fixtures)
 
 
 @pytest.fixture(scope="module")
