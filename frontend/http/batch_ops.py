@@ -11,7 +11,7 @@ into ``TableTransactionError(index=…)``.
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING, Any
+from typing import Any
 from urllib.parse import urlsplit
 
 from frontend.http import odata
@@ -25,13 +25,12 @@ from frontend.http.batch import (
     response_part,
 )
 from frontend.http.common import Response, iso_now
-from frontend.http.ops import ODATA_HEADERS, _resp, prefer, write_op
+from frontend.http.entity_ops import prefer, write_op
+from frontend.http.parse import Request, Services
+from frontend.http.render import ODATA_HEADERS
 from frontend.http.security import check
 from frontend.http.urls import Resource, parse_query, parse_resource
 from rangetable.errors import TableError
-
-if TYPE_CHECKING:
-    from frontend.http.app import Request, RestApp
 
 _HDRS = [(k.decode(), v.decode()) for k, v in ODATA_HEADERS]
 _CONTENT_TYPES = {level: ctype.decode() for level, ctype in odata.CONTENT_TYPES.items()}
@@ -91,10 +90,10 @@ def _reply(rq: Request, parts: list[SubResponse], changeset: bool = True) -> Res
 
 def _reply_parts(parts: list[bytes], changeset: bool = True) -> Response:
     ctype, body = format_parts(parts, changeset)
-    return _resp(202, [(b"content-type", ctype.encode()), *ODATA_HEADERS], body)
+    return Response(202, [(b"content-type", ctype.encode()), *ODATA_HEADERS], body)
 
 
-async def _single_get(app: RestApp, rq: Request, sub: SubRequest) -> Response:
+async def _single_get(app: Services, rq: Request, sub: SubRequest) -> Response:
     """A lone GET of one entity outside a changeset."""
     try:
         if _effective_method(sub) != "GET":
@@ -115,7 +114,7 @@ async def _single_get(app: RestApp, rq: Request, sub: SubRequest) -> Response:
     return _reply(rq, [SubResponse(200, headers, body.encode(), sub.content_id)], changeset=False)
 
 
-async def run_batch(app: RestApp, rq: Request) -> Response:
+async def run_batch(app: Services, rq: Request) -> Response:
     """POST /$batch."""
     batch = parse_batch(rq.headers.get("content-type"), rq.body)
     if batch.changeset is None:

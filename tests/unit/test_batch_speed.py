@@ -19,8 +19,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from frontend.http import batch, batch_ops, odata
-from frontend.http.app import Request
-from frontend.http.ops import prefer, write_op
+from frontend.http.entity_ops import prefer, write_op
+from frontend.http.parse import Request
 from frontend.http.urls import parse_query, parse_resource
 from rangetable.errors import TableError
 

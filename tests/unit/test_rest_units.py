@@ -11,7 +11,8 @@ import uuid
 
 import pytest
 
-from frontend.http import batch, odata, ops, xmldocs
+from frontend.http import batch, odata, xmldocs
+from frontend.http import entity_ops as ops
 from frontend.http.app import RestApp
 from frontend.http.urls import entity_path, parse_keys, parse_query, parse_resource
 from rangetable.edm import etag_from_ticks, now_ticks, ticks_to_iso
