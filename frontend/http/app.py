@@ -21,10 +21,9 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from frontend.http import cors, routes
-from frontend.http.common import Response
+from frontend.http import cors, entity_ops, routes
 from frontend.http.parse import DRAIN_LIMIT, MAX_BODY, Request, parse, refuse_secondary_write
-from frontend.http.render import error_response, failure, finish
+from frontend.http.render import Response, error_response, failure, finish
 from frontend.http.security import Security
 from frontend.metrics import Answers
 from rangetable.errors import TableError
@@ -173,7 +172,7 @@ class RestApp:
             plan = None
             if (self._submit is not None and method != "OPTIONS" and "origin" not in rq.headers
                     and self.security.acl_table(rq.query, rq.res.table) is None):  # type: ignore[union-attr]
-                plan = routes.plan_for(rq.res, method, comp)  # type: ignore[arg-type]
+                plan = entity_ops.plan_for(rq.res, method, comp)  # type: ignore[arg-type]
             if plan is None:
                 asyncio.get_running_loop().create_task(self._complete(rq, method, comp, done))
                 return
@@ -218,7 +217,7 @@ class RestApp:
         if "origin" in rq.headers:
             rq.cors_rule = await cors.cors_rule_for(self, rq, method)
         refuse_secondary_write(res, method)  # after the CORS lookup: the refusal carries CORS headers too
-        plan = routes.plan_for(res, method, comp)
+        plan = entity_ops.plan_for(res, method, comp)
         if plan is not None:
             req, finisher = plan(self, rq)
             return finisher(self, rq, await self.fe.request(req))

@@ -4,9 +4,8 @@ request's ``Origin``, both answered from the service properties' CORS rules."""
 from __future__ import annotations
 
 from frontend.http import xmldocs
-from frontend.http.common import Response
 from frontend.http.parse import Request, Services
-from frontend.http.render import NO_MATCH, any_origin
+from frontend.http.render import NO_MATCH, Response, any_origin
 from rangetable.errors import TableError
 
 

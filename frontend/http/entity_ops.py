@@ -13,9 +13,8 @@ from collections.abc import Callable
 from typing import Any
 
 from frontend.http import odata
-from frontend.http.common import Response
 from frontend.http.parse import Request, Services
-from frontend.http.render import ODATA_HEADERS, odata_headers
+from frontend.http.render import ODATA_HEADERS, Response, odata_headers
 from frontend.http.security import check
 from frontend.http.urls import Resource
 from rangetable.errors import TableError
@@ -218,3 +217,12 @@ PLANS: dict[tuple[str, str], Plan] = {
     ("entity", "MERGE"): _writer("MERGE"), ("entity", "PATCH"): _writer("PATCH"),
     ("entity", "DELETE"): _writer("DELETE"), ("entities", "GET"): query_entities,
 }
+_PLAN_KINDS = frozenset(kind for kind, _ in PLANS)
+
+
+def plan_for(res: Resource, method: str, comp: str | None) -> Plan | None:
+    """The Plan of a point operation or entity query (None for every other request:
+    :func:`frontend.http.routes.route` has its handler)."""
+    if comp is not None or res.kind not in _PLAN_KINDS:
+        return None
+    return PLANS.get((res.kind, "GET" if method == "HEAD" else method))

@@ -1,4 +1,4 @@
-"""Stage 5 of the HTTP pipeline — render: the standard headers, Azure's error bodies, CORS headers.
+"""Stage 5 of the HTTP pipeline — render: the response, its standard headers, Azure's error bodies, CORS.
 
 Every response leaves through :func:`finish` (request id, version, Date, the client request id echo,
 CORS, length). Errors become Azure's error bodies — ``odata.error`` JSON for OData operations, XML for
@@ -8,11 +8,12 @@ the others — with ``x-ms-error-code``; nothing a client sends produces a 5xx o
 from __future__ import annotations
 
 import logging
+import time
+from email.utils import formatdate
+from typing import Any
 
 from frontend.http import odata
-from frontend.http.common import Response, http_date, iso_now
-from frontend.http.parse import Request
-from frontend.http.versions import DEFAULT_VERSION, VERSION_HEADERS
+from frontend.http.parse import DEFAULT_VERSION, VERSION_HEADERS, Request
 from frontend.metrics import Answers
 from rangetable.errors import TableError
 
@@ -23,6 +24,35 @@ ODATA_HEADERS = [(b"cache-control", b"no-cache"), (b"x-content-type-options", b"
 XML_TYPE = (b"content-type", b"application/xml")
 NO_MATCH: dict = {}  # CORS rules exist, none matched: the answer only says Vary: Origin
 _DEFAULT_VERSION_HEADER = DEFAULT_VERSION.encode()
+
+
+_date_cache: list[Any] = [0, b""]
+
+
+def http_date() -> bytes:
+    """The current time as RFC 1123 (cached per second)."""
+    now = int(time.time())
+    if _date_cache[0] != now:
+        _date_cache[0] = now
+        _date_cache[1] = formatdate(now, usegmt=True).encode()
+    return _date_cache[1]
+
+
+def iso_now() -> str:
+    """The current time as Azure prints it in error messages."""
+    t = time.time()
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(t)) + f".{int(t % 1 * 1e7):07d}Z"
+
+
+class Response:
+    """What an operation answers."""
+
+    __slots__ = ("status", "headers", "body")
+
+    def __init__(self, status: int, headers: list[tuple[bytes, bytes]] | None = None, body: bytes = b"") -> None:
+        self.status = status
+        self.headers = headers if headers is not None else []
+        self.body = body
 
 
 def odata_headers(rq: Request, with_body: bool) -> list[tuple[bytes, bytes]]:

@@ -1,7 +1,7 @@
 """The plan stage's switch of the HTTP frontend: which operation answers a request.
 
-:func:`plan_for` finds the Plan of a point operation or entity query (:mod:`frontend.http.entity_ops`),
-:func:`route` the handler of every other request (:mod:`~frontend.http.table_ops`,
+:func:`frontend.http.entity_ops.plan_for` finds the Plan of a point operation or entity query;
+:func:`route` here the handler of every other request (:mod:`~frontend.http.table_ops`,
 :mod:`~frontend.http.cors`, :mod:`~frontend.http.batch_ops`), from the resource kind, the (tunnelled)
 verb and ``comp``. Handlers are ``async (app, rq) -> Response``.
 """
@@ -11,9 +11,8 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 
 from frontend.http.batch_ops import run_batch
-from frontend.http.common import Response
-from frontend.http.entity_ops import PLANS, Plan
 from frontend.http.parse import Request, Services
+from frontend.http.render import Response
 from frontend.http.table_ops import (
     create_table,
     delete_table,
@@ -29,7 +28,6 @@ from frontend.http.urls import Resource
 from rangetable.errors import TableError
 
 Handler = Callable[[Services, Request], Awaitable[Response]]
-_PLAN_KINDS = frozenset(kind for kind, _ in PLANS)
 
 
 async def not_allowed(app: Services, rq: Request) -> Response:
@@ -44,17 +42,9 @@ _ROUTES: dict[tuple[str, str], Handler] = {
 }
 
 
-def plan_for(res: Resource, method: str, comp: str | None) -> Plan | None:
-    """The Plan of a point operation or entity query (None for every other request: :func:`route` has
-    its handler)."""
-    if comp is not None or res.kind not in _PLAN_KINDS:
-        return None
-    return PLANS.get((res.kind, "GET" if method == "HEAD" else method))
-
-
 def route(res: Resource, method: str, comp: str | None) -> Handler:
     """The handler for a resource, effective verb and ``comp`` parameter (point operations: see
-    :func:`plan_for`)."""
+    :func:`frontend.http.entity_ops.plan_for`)."""
     if method == "HEAD":
         method = "GET"
     kind = res.kind

@@ -6,10 +6,9 @@ from __future__ import annotations
 from typing import Any
 
 from frontend.http import odata, xmldocs
-from frontend.http.common import Response, http_date
 from frontend.http.entity_ops import parse_top, prefer
 from frontend.http.parse import Request, Services
-from frontend.http.render import ODATA_HEADERS, XML_TYPE, odata_headers
+from frontend.http.render import ODATA_HEADERS, XML_TYPE, Response, http_date, odata_headers
 from frontend.http.security import check
 from rangetable.errors import TableError
 

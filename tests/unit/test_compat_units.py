@@ -6,9 +6,14 @@ from __future__ import annotations
 import pytest
 
 from frontend.http import entity_ops, render
-from frontend.http.parse import refuse_secondary_write
+from frontend.http.parse import (
+    DEFAULT_VERSION,
+    SUPPORTED_VERSIONS,
+    VERSION_HEADERS,
+    check_version,
+    refuse_secondary_write,
+)
 from frontend.http.urls import parse_resource
-from frontend.http.versions import DEFAULT_VERSION, SUPPORTED_VERSIONS, VERSION_HEADERS, check_version
 from rangetable.errors import TableError
 
 

@@ -22,8 +22,8 @@ from azure.data.tables import TableSasPermissions, generate_table_sas
 
 from frontend.http import urls
 from frontend.http.app import RestApp
-from frontend.http.common import Response
 from frontend.http.parse import Request
+from frontend.http.render import Response
 from rangetable.errors import TableError
 from tests.rest_helpers import DEV_ACCOUNT, DEV_KEY, sign
 from tests.unit.test_http_listener import listening
