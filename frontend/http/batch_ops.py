@@ -10,11 +10,10 @@ into ``TableTransactionError(index=…)``.
 
 from __future__ import annotations
 
-import re
 from typing import Any
 from urllib.parse import urlsplit
 
-from frontend.http import odata
+from frontend.http import fastpath, odata
 from frontend.http.batch import (
     SubRequest,
     SubResponse,
@@ -34,30 +33,21 @@ from rangetable.errors import TableError
 _HDRS = [(k.decode(), v.decode()) for k, v in ODATA_HEADERS]
 _CONTENT_TYPES = {level: ctype.decode() for level, ctype in odata.CONTENT_TYPES.items()}
 _HDRS_TEXT = header_text(_HDRS)
-# An absolute URL whose urlsplit is plain: scheme://netloc[/path][?query] with an ASCII netloc without
-# brackets, no fragment and nothing urlsplit strips or removes (C0 controls, space).
-_PLAIN_URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://([^/?#\[\]\x00-\x20\x7f-\U0010ffff]*)"
-                        r"(/[^?#\x00-\x20]*)?(?:\?([^#\x00-\x20]*))?")
-_urls: dict[str, tuple[str, str, str]] = {}  # absolute URL -> (netloc, path, query), emptied when full
 
 
-def sub_resource(rq: Request, sub: SubRequest) -> Resource:
-    """The resource a batch operation's URL (absolute or relative) addresses."""
+def split_url_plain(url: str) -> tuple[str, str, str]:
+    """``(netloc, path, query)`` of an absolute URL (the plain version of :func:`frontend.http.fastpath.split_url`)."""
+    parts = urlsplit(url)
+    return parts.netloc, parts.path, parts.query
+
+
+def sub_resource(rq: Request, sub: SubRequest, fast: bool = True) -> Resource:
+    """The resource a batch operation's URL (absolute or relative) addresses (``fast=False``: without
+    the fast path of :func:`frontend.http.fastpath.split_url`)."""
     url = sub.url
     if "://" in url:
-        split = _urls.get(url)
-        if split is None:
-            m = _PLAIN_URL.fullmatch(url)
-            if m is not None:  # what urlsplit gives, without its cost
-                split = (m[1], m[2] or "", m[3] or "")
-            else:
-                parts = urlsplit(url)
-                split = (parts.netloc, parts.path, parts.query)
-            if len(url) <= 1024:
-                if len(_urls) >= 1024:
-                    _urls.clear()
-                _urls[url] = split
-        host, path, qs = split
+        split = fastpath.split_url(url) if fast else None
+        host, path, qs = split if split is not None else split_url_plain(url)
     else:
         path, _, qs = url.partition("?")
         host = rq.host
