@@ -30,7 +30,7 @@ from frontend.http.render import Response
 from rangetable.errors import TableError
 from tests.rest_helpers import DEV_ACCOUNT, DEV_KEY, sign
 from tests.unit.test_http_listener import listening
-from tests.unit.test_rest_units import StubFrontend
+from tests.unit.test_rest_app import StubFrontend
 
 T = "/devstoreaccount1/t"
 E = "/devstoreaccount1/t(PartitionKey='p',RowKey='r')"
