@@ -34,8 +34,12 @@ from azure.data.tables import (  # noqa: E402
     generate_table_sas,
 )
 
+from tests.integration import test_rest_conformance as _cases_1_14  # noqa: E402
 from tests.integration.test_rest_conformance import _code, _ent, _name  # noqa: E402
 from tests.rest_helpers import DEV_ACCOUNT, DEV_KEY, batch_body  # noqa: E402
+
+# the fixtures of cases 1-14 (one cluster per module, as before the split)
+cluster, svc, raw, table = _cases_1_14.cluster, _cases_1_14.svc, _cases_1_14.raw, _cases_1_14.table
 
 # --- 15-18: queries ----------------------------------------------------------------------------------
 
