@@ -147,31 +147,26 @@ def split_url(url: str) -> tuple[str, str, str] | None:
 # --- JSON request bodies ----------------------------------------------------------------------------
 
 
-def _flat_unique(doc: dict[str, Any], body: bytes) -> bool:
-    """Whether ``doc`` (orjson's decoding of ``body``) is what the stdlib decoder would return.
+def parse_json_fast(body: bytes) -> dict[str, Any] | None:
+    """The JSON object ``body`` holds, decoded by orjson, when that is provably what the plain (stdlib)
+    decoder returns; None otherwise (the caller then decodes it the plain way).
 
     Every ``"`` in ``body`` delimits a string or is escaped inside one, so ``body`` holds exactly two
-    per name and string value of ``doc`` iff it has no escaped quote and orjson dropped no member as a
-    duplicate (nor anything nested, which is checked for by value). Floats beyond ±1e18 may be
+    per name and string value of the object iff it has no escaped quote and orjson dropped no member
+    as a duplicate (nor anything nested, which is checked for by value). Floats beyond ±1e18 may be
     integers orjson rounded (json keeps them exact), so they take the plain path too.
     """
+    try:
+        doc = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return None
+    if type(doc) is not dict:
+        return None
     strings = len(doc)
     for v in doc.values():
         t = type(v)
         if t is str:
             strings += 1
         elif t is dict or t is list or (t is float and not -1e18 < v < 1e18):
-            return False
-    return body.count(b'"') == 2 * strings
-
-
-def parse_json_fast(body: bytes) -> dict[str, Any] | None:
-    """The JSON object ``body`` holds, decoded by orjson, when that is provably what the plain (stdlib)
-    decoder returns; None otherwise (the caller then decodes it the plain way)."""
-    try:
-        doc = orjson.loads(body)
-    except orjson.JSONDecodeError:
-        return None
-    if type(doc) is dict and _flat_unique(doc, body):
-        return doc
-    return None
+            return None
+    return doc if body.count(b'"') == 2 * strings else None
