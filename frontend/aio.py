@@ -1,6 +1,6 @@
-"""An asyncio driver of the frontend's :class:`~frontend.requests.Handler` (used by the HTTP frontend).
+"""An asyncio driver of the frontend's :class:`~frontend.native_handler.Handler` (used by the HTTP frontend).
 
-It does what :mod:`frontend.server` does for native clients — one DEALER per partition server, a
+It does what :mod:`frontend.native_server` does for native clients — one DEALER per partition server, a
 DEALER to the coordinator, a SUB for map updates and hugz, back-off timers for ``retry_later`` and
 attempt timeouts — but inside an asyncio event loop, so an ASGI app can ``await`` a native request:
 

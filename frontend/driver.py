@@ -1,9 +1,9 @@
 """What both frontend drivers share: sub-request bookkeeping, retries, answers, map updates.
 
-:class:`~frontend.requests.Handler` holds the request logic and talks to a driver through
+:class:`~frontend.native_handler.Handler` holds the request logic and talks to a driver through
 ``send_ps``, ``send_coordinator``, ``reply``, ``reply_ok``, ``fail``, ``retry_later`` and
 ``refresh_map``. :class:`DriverCore` implements everything of that which does not depend on how
-sockets are waited on; the blocking native loop (:mod:`frontend.server`) and the asyncio driver of
+sockets are waited on; the blocking native loop (:mod:`frontend.native_server`) and the asyncio driver of
 the HTTP frontend (:mod:`frontend.aio`) add only their sockets, timers and the way they answer.
 """
 
@@ -18,7 +18,7 @@ from typing import Any
 
 import zmq
 
-from frontend.requests import Handler
+from frontend.native_handler import Handler, Pending
 from frontend.routing import MapCache
 from rangetable import curve, protocol
 from rangetable.config import FrontendConfig
@@ -29,22 +29,6 @@ log = logging.getLogger("rangetable.frontend")
 MAP_REFRESH_S = 0.05  # at most one snapshot request per this long
 COORD_SILENCE_S = 1.0  # a map request unanswered this long moves us to the next coordinator
 HUGZ_SILENCE_S = 2.5  # no hugz for this long: ask the map (a new leader publishes elsewhere)
-
-
-class Pending:
-    """One client request in flight (``extra``: per-request scratch of the Handler)."""
-
-    __slots__ = ("ident", "rid", "req", "deadline", "attempts", "state", "done", "extra")
-
-    def __init__(self, ident: bytes, rid: bytes, req: dict, deadline: float) -> None:
-        self.ident = ident
-        self.rid = rid
-        self.req = req
-        self.deadline = deadline
-        self.attempts = 0
-        self.state: Any = None
-        self.done = False
-        self.extra: dict = {}
 
 
 class DriverCore:
@@ -61,7 +45,7 @@ class DriverCore:
         self.keys = curve.KeyRing.load(cfg.keys_dir, own="frontend")
         self.id = cfg.frontend_id or f"{socket.gethostname()}-{uuid.uuid4().hex[:6]}"
         self.cache = MapCache()
-        self.handler = Handler(self)  # type: ignore[arg-type]
+        self.handler = Handler(self)
         self._ids = itertools.count(1)
         self._sub: dict[bytes, tuple[Pending, Any, float, str]] = {}  # sub rid -> (pending, step, sent, target)
         self._map_asked = 0.0
@@ -100,6 +84,9 @@ class DriverCore:
         """The answer to a ``keys_list`` sent as ``[b"keys", …]``."""
 
     def reply(self, p: Pending, body: bytes) -> None:
+        raise NotImplementedError
+
+    def reply_ok(self, p: Pending, result: Any) -> None:
         raise NotImplementedError
 
     def fail(self, p: Pending, exc: TableError) -> None:

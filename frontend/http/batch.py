@@ -7,32 +7,25 @@ case-insensitive part headers, an optional ``Content-ID``, an optional ``Content
 sub-requests and absolute or relative sub-request URLs. Anything it cannot read raises 400
 InvalidInput.
 
-A changeset holds up to 100 operations, so the per-operation work is kept small: header blocks (and
-lines) are remembered, since the SDK sends the same few in every batch; parts are cut by ``split``
-when the delimiter lines are plain; sub-requests are read by offsets; response parts are written as
-one string each (:func:`http_part`). Each fast path gives exactly what the general code gives, errors
-included; ``tests/unit/test_batch_speed.py`` compares them with the code they replaced on random input.
+A changeset holds up to 100 operations, so the per-operation work is kept small: the fast paths of
+:mod:`frontend.http.fastpath` remember header blocks and lines, cut parts by ``split`` when the
+delimiter lines are plain and normalise line ends in one pass; sub-requests are read by offsets;
+response parts are written as one string each (:func:`http_part`). The plain versions are here
+(:func:`read_headers`, :func:`split_scan`, :func:`lf_plain`; :func:`parse_batch` with ``fast=False``
+uses only them), and ``tests/unit/test_batch_speed.py`` runs both on generated input.
 """
 
 from __future__ import annotations
 
-import re
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from http import HTTPStatus
 
+from frontend.http import fastpath
 from rangetable.errors import TableError
 
 MAX_PARTS = 1000
-
-_LONE_CR = re.compile(rb"\r(?!\n)")
-# Header blocks repeat from operation to operation and from batch to batch (the SDK's part headers
-# differ only by Content-ID, its request headers by Content-Length): both the blocks and their lines
-# are remembered, in small tables emptied when full.
-_CACHE_BLOCKS, _CACHE_BLOCK = 512, 512  # remembered blocks, longest block remembered
-_CACHE_LINES, _CACHE_LINE = 1024, 256
-_blocks: dict[bytes, dict[str, str]] = {}  # header block -> its headers (never changed)
-_lines: dict[str, tuple[str, str]] = {}  # header line -> (lower-case name, value)
 
 
 @dataclass
@@ -84,47 +77,19 @@ def boundary_of(content_type: str | None) -> str:
     raise _bad("The multipart Content-Type has no boundary.")
 
 
-def _split_parts(body: bytes, boundary: str) -> list[bytes]:
+def _split_parts(body: bytes, boundary: str, fast: bool = True) -> list[bytes]:
     """The parts between ``--boundary`` delimiter lines (body already LF-normalised)."""
     delim = b"--" + boundary.encode("latin-1")
-    if 10 not in delim:
-        parts = _split_plain(body, delim)
+    if fast and 10 not in delim:
+        parts = fastpath.split_plain(body, delim, MAX_PARTS)
         if parts is not None:
             return parts
-    return _split_scan(body, delim)
+    return split_scan(body, delim)
 
 
-def _split_plain(body: bytes, delim: bytes) -> list[bytes] | None:
-    """:func:`_split_scan` of a body whose delimiter lines are all bare, or None when it is not one.
-
-    Without LF in the delimiter, the delimiters at line starts are those ``split`` finds after an LF
-    (or at 0); each piece then starts with the rest of its delimiter line. Anything else on a
-    delimiter line (a closing ``--`` aside) or a body that does not close is left to the scan.
-    """
-    pieces = body.split(b"\n" + delim)
-    if body.startswith(delim):
-        pieces[0] = pieces[0][len(delim):]
-    else:
-        del pieces[0]  # the preamble
-    parts = []
-    for piece in pieces:
-        end = piece.find(b"\n")
-        if end > 0:
-            tail = piece[:end]
-        elif end == 0:
-            parts.append(piece[1:])
-            continue
-        else:
-            tail = piece
-        if tail.rstrip(b" \t") != b"--":
-            return None
-        if len(parts) > MAX_PARTS:
-            raise _bad("Too many parts in the multipart body.")
-        return parts
-    return None
-
-
-def _split_scan(body: bytes, delim: bytes) -> list[bytes]:
+def split_scan(body: bytes, delim: bytes) -> list[bytes]:
+    """The parts between the delimiter lines ``delim`` of a body, found line by line (the plain version of
+    :func:`frontend.http.fastpath.split_plain`)."""
     n = len(delim)
     marks: list[tuple[int, int, bool]] = []  # (line start, line end, closing)
     i = body.find(delim)
@@ -153,40 +118,20 @@ def _split_scan(body: bytes, delim: bytes) -> list[bytes]:
 
 def _headers(block: bytes) -> dict[str, str]:
     """``Name: value`` lines (blank lines ignored) as a dict keyed by lower-case name; 400 on other lines."""
-    return _headers_of(block).copy()
+    return fastpath.headers_of(block).copy()
 
 
-def _headers_of(block: bytes) -> dict[str, str]:
-    """:func:`_headers`, remembered for short blocks: callers must not change the dict."""
-    out = _blocks.get(block)
-    if out is None:
-        out = _read_headers(block)
-        if len(block) <= _CACHE_BLOCK:
-            if len(_blocks) >= _CACHE_BLOCKS:
-                _blocks.clear()
-            _blocks[block] = out
-    return out
-
-
-def _read_headers(block: bytes) -> dict[str, str]:
+def read_headers(block: bytes) -> dict[str, str]:
+    """:func:`_headers`, read line by line without remembering anything (the plain version of
+    :func:`frontend.http.fastpath.headers_of`)."""
     out: dict[str, str] = {}
-    lines = _lines
     for line in block.decode("latin-1").split("\n"):
-        pair = lines.get(line)
-        if pair is None:
-            name, colon, value = line.partition(":")
-            name = name.strip(" \t")
-            if colon and name and name[0] not in "\r\x0b\x0c":
-                pair = (name.lower(), value.lstrip(" \t").rstrip(" \t\r"))
-                if len(line) <= _CACHE_LINE:
-                    if len(lines) >= _CACHE_LINES:
-                        lines.clear()
-                    lines[line] = pair
-            elif line.strip():
-                raise _bad(f"Malformed header line in a batch part: {line[:80]!r}")
-            else:
-                continue
-        out[pair[0]] = pair[1]
+        name, colon, value = line.partition(":")
+        name = name.strip(" \t")
+        if colon and name and name[0] not in "\r\x0b\x0c":
+            out[name.lower()] = value.lstrip(" \t").rstrip(" \t\r")
+        elif line.strip():
+            raise _bad(f"Malformed header line in a batch part: {line[:80]!r}")
     return out
 
 
@@ -197,13 +142,15 @@ def _head_body(part: bytes) -> tuple[bytes, bytes]:
     return part[:i], part[i + 2:]
 
 
-def _sub_request(part: bytes) -> SubRequest:
+def _sub_request(part: bytes, headers_of: Callable[[bytes], dict[str, str]] = fastpath.headers_of) -> SubRequest:
+    """One ``application/http`` part as a :class:`SubRequest` (``headers_of``: how header blocks are
+    read, :func:`frontend.http.fastpath.headers_of` or the plain :func:`read_headers`)."""
     i = part.find(b"\n\n")
     if i < 0:
-        ph = _headers_of(part)
+        ph = headers_of(part)
         k = len(part)  # no payload
     else:
-        ph = _headers_of(part[:i])
+        ph = headers_of(part[:i])
         k = i + 2  # where the payload starts (offsets, not copies, from here on)
     ctype = ph.get("content-type")
     if ctype is not None and ctype != "application/http":
@@ -224,7 +171,7 @@ def _sub_request(part: bytes) -> SubRequest:
     words = line.decode("latin-1").split()
     if len(words) != 3 or (words[2] != "HTTP/1.1" and not words[2].upper().startswith("HTTP/")):
         raise _bad(f"Malformed request line in a batch operation: {line[:80]!r}")
-    headers = _headers_of(part[j + 1:e]).copy() if j >= 0 else {}
+    headers = headers_of(part[j + 1:e]).copy() if j >= 0 else {}
     n = headers.get("content-length")
     if n is not None:
         try:
@@ -243,31 +190,27 @@ def _sub_request(part: bytes) -> SubRequest:
     return SubRequest(words[0].upper(), words[1], headers, body, ph.get("content-id"))
 
 
-def _lf(body: bytes) -> bytes:
-    """``body`` with every CRLF turned into LF."""
-    # Deleting every CR (memchr) after a regex scan for a CR not followed by LF costs less than half
-    # what replacing the 2-byte CRLF (two substring searches) does, and gives the same bytes when
-    # every CR is followed by LF, which is what clients send.
-    if _LONE_CR.search(body) is None:
-        return body.replace(b"\r", b"")
+def lf_plain(body: bytes) -> bytes:
+    """``body`` with every CRLF turned into LF (the plain version of :func:`frontend.http.fastpath.lf`)."""
     return body.replace(b"\r\n", b"\n")
 
 
-def parse_batch(content_type: str | None, body: bytes) -> Batch:
-    """Parse a ``$batch`` request body."""
+def parse_batch(content_type: str | None, body: bytes, fast: bool = True) -> Batch:
+    """Parse a ``$batch`` request body (``fast=False``: with the plain versions of the fast paths only)."""
     boundary = boundary_of(content_type)
-    text = _lf(body)
+    text = fastpath.lf(body) if fast else lf_plain(body)
+    headers_of = fastpath.headers_of if fast else read_headers
     out = Batch()
-    for part in _split_parts(text, boundary):
+    for part in _split_parts(text, boundary, fast):
         head, payload = _head_body(part)
-        ph = _headers_of(head)
+        ph = headers_of(head)
         ctype = ph.get("content-type", "")
         if ctype.split(";")[0].strip().lower() == "multipart/mixed":
             if out.changeset is not None:
                 raise _bad("A batch request may contain only one changeset.")
-            out.changeset = [_sub_request(p) for p in _split_parts(payload, boundary_of(ctype))]
+            out.changeset = [_sub_request(p, headers_of) for p in _split_parts(payload, boundary_of(ctype), fast)]
         else:
-            out.singles.append(_sub_request(part))
+            out.singles.append(_sub_request(part, headers_of))
     if out.changeset is None and not out.singles:
         raise _bad("The batch request contains no operation.")
     if out.changeset is not None and out.singles:

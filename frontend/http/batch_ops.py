@@ -10,11 +10,10 @@ into ``TableTransactionError(index=…)``.
 
 from __future__ import annotations
 
-import re
-from typing import TYPE_CHECKING, Any
+from typing import Any
 from urllib.parse import urlsplit
 
-from frontend.http import odata
+from frontend.http import fastpath, odata
 from frontend.http.batch import (
     SubRequest,
     SubResponse,
@@ -24,42 +23,31 @@ from frontend.http.batch import (
     parse_batch,
     response_part,
 )
-from frontend.http.common import Response, iso_now
-from frontend.http.ops import ODATA_HEADERS, _resp, prefer, write_op
+from frontend.http.entity_ops import prefer, write_op
+from frontend.http.parse import Request, Services
+from frontend.http.render import ODATA_HEADERS, Response, iso_now
 from frontend.http.security import check
 from frontend.http.urls import Resource, parse_query, parse_resource
 from rangetable.errors import TableError
 
-if TYPE_CHECKING:
-    from frontend.http.app import Request, RestApp
-
 _HDRS = [(k.decode(), v.decode()) for k, v in ODATA_HEADERS]
 _CONTENT_TYPES = {level: ctype.decode() for level, ctype in odata.CONTENT_TYPES.items()}
 _HDRS_TEXT = header_text(_HDRS)
-# An absolute URL whose urlsplit is plain: scheme://netloc[/path][?query] with an ASCII netloc without
-# brackets, no fragment and nothing urlsplit strips or removes (C0 controls, space).
-_PLAIN_URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://([^/?#\[\]\x00-\x20\x7f-\U0010ffff]*)"
-                        r"(/[^?#\x00-\x20]*)?(?:\?([^#\x00-\x20]*))?")
-_urls: dict[str, tuple[str, str, str]] = {}  # absolute URL -> (netloc, path, query), emptied when full
 
 
-def sub_resource(rq: Request, sub: SubRequest) -> Resource:
-    """The resource a batch operation's URL (absolute or relative) addresses."""
+def split_url_plain(url: str) -> tuple[str, str, str]:
+    """``(netloc, path, query)`` of an absolute URL (the plain version of :func:`frontend.http.fastpath.split_url`)."""
+    parts = urlsplit(url)
+    return parts.netloc, parts.path, parts.query
+
+
+def sub_resource(rq: Request, sub: SubRequest, fast: bool = True) -> Resource:
+    """The resource a batch operation's URL (absolute or relative) addresses (``fast=False``: without
+    the fast path of :func:`frontend.http.fastpath.split_url`)."""
     url = sub.url
     if "://" in url:
-        split = _urls.get(url)
-        if split is None:
-            m = _PLAIN_URL.fullmatch(url)
-            if m is not None:  # what urlsplit gives, without its cost
-                split = (m[1], m[2] or "", m[3] or "")
-            else:
-                parts = urlsplit(url)
-                split = (parts.netloc, parts.path, parts.query)
-            if len(url) <= 1024:
-                if len(_urls) >= 1024:
-                    _urls.clear()
-                _urls[url] = split
-        host, path, qs = split
+        split = fastpath.split_url(url) if fast else None
+        host, path, qs = split if split is not None else split_url_plain(url)
     else:
         path, _, qs = url.partition("?")
         host = rq.host
@@ -91,10 +79,10 @@ def _reply(rq: Request, parts: list[SubResponse], changeset: bool = True) -> Res
 
 def _reply_parts(parts: list[bytes], changeset: bool = True) -> Response:
     ctype, body = format_parts(parts, changeset)
-    return _resp(202, [(b"content-type", ctype.encode()), *ODATA_HEADERS], body)
+    return Response(202, [(b"content-type", ctype.encode()), *ODATA_HEADERS], body)
 
 
-async def _single_get(app: RestApp, rq: Request, sub: SubRequest) -> Response:
+async def _single_get(app: Services, rq: Request, sub: SubRequest) -> Response:
     """A lone GET of one entity outside a changeset."""
     try:
         if _effective_method(sub) != "GET":
@@ -115,7 +103,7 @@ async def _single_get(app: RestApp, rq: Request, sub: SubRequest) -> Response:
     return _reply(rq, [SubResponse(200, headers, body.encode(), sub.content_id)], changeset=False)
 
 
-async def run_batch(app: RestApp, rq: Request) -> Response:
+async def run_batch(app: Services, rq: Request) -> Response:
     """POST /$batch."""
     batch = parse_batch(rq.headers.get("content-type"), rq.body)
     if batch.changeset is None:

@@ -35,16 +35,9 @@ from http import HTTPStatus
 import httptools
 
 from frontend.http import odata
-from frontend.http.app import (
-    DEFAULT_VERSION,
-    DRAIN_LIMIT,
-    MAX_BODY,
-    MULTIPLE,
-    Request,
-    RestApp,
-    next_request_id,
-)
-from frontend.http.common import Response, http_date, iso_now
+from frontend.http.app import RestApp
+from frontend.http.parse import DEFAULT_VERSION, DRAIN_LIMIT, MAX_BODY, MULTIPLE, Request, next_request_id
+from frontend.http.render import Response, http_date, iso_now
 from rangetable.errors import TableError
 
 log = logging.getLogger("rangetable.http")

@@ -21,6 +21,7 @@ from typing import Any
 
 import orjson
 
+from frontend.http.fastpath import parse_json_fast
 from frontend.http.urls import entity_path
 from rangetable.edm import TICKS_PER_SECOND, TYPE_NAMES
 from rangetable.errors import TableError
@@ -126,7 +127,6 @@ def etag_of(ticks: int) -> str:
 
 _annotations: dict[str, str] = {}  # property name -> "Name@odata.type"
 _PLAIN_KEY = re.compile(r"[A-Za-z0-9_.~()*!$&+,;=@:-]*")  # keys that entity_path leaves as they are
-_Fragment = orjson.Fragment
 
 
 def _dump(build: Callable[[bool], Any]) -> bytes:
@@ -148,7 +148,7 @@ def edit_link(table: str, pk: str, rk: str) -> str:
 
 
 def _str(v: str, fragments: bool) -> Any:
-    return v if v.isascii() or not fragments else _Fragment(_esc(v))
+    return v if v.isascii() or not fragments else orjson.Fragment(_esc(v))
 
 
 def _annotation(name: str) -> str:
@@ -171,7 +171,7 @@ def _put(d: dict[str, Any], name: str, code: int, v: Any, annotate: bool, fragme
     if code == 3:
         if math.isfinite(v):
             v = float(v)
-            d[name] = _Fragment(float.__repr__(v)) if fragments and -1e-4 < v < 1e-4 else v
+            d[name] = orjson.Fragment(float.__repr__(v)) if fragments and -1e-4 < v < 1e-4 else v
             return
         text = "NaN" if v != v else ("Infinity" if v > 0 else "-Infinity")
     elif code == 2:
@@ -346,32 +346,15 @@ def _no_constant(name: str) -> Any:
     raise ValueError(f"bare {name} is not JSON")
 
 
-def _flat_unique(doc: dict[str, Any], body: bytes) -> bool:
-    """Whether ``doc`` (orjson's decoding of ``body``) is what the stdlib decoder below would return.
-
-    Every ``"`` in ``body`` delimits a string or is escaped inside one, so ``body`` holds exactly two
-    per name and string value of ``doc`` iff it has no escaped quote and orjson dropped no member as a
-    duplicate (nor anything nested, which is checked for by value). Floats beyond ±1e18 may be
-    integers orjson rounded (json keeps them exact), so they take the slow path too.
-    """
-    strings = len(doc)
-    for v in doc.values():
-        t = type(v)
-        if t is str:
-            strings += 1
-        elif t is dict or t is list or (t is float and not -1e18 < v < 1e18):
-            return False
-    return body.count(b'"') == 2 * strings
-
-
 def parse_json_object(body: bytes) -> dict[str, Any]:
     """Decode a JSON object body; 400 InvalidInput for anything else, DuplicatePropertiesSpecified on dups."""
-    try:  # fast path: orjson, when it provably gives what the stdlib decoder below would
-        doc = orjson.loads(body)
-        if type(doc) is dict and _flat_unique(doc, body):
-            return doc
-    except orjson.JSONDecodeError:
-        pass
+    doc = parse_json_fast(body)  # orjson, when it provably gives what the plain decoder below would
+    return doc if doc is not None else parse_json_plain(body)
+
+
+def parse_json_plain(body: bytes) -> dict[str, Any]:
+    """:func:`parse_json_object` by the stdlib decoder alone (the plain version of
+    :func:`frontend.http.fastpath.parse_json_fast`)."""
     try:
         doc = json.loads(body, object_pairs_hook=_pairs, parse_constant=_no_constant)
     except TableError:

@@ -1,16 +1,16 @@
-"""The ``$batch`` fast paths give exactly what the code they replaced gave, errors included.
+"""The ``$batch`` fast paths give exactly what their plain versions in the product give, errors included.
 
-The replaced functions are kept below as ``_old_*`` (verbatim, but for names) and compared with the
-current ones on edge cases and random input: header blocks (remembered blocks and lines), delimiter
-splitting (``split`` instead of the delimiter scan), sub-request parsing by offsets, the CRLF
-normalisation, absolute URLs without ``urlsplit``, and responses written as one string per part.
+Each property runs the fast path (:mod:`frontend.http.fastpath`) and the plain version beside it on the
+same edge cases and generated input: header blocks (remembered blocks and lines against
+:func:`batch.read_headers`), delimiter splitting (``split`` against :func:`batch.split_scan`), whole
+bodies and sub-requests (``parse_batch(fast=False)``), the CRLF normalisation, absolute URLs without
+``urlsplit``; responses, written as one string per part, are read back part by part.
 """
 
 from __future__ import annotations
 
 import asyncio
-import itertools
-import uuid
+import json
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -18,178 +18,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from frontend.http import batch, batch_ops, odata
-from frontend.http.app import Request
-from frontend.http.ops import prefer, write_op
-from frontend.http.urls import parse_query, parse_resource
+from frontend.http import batch, batch_ops, fastpath, odata
+from frontend.http.parse import Request
+from frontend.http.urls import parse_resource
 from rangetable.errors import TableError
-
-# --- the replaced code --------------------------------------------------------------------------------
-
-
-def _bad(message: str) -> TableError:
-    return TableError("InvalidInput", message)
-
-
-def _old_split_parts(body: bytes, boundary: str) -> list[bytes]:
-    delim = b"--" + boundary.encode("latin-1")
-    marks: list[tuple[int, int, bool]] = []
-    i = body.find(delim)
-    while i >= 0:
-        if i == 0 or body[i - 1] == 10:
-            end = body.find(b"\n", i)
-            end = len(body) if end < 0 else end
-            tail = body[i + len(delim):end].rstrip(b" \t")
-            if tail in (b"", b"--"):
-                marks.append((i, end, tail == b"--"))
-                if tail == b"--":
-                    break
-        i = body.find(delim, i + len(delim))
-    if not marks:
-        raise _bad("The multipart body has no delimiter for its boundary.")
-    if not marks[-1][2]:
-        raise _bad("The multipart body is not terminated by its closing delimiter.")
-    parts = []
-    for (_, end, _), (nxt, _, _) in zip(marks, marks[1:], strict=False):
-        start = end + 1
-        parts.append(body[start:max(start, nxt - 1)])
-        if len(parts) > batch.MAX_PARTS:
-            raise _bad("Too many parts in the multipart body.")
-    return parts
-
-
-def _old_headers(block: bytes) -> dict[str, str]:
-    text = block.decode("latin-1")
-    out: dict[str, str] = {}
-    for line in text.split("\n"):
-        name, colon, value = line.partition(":")
-        name = name.strip(" \t")
-        if colon and name and name[0] not in "\r\x0b\x0c":
-            out[name.lower()] = value.lstrip(" \t").rstrip(" \t\r")
-        elif line.strip():
-            raise _bad(f"Malformed header line in a batch part: {line[:80]!r}")
-    return out
-
-
-def _old_head_body(part: bytes) -> tuple[bytes, bytes]:
-    i = part.find(b"\n\n")
-    if i < 0:
-        return part, b""
-    return part[:i], part[i + 2:]
-
-
-def _old_sub_request(part: bytes) -> batch.SubRequest:
-    head, payload = _old_head_body(part)
-    ph = _old_headers(head)
-    ctype = ph.get("content-type", "application/http").split(";")[0].strip().lower()
-    if ctype != "application/http":
-        raise _bad(f"A batch operation must be application/http, not {ctype!r}.")
-    req_head, body = _old_head_body(payload.lstrip(b"\n"))
-    lines = req_head.split(b"\n", 1)
-    words = lines[0].decode("latin-1").split()
-    if len(words) != 3 or not words[2].upper().startswith("HTTP/"):
-        raise _bad(f"Malformed request line in a batch operation: {lines[0][:80]!r}")
-    headers = _old_headers(lines[1]) if len(lines) > 1 else {}
-    n = headers.get("content-length")
-    if n is not None:
-        try:
-            length = int(n)
-        except ValueError:
-            raise _bad("Bad Content-Length in a batch operation.") from None
-        if length < 0:
-            raise _bad("Bad Content-Length in a batch operation.")
-        body = body[:length] if length <= len(body) else body.rstrip(b"\n")
-    else:
-        body = body.rstrip(b"\n")
-    return batch.SubRequest(words[0].upper(), words[1], headers, body, ph.get("content-id"))
-
-
-def _old_parse_batch(content_type: str | None, body: bytes) -> batch.Batch:
-    boundary = batch.boundary_of(content_type)
-    text = body.replace(b"\r\n", b"\n")
-    out = batch.Batch()
-    for part in _old_split_parts(text, boundary):
-        head, payload = _old_head_body(part)
-        ph = _old_headers(head)
-        ctype = ph.get("content-type", "")
-        if ctype.split(";")[0].strip().lower() == "multipart/mixed":
-            if out.changeset is not None:
-                raise _bad("A batch request may contain only one changeset.")
-            out.changeset = [_old_sub_request(p) for p in _old_split_parts(payload, batch.boundary_of(ctype))]
-        else:
-            out.singles.append(_old_sub_request(part))
-    if out.changeset is None and not out.singles:
-        raise _bad("The batch request contains no operation.")
-    if out.changeset is not None and out.singles:
-        raise _bad("A batch request may hold either one changeset or one query operation.")
-    if len(out.singles) > 1:
-        raise _bad("A batch request may hold only one query operation outside a changeset.")
-    return out
-
-
-def _old_http_part(r: batch.SubResponse) -> bytes:
-    lines = ["Content-Type: application/http\r\nContent-Transfer-Encoding: binary\r\n",
-             f"HTTP/1.1 {r.status} {batch._REASONS.get(r.status, 'Unknown')}"]
-    if r.content_id is not None:
-        lines.append(f"Content-ID: {r.content_id}")
-    lines += [f"{k}: {v}" for k, v in r.headers]
-    return ("\r\n".join(lines) + "\r\n\r\n").encode("utf-8") + r.body + (b"\r\n" if r.body else b"")
-
-
-def _old_format_batch(responses: list[batch.SubResponse], changeset: bool = True) -> tuple[str, bytes]:
-    outer = f"batchresponse_{uuid.uuid4()}"
-    chunks = [f"--{outer}\r\n".encode()]
-    if changeset:
-        inner = f"changesetresponse_{uuid.uuid4()}"
-        chunks.append(f"Content-Type: multipart/mixed; boundary={inner}\r\n\r\n".encode())
-        delimiter = f"--{inner}\r\n".encode()
-        for r in responses:
-            chunks.append(delimiter)
-            chunks.append(_old_http_part(r))
-        chunks.append(f"--{inner}--\r\n".encode())
-    else:
-        for i, r in enumerate(responses):
-            if i:
-                chunks.append(f"--{outer}\r\n".encode())
-            chunks.append(_old_http_part(r))
-    chunks.append(f"--{outer}--\r\n".encode())
-    return f"multipart/mixed; boundary={outer}", b"".join(chunks)
-
-
-def _old_op_response(base: str, sub: batch.SubRequest, op: dict, pref: str | None, level: str, res: Any,
-                     ent: Any) -> batch.SubResponse:
-    headers = list(batch_ops._HDRS)
-    if ent is None:
-        return batch.SubResponse(204, headers, b"", sub.content_id)
-    headers.append(("ETag", odata.etag_of(ent[2])))
-    if op["op"] != "insert":
-        return batch.SubResponse(204, headers, b"", sub.content_id)
-    link = f"{base}/{odata.edit_link(res.table, ent[0], ent[1])}"
-    headers += [("Location", link), ("DataServiceId", link)]
-    if pref is not None:
-        headers.append(("Preference-Applied", pref))
-    if pref == "return-no-content":
-        return batch.SubResponse(204, headers, b"", sub.content_id)
-    headers.append(("Content-Type", batch_ops._CONTENT_TYPES[level]))
-    prefix = odata.element_prefix(level, base, res.table)
-    body = odata.entity_text(ent, level, prefix=prefix, base=base, account=res.account, table=res.table)
-    return batch.SubResponse(201, headers, body.encode(), sub.content_id)
-
-
-def _old_sub_resource(rq: Any, sub: batch.SubRequest) -> Any:
-    url = sub.url
-    if "://" in url:
-        parts = urlsplit(url)
-        path, qs, host = parts.path, parts.query, parts.netloc
-    else:
-        path, _, qs = url.partition("?")
-        host = rq.host
-        if not path.startswith("/"):
-            path = f"/{rq.res.account}/{path}"
-    return parse_resource(path, parse_query(qs), host)
-
-
-# --- helpers --------------------------------------------------------------------------------------------
 
 
 def outcome(f: Any, *args: Any) -> Any:
@@ -202,10 +34,11 @@ def outcome(f: Any, *args: Any) -> Any:
         return type(exc).__name__
 
 
-def same(new: Any, old: Any, *args: Any) -> None:
-    want = outcome(old, *args)
-    assert outcome(new, *args) == want
-    assert outcome(new, *args) == want  # again, from whatever was remembered
+def same(fast: Any, plain: Any, *args: Any) -> None:
+    """The fast path and the plain one give the same outcome (twice: the second from what was remembered)."""
+    want = outcome(plain, *args)
+    assert outcome(fast, *args) == want
+    assert outcome(fast, *args) == want  # again, from whatever was remembered
 
 
 LATIN = st.characters(max_codepoint=255)
@@ -226,16 +59,16 @@ HEADER_LINE = st.one_of(
     b"Content-Type: application/http\nContent-Transfer-Encoding: binary\nContent-ID: 0",
 ])
 def test_headers_edge_cases(block: bytes) -> None:
-    same(batch._headers, _old_headers, block)
-    same(batch._headers_of, _old_headers, block)
+    same(batch._headers, batch.read_headers, block)
+    same(fastpath.headers_of, batch.read_headers, block)
 
 
 @settings(max_examples=1500, deadline=None)
 @given(st.lists(HEADER_LINE, max_size=7), st.sampled_from(["\n", "\r\n"]))
 def test_headers_match_the_old_loop(lines: list[str], eol: str) -> None:
     block = eol.join(lines).encode("latin-1")
-    same(batch._headers, _old_headers, block)
-    same(batch._headers_of, _old_headers, block)
+    same(batch._headers, batch.read_headers, block)
+    same(fastpath.headers_of, batch.read_headers, block)
 
 
 def test_headers_dicts_are_not_shared() -> None:
@@ -246,12 +79,12 @@ def test_headers_dicts_are_not_shared() -> None:
 
 
 def test_header_memory_is_bounded() -> None:
-    for i in range(3 * batch._CACHE_BLOCKS):
+    for i in range(3 * fastpath._CACHE_BLOCKS):
         batch._headers(f"X-N: {i}\nX-M: {i}".encode())
-    batch._headers(b"X: " + b"v" * 10 * batch._CACHE_BLOCK)
-    assert len(batch._blocks) <= batch._CACHE_BLOCKS and len(batch._lines) <= batch._CACHE_LINES
-    assert all(len(k) <= batch._CACHE_BLOCK for k in batch._blocks)
-    assert all(len(k) <= batch._CACHE_LINE for k in batch._lines)
+    batch._headers(b"X: " + b"v" * 10 * fastpath._CACHE_BLOCK)
+    assert len(fastpath._blocks) <= fastpath._CACHE_BLOCKS and len(fastpath._lines) <= fastpath._CACHE_LINES
+    assert all(len(k) <= fastpath._CACHE_BLOCK for k in fastpath._blocks)
+    assert all(len(k) <= fastpath._CACHE_LINE for k in fastpath._lines)
 
 
 # --- multipart splitting, sub-requests, whole bodies ------------------------------------------------------
@@ -267,16 +100,20 @@ CONTENT_LINE = st.one_of(st.sampled_from(["", "A: 1", "body", "--c", "\r"]), st.
        st.sampled_from(["b", "b\nx", "b\n", "\n", "-", "b b"]))
 def test_split_parts_matches_the_scan(lines: list[str], trailing_lf: bool, boundary: str) -> None:
     body = ("\n".join(lines) + ("\n" if trailing_lf else "")).encode("latin-1")
-    same(batch._split_parts, _old_split_parts, body, boundary)
+    same(batch._split_parts, _split_plainly, body, boundary)
     body = body.replace(b"--b", b"--" + boundary.encode())
-    same(batch._split_parts, _old_split_parts, body, boundary)
+    same(batch._split_parts, _split_plainly, body, boundary)
+
+
+def _split_plainly(body: bytes, boundary: str) -> list[bytes]:
+    return batch._split_parts(body, boundary, fast=False)
 
 
 @pytest.mark.parametrize("n", [batch.MAX_PARTS - 1, batch.MAX_PARTS, batch.MAX_PARTS + 1])
 @pytest.mark.parametrize("tail", ["", "  ", "\nx\n--b-x"])
 def test_split_parts_limit(n: int, tail: str) -> None:
     body = ("--b" + tail + "\nx\n") * n + "--b--\n"
-    same(batch._split_parts, _old_split_parts, body.encode(), "b")
+    same(batch._split_parts, _split_plainly, body.encode(), "b")
 
 
 PART_LINE = st.one_of(
@@ -291,9 +128,9 @@ PART_LINE = st.one_of(
 
 @settings(max_examples=2000, deadline=None)
 @given(st.lists(PART_LINE, max_size=12), st.sampled_from(["", "\n", "\n\n"]))
-def test_sub_request_matches_the_old_parser(lines: list[str], end: str) -> None:
+def test_sub_request_fast_matches_plain(lines: list[str], end: str) -> None:
     part = ("\n".join(lines) + end).encode("latin-1")
-    same(batch._sub_request, _old_sub_request, part)
+    same(batch._sub_request, lambda p: batch._sub_request(p, batch.read_headers), part)
 
 
 SDK_PART = ("--changeset_y\r\nContent-Type: application/http\r\nContent-Transfer-Encoding: binary\r\nContent-ID: {i}\r\n"
@@ -327,19 +164,31 @@ EDIT = st.tuples(st.integers(0, len(SAMPLE)), st.integers(0, 4),
 
 @settings(max_examples=1500, deadline=None)
 @given(st.lists(EDIT, max_size=4), st.sampled_from(["multipart/mixed; boundary=batch_x", "multipart/mixed; boundary=changeset_y"]))
-def test_parse_batch_matches_the_old_parser(edits: list[tuple[int, int, str]], ctype: str) -> None:
+def test_parse_batch_fast_matches_plain(edits: list[tuple[int, int, str]], ctype: str) -> None:
     body = SAMPLE
     for at, cut, text in edits:
         at = min(at, len(body))
         body = body[:at] + text.encode("latin-1") + body[at + cut:]
-    same(batch.parse_batch, _old_parse_batch, ctype, body)
-    same(batch.parse_batch, _old_parse_batch, ctype, body.replace(b"\r\n", b"\n"))
+    same(batch.parse_batch, _parse_plainly, ctype, body)
+    same(batch.parse_batch, _parse_plainly, ctype, body.replace(b"\r\n", b"\n"))
+
+
+def _parse_plainly(content_type: str, body: bytes) -> batch.Batch:
+    return batch.parse_batch(content_type, body, fast=False)
+
+
+def test_parse_batch_reads_the_sdk_sample() -> None:
+    got = batch.parse_batch("multipart/mixed; boundary=batch_x", SAMPLE)
+    assert got.changeset is not None and not got.singles
+    assert [(s.method, s.content_id) for s in got.changeset] == [(m, str(i)) for i, (m, *_) in enumerate(SAMPLE_OPS)]
+    assert [s.body.decode() for s in got.changeset] == [b for *_, b in SAMPLE_OPS]
+    assert got.changeset[4].headers["if-match"] == "*" and got.changeset[0].headers["prefer"] == "return-no-content"
 
 
 @settings(max_examples=1000, deadline=None)
 @given(st.binary(max_size=40).map(lambda b: b.translate(bytes(b"\r\na "[i % 4] for i in range(256)))))
 def test_crlf_normalisation(body: bytes) -> None:
-    assert batch._lf(body) == body.replace(b"\r\n", b"\n")
+    assert fastpath.lf(body) == batch.lf_plain(body) == body.replace(b"\r\n", b"\n")
 
 
 # --- URLs -----------------------------------------------------------------------------------------------
@@ -359,38 +208,81 @@ URL = st.one_of(
 @settings(max_examples=1500, deadline=None)
 @given(URL)
 def test_absolute_urls_split_like_urlsplit(url: str) -> None:
-    m = batch_ops._PLAIN_URL.fullmatch(url)
+    m = fastpath.PLAIN_URL.fullmatch(url)
     if m is not None:
         parts = urlsplit(url)
         assert (m[1], m[2] or "", m[3] or "") == (parts.netloc, parts.path, parts.query)
+        assert fastpath.split_url(url) == batch_ops.split_url_plain(url)
     rq = Request("POST", "/devstoreaccount1/$batch", "", {"host": "127.0.0.1:10002"})
     rq.res = parse_resource("/devstoreaccount1/$batch", {}, "127.0.0.1:10002")
     for u in (url, url.partition("://")[2], url.partition("://")[2].lstrip("/")):
-        same(batch_ops.sub_resource, _old_sub_resource, rq, batch.SubRequest("PUT", u, {}, b""))
+        sub = batch.SubRequest("PUT", u, {}, b"")
+        same(batch_ops.sub_resource, lambda r, s: batch_ops.sub_resource(r, s, fast=False), rq, sub)
 
 
 # --- responses ------------------------------------------------------------------------------------------
 
 
-def fixed_uuids(monkeypatch: pytest.MonkeyPatch) -> None:
-    counter = itertools.count()
-    monkeypatch.setattr(batch.uuid, "uuid4", lambda: uuid.UUID(int=next(counter)))
-
-
 RESPONSE = st.builds(batch.SubResponse, st.sampled_from([200, 201, 204, 299, 404, 412, 999]),
                      st.lists(st.tuples(st.sampled_from(["ETag", "Content-Type", "x"]), st.text(max_size=5)), max_size=3),
                      st.sampled_from([b"", b"{}", b"\r\n"]), st.one_of(st.none(), st.text(max_size=4)))
+_STATUS_TEXT = {200: "OK", 201: "Created", 204: "No Content", 404: "Not Found", 412: "Precondition Failed"}
+
+
+def _cut(body: bytes, boundary: str) -> tuple[bytes, list[bytes]]:
+    """(what precedes the first delimiter, the parts) of a CRLF multipart body."""
+    pieces = body.split(b"--" + boundary.encode())
+    assert pieces[-1].startswith(b"--\r\n")
+    assert all(p.startswith(b"\r\n") for p in pieces[1:-1])
+    return pieces[0], [p[2:] for p in pieces[1:-1]]
+
+
+def read_back(content_type: str, body: bytes) -> list[tuple[int, str, dict[str, str], bytes]]:
+    """The parts of a batch response, cut at their delimiters: (status, reason, headers, body) each."""
+    assert content_type.startswith("multipart/mixed; boundary=batchresponse_")
+    pre, outer = _cut(body, batch.boundary_of(content_type))
+    assert pre == b""
+    parts = outer
+    if len(outer) == 1 and outer[0].startswith(b"Content-Type: multipart/mixed"):
+        head, _, rest = outer[0].partition(b"\r\n\r\n")
+        inner_type = batch.read_headers(head).get("content-type", "")
+        assert batch.boundary_of(inner_type).startswith("changesetresponse_")
+        pre, parts = _cut(rest, batch.boundary_of(inner_type))
+        assert pre == b""
+    out = []
+    for part in parts:
+        mime, _, http = part.partition(b"\r\n\r\n")
+        assert mime == b"Content-Type: application/http\r\nContent-Transfer-Encoding: binary"
+        head, _, payload = http.partition(b"\r\n\r\n")
+        line, _, hdrs = head.partition(b"\r\n")
+        version, code, reason = line.decode().split(" ", 2)
+        assert version == "HTTP/1.1"
+        headers = {}
+        for h in hdrs.decode().split("\r\n") if hdrs else []:
+            name, _, value = h.partition(": ")
+            headers[name] = value
+        out.append((int(code), reason, headers, payload))
+    return out
 
 
 @settings(max_examples=300, deadline=None)
 @given(st.lists(RESPONSE, max_size=4), st.booleans())
-def test_format_batch_matches(responses: list[batch.SubResponse], changeset: bool) -> None:
-    with pytest.MonkeyPatch.context() as mp:
-        fixed_uuids(mp)
-        want = outcome(_old_format_batch, responses, changeset)
-    with pytest.MonkeyPatch.context() as mp:
-        fixed_uuids(mp)
-        assert outcome(batch.format_batch, responses, changeset) == want
+def test_format_batch_reads_back(responses: list[batch.SubResponse], changeset: bool) -> None:
+    ctype, body = batch.format_batch(responses, changeset)
+    if not changeset and not responses:  # one delimiter, then the closing one
+        outer = batch.boundary_of(ctype)
+        assert body == f"--{outer}\r\n--{outer}--\r\n".encode()
+        return
+    got = read_back(ctype, body)
+    assert len(got) == len(responses)
+    for (status, reason, headers, payload), r in zip(got, responses, strict=True):
+        assert status == r.status and reason == _STATUS_TEXT.get(r.status, batch._REASONS.get(r.status, "Unknown"))
+        want = ({"Content-ID": r.content_id} if r.content_id is not None else {}) | dict(r.headers)
+        if all("\r" not in v and "\n" not in v and ": " not in k for k, v in want.items()) \
+                and len({k for k, _ in r.headers} | ({"Content-ID"} if r.content_id is not None else set())) \
+                == len(r.headers) + (r.content_id is not None):
+            assert headers == want
+        assert payload == (r.body + b"\r\n" if r.body else b"")
 
 
 class _FE:
@@ -407,25 +299,43 @@ class _App:
 
 
 @pytest.mark.parametrize("cid", [True, False])
-def test_run_batch_response_matches_the_old_parts(monkeypatch: pytest.MonkeyPatch, cid: bool) -> None:
+def test_run_batch_response_parts(cid: bool) -> None:
     body = SAMPLE if cid else SAMPLE.replace(b"Content-ID: ", b"X-No-ID: ")
     rq = Request("POST", "/devstoreaccount1/$batch", "", {"host": "127.0.0.1:10002",
                                                           "content-type": "multipart/mixed; boundary=batch_x"})
     rq.body = body
     rq.res = parse_resource("/devstoreaccount1/$batch", {}, "127.0.0.1:10002")
-    subs = _old_parse_batch(rq.headers["content-type"], body).changeset
+    subs = batch.parse_batch(rq.headers["content-type"], body, fast=False).changeset
     assert subs is not None
     results: list = [[s.url[-3:], "r\u00e9 /x", 638500000001234567 + i, {"A": [1, i]}] for i, s in enumerate(subs)]
     results[-1] = None
-    old = []
-    for sub, ent in zip(subs, results, strict=True):
-        res = batch_ops.sub_resource(rq, sub)
-        method = batch_ops._effective_method(sub)
-        op = write_op(method, sub.headers, res, sub.body)
-        pref = prefer(sub.headers) if op["op"] == "insert" else None
-        old.append(_old_op_response(rq.base, sub, op, pref, odata.metadata_level(sub.headers.get("accept")), res, ent))
-    fixed_uuids(monkeypatch)
-    _, want = _old_format_batch(old)
-    fixed_uuids(monkeypatch)
     got = asyncio.run(batch_ops.run_batch(_App(results), rq))  # type: ignore[arg-type]
-    assert got.status == 202 and got.body == want
+    assert got.status == 202
+    ctype = dict(got.headers)[b"content-type"].decode()
+    parts = read_back(ctype, got.body)
+    assert [p[0] for p in parts] == [204, 201, 201, 204, 204, 204, 204]
+    for i, ((status, _, headers, payload), sub, ent) in enumerate(zip(parts, subs, results, strict=True)):
+        assert headers.get("Content-ID") == (str(i) if cid else None)
+        assert headers["cache-control"] == "no-cache" and headers["dataserviceversion"] == "3.0;"
+        if ent is None:
+            assert "ETag" not in headers and payload == b""
+            continue
+        assert headers["ETag"] == odata.etag_of(ent[2])
+        if sub.method != "POST":
+            assert payload == b""
+            continue
+        res = batch_ops.sub_resource(rq, sub)
+        link = f"{rq.base}/{odata.edit_link(res.table, ent[0], ent[1])}"
+        assert headers["Location"] == link and headers["DataServiceId"] == link
+        prefer = sub.headers.get("prefer")
+        assert headers.get("Preference-Applied") == prefer
+        if prefer == "return-no-content":
+            assert status == 204 and payload == b""
+            continue
+        level = odata.metadata_level(sub.headers.get("accept"))
+        assert headers["Content-Type"] == odata.CONTENT_TYPES[level].decode()
+        prefix = odata.element_prefix(level, rq.base, res.table)
+        want = odata.entity_bytes(ent, level, prefix=prefix, base=rq.base, account=res.account, table=res.table)
+        assert payload == want + b"\r\n"
+        doc = json.loads(payload)
+        assert doc["PartitionKey"] == ent[0] and doc["RowKey"] == ent[1] and doc["A"] == ent[3]["A"][1]

@@ -5,10 +5,15 @@ from __future__ import annotations
 
 import pytest
 
-from frontend.http import ops
-from frontend.http.app import refuse_secondary_write
+from frontend.http import entity_ops, render
+from frontend.http.parse import (
+    DEFAULT_VERSION,
+    SUPPORTED_VERSIONS,
+    VERSION_HEADERS,
+    check_version,
+    refuse_secondary_write,
+)
 from frontend.http.urls import parse_resource
-from frontend.http.versions import DEFAULT_VERSION, SUPPORTED_VERSIONS, VERSION_HEADERS, check_version
 from rangetable.errors import TableError
 
 
@@ -34,14 +39,14 @@ def test_unknown_versions_are_refused(version):
     (' w/"x" ', 'W/"x"'), ("*", "*"), ('"datetime\'2024\'"', '"datetime\'2024\'"'), ("bare", "bare"),
 ])
 def test_if_match_weak_prefix_is_case_insensitive(sent, passed):
-    assert ops.if_match({"if-match": sent}) == passed
+    assert entity_ops.if_match({"if-match": sent}) == passed
 
 
 def test_cors_no_match_only_varies():
-    assert ops.cors_headers(ops.NO_MATCH, "http://x") == [(b"vary", b"Origin")]
-    exact = dict(ops.cors_headers({"AllowedOrigins": "http://x", "ExposedHeaders": "x-ms-*"}, "http://x"))
+    assert render.cors_headers(render.NO_MATCH, "http://x") == [(b"vary", b"Origin")]
+    exact = dict(render.cors_headers({"AllowedOrigins": "http://x", "ExposedHeaders": "x-ms-*"}, "http://x"))
     assert exact[b"vary"] == b"Origin" and exact[b"access-control-allow-origin"] == b"http://x"
-    assert b"vary" not in dict(ops.cors_headers({"AllowedOrigins": "*"}, "http://y"))
+    assert b"vary" not in dict(render.cors_headers({"AllowedOrigins": "*"}, "http://y"))
 
 
 @pytest.mark.parametrize("method", ["GET", "HEAD"])

@@ -1,9 +1,10 @@
-"""The HTTP frontend's fast paths answer exactly as the general ones do.
+"""The HTTP frontend's fast paths answer exactly as the plain ones in the product do.
 
 * :meth:`RestApp.serve` (the listener's path: point operations run through ``fe.submit`` and a
   callback, no coroutine) against :meth:`RestApp.respond` (the ASGI path, ``await fe.request``), on
   the same sequence of signed requests: same status, headers and body, request ids and dates aside;
-* the remembered URL parses of :func:`frontend.http.urls.parse_resource` against fresh ones;
+* the remembered URL parses of :func:`frontend.http.urls.parse_resource` against fresh ones, on edge
+  cases and generated paths (Hypothesis);
 * the listener when answers come back synchronously: pipelined requests in order, without recursion.
 """
 
@@ -19,14 +20,17 @@ from typing import Any
 import pytest
 from azure.core.credentials import AzureNamedKeyCredential
 from azure.data.tables import TableSasPermissions, generate_table_sas
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from frontend.http import urls
-from frontend.http.app import Request, RestApp
-from frontend.http.common import Response
+from frontend.http.app import RestApp
+from frontend.http.parse import Request
+from frontend.http.render import Response
 from rangetable.errors import TableError
 from tests.rest_helpers import DEV_ACCOUNT, DEV_KEY, sign
 from tests.unit.test_http_listener import listening
-from tests.unit.test_rest_units import StubFrontend
+from tests.unit.test_rest_app import StubFrontend
 
 T = "/devstoreaccount1/t"
 E = "/devstoreaccount1/t(PartitionKey='p',RowKey='r')"
@@ -194,6 +198,30 @@ def test_remembered_parses_equal_fresh_ones(path: str, host: str | None) -> None
     assert outcome(urls.parse_resource, path) == fresh  # from memory
     other = path.replace("'a'", "'zz'")  # same table, other keys
     assert outcome(urls.parse_resource, other) == outcome(urls._parse_resource, other)
+
+
+KEY_TEXT = st.text(st.sampled_from("ab'%2F/() =,x\u00e9"), max_size=6)
+PATH = st.builds("/{}/{}{}{}".format, st.sampled_from(["devstoreaccount1", "devstoreaccount1-secondary", "acct", ""]),
+                 st.sampled_from(["t", "Tables", "$batch", "t%28%29", "a/b", "Tables('t')", ""]),
+                 st.one_of(st.just(""), st.just("()"),
+                           st.builds("(PartitionKey='{}',RowKey='{}')".format, KEY_TEXT, KEY_TEXT),
+                           st.builds("(RowKey='{}',PartitionKey='{}')".format, KEY_TEXT, KEY_TEXT)),
+                 st.sampled_from(["", "/", "x", " "]))
+
+
+@settings(max_examples=500, deadline=None)
+@given(PATH, st.sampled_from([None, "127.0.0.1:10002", "acct.table.core.windows.net"]))
+def test_remembered_parses_equal_fresh_ones_generated(path: str, host: str | None) -> None:
+    def outcome(parse: Any) -> Any:
+        try:
+            r = parse(path, {}, host)
+        except TableError as exc:
+            return exc.error_code
+        return (r.kind, r.account, r.secondary, r.table, r.pk, r.rk, r.query)
+
+    fresh = outcome(urls._parse_resource)
+    assert outcome(urls.parse_resource) == fresh  # parsed and perhaps remembered
+    assert outcome(urls.parse_resource) == fresh  # perhaps from memory
 
 
 @pytest.fixture

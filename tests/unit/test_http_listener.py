@@ -19,7 +19,7 @@ import pytest
 from frontend.http import listener as listener_mod
 from frontend.http.app import RestApp
 from frontend.http.listener import open_listener
-from tests.unit.test_rest_units import StubFrontend
+from tests.unit.test_rest_app import StubFrontend
 
 ENTITY = b'{"PartitionKey":"p","RowKey":"r","A":1}'
 

@@ -4,6 +4,10 @@
 :meth:`Handler.answer` takes the sub-request's answer and either replies to the client, retries, or
 runs the next step. Retried steps are idempotent: entity writes carry a request id, and a query's
 :class:`~frontend.routing.QueryCursor` only advances on an answer.
+
+The Handler talks to its driver (:mod:`frontend.driver`: the native loop of
+:mod:`frontend.native_server`, or the asyncio driver of :mod:`frontend.aio`) through the narrow
+:class:`Driver` protocol below, so this module imports no driver.
 """
 
 from __future__ import annotations
@@ -11,17 +15,14 @@ from __future__ import annotations
 import itertools
 import time
 import uuid
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-from frontend.routing import QueryCursor, token_to_key
+from frontend.routing import MapCache, QueryCursor, token_to_key
 from rangetable import protocol
+from rangetable.config import FrontendConfig
 from rangetable.errors import TableError
 from rangetable.filter import compile_cached
 from rangetable.planner import plan
-
-if TYPE_CHECKING:
-    from frontend.driver import DriverCore as Frontend
-    from frontend.driver import Pending
 
 RETRY_CODES = frozenset({"NotOwner", "RangeBusy"})
 COORDINATOR_OPS = frozenset(
@@ -32,6 +33,48 @@ MAX_PAGE = 1000
 TABLE_WAIT_ATTEMPTS = 5  # how often a request for an unknown table waits for a fresher map
 
 
+class Pending:
+    """One client request in flight (``extra``: per-request scratch of the Handler)."""
+
+    __slots__ = ("ident", "rid", "req", "deadline", "attempts", "state", "done", "extra")
+
+    def __init__(self, ident: bytes, rid: bytes, req: dict, deadline: float) -> None:
+        self.ident = ident
+        self.rid = rid
+        self.req = req
+        self.deadline = deadline
+        self.attempts = 0
+        self.state: Any = None
+        self.done = False
+        self.extra: dict = {}
+
+
+class Driver(Protocol):
+    """What the Handler uses of its driver (implemented by :class:`frontend.driver.DriverCore`)."""
+
+    id: str
+    cfg: FrontendConfig
+    cache: MapCache
+
+    def send_ps(self, p: Pending, endpoint: str, body: dict, step: Any) -> None:
+        """Send a sub-request to a partition server; ``step`` comes back with the answer."""
+
+    def send_coordinator(self, p: Pending, body: dict, step: Any) -> None:
+        """Send a request to the coordinator; ``step`` comes back with the answer."""
+
+    def reply(self, p: Pending, body: bytes) -> None:
+        """Answer the client with an encoded reply (once)."""
+
+    def reply_ok(self, p: Pending, result: Any) -> None:
+        """Answer the client with a success result."""
+
+    def retry_later(self, p: Pending, why: str) -> None:
+        """Back off and run the request again with a fresh map, or give up at the deadline."""
+
+    def refresh_map(self, force: bool = False) -> None:
+        """Ask the coordinator for what changed in the partition map."""
+
+
 def _require(req: dict, name: str, kind: type | tuple) -> Any:
     v = req.get(name)
     if not isinstance(v, kind):
@@ -40,9 +83,9 @@ def _require(req: dict, name: str, kind: type | tuple) -> Any:
 
 
 class Handler:
-    """Request logic of a frontend (the loop in :mod:`frontend.server` moves the messages)."""
+    """Request logic of a frontend (the loop in :mod:`frontend.native_server` moves the messages)."""
 
-    def __init__(self, fe: Frontend) -> None:
+    def __init__(self, fe: Driver) -> None:
         self.fe = fe
         self._rid_prefix = uuid.uuid4().hex[:16] + "-"  # unique per process, so ids never repeat
         self._rids = itertools.count(1)

@@ -1,0 +1,200 @@
+"""Stage 1 of the HTTP pipeline — parse: the request object, the effective verb and the URL.
+
+The pipeline of one request (:mod:`frontend.http.app` runs it): **parse** (this module) →
+**authenticate** (:mod:`frontend.http.security`) → **plan** (:mod:`frontend.http.routes` picks the
+operation of :mod:`~frontend.http.entity_ops`, :mod:`~frontend.http.table_ops`,
+:mod:`~frontend.http.cors` or :mod:`~frontend.http.batch_ops`) → **send** (:mod:`frontend.aio`) →
+**render** (:mod:`frontend.http.render`). No stage imports :mod:`frontend.http.app`: the operations
+see the app through the narrow :class:`Services` protocol defined here.
+"""
+
+from __future__ import annotations
+
+import itertools
+import uuid
+from typing import TYPE_CHECKING, Any, Protocol
+
+from frontend.http import odata
+from frontend.http.urls import SECONDARY_SUFFIX, Resource, parse_query, parse_resource
+from rangetable.errors import TableError
+
+if TYPE_CHECKING:
+    from frontend.http.security import Security
+
+# The ``x-ms-version`` values the REST API serves. Azure answers 400 ``InvalidHeaderValue`` for a
+# version it does not know (Azurite does the same with its list). The table is Azure Storage's published
+# service versions, 2009-04-14 up to 2025-11-05; the operations and payloads rangetable serves are the
+# same under every one of them (JSON payloads need 2013-08-15 or later, which every current client
+# sends). A request without the header is served as DEFAULT_VERSION, the version the SDKs send.
+DEFAULT_VERSION = "2019-02-02"
+
+SUPPORTED_VERSIONS: frozenset[str] = frozenset((
+    "2009-04-14", "2009-07-17", "2009-09-19", "2011-08-18", "2012-02-12", "2013-08-15", "2014-02-14",
+    "2015-02-21", "2015-04-05", "2015-07-08", "2015-12-11", "2016-05-31", "2017-04-17", "2017-07-29",
+    "2017-11-09", "2018-03-28", "2018-11-09", "2019-02-02", "2019-07-07", "2019-10-10", "2019-12-12",
+    "2020-02-10", "2020-04-08", "2020-06-12", "2020-08-04", "2020-10-02", "2020-12-06", "2021-02-12",
+    "2021-04-10", "2021-06-08", "2021-08-06", "2021-10-04", "2021-12-02", "2022-11-02", "2023-01-03",
+    "2023-05-03", "2023-08-03", "2023-11-03", "2024-02-04", "2024-05-04", "2024-08-04", "2024-11-04",
+    "2025-01-05", "2025-05-05", "2025-07-05", "2025-11-05",
+))
+
+VERSION_HEADERS: dict[str, bytes] = {v: v.encode() for v in SUPPORTED_VERSIONS}  # the echoed header's bytes
+
+
+def check_version(value: str | None) -> str:
+    """The service version a request asks for; 400 InvalidHeaderValue for one not in the table."""
+    if value is None:
+        return DEFAULT_VERSION
+    if value in SUPPORTED_VERSIONS:
+        return value
+    raise TableError("InvalidHeaderValue",
+                     f"The value for one of the HTTP headers is not in the correct format. x-ms-version: {value[:64]!r} "
+                     "is not a supported service version.")
+
+
+MAX_BODY = 4 * 1024 * 1024  # larger bodies get 413 RequestBodyTooLarge
+DRAIN_LIMIT = 64 * 1024 * 1024  # beyond this we stop reading and answer at once
+KNOWN_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "MERGE", "PATCH", "DELETE", "OPTIONS"})
+XMETHODS = frozenset({"GET", "MERGE", "PATCH", "DELETE"})
+MULTIPLE = "\x00multiple"  # the value standing for a repeated X-HTTP-Method header
+
+_RID_PREFIX = str(uuid.uuid4())[:24]
+_rid_counter = itertools.count(1)
+READS = frozenset({"GET", "HEAD"})  # the verbs a read-only secondary serves
+
+
+class NativeFrontend(Protocol):
+    """What the operations use of :class:`frontend.aio.AioFrontend` (the send stage)."""
+
+    async def request(self, req: dict, timeout: float | None = None) -> Any:
+        """Run one native request and return its result; raises TableError."""
+
+
+class Services(Protocol):
+    """What an operation may use of the app: the native frontend, the security stage, the table ACLs
+    and the cached service properties (implemented by :class:`frontend.http.app.RestApp`)."""
+
+    fe: NativeFrontend
+    security: Security
+
+    async def fetch_acl(self, table: str) -> dict:
+        """The stored access policies of ``table``."""
+
+    async def service_properties(self, fresh: bool = False) -> dict:
+        """The service properties (cached for a few seconds)."""
+
+    def forget_properties(self) -> None:
+        """Drop the cached service properties."""
+
+
+def next_request_id() -> str:
+    """A UUID-shaped request id, unique per process run (a random prefix and a counter)."""
+    return f"{_RID_PREFIX}{next(_rid_counter) & 0xFFFFFFFFFFFF:012x}"
+
+
+class Request:
+    """One HTTP request as the operations see it."""
+
+    __slots__ = ("method", "raw_path", "query_string", "query", "headers", "host", "scheme", "body",
+                 "request_id", "version", "res", "auth", "xml_errors", "level", "cors_rule", "client_ip", "ctx",
+                 "_base")
+
+    def __init__(self, method: str, raw_path: str, query_string: str, headers: dict[str, str],
+                 client_ip: str | None = None, scheme: str = "http") -> None:
+        self.method: str = method.upper()
+        self.raw_path: str = raw_path
+        self.query_string: str = query_string
+        self.headers: dict[str, str] = headers  # lower-case names; a repeated X-HTTP-Method is "\x00multiple"
+        self.host: str = headers.get("host") or "127.0.0.1"
+        self.scheme: str = scheme
+        self.client_ip: str | None = client_ip
+        self.body = b""
+        self.request_id = next_request_id()
+        self.version = headers.get("x-ms-version") or DEFAULT_VERSION
+        self.query: dict[str, list[str]] = {}
+        self.res: Resource | None = None
+        self.auth: Any = None
+        self.xml_errors = False
+        self.level = odata.MINIMAL
+        self.cors_rule: dict | None = None
+        self.ctx: Any = None  # what an operation keeps between its native request and its answer
+        self._base: str | None = None
+
+    @classmethod
+    def from_scope(cls, scope: dict) -> Request:
+        """The request an ASGI ``http`` scope describes (the body is read separately)."""
+        raw = scope.get("raw_path")
+        raw_path = raw.decode("latin-1").split("?", 1)[0] if raw else scope["path"]
+        headers: dict[str, str] = {}
+        xm = 0
+        for k, v in scope["headers"]:
+            name = k.decode("latin-1").lower()
+            if name == "x-http-method":
+                xm += 1
+            headers[name] = v.decode("latin-1")
+        if xm > 1:
+            headers["x-http-method"] = MULTIPLE
+        client = scope.get("client")
+        return cls(scope["method"], raw_path, (scope.get("query_string") or b"").decode("latin-1"), headers,
+                   client[0] if client else None, scope.get("scheme") or "http")
+
+    def param(self, name: str) -> str | None:
+        """The first value of a query parameter."""
+        v = self.query.get(name)
+        return v[0] if v else None
+
+    @property
+    def base(self) -> str:
+        """The account's base URL as the client addressed it (for odata.metadata links)."""
+        base = self._base
+        if base is None:
+            assert self.res is not None
+            first = self.raw_path.lstrip("/").split("/", 1)[0]
+            if first == self.res.account or not self.res.account:
+                base = f"{self.scheme}://{self.host}/{self.res.account}"
+            elif self.res.secondary and first == self.res.account + SECONDARY_SUFFIX:
+                base = f"{self.scheme}://{self.host}/{first}"  # links of a secondary read stay on the secondary
+            else:
+                base = f"{self.scheme}://{self.host}"
+            self._base = base
+        return base
+
+
+def parse(rq: Request, too_big: bool) -> tuple[str, str | None]:
+    """The first stage of every request: the effective verb, the URL, the error flavour and metadata
+    level (set on ``rq``); returns ``(verb, comp)``. Raises TableError for a request it refuses."""
+    if too_big:
+        raise TableError("RequestBodyTooLarge")
+    method = rq.method
+    if method not in KNOWN_METHODS:
+        raise TableError("MethodNotAllowed", f"The HTTP verb {method!r} is not supported.")
+    xm = rq.headers.get("x-http-method")
+    if xm is not None:
+        if xm == MULTIPLE:
+            raise TableError("XMethodIncorrectCount")
+        if method != "POST":
+            raise TableError("XMethodNotUsingPost")
+        if xm.upper() not in XMETHODS:
+            raise TableError("XMethodIncorrectValue")
+        method = xm.upper()
+    if rq.query_string:
+        rq.query = parse_query(rq.query_string)
+    res = rq.res = parse_resource(rq.raw_path, rq.query, rq.host)
+    comp = rq.param("comp") if rq.query else None
+    kind = res.kind
+    rq.xml_errors = kind == "service" or comp is not None or method == "OPTIONS"
+    if method != "OPTIONS" and not rq.xml_errors and kind != "batch":
+        rq.level = odata.metadata_level(rq.headers.get("accept"), rq.param("$format") if rq.query else None)
+    if method != "OPTIONS":
+        version = rq.headers.get("x-ms-version")
+        if version:
+            rq.version = check_version(version)
+    return method, comp
+
+
+def refuse_secondary_write(res: Resource, method: str) -> None:
+    """403 InsufficientAccountPermissions for anything but a read on the ``-secondary`` account: like
+    Azure's read-access geo-redundant secondary, it serves reads (queries, gets, ACL, service
+    properties and stats) and refuses writes."""
+    if res.secondary and method not in READS:
+        raise TableError("InsufficientAccountPermissions", "Write operations are not allowed.")

@@ -1,0 +1,199 @@
+"""The package graph is a DAG whose arrows point down the layers, and no two modules import each other.
+
+Layers, bottom up (``docs/architecture.md``, "Layers"):
+
+    rangetable                                   core model, wire protocol, native client, RocksDB opener
+    partition_server   coordinator   frontend    the three server processes (no arrows among them)
+    cli                                          process entry points, supervisor, admin client, commands
+    cli.workload                                 workload and load generators, verifiers, simulated servers
+    cli.bench          cli.drills                benchmarks and drills (no arrows between them)
+    cli.main                                     registers every command
+
+Every ``import`` counts, also one inside a function: a lazy import is still an arrow. Run this file as a
+script (``python -m tests.unit.test_layers``) to print the graph.
+"""
+
+from __future__ import annotations
+
+import ast
+import sys
+from collections import Counter, defaultdict
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+PACKAGES = ("rangetable", "partition_server", "coordinator", "frontend", "cli")
+
+# component -> its layer; a component may import its own layer's modules and every lower layer's,
+# except its peers on the same layer.
+LAYERS = {
+    "rangetable": 0,
+    "partition_server": 1, "coordinator": 1, "frontend": 1,
+    "cli": 2,
+    "cli.workload": 3,
+    "cli.bench": 4, "cli.drills": 4,
+    "cli.main": 5,
+}
+
+
+def modules() -> dict[str, Path]:
+    """Every module of the product and tool packages, by dotted name."""
+    out = {}
+    for pkg in PACKAGES:
+        for path in sorted((ROOT / pkg).rglob("*.py")):
+            parts = list(path.relative_to(ROOT).with_suffix("").parts)
+            if parts[-1] == "__init__":
+                parts.pop()
+            out[".".join(parts)] = path
+    return out
+
+
+def _targets(name: str, path: Path, node: ast.Import | ast.ImportFrom, known: dict[str, Path]) -> list[str]:
+    """The project modules one import statement names (``from pkg import mod`` names ``pkg.mod``)."""
+    if isinstance(node, ast.Import):
+        names = [a.name for a in node.names]
+    else:
+        base = node.module or ""
+        if node.level:
+            parts = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
+            parts = parts[: len(parts) - (node.level - 1)]
+            base = ".".join(parts + ([base] if base else []))
+        names = [f"{base}.{a.name}" if f"{base}.{a.name}" in known else base for a in node.names]
+    out = []
+    for target in names:
+        while target and target not in known:
+            target = target.rpartition(".")[0]
+        if target and target != name:
+            out.append(target)
+    return out
+
+
+def import_graph() -> dict[str, set[str]]:
+    """Module -> the project modules it imports, anywhere in its body."""
+    known = modules()
+    graph: dict[str, set[str]] = defaultdict(set)
+    for name, path in known.items():
+        graph[name]
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+            if isinstance(node, ast.Import | ast.ImportFrom):
+                graph[name].update(_targets(name, path, node, known))
+    return graph
+
+
+def component(module: str) -> str:
+    """The layer component a module belongs to: the longest prefix named in LAYERS."""
+    parts = module.split(".")
+    for k in range(len(parts), 0, -1):
+        if ".".join(parts[:k]) in LAYERS:
+            return ".".join(parts[:k])
+    raise KeyError(module)
+
+
+def component_graph(graph: dict[str, set[str]]) -> Counter[tuple[str, str]]:
+    """(component, component it imports) -> how many module-level arrows."""
+    edges: Counter[tuple[str, str]] = Counter()
+    for a, targets in graph.items():
+        for b in targets:
+            ca, cb = component(a), component(b)
+            if ca != cb:
+                edges[ca, cb] += 1
+    return edges
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found = []
+    for root in graph:
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            v, it = work[-1]
+            w = next(it, None)
+            if w is not None:
+                if w not in index:
+                    index[w] = low[w] = len(index)
+                    stack.append(w)
+                    on_stack.add(w)
+                    work.append((w, iter(sorted(graph.get(w, ())))))
+                elif w in on_stack:
+                    low[v] = min(low[v], index[w])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[v])
+            if low[v] == index[v]:
+                comp = []
+                while True:
+                    w = stack.pop()
+                    on_stack.discard(w)
+                    comp.append(w)
+                    if w == v:
+                        break
+                if len(comp) > 1:
+                    found.append(sorted(comp))
+    return found
+
+
+def wrong_way(edges: Counter[tuple[str, str]]) -> list[tuple[str, str]]:
+    """Arrows that point up a layer or sideways between peers of one layer."""
+    return sorted((a, b) for a, b in edges if LAYERS[b] >= LAYERS[a])
+
+
+def report(graph: dict[str, set[str]]) -> str:
+    """The component graph, bottom-up, with arrow counts, and the cycle count: what the test prints."""
+    edges = component_graph(graph)
+    lines = ["package import graph (component -> components it imports, with module arrows):"]
+    for comp in sorted(LAYERS, key=lambda c: (LAYERS[c], c)):
+        outs = sorted(((b, n) for (a, b), n in edges.items() if a == comp), key=lambda x: (LAYERS[x[0]], x[0]))
+        arrows = ", ".join(f"{b} ({n})" for b, n in outs) or "-"
+        lines.append(f"  L{LAYERS[comp]} {comp:<17} -> {arrows}")
+    lines.append(f"wrong-way arrows: {len(wrong_way(edges))}; import cycles between modules: {len(cycles(graph))}")
+    return "\n".join(lines)
+
+
+def test_every_module_belongs_to_a_layer():
+    assert [m for m in import_graph() if not any(m == c or m.startswith(c + ".") for c in LAYERS)] == []
+
+
+def test_no_arrow_points_up_or_sideways():
+    graph = import_graph()
+    print("\n" + report(graph))
+    bad = {pair: sorted(f"{a} -> {b}" for a, ts in graph.items() for b in ts if (component(a), component(b)) == pair)
+           for pair in wrong_way(component_graph(graph))}
+    assert bad == {}
+
+
+def test_no_import_cycle_between_modules():
+    assert cycles(import_graph()) == []
+
+
+def test_no_product_module_imports_the_tests():
+    assert sorted(m for m, ts in import_graph().items() for t in ts if t == "tests" or t.startswith("tests.")) == []
+
+
+def test_the_cycle_finder_finds_cycles():
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}, "e": {"e2"}, "e2": set()}
+    assert cycles(graph) == [["a", "b", "c"]]
+
+
+def test_relative_imports_resolve(tmp_path):
+    known = {"pkg": tmp_path / "pkg" / "__init__.py", "pkg.a": tmp_path / "pkg" / "a.py",
+             "pkg.b": tmp_path / "pkg" / "b.py"}
+    node = ast.parse("from . import b\nfrom .b import x\nfrom pkg import a").body
+    got = [_targets("pkg.a", known["pkg.a"], n, known) for n in node]  # type: ignore[arg-type]
+    assert got == [["pkg.b"], ["pkg.b"], []]
+
+
+if __name__ == "__main__":
+    g = import_graph()
+    print(report(g))
+    for c in cycles(g):
+        print("cycle:", " ".join(c))
+    sys.exit(1 if cycles(g) or wrong_way(component_graph(g)) else 0)
