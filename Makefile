@@ -26,8 +26,9 @@ down: $(STAMP)
 test: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/mypy
-	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile -m "not serial" --durations=15 $(PYTEST_ARGS)
+	# the few wall-clock tests first, alone; then everything else on $(TEST_WORKERS) workers (its summary ends the run)
 	$(BIN)/python -m pytest -m serial $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile -m "not serial" --durations=15 $(PYTEST_ARGS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
