@@ -104,7 +104,7 @@ def up_cmd(data_dir: str, servers: int, coordinators: int, frontends: int, nativ
         click.echo(f"rangetable is up: {servers} partition servers, {frontends} frontend(s), data in {spec.data_dir}")
         click.echo(f"  native endpoint:  {doc['native']}")
         click.echo(f"  REST endpoint:    {doc['http']}")
-        click.echo(f"  coordinator{'s' if coordinators > 1 else ':'}:     {doc['coordinator']}")
+        click.echo(f"  {'coordinators:' if coordinators > 1 else 'coordinator:':<18}{doc['coordinator']}")
         if doc.get("dashboard"):
             click.echo(f"  dashboard:        {doc['dashboard']}")
         click.echo(f"  logs:             {os.path.join(spec.data_dir, 'logs')}")
