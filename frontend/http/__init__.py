@@ -1,7 +1,7 @@
 """The Azure Table REST API of a frontend: a framework-free ASGI app (see ``docs/http.md``).
 
-Modules: :mod:`~frontend.http.parse` (the request, its verb and URL), :mod:`~frontend.http.urls`
-(URL shapes), :mod:`~frontend.http.odata` (JSON payloads,
+Modules: :mod:`~frontend.http.parse` (the request, its verb, its URL shape and version),
+:mod:`~frontend.http.odata` (JSON payloads, edit links,
 tokens, error bodies), :mod:`~frontend.http.batch` (multipart), :mod:`~frontend.http.xmldocs` (ACL,
 service properties), :mod:`~frontend.http.security` (authentication), :mod:`~frontend.http.entity_ops`,
 :mod:`~frontend.http.table_ops`, :mod:`~frontend.http.cors` and :mod:`~frontend.http.batch_ops` (the

@@ -24,10 +24,9 @@ from frontend.http.batch import (
     response_part,
 )
 from frontend.http.entity_ops import prefer, write_op
-from frontend.http.parse import Request, Services
+from frontend.http.parse import Request, Resource, Services, parse_query, parse_resource
 from frontend.http.render import ODATA_HEADERS, Response, iso_now
 from frontend.http.security import check
-from frontend.http.urls import Resource, parse_query, parse_resource
 from rangetable.errors import TableError
 
 _HDRS = [(k.decode(), v.decode()) for k, v in ODATA_HEADERS]

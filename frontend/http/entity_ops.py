@@ -13,10 +13,9 @@ from collections.abc import Callable
 from typing import Any
 
 from frontend.http import odata
-from frontend.http.parse import Request, Services
+from frontend.http.parse import Request, Resource, Services
 from frontend.http.render import ODATA_HEADERS, Response, odata_headers
 from frontend.http.security import check
-from frontend.http.urls import Resource
 from rangetable.errors import TableError
 from rangetable.rest_json import json_to_typed
 

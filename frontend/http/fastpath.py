@@ -19,7 +19,7 @@ assert the same result, errors included):
 Two more fast paths stay with the code they shortcut, because they are one branch of it:
 :meth:`frontend.http.app.RestApp.serve` (a point operation without a coroutine; plain:
 :meth:`~frontend.http.app.RestApp.respond`) and the remembered URL parses of
-:func:`frontend.http.urls.parse_resource`.
+:func:`frontend.http.parse.parse_resource`.
 """
 
 from __future__ import annotations

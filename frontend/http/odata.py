@@ -18,11 +18,11 @@ from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from json.encoder import encode_basestring_ascii as _esc
 from typing import Any
+from urllib.parse import quote
 
 import orjson
 
 from frontend.http.fastpath import parse_json_fast
-from frontend.http.urls import entity_path
 from rangetable.edm import TICKS_PER_SECOND, TYPE_NAMES
 from rangetable.errors import TableError
 
@@ -410,3 +410,13 @@ def error_xml(exc: TableError, request_id: str, when: str, detail: str | None = 
     extra = f"<AuthenticationErrorDetail>{escape(detail)}</AuthenticationErrorDetail>" if detail else ""
     return (f'<?xml version="1.0" encoding="utf-8"?><Error><Code>{escape(exc.error_code)}</Code>'
             f"<Message>{escape(error_message(exc, request_id, when))}</Message>{extra}</Error>").encode()
+
+
+def quote_key(value: str) -> str:
+    """A key as it appears inside ``'…'`` in an edit link (quotes doubled, then percent-encoded)."""
+    return quote(value.replace("'", "''"), safe="'()*!$&+,;=@:~")
+
+
+def entity_path(table: str, pk: str, rk: str) -> str:
+    """``table(PartitionKey='pk',RowKey='rk')`` with the keys escaped for a URL."""
+    return f"{table}(PartitionKey='{quote_key(pk)}',RowKey='{quote_key(rk)}')"

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 
 from frontend.http.batch_ops import run_batch
-from frontend.http.parse import Request, Services
+from frontend.http.parse import Request, Resource, Services
 from frontend.http.render import Response
 from frontend.http.table_ops import (
     create_table,
@@ -24,7 +24,6 @@ from frontend.http.table_ops import (
     set_acl,
     set_properties,
 )
-from frontend.http.urls import Resource
 from rangetable.errors import TableError
 
 Handler = Callable[[Services, Request], Awaitable[Response]]

@@ -19,8 +19,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from frontend.http import batch, batch_ops, fastpath, odata
-from frontend.http.parse import Request
-from frontend.http.urls import parse_resource
+from frontend.http.parse import Request, parse_resource
 from rangetable.errors import TableError
 
 

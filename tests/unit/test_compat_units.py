@@ -11,9 +11,9 @@ from frontend.http.parse import (
     SUPPORTED_VERSIONS,
     VERSION_HEADERS,
     check_version,
+    parse_resource,
     refuse_secondary_write,
 )
-from frontend.http.urls import parse_resource
 from rangetable.errors import TableError
 
 

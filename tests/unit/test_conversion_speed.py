@@ -19,7 +19,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from frontend.http import batch, odata
-from frontend.http.urls import entity_path
+from frontend.http.odata import entity_path
 from rangetable.edm import MAX_DATETIME_TICKS, MIN_DATETIME_TICKS, iso_to_ticks, ticks_to_iso
 from rangetable.errors import TableError
 from rangetable.rest_json import json_to_typed, typed_to_json

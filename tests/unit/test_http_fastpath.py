@@ -3,7 +3,7 @@
 * :meth:`RestApp.serve` (the listener's path: point operations run through ``fe.submit`` and a
   callback, no coroutine) against :meth:`RestApp.respond` (the ASGI path, ``await fe.request``), on
   the same sequence of signed requests: same status, headers and body, request ids and dates aside;
-* the remembered URL parses of :func:`frontend.http.urls.parse_resource` against fresh ones, on edge
+* the remembered URL parses of :func:`frontend.http.url_parse.parse_resource` against fresh ones, on edge
   cases and generated paths (Hypothesis);
 * the listener when answers come back synchronously: pipelined requests in order, without recursion.
 """
@@ -23,7 +23,7 @@ from azure.data.tables import TableSasPermissions, generate_table_sas
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from frontend.http import urls
+from frontend.http import parse as url_parse
 from frontend.http.app import RestApp
 from frontend.http.parse import Request
 from frontend.http.render import Response
@@ -192,12 +192,12 @@ def test_remembered_parses_equal_fresh_ones(path: str, host: str | None) -> None
             return exc.error_code
         return (r.kind, r.account, r.secondary, r.table, r.pk, r.rk, r.query)
 
-    urls._shapes.clear()
-    fresh = outcome(urls._parse_resource, path)
-    assert outcome(urls.parse_resource, path) == fresh  # parsed and remembered
-    assert outcome(urls.parse_resource, path) == fresh  # from memory
+    url_parse._shapes.clear()
+    fresh = outcome(url_parse._parse_resource, path)
+    assert outcome(url_parse.parse_resource, path) == fresh  # parsed and remembered
+    assert outcome(url_parse.parse_resource, path) == fresh  # from memory
     other = path.replace("'a'", "'zz'")  # same table, other keys
-    assert outcome(urls.parse_resource, other) == outcome(urls._parse_resource, other)
+    assert outcome(url_parse.parse_resource, other) == outcome(url_parse._parse_resource, other)
 
 
 KEY_TEXT = st.text(st.sampled_from("ab'%2F/() =,x\u00e9"), max_size=6)
@@ -219,9 +219,9 @@ def test_remembered_parses_equal_fresh_ones_generated(path: str, host: str | Non
             return exc.error_code
         return (r.kind, r.account, r.secondary, r.table, r.pk, r.rk, r.query)
 
-    fresh = outcome(urls._parse_resource)
-    assert outcome(urls.parse_resource) == fresh  # parsed and perhaps remembered
-    assert outcome(urls.parse_resource) == fresh  # perhaps from memory
+    fresh = outcome(url_parse._parse_resource)
+    assert outcome(url_parse.parse_resource) == fresh  # parsed and perhaps remembered
+    assert outcome(url_parse.parse_resource) == fresh  # perhaps from memory
 
 
 @pytest.fixture

@@ -11,7 +11,8 @@ import pytest
 
 from frontend.http import batch, odata, xmldocs
 from frontend.http import entity_ops as ops
-from frontend.http.urls import entity_path, parse_keys, parse_query, parse_resource
+from frontend.http.odata import entity_path
+from frontend.http.parse import parse_keys, parse_query, parse_resource
 from rangetable.edm import etag_from_ticks, now_ticks, ticks_to_iso
 from rangetable.errors import TableError
 from rangetable.rest_json import typed_to_json
