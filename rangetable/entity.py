@@ -158,7 +158,8 @@ def _check_props(props: dict[str, Any]) -> int:
 
     The loop accepts the usual valid pairs by the value's type first (a few comparisons each); any
     other pair goes through :func:`_check_value`, which applies every rule in order and raises the
-    first error, so the outcome is exactly that of checking every pair with it.
+    first error, so the outcome is exactly that of checking every pair with it: :func:`props_size_plain`,
+    the plain version (``tests/unit/test_ps_write_fastpath.py`` compares the two on generated props).
     """
     if type(props) is not dict:
         raise TableError("InvalidInput", "Properties must be a dict of name to [code, value].")
@@ -211,6 +212,23 @@ def _check_props(props: dict[str, Any]) -> int:
     return size
 
 
+def props_size_plain(props: dict[str, Any]) -> int:
+    """The plain version of :func:`_check_props`: every pair through the whole rule chain."""
+    if type(props) is not dict:
+        raise TableError("InvalidInput", "Properties must be a dict of name to [code, value].")
+    if len(props) > MAX_CUSTOM_PROPERTIES:
+        raise TableError("TooManyProperties")
+    size = 0
+    for name, pair in props.items():
+        _check_name(name)
+        try:
+            code, v = pair
+        except (TypeError, ValueError):
+            raise TableError("InvalidInput", f"Property {name!r} is not a [code, value] pair.") from None
+        size += 8 + 2 * len(name) + _check_value(name, code, v)
+    return size
+
+
 def validate_props(props: dict[str, Any]) -> None:
     """Check typed props: count, names, and each value's type, range and size.
 
@@ -248,7 +266,10 @@ def entity_size(pk: str, rk: str, props: dict[str, Any]) -> int:
 
 
 def validate_entity(pk: str, rk: str, props: dict[str, Any]) -> None:
-    """Validate both keys and the typed props, then the 1 MiB entity size (EntityTooLarge)."""
+    """Validate both keys and the typed props, then the 1 MiB entity size (EntityTooLarge).
+
+    Both valid keys are recognised at once (the usual case); :func:`validate_entity_plain` is the plain version.
+    """
     bad = _BAD_KEY_CHARS.search
     if (type(pk) is str and type(rk) is str and len(pk) <= 256 and len(rk) <= 256
             and bad(pk) is None and bad(rk) is None):  # both keys valid (the usual case, checked at once)
@@ -259,6 +280,14 @@ def validate_entity(pk: str, rk: str, props: dict[str, Any]) -> None:
         keys = _u16(pk) + _u16(rk)
     size = 4 + 2 * keys + _check_props(props)
     if size > MAX_ENTITY_SIZE:
+        raise TableError("EntityTooLarge")
+
+
+def validate_entity_plain(pk: str, rk: str, props: dict[str, Any]) -> None:
+    """The plain version of :func:`validate_entity`: each key, then every property, then the size."""
+    validate_key("PartitionKey", pk)
+    validate_key("RowKey", rk)
+    if 4 + 2 * (_u16(pk) + _u16(rk)) + props_size_plain(props) > MAX_ENTITY_SIZE:
         raise TableError("EntityTooLarge")
 
 

@@ -16,6 +16,8 @@ from typing import Any
 
 import msgpack
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from partition_server import fast_path
 from partition_server.range_store import REQ_PREFIX, RangeStore
@@ -212,30 +214,6 @@ def test_batch_prefetch_matches_row_by_row_reads(tmp_path, monkeypatch):
 # --- validation fast paths ---------------------------------------------------------------------------
 
 
-def reference_props(props: Any) -> int:
-    """Every pair through the full rule chain (the checks as they were before the fast path)."""
-    if type(props) is not dict:
-        raise TableError("InvalidInput", "Properties must be a dict of name to [code, value].")
-    if len(props) > ent.MAX_CUSTOM_PROPERTIES:
-        raise TableError("TooManyProperties")
-    size = 0
-    for name, pair in props.items():
-        ent._check_name(name)
-        try:
-            code, v = pair
-        except (TypeError, ValueError):
-            raise TableError("InvalidInput", f"Property {name!r} is not a [code, value] pair.") from None
-        size += 8 + 2 * len(name) + ent._check_value(name, code, v)
-    return size
-
-
-def reference_entity(pk: Any, rk: Any, props: Any) -> None:
-    ent.validate_key("PartitionKey", pk)
-    ent.validate_key("RowKey", rk)
-    if 4 + 2 * (ent._u16(pk) + ent._u16(rk)) + reference_props(props) > ent.MAX_ENTITY_SIZE:
-        raise TableError("EntityTooLarge")
-
-
 def result(fn: Any, *args: Any) -> Any:
     try:
         return "ok", fn(*args)
@@ -254,19 +232,21 @@ VALUES = [
 CODES = [STRING, INT32, INT64, DOUBLE, BOOLEAN, DATETIME, GUID, BINARY, 8, -1, True, False, 1.0, "0", None]
 NAMES = ["a", "Name_1", "PartitionKey", "Timestamp", "1bad", "x" * 255, "x" * 256, "é", 5, b"a"]
 
+PAIR_CASES = [[c, v] for c in CODES for v in VALUES] + [[STRING], "ab", [1, 2, 3], 7, (INT32, 5)]
+
 
 def test_props_fast_path_matches_rule_chain():
     rng = random.Random(7)
-    pairs = [[c, v] for c in CODES for v in VALUES] + [[STRING], "ab", [1, 2, 3], 7, (INT32, 5)]
+    pairs = PAIR_CASES
     for pair in pairs:
         props = {"p": pair}
-        assert result(ent._check_props, props) == result(reference_props, props), pair
+        assert result(ent._check_props, props) == result(ent.props_size_plain, props), pair
     for _ in range(3000):
         props = {rng.choice(NAMES): rng.choice(pairs) for _ in range(rng.randint(0, 6))}
-        assert result(ent._check_props, props) == result(reference_props, props), props
+        assert result(ent._check_props, props) == result(ent.props_size_plain, props), props
     big = {f"p{i}": [INT32, i] for i in range(253)}
     for props in (big, [("a", [STRING, "x"])], None):
-        assert result(ent._check_props, props) == result(reference_props, props)
+        assert result(ent._check_props, props) == result(ent.props_size_plain, props)
 
 
 def test_entity_fast_path_matches_rule_chain():
@@ -276,8 +256,21 @@ def test_entity_fast_path_matches_rule_chain():
     for pk in keys:
         for rk in keys:
             for props in ({}, {"a": [STRING, "x"]}, {"a": [INT32, "x"]}):
-                assert result(ent.validate_entity, pk, rk, props) == result(reference_entity, pk, rk, props)
+                assert result(ent.validate_entity, pk, rk, props) == result(ent.validate_entity_plain, pk, rk, props)
     near = {f"b{i}": [BINARY, b"\x00" * 65536] for i in range(15)} | {"s": [STRING, "x" * 26000]}
     for pk, rk in (("k" * 10, "k" * 10), ("k" * 300, "r"), ("é" * 200, "é" * 200)):
         for props in (binary, near):
-            assert result(ent.validate_entity, pk, rk, props) == result(reference_entity, pk, rk, props)
+            assert result(ent.validate_entity, pk, rk, props) == result(ent.validate_entity_plain, pk, rk, props)
+
+
+KEY_CASES = ["", "a", "é", "🙂", "a/b", "a#", "\x00", "\ud800", "k" * 256, "k" * 257, "🙂" * 257, 5, None]
+
+
+@settings(max_examples=400, deadline=None)
+@given(props=st.dictionaries(st.sampled_from(NAMES), st.sampled_from(PAIR_CASES), max_size=8)
+       | st.sampled_from([None, [("a", [STRING, "x"])], {f"p{i}": [INT32, i] for i in range(253)}]),
+       pk=st.sampled_from(KEY_CASES) | st.text(max_size=300), rk=st.sampled_from(KEY_CASES) | st.text(max_size=300))
+def test_validation_fast_and_plain_agree(props: Any, pk: Any, rk: Any) -> None:
+    """The product's fast validation and its plain rule chain: the same size, or the same error."""
+    assert result(ent._check_props, props) == result(ent.props_size_plain, props)
+    assert result(ent.validate_entity, pk, rk, props) == result(ent.validate_entity_plain, pk, rk, props)
