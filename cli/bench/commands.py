@@ -7,12 +7,13 @@ Plain click commands; :mod:`cli.main` adds them to the ``bench`` group.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 
 import click
 
-from cli.options import cluster_doc, json_option
+from cli.options import json_option
 
 
 @click.group("bench", invoke_without_command=True)
@@ -29,20 +30,12 @@ def bench_group(ctx: click.Context, use_http: bool, count: int, data_dir: str | 
     if use_http:
         ctx.invoke(bench_http, data_dir=data_dir, as_json=as_json)
         return
-    from cli.bench.http import start_temp_cluster, stop_temp_cluster
+    from cli.bench.http import bench_cluster
     from cli.bench.native import run_native_bench
 
-    temp = None
-    if data_dir:
-        doc = cluster_doc(data_dir)
-    else:
-        temp, doc = start_temp_cluster()
-    try:
+    with bench_cluster(data_dir) as (doc, _temp):
         click.echo(f"native endpoint {doc['native']}, {count:,} operations per phase")
         res = run_native_bench(doc["native"], count, echo=click.echo)
-    finally:
-        if temp:
-            stop_temp_cluster(temp)
     if as_json:
         click.echo(json.dumps(res, indent=2))
 
@@ -93,31 +86,25 @@ def bench_http(count: int, batches: int, big: int, procs: int, entities: int, ma
     With --endpoint and --pid the same workload runs against another server, so that rangetable and,
     say, Azurite are measured by one harness on one machine (see docs/http.md).
     """
-    from cli.bench.http import external_doc, run_http_bench, start_temp_cluster, stop_temp_cluster
+    from cli.bench.http import bench_cluster, external_doc, run_http_bench
 
     if pids and not endpoint:
         raise click.UsageError("--pid goes with --endpoint.")
     if frontends != 1 and (endpoint or data_dir):
         raise click.UsageError("--frontends is for the cluster bench http starts, not with --endpoint or --data-dir.")
-    temp = None
     if endpoint:
         if data_dir:
             raise click.UsageError("--endpoint and --data-dir exclude each other.")
         try:
-            doc = external_doc(endpoint, list(pids))
+            target = contextlib.nullcontext((external_doc(endpoint, list(pids)), None))
         except ValueError as exc:
             raise click.UsageError(str(exc)) from None
-    elif data_dir:
-        doc = cluster_doc(data_dir)
     else:
-        temp, doc = start_temp_cluster(frontends=frontends)
-    try:
+        target = bench_cluster(data_dir, frontends=frontends)
+    with target as (doc, temp):
         click.echo(f"REST endpoint {doc['http']}")
         res = run_http_bench(doc, count, batches, big=big, procs=procs, entities=entities, max_pages=max_pages,
                              hold_balancer=temp is not None, echo=click.echo)
-    finally:
-        if temp:
-            stop_temp_cluster(temp)
     if as_json:
         click.echo(json.dumps(res, indent=2))
 
@@ -139,22 +126,14 @@ def bench_soak(minutes: float, threads: int, mix: str, interval: float, preload:
     """A workload held for minutes: ops/s, latency, RSS of every process, bytes on disk and RocksDB's
     pending compaction per interval, then a verdict (exit 1 on FAIL): the last interval holds 90% of
     the first one's ops/s and RSS grew at most 10% after warm-up."""
-    from cli.bench.http import start_temp_cluster, stop_temp_cluster
+    from cli.bench.http import bench_cluster
     from cli.bench.soak import run_soak
 
     if minutes <= 0 or interval <= 0 or threads < 1 or preload < 0:
         raise click.UsageError("--minutes and --interval must be positive, --threads at least 1, --preload at least 0.")
-    temp = None
-    if data_dir:
-        doc = cluster_doc(data_dir)
-    else:
-        temp, doc = start_temp_cluster()
-    try:
+    with bench_cluster(data_dir) as (doc, temp):
         res = run_soak(doc, data_dir or temp, minutes=minutes, threads=threads, mix=mix, interval=interval,
                        http=use_http, background=preload, echo=(lambda s: None) if as_json else click.echo)
-    finally:
-        if temp:
-            stop_temp_cluster(temp)
     if as_json:
         click.echo(json.dumps(res, indent=2))
     if not res["verdict"]["ok"]:

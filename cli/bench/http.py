@@ -14,6 +14,7 @@ Azurite 3.35 on the reference 2-core machine: 1.2 ms CPU per point op, 21 ms per
 from __future__ import annotations
 
 import base64
+import contextlib
 import os
 import signal
 import subprocess
@@ -22,7 +23,7 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -326,3 +327,21 @@ def stop_temp_cluster(data_dir: str) -> None:
         down(data_dir)
     finally:
         shutil.rmtree(data_dir, ignore_errors=True)
+
+
+
+@contextlib.contextmanager
+def bench_cluster(data_dir: str | None, frontends: int = 1) -> Iterator[tuple[dict, str | None]]:
+    """The cluster a bench runs against: the running one of ``data_dir``, or else one started for it
+    (:func:`start_temp_cluster`) and stopped when the block ends. Yields (cluster.json, the temporary
+    data dir or None)."""
+    from cli.options import cluster_doc
+
+    if data_dir:
+        yield cluster_doc(data_dir), None
+        return
+    temp, doc = start_temp_cluster(frontends=frontends)
+    try:
+        yield doc, temp
+    finally:
+        stop_temp_cluster(temp)
