@@ -31,7 +31,8 @@ from typing import Any
 
 import zmq
 
-from frontend.driver import DriverCore, Pending
+from frontend.driver import DriverCore
+from frontend.native_handler import Pending
 from rangetable import protocol
 from rangetable.config import FrontendConfig
 from rangetable.errors import TableError

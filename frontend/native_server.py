@@ -22,8 +22,9 @@ from typing import Any
 
 import zmq
 
-from frontend.driver import DriverCore, Pending
+from frontend.driver import DriverCore
 from frontend.metrics import Answers
+from frontend.native_handler import Pending
 from rangetable import curve, protocol
 from rangetable.config import FrontendConfig
 from rangetable.errors import TableError
@@ -32,7 +33,7 @@ from rangetable.process import serve_until_signalled
 log = logging.getLogger("rangetable.frontend")
 SWEEP_S = 0.02
 
-__all__ = ["Frontend", "Pending", "run"]
+__all__ = ["Frontend", "run"]
 
 
 class Frontend(DriverCore):

@@ -2,8 +2,8 @@
 
 Framework-free. :class:`RestApp` runs each request through the pipeline's stages, each its own module
 and none calling back into this one: **parse** (:mod:`frontend.http.parse`, the body capped at
-4 MiB) → **authenticate** (:mod:`frontend.http.security`) → **plan** (:mod:`frontend.http.routes`:
-the operation's checks and native request) → **send** (:class:`frontend.aio.AioFrontend`) →
+4 MiB) → **authenticate** (:mod:`frontend.http.security`) → **plan** (:mod:`frontend.http.routes` picks the
+operation, whose Plan checks it and makes its native request) → **send** (:class:`frontend.aio.AioFrontend`) →
 **render** (:mod:`frontend.http.render`: the standard headers — ``x-ms-request-id``, ``x-ms-version``,
 ``Date``, the client request id echo, CORS — and Azure's error bodies).
 
@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from frontend.http import cors, entity_ops, routes
+from frontend.http import cors, routes
 from frontend.http.parse import DRAIN_LIMIT, MAX_BODY, Request, parse, refuse_secondary_write
 from frontend.http.render import Response, error_response, failure, finish
 from frontend.http.security import Security
@@ -172,21 +172,21 @@ class RestApp:
             plan = None
             if (self._submit is not None and method != "OPTIONS" and "origin" not in rq.headers
                     and self.security.acl_table(rq.query, rq.res.table) is None):  # type: ignore[union-attr]
-                plan = entity_ops.plan_for(rq.res, method, comp)  # type: ignore[arg-type]
+                plan = routes.plan_for(rq.res, method, comp)  # type: ignore[arg-type]
             if plan is None:
                 asyncio.get_running_loop().create_task(self._complete(rq, method, comp, done))
                 return
             rq.auth = self.security.authenticate_now(rq.method, rq.raw_path, rq.query, rq.headers, rq.scheme,
                                                      rq.client_ip)
             refuse_secondary_write(rq.res, method)  # type: ignore[arg-type]
-            req, finisher = plan(self, rq)
+            req, finisher = plan(rq)
         except Exception as exc:
             done(finish(rq, failure(rq, exc), self.answers))
             return
 
         def answered(result: Any, error: TableError | None) -> None:
             try:
-                resp = finisher(self, rq, result) if error is None else error_response(rq, error)
+                resp = finisher(rq, result) if error is None else error_response(rq, error)
             except Exception as exc:
                 resp = failure(rq, exc)
             done(finish(rq, resp, self.answers))
@@ -217,10 +217,10 @@ class RestApp:
         if "origin" in rq.headers:
             rq.cors_rule = await cors.cors_rule_for(self, rq, method)
         refuse_secondary_write(res, method)  # after the CORS lookup: the refusal carries CORS headers too
-        plan = entity_ops.plan_for(res, method, comp)
+        plan = routes.plan_for(res, method, comp)
         if plan is not None:
-            req, finisher = plan(self, rq)
-            return finisher(self, rq, await self.fe.request(req))
+            req, finisher = plan(rq)
+            return finisher(rq, await self.fe.request(req))
         handler = routes.route(res, method, comp)
         return await handler(self, rq)
 

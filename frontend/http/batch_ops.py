@@ -24,7 +24,7 @@ from frontend.http.batch import (
     response_part,
 )
 from frontend.http.entity_ops import prefer, write_op
-from frontend.http.parse import Request, Resource, Services, parse_query, parse_resource
+from frontend.http.parse import XMETHODS, Request, Resource, Services, parse_query, parse_resource
 from frontend.http.render import ODATA_HEADERS, Response, iso_now
 from frontend.http.security import check
 from rangetable.errors import TableError
@@ -61,7 +61,7 @@ def _effective_method(sub: SubRequest) -> str:
         return sub.method
     if sub.method != "POST":
         raise TableError("XMethodNotUsingPost")
-    if xm.upper() not in ("MERGE", "PATCH", "DELETE", "GET"):
+    if xm.upper() not in XMETHODS:
         raise TableError("XMethodIncorrectValue")
     return xm.upper()
 

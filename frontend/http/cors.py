@@ -20,12 +20,13 @@ async def preflight(app: Services, rq: Request) -> Response:
     if rule is None:
         raise TableError("CorsPreflightFailure",
                          "CORS not enabled or no matching rule found for this request.")
-    h = [(b"access-control-allow-origin", b"*" if any_origin(rule) else origin.encode("latin-1")),
+    star = any_origin(rule)
+    h = [(b"access-control-allow-origin", b"*" if star else origin.encode("latin-1")),
          (b"access-control-allow-methods", method.upper().encode("latin-1")),
          (b"access-control-max-age", str(int(rule.get("MaxAgeInSeconds") or 0)).encode())]
     if requested:
         h.append((b"access-control-allow-headers", ",".join(requested).encode("latin-1")))
-    if not any_origin(rule):
+    if not star:
         h += [(b"access-control-allow-credentials", b"true"), (b"vary", b"Origin")]
     return Response(200, h)
 

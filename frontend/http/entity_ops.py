@@ -13,7 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 from frontend.http import odata
-from frontend.http.parse import Request, Resource, Services
+from frontend.http.parse import Request, Resource
 from frontend.http.render import ODATA_HEADERS, Response, odata_headers
 from frontend.http.security import check
 from rangetable.errors import TableError
@@ -23,8 +23,8 @@ from rangetable.rest_json import json_to_typed
 # request (a query's may read several ranges inside the driver), so the listener can run them without
 # a coroutine (see RestApp.serve): a Plan checks the request and returns the native request and the
 # Finisher that turns its result into the response.
-Finisher = Callable[[Services, Request, Any], Response]
-Plan = Callable[[Services, Request], tuple[dict, Finisher]]
+Finisher = Callable[[Request, Any], Response]
+Plan = Callable[[Request], tuple[dict, Finisher]]
 MAX_TOP = 1000
 
 
@@ -119,7 +119,7 @@ def write_op(method: str, headers: dict[str, str], res: Resource, body: bytes) -
 # --- entity plans -----------------------------------------------------------------------------------
 
 
-def query_entities(app: Services, rq: Request) -> tuple[dict, Finisher]:
+def query_entities(rq: Request) -> tuple[dict, Finisher]:
     """GET /t() — Query Entities (a Plan: one native query, however many ranges it reads)."""
     res = rq.res
     check(rq.auth, "query", res.table)
@@ -133,7 +133,7 @@ def query_entities(app: Services, rq: Request) -> tuple[dict, Finisher]:
     return req, _queried
 
 
-def _queried(app: Services, rq: Request, out: dict) -> Response:
+def _queried(rq: Request, out: dict) -> Response:
     res = rq.res
     ents = out["entities"]
     sas = getattr(rq.auth, "sas", None)
@@ -148,7 +148,7 @@ def _queried(app: Services, rq: Request, out: dict) -> Response:
     return Response(200, h, body)
 
 
-def get_entity(app: Services, rq: Request) -> tuple[dict, Finisher]:
+def get_entity(rq: Request) -> tuple[dict, Finisher]:
     """GET /t(PartitionKey='p',RowKey='r') (a Plan)."""
     res = rq.res
     check(rq.auth, "get", res.table, res.pk, res.rk)
@@ -156,7 +156,7 @@ def get_entity(app: Services, rq: Request) -> tuple[dict, Finisher]:
     return {"op": "get", "table": res.table, "pk": res.pk, "rk": res.rk, "select": select}, _got_entity
 
 
-def _got_entity(app: Services, rq: Request, ent: list) -> Response:
+def _got_entity(rq: Request, ent: list) -> Response:
     res = rq.res
     base = rq.base
     prefix = odata.element_prefix(rq.level, base, res.table)
@@ -167,7 +167,7 @@ def _got_entity(app: Services, rq: Request, ent: list) -> Response:
     return Response(200, h, body)
 
 
-def insert_entity(app: Services, rq: Request) -> tuple[dict, Finisher]:
+def insert_entity(rq: Request) -> tuple[dict, Finisher]:
     """POST /t — Insert Entity (a Plan: 201 echo, or 204 with ``Prefer: return-no-content``)."""
     res = rq.res
     rq.ctx = prefer(rq.headers)
@@ -176,7 +176,7 @@ def insert_entity(app: Services, rq: Request) -> tuple[dict, Finisher]:
     return {"op": "write", "table": res.table, "write": op}, _inserted
 
 
-def _inserted(app: Services, rq: Request, ent: list) -> Response:
+def _inserted(rq: Request, ent: list) -> Response:
     res = rq.res
     pref = rq.ctx
     base = rq.base
@@ -194,7 +194,7 @@ def _inserted(app: Services, rq: Request, ent: list) -> Response:
 
 
 def _writer(method: str) -> Plan:
-    def write_entity(app: Services, rq: Request) -> tuple[dict, Finisher]:
+    def write_entity(rq: Request) -> tuple[dict, Finisher]:
         res = rq.res
         op = write_op(method, rq.headers, res, rq.body)
         check(rq.auth, op["op"], res.table, res.pk, res.rk)
@@ -204,7 +204,7 @@ def _writer(method: str) -> Plan:
     return write_entity
 
 
-def _written(app: Services, rq: Request, ent: list | None) -> Response:
+def _written(rq: Request, ent: list | None) -> Response:
     h = list(ODATA_HEADERS)
     if ent is not None:
         h.append((b"etag", odata.etag_of(ent[2]).encode()))
@@ -216,12 +216,3 @@ PLANS: dict[tuple[str, str], Plan] = {
     ("entity", "MERGE"): _writer("MERGE"), ("entity", "PATCH"): _writer("PATCH"),
     ("entity", "DELETE"): _writer("DELETE"), ("entities", "GET"): query_entities,
 }
-_PLAN_KINDS = frozenset(kind for kind, _ in PLANS)
-
-
-def plan_for(res: Resource, method: str, comp: str | None) -> Plan | None:
-    """The Plan of a point operation or entity query (None for every other request:
-    :func:`frontend.http.routes.route` has its handler)."""
-    if comp is not None or res.kind not in _PLAN_KINDS:
-        return None
-    return PLANS.get((res.kind, "GET" if method == "HEAD" else method))

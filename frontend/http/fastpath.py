@@ -16,10 +16,16 @@ assert the same result, errors included):
 * :func:`parse_json_fast` — an entity body decoded by orjson when it provably gives what the stdlib
   decoder gives. Plain: :func:`frontend.http.odata.parse_json_plain`.
 
-Two more fast paths stay with the code they shortcut, because they are one branch of it:
-:meth:`frontend.http.app.RestApp.serve` (a point operation without a coroutine; plain:
-:meth:`~frontend.http.app.RestApp.respond`) and the remembered URL parses of
-:func:`frontend.http.parse.parse_resource`.
+A few more fast paths stay with the code they shortcut, because each is one branch of it:
+
+* :meth:`frontend.http.app.RestApp.serve` — a point operation without a coroutine; plain:
+  :meth:`~frontend.http.app.RestApp.respond`;
+* in :mod:`frontend.http.parse`: the remembered URL parses of :func:`~frontend.http.parse.parse_resource`,
+  the SDK's plain ``PartitionKey='…',RowKey='…'`` form matched at once before
+  :func:`~frontend.http.parse.parse_keys`, and the memo of the account a Host header names
+  (``split_account``);
+* in :mod:`frontend.http.odata`: JSON written by orjson with pre-rendered fragments, and edit links of
+  plain keys without :func:`~frontend.http.odata.entity_path`'s percent-encoding.
 """
 
 from __future__ import annotations

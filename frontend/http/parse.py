@@ -2,8 +2,8 @@
 
 The pipeline of one request (:mod:`frontend.http.app` runs it): **parse** (this module) →
 **authenticate** (:mod:`frontend.http.security`) → **plan** (:mod:`frontend.http.routes` picks the
-operation of :mod:`~frontend.http.entity_ops`, :mod:`~frontend.http.table_ops`,
-:mod:`~frontend.http.cors` or :mod:`~frontend.http.batch_ops`) → **send** (:mod:`frontend.aio`) →
+operation of :mod:`~frontend.http.entity_ops`, :mod:`~frontend.http.table_ops` or
+:mod:`~frontend.http.batch_ops`; a CORS preflight goes to :mod:`~frontend.http.cors`) → **send** (:mod:`frontend.aio`) →
 **render** (:mod:`frontend.http.render`). No stage imports :mod:`frontend.http.app`: the operations
 see the app through the narrow :class:`Services` protocol defined here.
 """
@@ -24,8 +24,6 @@ if TYPE_CHECKING:
     from frontend.http.security import Security
 
 # --- the URL: Azure Table URL shapes -> a Resource (reference §1.1), pure, no I/O ---------------------
-#
-# Azure Table URL shapes → a :class:`Resource` (reference §1.1). Pure, no I/O.
 #
 # Path style ``/{account}/{resource}`` (what the SDK and Azurite use on 127.0.0.1) and production style
 # ``http://{account}.table.{...}/{resource}`` are both understood. The resource part is percent-decoded

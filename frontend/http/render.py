@@ -73,11 +73,12 @@ def cors_headers(rule: dict, origin: str) -> list[tuple[bytes, bytes]]:
     so that caches keep answers to different origins apart, as Azure does)."""
     if not rule:
         return [(b"vary", b"Origin")]
-    h = [(b"access-control-allow-origin", b"*" if any_origin(rule) else origin.encode("latin-1"))]
+    star = any_origin(rule)
+    h = [(b"access-control-allow-origin", b"*" if star else origin.encode("latin-1"))]
     exposed = rule.get("ExposedHeaders")
     if exposed:
         h.append((b"access-control-expose-headers", exposed.encode("latin-1")))
-    if not any_origin(rule):
+    if not star:
         h += [(b"access-control-allow-credentials", b"true"), (b"vary", b"Origin")]
     return h
 

@@ -1,9 +1,10 @@
 """The plan stage's switch of the HTTP frontend: which operation answers a request.
 
-:func:`frontend.http.entity_ops.plan_for` finds the Plan of a point operation or entity query;
-:func:`route` here the handler of every other request (:mod:`~frontend.http.table_ops`,
-:mod:`~frontend.http.cors`, :mod:`~frontend.http.batch_ops`), from the resource kind, the (tunnelled)
-verb and ``comp``. Handlers are ``async (app, rq) -> Response``.
+:func:`plan_for` finds the Plan of a point operation or entity query (:data:`frontend.http.entity_ops.PLANS`:
+synchronous, so the listener can run it without a coroutine); :func:`route` the handler of every other
+request (:mod:`~frontend.http.table_ops`, :mod:`~frontend.http.batch_ops`), from the resource kind, the
+(tunnelled) verb and ``comp``. Handlers are ``async (app, rq) -> Response``. A ``HEAD`` is planned as a
+``GET``. CORS preflights (``OPTIONS``) are answered by :mod:`frontend.http.cors` before this stage.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 
 from frontend.http.batch_ops import run_batch
+from frontend.http.entity_ops import PLANS, Plan
 from frontend.http.parse import Request, Resource, Services
 from frontend.http.render import Response
 from frontend.http.table_ops import (
@@ -41,9 +43,20 @@ _ROUTES: dict[tuple[str, str], Handler] = {
 }
 
 
+_PLAN_KINDS = frozenset(kind for kind, _ in PLANS)
+
+
+def plan_for(res: Resource, method: str, comp: str | None) -> Plan | None:
+    """The Plan of a point operation or entity query (None for every other request: :func:`route`
+    has its handler)."""
+    if comp is not None or res.kind not in _PLAN_KINDS:
+        return None
+    return PLANS.get((res.kind, "GET" if method == "HEAD" else method))
+
+
 def route(res: Resource, method: str, comp: str | None) -> Handler:
-    """The handler for a resource, effective verb and ``comp`` parameter (point operations: see
-    :func:`frontend.http.entity_ops.plan_for`)."""
+    """The handler for a resource, effective verb and ``comp`` parameter of a request that
+    :func:`plan_for` has no Plan for."""
     if method == "HEAD":
         method = "GET"
     kind = res.kind
