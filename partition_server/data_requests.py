@@ -20,6 +20,7 @@ from partition_server.served import Served
 from rangetable.errors import TableError
 from rangetable.filter import Predicate, compile_cached, properties_used
 from rangetable.keys import encode_key
+from rangetable.messages import RangeBatchRequest, RangeGetRequest, RangeWriteRequest, ScanRequest
 from rangetable.protocol import Packed, entity_to_wire
 
 _KEYS_AND_TIMESTAMP = frozenset(("PartitionKey", "RowKey", "Timestamp"))
@@ -41,7 +42,8 @@ class DataOp(NamedTuple):
 
     reads: bool  # counted as a read (else as a write)
     target: Callable[[dict], tuple[str | None, int]] | None  # (PartitionKey, entities) named up front; None: a scan
-    run: Callable[[Served, dict, float], Any]  # (range, request, scan budget in s) -> result, or a ScanPage
+    run: Callable[[Served, Any, float], Any]  # (range, request: rangetable.messages.Range*Request / ScanRequest,
+    #                                           scan budget in s) -> result, or a ScanPage
 
 
 @lru_cache(maxsize=1024)
@@ -53,7 +55,7 @@ def scan_filter(text: str | None) -> tuple[Predicate | None, bool, bool]:
     return (None if node is None else pred), "Timestamp" in used, not used <= _KEYS_AND_TIMESTAMP
 
 
-def get(served: Served, req: dict, budget_s: float) -> Any:
+def get(served: Served, req: RangeGetRequest, budget_s: float) -> Any:
     """A point read: the entity spliced from the stored bytes, decoded only for ``$select``."""
     pk, rk, select = req["pk"], req["rk"], req.get("select")
     store = served.store
@@ -69,12 +71,12 @@ def get(served: Served, req: dict, budget_s: float) -> Any:
     raise TableError("ResourceNotFound")
 
 
-def write(served: Served, req: dict, budget_s: float) -> Packed:
+def write(served: Served, req: RangeWriteRequest, budget_s: float) -> Packed:
     """One entity operation; the entity written in wire form (nil for a delete)."""
     return Packed(served.store.write(req["write"], request_id=req.get("rid"), wire=True))
 
 
-def batch(served: Served, req: dict, budget_s: float) -> Any:
+def batch(served: Served, req: RangeBatchRequest, budget_s: float) -> Any:
     """An entity group transaction: each op's entity in wire form, or with ``echo`` false only the
     Timestamp they share (the caller wants no entities back)."""
     ops = req["ops"]
@@ -83,7 +85,7 @@ def batch(served: Served, req: dict, budget_s: float) -> Any:
     return served.store.batch(ops, request_id=req.get("rid"), answer="timestamp")
 
 
-def scan(served: Served, req: dict, budget_s: float) -> ScanPage:
+def scan(served: Served, req: ScanRequest, budget_s: float) -> ScanPage:
     """One page of a scan of ``[lo, hi)`` clamped to the range, filtered and projected, within the
     time budget: ``{"entities": [...], "next": key or nil}``."""
     lo = max(req.get("lo") or b"", served.lo)

@@ -53,11 +53,12 @@ from rangetable.edm import (
     STRING,
 )
 from rangetable.entity import (
-    _BAD_KEY_CHARS,
-    _MAX_STRING_CHARS,
-    _SURROGATE,
+    BAD_KEY_CHARS,
+    KEY_CHARS_ALWAYS_SHORT,
     MAX_BINARY_BYTES,
     MAX_ENTITY_SIZE,
+    MAX_STRING_CHARS,
+    SURROGATE,
     validate_props,
 )
 from rangetable.errors import TableError
@@ -196,7 +197,6 @@ def pack_value(ts: int, props: dict) -> bytes:
 
 _HEX_OR_DASH = b"-0123456789abcdef"  # a canonical GUID's characters (_GUID)
 _GAP = object()  # a missing item of a pair
-_MAX_KEY_CHARS = 256  # longer keys take validate_key's UTF-16 length check
 _INT_LIMITS = {INT32: (INT32_MIN, INT32_MAX, 4), INT64: (INT64_MIN, INT64_MAX, 8),
                DATETIME: (MIN_DATETIME_TICKS, MAX_DATETIME_TICKS, 8)}  # (lowest, highest, size)
 _FIXED_SIZES = {DOUBLE: (float, 8), BOOLEAN: (bool, 1)}  # (value type, size)
@@ -215,11 +215,11 @@ def batch_valid(pks: list, rks: list, props: list) -> bool:
 
 
 def _key_chars_ok(s: str) -> bool:
-    """True when ``s`` has no character ``validate_key`` forbids (``_BAD_KEY_CHARS``); in
+    """True when ``s`` has no character ``validate_key`` forbids (``BAD_KEY_CHARS``); in
     ASCII those are ``/ \\ # ?`` and the control characters, i.e. the ones not printable."""
     if s.isascii():
         return s.isprintable() and "/" not in s and "\\" not in s and "#" not in s and "?" not in s
-    return _BAD_KEY_CHARS.search(s) is None
+    return BAD_KEY_CHARS.search(s) is None
 
 
 def _keys_size(pks: list, rks: list) -> int | None:
@@ -229,11 +229,11 @@ def _keys_size(pks: list, rks: list) -> int | None:
     which, like ``validate_key``, takes any str. A forbidden character is one character, so it
     shows in the join as well."""
     pk = pks[0]
-    if type(pk) is not str or len(pk) > _MAX_KEY_CHARS or pks.count(pk) != len(pks):
+    if type(pk) is not str or len(pk) > KEY_CHARS_ALWAYS_SHORT or pks.count(pk) != len(pks):
         return None
     joined = "".join(rks)
     longest = max(map(len, rks))
-    if longest > _MAX_KEY_CHARS or not _key_chars_ok(pk) or not _key_chars_ok(joined):
+    if longest > KEY_CHARS_ALWAYS_SHORT or not _key_chars_ok(pk) or not _key_chars_ok(joined):
         return None
     n = len(pk) + longest
     return 4 + 2 * (n if pk.isascii() and joined.isascii() else 2 * n)  # ≤ 2 UTF-16 units a char
@@ -289,7 +289,7 @@ def _props_size(P: list) -> int | None:
             joined = "".join(vals)
             ascii_ = joined.isascii()  # else at most 2 UTF-16 units a character
             u16 = max(map(len, vals)) * (1 if ascii_ else 2)
-            if u16 > _MAX_STRING_CHARS or (not ascii_ and _SURROGATE.search(joined) is not None):
+            if u16 > MAX_STRING_CHARS or (not ascii_ and SURROGATE.search(joined) is not None):
                 return None
             size += 2 * u16 + 4
         elif code in _INT_LIMITS:
@@ -411,39 +411,13 @@ def prepare_batch(
         done = _upsert_all(keys, rkbs, curs, props, names, ts, wb, key_prefix(pkb) if wire else None)
         if done is not None:
             return done
-    return _evaluate_valid(dict(zip(keys, curs, strict=True)).get, ops, ts, wb, wire)
+    keys, values, written = range_ops.evaluate_batch(dict(zip(keys, curs, strict=True)).get, ops, ts, wb, pack_value,
+                                                     prepare=_prepare_valid)
+    return (list(map(answer, keys, values)) if wire else []), written
 
 
-def _evaluate_valid(read: Callable[[bytes], bytes | None], ops: list[dict], ts: int, wb: rocksdict.WriteBatch,
-                    wire: bool) -> tuple[list[bytes], list[dict | None]]:
-    """The op loop of :func:`partition_server.range_ops.evaluate_batch` for ops whose entities are
-    known valid: each op's condition checked and evaluated, not validated again; answers spliced."""
-    put = wb.put
-    items: list[bytes] = []
-    written: list[dict | None] = []
-    size = 0
-    prefix = b""
-    plen = 0
-    for i, op in enumerate(ops):
-        try:
-            valid = range_ops.read_op(op)
-            key, props = range_ops.evaluate(read, valid, range_ops.condition(op, valid[0]))
-        except TableError as e:
-            raise range_ops.at_index(e, i) from None
-        if props is None:
-            wb.delete(key)
-            size += len(key)
-            if wire:
-                items.append(NIL)
-        else:
-            value = pack_value(ts, props)
-            put(key, value)
-            size += len(key) + len(value)
-            if wire:
-                if not prefix:  # every op has the same PartitionKey: splice its header once
-                    pkb = key[: key.index(b"\x00")]
-                    prefix, plen = key_prefix(pkb), len(pkb) + 1
-                items.append(entity(prefix, key[plen:], value))
-        range_ops.check_batch_size(size)
-        written.append(props)
-    return items, written
+def _prepare_valid(read: Callable[[bytes], bytes | None], op: dict) -> tuple[bytes, dict | None]:
+    """:func:`partition_server.range_ops.prepare_op` for an op whose entity is known valid: its
+    condition checked and the op evaluated, the entity not validated again."""
+    valid = range_ops.read_op(op)
+    return range_ops.evaluate(read, valid, range_ops.condition(op, valid[0]))

@@ -118,8 +118,7 @@ def prepare_op(read: Callable[[bytes], bytes | None], op: dict) -> tuple[bytes, 
     """Validate one op dict (the entity first, then its If-Match) and evaluate it (see :func:`evaluate`)."""
     kind, pk, rk, props = valid = read_op(op)
     validate_entity(pk, rk, props)
-    etag = check_if_match(op.get("if_match")) if kind in CONDITIONAL else None
-    return evaluate(read, valid, etag)
+    return evaluate(read, valid, condition(op, kind))
 
 
 def pack_value(ts: int, props: dict) -> bytes:
@@ -180,9 +179,13 @@ def check_batch_shape(ops: list[dict]) -> None:
 
 
 def evaluate_batch(read: Callable[[bytes], bytes | None], ops: list[dict], ts: int, wb: rocksdict.WriteBatch,
-                   pack: Callable[[int, dict], bytes] = pack_value) -> tuple[list[bytes], list[bytes | None], list[dict | None]]:
+                   pack: Callable[[int, dict], bytes] = pack_value,
+                   prepare: Callable[[Callable[[bytes], bytes | None], dict], tuple[bytes, dict | None]] = prepare_op,
+                   ) -> tuple[list[bytes], list[bytes | None], list[dict | None]]:
     """Evaluate an entity group transaction (shape already checked) into ``wb``, op by op, reading
-    the current rows through ``read`` and packing stored values with ``pack``.
+    the current rows through ``read``, deciding each op with ``prepare`` (:func:`prepare_op`; the fast
+    path passes one that skips validating entities it has shown valid) and packing stored values
+    with ``pack``.
 
     Returns each op's key, stored value (None for a delete) and props written (None for a delete);
     :func:`wire_answer` of a key and value is the op's answer. A failure raises TableError with
@@ -194,7 +197,7 @@ def evaluate_batch(read: Callable[[bytes], bytes | None], ops: list[dict], ts: i
     size = 0
     for i, op in enumerate(ops):
         try:
-            key, props = prepare_op(read, op)
+            key, props = prepare(read, op)
         except TableError as e:
             raise at_index(e, i) from None
         if props is None:

@@ -53,13 +53,13 @@ from partition_server.request_records import (
     stored_answer,
 )
 from partition_server.request_records import REQ_PREFIX as REQ_PREFIX  # re-exported (layout above)
-from partition_server.request_records import REQT_PREFIX as REQT_PREFIX
 from partition_server.request_records import pack_meta as pack_meta  # re-exported: META_TS's encoding
 from partition_server.request_records import unpack_meta as unpack_meta
-from partition_server.store_keys import DROP_KEY as DROP_KEY  # re-exported (layout above)
-from partition_server.store_keys import META_TS as META_TS
+from partition_server.store_keys import DROP_KEY
+from partition_server.store_keys import META_TS as META_TS  # re-exported (layout above)
 from partition_server.tee import Ops, Tee
 from rangetable import protocol
+from rangetable.checkpoint import checkpoint_db
 from rangetable.edm import UNIX_EPOCH_TICKS, Entity
 from rangetable.errors import TableError
 from rangetable.filter import Predicate
@@ -193,8 +193,6 @@ class RangeStore:
     def checkpoint(self, path: str) -> dict[str, Any]:
         """A consistent copy of the store at ``path`` (flush, then hard links; see
         :func:`rangetable.checkpoint.checkpoint_db`), with the store's size estimates added."""
-        from rangetable.checkpoint import checkpoint_db
-
         with self._lock:  # no write of this store lands between the flush and the links
             self._db.flush(True)
             info = checkpoint_db(self._db, path)

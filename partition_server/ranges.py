@@ -37,7 +37,6 @@ class RangeSet:
 
     CONTROL_OPS = frozenset({"load", "unload", "prepare", "split", "split_key", "merge", "destroy", "status",
                              "checkpoint"})
-    DATA_OPS = frozenset(DATA_OPS)
 
     def __init__(self, data_dir: str, *, sync: bool = False, scan_budget_ms: int = 200,
                  partition_target: float = 0.0, request_window: tuple[float, int, int] = (600.0, 100_000, 64 << 20)) -> None:

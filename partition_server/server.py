@@ -42,6 +42,7 @@ from typing import Any
 import zmq
 from zmq.backend import zmq_poll
 
+from partition_server.data_requests import DATA_OPS
 from partition_server.fast_path import set_socket_option
 from partition_server.ranges import RangeSet
 from partition_server.served import Deferred
@@ -206,7 +207,7 @@ class PartitionServer:
         coordinator and frontends, and both may send them (``curve.may``).
         """
         op = req["op"]
-        if op in RangeSet.DATA_OPS:
+        if op in DATA_OPS:
             if not (time.monotonic() < self.lease_until or self.lease_valid()):
                 raise TableError("NotOwner", f"{self.server_id} holds no lease")
             return self.ranges.data(op, req, self._nbytes)

@@ -41,14 +41,17 @@ MAX_ENTITY_SIZE = 1048576
 RESERVED_NAMES = frozenset(("PartitionKey", "RowKey", "Timestamp"))
 
 # Characters Azure forbids in keys, plus lone surrogates (not encodable, so never storable).
-_BAD_KEY_CHARS = re.compile("[/\\\\#?\x00-\x1f\x7f-\x9f\ud800-\udfff]")
-_SURROGATE = re.compile("[\ud800-\udfff]")
+BAD_KEY_CHARS = re.compile("[/\\\\#?\x00-\x1f\x7f-\x9f\ud800-\udfff]")
+SURROGATE = re.compile("[\ud800-\udfff]")
 _GUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 _TABLE_CHARS = re.compile(r"[A-Za-z][A-Za-z0-9]*")
 
 _valid_names: dict[str, int] = {}  # property names known to be valid → 8 + 2·len (bounded cache)
 _VALID_NAMES_CAP = 65536
-_MAX_STRING_CHARS = MAX_STRING_BYTES // 2
+MAX_STRING_CHARS = MAX_STRING_BYTES // 2
+# A key of at most this many characters fits in MAX_KEY_BYTES whatever they are (each is 1 or 2 UTF-16
+# units), so only a longer one needs its UTF-16 length measured.
+KEY_CHARS_ALWAYS_SHORT = MAX_KEY_BYTES // 4
 
 
 def _u16(s: str) -> int:
@@ -68,11 +71,11 @@ def validate_key(name: str, value: object) -> None:
     if type(value) is not str:
         if not isinstance(value, str):
             raise TableError("InvalidInput", f"The {name} must be a string, not {type(value).__name__}.")
-    if len(value) > 256 and _u16(value) > MAX_KEY_BYTES // 2:
+    if len(value) > KEY_CHARS_ALWAYS_SHORT and _u16(value) > MAX_KEY_BYTES // 2:
         raise TableError(
             "InvalidInput", f"The {name} is longer than the maximum allowed length of 1 KiB (512 characters)."
         )
-    if _BAD_KEY_CHARS.search(value) is not None:
+    if BAD_KEY_CHARS.search(value) is not None:
         raise TableError("InvalidInput", f"The {name} contains an invalid character.")
 
 
@@ -106,7 +109,7 @@ def _check_value(name: str, code: Any, v: Any) -> int:
             raise _bad_value(name, code, "must be a str", "InvalidValueType")
         n = len(v)
         if not v.isascii():
-            if _SURROGATE.search(v) is not None:
+            if SURROGATE.search(v) is not None:
                 raise _bad_value(name, code, "contains a lone surrogate")
             n = len(v.encode("utf-16-le")) >> 1
         if n > MAX_STRING_BYTES // 2:
@@ -178,7 +181,7 @@ def _check_props(props: dict[str, Any]) -> int:
         t = type(v)
         if t is str:
             if code == STRING:
-                if v.isascii() and len(v) <= _MAX_STRING_CHARS:
+                if v.isascii() and len(v) <= MAX_STRING_CHARS:
                     size += cost + 2 * len(v) + 4
                     continue
             elif code == GUID and len(v) == 36 and _GUID.fullmatch(v) is not None:
@@ -239,30 +242,14 @@ def validate_props(props: dict[str, Any]) -> None:
     _check_props(props)
 
 
-def _value_size(code: int, v: Any) -> int:
-    if code == STRING:
-        return 2 * _u16(v) + 4
-    if code == BINARY:
-        return len(v) + 4
-    if code == GUID:
-        return 16
-    if code == INT32:
-        return 4
-    if code == BOOLEAN:
-        return 1
-    return 8
-
-
 def entity_size(pk: str, rk: str, props: dict[str, Any]) -> int:
     """Azure's size estimate of an entity in bytes.
 
     ``4 + 2·len(PK+RK) + Σ(8 + 2·len(name) + value size)`` with value sizes string 2·len+4, binary
-    n+4, DateTime/Int64/Double 8, Guid 16, Int32 4, Boolean 1; lengths in UTF-16 code units.
+    n+4, DateTime/Int64/Double 8, Guid 16, Int32 4, Boolean 1; lengths in UTF-16 code units. The props
+    must be valid (:func:`props_size_plain` computes their share and raises on an invalid one).
     """
-    size = 4 + 2 * (_u16(pk) + _u16(rk))
-    for name, (code, v) in props.items():
-        size += 8 + 2 * len(name) + _value_size(code, v)
-    return size
+    return 4 + 2 * (_u16(pk) + _u16(rk)) + props_size_plain(props)
 
 
 def validate_entity(pk: str, rk: str, props: dict[str, Any]) -> None:
@@ -270,8 +257,9 @@ def validate_entity(pk: str, rk: str, props: dict[str, Any]) -> None:
 
     Both valid keys are recognised at once (the usual case); :func:`validate_entity_plain` is the plain version.
     """
-    bad = _BAD_KEY_CHARS.search
-    if (type(pk) is str and type(rk) is str and len(pk) <= 256 and len(rk) <= 256
+    bad = BAD_KEY_CHARS.search
+    short = KEY_CHARS_ALWAYS_SHORT
+    if (type(pk) is str and type(rk) is str and len(pk) <= short and len(rk) <= short
             and bad(pk) is None and bad(rk) is None):  # both keys valid (the usual case, checked at once)
         keys = len(pk) + len(rk) if pk.isascii() and rk.isascii() else _u16(pk) + _u16(rk)
     else:
@@ -287,7 +275,7 @@ def validate_entity_plain(pk: str, rk: str, props: dict[str, Any]) -> None:
     """The plain version of :func:`validate_entity`: each key, then every property, then the size."""
     validate_key("PartitionKey", pk)
     validate_key("RowKey", rk)
-    if 4 + 2 * (_u16(pk) + _u16(rk)) + props_size_plain(props) > MAX_ENTITY_SIZE:
+    if entity_size(pk, rk, props) > MAX_ENTITY_SIZE:
         raise TableError("EntityTooLarge")
 
 

@@ -160,11 +160,6 @@ def error(exc: TableError) -> bytes:
     return pack({"error": exc.to_wire()})
 
 
-def error_body(name: str, message: str | None = None) -> bytes:
-    """A failure reply body from a code name."""
-    return error(TableError(name, message))
-
-
 def result(body: bytes | Reply) -> Any:
     """Return a reply's result, or raise the TableError it carries."""
     reply: Any = unpack(body) if isinstance(body, bytes | bytearray | memoryview) else body  # untrusted
