@@ -9,20 +9,7 @@ import os
 import click
 
 from cli.coordinator_client import call, human_size
-from cli.options import coordinator_option, data_dir_option, json_option
-
-
-def _coordinator(data_dir: str, endpoint: str | None) -> str:
-    """The coordinator endpoint: given, or from the data root's cluster.json."""
-    from cli.cluster_file import read_cluster
-
-    if endpoint:
-        return endpoint
-    doc = read_cluster(data_dir)
-    if doc is None:
-        raise click.ClickException(f"no cluster.json in {data_dir}: start one with `rangetable up` "
-                                   "or pass --coordinator")
-    return doc["coordinator"]
+from cli.options import coordinator_endpoint, coordinator_option, data_dir_option, json_option
 
 
 @click.command("backup")
@@ -40,7 +27,7 @@ def backup_cmd(dest: str, timeout: float, data_dir: str, coordinator: str | None
     move or merge runs during the backup. Restore with `rangetable restore --from DIR --data-dir NEW`.
     """
     dest = os.path.abspath(dest)
-    m = call(_coordinator(data_dir, coordinator), {"op": "backup", "dir": dest}, timeout=timeout)
+    m = call(coordinator_endpoint(data_dir, coordinator), {"op": "backup", "dir": dest}, timeout=timeout)
     if as_json:
         click.echo(json.dumps(m, indent=2))
         return

@@ -9,7 +9,7 @@ from typing import Any
 
 import click
 
-from cli.options import data_dir_option, json_option
+from cli.options import cluster_doc, data_dir_option, json_option
 
 
 def scrape(url: str, timeout: float = 5.0) -> list[tuple[str, dict[str, str], float]]:
@@ -34,11 +34,7 @@ def total(samples: list[tuple[str, dict[str, str], float]], name: str, **labels:
 def metrics_cmd(prefix: str, data_dir: str, as_json: bool) -> None:
     """Print the metrics of every process of the local cluster whose name starts with PREFIX
     (histogram buckets left out; each process's /metrics URL is in cluster.json)."""
-    from cli.cluster_file import read_cluster
-
-    doc = read_cluster(data_dir)
-    if doc is None:
-        raise click.ClickException(f"no cluster.json in {data_dir}: start one with `rangetable up`")
+    doc = cluster_doc(data_dir, instead=None)
     if not doc.get("metrics"):
         raise click.ClickException("this cluster serves no metrics (started with --no-metrics)")
     out: dict[str, Any] = {}

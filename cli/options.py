@@ -61,14 +61,15 @@ class TableErrorGroup(click.Group):
             raise click.ClickException(f"{exc.error_code}: {exc.message}") from None
 
 
-def cluster_doc(data_dir: str) -> dict:
-    """The ``cluster.json`` of the local cluster on ``data_dir``; a ClickException when there is none."""
+def cluster_doc(data_dir: str, instead: str | None = "--endpoint") -> dict:
+    """The ``cluster.json`` of the local cluster on ``data_dir``; a ClickException when there is none,
+    naming the flag the command takes ``instead`` (if any)."""
     from cli.cluster_file import read_cluster
 
     doc = read_cluster(data_dir)
     if doc is None:
-        raise click.ClickException(f"no cluster.json in {data_dir}: start one with `rangetable up` "
-                                   "or pass --endpoint")
+        raise click.ClickException(f"no cluster.json in {data_dir}: start one with `rangetable up`"
+                                   + (f" or pass {instead}" if instead else ""))
     return doc
 
 
@@ -84,7 +85,7 @@ def native_endpoint(data_dir: str, endpoint: str | None) -> str:
 
 def coordinator_endpoint(data_dir: str, endpoint: str | None) -> str:
     """The coordinator endpoint: the one given, or cluster.json's."""
-    return native_endpoint(data_dir, endpoint) if endpoint else cluster_doc(data_dir)["coordinator"]
+    return native_endpoint(data_dir, endpoint) if endpoint else cluster_doc(data_dir, "--coordinator")["coordinator"]
 
 
 def emit(obj: Any, as_json: bool, text: str) -> None:

@@ -13,7 +13,7 @@ from typing import Any
 import click
 
 from cli.coordinator_client import call, range_loads
-from cli.options import data_dir_option, endpoint_option, json_option
+from cli.options import cluster_doc, data_dir_option, endpoint_option, json_option
 from rangetable.errors import TableError
 
 progress_option = click.option("--progress/--no-progress", default=None,
@@ -24,13 +24,11 @@ format_option = click.option("--format", "fmt", type=click.Choice(["jsonl", "csv
 
 def _cluster(data_dir: str, endpoint: str | None) -> tuple[str, str | None]:
     """(native endpoint, coordinator endpoint or None) from the flags or cluster.json."""
-    from cli.cluster_file import read_cluster
-
-    doc = read_cluster(data_dir)
     if endpoint:
-        return endpoint, (doc or {}).get("coordinator")
-    if doc is None:
-        raise click.ClickException(f"no cluster.json in {data_dir}: start one with `rangetable up` or pass --endpoint")
+        from cli.cluster_file import read_cluster
+
+        return endpoint, (read_cluster(data_dir) or {}).get("coordinator")
+    doc = cluster_doc(data_dir)
     return doc["native"], doc.get("coordinator")
 
 

@@ -14,17 +14,13 @@ from collections import deque
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from cli.coordinator_client import range_loads
 from cli.dashboard.heatmap import History, heatmap, ops_per_second
 from rangetable.errors import TableError
 
 log = logging.getLogger("rangetable.dashboard")
 
 MAX_EVENTS = 200  # recent coordinator events kept for the page
-
-
-def range_loads(status: Mapping[str, Any]) -> dict[str, dict]:
-    """Each range's last load report (range id → report) from a coordinator ``status`` answer."""
-    return {rid: ld for s in status.get("servers", []) for rid, ld in (s.get("load") or {}).items()}
 
 
 def state_view(status: Mapping[str, Any], lease_s: float) -> dict[str, Any]:
