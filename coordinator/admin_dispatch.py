@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from coordinator import acl, backup, client_keys, leases
 from coordinator import operations as ops
+from coordinator.server_info import live_endpoints
 from rangetable import curve, protocol
 from rangetable.errors import TableError
 
@@ -100,7 +101,7 @@ def status(co: AdminHost) -> dict:
     with co.lock:
         snap = co.pmap.snapshot()
         snap["pub"] = co.pub_endpoint
-        snap["endpoints"] = {s.id: s.endpoint for s in co.servers.values() if s.alive and s.endpoint}
+        snap["endpoints"] = live_endpoints(co.servers)
         return {**snap, "term": co.term, "leader": co.endpoint, "takeover": co.takeover,
                 "servers": server_list(co, now)}
 

@@ -79,7 +79,6 @@ def plan_splits(views: list[RangeView], rd: Round) -> list[Action]:
     cands = (v for v in views if v.eligible and v.fresh and (v.hot_now or v.bytes >= limit))
     for v in sorted(cands, key=lambda v: (-v.score, -v.bytes, v.order)):
         a = _load_action(v, rd)
-        limit = rd.st.split_size_bytes
         if a is None and v.bytes >= limit:
             a = Action("split", v.id, None, detail={"trigger": "size", "bytes": v.bytes},
                        reason=f"size {v.bytes / MiB:.0f} MiB >= {limit / MiB:.0f} MiB: split at the data median")

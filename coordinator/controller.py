@@ -24,7 +24,7 @@ from rangetable import curve, protocol
 from rangetable.errors import TableError
 
 if TYPE_CHECKING:
-    from coordinator.interfaces import CommandSource, Reply
+    from coordinator.interfaces import CommandSource, JobReply
     from rangetable.messages import ControlCommand
 
 log = logging.getLogger("rangetable.coordinator")
@@ -44,7 +44,7 @@ class Controller(threading.Thread):
 
     # --- job queue ----------------------------------------------------------------------------
 
-    def submit(self, fn: Callable[..., Any], *args: Any, reply: Reply | None = None, key: str | None = None) -> bool:
+    def submit(self, fn: Callable[..., Any], *args: Any, reply: JobReply | None = None, key: str | None = None) -> bool:
         """Queue a job; with ``key``, at most one such job waits at a time (returns False if queued)."""
         if key is not None:
             with self.coord.lock:

@@ -48,7 +48,7 @@ if TYPE_CHECKING:
     from rangetable.errors import TableError
     from rangetable.gc_tuning import GcPauses
 
-Reply = Callable[[Any, "TableError | None"], None]  # how a controller job's result is answered
+JobReply = Callable[[Any, "TableError | None"], None]  # how a controller job's result is answered
 
 
 # --- the parts seen from outside ------------------------------------------------------------------
@@ -81,7 +81,7 @@ class Commands(Protocol):
 
     jobs: queue.Queue
 
-    def submit(self, fn: Callable[..., Any], *args: Any, reply: Reply | None = None,
+    def submit(self, fn: Callable[..., Any], *args: Any, reply: JobReply | None = None,
                key: str | None = None) -> bool:
         """Queue a job (with ``key``, at most one such job waits at a time)."""
         ...

@@ -16,6 +16,7 @@ import threading
 from operator import itemgetter
 from typing import TYPE_CHECKING, cast
 
+from coordinator.server_info import live_endpoints
 from rangetable import protocol
 from rangetable.errors import TableError
 
@@ -58,7 +59,7 @@ class MapSnapshots:
             ranges = cast("list[RangeRecord]", [r.copy() for r in co.pmap.ranges.values()])  # the map's records
             snap: MapSnapshot = {
                 "version": co.pmap.version, "tables": sorted(co.pmap.tables.values()), "ranges": ranges,
-                "servers": {s.id: s.endpoint for s in co.servers.values() if s.alive and s.endpoint},
+                "servers": live_endpoints(co.servers),
                 "pub": co.pub_endpoint}
         ranges.sort(key=itemgetter("table", "low"))  # C-level key: ~0.1 s for 100,000 ranges, not ~1 s
         return key, protocol.ok(snap)

@@ -110,24 +110,6 @@ def assign_orphans(co: MapWriter, ctl: Commands, reason: str = "owner not alive"
     return orphans
 
 
-def fail_over(co: MapWriter, ctl: Commands, rid: str, reason: str) -> None:
-    """Reassign one range whose owner is dead (its lease has surely lapsed) to a live server."""
-    t0 = time.monotonic()
-    with co.lock:
-        rec = co.pmap.ranges.get(rid)
-        if rec is None or co.is_alive(rec["owner"]):
-            return
-        old = rec["owner"]
-        target = co.pick_server()
-        if target is None:
-            return
-        co.commit(co.pmap.update(rec, owner=target))
-        rec = dict(co.pmap.ranges[rid])
-    ok = _load(co, ctl, target, rec)
-    co.event("failover", range=rid, table=rec["table"], source=old, target=target, reason=reason,
-             duration_ms=_ms(t0), ok=ok)
-
-
 def reconcile(co: MapWriter, ctl: Commands, server: str) -> None:
     """Make a server's open ranges match the map: load what it should serve, unload the rest."""
     with co.lock:

@@ -65,7 +65,7 @@ class Coordinator:
         self.ctx = ctx or zmq.Context.instance()
         self.keys = curve.KeyRing.load(curve.keys_dir(cfg.data_dir, cfg.keys_dir), own="coordinator")
         self.lock = threading.RLock()
-        self.meta: MetaStoreLike | None = None  # opened when this coordinator wins a term (_lead)
+        self.meta: MetaStoreLike | None = None  # opened when this coordinator wins a term (takeover._load)
         self.pmap = PartitionMap.load([])
         self.events: list[dict] = []
         self.event_seq = 1

@@ -6,6 +6,7 @@ A leaf module: the loop thread (:mod:`coordinator.leases`), the takeover
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 MAX_EVENTS = 1000  # coordinator events kept, in memory and in the meta store (older ones deleted)
@@ -25,3 +26,8 @@ class ServerInfo:
     load: dict = field(default_factory=dict)
     pending: int = 0  # requests queued at the server in its last loop turn
     in_step: tuple | None = None  # (owner stamp, range count) when its report last matched the map
+
+
+def live_endpoints(servers: Mapping[str, ServerInfo]) -> dict[str, str]:
+    """Server id → endpoint of every live server that has one: what the map publishes."""
+    return {s.id: s.endpoint for s in servers.values() if s.alive and s.endpoint}

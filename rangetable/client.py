@@ -53,7 +53,6 @@ if TYPE_CHECKING:
 __all__ = ["TableServiceClient", "TableClient"]
 
 DEFAULT_DATA_DIR = "./rangetable-data"
-MAX_BATCH = 100
 
 
 class _Client:
