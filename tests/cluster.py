@@ -1,6 +1,6 @@
 """A real local cluster for tests: `rangetable up --detach` on ephemeral ports and a temporary data dir.
 
-Used as a context manager; on exit it runs `rangetable down` and then SIGKILLs any process of the
+Made and started by the ``cluster_factory`` fixture (tests/conftest.py). Stopping it runs `rangetable down` and then SIGKILLs any process of the
 cluster that is still alive, so a failing test never leaks a process.
 """
 
@@ -33,14 +33,10 @@ class Cluster:
         self.env = env
         self.doc: dict[str, Any] = {}
         self._pids: set[int] = set()
-        self._started = False
         self._stopped = False
 
     def start(self) -> Cluster:
-        """Start the cluster and wait until it serves (once: a started cluster is returned as it is)."""
-        if self._started:
-            return self
-        self._started = True
+        """Start the cluster and wait until it serves."""
         argv = [sys.executable, "-m", "cli.main", "up", "--detach", "--data-dir", self.data_dir,
                 "--native-port", "0", "--http-port", "0", "--dashboard-port", "0", "--servers", str(self.servers), "--frontends", str(self.frontends),
                 *self.extra]
@@ -153,12 +149,8 @@ class Cluster:
                     os.kill(pid, signal.SIGKILL)
 
     def __enter__(self) -> Cluster:
-        """Start the cluster (unless already started, as ``cluster_factory`` does); stop it on exit."""
-        try:
-            return self.start()
-        except BaseException:
-            self.stop()
-            raise
+        """A started cluster (``cluster_factory`` starts it), stopped when the block ends."""
+        return self
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
