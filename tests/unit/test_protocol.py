@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import uuid
+
 import msgpack
 import pytest
 import zmq
@@ -44,9 +46,10 @@ def test_error_round_trip() -> None:
 def test_frames_round_trip(frames: list[bytes]) -> None:
     ctx = zmq.Context.instance()
     a, b = ctx.socket(zmq.PAIR), ctx.socket(zmq.PAIR)
+    address = f"inproc://test-protocol-frames-{uuid.uuid4().hex}"  # a closed socket frees its name later
     try:
-        a.bind("inproc://test-protocol-frames")
-        b.connect("inproc://test-protocol-frames")
+        a.bind(address)
+        b.connect(address)
         protocol.send_frames(a, frames)
         assert b.poll(1000) and protocol.readable(b)
         assert protocol.recv_frames(b) == frames
