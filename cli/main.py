@@ -25,6 +25,7 @@ from cli.bench.stress import stress_cmd
 from cli.dashboard.command import dashboard_cmd
 from cli.drills import chaos, failover, netsplit, rebalance
 from cli.drills.group import drill_group
+from cli.drills.verify import verify_group
 from cli.options import TableErrorGroup
 
 
@@ -45,7 +46,7 @@ for command in (
     balance.balancer_cmd, balance.top_cmd, backup.backup_cmd, backup.restore_cmd, observe.metrics_cmd,
     security.cert_group, security.keys_group,
     # tools
-    bench.bench_group, stress_cmd, drill_group,
+    bench.bench_group, stress_cmd, drill_group, verify_group,
 ):
     main.add_command(command)
 

@@ -28,6 +28,7 @@ from cli.drills.coordinator_failover import leader_process
 from cli.drills.drill_table import prepare_table
 from cli.options import data_dir_option
 from cli.workload.generator import Workload
+from cli.workload.verify.explain import failure_lines
 from coordinator.partition_map import PartitionMap
 from rangetable.errors import TableError
 
@@ -123,8 +124,13 @@ def _fault(kind: str, rnd: random.Random, data_dir: str, coord: str, table: str,
 
 
 def run_chaos(data_dir: str, *, seed: int, duration: float = 40.0, interval: float = 1.5, threads: int = 4,
-              lease_s: float = 2.0, echo: Any = None, kinds: tuple[str, ...] = FAULTS) -> dict[str, Any]:
-    """Run seeded chaos for ``duration`` seconds; returns the report (``passed`` says it all)."""
+              lease_s: float = 2.0, echo: Any = None, kinds: tuple[str, ...] = FAULTS,
+              history_dir: str | None = None) -> dict[str, Any]:
+    """Run seeded chaos for ``duration`` seconds; returns the report (``passed`` says it all).
+
+    A failed run keeps the workload's history in ``history_dir`` (default: ``<data_dir>/histories``).
+    """
+    history_dir = history_dir or os.path.join(data_dir, "histories")
     say = echo or (lambda _m: None)
     doc = read_cluster(data_dir)
     if doc is None:
@@ -138,16 +144,16 @@ def run_chaos(data_dir: str, *, seed: int, duration: float = 40.0, interval: flo
     say(f"chaos seed {seed}: table {table}")
     watcher = MapWatcher(coord)
     watcher.start()
-    wl = Workload(native, table, threads=threads, seed=seed)
+    wl = Workload(native, table, threads=threads, seed=seed, history_dir=history_dir)
     wl.start()
     faults: list[dict] = []
-    t0 = time.monotonic()
+    t0 = wl.t0  # fault times on the history's clock, so a violation's window finds its faults
     while time.monotonic() - t0 < duration:
         time.sleep(rnd.uniform(0.5, 2 * interval - 0.5))
         kind = rnd.choice(kinds)
         at = round(time.monotonic() - t0, 2)
         what = _fault(kind, rnd, data_dir, coord, table, lease_s)
-        faults.append({"t": at, "fault": kind, "what": what})
+        faults.append({"t": at, "until": round(time.monotonic() - t0, 2), "fault": kind, "what": what})
         say(f"  t={at:6.2f}s {what}")
     # Converge: every range of the table served again (reads answer), then stop the workload.
     deadline = time.monotonic() + 30
@@ -174,6 +180,14 @@ def run_chaos(data_dir: str, *, seed: int, duration: float = 40.0, interval: flo
     return report
 
 
+def chaos_failure_lines(r: dict[str, Any]) -> list[str]:
+    """Why a chaos run failed: the map, convergence, and the checkers' explanation with its faults."""
+    lines = [f"map invariant broken: {v}" for v in r["map_violations"][:5]]
+    if not r["converged"]:
+        lines.append("not converged: some range was not served by a live server 30 s after the last fault")
+    return lines + failure_lines(r, r["faults"])
+
+
 @click.command("chaos")
 @click.option("--seed", type=int, default=None, help="Seed of the fault schedule and workload (printed).")
 @click.option("--duration", default=40.0, show_default=True, help="Seconds of faults.")
@@ -192,5 +206,7 @@ def drill_chaos(seed: int | None, duration: float, data_dir: str, as_json: bool)
         click.echo(f"client: {c['ops']} ops, {c['ok']} ok, {c['unknown']} unknown, worst {c['latency_ms']['max']} ms")
         click.echo(f"lost writes {r['lost_writes']}, duplicates {r['duplicate_applications']}, "
                    f"linearizable {r['linearizable']}  →  {'PASS' if r['passed'] else 'FAIL'}")
+        for line in chaos_failure_lines(r):
+            click.echo(line)
     if not r["passed"]:
         raise SystemExit(1)

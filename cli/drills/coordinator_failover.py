@@ -23,6 +23,7 @@ from cli.cluster_file import pid_alive, read_cluster
 from cli.coordinator_client import call
 from cli.drills.drill_table import prepare_table
 from cli.workload.generator import Workload
+from cli.workload.verify.explain import failure_lines
 from rangetable.errors import TableError
 
 MAX_GAP_S = 3.0  # the bound on how long a key range may go unserved
@@ -84,7 +85,7 @@ def run_coordinator_drill(data_dir: str, *, mode: str = "pause", pause_s: float 
     leader = leader_process(doc)
     say(f"table {table}: {len(ranges)} ranges; leader {leader['id']} (pid {leader['pid']}, term {leader['term']}); "
         f"seed {seed}")
-    wl = Workload(native, table, threads=threads, seed=seed)
+    wl = Workload(native, table, threads=threads, seed=seed, history_dir=os.path.join(data_dir, "histories"))
     prober = GapProber(native, table, ranges)
     wl.start()
     prober.start()
@@ -103,8 +104,11 @@ def run_coordinator_drill(data_dir: str, *, mode: str = "pause", pause_s: float 
             except TableError:
                 pass
         time.sleep(0.05)
+    fault = {"t": round(t0 - wl.t0, 3), "until": None, "fault": mode,
+             "what": f"{'SIGSTOP' if mode == 'pause' else 'kill -9'} leader {leader['id']} (pid {leader['pid']})"}
     if mode == "pause" and pid_alive(leader["pid"]):
         os.kill(leader["pid"], signal.SIGCONT)
+        fault["until"] = round(time.monotonic() - wl.t0, 3)
         say(f"resumed {leader['id']}: it must step down without acting")
     time.sleep(3.0)  # load continues while the old leader wakes up
     prober.stop.set()
@@ -124,7 +128,7 @@ def run_coordinator_drill(data_dir: str, *, mode: str = "pause", pause_s: float 
         "new_leader": new_leader, "leader_after": names.get(after["leader"], after["leader"]), "term_after": after["term"],
         "worst_gap_s": round(worst, 3) if worst is not None else None,
         "gap_per_range_s": {rid: round(g, 3) for rid, g in sorted(prober.worst.items())},
-        "client": stats, "client_errors": errors, **verdict,
+        "client": stats, "client_errors": errors, **verdict, "faults": [fault],
     }
     report["passed"] = (took_over is not None and worst is not None and worst < MAX_GAP_S
                         and report["lost_writes"] == 0 and report["duplicate_applications"] == 0
@@ -153,4 +157,11 @@ def format_report(r: dict[str, Any]) -> str:
         f"  linearizable:             {'yes' if r['linearizable'] else 'NO'} ({r['history_ops']} ops checked)",
         f"  verdict: {'PASS' if r['passed'] else 'FAIL'}",
     ]
+    if r["took_over_s"] is None:
+        lines.append("  no standby took over while the leader was down")
+    elif r["worst_gap_s"] is None or r["worst_gap_s"] >= MAX_GAP_S:
+        lines.append(f"  a range went unanswered for {r['worst_gap_s']} s (bound {MAX_GAP_S} s)")
+    if r["client_errors"]:
+        lines.append(f"  client errors: {r['client']['errors']}")
+    lines += ["  " + x for x in failure_lines(r, r["faults"])]
     return "\n".join(lines)

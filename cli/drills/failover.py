@@ -23,6 +23,7 @@ from cli.drills import coordinator_failover as dc
 from cli.drills.drill_table import Prober, prepare_table
 from cli.options import data_dir_option
 from cli.workload.generator import Workload
+from cli.workload.verify.explain import failure_lines
 from rangetable.errors import TableError
 
 
@@ -47,7 +48,7 @@ def run_failover_drill(data_dir: str, *, mode: str = "kill", server: str | None 
         raise click.ClickException(f"partition server {victim} is not alive")
     watched = [r for r in ranges if r["owner"] == victim]
     say(f"table {table}: {len(ranges)} ranges; victim {victim} (pid {info['pid']}) owns {len(watched)}; seed {seed}")
-    wl = Workload(native, table, threads=threads, seed=seed)
+    wl = Workload(native, table, threads=threads, seed=seed, history_dir=os.path.join(data_dir, "histories"))
     wl.start()
     warmup = min(2.0, duration / 4)
     time.sleep(warmup)
@@ -81,6 +82,8 @@ def run_failover_drill(data_dir: str, *, mode: str = "kill", server: str | None 
         "timeline_s": {"killed": 0.0, "coordinator_noticed": noticed, "all_ranges_served": served,
                        "per_range_served": prober.served, "never_served": sorted(prober.pending)},
         "client": wl.stats.to_dict(), **verdict,
+        "faults": [{"t": round(t0 - wl.t0, 3), "until": None if mode == "kill" else round(time.monotonic() - wl.t0, 3),
+                    "fault": mode, "what": f"{'kill -9' if mode == 'kill' else 'SIGSTOP'} {victim} (pid {info['pid']})"}],
     }
     report["passed"] = (report["lost_writes"] == 0 and report["duplicate_applications"] == 0
                         and report["linearizable"] and served is not None)
@@ -110,8 +113,9 @@ def format_report(r: dict[str, Any]) -> str:
         f"  linearizable:             {'yes' if r['linearizable'] else 'NO'} ({r['history_ops']} ops checked)",
         f"  verdict: {'PASS' if r['passed'] else 'FAIL'}",
     ]
-    if not r["linearizable"]:
-        lines.append(r["linearizability_detail"])
+    if t["all_ranges_served"] is None:
+        lines.append(f"  not served again: {', '.join(t['never_served'])}")
+    lines += ["  " + x for x in failure_lines(r, r["faults"])]
     return "\n".join(lines)
 
 

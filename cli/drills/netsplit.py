@@ -105,12 +105,12 @@ class NetnsSupervisor(Supervisor):
 class ClientRun:
     """The workload process in the client namespace for one fault."""
 
-    def __init__(self, net: Network, data_dir: str, table: str, seed: int, threads: int) -> None:
+    def __init__(self, net: Network, data_dir: str, table: str, seed: int, threads: int, history_dir: str) -> None:
         self.out = os.path.join(data_dir, f"client-{table}.json")
         log = open(os.path.join(data_dir, "logs", f"client-{table}.log"), "ab")
         self.proc = subprocess.Popen(
             net.argv("client", [sys.executable, "-m", "cli.drills.netsplit_client", data_dir, table, str(seed), str(threads),
-                                self.out]), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                self.out, history_dir]), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
             start_new_session=True)
         log.close()
         deadline = time.monotonic() + 30
@@ -164,6 +164,13 @@ class Drill:
         self.sup: NetnsSupervisor | None = None
         self.clients: list[ClientRun] = []
         self.n = 0
+        self.events: list[tuple[float, str]] = []  # (monotonic time, what): the supervisor's actions
+        # A failed fault's history outlives the data root (removed at teardown).
+        self.history_dir = os.path.join(tempfile.gettempdir(), "rangetable-histories")
+
+    def _supervisor_said(self, message: str) -> None:
+        self.events.append((time.monotonic(), f"supervisor: {message}"))
+        self.say(f"  supervisor: {message}")
 
     def build(self) -> None:
         """Create the namespaces and start the cluster in them."""
@@ -174,7 +181,7 @@ class Drill:
             f"{h.name} {h.address}" for h in self.net.hosts.values()))
         self.sup = NetnsSupervisor(ClusterSpec(self.data_dir, servers=3, frontends=2, lease_s=self.lease_s,
                                                metrics=False, dashboard=False),
-                                   self.net, echo=lambda m: self.say(f"  supervisor: {m}"))
+                                   self.net, echo=self._supervisor_said)
         self.sup.start()
         self.loop = threading.Thread(target=self.sup.run, daemon=True)
         self.loop.start()
@@ -203,7 +210,7 @@ class Drill:
         table = f"ns{self.seed % 10**6}x{self.n}"
         ranges = self._until(lambda: prepare_table(self.sup.coordinator, self.sup.natives[0], table),
                              "the drill table")
-        client = ClientRun(self.net, self.data_dir, table, self.seed + self.n, self.threads)
+        client = ClientRun(self.net, self.data_dir, table, self.seed + self.n, self.threads, self.history_dir)
         self.clients.append(client)
         time.sleep(2.0)  # warm-up
         return table, ranges, client
@@ -239,13 +246,22 @@ class Drill:
             time.sleep(0.1)
         return None
 
-    def _common(self, kind: str, target: str, cut_s: float, res: dict, t_cut: float, t_end: float,
+    def _injected(self, target: str, res: dict, t_cut: float, t_heal: float, t_end: float) -> list[dict]:
+        """The cut and the supervisor's actions during it, on the client's history clock."""
+        base = res["t0_monotonic"]
+        out = [{"t": round(t_cut - base, 3), "until": round(t_heal - base, 3), "what": f"cut {target}"}]
+        out += [{"t": round(t - base, 3), "until": None, "what": what} for t, what in self.events if t_cut <= t <= t_end]
+        return out
+
+    def _common(self, kind: str, target: str, cut_s: float, res: dict, t_cut: float, t_heal: float, t_end: float,
                 converged: float | None) -> dict:
         times = ack_times(res["acks"])
-        return {"converged_after_heal_s": converged, "fault": kind, "target": target, "address": self.net.hosts[target].address, "cut_s": cut_s,
+        return {"injected": self._injected(target, res, t_cut, t_heal, t_end), "converged_after_heal_s": converged, "fault": kind, "target": target, "address": self.net.hosts[target].address, "cut_s": cut_s,
                 "gap_s": longest_gap(times, t_cut, t_end), "client": res["client"],
                 **{k: res[k] for k in ("lost_writes", "lost_detail", "duplicate_applications", "linearizable",
-                                       "linearizability_detail", "history_ops")}}
+                                       "linearizability", "linearizability_key", "linearizability_detail",
+                                       "linearizability_window", "linearizability_timeouts", "history_ops",
+                                       "history_file")}}
 
     def partition_server(self) -> dict:
         """Cut the partition server owning most of the table's ranges; it must fence, fail over, rejoin."""
@@ -290,7 +306,8 @@ class Drill:
         served = max(prober.served.values()) if prober.served and not prober.pending else None
         mine = ack_times(res["acks"], ranges=watched)
         late = [t for t, _ep, pk in res["acks"] if in_ranges(pk, watched) and t_cut + self.lease_s < t <= last_owned]
-        return {**self._common("partition-server", victim, self.fault_seconds, res, t_cut, t_end, converged),
+        return {**self._common("partition-server", victim, self.fault_seconds, res, t_cut, t_heal, t_end,
+                                converged),
                 "ranges_on_target": len(watched), "lease_s": self.lease_s, "fence": fence_summary(rounds, t_cut, self.lease_s), "acked_by_cut_server": len(late),
                 "served_after_cut_s": served,
                 "served_after_lease_s": None if served is None else round(max(0.0, served - self.lease_s), 3),
@@ -321,7 +338,7 @@ class Drill:
         time.sleep(max(1.5, settle))
         t_end = time.monotonic()
         res = client.finish()
-        f = self._common(kind, target, seconds, res, t_cut, t_end, converged)
+        f = self._common(kind, target, seconds, res, t_cut, t_heal, t_end, converged)
         if kind == "coordinator-long":
             f["writes_resumed_after_heal_s"] = first_after(ack_times(res["acks"]), t_heal)
         if kind == "frontend":

@@ -7,6 +7,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+from cli.workload.verify.explain import failure_lines
+
 SERVED_WITHIN_S = 3.0  # a cut server's ranges answer elsewhere at most this long after its lease ran out
 NO_OUTAGE_GAP_S = 1.0  # "no outage": writes never stop for longer than this
 RECOVER_WITHIN_S = 10.0  # writes resume at most this long after a long cut is healed
@@ -135,5 +137,7 @@ def format_report(r: dict[str, Any]) -> str:
                          f"linearizable {'yes' if f['linearizable'] else 'NO'} ({f['history_ops']} ops)")
         problems = fault_problems(f)
         lines.append("    ok" if not problems else "    FAILED: " + "; ".join(problems))
+        if problems and not f.get("error"):
+            lines += ["      " + x for x in failure_lines(f, f.get("injected", []))]
     lines.append("PASS" if r["passed"] else "FAIL")
     return "\n".join(lines)

@@ -13,14 +13,17 @@ and the per-key linearizability checker.
 
 from __future__ import annotations
 
+import os
 import random
+import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
 from cli.workload.verify import check, check_ack_loss
-from cli.workload.verify.history import Recorder
+from cli.workload.verify.explain import failing_window, timeout_sizes
+from cli.workload.verify.history import Recorder, dump_history
 from rangetable.client import TableClient, TableServiceClient
 from rangetable.client_models import MatchConditions, UpdateMode
 from rangetable.errors import TableError
@@ -68,7 +71,7 @@ class Workload:
 
     def __init__(self, endpoint: str, table: str, *, threads: int = 6, partitions: int = 8, rows: int = 4,
                  seed: int = 0, timeout: float = 3.0, batches: bool = True,
-                 endpoints: list[str] | None = None) -> None:
+                 endpoints: list[str] | None = None, history_dir: str | None = None) -> None:
         self.endpoint = endpoint
         self.endpoints = list(endpoints or [endpoint])  # thread i goes through endpoints[i % len]
         self.acks: list[tuple[float, str, str]] = []  # (monotonic time, endpoint, PartitionKey) of each acked write
@@ -79,7 +82,9 @@ class Workload:
         self.seed = seed
         self.timeout = timeout
         self.batches = batches
-        self.recorder = Recorder()
+        self.t0 = time.monotonic()  # the history's clock: seconds since the workload was made
+        self.recorder = Recorder(clock=lambda: time.monotonic() - self.t0)
+        self.history_dir = history_dir
         self.stats = Stats()
         self.fresh: dict[tuple[str, str], str] = {}  # fresh key -> outcome of its insert
         self.duplicates: list[tuple[str, str]] = []
@@ -240,18 +245,37 @@ class Workload:
         return state, fresh
 
     def verify(self, lin_timeout_s: float = 60.0) -> dict[str, Any]:
-        """Check the run: acknowledged writes not lost, no duplicate application, linearizable."""
+        """Check the run: acknowledged writes not lost, no duplicate application, linearizable.
+
+        A failed run keeps its history on disk (``history_file``; in ``history_dir``, else a new
+        temporary directory) for ``rangetable verify history``; times in the verdict are seconds
+        since the workload started (``t0_monotonic`` says when that was).
+        """
         history = self.recorder.history()
         state, fresh = self.final_state()
         ack = check_ack_loss(history, state)
         lost_fresh = [k for k, o in self.fresh.items() if o == "ok" and k not in fresh]
         lin = check(history, timeout_s=lin_timeout_s)
-        return {
+        verdict: dict[str, Any] = {
             "lost_writes": len(ack.lost) + len(lost_fresh),
             "lost_detail": [x.describe() for x in ack.lost][:5] + [f"fresh insert {k} missing" for k in lost_fresh][:5],
             "duplicate_applications": len(self.duplicates),
             "linearizable": bool(lin.ok),
             "linearizability": lin.status,
-            "linearizability_detail": "" if lin.ok else lin.explanation[:2000],
+            "linearizability_key": lin.key,
+            "linearizability_detail": "" if lin.ok else lin.explanation[:8000],
+            "linearizability_window": failing_window(lin.failing_ops),
+            "linearizability_timeouts": timeout_sizes(history, lin.timed_out_keys),
+            "linearizability_s": round(lin.elapsed_s, 3),
             "history_ops": len(history),
+            "t0_monotonic": self.t0,
+            "history_file": None,
         }
+        if verdict["lost_writes"] or verdict["duplicate_applications"] or not lin.ok:
+            folder = self.history_dir or tempfile.mkdtemp(prefix="rangetable-history-")
+            os.makedirs(folder, exist_ok=True)
+            path = os.path.join(folder, f"history-{self.table}-seed{self.seed}.jsonl")
+            dump_history(history, path)
+            verdict["history_file"] = path
+        return verdict
+
