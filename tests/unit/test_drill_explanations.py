@@ -1,0 +1,71 @@
+"""A drill's FAIL explains itself: violation or timeout, the key and ops, the faults in the window,
+and the kept history re-checked offline with ``rangetable verify history``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from click.testing import CliRunner
+
+from cli.main import main
+from cli.workload.verify import check, dump_history
+from cli.workload.verify.explain import failing_window, failure_lines, faults_in_window, timeout_sizes
+from tests.unit.register_histories import R, W, build
+
+# A stale read: 'b' was acknowledged at t=2.0, yet a read that began at t=3.0 returned 'a'.
+STALE = build(W(0.0, 1.0, "a"), W(1.5, 2.0, "b"), R(3.0, 3.5, "a"))
+FAULTS = [{"t": 0.2, "until": 0.4, "what": "kill -9 ps-1 (pid 11)"},
+          {"t": 1.8, "until": 2.9, "what": "paused ps-2 (pid 12) for 3.0 s"},
+          {"t": 9.0, "until": None, "what": "split r000004 at 'p04'"}]
+
+
+def _verdict(history: list) -> dict:
+    lin = check(history)
+    return {"lost_writes": 0, "duplicate_applications": 0, "linearizable": lin.ok, "linearizability": lin.status,
+            "linearizability_key": lin.key, "linearizability_detail": lin.explanation,
+            "linearizability_window": failing_window(lin.failing_ops),
+            "linearizability_timeouts": timeout_sizes(history, lin.timed_out_keys), "history_file": "/tmp/h.jsonl"}
+
+
+def test_a_violation_names_the_key_the_op_its_neighbours_and_the_faults_in_its_window() -> None:
+    text = "\n".join(failure_lines(_verdict(STALE), FAULTS))
+    assert "linearizability: VIOLATION on key 'k'" in text
+    assert "#2 read -> 'a' ok [3.000000, 3.500000]" in text  # the op no linearization gets past
+    assert "#1 write 'b' ok [1.500000, 2.000000]" in text  # the last acknowledged write before it
+    assert "paused ps-2" in text and "kill -9 ps-1" in text  # within the window or its margin
+    assert "split r000004" not in text  # long after
+    assert "rangetable verify history /tmp/h.jsonl" in text
+
+
+def test_a_timeout_is_reported_as_undecided_with_the_key_and_its_size() -> None:
+    history = build(W(0.0, 1.0, "a"), W(0.5, None, "b"), R(2.0, 2.5, "a"))
+    verdict = {"linearizable": False, "linearizability": "timeout", "linearizability_key": "k",
+               "linearizability_timeouts": timeout_sizes(history, ["k"]), "history_file": None}
+    assert failure_lines(verdict) == [
+        "linearizability: checker TIMEOUT (undecided, which counts as a failure, not a pass)",
+        "  key 'k': 3 ops (1 unknown) not decided in the budget"]
+
+
+def test_lost_writes_are_listed_and_a_pass_explains_nothing() -> None:
+    verdict = {"lost_writes": 1, "lost_detail": ["#7 write 'x' ok [1.0, 1.1] then gone"], "linearizability": "ok"}
+    assert failure_lines(verdict) == ["lost acknowledged writes: 1", "  #7 write 'x' ok [1.0, 1.1] then gone"]
+    assert failure_lines({"lost_writes": 0, "linearizability": "ok", "history_file": "/x"}) == []
+
+
+def test_faults_in_window_keeps_overlaps_and_the_margin_before() -> None:
+    near = faults_in_window(FAULTS, 3.0, 3.5, margin=1.0)
+    assert [f["what"] for f in near] == ["paused ps-2 (pid 12) for 3.0 s"]
+
+
+def test_verify_history_rechecks_a_kept_file(tmp_path: Path) -> None:
+    bad, good = tmp_path / "bad.jsonl", tmp_path / "good.jsonl"
+    dump_history(STALE, bad)
+    dump_history(build(W(0.0, 1.0, "a"), R(1.5, 2.0, "a")), good)
+    out = CliRunner().invoke(main, ["verify", "history", str(bad)])
+    assert out.exit_code == 1, out.output
+    assert "3 ops on 1 keys" in out.output and "VIOLATION on key 'k'" in out.output
+    out = CliRunner().invoke(main, ["verify", "history", str(good)])
+    assert out.exit_code == 0 and out.output.rstrip().endswith("linearizable"), out.output
+    (tmp_path / "junk").write_text("not json\n")
+    out = CliRunner().invoke(main, ["verify", "history", str(tmp_path / "junk")])
+    assert out.exit_code == 1 and "is not a history file" in out.output
