@@ -173,6 +173,7 @@ class AioFrontend(DriverCore):
         """Hand the request's reply body to its callback (once)."""
         if not p.done:
             p.done = True
+            self.note_if_slow(p)
             raw, decoded = self._last
             try:
                 if raw is not body:
@@ -190,12 +191,14 @@ class AioFrontend(DriverCore):
         """Hand a success result to the request's callback (no encoding round trip)."""
         if not p.done:
             p.done = True
+            self.note_if_slow(p)
             p.cb(result, None)  # type: ignore[attr-defined]
 
     def fail(self, p: Pending, exc: TableError) -> None:
         """Hand an error to the request's callback."""
         if not p.done:
             p.done = True
+            self.note_if_slow(p)
             p.cb(None, exc)  # type: ignore[attr-defined]
 
     # --- receiving ------------------------------------------------------------------------------

@@ -29,6 +29,8 @@ log = logging.getLogger("rangetable.frontend")
 MAP_REFRESH_S = 0.05  # at most one snapshot request per this long
 COORD_SILENCE_S = 1.0  # a map request unanswered this long moves us to the next coordinator
 HUGZ_SILENCE_S = 2.5  # no hugz for this long: ask the map (a new leader publishes elsewhere)
+SLOW_REQUEST_S = 3.0  # a request answered after this long is logged with its retries (where it waited)
+MAX_WAITS_KEPT = 256  # retry reasons a request keeps for that log line
 
 
 class DriverCore:
@@ -113,11 +115,32 @@ class DriverCore:
     def retry_later(self, p: Pending, why: str) -> None:
         """Back off and run the request again with a fresh map, or give up at the deadline."""
         p.attempts += 1
-        if time.monotonic() >= p.deadline:
+        now = time.monotonic()
+        if len(p.waits) < MAX_WAITS_KEPT:
+            p.waits.append((now - p.born, why))
+        if now >= p.deadline:
             self.fail(p, TableError("ServerBusy", f"gave up after {p.attempts} attempts: {why}"))
             return
         self.refresh_map()
         self._schedule(min(0.002 * (2 ** min(p.attempts, 6)), 0.1), p)
+
+    @staticmethod
+    def note_if_slow(p: Pending) -> None:
+        """Log a request that took longer than SLOW_REQUEST_S, with where it waited (its retries)."""
+        took = time.monotonic() - p.born
+        if took < SLOW_REQUEST_S:
+            return
+        req = p.req
+        waits = p.waits
+        reasons: dict[str, int] = {}
+        for _t, why in waits:
+            reasons[why] = reasons.get(why, 0) + 1
+        shown = "; ".join(f"{n}x {why}" for why, n in list(reasons.items())[:6])
+        first = f", first retry at {waits[0][0]:.2f} s, last at {waits[-1][0]:.2f} s" if waits else ""
+        entity = req.get("entity")
+        pk = req.get("pk", entity.get("PartitionKey") if isinstance(entity, dict) else None)
+        log.warning("slow request %s table=%s pk=%r: %.2f s, %d retries%s: %s", req.get("op"), req.get("table"), pk,
+                    took, p.attempts, first, shown or "no retries (waited on one answer)")
 
     def refresh_map(self, force: bool = False) -> None:
         """Ask the coordinator for what changed since our version (a delta), or for a snapshot when

@@ -36,13 +36,15 @@ TABLE_WAIT_ATTEMPTS = 5  # how often a request for an unknown table waits for a 
 class Pending:
     """One client request in flight (``extra``: per-request scratch of the Handler)."""
 
-    __slots__ = ("ident", "rid", "req", "deadline", "attempts", "state", "done", "extra")
+    __slots__ = ("ident", "rid", "req", "deadline", "attempts", "state", "done", "extra", "born", "waits")
 
     def __init__(self, ident: bytes, rid: bytes, req: dict, deadline: float) -> None:
         self.ident = ident
         self.rid = rid
         self.req = req
         self.deadline = deadline
+        self.born = time.monotonic()
+        self.waits: list[tuple[float, str]] = []  # (seconds since born, why) of each retry: where a slow request waited
         self.attempts = 0
         self.state: Any = None
         self.done = False

@@ -73,6 +73,7 @@ class Frontend(DriverCore):
         if not p.done:
             p.done = True
             protocol.send_frames(self.router, [p.ident, p.rid, body])
+            self.note_if_slow(p)
             self.answers.note_body(p.req.get("op"), body)
 
     def reply_ok(self, p: Pending, result: Any) -> None:

@@ -28,7 +28,7 @@ from cli.drills.coordinator_failover import leader_process
 from cli.drills.drill_table import prepare_table
 from cli.options import data_dir_option
 from cli.workload.generator import Workload
-from cli.workload.verify.explain import failure_lines
+from cli.workload.verify.explain import failure_lines, slow_op_lines
 from coordinator.partition_map import PartitionMap
 from rangetable.errors import TableError
 
@@ -181,11 +181,12 @@ def run_chaos(data_dir: str, *, seed: int, duration: float = 40.0, interval: flo
 
 
 def chaos_failure_lines(r: dict[str, Any]) -> list[str]:
-    """Why a chaos run failed: the map, convergence, and the checkers' explanation with its faults."""
+    """Why a chaos run failed (the map, convergence, the checkers' explanation with its faults), and the
+    operations slower than 3 s with the faults that overlapped them."""
     lines = [f"map invariant broken: {v}" for v in r["map_violations"][:5]]
     if not r["converged"]:
         lines.append("not converged: some range was not served by a live server 30 s after the last fault")
-    return lines + failure_lines(r, r["faults"])
+    return lines + failure_lines(r, r["faults"]) + slow_op_lines(r["slow_ops"], r["faults"])
 
 
 @click.command("chaos")

@@ -31,6 +31,8 @@ from rangetable.retry import ExponentialRetry
 from rangetable.stats import percentile_ms
 
 FAIL_STATUSES = frozenset({404, 409, 412})
+SLOW_OP_S = 3.0  # the design's bound on a range going unserved: slower operations are listed with their faults
+MAX_SLOW_OPS = 200
 
 
 def outcome_of(exc: TableError) -> str:
@@ -88,6 +90,7 @@ class Workload:
         self.stats = Stats()
         self.fresh: dict[tuple[str, str], str] = {}  # fresh key -> outcome of its insert
         self.duplicates: list[tuple[str, str]] = []
+        self.slow_ops: list[dict[str, Any]] = []  # operations slower than SLOW_OP_S (history clock)
         self._stop = threading.Event()
         self._lock = threading.Lock()
         self._workers: list[threading.Thread] = []
@@ -113,10 +116,15 @@ class Workload:
         for t in self._workers:
             t.join(timeout=60)
 
-    def _note(self, outcome: str, t0: float, err: TableError | None = None, written: str | None = None) -> None:
+    def _note(self, outcome: str, t0: float, err: TableError | None = None, written: str | None = None,
+              what: str = "") -> None:
         now = time.monotonic()
         dt = now - t0
         with self._lock:
+            if dt > SLOW_OP_S and len(self.slow_ops) < MAX_SLOW_OPS:
+                self.slow_ops.append({"t": round(t0 - self.t0, 3), "until": round(now - self.t0, 3),
+                                      "what": what, "outcome": outcome,
+                                      "error": None if err is None else f"{err.error_code}: {err}"[:300]})
             if outcome == "ok" and written is not None:
                 self.acks.append((now, getattr(self._local, "endpoint", self.endpoint), written))
             s = self.stats
@@ -136,10 +144,10 @@ class Workload:
         except TableError as exc:
             outcome = outcome_of(exc)
             self.recorder.complete(op, outcome)
-            self._note(outcome, t0, exc)
+            self._note(outcome, t0, exc, what=f"{kind} {key}")
             return outcome, exc
         self.recorder.complete(op, "ok", value=res if kind == "read" else None)
-        self._note("ok", t0, written=None if kind == "read" else key[0])
+        self._note("ok", t0, written=None if kind == "read" else key[0], what=f"{kind} {key}")
         return "ok", res
 
     def _read(self, c: TableClient, key: tuple[str, str]) -> tuple[str, Any]:
@@ -207,11 +215,11 @@ class Workload:
             outcome = outcome_of(exc)
             for op in ops:
                 self.recorder.complete(op, outcome)
-            self._note(outcome, t0, exc)
+            self._note(outcome, t0, exc, what=f"batch of {len(rks)} on {pk}")
             return
         for op in ops:
             self.recorder.complete(op, "ok")
-        self._note("ok", t0, written=pk)
+        self._note("ok", t0, written=pk, what=f"batch of {len(rks)} on {pk}")
 
     def _fresh(self, c: TableClient, tid: int, n: int) -> None:
         key = (f"fresh{tid}", f"{n:08d}")
@@ -219,10 +227,10 @@ class Workload:
         try:
             c.create_entity({"PartitionKey": key[0], "RowKey": key[1], "v": "x"})
             outcome = "ok"
-            self._note("ok", t0, written=key[0])
+            self._note("ok", t0, written=key[0], what=f"insert fresh {key}")
         except TableError as exc:
             outcome = outcome_of(exc)
-            self._note(outcome, t0, exc)
+            self._note(outcome, t0, exc, what=f"insert fresh {key}")
             if exc.error_code == "EntityAlreadyExists":
                 with self._lock:
                     self.duplicates.append(key)
@@ -268,6 +276,7 @@ class Workload:
             "linearizability_timeouts": timeout_sizes(history, lin.timed_out_keys),
             "linearizability_s": round(lin.elapsed_s, 3),
             "history_ops": len(history),
+            "slow_ops": list(self.slow_ops),
             "t0_monotonic": self.t0,
             "history_file": None,
         }

@@ -95,3 +95,23 @@ def failure_lines(verdict: dict[str, Any], faults: Iterable[dict[str, Any]] = ()
         lines.append(f"history kept in {verdict['history_file']}")
         lines.append(f"{indent}re-check it offline: rangetable verify history {verdict['history_file']}")
     return lines
+
+
+def slow_op_lines(slow_ops: Iterable[dict[str, Any]], faults: Iterable[dict[str, Any]], indent: str = "  ",
+                  limit: int = 20) -> list[str]:
+    """Each operation slower than the bound, with the faults that overlapped it (or came just before)."""
+    slow_ops, faults = list(slow_ops), list(faults)
+    if not slow_ops:
+        return []
+    lines = [f"operations slower than 3 s: {len(slow_ops)}"]
+    for op in slow_ops[:limit]:
+        took = op["until"] - op["t"]
+        err = f" ({op['error']})" if op.get("error") else ""
+        lines.append(f"{indent}{op['what']} took {took:.2f} s, t={op['t']:.2f}-{op['until']:.2f} s, "
+                     f"{op['outcome']}{err}")
+        near = faults_in_window(faults, op["t"], op["until"])
+        lines += [f"{indent}{indent}overlapping: {describe_fault(f)}" for f in near] or [
+            f"{indent}{indent}no injected fault overlapped it"]
+    if len(slow_ops) > limit:
+        lines.append(f"{indent}… and {len(slow_ops) - limit} more")
+    return lines
