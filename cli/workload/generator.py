@@ -18,6 +18,7 @@ import random
 import tempfile
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -44,6 +45,21 @@ def outcome_of(exc: TableError) -> str:
     if exc.retriable or exc.status_code >= 500:
         return "unknown"
     return "aborted"
+
+
+class CountingRetry(ExponentialRetry):
+    """The workload's retry policy, counting each thread's client-side retries (``local.retries``) so a
+    slow operation can say how often the client itself tried again (the rest of its wait was in the frontend)."""
+
+    def __init__(self, local: threading.local, **kw: Any) -> None:
+        super().__init__(**kw)
+        self._counts = local
+
+    def delays(self) -> Iterator[float]:
+        """The back-off delays, counting each one taken."""
+        for pause in super().delays():
+            self._counts.retries = getattr(self._counts, "retries", 0) + 1
+            yield pause
 
 
 @dataclass
@@ -98,7 +114,8 @@ class Workload:
     def client(self, endpoint: str | None = None) -> TableClient:
         """A client with the workload's timeout and retry policy (retries reuse request ids)."""
         svc = TableServiceClient(endpoint or self.endpoint, timeout=self.timeout,
-                                 retry_policy=ExponentialRetry(initial=0.05, base=0.1, max_delay=1.0, max_attempts=8))
+                                 retry_policy=CountingRetry(self._local, initial=0.05, base=0.1, max_delay=1.0,
+                                                            max_attempts=8))
         return svc.get_table_client(self.table)
 
     # --- running ------------------------------------------------------------------------------
@@ -124,6 +141,7 @@ class Workload:
             if dt > SLOW_OP_S and len(self.slow_ops) < MAX_SLOW_OPS:
                 self.slow_ops.append({"t": round(t0 - self.t0, 3), "until": round(now - self.t0, 3),
                                       "what": what, "outcome": outcome,
+                                      "client_retries": getattr(self._local, "retries", 0),
                                       "error": None if err is None else f"{err.error_code}: {err}"[:300]})
             if outcome == "ok" and written is not None:
                 self.acks.append((now, getattr(self._local, "endpoint", self.endpoint), written))
@@ -138,6 +156,7 @@ class Workload:
 
     def _do(self, key: Any, kind: str, fn: Any, value: Any = None, expected: Any = None) -> tuple[str, Any]:
         op = self.recorder.invoke(key, kind, value=value, expected=expected)
+        self._local.retries = 0
         t0 = time.monotonic()
         try:
             res = fn()
@@ -207,6 +226,7 @@ class Workload:
     def _batch(self, c: TableClient, rnd: random.Random, pk: str, val: str) -> None:
         rks = sorted(rnd.sample([rk for p, rk in self.keys if p == pk], k=min(3, len(self.keys))))
         ops = [self.recorder.invoke((pk, rk), "write", value=f"{val}-{rk}") for rk in rks]
+        self._local.retries = 0
         t0 = time.monotonic()
         try:
             c.submit_transaction([("upsert", {"PartitionKey": pk, "RowKey": rk, "v": f"{val}-{rk}"},
@@ -223,6 +243,7 @@ class Workload:
 
     def _fresh(self, c: TableClient, tid: int, n: int) -> None:
         key = (f"fresh{tid}", f"{n:08d}")
+        self._local.retries = 0
         t0 = time.monotonic()
         try:
             c.create_entity({"PartitionKey": key[0], "RowKey": key[1], "v": "x"})

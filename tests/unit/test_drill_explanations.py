@@ -78,12 +78,12 @@ def test_verify_history_rechecks_a_kept_file(tmp_path: Path) -> None:
 
 
 def test_slow_operations_are_listed_with_the_faults_that_overlapped_them() -> None:
-    slow = [{"t": 2.0, "until": 12.5, "what": "read ('p01', 'k2')", "outcome": "ok", "error": None},
-            {"t": 20.0, "until": 23.5, "what": "write ('p02', 'k0')", "outcome": "unknown",
-             "error": "ServerBusy: gave up after 40 attempts"}]
+    slow = [{"t": 20.0, "until": 23.5, "what": "write ('p02', 'k0')", "outcome": "unknown",
+             "error": "ServerBusy: gave up after 40 attempts"},
+            {"t": 2.0, "until": 12.5, "what": "read ('p01', 'k2')", "outcome": "ok", "error": None}]
     lines = slow_op_lines(slow, FAULTS)
-    assert lines[0] == "operations slower than 3 s: 2"
-    assert lines[1] == "  read ('p01', 'k2') took 10.50 s, t=2.00-12.50 s, ok"
+    assert lines[0] == "operations slower than 3 s: 2 (slowest first)"
+    assert lines[1] == "  read ('p01', 'k2') took 10.50 s, t=2.00-12.50 s, ok, client retries 0"
     assert [x.rsplit("  ", 1)[-1] for x in lines[2:5]] == [  # the kill 1.6 s before it began counts too
         "kill -9 ps-1 (pid 11)", "paused ps-2 (pid 12) for 3.0 s", "split r000004 at 'p04'"]
     assert lines[5].startswith("  write ('p02', 'k0') took 3.50 s") and "ServerBusy" in lines[5]

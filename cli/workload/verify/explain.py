@@ -99,16 +99,18 @@ def failure_lines(verdict: dict[str, Any], faults: Iterable[dict[str, Any]] = ()
 
 def slow_op_lines(slow_ops: Iterable[dict[str, Any]], faults: Iterable[dict[str, Any]], indent: str = "  ",
                   limit: int = 20) -> list[str]:
-    """Each operation slower than the bound, with the faults that overlapped it (or came just before)."""
-    slow_ops, faults = list(slow_ops), list(faults)
+    """Each operation slower than the bound, slowest first, with the faults that overlapped it (or came
+    just before) and how often the client itself retried (the rest of the wait was in a frontend)."""
+    slow_ops = sorted(slow_ops, key=lambda o: o["t"] - o["until"])
+    faults = list(faults)
     if not slow_ops:
         return []
-    lines = [f"operations slower than 3 s: {len(slow_ops)}"]
+    lines = [f"operations slower than 3 s: {len(slow_ops)} (slowest first)"]
     for op in slow_ops[:limit]:
         took = op["until"] - op["t"]
         err = f" ({op['error']})" if op.get("error") else ""
         lines.append(f"{indent}{op['what']} took {took:.2f} s, t={op['t']:.2f}-{op['until']:.2f} s, "
-                     f"{op['outcome']}{err}")
+                     f"{op['outcome']}{err}, client retries {op.get('client_retries', 0)}")
         near = faults_in_window(faults, op["t"], op["until"])
         lines += [f"{indent}{indent}overlapping: {describe_fault(f)}" for f in near] or [
             f"{indent}{indent}no injected fault overlapped it"]
