@@ -27,7 +27,7 @@ from cli.coordinator_client import call
 from cli.drills.coordinator_failover import leader_process
 from cli.drills.drill_table import prepare_table
 from cli.options import data_dir_option
-from cli.workload.generator import Workload
+from cli.workload.generator import SABOTAGE, Workload
 from cli.workload.verify.explain import failure_lines, slow_op_lines
 from coordinator.partition_map import PartitionMap
 from rangetable.errors import TableError
@@ -125,10 +125,12 @@ def _fault(kind: str, rnd: random.Random, data_dir: str, coord: str, table: str,
 
 def run_chaos(data_dir: str, *, seed: int, duration: float = 40.0, interval: float = 1.5, threads: int = 4,
               lease_s: float = 2.0, echo: Any = None, kinds: tuple[str, ...] = FAULTS,
-              history_dir: str | None = None) -> dict[str, Any]:
+              history_dir: str | None = None, sabotage: str | None = None) -> dict[str, Any]:
     """Run seeded chaos for ``duration`` seconds; returns the report (``passed`` says it all).
 
     A failed run keeps the workload's history in ``history_dir`` (default: ``<data_dir>/histories``).
+    ``sabotage`` (:data:`cli.workload.generator.SABOTAGE`) breaks the store on purpose halfway (a
+    rogue write) or before the check (a lost write), to show how a FAIL is explained.
     """
     history_dir = history_dir or os.path.join(data_dir, "histories")
     say = echo or (lambda _m: None)
@@ -150,6 +152,12 @@ def run_chaos(data_dir: str, *, seed: int, duration: float = 40.0, interval: flo
     t0 = wl.t0  # fault times on the history's clock, so a violation's window finds its faults
     while time.monotonic() - t0 < duration:
         time.sleep(rnd.uniform(0.5, 2 * interval - 0.5))
+        if sabotage == "rogue-write" and time.monotonic() - t0 > duration / 2:
+            at = round(time.monotonic() - t0, 2)
+            faults.append({"t": at, "until": None, "fault": "sabotage", "what": wl.sabotage(sabotage)})
+            say(f"  t={at:6.2f}s sabotage: {faults[-1]['what']}")
+            sabotage = None
+            time.sleep(1.0)  # let the workload read it
         kind = rnd.choice(kinds)
         at = round(time.monotonic() - t0, 2)
         what = _fault(kind, rnd, data_dir, coord, table, lease_s)
@@ -168,6 +176,10 @@ def run_chaos(data_dir: str, *, seed: int, duration: float = 40.0, interval: flo
             pass
         time.sleep(0.2)
     wl.stop()
+    if sabotage == "lost-write":
+        at = round(time.monotonic() - t0, 2)
+        faults.append({"t": at, "until": None, "fault": "sabotage", "what": wl.sabotage(sabotage)})
+        say(f"  t={at:6.2f}s sabotage: {faults[-1]['what']}")
     watcher.stop.set()
     watcher.join(timeout=5)
     say("verifying the history …")
@@ -192,12 +204,19 @@ def chaos_failure_lines(r: dict[str, Any]) -> list[str]:
 @click.command("chaos")
 @click.option("--seed", type=int, default=None, help="Seed of the fault schedule and workload (printed).")
 @click.option("--duration", default=40.0, show_default=True, help="Seconds of faults.")
+@click.option("--sabotage", type=click.Choice(SABOTAGE), default=None,
+              help="Break the store on purpose behind the workload's back, to see a FAIL explained: "
+                   "rogue-write halfway, lost-write before the check.")
 @data_dir_option
 @click.option("--json", "as_json", is_flag=True)
-def drill_chaos(seed: int | None, duration: float, data_dir: str, as_json: bool) -> None:
-    """Random kills, pauses, splits, moves and merges under a verifying workload (needs `rangetable up`)."""
+def drill_chaos(seed: int | None, duration: float, sabotage: str | None, data_dir: str, as_json: bool) -> None:
+    """Random kills, pauses, splits, moves and merges under a verifying workload (needs `rangetable up`).
+
+    A FAIL says why: a linearizability violation (key, operation, its neighbours, the faults in that
+    window) or a checker timeout, lost writes; a failed history is kept for `rangetable verify history`.
+    Operations slower than 3 s are listed with the faults that overlapped them."""
     seed = int(time.time()) if seed is None else seed
-    r = run_chaos(data_dir, seed=seed, duration=duration, echo=None if as_json else click.echo)
+    r = run_chaos(data_dir, seed=seed, duration=duration, echo=None if as_json else click.echo, sabotage=sabotage)
     if as_json:
         click.echo(json.dumps(r, indent=2))
     else:

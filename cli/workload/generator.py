@@ -32,6 +32,7 @@ from rangetable.retry import ExponentialRetry
 from rangetable.stats import percentile_ms
 
 FAIL_STATUSES = frozenset({404, 409, 412})
+SABOTAGE = ("rogue-write", "lost-write")
 SLOW_OP_S = 3.0  # the design's bound on a range going unserved: slower operations are listed with their faults
 MAX_SLOW_OPS = 200
 
@@ -257,6 +258,35 @@ class Workload:
                     self.duplicates.append(key)
         with self._lock:
             self.fresh[key] = outcome
+
+    # --- sabotage: a FAIL on purpose, to see it explained ----------------------------------------
+
+    def sabotage(self, kind: str) -> str:
+        """Break the store behind the workload's back (the history does not see it); returns what it did.
+
+        ``rogue-write``: write a value no recorded operation wrote to one key, as a deposed owner
+        applying a stale write would (reads of it cannot be linearized). ``lost-write``: delete an
+        acknowledged key, as a lost WAL would (call it after :meth:`stop`: the check finds it missing).
+        """
+        c = self.client()
+        if kind == "rogue-write":  # on a key of its own: a recorded write, the rogue one, a recorded read
+            key = (self.keys[0][0], "sabotaged")
+            entity = {"PartitionKey": key[0], "RowKey": key[1]}
+            self._do(key, "write", lambda: c.upsert_entity({**entity, "v": "before"}, mode=UpdateMode.REPLACE),
+                     value="before")
+            c.upsert_entity({**entity, "v": "rogue"}, mode=UpdateMode.REPLACE)
+            self._read(c, key)
+            return f"wrote v='rogue' to {key} outside the history, between a recorded write and read"
+        if kind == "lost-write":
+            state, _fresh = self.final_state()
+            acked = {(op.key, op.value) for op in self.recorder.history() if op.is_mutation and op.outcome == "ok"}
+            held = sorted(k for k, v in state.items() if (k, v) in acked)
+            if not held:
+                return "lost-write: no key holds an acknowledged value to lose"
+            pk, rk = held[0]
+            c.delete_entity(pk, rk)
+            return f"deleted {(pk, rk)} (holding {state[(pk, rk)]!r}) outside the history"
+        raise ValueError(f"unknown sabotage {kind!r} (rogue-write or lost-write)")
 
     # --- verifying ----------------------------------------------------------------------------
 

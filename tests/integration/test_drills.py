@@ -6,9 +6,11 @@ import os
 import random
 
 import pytest
+from click.testing import CliRunner
 
 from cli.drills.chaos import run_chaos
 from cli.drills.failover import format_report, run_failover_drill
+from cli.main import main
 from tests.cluster import Cluster, ClusterFactory
 
 
@@ -41,3 +43,22 @@ def test_seeded_chaos(cluster: Cluster) -> None:
     assert r["lost_writes"] == 0, f"seed {seed}: {r['lost_detail']}"
     assert r["duplicate_applications"] == 0, f"seed {seed}"
     assert r["linearizable"], f"seed {seed}: {r['linearizability_detail']}"
+
+
+@pytest.mark.parametrize(("sabotage", "seed"), [("rogue-write", 5), ("lost-write", 6)])
+def test_a_sabotaged_chaos_run_fails_and_explains_itself(cluster: Cluster, sabotage: str, seed: int) -> None:
+    out = CliRunner().invoke(main, ["drill", "chaos", "--seed", str(seed), "--duration", "6", "--sabotage", sabotage,
+                                    "--data-dir", cluster.data_dir])
+    print(out.output)
+    assert out.exit_code == 1, out.output
+    text = out.output
+    assert "→  FAIL" in text and "history kept in " in text
+    path = text.split("history kept in ", 1)[1].split()[0]
+    if sabotage == "rogue-write":
+        assert "linearizability: VIOLATION on key ('p00', 'sabotaged')" in text
+        assert "read -> 'rogue' ok" in text  # the op no linearization gets past
+        assert "sabotage: wrote v='rogue'" in text  # the fault in its window
+        rerun = CliRunner().invoke(main, ["verify", "history", path])
+        assert rerun.exit_code == 1 and "VIOLATION on key ('p00', 'sabotaged')" in rerun.output
+    else:
+        assert "lost acknowledged writes: 1" in text
