@@ -78,7 +78,7 @@ def reclaim_step(db: Any, wb: Any, oldest: int, max_keys: int = 2000) -> tuple[i
     """
     ro = rocksdict.ReadOptions()
     ro.set_iterate_upper_bound(INDEX_PREFIX + _TS.pack(oldest))  # entries older than the TTL only
-    ro.fill_cache(False)
+    ro.fill_cache(False)  # type: ignore[call-arg]  # the stub is wrong: it takes a bool
     entries: list[bytes] = []
     keys: list[bytes] = []
     it = db.items(from_key=INDEX_PREFIX, read_opt=ro)
@@ -108,7 +108,7 @@ def backfill_step(db: Any, wb: Any, cursor: bytes, before: int, max_keys: int = 
     returns the cursor to go on from, None when the range is done."""
     ro = rocksdict.ReadOptions()
     ro.set_iterate_upper_bound(META_PREFIX)
-    ro.fill_cache(False)
+    ro.fill_cache(False)  # type: ignore[call-arg]  # the stub is wrong: it takes a bool
     found: list[tuple[int, bytes]] = []
     nxt: bytes | None = None
     it = db.items(from_key=cursor, read_opt=ro)

@@ -178,16 +178,23 @@ class RangeStore:
             self._drop_pending = False
             return False
         lo, hi = msgpack.unpackb(v)
-        for a, b in compaction_slices(db.live_files(), lo, hi):
-            with self._compact_lock:
-                if self._closing:
-                    return False
-                self._db.compact_range(a or None, b)
+        if not self.compact_span(lo, hi):
+            return False
         with self._compact_lock:
             if self._closing:
                 return False
             self._db.delete(DROP_KEY, self._wo)
         self._drop_pending = False
+        return True
+
+    def compact_span(self, lo: bytes, hi: bytes) -> bool:
+        """Compact ``[lo, hi)`` in slices of a few SST files each (RocksDB drops deleted keys and frees
+        their space); False if :meth:`close` stopped it between slices."""
+        for a, b in compaction_slices(self._db.live_files(), lo, hi):
+            with self._compact_lock:
+                if self._closing:
+                    return False
+                self._db.compact_range(a or None, b)
         return True
 
     def flush(self) -> None:
