@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, cast
 
-from coordinator import acl, backup, client_keys, leases, table_settings
+from coordinator import acl, backup, client_keys, leases
 from coordinator import operations as ops
 from coordinator.server_info import live_endpoints
 from rangetable import curve, protocol
@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 text = protocol.field
 JOBS: dict[str, tuple[Callable[..., Any], Callable[[dict], tuple]]] = {  # op -> (controller job, its arguments)
     "create_table": (ops.create_table, lambda r: (text(r, "table", str), text(r, "settings", dict, None))),
-    "set_table": (table_settings.set_table, lambda r: (text(r, "table", str), text(r, "settings", dict))),
+    "set_table": (ops.set_table, lambda r: (text(r, "table", str), text(r, "settings", dict))),
     "delete_table": (ops.delete_table, lambda r: (text(r, "table", str),)),
     "move": (ops.move, lambda r: (text(r, "range", str), text(r, "server", str))),
     "split": (ops.split, lambda r: (text(r, "range", str), text(r, "key", str, None))),

@@ -20,11 +20,11 @@ from coordinator.placement import place_orphans
 from rangetable.crash import crash_point
 from rangetable.errors import TableError
 from rangetable.stats import StepClock
-from rangetable.table_settings import check_settings
+from rangetable.table_settings import check_settings, describe
 
 if TYPE_CHECKING:
     from coordinator.interfaces import Commands, MapWriter
-    from rangetable.messages import RangeRecord
+    from rangetable.messages import RangeRecord, TableSettingsCommand
 
 log = logging.getLogger("rangetable.coordinator")
 
@@ -54,6 +54,24 @@ def create_table(co: MapWriter, ctl: Commands, name: str, settings: dict | None 
     if owner is not None:
         _load(co, ctl, owner, rec)
     return {"table": name}
+
+
+def set_table(co: MapWriter, ctl: Commands, name: str, changes: dict) -> dict:
+    """Change a table's settings (controller job): commit them, then have every live partition
+    server apply them before answering, so a TTL change holds for reads when this returns."""
+    with co.lock:
+        table = co.pmap.table_name(name)  # TableNotFound
+        state = co.table_settings
+        settings = check_settings(changes, state.of(table))
+        co.commit(state.put(table, settings))
+        msg: TableSettingsCommand = {"op": "table_settings", "settings": state.by_table, "settings_v": state.version}
+        servers = co.live_servers()
+    failed = [(s, r) for s, r in zip(servers, ctl.call_many([(s, msg) for s in servers]), strict=True)
+              if isinstance(r, Exception)]
+    for server, exc in failed:  # such a server catches up from its next lease answer (within a heartbeat)
+        log.warning("table settings of %s not applied on %s yet: %s", table, server, exc)
+    co.event("table_settings", table=table, **describe(settings))
+    return {"table": table, **describe(settings)}
 
 
 def delete_table(co: MapWriter, ctl: Commands, name: str) -> None:

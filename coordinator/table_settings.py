@@ -1,6 +1,7 @@
 """Table settings on the coordinator: TTL and reserved throughput (``rangetable table set``).
 
 Stored in the meta store under ``tableset/<table lower>`` (a table with nothing set has no key),
+changed by :func:`coordinator.operations.set_table`,
 committed with the table's creation and deleted with it. Partition servers learn them, with a
 version, from every ``load`` command, from a ``table_settings`` command sent to every live server
 when a user changes them (the change is answered once every server applied it), and from a lease
@@ -14,20 +15,15 @@ pass sums each table's used and refused entities/s: the per-table metrics.
 
 from __future__ import annotations
 
-import logging
 import time
 from typing import TYPE_CHECKING, Any
 
 from coordinator.capacity import smooth, split_reservation
-from rangetable.table_settings import check_settings, describe
+from rangetable.table_settings import describe
 
 if TYPE_CHECKING:
-    from coordinator.interfaces import Commands, MapWriter
     from coordinator.partition_map import PartitionMap
     from coordinator.server_info import ServerInfo
-    from rangetable.messages import TableSettingsCommand
-
-log = logging.getLogger("rangetable.coordinator")
 
 PREFIX = b"tableset/"
 REFRESH_S = 1.0
@@ -123,20 +119,3 @@ class TableSettings:
                 shares.setdefault(rid, [0.0, 0.0])
         self.shares, self.usage, self._demand = shares, usage, demand
 
-
-def set_table(co: MapWriter, ctl: Commands, name: str, changes: dict) -> dict:
-    """Change a table's settings (controller job): commit them, then have every live partition
-    server apply them before answering, so a TTL change holds for reads when this returns."""
-    with co.lock:
-        table = co.pmap.table_name(name)  # TableNotFound
-        state = co.table_settings
-        settings = check_settings(changes, state.of(table))
-        co.commit(state.put(table, settings))
-        msg: TableSettingsCommand = {"op": "table_settings", "settings": state.by_table, "settings_v": state.version}
-        servers = co.live_servers()
-    failed = [(s, r) for s, r in zip(servers, ctl.call_many([(s, msg) for s in servers]), strict=True)
-              if isinstance(r, Exception)]
-    for server, exc in failed:  # such a server catches up from its next lease answer (within a heartbeat)
-        log.warning("table settings of %s not applied on %s yet: %s", table, server, exc)
-    co.event("table_settings", table=table, **describe(settings))
-    return {"table": table, **describe(settings)}
