@@ -218,6 +218,7 @@ class RangeSet:
         crash_point("ps.split.after_split", self.data_dir)
         clock = StepClock(job.steps)
         self._retire(rid)
+        self.tables.inherit([rid], [left["id"], right["id"]])
         for rec, store in zip((left, right), halves, strict=True):
             lo, hi = range_bounds(rec["low"], rec["high"])
             self.open[rec["id"]] = Served(dict(rec), store, "pending", lo, hi)
@@ -245,6 +246,7 @@ class RangeSet:
         if out["id"] in self.open:
             self.unload(out["id"])
         RangeStore.merge(self._path(left), self._path(right), self._path(out))
+        self.tables.inherit([left["id"], right["id"]], [out["id"]])
         crash_point("ps.merge.after_merge", self.data_dir)
         store = RangeStore.open(self._path(out), **self.store_kw)
         lo, hi = range_bounds(out["low"], out["high"])
@@ -394,6 +396,7 @@ class RangeSet:
                 "entities": st.get("entities", 0),
                 "bytes": st.get("bytes", 0),
                 "pending_compaction_bytes": st.get("pending_compaction_bytes", 0),
+                "expired": s.store.expiry.reclaimed,  # entities the TTL reclaimed since the range opened
                 "sample": list(ld.sample),
             }
             cap = self.tables.capacity.get(rid)

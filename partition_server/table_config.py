@@ -71,6 +71,18 @@ class TableConfig:
         r, w = self._shares.get(rid, (0.0, 0.0))
         cap.set_shares(r if reads else 0.0, w if writes else 0.0)
 
+    def inherit(self, parents: list[str], children: list[str]) -> None:
+        """New ranges made from ``parents`` (a split's halves, a merge's result) share the parents'
+        capacity until the coordinator sends their own: a new range is never unlimited."""
+        total = [0.0, 0.0]
+        for rid in parents:
+            r, w = self._shares.get(rid, (0.0, 0.0))
+            total[0] += r
+            total[1] += w
+        if total != [0.0, 0.0]:
+            for rid in children:
+                self._shares[rid] = (total[0] / len(children), total[1] / len(children))
+
     def forget(self, rid: str) -> None:
         """A range stopped being served here."""
         self.capacity.pop(rid, None)
