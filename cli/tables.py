@@ -1,4 +1,4 @@
-"""User commands: create, delete and list tables; put, merge, get and delete entities; query a table."""
+"""User commands: create, delete, list, set and show tables; put, merge, get and delete entities; query a table."""
 
 from __future__ import annotations
 
@@ -8,7 +8,9 @@ import click
 
 from cli.coordinator_client import call
 from cli.options import data_dir_option, emit, endpoint_option, json_option, native_endpoint
+from rangetable.errors import TableError
 from rangetable.rest_json import json_to_typed, typed_to_json
+from rangetable.table_settings import format_ttl, parse_ttl
 
 
 def _entity_json(wire: list) -> dict:
@@ -24,14 +26,71 @@ def table_group() -> None:
     """Create, delete and list tables."""
 
 
+TTL_HELP = "Time to live of the table's entities: <n>s, <n>m, <n>h or <n>d ('none' removes it)."
+
+
+def _settings(ttl: str | None, reads: int | None, writes: int | None) -> dict:
+    out: dict = {}
+    if ttl is not None:
+        try:
+            out["ttl_s"] = parse_ttl(ttl)
+        except TableError as exc:
+            raise click.BadParameter(exc.message, param_hint="--ttl") from None
+    if reads is not None:
+        out["reads"] = reads
+    if writes is not None:
+        out["writes"] = writes
+    return out
+
+
 @table_group.command("create")
+@click.argument("name")
+@click.option("--ttl", default=None, help=TTL_HELP)
+@data_dir_option
+@endpoint_option
+def table_create(name: str, ttl: str | None, data_dir: str, endpoint: str | None) -> None:
+    """Create a table."""
+    req: dict = {"op": "create_table", "table": name}
+    settings = _settings(ttl, None, None)
+    if settings:
+        req["settings"] = settings
+    call(native_endpoint(data_dir, endpoint), req)
+    click.echo(f"created table {name}" + (f" (ttl {format_ttl(settings['ttl_s'])})" if settings else ""))
+
+
+@table_group.command("set")
+@click.argument("name")
+@click.option("--ttl", default=None, help=TTL_HELP)
+@click.option("--reads", type=click.IntRange(0), default=None, help="Reserved reads, entities/s (0: none).")
+@click.option("--writes", type=click.IntRange(0), default=None, help="Reserved writes, entities/s (0: none).")
+@data_dir_option
+@endpoint_option
+@json_option
+def table_set(name: str, ttl: str | None, reads: int | None, writes: int | None, data_dir: str,
+              endpoint: str | None, as_json: bool) -> None:
+    """Change a table's TTL and reserved throughput (what is not given stays)."""
+    settings = _settings(ttl, reads, writes)
+    if not settings:
+        raise click.UsageError("give --ttl, --reads or --writes")
+    res = call(native_endpoint(data_dir, endpoint), {"op": "set_table", "table": name, "settings": settings})
+    emit(res, as_json, f"table {res['table']}: ttl {res['ttl']}, reads {res['reads'] or 'unreserved'}, "
+                       f"writes {res['writes'] or 'unreserved'}")
+
+
+@table_group.command("show")
 @click.argument("name")
 @data_dir_option
 @endpoint_option
-def table_create(name: str, data_dir: str, endpoint: str | None) -> None:
-    """Create a table."""
-    call(native_endpoint(data_dir, endpoint), {"op": "create_table", "table": name})
-    click.echo(f"created table {name}")
+@json_option
+def table_show(name: str, data_dir: str, endpoint: str | None, as_json: bool) -> None:
+    """A table's TTL, reserved throughput and its use (entities/s: used and refused)."""
+    res = call(native_endpoint(data_dir, endpoint), {"op": "get_table", "table": name})
+    use = res.get("usage", {})
+    lines = [f"table {res['table']}", f"ttl       {res['ttl']}"]
+    for kind in ("reads", "writes"):
+        lines.append(f"{kind:<9} reserved {res[kind] or '-'}  used {use.get(f'used_{kind}_s', 0):.0f}/s  "
+                     f"refused {use.get(f'refused_{kind}_s', 0):.0f}/s")
+    emit(res, as_json, "\n".join(lines))
 
 
 @table_group.command("delete")

@@ -23,7 +23,8 @@ if TYPE_CHECKING:
 
 text = protocol.field
 JOBS: dict[str, tuple[Callable[..., Any], Callable[[dict], tuple]]] = {  # op -> (controller job, its arguments)
-    "create_table": (ops.create_table, lambda r: (text(r, "table", str),)),
+    "create_table": (ops.create_table, lambda r: (text(r, "table", str), text(r, "settings", dict, None))),
+    "set_table": (ops.set_table, lambda r: (text(r, "table", str), text(r, "settings", dict))),
     "delete_table": (ops.delete_table, lambda r: (text(r, "table", str),)),
     "move": (ops.move, lambda r: (text(r, "range", str), text(r, "server", str))),
     "split": (ops.split, lambda r: (text(r, "range", str), text(r, "key", str, None))),
@@ -75,7 +76,8 @@ def handle(co: AdminHost, ident: bytes, rid: bytes, req: dict, role: str | None)
             return protocol.ok({"tables": sorted(co.pmap.tables.values(), key=str.lower), "next": None})
     if op == "get_table":
         with co.lock:
-            return protocol.ok({"table": co.pmap.table_name(protocol.field(req, "table", str))})
+            name = co.pmap.table_name(protocol.field(req, "table", str))
+            return protocol.ok({"table": name, **co.table_settings.show(name)})
     if op in acl.OPS:
         return protocol.ok(acl.handle(co, op, req))
     if op not in JOBS:

@@ -42,6 +42,7 @@ if TYPE_CHECKING:
     from coordinator.map_deltas import DeltaLog, PendingChanges
     from coordinator.partition_map import PartitionMap
     from coordinator.server_info import ServerInfo
+    from coordinator.table_settings import TableSettings
     from coordinator.warm_standby import WarmFollower
     from rangetable.config import CoordinatorConfig
     from rangetable.curve import KeyRing
@@ -192,6 +193,7 @@ class MapWriter(MetaAccess, EventRecorder, ServerDirectory, Protocol):
     """What a multi-step change of the map uses (:mod:`coordinator.operations`, backups)."""
 
     cfg: CoordinatorConfig
+    table_settings: TableSettings
 
     def commit(self, writes: tuple[dict, list]) -> None:
         """Persist a map change, then have the loop publish it."""

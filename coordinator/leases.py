@@ -59,6 +59,9 @@ def heartbeat(co: LeaseHolder, req: Heartbeat) -> LeaseAnswer:
             info.load = {rid: ld for rid, ld in info.load.items() if rid in open_ids}
         info.pending = int(req.get("pending", 0))
         co.balancer_loop.on_heartbeat(sid, load, now)
+        settings = co.table_settings
+        settings.refresh(co.pmap, co.servers, now)
+        extra = settings.lease_fields(sid, req.get("settings_v"), co.pmap)
         stamp = (co.pmap.owner_stamp(sid), co.pmap.owned_count(sid))
         if same and info.in_step == stamp:
             differs = False  # the same report as last time, and nothing of this server changed
@@ -69,7 +72,9 @@ def heartbeat(co: LeaseHolder, req: Heartbeat) -> LeaseAnswer:
         co.controller.submit(ops.assign_orphans, co, co.controller, key="orphans")
     if differs:
         co.controller.submit(ops.reconcile, co, co.controller, sid, key=f"reconcile:{sid}")
-    return {"lease_s": co.cfg.lease_s, "version": co.pmap.version, "term": co.term}
+    answer: LeaseAnswer = {"lease_s": co.cfg.lease_s, "version": co.pmap.version, "term": co.term}
+    answer.update(extra)  # type: ignore[typeddict-item]  # settings, settings_v, shares (see LeaseAnswer)
+    return answer
 
 
 def mismatch(co: LeaseHolder, info: ServerInfo) -> tuple[bool, bool]:

@@ -20,10 +20,11 @@ from coordinator.placement import place_orphans
 from rangetable.crash import crash_point
 from rangetable.errors import TableError
 from rangetable.stats import StepClock
+from rangetable.table_settings import check_settings, describe
 
 if TYPE_CHECKING:
     from coordinator.interfaces import Commands, MapWriter
-    from rangetable.messages import RangeRecord
+    from rangetable.messages import RangeRecord, TableSettingsCommand
 
 log = logging.getLogger("rangetable.coordinator")
 
@@ -38,18 +39,39 @@ def _public(rec: dict) -> RangeRecord:
             "path": rec["path"]}
 
 
-def create_table(co: MapWriter, ctl: Commands, name: str) -> dict:
-    """Add a table with one range on the least-loaded live server and open it there."""
+def create_table(co: MapWriter, ctl: Commands, name: str, settings: dict | None = None) -> dict:
+    """Add a table (with its ``settings``: TTL, reserved throughput) with one range on the least-loaded
+    live server and open it there."""
     from rangetable.entity import validate_table_name
 
     validate_table_name(name)
+    checked = check_settings(settings or {})
     with co.lock:
         owner = co.pick_server()
         rec, writes = co.pmap.create_table(name, owner)
-        co.commit(writes)
+        puts, deletes = co.table_settings.put(name, checked)
+        co.commit(({**writes[0], **puts}, writes[1] + deletes))
     if owner is not None:
         _load(co, ctl, owner, rec)
     return {"table": name}
+
+
+def set_table(co: MapWriter, ctl: Commands, name: str, changes: dict) -> dict:
+    """Change a table's settings (controller job): commit them, then have every live partition
+    server apply them before answering, so a TTL change holds for reads when this returns."""
+    with co.lock:
+        table = co.pmap.table_name(name)  # TableNotFound
+        state = co.table_settings
+        settings = check_settings(changes, state.of(table))
+        co.commit(state.put(table, settings))
+        msg: TableSettingsCommand = {"op": "table_settings", "settings": state.by_table, "settings_v": state.version}
+        servers = co.live_servers()
+    failed = [(s, r) for s, r in zip(servers, ctl.call_many([(s, msg) for s in servers]), strict=True)
+              if isinstance(r, Exception)]
+    for server, exc in failed:  # such a server catches up from its next lease answer (within a heartbeat)
+        log.warning("table settings of %s not applied on %s yet: %s", table, server, exc)
+    co.event("table_settings", table=table, **describe(settings))
+    return {"table": table, **describe(settings)}
 
 
 def delete_table(co: MapWriter, ctl: Commands, name: str) -> None:
@@ -57,6 +79,7 @@ def delete_table(co: MapWriter, ctl: Commands, name: str) -> None:
     with co.lock:
         gone, writes = co.pmap.delete_table(name)
         writes[1].append(acl_key(name))  # the table's stored access policies go with it
+        writes[1].extend(co.table_settings.put(name, {})[1])  # and its settings
         co.commit(writes)
     for r in gone:
         if r["owner"] and co.is_alive(r["owner"]):
@@ -68,7 +91,8 @@ def delete_table(co: MapWriter, ctl: Commands, name: str) -> None:
 
 def _load(co: MapWriter, ctl: Commands, server: str, rec: dict) -> bool:
     try:
-        ctl.call(server, {"op": "load", "range": _public(rec), "version": co.pmap.version})
+        ctl.call(server, {"op": "load", "range": _public(rec), "version": co.pmap.version,
+                          **co.table_settings.message()})
         return True
     except TableError as exc:
         log.warning("load %s on %s failed: %s", rec["id"], server, exc)
@@ -98,7 +122,8 @@ def assign_orphans(co: MapWriter, ctl: Commands, reason: str = "owner not alive"
         co.commit((puts, []))
         recs = {rid: dict(co.pmap.ranges[rid]) for rid in orphans}
         version = co.pmap.version
-    results = ctl.call_many([(plan[rid], {"op": "load", "range": _public(recs[rid]), "version": version})
+    results = ctl.call_many([(plan[rid], {"op": "load", "range": _public(recs[rid]), "version": version,
+                                          **co.table_settings.message()})
                              for rid in orphans])
     ms = _ms(t0)
     for rid, res in zip(orphans, results, strict=True):

@@ -40,6 +40,7 @@ from coordinator.map_deltas import DeltaLog, PendingChanges, build_delta
 from coordinator.map_snapshots import MapSnapshots
 from coordinator.partition_map import PartitionMap
 from coordinator.server_info import MAX_EVENTS, ServerInfo
+from coordinator.table_settings import TableSettings
 from coordinator.warm_standby import WarmFollower
 from rangetable import curve, protocol
 from rangetable.addresses import advertised
@@ -93,6 +94,7 @@ class Coordinator:
         self.deltas = DeltaLog()
         self.published = self.pmap.version
         self.gc = GcPauses()  # installed when this coordinator leads (its loop freezes survivors)
+        self.table_settings = TableSettings()  # TTLs and reserved throughput (loaded at takeover)
 
     # --- leadership ---------------------------------------------------------------------------
 

@@ -36,6 +36,7 @@ from coordinator.meta_etcd import open_etcd_for_term
 from coordinator.meta_store import open_for_term
 from coordinator.partition_map import PartitionMap
 from coordinator.server_info import MAX_EVENTS, ServerInfo
+from coordinator.table_settings import PREFIX as TABLE_SETTINGS
 from coordinator.warm_standby import WarmFollower
 
 if TYPE_CHECKING:
@@ -108,6 +109,7 @@ def _load(co: TakeoverHost, rec: TermRecord) -> None:
         co.meta, co.pmap, co.events = meta, pmap, events
         co.event_seq = (events[-1]["seq"] + 1) if events else 1
         co.keys_version = client_keys.load(co)[0]
+        co.table_settings.load(meta.items(TABLE_SETTINGS))
         co.published = pmap.version
         co.known_servers = servers
         co.takeover.update({"meta": meta.name, "copied_keys": how["copied"], "meta_ms": how["ms"],

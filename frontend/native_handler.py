@@ -26,7 +26,7 @@ from rangetable.planner import plan
 
 RETRY_CODES = frozenset({"NotOwner", "RangeBusy"})
 COORDINATOR_OPS = frozenset(
-    {"create_table", "delete_table", "list_tables", "get_table", "split", "move", "merge", "events", "servers",
+    {"create_table", "delete_table", "list_tables", "get_table", "set_table", "split", "move", "merge", "events", "servers",
      "status", "get_acl", "set_acl", "get_service_properties", "set_service_properties"}
 )
 MAX_PAGE = 1000

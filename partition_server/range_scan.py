@@ -51,6 +51,7 @@ def scan_span(
     wire: bool = False,
     needs_ts: bool = True,
     needs_props: bool = True,
+    oldest: int = 0,
 ) -> tuple[list[Any], bytes | None]:
     """Scan entity keys in ``[lo, hi)`` of ``db`` (``hi`` None: to the end of the entities).
 
@@ -59,14 +60,14 @@ def scan_span(
     every 64 entities), and the key of the first entity not examined (None when the span is
     exhausted). Matches are Entity tuples, or with ``wire=True`` the bytes of each entity's wire
     form; then ``needs_ts`` / ``needs_props`` say what the predicate reads (it gets None for the
-    rest).
+    rest). Entities with a Timestamp below ``oldest`` (expired under the table's TTL) are skipped.
     """
     upper = META_PREFIX if hi is None or hi > META_PREFIX else hi
     if lo >= upper:
         return [], None
     limit = max(1, limit)
     sel = tuple(select) if select is not None else None
-    decode = _FULL if not wire or needs_props or sel is not None else _TS if needs_ts else _NOTHING
+    decode = _FULL if not wire or needs_props or sel is not None else _TS if needs_ts or oldest else _NOTHING
     emit = _ENTITY if not wire else _SPLICE if sel is None else _PACK
     want_rk = not wire or predicate is not None or sel is not None
     deadline = time.perf_counter() + budget_s if budget_s is not None else None
@@ -107,7 +108,9 @@ def scan_span(
                     ts, props = unpack(v)
                 else:
                     ts = stored_ts(v)
-            if predicate is None or predicate(pk, rk, ts, props):
+            if oldest and ts < oldest:  # expired: invisible (oldest is 0 without a TTL)
+                pass
+            elif predicate is None or predicate(pk, rk, ts, props):
                 if emit == _SPLICE:
                     append(wire_entity(prefix, rkb, v))
                 else:

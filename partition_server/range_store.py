@@ -10,7 +10,9 @@ Layout (all raw bytes, opened only through :func:`rangetable.storage.open_range_
 * ``REQT_PREFIX + >Q ts + request_id`` → ``>I size``, the same records ordered oldest first for purging
   (both in :mod:`partition_server.request_records`);
 * ``DROP_KEY`` → ``msgpack([lo, hi])`` after ``split(compact=False)``: the span deleted but not yet
-  compacted (size and count estimates stay too high until :meth:`RangeStore.compact_pending`).
+  compacted (size and count estimates stay too high until :meth:`RangeStore.compact_pending`);
+* while the table has a TTL, the expiry index (:mod:`partition_server.expiry`): one entry per write,
+  in Timestamp order, and ``MARK_KEY``. Expired entities read as absent everywhere (:meth:`RangeStore.set_ttl`).
 
 Every write is one WriteBatch that carries the entity change, the new ``META_TS`` and any request
 record, so Timestamps stay strictly increasing across restarts and retries stay exactly-once.
@@ -31,6 +33,7 @@ import msgpack
 import rocksdict
 
 from partition_server import fast_path
+from partition_server.expiry import Expiry
 from partition_server.range_ops import check_batch_shape, prepare_op
 from partition_server.range_scan import scan_span, span_may_hold
 from partition_server.range_split import (
@@ -114,6 +117,7 @@ class RangeStore:
         self._tee = Tee()  # a split's record of this store's writes (split_job.py)
         self._ops_total = 0  # WriteBatch entries since open, and how many of them were meta keys:
         self._ops_meta = 0  # used to discount META_TS rewrites still counted in the memtables
+        self.expiry = Expiry(db)  # the table's TTL and its expiry index
 
     @classmethod
     def open(cls, path: str | os.PathLike[str], *, create: bool = True, **limits: Any) -> RangeStore:
@@ -174,16 +178,23 @@ class RangeStore:
             self._drop_pending = False
             return False
         lo, hi = msgpack.unpackb(v)
-        for a, b in compaction_slices(db.live_files(), lo, hi):
-            with self._compact_lock:
-                if self._closing:
-                    return False
-                self._db.compact_range(a or None, b)
+        if not self.compact_span(lo, hi):
+            return False
         with self._compact_lock:
             if self._closing:
                 return False
             self._db.delete(DROP_KEY, self._wo)
         self._drop_pending = False
+        return True
+
+    def compact_span(self, lo: bytes, hi: bytes) -> bool:
+        """Compact ``[lo, hi)`` in slices of a few SST files each (RocksDB drops deleted keys and frees
+        their space); False if :meth:`close` stopped it between slices."""
+        for a, b in compaction_slices(self._db.live_files(), lo, hi):
+            with self._compact_lock:
+                if self._closing:
+                    return False
+                self._db.compact_range(a or None, b)
         return True
 
     def flush(self) -> None:
@@ -206,17 +217,23 @@ class RangeStore:
 
     # --- reads -------------------------------------------------------------------------------
 
+    def _read(self) -> Callable[[Any], Any]:
+        """The DB's get (one key or a list), hiding expired entities: every read of a current entity
+        goes through it."""
+        return self.expiry.reader(self._db.get, self.clock())
+
     def get(self, pk: str, rk: str) -> Entity | None:
-        """The entity at (pk, rk), or None."""
-        v = self._db.get(encode_key(pk, rk))
+        """The entity at (pk, rk), or None (also when expired)."""
+        v = self._read()(encode_key(pk, rk))
         if v is None:
             return None
         ts, props = msgpack.unpackb(v)
         return Entity(pk, rk, ts, props)
 
     def get_raw(self, key: bytes) -> bytes | None:
-        """The stored value (``msgpack([ts, props])``) at an encoded entity key, or None."""
-        return self._db.get(key)
+        """The stored value (``msgpack([ts, props])``) at an encoded entity key, or None (also when
+        expired)."""
+        return self._read()(key)
 
     def scan(self, lo: bytes, hi: bytes | None, predicate: Predicate | None = None,
              select: list[str] | None = None, limit: int = 1000, budget_s: float | None = None, *,
@@ -229,7 +246,7 @@ class RangeStore:
         the stored value when possible; ``needs_ts`` / ``needs_props`` then say what ``predicate`` reads.
         """
         return scan_span(self._db, lo, hi, predicate, select, limit, budget_s, wire=wire,
-                         needs_ts=needs_ts, needs_props=needs_props)
+                         needs_ts=needs_ts, needs_props=needs_props, oldest=self.expiry.oldest(self.clock()))
 
     def stats(self) -> dict[str, int]:
         """Approximate ``{"entities", "bytes", "compaction_pending", "pending_compaction_bytes"}``;
@@ -322,7 +339,7 @@ class RangeStore:
                 answer = stored_answer(prev)
                 return packed_answer(answer) if wire else answer
             ts = self._next_ts()
-            key, props = prepare_op(self._db.get, op)
+            key, props = prepare_op(self._read(), op)
             wb = self._tee.new_batch()
             if props is None:
                 wb.delete(key)
@@ -330,6 +347,7 @@ class RangeStore:
             else:
                 value = fast_path.pack_value(ts, props)
                 wb.put(key, value)
+                self.expiry.note_write(wb, ts, [key])
                 packed = fast_path.entity_bytes(key, value) if wire or rid is not None else b""
             self._commit(wb, ts, rid, WRITE, packed, stale)
         if wire:
@@ -366,8 +384,11 @@ class RangeStore:
             wb = self._tee.new_batch()
             db = self._db
             want_items = echo and (answer == "wire" or rid is not None)
-            items, written = fast_path.prepare_batch(db.get, ops, ts, wb, want_items, partial(span_may_hold, db))
+            items, written = fast_path.prepare_batch(self._read(), ops, ts, wb, want_items, partial(span_may_hold, db))
             if written:
+                if self.expiry.indexing:
+                    self.expiry.note_write(wb, ts, [encode_key(op["pk"], op["rk"])
+                                                    for op, p in zip(ops, written, strict=True) if p is not None])
                 if rid is None:
                     record = b""
                 elif echo:
@@ -380,6 +401,31 @@ class RangeStore:
         if answer == "timestamp":
             return ts
         return [None if p is None else Entity(op["pk"], op["rk"], ts, p) for op, p in zip(ops, written, strict=True)]
+
+    # --- TTL (see expiry.py) -----------------------------------------------------------------
+
+    def set_ttl(self, ttl_ticks: int) -> None:
+        """Hide entities older than ``ttl_ticks`` from every read from now on (0: none), and keep
+        the expiry index that reclaims them (started, or dropped when the TTL goes)."""
+        with self._lock:
+            wb = self._tee.new_batch()
+            self.expiry.configure(wb, ttl_ticks, self._last_ts)
+            if len(wb):
+                self._tee.write(self._db, wb, self._wo)
+
+    def expire_step(self, max_keys: int = 2000) -> tuple[int, int]:
+        """One bounded step of the TTL's background work (see :meth:`Expiry.step`): (entities
+        deleted, their bytes); (0, 0) without a TTL or once closed."""
+        if not self.expiry.due or self._closing:
+            return 0, 0
+        with self._lock:
+            if self._db is _CLOSED:
+                return 0, 0
+            wb = self._tee.new_batch()
+            done = self.expiry.step(self._db, wb, self.clock(), max_keys)
+            if len(wb):
+                self._tee.write(self._db, wb, self._wo)
+            return done
 
     # --- split / merge (see range_split.py) ---------------------------------------------------
 

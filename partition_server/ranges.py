@@ -22,6 +22,7 @@ from partition_server.metrics import RangeTotals
 from partition_server.range_store import RangeStore
 from partition_server.served import FULL_REPORT_S, LAT_SAMPLES, Deferred, Load, Served, only_changed
 from partition_server.split_job import SplitJob
+from partition_server.table_config import TableConfig
 from partition_server.throttle import PartitionThrottle
 from rangetable.crash import crash_point
 from rangetable.errors import TableError
@@ -36,7 +37,7 @@ class RangeSet:
     """Ranges open in this process, keyed by range id."""
 
     CONTROL_OPS = frozenset({"load", "unload", "prepare", "split", "split_key", "merge", "destroy", "status",
-                             "checkpoint"})
+                             "checkpoint", "table_settings"})
 
     def __init__(self, data_dir: str, *, sync: bool = False, scan_budget_ms: int = 200,
                  partition_target: float = 0.0, request_window: tuple[float, int, int] = (600.0, 100_000, 64 << 20)) -> None:
@@ -52,6 +53,7 @@ class RangeSet:
         self.splits: dict[str, SplitJob] = {}  # splits being prepared, by parent range id
         self.notify: Callable[[], None] = lambda: None  # wakes the server's loop (a split is ready)
         self.totals = RangeTotals()  # what every open range served since it opened (Prometheus metrics)
+        self.tables = TableConfig()  # the tables' TTLs and this server's shares of reserved throughput
         self.version = 0  # highest map version seen in a command
         self._last_report = time.monotonic()
         self._sent: dict[str, dict] = {}  # the last load report sent per range
@@ -70,7 +72,13 @@ class RangeSet:
         """Run a coordinator command."""
         self.version = max(self.version, int(req.get("version", 0)))
         if op == "load":
+            if self.tables.learn(req):
+                self.apply_settings()
             return self.load(req["range"])
+        if op == "table_settings":  # answered once every open range applies them
+            if self.tables.learn(req):
+                self.apply_settings()
+            return None
         if op == "unload":
             return self.unload(req["range"], int(req.get("epoch", -1)))
         if op == "split":  # answered when the job is ready: see Deferred
@@ -99,6 +107,7 @@ class RangeSet:
         cur = self.open.get(rid)
         if cur is not None:
             cur.reset(record)
+            self.tables.apply(rid, cur)
             self._compact_later(cur.store)
             return
         t0 = time.monotonic()
@@ -109,8 +118,25 @@ class RangeSet:
             raise TableError("RangeBusy", f"cannot open range {rid}: {exc}") from None
         lo, hi = range_bounds(record["low"], record["high"])
         self.open[rid] = Served(dict(record), store, "serving", lo, hi)
+        self.tables.apply(rid, self.open[rid])
         log.info("loaded range %s epoch %s in %.1f ms", rid, record["epoch"], (time.monotonic() - t0) * 1e3)
         self._compact_later(store)
+
+    def serving_stores(self) -> list[RangeStore]:
+        """The stores of the ranges serving now (called from the reclaimer's thread)."""
+        return [s.store for s in list(self.open.values()) if s.state == "serving"]
+
+    def apply_settings(self) -> None:
+        """Give every open range its table's current settings (after they changed)."""
+        for rid, served in self.open.items():
+            self.tables.apply(rid, served)
+
+    def on_lease(self, answer: dict) -> None:
+        """Take the table settings (when newer) and capacity shares a lease answer carries."""
+        if self.tables.learn(answer):
+            self.apply_settings()
+        if "shares" in answer:
+            self.tables.set_shares(answer["shares"], self.open)
 
     @staticmethod
     def _compact_later(store: RangeStore) -> None:
@@ -126,6 +152,7 @@ class RangeSet:
         if job is not None:
             job.abort()
         served = self.open.pop(rid, None)
+        self.tables.forget(rid)
         if served is not None:
             served.store.close()
             crash_point("ps.unload.after_close", self.data_dir)
@@ -191,9 +218,11 @@ class RangeSet:
         crash_point("ps.split.after_split", self.data_dir)
         clock = StepClock(job.steps)
         self._retire(rid)
+        self.tables.inherit([rid], [left["id"], right["id"]])
         for rec, store in zip((left, right), halves, strict=True):
             lo, hi = range_bounds(rec["low"], rec["high"])
             self.open[rec["id"]] = Served(dict(rec), store, "pending", lo, hi)
+            self.tables.apply(rec["id"], self.open[rec["id"]])
         clock.step("retire")
         steps = job.steps
         offline = round(steps["switch"] + steps["retire"], 2)
@@ -217,10 +246,12 @@ class RangeSet:
         if out["id"] in self.open:
             self.unload(out["id"])
         RangeStore.merge(self._path(left), self._path(right), self._path(out))
+        self.tables.inherit([left["id"], right["id"]], [out["id"]])
         crash_point("ps.merge.after_merge", self.data_dir)
         store = RangeStore.open(self._path(out), **self.store_kw)
         lo, hi = range_bounds(out["low"], out["high"])
         self.open[out["id"]] = Served(dict(out), store, "pending", lo, hi)
+        self.tables.apply(out["id"], self.open[out["id"]])
         return {"ms": round((time.monotonic() - t0) * 1e3, 2)}
 
     def checkpoint(self, rid: str, epoch: int, path: str) -> dict:
@@ -265,8 +296,9 @@ class RangeSet:
             raise TableError("NotOwner", f"range {rid} epoch {epoch} is not served here")
         return served
 
-    def _serving(self, req: dict, pk: str | None, cost: int = 1) -> Served:
-        served = self._served(req.get("range"), int(req.get("epoch", -2)))
+    def _serving(self, req: dict, pk: str | None, cost: int = 1, write: bool = False) -> Served:
+        rid = req.get("range")
+        served = self._served(rid, int(req.get("epoch", -2)))
         if served.state != "serving":
             served.load.busy += 1
             raise TableError("RangeBusy", f"range {served.record['id']} is {served.state}")
@@ -279,6 +311,13 @@ class RangeSet:
                 except TableError:
                     served.load.busy += 1
                     raise
+        cap = self.tables.capacity.get(rid) if self.tables.capacity else None  # type: ignore[arg-type]
+        if cap is not None:
+            try:
+                cap.admit(write, cost)
+            except TableError:
+                served.load.busy += 1
+                raise
         return served
 
     def data(self, op: str, req: dict, nbytes: int = 0) -> Any:
@@ -288,7 +327,7 @@ class RangeSet:
         kind = DATA_OPS[op]
         if kind.target is not None:  # counted before it runs: a request refused by its precondition is load too
             pk, n = kind.target(req)
-            served = self._serving(req, pk, n or 1)
+            served = self._serving(req, pk, n or 1, not kind.reads)
             ld = served.load
             if kind.reads:
                 ld.reads += 1
@@ -306,6 +345,10 @@ class RangeSet:
                 if page.sampled is not None:
                     ld.note(*page.sampled)
             ld.entities += page.entities
+            if page.entities > 1 and self.tables.capacity:
+                cap = self.tables.capacity.get(req.get("range"))  # type: ignore[arg-type]
+                if cap is not None:
+                    cap.charge(False, page.entities - 1)  # admitted for one entity
             result = page.result
         dt = time.perf_counter() - t0
         ld.lat_sum += dt
@@ -353,8 +396,12 @@ class RangeSet:
                 "entities": st.get("entities", 0),
                 "bytes": st.get("bytes", 0),
                 "pending_compaction_bytes": st.get("pending_compaction_bytes", 0),
+                "expired": s.store.expiry.reclaimed,  # entities the TTL reclaimed since the range opened
                 "sample": list(ld.sample),
             }
+            cap = self.tables.capacity.get(rid)
+            if cap is not None:
+                out[rid].update(cap.report(dt))
             self.totals.add(rid, s.record["table"], ld, out[rid])
             out[rid] = {k: v for k, v in out[rid].items() if v}
             s.load = Load()

@@ -45,6 +45,7 @@ from zmq.backend import zmq_poll
 from partition_server.data_requests import DATA_OPS
 from partition_server.fast_path import set_socket_option
 from partition_server.ranges import RangeSet
+from partition_server.reclaimer import Reclaimer
 from partition_server.served import Deferred
 from rangetable import curve, protocol
 from rangetable.addresses import advertised
@@ -74,6 +75,7 @@ class PartitionServer:
                                partition_target=cfg.partition_target, request_window=(
                                    cfg.request_window_s, cfg.request_window_max, cfg.request_window_mb << 20))
         self.lease_until = 0.0  # monotonic; no lease until the coordinator first answers
+        self.reclaimer = Reclaimer(self.ranges.serving_stores)  # table TTL: reclaims expired entities
         self.had_lease = False
         self.stopping = False
         self.endpoint = ""
@@ -157,6 +159,7 @@ class PartitionServer:
             "ranges": self.ranges.report(),
             "load": self.ranges.changed_load_report(),
             "pending": self.pending,
+            "settings_v": self.ranges.tables.version,
         }
         self.coord.send_multipart([rid, protocol.pack(body)])
 
@@ -196,6 +199,7 @@ class PartitionServer:
         self.had_lease = True
         if self.lease_until > time.monotonic():
             self.watchdog.renewed()
+        self.ranges.on_lease(reply)
 
     # --- requests -----------------------------------------------------------------------------
 
@@ -288,6 +292,7 @@ class PartitionServer:
         self._bind()
         log.info("partition server %s serving on %s", self.server_id, self.endpoint)
         self._write_endpoint_file()
+        self.reclaimer.start()
         if self.cfg.metrics:
             from partition_server.metrics import collect
             from rangetable.metrics import serve_metrics
@@ -352,6 +357,7 @@ class PartitionServer:
 
     def close(self) -> None:
         """Close every store and socket."""
+        self.reclaimer.stop()
         self.ranges.unload_all()
         for s in (getattr(self, "router", None), getattr(self, "coord", None)):
             if s is not None:

@@ -35,6 +35,7 @@ from rangetable.client_wire import batch_op, entity_token, write_metadata, write
 from rangetable.edm import Entity
 from rangetable.errors import TableError
 from rangetable.retry import RetryPolicy, call_with_retry, default_policy
+from rangetable.table_settings import parse_ttl
 from rangetable.values import TableEntity, typed_to_entity
 
 if TYPE_CHECKING:
@@ -46,6 +47,7 @@ if TYPE_CHECKING:
         NativeRequest,
         QueryAnswer,
         QueryRequest,
+        TableRequest,
         WriteKind,
         WriteRequest,
     )
@@ -111,10 +113,11 @@ class TableServiceClient(_Client):
             self.endpoint, table_name, retry_policy=self.retry_policy, _transport=self._transport
         )
 
-    def create_table(self, table_name: str) -> TableClient:
-        """Create a table; raises ResourceExistsError (TableAlreadyExists) if it exists."""
+    def create_table(self, table_name: str, *, ttl: str | int | None = None) -> TableClient:
+        """Create a table (with a TTL: ``"30d"``, ``"12h"``, seconds…); raises ResourceExistsError
+        (TableAlreadyExists) if it exists."""
         table = self.get_table_client(table_name)
-        table.create_table()
+        table.create_table(ttl=ttl)
         return table
 
     def create_table_if_not_exists(self, table_name: str) -> TableClient:
@@ -189,10 +192,34 @@ class TableClient(_Client):
 
     # --- tables ---------------------------------------------------------------------------------
 
-    def create_table(self) -> TableItem:
-        """Create this table; raises ResourceExistsError (TableAlreadyExists) if it exists."""
-        self._call({"op": "create_table", "table": self.table_name})
+    def create_table(self, *, ttl: str | int | None = None) -> TableItem:
+        """Create this table, with a TTL if given (``"30d"``, ``"12h"``, ``"90m"``, ``"45s"`` or
+        seconds: entities older than it are invisible, then reclaimed); raises ResourceExistsError
+        (TableAlreadyExists) if it exists."""
+        req: TableRequest = {"op": "create_table", "table": self.table_name}
+        if ttl is not None:
+            req["settings"] = {"ttl_s": parse_ttl(ttl)}
+        self._call(req)
         return TableItem(self.table_name)
+
+    def set_table_settings(self, *, ttl: str | int | None = None, reads: int | None = None,
+                           writes: int | None = None) -> dict[str, Any]:
+        """Change this table's TTL (``"none"`` or 0 removes it) and reserved throughput (entities/s,
+        0 removes it); what is not given stays. Returns the settings now in force. A TTL change
+        holds for reads when this returns."""
+        changes: dict[str, Any] = {}
+        if ttl is not None:
+            changes["ttl_s"] = parse_ttl(ttl)
+        if reads is not None:
+            changes["reads"] = reads
+        if writes is not None:
+            changes["writes"] = writes
+        return self._call({"op": "set_table", "table": self.table_name, "settings": changes})
+
+    def get_table_settings(self) -> dict[str, Any]:
+        """This table's settings and capacity usage: ``{"table", "ttl", "ttl_s", "reads", "writes",
+        "usage": {"used_writes_s", "refused_writes_s", …}}``."""
+        return self._call({"op": "get_table", "table": self.table_name})
 
     def delete_table(self) -> None:
         """Delete this table; no error if it does not exist."""

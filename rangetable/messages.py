@@ -84,8 +84,18 @@ class HelloAnswer(TypedDict):
 class TableRequest(TypedDict):
     """``create_table`` / ``delete_table``: sent by the client, relayed by a frontend to the coordinator."""
 
-    op: Literal["create_table", "delete_table"]
+    op: Literal["create_table", "delete_table", "get_table"]
     table: str
+    settings: NotRequired[dict[str, Any]]  # create_table: {"ttl_s", "reads", "writes"} (rangetable.table_settings)
+
+
+class SetTableRequest(TypedDict):
+    """``set_table``: change a table's TTL / reserved throughput; sent by the client, relayed by a
+    frontend to the coordinator, answered with the settings in force."""
+
+    op: Literal["set_table"]
+    table: str
+    settings: dict[str, Any]  # the fields to change: "ttl_s", "reads", "writes"
 
 
 class ListTablesRequest(TypedDict):
@@ -169,7 +179,7 @@ class MapVersionAnswer(TypedDict):
 
 NativeRequest = (
     HelloRequest | TableRequest | ListTablesRequest | GetRequest | WriteRequest | BatchRequest | QueryRequest
-    | MapRequest
+    | MapRequest | SetTableRequest
 )
 """What a native client sends to a frontend."""
 
@@ -252,6 +262,18 @@ class LoadCommand(TypedDict):
     range: RangeRecord
     version: int
     term: NotRequired[int]  # every command carries the sending leader's term (added by the controller)
+    settings: NotRequired[dict[str, dict[str, int]]]  # every table's settings (rangetable.table_settings)
+    settings_v: NotRequired[int]  # and their version
+
+
+class TableSettingsCommand(TypedDict):
+    """Sent by the coordinator to every live server when a table's settings change; answered once
+    every open range applies them."""
+
+    op: Literal["table_settings"]
+    settings: dict[str, dict[str, int]]  # table (lower case) -> {"ttl_s", "reads", "writes"}, zeros left out
+    settings_v: int
+    term: NotRequired[int]
 
 
 class UnloadCommand(TypedDict):
@@ -343,6 +365,7 @@ class CheckpointAnswer(TypedDict):
 
 ControlCommand = (
     LoadCommand | UnloadCommand | RangeCommand | SplitCommand | MergeCommand | DestroyCommand | CheckpointCommand
+    | TableSettingsCommand
 )
 """What the coordinator sends a partition server (only the coordinator's key may)."""
 
@@ -364,6 +387,7 @@ class Heartbeat(TypedDict):
     ranges: list[list[Any]]
     load: dict[str, dict[str, float | bool | list[str]]]  # numbers, "compacting", the key "sample"
     pending: NotRequired[int]
+    settings_v: NotRequired[int]  # the version of the table settings the server holds
 
 
 class LeaseAnswer(TypedDict):
@@ -373,6 +397,9 @@ class LeaseAnswer(TypedDict):
     lease_s: float
     version: int
     term: int
+    settings: NotRequired[dict[str, dict[str, int]]]  # the table settings, when the server's are older
+    settings_v: NotRequired[int]
+    shares: NotRequired[dict[str, list[float]]]  # range id -> [reads/s, writes/s] of reserved throughput
 
 
 # --- coordinator → frontends (the partition map) -----------------------------------------------

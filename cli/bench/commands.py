@@ -1,6 +1,7 @@
 """``rangetable bench`` and its subcommands: the native path (the group itself), ``store``, ``http``,
 ``soak`` (a workload held for minutes), ``scale`` (10M entities), ``frontends`` (REST across HTTP
-frontend processes), ``control-plane`` and ``takeover``.
+frontend processes), ``control-plane``, ``takeover``, ``ttl``
+and ``capacity`` (table TTL and reserved throughput).
 
 Plain click commands; :mod:`cli.main` adds them to the ``bench`` group.
 """
@@ -253,3 +254,40 @@ def bench_takeover(servers: int, ranges: int, follow_s: float, mode: str, as_jso
     res = run_takeover_bench(servers, ranges, echo=(lambda s: None) if as_json else click.echo, follow_s=follow_s,
                              mode=mode)
     click.echo(json.dumps(res, indent=2) if as_json else format_result(res))
+
+
+@click.command("ttl")
+@click.option("-n", "count", default=1_000_000, show_default=True, help="Entities loaded (bulk path).")
+@click.option("--interval", default=2.0, show_default=True, help="Seconds per printed row.")
+@click.option("--limit-s", default=300.0, show_default=True, help="Stop printing rows after this long.")
+@click.option("--data-dir", default=None, help="Use the running cluster of this data dir (default: start one).")
+@json_option
+def bench_ttl(count: int, interval: float, limit_s: float, data_dir: str | None, as_json: bool) -> None:
+    """Table TTL: load N entities, shorten the TTL to 1 s, check that reads stop returning them at
+    once, then print disk space, entities left and partition-server CPU per interval while they
+    are reclaimed."""
+    from cli.bench.table_settings import bench_ttl_cmd
+
+    if count < 1 or interval <= 0:
+        raise click.UsageError("need -n >= 1 and --interval > 0.")
+    res = bench_ttl_cmd(count, interval, limit_s, data_dir, (lambda s: None) if as_json else click.echo)
+    if as_json:
+        click.echo(json.dumps(res, indent=2))
+
+
+@click.command("capacity")
+@click.option("--writes", "reserve", default=1000, show_default=True, help="Writes/s reserved for each table.")
+@click.option("--seconds", default=20.0, show_default=True, help="Length of each phase.")
+@click.option("--interval", default=2.0, show_default=True, help="Seconds per printed row.")
+@click.option("--data-dir", default=None, help="Use the running cluster of this data dir (default: start one).")
+@json_option
+def bench_capacity(reserve: int, seconds: float, interval: float, data_dir: str | None, as_json: bool) -> None:
+    """Reserved throughput: a table of 4 ranges reserved at N writes/s under a skewed load, then two
+    such tables on the same servers at once; prints what each was granted per interval."""
+    from cli.bench.table_settings import bench_capacity_cmd
+
+    if reserve < 1 or seconds <= 0 or interval <= 0:
+        raise click.UsageError("need --writes >= 1, --seconds > 0 and --interval > 0.")
+    res = bench_capacity_cmd(reserve, seconds, interval, data_dir, (lambda s: None) if as_json else click.echo)
+    if as_json:
+        click.echo(json.dumps(res, indent=2))

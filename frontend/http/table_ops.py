@@ -11,6 +11,9 @@ from frontend.http.parse import Request, Services
 from frontend.http.render import ODATA_HEADERS, XML_TYPE, Response, http_date, odata_headers
 from frontend.http.security import check
 from rangetable.errors import TableError
+from rangetable.table_settings import parse_ttl
+
+TTL_HEADER = "x-rangetable-ttl"  # Create Table: the table's TTL (30d, 12h, 90m, 45s); Get Table answers it
 
 
 async def query_tables(app: Services, rq: Request) -> Response:
@@ -36,7 +39,11 @@ async def create_table(app: Services, rq: Request) -> Response:
     if not isinstance(name, str):
         raise TableError("InvalidInput", "The request body must carry a string TableName.")
     check(rq.auth, "create_table", name)
-    out = await app.fe.request({"op": "create_table", "table": name})
+    req: dict[str, Any] = {"op": "create_table", "table": name}
+    ttl = rq.headers.get(TTL_HEADER)
+    if ttl is not None:  # an extension: no Azure service has a table TTL (docs/http.md)
+        req["settings"] = {"ttl_s": parse_ttl(ttl)}
+    out = await app.fe.request(req)
     name = (out or {}).get("table", name)
     link = f"{rq.base}/Tables('{name}')".encode()
     no_content = pref == "return-no-content"
@@ -60,7 +67,8 @@ async def get_table(app: Services, rq: Request) -> Response:
     check(rq.auth, "get_table", rq.res.table)
     out = await app.fe.request({"op": "get_table", "table": rq.res.table})
     name = (out or {}).get("table") or rq.res.table
-    return Response(200, odata_headers(rq, True), odata.table_single(name, rq.level, rq.base, rq.res.account))
+    h = odata_headers(rq, True) + [(TTL_HEADER.encode(), str((out or {}).get("ttl", "none")).encode())]
+    return Response(200, h, odata.table_single(name, rq.level, rq.base, rq.res.account))
 
 
 # --- ACL, service properties, stats ------------------------------------------------------------------

@@ -16,6 +16,7 @@ from coordinator.load_history import LoadHistory
 from coordinator.map_snapshots import MapSnapshots
 from coordinator.partition_map import PartitionMap
 from coordinator.server_info import ServerInfo
+from coordinator.table_settings import TableSettings
 from rangetable import protocol
 from rangetable.gc_tuning import GcPauses
 
@@ -98,7 +99,7 @@ def test_an_unchanged_range_list_keeps_the_stored_one() -> None:
                          balancer_loop=SimpleNamespace(on_heartbeat=lambda *a: None),
                          controller=SimpleNamespace(submit=lambda *a, **k: calls.append(k),
                                                     jobs=SimpleNamespace(qsize=lambda: 0)),
-                         cfg=SimpleNamespace(lease_s=2.0), term=1)
+                         cfg=SimpleNamespace(lease_s=2.0), term=1, table_settings=TableSettings())
     req = {"op": "heartbeat", "server": "s1", "endpoint": "tcp://a", "incarnation": "i1",
            "ranges": [["r000001", 1, "serving"]], "load": {}}
     assert leases.heartbeat(co, req)["lease_s"] == 2.0
