@@ -257,7 +257,20 @@ class DriverCore:
                 self.sub.disconnect(self._sub_connected)
             self.sub.connect(self.cache.pub)
             self._sub_connected = self.cache.pub
+        self._resend_from_departed()
         self._map_installed()
+
+    def _resend_from_departed(self) -> None:
+        """Re-run at once the requests waiting on a partition server the map no longer lists (the
+        coordinator declared it dead and failed its ranges over), instead of waiting out their attempt
+        timeout: a failed-over range answers as soon as its new owner is in the map. Safe to repeat:
+        writes carry their request id (exactly once), reads have no effect."""
+        live = set(self.cache.servers.values())
+        gone = [k for k, (_p, _s, _t, target) in self._sub.items() if target != "coordinator" and target not in live]
+        for k in gone:
+            p = self._sub.pop(k)[0]
+            if not p.done:
+                self.retry_later(p, "its server left the map")
 
     def _sweep(self) -> None:
         """Retry sub-requests that got no answer within ``attempt_timeout_s``; ask for a map if none."""
