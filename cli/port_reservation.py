@@ -5,6 +5,13 @@ from __future__ import annotations
 import random
 import socket
 
+FIRST_DRAWN = 10200
+"""Random ports are drawn from here up to the ephemeral range: below it are the ports clusters are told to
+use by default (`rangetable up`: REST 10002, native 10012 and up, dashboard 10081; Azurite 10000-10002).
+Drawing those too let one cluster's internal socket take another cluster's native port 10012 while that
+cluster's frontend restarted: the frontend then crash-looped on 'Address already in use' (a 29 s stall
+in a chaos drill that shared the machine with test clusters)."""
+
 
 class PortReservation:
     """Free ports on 127.0.0.1 that are distinct from one another.
@@ -13,7 +20,7 @@ class PortReservation:
     a cluster is being planned (binding port 0 and closing it at once, call after call, can return
     one port twice, and two processes of one cluster then collide on bind). Ports are drawn below
     the kernel's ephemeral range, so an outgoing connection's source port cannot take a listener's
-    port between planning and bind either.
+    port between planning and bind either, and above the well-known defaults (:data:`FIRST_DRAWN`).
     """
 
     def __init__(self) -> None:
@@ -22,7 +29,7 @@ class PortReservation:
     def take(self) -> int:
         """One more free port, distinct from every port taken before it."""
         low = ephemeral_range()[0]
-        candidates = [random.randrange(10000, low) for _ in range(64)] if low > 10100 else []
+        candidates = [random.randrange(FIRST_DRAWN, low) for _ in range(64)] if low > FIRST_DRAWN + 100 else []
         for port in [*candidates, 0]:
             s = socket.socket()
             try:

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import socket
 
-from cli.port_reservation import PortReservation, ephemeral_range
+from cli.port_reservation import FIRST_DRAWN, PortReservation, ephemeral_range
 from cli.supervisor import ClusterSpec, Supervisor
 
 
@@ -13,6 +13,7 @@ def test_reserved_ports_are_distinct_and_below_the_ephemeral_range() -> None:
     ports.release()
     assert len(set(taken)) == 300
     assert max(taken) < ephemeral_range()[0]
+    assert min(taken) >= FIRST_DRAWN  # never a default port of another cluster (10002, 10012, 10081)
 
 
 def test_released_ports_can_be_bound_again() -> None:
