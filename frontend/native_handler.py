@@ -21,7 +21,7 @@ from frontend.routing import MapCache, QueryCursor, token_to_key
 from rangetable import protocol
 from rangetable.config import FrontendConfig
 from rangetable.errors import TableError
-from rangetable.filter import compile_cached
+from rangetable.filter import compile_cached, parse_cached
 from rangetable.planner import plan
 
 RETRY_CODES = frozenset({"NotOwner", "RangeBusy"})
@@ -192,8 +192,7 @@ class Handler:
             filt = req.get("filter")
             if filt is not None and not isinstance(filt, str):
                 raise TableError("InvalidInput", "filter must be a string")
-            node, _ = compile_cached(filt or None)
-            cur = QueryCursor(plan(node), top)
+            cur = QueryCursor(plan(parse_cached(filt or None)), top)
             if req.get("next") is not None:
                 cur.pos = token_to_key(req["next"])
             p.state = cur

@@ -52,6 +52,7 @@ __all__ = [
     "count_comparisons",
     "describe",
     "format_literal",
+    "parse_cached",
     "parse_filter",
     "properties_used",
     "tokenize",
@@ -182,6 +183,16 @@ CACHED_FILTER_CHARS = 4096  # longer filters (hundreds of point keys, each query
 def _compile_memo(text: str) -> tuple[Node | None, Predicate]:
     node = parse_filter(text)
     return node, compile_filter(node)
+
+
+def parse_cached(text: str | None) -> Node | None:
+    """The AST of a filter (None for none), memoised with its predicate unless long (then only
+    parsed: a caller that plans scans needs no predicate)."""
+    if text is None:
+        return None
+    if len(text) > CACHED_FILTER_CHARS:
+        return parse_filter(text)
+    return _compile_memo(text)[0]
 
 
 def compile_cached(text: str | None) -> tuple[Node | None, Predicate]:
