@@ -180,6 +180,8 @@ def authenticate(
         return res
     now = now or datetime.now(UTC)
     if query.get("sig"):
+        if len(query["sig"]) > 1:  # which one would count? Azurite refuses it too
+            raise fail("The shared access signature carries more than one sig parameter.")
         ticks = datetime_to_ticks(now)
         if "ss" in query or "srt" in query:
             grant = verify_account_sas(accounts.sign, account, query, ticks, scheme, client_ip)

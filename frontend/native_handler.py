@@ -21,7 +21,7 @@ from frontend.routing import MapCache, QueryCursor, token_to_key
 from rangetable import protocol
 from rangetable.config import FrontendConfig
 from rangetable.errors import TableError
-from rangetable.filter import compile_cached
+from rangetable.filter import compile_cached, parse_cached
 from rangetable.planner import plan
 
 RETRY_CODES = frozenset({"NotOwner", "RangeBusy"})
@@ -82,6 +82,17 @@ def _require(req: dict, name: str, kind: type | tuple) -> Any:
     if not isinstance(v, kind):
         raise TableError("InvalidInput", f"field {name!r} is missing or has the wrong type")
     return v
+
+
+def page_size(req: dict) -> int:
+    """A query's ``top``: 0..1000 entities or tables per page (0 answers an empty page), 1000 when
+    absent; InvalidInput otherwise."""
+    top = req.get("top")
+    if top is None:
+        return MAX_PAGE
+    if type(top) is not int or not 0 <= top <= MAX_PAGE:
+        raise TableError("InvalidInput", "top must be between 0 and 1000")
+    return top
 
 
 class Handler:
@@ -176,14 +187,14 @@ class Handler:
             return
         cur: QueryCursor | None = p.state
         if cur is None:
-            top = req.get("top") or MAX_PAGE
-            if not isinstance(top, int) or not 1 <= top <= MAX_PAGE:
-                raise TableError("InvalidInput", "top must be between 1 and 1000")
+            top = page_size(req)
+            if top == 0:  # an empty page, once the table is known to exist (Azure answers $top=0 so)
+                self.fe.reply_ok(p, {"entities": [], "next": None})
+                return
             filt = req.get("filter")
             if filt is not None and not isinstance(filt, str):
                 raise TableError("InvalidInput", "filter must be a string")
-            node, _ = compile_cached(filt or None)
-            cur = QueryCursor(plan(node), top)
+            cur = QueryCursor(plan(parse_cached(filt or None)), top)
             if req.get("next") is not None:
                 cur.pos = token_to_key(req["next"])
             p.state = cur
@@ -192,15 +203,18 @@ class Handler:
         if seg is None:
             self._finish_query(p, cur)
             return
-        route, lo, hi = seg
+        route, spans = seg
         if route.endpoint is None:
             self.fe.retry_later(p, f"range {route.range['id']} has no serving owner")
             return
         left_ms = max(1, int((p.extra["page_end"] - time.monotonic()) * 1000))
+        (lo, hi), more = spans[0], spans[1:]
         body = {"op": "scan", "range": route.range["id"], "epoch": route.range["epoch"], "lo": lo, "hi": hi,
                 "filter": req.get("filter") or None, "select": req.get("select"), "limit": cur.remaining,
                 "budget_ms": left_ms}
-        self.fe.send_ps(p, route.endpoint, body, ("scan", hi))
+        if more:
+            body["spans"] = more
+        self.fe.send_ps(p, route.endpoint, body, ("scan", spans[-1][1]))
 
     def _finish_query(self, p: Pending, cur: QueryCursor) -> None:
         self.fe.reply_ok(p, {"entities": cur.results, "next": cur.token()})
@@ -246,14 +260,12 @@ class Handler:
             raise TableError("InvalidInput", "filter must be a string")
         _, pred = compile_cached(filt or None)
         after = req.get("next")
-        top = req.get("top") or MAX_PAGE
-        if not isinstance(top, int) or not 1 <= top <= MAX_PAGE:
-            raise TableError("InvalidInput", "top must be between 1 and 1000")
+        top = page_size(req)
         out = []
         for n in names:
             if after is not None and n.lower() < str(after).lower():
                 continue
             if pred("", "", 0, {"TableName": [0, n]}):
                 out.append(n)
-        nxt = out[top] if len(out) > top else None
+        nxt = out[top] if len(out) > top and top else None
         return {"tables": out[:top], "next": nxt}

@@ -168,6 +168,14 @@ def token_to_key(token: Any) -> bytes:
     return encode_key(token[0], token[1])
 
 
+MAX_SPANS = 256  # spans of one range asked for in one scan request
+
+
+def _clamp(hi: bytes | None, range_hi: bytes | None) -> bytes | None:
+    """A scan's end ``hi`` cut at its range's end."""
+    return hi if range_hi is None else (range_hi if hi is None else min(hi, range_hi))
+
+
 @dataclass
 class QueryCursor:
     """Walks a plan's scans in key order, one range at a time, until a page is full."""
@@ -178,8 +186,10 @@ class QueryCursor:
     index: int = 0
     results: list = field(default_factory=list)
 
-    def next_segment(self, cache: MapCache, table: str) -> tuple[Route, bytes, bytes | None] | None:
-        """The next (route, lo, hi) to scan, or None when the plan is exhausted."""
+    def next_segment(self, cache: MapCache, table: str) -> tuple[Route, list[tuple[bytes, bytes | None]]] | None:
+        """The next route and the spans ``[(lo, hi), …]`` to scan there, in key order (the plan's scans
+        that lie in that range, up to :data:`MAX_SPANS`: an ``or`` of many point keys costs one
+        request per range, not one per key), or None when the plan is exhausted."""
         scans = self.plan.scans
         while self.index < len(scans):
             s = scans[self.index]
@@ -189,8 +199,15 @@ class QueryCursor:
                 continue
             route = cache.route_key(table, lo)
             _, rhi = range_bounds(route.range["low"], route.range["high"])
-            hi = s.hi if rhi is None else (rhi if s.hi is None else min(s.hi, rhi))
-            return route, lo, hi
+            spans = [(lo, _clamp(s.hi, rhi))]
+            j = self.index + 1
+            while spans[-1][1] == scans[j - 1].hi and j < len(scans) and len(spans) < MAX_SPANS:
+                t = scans[j]  # the previous scan ended inside this range: does the next start in it?
+                if rhi is not None and t.lo >= rhi:
+                    break
+                spans.append((t.lo, _clamp(t.hi, rhi)))
+                j += 1
+            return route, spans
         return None
 
     def advance(self, entities: list, resume: bytes | None, seg_hi: bytes | None) -> None:

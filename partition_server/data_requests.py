@@ -11,6 +11,7 @@ the first entity of its page.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from functools import lru_cache
 from typing import Any, NamedTuple
@@ -18,7 +19,7 @@ from typing import Any, NamedTuple
 from partition_server import fast_path
 from partition_server.served import Served
 from rangetable.errors import TableError
-from rangetable.filter import Predicate, compile_cached, properties_used
+from rangetable.filter import CACHED_FILTER_CHARS, Predicate, compile_cached, properties_used
 from rangetable.keys import encode_key
 from rangetable.messages import RangeBatchRequest, RangeGetRequest, RangeWriteRequest, ScanRequest
 from rangetable.protocol import Packed, entity_to_wire
@@ -46,13 +47,21 @@ class DataOp(NamedTuple):
     #                                           scan budget in s) -> result, or a ScanPage
 
 
-@lru_cache(maxsize=1024)
-def scan_filter(text: str | None) -> tuple[Predicate | None, bool, bool]:
-    """A scan's ``$filter`` as (predicate, or None without a filter; whether it reads the Timestamp;
-    whether it reads other properties). Raises TableError for an invalid filter."""
+def _scan_filter(text: str | None) -> tuple[Predicate | None, bool, bool]:
     node, pred = compile_cached(text)
     used = properties_used(node)
     return (None if node is None else pred), "Timestamp" in used, not used <= _KEYS_AND_TIMESTAMP
+
+
+_scan_filter_memo = lru_cache(maxsize=1024)(_scan_filter)
+
+
+def scan_filter(text: str | None) -> tuple[Predicate | None, bool, bool]:
+    """A scan's ``$filter`` as (predicate, or None without a filter; whether it reads the Timestamp;
+    whether it reads other properties), memoised unless long. Raises TableError for an invalid filter."""
+    if text is not None and len(text) > CACHED_FILTER_CHARS:
+        return _scan_filter(text)
+    return _scan_filter_memo(text)
 
 
 def get(served: Served, req: RangeGetRequest, budget_s: float) -> Any:
@@ -85,19 +94,50 @@ def batch(served: Served, req: RangeBatchRequest, budget_s: float) -> Any:
     return served.store.batch(ops, request_id=req.get("rid"), answer="timestamp")
 
 
+def _spans(req: ScanRequest) -> list[tuple[bytes, bytes | None]]:
+    """``[lo, hi)`` and the request's further ``spans``; InvalidInput unless they ascend without overlap."""
+    spans = [(req.get("lo") or b"", req.get("hi"))]
+    for span in req.get("spans") or ():
+        if not (isinstance(span, list | tuple) and len(span) == 2 and isinstance(span[0], bytes)
+                and (span[1] is None or isinstance(span[1], bytes))):
+            raise TableError("InvalidInput", "scan spans must be [lo, hi] pairs of keys")
+        prev_hi = spans[-1][1]
+        if prev_hi is None or span[0] < prev_hi:
+            raise TableError("InvalidInput", "scan spans must ascend without overlapping")
+        spans.append((span[0], span[1]))
+    return spans
+
+
 def scan(served: Served, req: ScanRequest, budget_s: float) -> ScanPage:
-    """One page of a scan of ``[lo, hi)`` clamped to the range, filtered and projected, within the
-    time budget: ``{"entities": [...], "next": key or nil}``."""
-    lo = max(req.get("lo") or b"", served.lo)
-    hi = req.get("hi")
-    if served.hi is not None and (hi is None or hi > served.hi):
-        hi = served.hi
+    """One page of a scan of ``[lo, hi)`` and then of each further span in ``spans``, clamped to the
+    range, filtered and projected, within the time budget: ``{"entities": [...], "next": key or nil}``
+    (``next``: where to go on from; nil once every span is exhausted)."""
     pred, needs_ts, needs_props = scan_filter(req.get("filter"))
     budget = min(float(req.get("budget_ms", 1e9)) / 1000.0, budget_s)
-    if hi is not None and lo >= hi:
+    deadline = time.perf_counter() + budget
+    limit = int(req.get("limit", 1000))
+    items: list = []
+    nxt: bytes | None = None
+    ran = False
+    spans = _spans(req)
+    for lo, hi in spans:
+        lo = max(lo, served.lo)
+        if served.hi is not None and (hi is None or hi > served.hi):
+            hi = served.hi
+        if hi is not None and lo >= hi:
+            continue
+        left = deadline - time.perf_counter()
+        if ran and (len(items) >= limit or left <= 0):
+            nxt = lo  # the page is full, or its time is up: go on from this span
+            break
+        got, nxt = served.store.scan(lo, hi, pred, req.get("select"), limit=limit - len(items),
+                                     budget_s=max(left, 0.0), wire=True, needs_ts=needs_ts, needs_props=needs_props)
+        ran = True
+        items += got
+        if nxt is not None:
+            break
+    if not ran:
         return ScanPage(fast_path.page([], None), 0, None, counts=False)
-    items, nxt = served.store.scan(lo, hi, pred, req.get("select"), limit=int(req.get("limit", 1000)),
-                                   budget_s=budget, wire=True, needs_ts=needs_ts, needs_props=needs_props)
     sampled = (fast_path.entity_pk(items[0]), 1 + len(items) // 100) if items else None
     return ScanPage(fast_path.page(items, nxt), len(items), sampled)
 

@@ -85,6 +85,28 @@ class _Closed:
 _CLOSED = _Closed()
 
 
+def raw_sst_bytes(table_properties: str) -> int:
+    """Uncompressed key + value bytes of a DB's SST files, from its ``rocksdb.aggregated-table-properties``
+    text (``…; raw key size=N; … raw value size=M; …``); 0 when absent."""
+    total = 0
+    for field in ("raw key size=", "raw value size="):
+        at = table_properties.find(field)
+        if at >= 0:
+            digits = table_properties[at + len(field):].split(";", 1)[0].strip()
+            total += int(digits) if digits.isdigit() else 0
+    return total
+
+
+def entity_bytes(stored: int, raw: int, records: int) -> int:
+    """The bytes of entity data in a range: ``stored`` (SST files, compressed, plus memtables) less the
+    share of it that request records take, ``records`` of the ``raw`` uncompressed bytes. (Subtracting
+    the records' uncompressed bytes from compressed sizes gave 0 for a range of tens of thousands of
+    entities.)"""
+    if raw <= 0:
+        return stored
+    return int(stored * (1.0 - min(1.0, records / raw)))
+
+
 class RangeStore:
     """A range's entities in one RocksDB directory; see the module docstring for the layout."""
 
@@ -267,9 +289,10 @@ class RangeStore:
             meta += mem * self._ops_meta // self._ops_total
         live = db.property_int_value("rocksdb.estimate-live-data-size") or 0
         mem = db.property_int_value("rocksdb.cur-size-all-mem-tables") or 0
+        raw = raw_sst_bytes(db.property_value("rocksdb.aggregated-table-properties") or "") + mem
         return {
             "entities": max(0, keys - meta),
-            "bytes": max(0, live + mem - self._window.nbytes),  # entity data: what size splits are about
+            "bytes": entity_bytes(live + mem, raw, self._window.nbytes),  # what size splits are about
             "compaction_pending": self._drop_pending,
             "pending_compaction_bytes": db.property_int_value("rocksdb.estimate-pending-compaction-bytes") or 0,
         }

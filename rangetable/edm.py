@@ -143,6 +143,16 @@ def etag_from_ticks(ticks: int) -> str:
     return "W/\"datetime'" + quote(ticks_to_iso(ticks, full=True), safe="") + "'\""
 
 
+def is_weak_etag(etag: str) -> bool:
+    """Whether ``etag`` is a well-formed weak entity tag ``W/"…"`` (RFC 9110: no ``"`` inside, no
+    control characters). Azure compares any such tag with the entity's own, so one it never issued
+    (``W/"wrong"``) is a mismatch (412), not a malformed header (400)."""
+    if len(etag) < 4 or not etag.startswith('W/"') or not etag.endswith('"'):
+        return False
+    body = etag[3:-1]
+    return '"' not in body and all(" " < c != "\x7f" for c in body)
+
+
 def ticks_from_etag(etag: str) -> int:
     """Inverse of :func:`etag_from_ticks`; raises ValueError for anything that is not such an ETag."""
     if not (etag.startswith("W/\"datetime'") and etag.endswith("'\"")):

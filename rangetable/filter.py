@@ -26,6 +26,7 @@ from rangetable.filter_syntax import (
     Node,
     Not,
     Or,
+    chain_terms,
     count_comparisons,
     describe,
     format_literal,
@@ -35,6 +36,7 @@ from rangetable.filter_syntax import (
 )
 
 __all__ = [
+    "CACHED_FILTER_CHARS",
     "MAX_COMPARISONS",
     "MAX_CONSTANTS",
     "MAX_DEPTH",
@@ -50,6 +52,7 @@ __all__ = [
     "count_comparisons",
     "describe",
     "format_literal",
+    "parse_cached",
     "parse_filter",
     "properties_used",
     "tokenize",
@@ -108,6 +111,36 @@ def _compile_compare(node: Compare) -> Predicate:
     return exact
 
 
+KEY_SET_MIN = 4  # an ``or`` of this many point keys or more is compiled into one set lookup
+
+
+def _key_point(node: Node) -> tuple[str, str] | None:
+    """``(pk, rk)`` when ``node`` is ``PartitionKey eq 'pk' and RowKey eq 'rk'`` (either order)."""
+    if not (isinstance(node, And) and isinstance(node.left, Compare) and isinstance(node.right, Compare)):
+        return None
+    a, b = (node.left, node.right) if node.left.prop == "PartitionKey" else (node.right, node.left)
+    if a.prop == "PartitionKey" and b.prop == "RowKey" and a.op == "eq" == b.op and a.code == STRING == b.code:
+        return a.value, b.value
+    return None
+
+
+def _compile_key_set(terms: list[Node]) -> Predicate:
+    """The ``or`` of ``terms``, its point-key terms checked by one set lookup (what Orleans sends:
+    hundreds of them), each other term as compiled."""
+    keys = frozenset(kp for kp in map(_key_point, terms) if kp is not None)
+    rest = [f for f in (compile_filter(t) for t in terms if _key_point(t) is None) if f is not _false]
+    if _true in rest:
+        return _true
+
+    def in_keys(pk: str, rk: str, ts: int, props: dict) -> bool:
+        return (pk, rk) in keys
+
+    if not rest:
+        return in_keys
+    others = tuple(rest)
+    return lambda pk, rk, ts, props: (pk, rk) in keys or any(f(pk, rk, ts, props) for f in others)
+
+
 def compile_filter(node: Node | None) -> Predicate:
     """Compile an AST into a predicate ``f(pk, rk, ts, props) -> bool``; None matches everything."""
     if node is None:
@@ -121,6 +154,10 @@ def compile_filter(node: Node | None) -> Predicate:
         if inner is _true or inner is _false:
             return _false if inner is _true else _true
         return lambda pk, rk, ts, props: not inner(pk, rk, ts, props)
+    if isinstance(node, Or):
+        terms = chain_terms(node)
+        if sum(1 for t in terms if _key_point(t) is not None) >= KEY_SET_MIN:
+            return _compile_key_set(terms)
     left, right = compile_filter(node.left), compile_filter(node.right)
     if isinstance(node, And):
         if left is _false or right is _false:
@@ -139,10 +176,31 @@ def compile_filter(node: Node | None) -> Predicate:
     return lambda pk, rk, ts, props: left(pk, rk, ts, props) or right(pk, rk, ts, props)
 
 
+CACHED_FILTER_CHARS = 4096  # longer filters (hundreds of point keys, each query its own) are not memoised
+
+
 @lru_cache(maxsize=1024)
-def compile_cached(text: str | None) -> tuple[Node | None, Predicate]:
-    """Parse and compile a filter, memoised; None (no filter) gives ``(None, always-true)``."""
-    if text is None:
-        return None, _true
+def _compile_memo(text: str) -> tuple[Node | None, Predicate]:
     node = parse_filter(text)
     return node, compile_filter(node)
+
+
+def parse_cached(text: str | None) -> Node | None:
+    """The AST of a filter (None for none), memoised with its predicate unless long (then only
+    parsed: a caller that plans scans needs no predicate)."""
+    if text is None:
+        return None
+    if len(text) > CACHED_FILTER_CHARS:
+        return parse_filter(text)
+    return _compile_memo(text)[0]
+
+
+def compile_cached(text: str | None) -> tuple[Node | None, Predicate]:
+    """Parse and compile a filter, memoised unless it is long (a cache of 1024 filters of 64 KiB
+    would hold 64 MiB); None (no filter) gives ``(None, always-true)``."""
+    if text is None:
+        return None, _true
+    if len(text) > CACHED_FILTER_CHARS:
+        node = parse_filter(text)
+        return node, compile_filter(node)
+    return _compile_memo(text)

@@ -40,7 +40,10 @@ from rangetable.edm import (
 )
 from rangetable.errors import TableError
 
-MAX_COMPARISONS = 15  # Azure: "a maximum of 15 discrete comparisons"
+# Azure documents "a maximum of 15 discrete comparisons" but serves far more: Orleans' grain directory
+# sends 201 in production. This bound only keeps one filter's parse and plan work small (the 64 KiB
+# request head limits a filter before it in most cases).
+MAX_COMPARISONS = 4000
 MAX_CONSTANTS = 15  # bare true/false terms, bounded apart (they keep the AST, and its recursion, small)
 MAX_DEPTH = 100  # nesting of "(" and "not"; keeps recursion far from Python's limit
 
@@ -228,18 +231,18 @@ class _Parser:
         return node
 
     def or_(self) -> Node:
-        node = self.and_()
+        terms = [self.and_()]
         while self.tokens[self.i][0] == "or":
             self.i += 1
-            node = Or(node, self.and_())
-        return node
+            terms.append(self.and_())
+        return chain(Or, terms)
 
     def and_(self) -> Node:
-        node = self.unary()
+        terms = [self.unary()]
         while self.tokens[self.i][0] == "and":
             self.i += 1
-            node = And(node, self.unary())
-        return node
+            terms.append(self.unary())
+        return chain(And, terms)
 
     def unary(self) -> Node:
         kind, _, pos = self.tokens[self.i]
@@ -302,6 +305,34 @@ class _Parser:
         return Compare(op, left[1], code, value)
 
 
+def chain(kind: type[And] | type[Or], terms: list[Node]) -> Node:
+    """``t1 op t2 op … tn`` as a balanced tree (the left half one longer: three terms give
+    ``op(op(t1, t2), t3)``), so that a filter of thousands of terms stays a few levels deep for
+    everything that walks it, and for the predicate compiled from it."""
+    if len(terms) == 1:
+        return terms[0]
+    mid = (len(terms) + 1) // 2
+    return kind(chain(kind, terms[:mid]), chain(kind, terms[mid:]))
+
+
+def chain_terms(node: Node) -> list[Node]:
+    """The terms of the ``and``/``or`` chain rooted at ``node`` (of its own kind), left to right;
+    ``[node]`` for anything else."""
+    if not isinstance(node, And | Or):
+        return [node]
+    kind = type(node)
+    out: list[Node] = []
+    todo: list[Node] = [node]
+    while todo:
+        n = todo.pop()
+        if isinstance(n, And | Or) and type(n) is kind:
+            todo.append(n.right)
+            todo.append(n.left)
+        else:
+            out.append(n)
+    return out
+
+
 def _show(kind: str, value: Any) -> str:
     if kind == "end":
         return "end of filter"
@@ -352,11 +383,12 @@ def _describe(node: Node, min_level: int) -> str:
         return f"{node.prop} {node.op} {format_literal(node.code, node.value)}"
     if isinstance(node, Not):
         return f"not ({_describe(node.expr, 0)})"
-    if isinstance(node, And):
-        s = f"{_describe(node.left, 2)} and {_describe(node.right, 3)}"
-    else:
-        s = f"{_describe(node.left, 1)} or {_describe(node.right, 2)}"
-    return f"({s})" if _level(node) < min_level else s
+    level = _level(node)
+    terms = chain_terms(node)
+    if chain(type(node), terms) != node:  # not the shape a parse gives: the two sides as single terms
+        terms = [node.left, node.right]
+    s = f" {'and' if level == 2 else 'or'} ".join(_describe(t, level + 1) for t in terms)
+    return f"({s})" if level < min_level else s
 
 
 def describe(node: Node | None) -> str:

@@ -219,13 +219,15 @@ class RangeBatchRequest(TypedDict):
 
 
 class ScanRequest(TypedDict):
-    """A page of a range's keys in ``[lo, hi)``: sent by a frontend to the range's owner."""
+    """A page of a range's keys in ``[lo, hi)`` (and then in each of ``spans``, further spans of the
+    range in key order): sent by a frontend to the range's owner."""
 
     op: Literal["scan"]
     range: str
     epoch: int
     lo: bytes
     hi: bytes | None
+    spans: NotRequired[list[tuple[bytes, bytes | None]]]
     filter: str | None
     select: list[str] | None
     limit: int

@@ -27,8 +27,9 @@ from dataclasses import dataclass
 from rangetable.edm import STRING
 from rangetable.filter_syntax import And, Compare, Const, Node, Not, Or
 
-MAX_BOXES = 64  # beyond this many boxes (or scans) fall back to the covering one
-MAX_SCANS = 64
+MAX_BOXES = 4096  # beyond this many boxes (or scans) fall back to the covering one
+MAX_SCANS = 4096
+MAX_MEETS = 4096  # an ``and`` of two unions intersects at most this many pairs (else one side's hull)
 
 # An interval over strings: (lo, lo_inclusive, hi, hi_inclusive); None ends are unbounded.
 Interval = tuple[str | None, bool, str | None, bool]
@@ -160,7 +161,7 @@ def _boxes(node: Node) -> list[Box]:
         right = _boxes(node.right)
         if right == [_FULL]:
             return right
-        out = list(dict.fromkeys(left + right))
+        out = list(dict.fromkeys(left + right))  # (a balanced tree: each box is copied log n times)
         return _hull(out) if len(out) > MAX_BOXES else out
     assert isinstance(node, And)
     if not left:
@@ -170,6 +171,11 @@ def _boxes(node: Node) -> list[Box]:
         return right
     if right == [_FULL]:
         return left
+    if len(left) * len(right) > MAX_MEETS:
+        if len(left) >= len(right):
+            left = _hull(left)
+        else:
+            right = _hull(right)
     meets: dict[Box, None] = {}  # an insertion-ordered set
     for lpk, lrk in left:
         for rpk, rrk in right:

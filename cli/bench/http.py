@@ -1,7 +1,8 @@
 """``rangetable bench http``: the Azure SDK workload against a cluster's REST endpoint.
 
 Phases (each through ``azure-data-tables``, unchanged): point insert, point get, upsert (merge),
-batch of 100, PartitionKey query (one partition of ``part`` entities) at two table sizes, a paged
+batch of 100, a query whose ``$filter`` is an ``or`` of 200 point keys (``PartitionKey eq … and RowKey
+eq …``, as Orleans' grain directory sends), PartitionKey query (one partition of ``part`` entities) at two table sizes, a paged
 full scan (pages of 1000), and a GET signed with a wrong key (403 from the HTTP frontend alone: the fixed
 cost of any request). For each phase it prints client-side ops/s and the **server CPU per
 operation**: user+system CPU of the HTTP frontend(s) and partition servers, read from
@@ -104,6 +105,14 @@ class Phase:
 
 _client: Any = None
 _forger: Any = None  # the same client with a wrong account key
+_inserted = 0  # how many entities the insert phase wrote (the point keys the point_or phase asks for)
+POINT_KEYS = 200  # point keys per point_or query
+
+
+def point_or_filter(i: int, inserted: int) -> str:
+    """The ``or`` of :data:`POINT_KEYS` point keys of the insert phase's entities (query ``i``'s)."""
+    keys = sorted({(i * 37 + k) % inserted for k in range(POINT_KEYS)})
+    return " or ".join(f"(PartitionKey eq 'p{j % 20:03d}' and RowKey eq 'r{j:08d}')" for j in keys)
 
 
 def wrong_key(conn: str) -> str:
@@ -114,10 +123,11 @@ def wrong_key(conn: str) -> str:
     return "".join(f"{name}={value};" for name, value in fields.items())
 
 
-def _init_worker(conn: str, table: str) -> None:
-    global _client, _forger
+def _init_worker(conn: str, table: str, inserted: int) -> None:
+    global _client, _forger, _inserted
     from azure.data.tables import TableClient
 
+    _inserted = inserted
     _client = TableClient.from_connection_string(conn, table)
     _forger = TableClient.from_connection_string(wrong_key(conn), table)
 
@@ -139,6 +149,8 @@ def _op(kind: str, i: int) -> int:
         t.submit_transaction([("upsert", entity(pk, f"r{base + j:04d}", j)) for j in range(100)])
     elif kind == "pk_query":
         return sum(1 for _ in t.query_entities("PartitionKey eq 'qpart'"))
+    elif kind == "point_or":
+        return sum(1 for _ in t.query_entities(point_or_filter(i, _inserted)))
     elif kind == "reject":
         from azure.core.exceptions import HttpResponseError
 
@@ -213,7 +225,7 @@ def run_http_bench(doc: dict, n: int = 2000, batches: int = 50, big: int = 50_00
     name = "bench" + uuid.uuid4().hex[:10]
     table = svc.create_table(name)
     results: dict[str, Any] = {}
-    pool = multiprocessing.get_context("fork").Pool(procs, _init_worker, (doc["connection_string"], name))
+    pool = multiprocessing.get_context("fork").Pool(procs, _init_worker, (doc["connection_string"], name, n))
 
     def record(ph: Phase, ops: int, unit: str = "op") -> None:
         ms = ph.cpu / ops * 1000 if ops else 0.0
@@ -244,12 +256,16 @@ def run_http_bench(doc: dict, n: int = 2000, batches: int = 50, big: int = 50_00
             with Phase(kind, pids, fe_pids) as ph:
                 _parallel(pool, procs, kind, n)
             record(ph, n)
+        queries = max(20, n // 10)
+        with Phase("point_or", pids, fe_pids) as ph:
+            seen = _parallel(pool, procs, "point_or", queries)
+        assert seen == queries * min(POINT_KEYS, n), seen
+        record(ph, queries, "query")
         with Phase("batch100", pids, fe_pids) as ph:
             _parallel(pool, procs, "batch", batches)
         record(ph, batches, "batch")
         # One partition of 100 entities, queried by PartitionKey while the table is small, then large.
         table.submit_transaction([("upsert", entity("qpart", f"r{i:04d}", i)) for i in range(100)])
-        queries = max(20, n // 10)
         size_small = n + batches * 100 + 100 + entities // 100 * 100
         with Phase("pk_query", pids, fe_pids) as ph:
             seen = _parallel(pool, procs, "pk_query", queries)

@@ -42,7 +42,11 @@ def split_url_plain(url: str) -> tuple[str, str, str]:
 
 def sub_resource(rq: Request, sub: SubRequest, fast: bool = True) -> Resource:
     """The resource a batch operation's URL (absolute or relative) addresses (``fast=False``: without
-    the fast path of :func:`frontend.http.fastpath.split_url`)."""
+    the fast path of :func:`frontend.http.fastpath.split_url`).
+
+    A path without the batch URL's account segment (``POST /mytable`` in a batch sent to
+    ``/devstoreaccount1/$batch``, what the legacy ``azure-cosmosdb-table`` SDK writes: right for
+    Azure's host-style URLs) is resolved against the batch URL's base, as a relative one is."""
     url = sub.url
     if "://" in url:
         split = fastpath.split_url(url) if fast else None
@@ -52,6 +56,10 @@ def sub_resource(rq: Request, sub: SubRequest, fast: bool = True) -> Resource:
         host = rq.host
         if not path.startswith("/"):
             path = f"/{rq.res.account}/{path}"
+        else:
+            base = rq.raw_path[: rq.raw_path.rfind("/")]  # "/devstoreaccount1" path style, "" host style
+            if base and not path.startswith(base + "/"):
+                path = base + path
     return parse_resource(path, parse_query(qs) if qs else {}, host)
 
 

@@ -72,15 +72,15 @@ def parse_select(text: str | None) -> list[str] | None:
 
 
 def parse_top(text: str | None) -> int | None:
-    """``$top`` as an int in 1..1000; 400 InvalidInput otherwise."""
+    """``$top`` as an int in 0..1000 (0: an empty page, as Azure answers); 400 InvalidInput otherwise."""
     if text is None or text == "":
         return None
     try:
         n = int(text)
     except ValueError:
         raise TableError("InvalidInput", "$top must be an integer.") from None
-    if not 1 <= n <= MAX_TOP:
-        raise TableError("InvalidInput", "$top must be between 1 and 1000.")
+    if not 0 <= n <= MAX_TOP:
+        raise TableError("InvalidInput", "$top must be between 0 and 1000.")
     return n
 
 

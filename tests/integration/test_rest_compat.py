@@ -75,7 +75,7 @@ def test_lower_case_weak_etag(raw, table):
     r = raw.request("PUT", path, {"A": 2}, headers={"If-Match": "w/" + etag[2:]})
     assert r.status == 204, r
     etag = r.headers["etag"]
-    for form in (etag[2:], "W/\"nonsense\"", "garbage"):  # strong, malformed weak, bare: 400 as before
+    for form in (etag[2:], "garbage", 'W/"a"b"'):  # strong, bare, malformed weak: 400 as before
         r = raw.request("DELETE", path, headers={"If-Match": form})
         assert (r.status, r.code) == (400, "InvalidInput"), (form, r)
     assert raw.request("DELETE", path, headers={"If-Match": "w/" + etag[2:]}).status == 204

@@ -10,7 +10,8 @@ from hypothesis import strategies as st
 
 from rangetable.edm import INT32, STRING
 from rangetable.filter import And, Compare, Const, Not, Or, compile_filter, describe, parse_filter
-from rangetable.planner import Plan, Scan, plan
+from rangetable.filter_syntax import chain
+from rangetable.planner import MAX_BOXES, MAX_MEETS, Plan, Scan, plan
 
 
 def key(pk: str, rk: str | None = None) -> bytes:
@@ -120,15 +121,36 @@ def test_plan_none_and_routing() -> None:
 
 
 def test_scan_cap_falls_back_to_covering_scan() -> None:
-    # 8 x 8 = 64 distinct points in 8 partitions stay separate; the cap only bites beyond that
+    # 8 x 7 = 56 distinct points in 8 partitions stay separate
     pks = " or ".join(f"PartitionKey eq 'p{i}'" for i in range(8))
     rks = " or ".join(f"RowKey eq 'r{i}'" for i in range(7))
     result = plan(parse_filter(f"({pks}) and ({rks})"))
     assert result.kind == "point" and len(result.scans) == 56
-    wide = And(parse_filter(pks), Or(parse_filter(rks), parse_filter("RowKey eq 'r7' or RowKey eq 'r8'")))
-    capped = plan(wide)
-    assert len(capped.scans) == 1
-    assert capped.scans[0].lo <= key("p0", "r0") and key("p7", "r8") < capped.scans[0].hi
+    # an `and` of two unions whose pairs exceed MAX_MEETS intersects one side's hull instead
+    n = 65
+    assert n * n > MAX_MEETS
+    pks = " or ".join(f"PartitionKey eq 'p{i:02d}'" for i in range(n))
+    rks = " or ".join(f"RowKey eq 'r{i:02d}'" for i in range(n))
+    capped = plan(parse_filter(f"({pks}) and ({rks})"))
+    assert len(capped.scans) <= n
+    assert all(capped.contains(key(f"p{i:02d}", f"r{j:02d}")) for i in range(n) for j in range(n))
+    # more boxes than MAX_BOXES: one covering scan
+    many = chain(Or, [Compare("eq", P, STRING, f"p{i:05d}") for i in range(MAX_BOXES + 1)])
+    covering = plan(many)
+    assert len(covering.scans) == 1 and covering.contains(key("p00000", "")) and covering.contains(key("p04096", "z"))
+
+
+def test_or_of_many_point_keys_stays_point_reads() -> None:
+    # what Orleans' grain directory sends: 201 comparisons, 100 point keys (and more)
+    keys = [(f"silo{i % 7}", f"grain{i:04d}") for i in range(200)]
+    text = " or ".join(f"(PartitionKey eq '{pk}' and RowKey eq '{rk}')" for pk, rk in keys)
+    result = plan(parse_filter(text))
+    assert result.kind == "point" and len(result.scans) == 200
+    assert all(result.contains(key(pk, rk)) for pk, rk in keys)
+    assert not result.contains(key("silo0", "grain0001"))
+    pred = compile_filter(parse_filter(text + " or Age gt 3"))
+    assert pred("silo3", "grain0003", 0, {}) and not pred("silo3", "grain0004", 0, {})
+    assert pred("x", "y", 0, {"Age": [INT32, 4]}) and not pred("x", "y", 0, {"Age": [INT32, 3]})
 
 
 # --- property tests --------------------------------------------------------------------------------

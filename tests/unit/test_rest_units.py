@@ -220,7 +220,7 @@ def test_parse_select(text, want):
     assert ops.parse_select(text) == want
 
 
-@pytest.mark.parametrize("text,ok", [("1", True), ("1000", True), ("0", False), ("1001", False), ("x", False)])
+@pytest.mark.parametrize("text,ok", [("1", True), ("1000", True), ("0", True), ("-1", False), ("1001", False), ("x", False)])
 def test_parse_top(text, ok):
     if ok:
         assert ops.parse_top(text) == int(text)
