@@ -7,7 +7,8 @@ from __future__ import annotations
 import asyncio
 import random
 import time
-from typing import Any
+from collections.abc import Callable, Coroutine
+from typing import Any, TypeVar
 
 import pytest
 
@@ -16,31 +17,33 @@ from rangetable.aio import AsyncItemPaged, TableClient, TableServiceClient
 from rangetable.aio.transport import AsyncTransport, call_with_retry
 from tests.unit.test_client_units import Router
 
+T = TypeVar("T")
 
-def test_many_tasks_share_one_socket_and_one_hello() -> None:
-    router = Router(delay=0.05)
 
-    async def main() -> list[Any]:
-        t = AsyncTransport(router.endpoint, timeout=5)
-        try:
-            t0 = time.monotonic()
-            got = await asyncio.gather(*(t.request({"op": "x", "n": i}) for i in range(200)))
-            assert time.monotonic() - t0 < 2  # 200 replies delayed 50 ms each came back together
-            return got
-        finally:
-            await t.close()
-
+def on_router(delay: float, main: Callable[[Router], Coroutine[Any, Any, T]]) -> T:
+    """Run ``main(router)`` on a new event loop, with a Router answering after ``delay`` s."""
+    router = Router(delay)
     try:
-        assert asyncio.run(main()) == [{"echo": i} for i in range(200)]
-        assert [r["op"] for r in router.seen].count("hello") == 1
+        return asyncio.run(main(router))
     finally:
         router.close()
 
 
-def test_a_timeout_drops_the_late_reply_and_keeps_the_socket() -> None:
-    router = Router(delay=0.4)
+def test_many_tasks_share_one_socket_and_one_hello() -> None:
+    async def main(router: Router) -> None:
+        t = AsyncTransport(router.endpoint, timeout=5)
+        t0 = time.monotonic()
+        got = await asyncio.gather(*(t.request({"op": "x", "n": i}) for i in range(200)))
+        assert time.monotonic() - t0 < 2  # 200 replies delayed 50 ms each came back together
+        assert got == [{"echo": i} for i in range(200)]
+        assert [r["op"] for r in router.seen].count("hello") == 1
+        await t.close()
 
-    async def main() -> None:
+    on_router(0.05, main)
+
+
+def test_a_timeout_drops_the_late_reply_and_keeps_the_socket() -> None:
+    async def main(router: Router) -> None:
         t = AsyncTransport(router.endpoint, timeout=0.2)
         with pytest.raises(TableError) as info:
             await t.request({"op": "x", "n": 1})
@@ -51,16 +54,11 @@ def test_a_timeout_drops_the_late_reply_and_keeps_the_socket() -> None:
         assert t._sock is sock and t._waiting == {}
         await t.close()
 
-    try:
-        asyncio.run(main())
-    finally:
-        router.close()
+    on_router(0.4, main)
 
 
 def test_a_cancelled_task_leaves_the_client_usable() -> None:
-    router = Router(delay=0.2)
-
-    async def main() -> None:
+    async def main(router: Router) -> None:
         t = AsyncTransport(router.endpoint, timeout=5)
         await t.request({"op": "x", "n": 0})
         doomed = [asyncio.create_task(t.request({"op": "x", "n": i})) for i in range(1, 11)]
@@ -75,28 +73,20 @@ def test_a_cancelled_task_leaves_the_client_usable() -> None:
         assert t._waiting == {}
         await t.close()
 
-    try:
-        asyncio.run(main())
-    finally:
-        router.close()
+    on_router(0.2, main)
 
 
 def test_a_refused_key_is_authentication_failed_for_every_waiting_task() -> None:
-    router = Router(delay=0.0)
-    curve.remember(router.endpoint, router_public(router), curve.KeyPair.generate())  # a key it does not know
-
-    async def main() -> list[Any]:
+    async def main(router: Router) -> list[Any]:
+        curve.remember(router.endpoint, router_public(router), curve.KeyPair.generate())  # a key it does not know
         t = AsyncTransport(router.endpoint, timeout=0.5)
         try:
             return await asyncio.gather(*(t.request({"op": "x"}) for _ in range(5)), return_exceptions=True)
         finally:
             await t.close()
 
-    try:
-        errors = asyncio.run(main())
-        assert [getattr(e, "error_code", e) for e in errors] == ["AuthenticationFailed"] * 5
-    finally:
-        router.close()
+    errors = on_router(0.0, main)
+    assert [getattr(e, "error_code", e) for e in errors] == ["AuthenticationFailed"] * 5
 
 
 def router_public(router: Router) -> bytes:
@@ -107,9 +97,7 @@ def router_public(router: Router) -> bytes:
 
 
 def test_close_fails_waiting_requests_and_refuses_new_ones() -> None:
-    router = Router(delay=1.0)
-
-    async def main() -> None:
+    async def main(router: Router) -> None:
         t = AsyncTransport(router.endpoint, timeout=5)
         await t.request({"op": "x", "n": 0})  # hello answered at once; this one after a second
         waiting = asyncio.create_task(t.request({"op": "x", "n": 1}))
@@ -121,10 +109,7 @@ def test_close_fails_waiting_requests_and_refuses_new_ones() -> None:
             await t.request({"op": "x"})
         assert t.closed
 
-    try:
-        asyncio.run(main())
-    finally:
-        router.close()
+    on_router(1.0, main)
 
 
 def test_unreachable_endpoint_times_out() -> None:
