@@ -64,7 +64,7 @@ class AsyncTransport(Connection):
         self._waiting[request_id] = answer
         try:
             async with asyncio.timeout(limit):
-                await sock.send_multipart([request_id, data])
+                await self._send(sock, [request_id, data])
                 reply = await answer
         except TimeoutError:
             error = self._unanswered(body, limit)
@@ -76,19 +76,35 @@ class AsyncTransport(Connection):
             self._waiting.pop(request_id, None)
         return self._decode(reply)
 
+    async def _send(self, sock: zmq.asyncio.Socket, frames: list[bytes]) -> None:
+        """Send a request: at once when the socket takes it (the fast send of :mod:`rangetable.protocol`),
+        else through ``zmq.asyncio`` once it can. A send may consume the edge of the socket's
+        edge-triggered descriptor that would have woken the reader, so replies already queued are
+        taken here."""
+        try:
+            protocol.send_frames(sock, frames, protocol.NOBLOCK)
+        except zmq.Again:
+            await sock.send_multipart(frames)
+            return
+        if protocol.readable(sock):
+            self._deliver(sock, protocol.recv_frames(sock, protocol.NOBLOCK))
+
     async def _read(self, sock: zmq.asyncio.Socket) -> None:
         """Receive replies until cancelled: wait for one, then take every one already queued."""
         while True:
-            frames = await sock.recv_multipart()
-            while True:
-                if len(frames) == 2:
-                    answer = self._waiting.get(frames[0])
-                    if answer is not None and not answer.done():
-                        answer.set_result(frames[1])
-                try:
-                    frames = protocol.recv_frames(sock, protocol.NOBLOCK)
-                except zmq.Again:
-                    break
+            self._deliver(sock, await sock.recv_multipart())
+
+    def _deliver(self, sock: zmq.Socket, frames: list[bytes]) -> None:
+        """Resolve the future of each reply: ``frames`` and every one queued behind it."""
+        while True:
+            if len(frames) == 2:
+                answer = self._waiting.get(frames[0])
+                if answer is not None and not answer.done():
+                    answer.set_result(frames[1])
+            try:
+                frames = protocol.recv_frames(sock, protocol.NOBLOCK)
+            except zmq.Again:
+                return
 
     async def _stop_reading(self) -> None:
         reader, self._reader = self._reader, None
