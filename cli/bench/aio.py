@@ -10,13 +10,14 @@ figure is the median of the intervals after the first (warm-up) one.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import random
 import statistics
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -40,6 +41,20 @@ class Tally:
             self.latencies, self.errors = [], 0
         return out, errors
 
+    @contextlib.contextmanager
+    def timing(self) -> Iterator[None]:
+        """Time one operation: its latency, or an error (counted and shown in the row; the run goes on)."""
+        t0 = time.perf_counter()
+        try:
+            yield
+        except Exception:
+            with self.lock:
+                self.errors += 1
+            return
+        dt = time.perf_counter() - t0
+        with self.lock:
+            self.latencies.append(dt)
+
 
 @dataclass
 class Mix:
@@ -57,6 +72,11 @@ class Mix:
     def key(self, rng: random.Random) -> tuple[str, str]:
         """A random existing key."""
         return self.key_of(rng.randrange(self.keys))
+
+    def operation(self, rng: random.Random) -> tuple[bool, str, str, dict[str, Any]]:
+        """The next operation: (a read?, PartitionKey, RowKey, the entity an upsert writes)."""
+        pk, rk = self.key(rng)
+        return rng.random() < self.read_share, pk, rk, self.entity(pk, rk, rng)
 
     def entity(self, pk: str, rk: str, rng: random.Random) -> dict[str, Any]:
         """The entity an upsert writes: a handful of typed properties, ~150 bytes."""
@@ -101,20 +121,9 @@ def _report(label: str, tally: Tally, seconds: float, interval: float, pids: lis
 def _thread_worker(client: TableClient, mix: Mix, tally: Tally, stop: threading.Event, seed: int) -> None:
     rng = random.Random(seed)
     while not stop.is_set():
-        pk, rk = mix.key(rng)
-        t0 = time.perf_counter()
-        try:
-            if rng.random() < mix.read_share:
-                client.get_entity(pk, rk)
-            else:
-                client.upsert_entity(mix.entity(pk, rk, rng))
-        except Exception:  # counted and shown in the row; the run goes on
-            with tally.lock:
-                tally.errors += 1
-            continue
-        dt = time.perf_counter() - t0
-        with tally.lock:
-            tally.latencies.append(dt)
+        read, pk, rk, entity = mix.operation(rng)
+        with tally.timing():
+            client.get_entity(pk, rk) if read else client.upsert_entity(entity)
 
 
 def run_threads(native: str, table: str, mix: Mix, threads: int, seconds: float, interval: float, pids: list[int],
@@ -140,20 +149,9 @@ def run_threads(native: str, table: str, mix: Mix, threads: int, seconds: float,
 async def _task_worker(client: aio.TableClient, mix: Mix, tally: Tally, stop: asyncio.Event, seed: int) -> None:
     rng = random.Random(seed)
     while not stop.is_set():
-        pk, rk = mix.key(rng)
-        t0 = time.perf_counter()
-        try:
-            if rng.random() < mix.read_share:
-                await client.get_entity(pk, rk)
-            else:
-                await client.upsert_entity(mix.entity(pk, rk, rng))
-        except Exception:  # counted and shown in the row; the run goes on
-            with tally.lock:
-                tally.errors += 1
-            continue
-        dt = time.perf_counter() - t0
-        with tally.lock:
-            tally.latencies.append(dt)
+        read, pk, rk, entity = mix.operation(rng)
+        with tally.timing():
+            await (client.get_entity(pk, rk) if read else client.upsert_entity(entity))
 
 
 def run_tasks(native: str, table: str, mix: Mix, tasks: int, seconds: float, interval: float, pids: list[int],

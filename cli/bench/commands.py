@@ -1,6 +1,7 @@
 """``rangetable bench`` and its subcommands: the native path (the group itself), ``store``, ``http``,
 ``soak`` (a workload held for minutes), ``scale`` (10M entities), ``frontends`` (REST across HTTP
-frontend processes), ``control-plane`` and ``takeover``.
+frontend processes), ``control-plane``, ``takeover`` and ``aio`` (the asyncio native client against the
+blocking one).
 
 Plain click commands; :mod:`cli.main` adds them to the ``bench`` group.
 """
@@ -258,14 +259,14 @@ def bench_takeover(servers: int, ranges: int, follow_s: float, mode: str, as_jso
 @click.command("aio")
 @click.option("--seconds", default=60.0, show_default=True, help="How long each client runs.")
 @click.option("--interval", default=10.0, show_default=True, help="Seconds per printed row.")
+@click.option("--data-dir", default=None, help="Use the running cluster of this data dir (default: start one).")
 @click.option("--tasks", default=64, show_default=True, help="Concurrent asyncio tasks on one asyncio client.")
 @click.option("--threads", default=8, show_default=True, help="Threads of the blocking client (a client each).")
 @click.option("--keys", default=10_000, show_default=True, help="Entities preloaded; the operations pick among them.")
 @click.option("--reads", "read_share", default=0.5, show_default=True, help="Share of point reads (the rest: upserts).")
-@click.option("--data-dir", default=None, help="Use the running cluster of this data dir (default: start one).")
 @json_option
-def bench_aio(seconds: float, interval: float, tasks: int, threads: int, keys: int, read_share: float,
-              data_dir: str | None, as_json: bool) -> None:
+def bench_aio(seconds: float, interval: float, data_dir: str | None, tasks: int, threads: int, keys: int,
+              read_share: float, as_json: bool) -> None:
     """The asyncio native client (one process, --tasks tasks on one socket) against the blocking one
     (--threads threads) on point upserts and point reads: ops/s every --interval s, and the steady figure."""
     from cli.bench.aio import Mix, run_aio_bench
