@@ -107,8 +107,8 @@ class CountsRetriable(AsyncTransport):
 @pytest.mark.slow
 def test_retries_carry_writes_through_a_failover_and_a_frontend_restart(cluster: Cluster) -> None:
     """Inserts from 32 tasks while the owner of the table's range is killed (its range fails over), then
-    while the frontend is killed (the supervisor restarts it): every insert succeeds once, none twice
-    (a retried insert applied twice would answer EntityAlreadyExists)."""
+    while the frontend is killed (the supervisor restarts it; the requests in flight are lost and retried):
+    every insert succeeds once, none twice (a retried insert applied twice would answer EntityAlreadyExists)."""
     policy = FixedRetry(delay=0.2, max_attempts=100)
 
     async def main() -> None:
@@ -141,7 +141,8 @@ def test_retries_carry_writes_through_a_failover_and_a_frontend_restart(cluster:
                 rows = [e["RowKey"] async for e in table.query_entities("PartitionKey eq 'f'")]
                 assert len([r for r in rows if r != "first" and int(r[:2]) >= n]) == sum(made), victim
                 n += 32
-                assert transport.retriable, f"no request was retried while {victim} was down"
+                if victim == "fe-1":  # requests in flight died with it (a quick failover may not need retries)
+                    assert transport.retriable, "no request was retried while the frontend was down"
                 print(victim, dict(transport.retriable))
                 transport.retriable.clear()
             await transport.close()
