@@ -17,48 +17,36 @@ across retries, so the server applies a retried write at most once.
 from __future__ import annotations
 
 import os
-import uuid
 from collections.abc import Iterable, Mapping
-from typing import TYPE_CHECKING, Any, Self
+from typing import TYPE_CHECKING, Any, Generic, Self, TypeVar
 
-from rangetable.client_models import (
-    ResourceExistsError,
-    ResourceNotFoundError,
-    TableItem,
-    UpdateMode,
-    if_match,
-    transaction_error,
-)
-from rangetable.client_paging import ItemPaged, parameter_filter_substitution, select_list
-from rangetable.client_transport import Transport, cluster_endpoint
-from rangetable.client_wire import batch_op, entity_token, write_metadata, write_op
-from rangetable.edm import Entity
+from rangetable import client_calls as calls
+from rangetable.client_calls import Call, PagedCall
+from rangetable.client_models import TableItem, UpdateMode
+from rangetable.client_paging import ItemPaged
+from rangetable.client_transport import Connection, Transport, cluster_endpoint
 from rangetable.errors import TableError
 from rangetable.retry import RetryPolicy, call_with_retry, default_policy
-from rangetable.table_settings import parse_ttl
-from rangetable.values import TableEntity, typed_to_entity
+from rangetable.values import TableEntity
 
 if TYPE_CHECKING:
-    from rangetable.messages import (
-        BatchRequest,
-        GetRequest,
-        ListTablesAnswer,
-        ListTablesRequest,
-        NativeRequest,
-        QueryAnswer,
-        QueryRequest,
-        TableRequest,
-        WriteKind,
-        WriteRequest,
-    )
+    from rangetable.messages import NativeRequest
 
 __all__ = ["TableServiceClient", "TableClient"]
 
 DEFAULT_DATA_DIR = "./rangetable-data"
+T = TypeVar("T")
 
 
-class _Client:
-    """What both clients share: the transport, the retry policy, close and context management."""
+TransportT = TypeVar("TransportT", bound=Connection)
+
+
+class ClientBase(Generic[TransportT]):
+    """What every client has, blocking or asyncio (:mod:`rangetable.aio`): the endpoint, a transport
+    of ``transport_class`` (its own, or its parent's for a client from ``get_table_client``) and the
+    retry policy."""
+
+    transport_class: type[TransportT]
 
     def __init__(
         self,
@@ -66,10 +54,10 @@ class _Client:
         *,
         retry_policy: RetryPolicy | None = None,
         timeout: float = 30.0,
-        _transport: Transport | None = None,
+        _transport: TransportT | None = None,
     ) -> None:
         self._owns_transport = _transport is None
-        self._transport = _transport or Transport(endpoint, timeout)
+        self._transport: TransportT = _transport or self.transport_class(endpoint, timeout)  # type: ignore[call-arg]
         self.endpoint: str = self._transport.endpoint
         self.retry_policy: RetryPolicy = retry_policy if retry_policy is not None else default_policy()
 
@@ -78,9 +66,29 @@ class _Client:
         """The endpoint (the SDK's name for it)."""
         return self.endpoint
 
+
+class _Client(ClientBase[Transport]):
+    """What both blocking clients share: requests under the retry policy, close and context management."""
+
+    transport_class = Transport
+
     def _call(self, body: NativeRequest) -> Any:
         """One request under the retry policy; a write's ``rid`` is fixed before the first try."""
         return call_with_retry(lambda: self._transport.request(body), self.retry_policy)
+
+    def _run(self, call: Call[T]) -> T:
+        """Send a :class:`~rangetable.client_calls.Call` and read its answer or error."""
+        if call.body is None:
+            return call.decode(None)
+        try:
+            answer = self._call(call.body)
+        except TableError as exc:
+            return call.failed(exc)
+        return call.decode(answer)
+
+    def _paged(self, paged: PagedCall[T]) -> ItemPaged[T]:
+        """The items of a paged call, fetched page by page as they are iterated."""
+        return ItemPaged(lambda token: paged.page(self._call(paged.body(token))))
 
     def close(self) -> None:
         """Close the connection (a client from ``get_table_client`` leaves its parent's open)."""
@@ -117,41 +125,22 @@ class TableServiceClient(_Client):
         """Create a table (with a TTL: ``"30d"``, ``"12h"``, seconds…); raises ResourceExistsError
         (TableAlreadyExists) if it exists."""
         table = self.get_table_client(table_name)
-        table.create_table(ttl=ttl)
-        return table
+        return self._run(calls.create_table(table_name, ttl=ttl).then(lambda _answer: table))
 
     def create_table_if_not_exists(self, table_name: str) -> TableClient:
         """Create a table unless it exists; either way return its client."""
         table = self.get_table_client(table_name)
-        try:
-            table.create_table()
-        except ResourceExistsError:
-            pass
-        return table
+        return self._run(calls.create_table(table_name, exists_ok=True).then(lambda _answer: table))
 
     def delete_table(self, table_name: str) -> None:
         """Delete a table; no error if it does not exist."""
-        self.get_table_client(table_name).delete_table()
+        self._run(calls.delete_table(table_name))
 
     def list_tables(
         self, filter: str | None = None, *, results_per_page: int | None = None
     ) -> ItemPaged[TableItem]:
         """All tables (optionally those matching a ``TableName`` filter), as TableItems, page by page."""
-
-        def fetch(token: Any) -> tuple[Any, list[TableItem]]:
-            body: ListTablesRequest = {"op": "list_tables"}
-            if filter:
-                body["filter"] = filter
-            if results_per_page is not None:
-                body["top"] = results_per_page
-            if token:
-                body["next"] = token
-            res: ListTablesAnswer | None = self._call(body)
-            if not res:
-                return None, []
-            return res.get("next") or None, [TableItem(name) for name in res.get("tables", [])]
-
-        return ItemPaged(fetch)
+        return self._paged(calls.list_tables(filter, results_per_page))
 
     def query_tables(
         self,
@@ -161,9 +150,7 @@ class TableServiceClient(_Client):
         parameters: dict[str, Any] | None = None,
     ) -> ItemPaged[TableItem]:
         """Tables matching ``query_filter`` (e.g. ``"TableName eq @name"`` with ``parameters``)."""
-        return self.list_tables(
-            parameter_filter_substitution(parameters, query_filter), results_per_page=results_per_page
-        )
+        return self._paged(calls.list_tables(query_filter, results_per_page, parameters))
 
 
 class TableClient(_Client):
@@ -196,51 +183,32 @@ class TableClient(_Client):
         """Create this table, with a TTL if given (``"30d"``, ``"12h"``, ``"90m"``, ``"45s"`` or
         seconds: entities older than it are invisible, then reclaimed); raises ResourceExistsError
         (TableAlreadyExists) if it exists."""
-        req: TableRequest = {"op": "create_table", "table": self.table_name}
-        if ttl is not None:
-            req["settings"] = {"ttl_s": parse_ttl(ttl)}
-        self._call(req)
-        return TableItem(self.table_name)
+        return self._run(calls.create_table(self.table_name, ttl=ttl))
 
     def set_table_settings(self, *, ttl: str | int | None = None, reads: int | None = None,
                            writes: int | None = None) -> dict[str, Any]:
         """Change this table's TTL (``"none"`` or 0 removes it) and reserved throughput (entities/s,
         0 removes it); what is not given stays. Returns the settings now in force. A TTL change
         holds for reads when this returns."""
-        changes: dict[str, Any] = {}
-        if ttl is not None:
-            changes["ttl_s"] = parse_ttl(ttl)
-        if reads is not None:
-            changes["reads"] = reads
-        if writes is not None:
-            changes["writes"] = writes
-        return self._call({"op": "set_table", "table": self.table_name, "settings": changes})
+        return self._run(calls.set_table_settings(self.table_name, ttl=ttl, reads=reads, writes=writes))
 
     def get_table_settings(self) -> dict[str, Any]:
         """This table's settings and capacity usage: ``{"table", "ttl", "ttl_s", "reads", "writes",
         "usage": {"used_writes_s", "refused_writes_s", …}}``."""
-        return self._call({"op": "get_table", "table": self.table_name})
+        return self._run(calls.get_table_settings(self.table_name))
 
     def delete_table(self) -> None:
         """Delete this table; no error if it does not exist."""
-        try:
-            self._call({"op": "delete_table", "table": self.table_name})
-        except ResourceNotFoundError:
-            pass
+        self._run(calls.delete_table(self.table_name))
 
     # --- single entities ------------------------------------------------------------------------
-
-    def _write(self, kind: WriteKind, entity: Mapping[str, Any], match: str | None = None) -> dict[str, Any]:
-        body: WriteRequest = {"op": "write", "table": self.table_name, "write": write_op(kind, entity, match),
-                              "rid": uuid.uuid4().hex}
-        return write_metadata(self._call(body))
 
     def create_entity(self, entity: Mapping[str, Any]) -> dict[str, Any]:
         """Insert an entity; raises ResourceExistsError (EntityAlreadyExists) if the key is taken.
 
         Returns ``{"etag", "timestamp", "date"}`` of the stored entity.
         """
-        return self._write("insert", entity)
+        return self._run(calls.write(self.table_name, "insert", entity))
 
     def update_entity(
         self,
@@ -255,24 +223,13 @@ class TableClient(_Client):
         With ``match_condition=MatchConditions.IfNotModified`` the stored ETag must equal ``etag``
         (or ``entity.metadata["etag"]``), else ResourceModifiedError (412).
         """
-        match = if_match(etag, match_condition, entity)
-        if mode == UpdateMode.REPLACE:
-            return self._write("replace", entity, match)
-        if mode == UpdateMode.MERGE:
-            return self._write("merge", entity, match)
-        raise ValueError(f"Mode type '{mode}' is not supported.")
+        return self._run(calls.update_entity(self.table_name, entity, mode, etag=etag, match_condition=match_condition))
 
     def upsert_entity(
         self, entity: Mapping[str, Any], mode: UpdateMode | str = UpdateMode.MERGE
     ) -> dict[str, Any]:
         """Insert the entity, or merge/replace it into an existing one."""
-        if mode == UpdateMode.MERGE:
-            return self._write("insert_or_merge", entity)
-        if mode == UpdateMode.REPLACE:
-            return self._write("insert_or_replace", entity)
-        raise ValueError(
-            f"Update mode {mode} is not supported. For a list of supported modes see the UpdateMode enum."
-        )
+        return self._run(calls.upsert_entity(self.table_name, entity, mode))
 
     def upsert_entities(
         self, entities: Iterable[Mapping[str, Any]], mode: UpdateMode | str = UpdateMode.MERGE, *, window: int = 16
@@ -298,39 +255,13 @@ class TableClient(_Client):
         No error when it does not exist. ``etag`` + ``MatchConditions.IfNotModified`` make the delete
         conditional (ResourceModifiedError on mismatch).
         """
-        entity = kwargs.pop("entity", None)
-        pk = kwargs.pop("partition_key", None)
-        rk = kwargs.pop("row_key", None)
-        if kwargs:
-            raise TypeError(f"unexpected keyword arguments: {', '.join(kwargs)}")
-        if entity is None and args and isinstance(args[0], Mapping):
-            entity = args[0]
-        if entity is not None:
-            pk, rk = entity["PartitionKey"], entity["RowKey"]
-        else:
-            rest = list(args)
-            if pk is None and rest:
-                pk = rest.pop(0)
-            if rk is None and rest:
-                rk = rest.pop(0)
-            if pk is None or rk is None:
-                raise TypeError("delete_entity needs an entity or a partition_key and a row_key")
-        match = if_match(etag, match_condition, entity)
-        try:
-            self._write("delete", {"PartitionKey": pk, "RowKey": rk}, match)
-        except ResourceNotFoundError:
-            pass
+        self._run(calls.delete_entity(self.table_name, args, kwargs, etag=etag, match_condition=match_condition))
 
     def get_entity(
         self, partition_key: str, row_key: str, *, select: str | list[str] | None = None
     ) -> TableEntity:
         """Read one entity; raises ResourceNotFoundError if it does not exist."""
-        names = select_list(select)
-        body: GetRequest = {"op": "get", "table": self.table_name, "pk": partition_key, "rk": row_key}
-        if names:
-            body["select"] = names
-        wire = self._call(body)
-        return typed_to_entity(Entity(*wire), names)
+        return self._run(calls.get_entity(self.table_name, partition_key, row_key, select))
 
     # --- queries --------------------------------------------------------------------------------
 
@@ -347,38 +278,15 @@ class TableClient(_Client):
         Iterate for entities, or ``.by_page(continuation_token)`` for pages; the page iterator's
         ``continuation_token`` is ``{"PartitionKey", "RowKey"}`` of the next page, or None.
         """
-        return self._query(parameter_filter_substitution(parameters, query_filter), select, results_per_page)
+        return self._paged(calls.query_entities(self.table_name, query_filter, select=select,
+                                                results_per_page=results_per_page, parameters=parameters))
 
     def list_entities(
         self, *, select: str | list[str] | None = None, results_per_page: int | None = None
     ) -> ItemPaged[TableEntity]:
         """Every entity of the table, in key order, page by page."""
-        return self._query(None, select, results_per_page)
-
-    def _query(
-        self, query_filter: str | None, select: str | list[str] | None, results_per_page: int | None
-    ) -> ItemPaged[TableEntity]:
-        names = select_list(select)
-
-        def fetch(token: Any) -> tuple[Any, list[TableEntity]]:
-            body: QueryRequest = {"op": "query", "table": self.table_name}
-            if query_filter:
-                body["filter"] = query_filter
-            if names:
-                body["select"] = names
-            if results_per_page is not None:
-                body["top"] = results_per_page
-            nxt = entity_token(token)
-            if nxt is not None:
-                body["next"] = nxt
-            res: QueryAnswer | None = self._call(body)
-            if not res:
-                return None, []
-            entities = [typed_to_entity(Entity(*w), names) for w in res.get("entities", [])]
-            after = res.get("next")
-            return ({"PartitionKey": after[0], "RowKey": after[1]} if after else None), entities
-
-        return ItemPaged(fetch)
+        return self._paged(calls.query_entities(self.table_name, None, select=select,
+                                                results_per_page=results_per_page))
 
     # --- transactions ---------------------------------------------------------------------------
 
@@ -390,21 +298,4 @@ class TableClient(_Client):
         Returns one metadata dict per operation; on failure nothing is applied and
         :class:`TableTransactionError` names the failing operation in ``.index``.
         """
-        try:
-            ops = [batch_op(op) for op in operations]
-        except TypeError as exc:
-            raise TypeError(
-                "The value of 'operations' must be an iterator of Tuples. "
-                "Please check documentation for correct Tuple format."
-            ) from exc
-        if not ops:
-            return []
-        if len({op["pk"] for op in ops}) > 1:
-            raise ValueError("Partition Keys in the batch must all be the same.")
-        body: BatchRequest = {"op": "batch", "table": self.table_name, "ops": ops, "rid": uuid.uuid4().hex}
-        try:
-            results = self._call(body)
-        except TableError as exc:
-            raise transaction_error(exc) from None
-        return [write_metadata(w) for w in results]
-
+        return self._run(calls.submit_transaction(self.table_name, operations))

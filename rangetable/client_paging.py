@@ -45,26 +45,42 @@ class Page(Generic[T]):
         return f"<Page of {len(self._items)} items, continuation_token={self.continuation_token!r}>"
 
 
-class PageIterator(Generic[T]):
-    """An iterator of pages; ``continuation_token`` is the token of the next page to fetch.
+class Pages:
+    """Where a run of pages fetched by ``fetch`` is: ``continuation_token`` is the token of the next
+    page to fetch.
 
-    As in azure-core, fetching stops once a page comes back without a token.
+    As in azure-core, fetching stops once a page comes back without a token. The paging state of
+    both :class:`PageIterator` and the asyncio ``AsyncPageIterator`` (:mod:`rangetable.aio.paging`).
     """
 
-    def __init__(self, fetch: Fetch, continuation_token: Any = None) -> None:
+    def __init__(self, fetch: Callable[[Any], Any], continuation_token: Any = None) -> None:
         self._fetch = fetch
         self.continuation_token = continuation_token
         self._did_a_call_already = False
+
+    @property
+    def done(self) -> bool:
+        """True once the last page was fetched."""
+        return self.continuation_token is None and self._did_a_call_already
+
+    def _fetched(self, token: Any) -> None:
+        """Record that a page was fetched; ``token`` is the next page's."""
+        self._did_a_call_already = True
+        self.continuation_token = token
+
+
+class PageIterator(Pages, Generic[T]):
+    """An iterator of pages (``fetch``: a :data:`Fetch`); ``continuation_token`` is the token of the
+    next page to fetch."""
 
     def __iter__(self) -> Iterator[Page[T]]:
         return self
 
     def __next__(self) -> Page[T]:
-        if self.continuation_token is None and self._did_a_call_already:
+        if self.done:
             raise StopIteration("End of paging")
         token, items = self._fetch(self.continuation_token)
-        self._did_a_call_already = True
-        self.continuation_token = token
+        self._fetched(token)
         return Page(items, token)
 
     next = __next__

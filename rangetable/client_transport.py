@@ -18,7 +18,7 @@ import json
 import os
 import threading
 import time
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn, cast
 
 import zmq
 from zmq.utils.monitor import parse_monitor_message
@@ -52,10 +52,15 @@ def cluster_endpoint(data_dir: str | os.PathLike[str]) -> str:
     return endpoint
 
 
-class Transport:
-    """A DEALER connection to a frontend's native endpoint."""
+HELLO: NativeRequest = {"op": "hello", "version": protocol.VERSION}
 
-    def __init__(self, endpoint: str, timeout: float = 30.0) -> None:
+
+class Connection:
+    """What the blocking :class:`Transport` and the asyncio one (:mod:`rangetable.aio.transport`)
+    share: the DEALER socket with its CURVE keys and handshake monitor, request ids, the ``hello``
+    check, encoding a request, decoding a reply, and the error of a request that got no reply."""
+
+    def __init__(self, endpoint: str, timeout: float, ctx: zmq.Context) -> None:
         if not isinstance(endpoint, str) or "://" not in endpoint:
             raise ValueError(f"endpoint must look like tcp://host:port, not {endpoint!r}")
         if timeout <= 0:
@@ -64,11 +69,11 @@ class Transport:
         self.timeout = float(timeout)
         self.server_info: HelloAnswer | None = None
         self._max_message = protocol.MAX_MESSAGE
-        self._ctx: zmq.Context[zmq.Socket[bytes]] = zmq.Context.instance()
+        self._ctx = ctx
         self._sock: zmq.Socket | None = None
         self._monitor: zmq.Socket | None = None
+        self._handshake: int | None = None  # the latest handshake event the monitor reported
         self._ids = itertools.count(1)
-        self._lock = threading.Lock()
         self._closed = False
 
     # --- socket lifecycle -----------------------------------------------------------------------
@@ -99,29 +104,76 @@ class Transport:
 
     def _refused(self) -> bool:
         """True when the latest handshake was refused by the server (this client's CURVE key)."""
-        mon, last = self._monitor, None
-        while mon is not None and mon.poll(0):
-            last = parse_monitor_message(mon.recv_multipart())["event"]
-        return last == zmq.EVENT_HANDSHAKE_FAILED_AUTH
+        mon = self._monitor
+        while mon is not None and protocol.readable(mon):
+            self._handshake = parse_monitor_message(protocol.recv_frames(mon, protocol.NOBLOCK))["event"]
+        return self._handshake == zmq.EVENT_HANDSHAKE_FAILED_AUTH
 
     def _reset(self) -> None:
         if self._sock is not None:
             self._close_monitor(self._sock)
             self._sock.close(linger=0)
             self._sock = None
+        self._handshake = None
+
+    @property
+    def closed(self) -> bool:
+        """True once the transport was closed."""
+        return self._closed
+
+    # --- messages -------------------------------------------------------------------------------
+
+    def _request_id(self) -> bytes:
+        return next(self._ids).to_bytes(8, "big")
+
+    def _encode(self, body: NativeRequest) -> bytes:
+        """The request's bytes; RequestBodyTooLarge beyond the server's limit."""
+        data = protocol.pack(body)
+        if len(data) > self._max_message:
+            raise specific_error(
+                TableError("RequestBodyTooLarge", f"request of {len(data)} bytes exceeds {self._max_message}")
+            )
+        return data
+
+    def _accept_hello(self, info: Any) -> None:
+        """Check the server's answer to ``hello`` (its protocol version) and keep its limits."""
+        if not isinstance(info, dict) or info.get("version") != protocol.VERSION:
+            version = info.get("version") if isinstance(info, dict) else None
+            raise TableError("InvalidInput", f"the server speaks protocol version {version}, not {protocol.VERSION}")
+        self._max_message = int(info.get("max_message") or protocol.MAX_MESSAGE)
+        self.server_info = cast("HelloAnswer", info)
+
+    @staticmethod
+    def _decode(data: bytes) -> Any:
+        """A reply's result, or its error raised (404/409/412 as the azure-core-named subclasses)."""
+        try:
+            return protocol.result(data)
+        except TableError as exc:
+            raise specific_error(exc) from None
+
+    def _unanswered(self, body: NativeRequest, limit: float) -> TableError:
+        """The error of a request without a reply within ``limit`` s: AuthenticationFailed when the
+        server refused this client's key, else OperationTimedOut (retriable)."""
+        if self._refused():
+            return TableError("AuthenticationFailed", f"{self.endpoint} refused this client's CURVE key "
+                                                      "(not registered, or revoked)")
+        return TableError(
+            "OperationTimedOut", f"no reply to {body.get('op')!r} from {self.endpoint} within {limit:g} s"
+        )
+
+
+class Transport(Connection):
+    """A DEALER connection to a frontend's native endpoint, one request at a time."""
+
+    def __init__(self, endpoint: str, timeout: float = 30.0) -> None:
+        super().__init__(endpoint, timeout, zmq.Context.instance())
+        self._lock = threading.Lock()
 
     def close(self) -> None:
         """Close the socket; later requests raise ValueError."""
         with self._lock:
             self._reset()
             self._closed = True
-
-    @property
-    def closed(self) -> bool:
-        """True once :meth:`close` ran."""
-        return self._closed
-
-    # --- requests -------------------------------------------------------------------------------
 
     def request(self, body: NativeRequest, timeout: float | None = None) -> Any:
         """Send one request and return its result.
@@ -131,27 +183,15 @@ class Transport:
         """
         with self._lock:
             if self.server_info is None:
-                self._hello(timeout)
+                self._accept_hello(self._roundtrip(HELLO, timeout))
             return self._roundtrip(body, timeout)
 
-    def _hello(self, timeout: float | None) -> None:
-        info: HelloAnswer = self._roundtrip({"op": "hello", "version": protocol.VERSION}, timeout)
-        if not isinstance(info, dict) or info.get("version") != protocol.VERSION:
-            version = info.get("version") if isinstance(info, dict) else None
-            raise TableError("InvalidInput", f"the server speaks protocol version {version}, not {protocol.VERSION}")
-        self._max_message = int(info.get("max_message") or protocol.MAX_MESSAGE)
-        self.server_info = info
-
     def _roundtrip(self, body: NativeRequest, timeout: float | None) -> Any:
-        data = protocol.pack(body)
-        if len(data) > self._max_message:
-            raise specific_error(
-                TableError("RequestBodyTooLarge", f"request of {len(data)} bytes exceeds {self._max_message}")
-            )
+        data = self._encode(body)
         limit = self.timeout if timeout is None else timeout
         deadline = time.monotonic() + limit
         sock = self._socket()
-        request_id = next(self._ids).to_bytes(8, "big")
+        request_id = self._request_id()
         if not sock.poll(int(limit * 1000), zmq.POLLOUT):
             self._timed_out(body, limit)
         protocol.send_frames(sock, [request_id, data])
@@ -162,17 +202,9 @@ class Transport:
             frames = protocol.recv_frames(sock)
             if len(frames) != 2 or frames[0] != request_id:
                 continue  # not ours (cannot happen after a reset, but never misattribute a reply)
-            try:
-                return protocol.result(frames[1])
-            except TableError as exc:
-                raise specific_error(exc) from None
+            return self._decode(frames[1])
 
     def _timed_out(self, body: NativeRequest, limit: float) -> NoReturn:
-        refused = self._refused()
-        self._reset()
-        if refused:
-            raise TableError("AuthenticationFailed", f"{self.endpoint} refused this client's CURVE key "
-                                                     "(not registered, or revoked)")
-        raise TableError(
-            "OperationTimedOut", f"no reply to {body.get('op')!r} from {self.endpoint} within {limit:g} s"
-        )
+        error = self._unanswered(body, limit)
+        self._reset()  # a late reply to this request can never be taken for a later one's
+        raise error

@@ -62,11 +62,12 @@ _POLLIN = int(zmq.POLLIN)
 NOBLOCK = int(zmq.NOBLOCK)
 
 
-def send_frames(sock: zmq.Socket, frames: list[bytes]) -> None:
-    """Send a multipart message (a fast ``send_multipart``)."""
+def send_frames(sock: zmq.Socket, frames: list[bytes], flags: int = 0) -> None:
+    """Send a multipart message (a fast ``send_multipart``); with NOBLOCK, zmq.Again means nothing
+    was sent (ZeroMQ takes a message's frames all or none)."""
     for f in frames[:-1]:
-        _send(sock, f, _SNDMORE)
-    _send(sock, frames[-1], 0)
+        _send(sock, f, _SNDMORE | flags)
+    _send(sock, frames[-1], flags)
 
 
 def recv_frames(sock: zmq.Socket, flags: int = 0) -> list[bytes]:

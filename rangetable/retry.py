@@ -112,6 +112,15 @@ def default_policy() -> ExponentialRetry:
     return ExponentialRetry()
 
 
+def next_pause(exc: TableError, delays: Iterator[float]) -> float | None:
+    """The seconds to wait before retrying after ``exc``, or None when ``exc`` must reach the caller
+    (it is not retriable, or ``delays`` of the policy ran out). The one retry decision of both the
+    blocking client and the asyncio one (:mod:`rangetable.aio`)."""
+    if not exc.retriable:
+        return None
+    return next(delays, None)
+
+
 def call_with_retry(
     call: Callable[[], T],
     policy: RetryPolicy | None,
@@ -128,9 +137,7 @@ def call_with_retry(
         try:
             return call()
         except TableError as exc:
-            if not exc.retriable:
-                raise
-            pause = next(delays, None)
+            pause = next_pause(exc, delays)
             if pause is None:
                 raise
         sleep(pause)

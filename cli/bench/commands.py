@@ -1,7 +1,7 @@
 """``rangetable bench`` and its subcommands: the native path (the group itself), ``store``, ``http``,
 ``soak`` (a workload held for minutes), ``scale`` (10M entities), ``frontends`` (REST across HTTP
-frontend processes), ``control-plane``, ``takeover``, ``ttl``
-and ``capacity`` (table TTL and reserved throughput).
+frontend processes), ``control-plane``, ``takeover``, ``ttl`` and ``capacity`` (table TTL and reserved
+throughput) and ``aio`` (the asyncio native client against the blocking one).
 
 Plain click commands; :mod:`cli.main` adds them to the ``bench`` group.
 """
@@ -289,5 +289,31 @@ def bench_capacity(reserve: int, seconds: float, interval: float, data_dir: str 
     if reserve < 1 or seconds <= 0 or interval <= 0:
         raise click.UsageError("need --writes >= 1, --seconds > 0 and --interval > 0.")
     res = bench_capacity_cmd(reserve, seconds, interval, data_dir, (lambda s: None) if as_json else click.echo)
+    if as_json:
+        click.echo(json.dumps(res, indent=2))
+
+
+@click.command("aio")
+@click.option("--seconds", default=60.0, show_default=True, help="How long each client runs.")
+@click.option("--interval", default=10.0, show_default=True, help="Seconds per printed row.")
+@click.option("--data-dir", default=None, help="Use the running cluster of this data dir (default: start one).")
+@click.option("--tasks", default=64, show_default=True, help="Concurrent asyncio tasks on one asyncio client.")
+@click.option("--threads", default=8, show_default=True, help="Threads of the blocking client (a client each).")
+@click.option("--keys", default=10_000, show_default=True, help="Entities preloaded; the operations pick among them.")
+@click.option("--reads", "read_share", default=0.5, show_default=True, help="Share of point reads (the rest: upserts).")
+@json_option
+def bench_aio(seconds: float, interval: float, data_dir: str | None, tasks: int, threads: int, keys: int,
+              read_share: float, as_json: bool) -> None:
+    """The asyncio native client (one process, --tasks tasks on one socket) against the blocking one
+    (--threads threads) on point upserts and point reads: ops/s every --interval s, and the steady figure."""
+    from cli.bench.aio import Mix, run_aio_bench
+    from cli.bench.http import bench_cluster
+
+    if seconds < interval or interval <= 0 or tasks < 1 or threads < 1 or keys < 1 or not 0 <= read_share <= 1:
+        raise click.UsageError("need --seconds >= --interval > 0, --tasks/--threads/--keys >= 1, 0 <= --reads <= 1.")
+    with bench_cluster(data_dir) as (doc, _temp):
+        res = run_aio_bench(doc["native"], doc, seconds=seconds, interval=interval, tasks=tasks, threads=threads,
+                            mix=Mix(keys=keys, read_share=read_share),
+                            echo=(lambda s: None) if as_json else click.echo)
     if as_json:
         click.echo(json.dumps(res, indent=2))

@@ -1,8 +1,9 @@
-"""Integration tests of the native client against a real cluster (``tests/cluster.py``): tables, entities,
+"""Integration tests of the native clients against a real cluster (``tests/cluster.py``): tables, entities,
 queries, SDK compatibility (transactions, retries and threads: ``test_client_transactions.py``).
 
-One cluster (coordinator, two partition servers, a frontend) is started for the module; each test
-uses its own table.
+Every test runs on both clients, the blocking one and ``rangetable.aio`` (the ``clients`` fixture of
+``client_fixtures.py``). One cluster (coordinator, two partition servers, a frontend) is started for the
+module; each test uses its own table.
 """
 
 from __future__ import annotations
@@ -28,7 +29,13 @@ from rangetable import (
 )
 from rangetable.edm import datetime_to_ticks, ticks_from_etag
 from tests.cluster import ClusterFactory
-from tests.integration.client_fixtures import service_fixture, table_fixture  # noqa: F401  (fixtures)
+from tests.integration.aio_blocking import Clients
+from tests.integration.client_fixtures import (  # noqa: F401  (fixtures)
+    aio_loop_fixture,
+    clients_fixture,
+    service_fixture,
+    table_fixture,
+)
 
 
 @pytest.fixture(scope="module")
@@ -43,7 +50,7 @@ def cluster(cluster_factory: ClusterFactory):
 def test_create_exists_delete_table(service: TableServiceClient) -> None:
     name = f"tbl{uuid.uuid4().hex[:8]}"
     t = service.create_table(name)
-    assert isinstance(t, TableClient) and t.table_name == name
+    assert type(getattr(t, "_target", t)).__name__ == "TableClient" and t.table_name == name
     with pytest.raises(ResourceExistsError) as info:
         service.create_table(name)
     assert (info.value.error_code, info.value.status_code) == ("TableAlreadyExists", 409)
@@ -82,9 +89,9 @@ def test_list_tables_paging_and_query(service: TableServiceClient) -> None:
             service.delete_table(n)
 
 
-def test_table_client_constructed_directly(cluster) -> None:
+def test_table_client_constructed_directly(cluster, clients: Clients) -> None:
     name = f"direct{uuid.uuid4().hex[:8]}"
-    with TableClient(cluster.native, name) as t:
+    with clients.TableClient(cluster.native, name) as t:
         assert t.create_table().name == name
         t.create_entity({"PartitionKey": "a", "RowKey": "b"})
         assert t.get_entity("a", "b")["RowKey"] == "b"
@@ -92,8 +99,8 @@ def test_table_client_constructed_directly(cluster) -> None:
         t.delete_table()
 
 
-def test_from_cluster(cluster) -> None:
-    with TableServiceClient.from_cluster(cluster.data_dir) as svc:
+def test_from_cluster(cluster, clients: Clients) -> None:
+    with clients.service_from_cluster(cluster.data_dir) as svc:
         assert svc.endpoint == cluster.native
         list(svc.list_tables())
 
@@ -321,10 +328,10 @@ def sdk_style_workflow(service, table_name: str, UpdateMode, EntityProperty, Edm
         service.delete_table(table_name=table_name)
 
 
-def test_sdk_snippet_runs_unchanged(cluster) -> None:
+def test_sdk_snippet_runs_unchanged(cluster, clients: Clients) -> None:
     import rangetable as tables  # instead of: import azure.data.tables as tables
 
-    service = tables.TableServiceClient(cluster.native)  # instead of: .from_connection_string(...)
+    service = clients.TableServiceClient(cluster.native)  # instead of: .from_connection_string(...)
     with service:
         result = sdk_style_workflow(
             service,

@@ -1,5 +1,5 @@
-"""Integration tests of the native client's transactions, retried writes and threads against a real
-cluster (``tests/cluster.py``).
+"""Integration tests of the native clients' transactions, retried writes and threads against a real
+cluster (``tests/cluster.py``), each on both clients (the blocking one and ``rangetable.aio``).
 
 One cluster (coordinator, two partition servers, a frontend) is started for the module; each test
 uses its own table.
@@ -23,9 +23,16 @@ from rangetable import (
     TableTransactionError,
     UpdateMode,
 )
+from rangetable.aio.transport import AsyncTransport
 from rangetable.client_transport import Transport
 from tests.cluster import ClusterFactory
-from tests.integration.client_fixtures import service_fixture, table_fixture  # noqa: F401  (fixtures)
+from tests.integration.aio_blocking import Clients
+from tests.integration.client_fixtures import (  # noqa: F401  (fixtures)
+    aio_loop_fixture,
+    clients_fixture,
+    service_fixture,
+    table_fixture,
+)
 
 
 @pytest.fixture(scope="module")
@@ -94,26 +101,42 @@ def test_transaction_on_missing_table(service: TableServiceClient) -> None:
 # --- retries and threads -----------------------------------------------------------------------
 
 
+def lose_first_write_reply(rids: list[str], body: dict, result):
+    """``result``, unless ``body`` is the first write: then its reply is "lost" after the server applied it."""
+    if body["op"] in ("write", "batch"):
+        rids.append(body["rid"])
+        if len(rids) == 1:
+            raise TableError("OperationTimedOut", "reply lost (injected)")
+    return result
+
+
 class LosesFirstWriteReply(Transport):
-    """A real transport whose first write reply is "lost" after the server applied the write."""
+    """A real transport whose first write reply is lost."""
 
     def __init__(self, endpoint: str) -> None:
         super().__init__(endpoint, timeout=10)
         self.rids: list[str] = []
 
     def request(self, body: dict, timeout: float | None = None):
-        result = super().request(body, timeout)
-        if body["op"] in ("write", "batch"):
-            self.rids.append(body["rid"])
-            if len(self.rids) == 1:
-                raise TableError("OperationTimedOut", "reply lost (injected)")
-        return result
+        return lose_first_write_reply(self.rids, body, super().request(body, timeout))
+
+
+class LosesFirstAsyncWriteReply(AsyncTransport):
+    """A real asyncio transport whose first write reply is lost."""
+
+    def __init__(self, endpoint: str) -> None:
+        super().__init__(endpoint, timeout=10)
+        self.rids: list[str] = []
+
+    async def request(self, body: dict, timeout: float | None = None):
+        return lose_first_write_reply(self.rids, body, await super().request(body, timeout))
 
 
 @pytest.mark.parametrize("how", ["create_entity", "submit_transaction"])
-def test_retried_write_is_applied_once(table: TableClient, how: str) -> None:
-    transport = LosesFirstWriteReply(table.endpoint)
-    client = TableClient(
+def test_retried_write_is_applied_once(table: TableClient, clients: Clients, how: str) -> None:
+    lossy = LosesFirstAsyncWriteReply if clients.name == "asyncio" else LosesFirstWriteReply
+    transport = lossy(table.endpoint)
+    client = clients.TableClient(
         table.endpoint, table.table_name, retry_policy=FixedRetry(delay=0.01, max_attempts=3), _transport=transport
     )
     with client:

@@ -1,0 +1,205 @@
+"""``rangetable bench aio``: the asyncio native client (one process, one event loop, one socket, N tasks)
+against the blocking one (one process, M threads, each with a client of its own), on the same
+operation mix: point upserts and point reads of random keys of a preloaded table.
+
+Each client runs for ``seconds``; every ``interval`` seconds a row prints the ops/s of that interval, its
+p50/p99 latency, and the CPU the client process and the cluster's servers spent per operation. The steady
+figure is the median of the intervals after the first (warm-up) one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import random
+import statistics
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from cli.bench.http import cpu_seconds, server_pids
+from rangetable import TableClient, TableServiceClient, aio
+from rangetable.stats import percentile_ms
+
+
+@dataclass
+class Tally:
+    """What the workers did since the last interval row (shared by the tasks or threads)."""
+
+    latencies: list[float] = field(default_factory=list)
+    errors: int = 0
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def take(self) -> tuple[list[float], int]:
+        """The latencies and error count so far, and start afresh."""
+        with self.lock:
+            out, errors = self.latencies, self.errors
+            self.latencies, self.errors = [], 0
+        return out, errors
+
+    @contextlib.contextmanager
+    def timing(self) -> Iterator[None]:
+        """Time one operation: its latency, or an error (counted and shown in the row; the run goes on)."""
+        t0 = time.perf_counter()
+        try:
+            yield
+        except Exception:
+            with self.lock:
+                self.errors += 1
+            return
+        dt = time.perf_counter() - t0
+        with self.lock:
+            self.latencies.append(dt)
+
+
+@dataclass
+class Mix:
+    """The operation mix: ``read_share`` of the operations are point reads, the rest point upserts, of
+    keys drawn uniformly from ``keys`` entities in ``partitions`` partitions."""
+
+    keys: int = 10_000
+    partitions: int = 100
+    read_share: float = 0.5
+
+    def key_of(self, i: int) -> tuple[str, str]:
+        """The key of entity number ``i``."""
+        return f"p{i % self.partitions:04d}", f"r{i:07d}"
+
+    def key(self, rng: random.Random) -> tuple[str, str]:
+        """A random existing key."""
+        return self.key_of(rng.randrange(self.keys))
+
+    def operation(self, rng: random.Random) -> tuple[bool, str, str, dict[str, Any]]:
+        """The next operation: (a read?, PartitionKey, RowKey, the entity an upsert writes)."""
+        pk, rk = self.key(rng)
+        return rng.random() < self.read_share, pk, rk, self.entity(pk, rk, rng)
+
+    def entity(self, pk: str, rk: str, rng: random.Random) -> dict[str, Any]:
+        """The entity an upsert writes: a handful of typed properties, ~150 bytes."""
+        return {"PartitionKey": pk, "RowKey": rk, "Name": f"customer-{rk}", "Qty": rng.randrange(100),
+                "Price": rng.random() * 100, "Active": rng.random() < 0.5, "Note": "lorem ipsum dolor sit amet " * 3}
+
+
+def _row(label: str, t: float, ops: int, lat: list[float], errors: int, interval: float, client_cpu: float,
+         server_cpu: float) -> dict[str, Any]:
+    n = max(1, ops)
+    return {"client": label, "t": round(t), "ops_per_s": round(ops / interval, 1), "p50_ms": percentile_ms(lat, 0.5),
+            "p99_ms": percentile_ms(lat, 0.99), "errors": errors,
+            "client_cpu_us": round(client_cpu / n * 1e6, 1), "server_cpu_us": round(server_cpu / n * 1e6, 1)}
+
+
+def _report(label: str, tally: Tally, seconds: float, interval: float, pids: list[int], running: Callable[[], bool],
+            echo: Callable[[str], None]) -> dict[str, Any]:
+    """Print a row every ``interval`` s for ``seconds`` (blocking: the caller's workers run elsewhere),
+    then the steady figure; returns the rows and the steady figure."""
+    rows: list[dict[str, Any]] = []
+    start = time.monotonic()
+    cpu0, srv0 = time.process_time(), cpu_seconds(pids)
+    tally.take()
+    for k in range(1, int(seconds / interval) + 1):
+        time.sleep(max(0.0, start + k * interval - time.monotonic()))
+        if not running():
+            raise RuntimeError(f"the {label} workers stopped early")
+        lat, errors = tally.take()
+        cpu, srv = time.process_time(), cpu_seconds(pids)
+        row = _row(label, k * interval, len(lat), lat, errors, interval, cpu - cpu0, srv - srv0)
+        cpu0, srv0 = cpu, srv
+        rows.append(row)
+        echo(f"{label:28} {row['t']:>4} s {row['ops_per_s']:>10,.0f} ops/s  p50 {row['p50_ms']:>6} ms  "
+             f"p99 {row['p99_ms']:>6} ms  client CPU {row['client_cpu_us']:>6} µs/op  "
+             f"servers CPU {row['server_cpu_us']:>6} µs/op{'  errors ' + str(row['errors']) if row['errors'] else ''}")
+    settled = rows[1:] or rows
+    steady = round(statistics.median(r["ops_per_s"] for r in settled), 1)
+    echo(f"{label:28} steady {steady:,.0f} ops/s (median of the {len(settled)} intervals after the first)")
+    return {"rows": rows, "steady_ops_per_s": steady}
+
+
+def _thread_worker(client: TableClient, mix: Mix, tally: Tally, stop: threading.Event, seed: int) -> None:
+    rng = random.Random(seed)
+    while not stop.is_set():
+        read, pk, rk, entity = mix.operation(rng)
+        with tally.timing():
+            client.get_entity(pk, rk) if read else client.upsert_entity(entity)
+
+
+def run_threads(native: str, table: str, mix: Mix, threads: int, seconds: float, interval: float, pids: list[int],
+                echo: Callable[[str], None]) -> dict[str, Any]:
+    """The blocking client: ``threads`` threads, each with a TableClient (and socket) of its own."""
+    tally, stop = Tally(), threading.Event()
+    clients = [TableClient(native, table) for _ in range(threads)]
+    workers = [threading.Thread(target=_thread_worker, args=(c, mix, tally, stop, i), daemon=True)
+               for i, c in enumerate(clients)]
+    for w in workers:
+        w.start()
+    try:
+        return _report(f"blocking, {threads} threads", tally, seconds, interval, pids,
+                       lambda: all(w.is_alive() for w in workers), echo)
+    finally:
+        stop.set()
+        for w in workers:
+            w.join(30)
+        for c in clients:
+            c.close()
+
+
+async def _task_worker(client: aio.TableClient, mix: Mix, tally: Tally, stop: asyncio.Event, seed: int) -> None:
+    rng = random.Random(seed)
+    while not stop.is_set():
+        read, pk, rk, entity = mix.operation(rng)
+        with tally.timing():
+            await (client.get_entity(pk, rk) if read else client.upsert_entity(entity))
+
+
+def run_tasks(native: str, table: str, mix: Mix, tasks: int, seconds: float, interval: float, pids: list[int],
+              echo: Callable[[str], None]) -> dict[str, Any]:
+    """The asyncio client: ``tasks`` tasks on one TableClient (one socket), its event loop in a thread of
+    this process while the main thread prints the rows (the GIL is the one the workers' would be)."""
+    loop = asyncio.new_event_loop()
+    stop = asyncio.Event()
+    tally = Tally()
+    client = aio.TableClient(native, table)
+
+    async def main() -> None:
+        await asyncio.gather(*(_task_worker(client, mix, tally, stop, 1000 + i) for i in range(tasks)))
+        await client.close()
+
+    def run_loop() -> None:
+        loop.run_until_complete(main())
+
+    runner = threading.Thread(target=run_loop, daemon=True)
+    runner.start()
+    try:
+        return _report(f"asyncio, {tasks} tasks", tally, seconds, interval, pids, runner.is_alive, echo)
+    finally:
+        loop.call_soon_threadsafe(stop.set)
+        runner.join(30)
+        loop.close()
+
+
+def run_aio_bench(native: str, doc: dict, *, seconds: float = 60.0, interval: float = 10.0, tasks: int = 64,
+                  threads: int = 8, mix: Mix | None = None, echo: Callable[[str], None] = print) -> dict[str, Any]:
+    """Preload a table, then run the blocking client's threads and the asyncio client's tasks on it, one
+    after the other; prints the rows and returns both runs' figures."""
+    mix = mix or Mix()
+    pids = server_pids(doc, ("frontend", "partition-server"))
+    name = f"benchaio{uuid.uuid4().hex[:8]}"
+    with TableServiceClient(native) as service:
+        table = service.create_table(name)
+        rng = random.Random(0)
+        loaded = table.upsert_entities(mix.entity(*mix.key_of(i), rng) for i in range(mix.keys))
+        echo(f"table {name}: {loaded:,} entities in {mix.partitions} partitions; "
+             f"{mix.read_share:.0%} point reads, {1 - mix.read_share:.0%} point upserts; "
+             f"{seconds:g} s per client, a row every {interval:g} s (client process {os.getpid()})")
+        try:
+            res = {"threads": run_threads(native, name, mix, threads, seconds, interval, pids, echo),
+                   "tasks": run_tasks(native, name, mix, tasks, seconds, interval, pids, echo)}
+        finally:
+            service.delete_table(name)
+    ratio = res["tasks"]["steady_ops_per_s"] / max(1.0, res["threads"]["steady_ops_per_s"])
+    res["tasks_vs_threads"] = round(ratio, 2)
+    echo(f"asyncio ({tasks} tasks) / blocking ({threads} threads): {ratio:.2f}x")
+    return res
