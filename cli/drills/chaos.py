@@ -225,7 +225,8 @@ def drill_chaos(seed: int | None, duration: float, sabotage: str | None, data_di
                    f"{len(r['map_violations'])} violations; converged: {r['converged']}")
         click.echo(f"client: {c['ops']} ops, {c['ok']} ok, {c['unknown']} unknown, worst {c['latency_ms']['max']} ms")
         click.echo(f"lost writes {r['lost_writes']}, duplicates {r['duplicate_applications']}, "
-                   f"linearizable {r['linearizable']}  →  {'PASS' if r['passed'] else 'FAIL'}")
+                   f"linearizable {r['linearizable']} ({r['linearizability']}, {r['history_ops']} ops checked in "
+                   f"{r['linearizability_s']} s)  →  {'PASS' if r['passed'] else 'FAIL'}")
         for line in chaos_failure_lines(r):
             click.echo(line)
     if not r["passed"]:
