@@ -10,8 +10,6 @@ and through the client that showed it, against a real cluster (one for the modul
 
 from __future__ import annotations
 
-import itertools
-import uuid
 from urllib.parse import quote
 
 import pytest
@@ -21,30 +19,13 @@ from azure.core.exceptions import HttpResponseError, ResourceModifiedError
 from azure.data.tables import TableClient, TableSasPermissions, UpdateMode, generate_table_sas
 
 from tests.cluster import ClusterFactory
-from tests.rest_helpers import DEV_ACCOUNT, DEV_KEY, Raw, batch_body
-
-_n = itertools.count()
+from tests.rest_helpers import DEV_ACCOUNT, DEV_KEY, batch_body
 
 
 @pytest.fixture(scope="module")
 def cluster(cluster_factory: ClusterFactory):
     with cluster_factory(servers=1) as c:
         yield c
-
-
-@pytest.fixture(scope="module")
-def raw(cluster):
-    r = Raw(cluster.http)
-    yield r
-    r.close()
-
-
-@pytest.fixture
-def table(raw):
-    name = f"f{uuid.uuid4().hex[:8]}{next(_n)}"
-    assert raw.post("/Tables", {"TableName": name}).status == 201
-    yield name
-    raw.request("DELETE", f"/Tables('{name}')")
 
 
 @pytest.fixture

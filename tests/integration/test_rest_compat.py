@@ -7,9 +7,7 @@ CORS refusals and Vary, typed nulls, and the 403 for a request without a date.
 
 from __future__ import annotations
 
-import itertools
 import json
-import uuid
 from email.utils import formatdate
 from urllib.parse import quote
 
@@ -19,28 +17,12 @@ from tests.cluster import ClusterFactory
 from tests.rest_helpers import DEV_ACCOUNT, DEV_KEY, Raw, sign
 
 SECONDARY = f"/{DEV_ACCOUNT}-secondary"
-_n = itertools.count()
 
 
 @pytest.fixture(scope="module")
 def cluster(cluster_factory: ClusterFactory):
     with cluster_factory(servers=1) as c:
         yield c
-
-
-@pytest.fixture(scope="module")
-def raw(cluster):
-    r = Raw(cluster.http)
-    yield r
-    r.close()
-
-
-@pytest.fixture
-def table(raw):
-    name = f"c{uuid.uuid4().hex[:8]}{next(_n)}"
-    assert raw.post("/Tables", {"TableName": name}).status == 201
-    yield name
-    raw.request("DELETE", f"/Tables('{name}')")
 
 
 def _insert(raw: Raw, table: str, pk: str, rk: str, **props) -> str:

@@ -31,7 +31,7 @@ from azure.data.tables import (  # noqa: E402
 )
 
 from tests.cluster import ClusterFactory  # noqa: E402
-from tests.rest_helpers import DEV_ACCOUNT, Raw  # noqa: E402
+from tests.rest_helpers import DEV_ACCOUNT  # noqa: E402
 
 _n = itertools.count()
 
@@ -50,13 +50,6 @@ def cluster(cluster_factory: ClusterFactory):
 def svc(cluster):
     with TableServiceClient.from_connection_string(cluster.connection_string) as s:
         yield s
-
-
-@pytest.fixture(scope="module")
-def raw(cluster):
-    r = Raw(cluster.http)
-    yield r
-    r.close()
 
 
 @pytest.fixture
