@@ -39,7 +39,7 @@ from tests.integration.test_rest_conformance import _code, _ent, _name  # noqa: 
 from tests.rest_helpers import DEV_ACCOUNT, DEV_KEY, batch_body  # noqa: E402
 
 # the fixtures of cases 1-14 (one cluster per module, as before the split)
-cluster, svc, raw, table = _cases_1_14.cluster, _cases_1_14.svc, _cases_1_14.raw, _cases_1_14.table
+cluster, svc, table = _cases_1_14.cluster, _cases_1_14.svc, _cases_1_14.table  # raw: tests/integration/conftest.py
 
 # --- 15-18: queries ----------------------------------------------------------------------------------
 
@@ -339,7 +339,7 @@ def test_bench_http_smoke(cluster):
 
     lines: list[str] = []
     res = run_http_bench(cluster.refresh(), n=20, batches=2, big=0, procs=2, echo=lines.append)
-    assert set(res) == {"insert", "get", "upsert", "batch100", "pk_query", "pk_query_big", "scan_page", "reject",
-                        "server_rss_mib"}
+    assert set(res) == {"insert", "get", "upsert", "batch100", "pk_query", "pk_query_big", "point_or", "scan_page",
+                        "reject", "server_rss_mib"}
     phases = [r for r in res.values() if isinstance(r, dict)]
-    assert all(r["ops"] > 0 and r["cpu_ms_per_op"] >= 0 for r in phases) and len(lines) == 10  # + server RSS
+    assert all(r["ops"] > 0 and r["cpu_ms_per_op"] >= 0 for r in phases) and len(lines) == 11  # + server RSS
