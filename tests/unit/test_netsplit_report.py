@@ -101,3 +101,18 @@ def test_each_broken_promise_fails_its_fault() -> None:
     text = format_report({"hosts": 7, "subnet": "x", "lease_s": 2.0, "fault_seconds": 4.0, "seed": 1,
                           "faults": [PS, {**SHORT, "gap_s": 1.5}], "passed": False})
     assert text.splitlines()[-1] == "FAIL" and "FAILED: writes stopped" in text
+
+
+def test_a_failed_fault_explains_its_violation_with_the_cut_in_the_window() -> None:
+    bad = {**PS, "linearizable": False, "linearizability": "violation", "linearizability_key": ("p03", "k1"),
+           "linearizability_detail": "key ('p03', 'k1'): not linearizable\n  #7 read -> 'a' ok [5.0, 5.1]",
+           "linearizability_window": [5.0, 5.1], "history_file": "/tmp/rangetable-histories/history-x.jsonl",
+           "injected": [{"t": 3.0, "until": 7.0, "what": "cut ps-1"},
+                        {"t": 5.2, "until": None, "what": "supervisor: ps-1 (pid 9) lost its lease: killed it"}]}
+    text = format_report({"hosts": 7, "subnet": "10.77.1.0/24", "lease_s": 2.0, "fault_seconds": 4.0,
+                          "seed": 1, "faults": [bad], "passed": False})
+    assert "FAILED: history not linearizable" in text
+    assert "linearizability: VIOLATION on key ('p03', 'k1')" in text and "#7 read -> 'a' ok" in text
+    assert "t=3.00-7.00 s  cut ps-1" in text and "lost its lease" not in text  # after the window
+    assert "rangetable verify history /tmp/rangetable-histories/history-x.jsonl" in text
+    assert text.splitlines()[-1] == "FAIL"
