@@ -203,17 +203,24 @@ class TableClient(_Client):
 
     # --- single entities ------------------------------------------------------------------------
 
-    def _write(self, kind: WriteKind, entity: Mapping[str, Any], match: str | None = None) -> dict[str, Any]:
-        body: WriteRequest = {"op": "write", "table": self.table_name, "write": write_op(kind, entity, match),
-                              "rid": uuid.uuid4().hex}
-        return write_metadata(self._call(body))
+    def _write(self, kind: WriteKind, entity: Mapping[str, Any], match: str | None = None,
+               **extension: Any) -> dict[str, Any]:
+        op = write_op(kind, entity, match, **extension)
+        body: WriteRequest = {"op": "write", "table": self.table_name, "write": op, "rid": uuid.uuid4().hex}
+        return write_metadata(self._call(body), op.get("incr"))
 
-    def create_entity(self, entity: Mapping[str, Any]) -> dict[str, Any]:
+    # Every write method also takes rangetable's extension (docs/http.md, "Conditions and counters"):
+    # ``condition`` (a $filter on the current entity), ``expect`` ("exists" / "absent") and ``counters``
+    # (name -> signed amount, added atomically; the new values come back as metadata["counters"]).
+    # A condition or expectation that fails raises ConditionCheckFailedError (412).
+
+    def create_entity(self, entity: Mapping[str, Any], *, condition: str | None = None, expect: str | None = None,
+                      counters: Mapping[str, Any] | None = None) -> dict[str, Any]:
         """Insert an entity; raises ResourceExistsError (EntityAlreadyExists) if the key is taken.
 
-        Returns ``{"etag", "timestamp", "date"}`` of the stored entity.
+        Returns ``{"etag", "timestamp", "date"}`` of the stored entity (and ``"counters"`` with counters).
         """
-        return self._write("insert", entity)
+        return self._write("insert", entity, condition=condition, expect=expect, counters=counters)
 
     def update_entity(
         self,
@@ -222,27 +229,34 @@ class TableClient(_Client):
         *,
         etag: str | None = None,
         match_condition: Any = None,
+        condition: str | None = None,
+        expect: str | None = None,
+        counters: Mapping[str, Any] | None = None,
     ) -> dict[str, Any]:
         """Merge or replace an existing entity (ResourceNotFoundError if it is missing).
 
         With ``match_condition=MatchConditions.IfNotModified`` the stored ETag must equal ``etag``
-        (or ``entity.metadata["etag"]``), else ResourceModifiedError (412).
+        (or ``entity.metadata["etag"]``), else ResourceModifiedError (412). ``condition``,
+        ``expect`` and ``counters``: see above, e.g. ``update_entity({"PartitionKey": "p", "RowKey":
+        "r"}, condition="stock ge 1", counters={"stock": -1})``.
         """
         match = if_match(etag, match_condition, entity)
         if mode == UpdateMode.REPLACE:
-            return self._write("replace", entity, match)
+            return self._write("replace", entity, match, condition=condition, expect=expect, counters=counters)
         if mode == UpdateMode.MERGE:
-            return self._write("merge", entity, match)
+            return self._write("merge", entity, match, condition=condition, expect=expect, counters=counters)
         raise ValueError(f"Mode type '{mode}' is not supported.")
 
     def upsert_entity(
-        self, entity: Mapping[str, Any], mode: UpdateMode | str = UpdateMode.MERGE
+        self, entity: Mapping[str, Any], mode: UpdateMode | str = UpdateMode.MERGE, *,
+        condition: str | None = None, expect: str | None = None, counters: Mapping[str, Any] | None = None,
     ) -> dict[str, Any]:
-        """Insert the entity, or merge/replace it into an existing one."""
+        """Insert the entity, or merge/replace it into an existing one (``condition``, ``expect``,
+        ``counters``: see above)."""
         if mode == UpdateMode.MERGE:
-            return self._write("insert_or_merge", entity)
+            return self._write("insert_or_merge", entity, condition=condition, expect=expect, counters=counters)
         if mode == UpdateMode.REPLACE:
-            return self._write("insert_or_replace", entity)
+            return self._write("insert_or_replace", entity, condition=condition, expect=expect, counters=counters)
         raise ValueError(
             f"Update mode {mode} is not supported. For a list of supported modes see the UpdateMode enum."
         )
@@ -264,12 +278,15 @@ class TableClient(_Client):
         *args: Any,
         etag: str | None = None,
         match_condition: Any = None,
+        condition: str | None = None,
+        expect: str | None = None,
         **kwargs: Any,
     ) -> None:
         """Delete an entity given as ``(partition_key, row_key)`` or as an entity mapping.
 
-        No error when it does not exist. ``etag`` + ``MatchConditions.IfNotModified`` make the delete
-        conditional (ResourceModifiedError on mismatch).
+        No error when it does not exist (unless ``expect="exists"``). ``etag`` +
+        ``MatchConditions.IfNotModified`` make the delete conditional (ResourceModifiedError on
+        mismatch); ``condition`` and ``expect``: see above.
         """
         entity = kwargs.pop("entity", None)
         pk = kwargs.pop("partition_key", None)
@@ -290,7 +307,7 @@ class TableClient(_Client):
                 raise TypeError("delete_entity needs an entity or a partition_key and a row_key")
         match = if_match(etag, match_condition, entity)
         try:
-            self._write("delete", {"PartitionKey": pk, "RowKey": rk}, match)
+            self._write("delete", {"PartitionKey": pk, "RowKey": rk}, match, condition=condition, expect=expect)
         except ResourceNotFoundError:
             pass
 
@@ -359,9 +376,11 @@ class TableClient(_Client):
         """Apply up to 100 operations on one partition atomically.
 
         ``operations`` are SDK-style tuples: ``("create", entity)``, ``("upsert", entity, {"mode": ...})``,
-        ``("update", entity, {"mode", "etag", "match_condition"})``, ``("delete", entity, {...})``.
+        ``("update", entity, {"mode", "etag", "match_condition"})``, ``("delete", entity, {...})``;
+        each keyword dict may also hold ``condition``, ``expect`` and ``counters`` (see above).
         Returns one metadata dict per operation; on failure nothing is applied and
-        :class:`TableTransactionError` names the failing operation in ``.index``.
+        :class:`TableTransactionError` names the failing operation in ``.index`` (a condition that
+        failed: ``error_code`` ConditionCheckFailed).
         """
         try:
             ops = [batch_op(op) for op in operations]
@@ -379,5 +398,5 @@ class TableClient(_Client):
             results = self._call(body)
         except TableError as exc:
             raise transaction_error(exc) from None
-        return [write_metadata(w) for w in results]
+        return [write_metadata(w, op.get("incr")) for op, w in zip(ops, results, strict=True)]
 
