@@ -27,7 +27,7 @@ from frontend.http.entity_ops import prefer, write_op
 from frontend.http.parse import XMETHODS, Request, Resource, Services, parse_query, parse_resource
 from frontend.http.render import ODATA_HEADERS, Response, iso_now
 from frontend.http.security import check
-from frontend.http.write_extension import COUNTERS, counter_values
+from frontend.http.write_extension import COUNTERS, counter_values, retry_id
 from rangetable.errors import TableError
 
 _HDRS = [(k.decode(), v.decode()) for k, v in ODATA_HEADERS]
@@ -152,7 +152,11 @@ async def run_batch(app: Services, rq: Request) -> Response:
         ops.append(op)
         meta.append((pref, level, res))
     try:
-        results = await app.fe.request({"op": "batch", "table": table, "ops": ops})
+        req: dict[str, Any] = {"op": "batch", "table": table, "ops": ops}
+        rid = retry_id(rq.headers, account, ops)
+        if rid is not None:
+            req["rid"] = rid
+        results = await app.fe.request(req)
     except TableError as exc:
         if exc.retriable or exc.error_code == "RequestBodyTooLarge":
             raise

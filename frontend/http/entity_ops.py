@@ -16,7 +16,7 @@ from frontend.http import odata
 from frontend.http.parse import Request, Resource
 from frontend.http.render import ODATA_HEADERS, Response, odata_headers
 from frontend.http.security import check
-from frontend.http.write_extension import COUNTERS_HEADER, add_extension, counter_values
+from frontend.http.write_extension import COUNTERS_HEADER, add_extension, counter_values, retry_id
 from rangetable.errors import TableError
 from rangetable.rest_json import json_to_typed
 
@@ -206,7 +206,11 @@ def _writer(method: str) -> Plan:
         op = write_op(method, rq.headers, res, rq.body)
         check(rq.auth, op["op"], res.table, res.pk, res.rk)
         rq.ctx = op
-        return {"op": "write", "table": res.table, "write": op}, _written
+        req = {"op": "write", "table": res.table, "write": op}
+        rid = retry_id(rq.headers, res.account, [op])
+        if rid is not None:
+            req["rid"] = rid
+        return req, _written
 
     write_entity.__doc__ = f"{method} on one entity (a Plan; If-Match semantics of reference §7)."
     return write_entity

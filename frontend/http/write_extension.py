@@ -13,6 +13,11 @@ No Azure service has these; they ride on headers an unchanged Azure SDK can send
 
 The partition server checks them (:mod:`rangetable.write_conditions`); this module only moves them
 between headers and the native write operation.
+
+A write that counts is made exactly-once under the client's own retries too: its request id on the
+partition server is taken from ``x-ms-client-request-id`` (:func:`retry_id`), which the Azure SDKs
+set once per call and keep across their retries. Other writes keep Azure's behaviour (a retry the
+frontend did not make is a new request).
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ EXPECT = "x-rangetable-expect"
 COUNTERS = "x-rangetable-counters"
 HEADERS = (CONDITION, EXPECT, COUNTERS)
 COUNTERS_HEADER = COUNTERS.encode()
+MAX_CLIENT_ID = 128  # a longer x-ms-client-request-id is not used as a request id
 
 
 def _bad(name: str, why: str) -> TableError:
@@ -86,3 +92,12 @@ def counter_values(op: Mapping[str, Any], ent: list | None) -> str | None:
         return None
     doc = typed_to_json("", "", 0, ent[3], "minimal", select=list(incr))
     return json.dumps(doc, separators=(",", ":"))
+
+
+def retry_id(headers: Mapping[str, str], account: str, ops: list[dict]) -> str | None:
+    """The request id under which the partition server answers a retry of these write ops once: from
+    the ``x-ms-client-request-id`` header, when one of the ops counts (else None: a new id per try)."""
+    crid = headers.get("x-ms-client-request-id")
+    if not crid or len(crid) > MAX_CLIENT_ID or not any(op.get("incr") for op in ops):
+        return None
+    return f"rest/{account}/{crid}"

@@ -136,6 +136,12 @@ def test_raw_headers_percent_encoding_errors_and_int64(cluster, table):
         assert (r.status, r.code) == (400, "InvalidHeaderValue")
         r = raw.request("MERGE", path, {}, headers={"x-rangetable-counters": '{"qty": 2147483647}'})
         assert (r.status, r.code) == (400, "CounterOverflow")
+        retried = {"x-rangetable-counters": '{"qty": 5}', "x-ms-client-request-id": str(uuid.uuid4())}
+        first = raw.request("MERGE", path, {}, headers=retried)
+        again = raw.request("MERGE", path, {}, headers=retried)  # the SDK's retry keeps its client request id
+        assert first.headers["etag"] == again.headers["etag"] and again.headers["x-rangetable-counters"] == '{"qty":6}'
+        assert raw.get(path).json()["qty"] == 6
+        assert raw.request("MERGE", path, {}, headers={"x-rangetable-counters": '{"qty": -5}'}).status == 204
         r = raw.request("DELETE", path, headers={"If-Match": "*", "x-rangetable-expect": "absent"})
         assert (r.status, r.code) == (412, "ConditionCheckFailed")
         assert raw.get(path).json()["qty"] == 1
