@@ -29,6 +29,27 @@ CONDITION = "stock ge 1"
 _SLOTS = 2  # per client in the shared counters: decrements, retries
 
 
+def _etag_decrement(get: Callable[[], Any], update: Callable[[int, str], None],
+                    modified: type[Exception]) -> Callable[[], tuple[int | None, int]]:
+    """A decrement by read-modify-write: read the entity (``get``), write ``stock - 1`` if its ETag is
+    unchanged (``update``), start over when the write raises ``modified`` (412)."""
+
+    def etag() -> tuple[int | None, int]:
+        retries = 0
+        while True:
+            e = get()
+            left = e["stock"]
+            if left < 1:
+                return None, retries
+            try:
+                update(left - 1, e.metadata["etag"])
+                return left - 1, retries
+            except modified:
+                retries += 1
+
+    return etag
+
+
 def _native_decrement(target: str, table: str, pk: str, mode: str) -> Callable[[], tuple[int | None, int]]:
     """A function decrementing once through the native client: (the value left, or None when sold
     out; the retries it took)."""
@@ -43,21 +64,11 @@ def _native_decrement(target: str, table: str, pk: str, mode: str) -> Callable[[
         except ConditionCheckFailedError:
             return None, 0
 
-    def etag() -> tuple[int | None, int]:
-        retries = 0
-        while True:
-            e = client.get_entity(pk, "stock")
-            left = e["stock"]
-            if left < 1:
-                return None, retries
-            try:
-                client.update_entity({**key, "stock": left - 1}, etag=e.metadata["etag"],
-                                     match_condition=MatchConditions.IfNotModified)
-                return left - 1, retries
-            except ResourceModifiedError:
-                retries += 1
+    def update(left: int, etag: str) -> None:
+        client.update_entity({**key, "stock": left}, etag=etag, match_condition=MatchConditions.IfNotModified)
 
-    return cond if mode == "cond" else etag
+    return cond if mode == "cond" else _etag_decrement(lambda: client.get_entity(pk, "stock"), update,
+                                                       ResourceModifiedError)
 
 
 def _rest_decrement(target: str, table: str, pk: str, mode: str) -> Callable[[], tuple[int | None, int]]:
@@ -83,21 +94,11 @@ def _rest_decrement(target: str, table: str, pk: str, mode: str) -> Callable[[],
             return None, 0
         return json.loads(seen["counters"])["stock"], 0
 
-    def etag() -> tuple[int | None, int]:
-        retries = 0
-        while True:
-            e = client.get_entity(pk, "stock")
-            left = e["stock"]
-            if left < 1:
-                return None, retries
-            try:
-                client.update_entity({**key, "stock": left - 1}, etag=e.metadata["etag"],
-                                     match_condition=MatchConditions.IfNotModified)
-                return left - 1, retries
-            except ResourceModifiedError:
-                retries += 1
+    def update(left: int, etag: str) -> None:
+        client.update_entity({**key, "stock": left}, etag=etag, match_condition=MatchConditions.IfNotModified)
 
-    return cond if mode == "cond" else etag
+    return cond if mode == "cond" else _etag_decrement(lambda: client.get_entity(pk, "stock"), update,
+                                                       ResourceModifiedError)
 
 
 def _client(index: int, via: str, doc: dict, table: str, pk: str, mode: str, counts: Any, start: Any,
