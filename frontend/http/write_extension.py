@@ -14,10 +14,11 @@ No Azure service has these; they ride on headers an unchanged Azure SDK can send
 The partition server checks them (:mod:`rangetable.write_conditions`); this module only moves them
 between headers and the native write operation.
 
-A write that counts is made exactly-once under the client's own retries too: its request id on the
-partition server is taken from ``x-ms-client-request-id`` (:func:`retry_id`), which the Azure SDKs
-set once per call and keep across their retries. Other writes keep Azure's behaviour (a retry the
-frontend did not make is a new request).
+A write that carries the extension is made exactly-once under the client's own retries too: its
+request id on the partition server is taken from ``x-ms-client-request-id`` (:func:`retry_id`), which
+the Azure SDKs set once per call and keep across their retries (a retried decrement neither counts
+twice nor fails its condition on its own first application). Other writes keep Azure's behaviour (a
+retry the frontend did not make is a new request).
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from urllib.parse import unquote
 from rangetable.entity import RESERVED_NAMES
 from rangetable.errors import TableError
 from rangetable.rest_json import json_to_typed, typed_to_json
+from rangetable.write_conditions import FIELDS
 
 CONDITION = "x-rangetable-condition"
 EXPECT = "x-rangetable-expect"
@@ -96,8 +98,9 @@ def counter_values(op: Mapping[str, Any], ent: list | None) -> str | None:
 
 def retry_id(headers: Mapping[str, str], account: str, ops: list[dict]) -> str | None:
     """The request id under which the partition server answers a retry of these write ops once: from
-    the ``x-ms-client-request-id`` header, when one of the ops counts (else None: a new id per try)."""
+    the ``x-ms-client-request-id`` header, when one of the ops carries the extension (else None: a new
+    id per try)."""
     crid = headers.get("x-ms-client-request-id")
-    if not crid or len(crid) > MAX_CLIENT_ID or not any(op.get("incr") for op in ops):
+    if not crid or len(crid) > MAX_CLIENT_ID or all(FIELDS.isdisjoint(op) for op in ops):
         return None
     return f"rest/{account}/{crid}"
