@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import click
 
 from cli.coordinator_client import call
 from cli.options import data_dir_option, emit, endpoint_option, json_option, native_endpoint
+from rangetable.edm import etag_from_ticks
 from rangetable.errors import TableError
 from rangetable.rest_json import json_to_typed, typed_to_json
 from rangetable.table_settings import format_ttl, parse_ttl
@@ -121,17 +123,59 @@ def entity_group() -> None:
     """Put, get and delete entities (JSON as in the Azure REST API, @odata.type annotations allowed)."""
 
 
+def _counters(adds: tuple[str, ...]) -> dict[str, list] | None:
+    """``--add NAME=AMOUNT`` options as typed counters (AMOUNT a JSON number, typed as in an entity body:
+    an integer is Int32, a decimal Double; ``NAME=5L`` makes it Int64)."""
+    if not adds:
+        return None
+    doc: dict = {}
+    for item in adds:
+        name, eq, amount = item.partition("=")
+        if not eq or not name:
+            raise click.ClickException(f"InvalidInput: --add takes NAME=AMOUNT, not {item!r}")
+        if amount.endswith("L"):
+            doc[name + "@odata.type"] = "Edm.Int64"
+            doc[name] = amount[:-1]
+            continue
+        try:
+            doc[name] = json.loads(amount)
+        except ValueError:
+            raise click.ClickException(f"InvalidInput: the amount of {name!r} is not a number: {amount!r}") from None
+    return json_to_typed(doc, pk="", rk="")[2]
+
+
+def _write(endpoint: str, table: str, op: dict, condition: str | None, expect: str | None,
+           adds: tuple[str, ...] = ()) -> Any:
+    """Send one write with rangetable's extension (condition, expectation, counters) added."""
+    if condition is not None:
+        op["cond"] = condition
+    if expect is not None:
+        op["expect"] = expect
+    incr = _counters(adds)
+    if incr is not None:
+        op["incr"] = incr
+    return call(endpoint, {"op": "write", "table": table, "write": op})
+
+
+_IF_HELP = "Only write when the current entity satisfies this $filter condition, e.g. \"stock ge 1\"."
+_EXPECT_HELP = "Only write when the entity exists / does not exist."
+_ADD_HELP = "Add a signed amount to a numeric property atomically (NAME=AMOUNT, repeatable; 5L: Int64)."
+
+
 @entity_group.command("put")
 @click.argument("table")
 @click.argument("entity_json")
 @click.option("--mode", type=click.Choice(["replace", "merge", "insert"]), default="replace", show_default=True,
               help="replace/merge: upsert; insert: fail if the entity exists.")
 @click.option("--if-match", default=None, help="Only update when the entity's ETag matches (or '*').")
+@click.option("--if", "condition", default=None, help=_IF_HELP)
+@click.option("--expect", type=click.Choice(["exists", "absent"]), default=None, help=_EXPECT_HELP)
+@click.option("--add", "adds", multiple=True, metavar="NAME=AMOUNT", help=_ADD_HELP)
 @data_dir_option
 @endpoint_option
 @json_option
-def entity_put(table: str, entity_json: str, mode: str, if_match: str | None, data_dir: str,
-               endpoint: str | None, as_json: bool) -> None:
+def entity_put(table: str, entity_json: str, mode: str, if_match: str | None, condition: str | None,
+               expect: str | None, adds: tuple[str, ...], data_dir: str, endpoint: str | None, as_json: bool) -> None:
     """Insert or update an entity given as JSON."""
     try:
         body = json.loads(entity_json)
@@ -144,27 +188,36 @@ def entity_put(table: str, entity_json: str, mode: str, if_match: str | None, da
         op = mode
     else:
         op = "insert_or_" + mode
-    res = call(native_endpoint(data_dir, endpoint), {"op": "write", "table": table, "write": {
-        "op": op, "pk": pk, "rk": rk, "props": props, "if_match": if_match}})
-    from rangetable.edm import etag_from_ticks
-
+    res = _write(native_endpoint(data_dir, endpoint), table,
+                 {"op": op, "pk": pk, "rk": rk, "props": props, "if_match": if_match}, condition, expect, adds)
     etag = etag_from_ticks(res[2])
-    emit({"etag": etag}, as_json, f"ok  etag {etag}")
+    out: dict[str, Any] = {"etag": etag}
+    text = f"ok  etag {etag}"
+    if adds:
+        out["counters"] = counted = {k: v for k, v in _entity_json(res).items() if k.split("@")[0] in
+                                     {a.partition("=")[0] for a in adds}}
+        text += "  " + json.dumps(counted)
+    emit(out, as_json, text)
 
 
 @entity_group.command("merge")
 @click.argument("table")
 @click.argument("entity_json")
 @click.option("--if-match", default=None, help="Only merge when the entity's ETag matches (or '*').")
+@click.option("--if", "condition", default=None, help=_IF_HELP)
+@click.option("--expect", type=click.Choice(["exists", "absent"]), default=None, help=_EXPECT_HELP)
+@click.option("--add", "adds", multiple=True, metavar="NAME=AMOUNT", help=_ADD_HELP)
 @data_dir_option
 @endpoint_option
 @json_option
 @click.pass_context
-def entity_merge(ctx: click.Context, table: str, entity_json: str, if_match: str | None, data_dir: str,
-                 endpoint: str | None, as_json: bool) -> None:
+def entity_merge(ctx: click.Context, table: str, entity_json: str, if_match: str | None, condition: str | None,
+                 expect: str | None, adds: tuple[str, ...], data_dir: str, endpoint: str | None,
+                 as_json: bool) -> None:
     """Merge properties into an entity (inserting it if absent, unless --if-match is given)."""
     ctx.invoke(entity_put, table=table, entity_json=entity_json, mode="merge", if_match=if_match,
-               data_dir=data_dir, endpoint=endpoint, as_json=as_json)
+               condition=condition, expect=expect, adds=adds, data_dir=data_dir, endpoint=endpoint,
+               as_json=as_json)
 
 
 @entity_group.command("get")
@@ -184,13 +237,14 @@ def entity_get(table: str, partition_key: str, row_key: str, data_dir: str, endp
 @click.argument("partition_key")
 @click.argument("row_key")
 @click.option("--if-match", default="*", show_default=True, help="ETag the entity must have.")
+@click.option("--if", "condition", default=None, help=_IF_HELP)
 @data_dir_option
 @endpoint_option
-def entity_delete(table: str, partition_key: str, row_key: str, if_match: str, data_dir: str,
-                  endpoint: str | None) -> None:
+def entity_delete(table: str, partition_key: str, row_key: str, if_match: str, condition: str | None,
+                  data_dir: str, endpoint: str | None) -> None:
     """Delete one entity."""
-    call(native_endpoint(data_dir, endpoint), {"op": "write", "table": table, "write": {
-        "op": "delete", "pk": partition_key, "rk": row_key, "if_match": if_match}})
+    _write(native_endpoint(data_dir, endpoint), table,
+           {"op": "delete", "pk": partition_key, "rk": row_key, "if_match": if_match}, condition, None)
     click.echo("deleted")
 
 

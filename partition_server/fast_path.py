@@ -35,7 +35,7 @@ import rocksdict
 from zmq.backend import Socket as _RawSocket
 
 from partition_server import range_ops
-from rangetable import protocol
+from rangetable import protocol, write_conditions
 from rangetable.edm import (
     BINARY,
     BOOLEAN,
@@ -64,6 +64,7 @@ from rangetable.entity import (
 from rangetable.errors import TableError
 from rangetable.keys import encode_key
 from rangetable.protocol import Packed
+from rangetable.write_conditions import read_guard
 
 # --- aliases bound once ------------------------------------------------------------------------
 
@@ -327,7 +328,8 @@ def prefetch(get: Callable, ops: list[dict]) -> Callable[[bytes], bytes | None]:
     fails validation before it reads) or no op reads.
     """
     try:
-        keys = [encode_key(op["pk"], op["rk"]) for op in ops if op.get("op") != range_ops.NO_READ]
+        keys = [encode_key(op["pk"], op["rk"]) for op in ops
+                if op.get("op") != range_ops.NO_READ or not write_conditions.FIELDS.isdisjoint(op)]
     except (AttributeError, KeyError, TypeError, UnicodeError):
         return get
     if not keys:
@@ -386,26 +388,28 @@ def prepare_batch(
     no key lies in ``[lo, hi)``, so that a batch into an empty partition need not read its rows one
     by one. When the whole batch is shown valid up front (:func:`_plan`, the usual case) the ops are
     evaluated without validating each again, and a batch of upserts that each write their own
-    props skips the op loop (:func:`_upsert_all`); otherwise the plain evaluation runs.
+    props, with no condition or counter, skips the op loop (:func:`_upsert_all`); otherwise the plain
+    evaluation runs.
     """
     plan = _plan(ops)
     if plan is None:
         keys, values, written = range_ops.evaluate_batch(prefetch(get, ops), ops, ts, wb, pack_value)
         return (list(map(answer, keys, values)) if wire else []), written
     kinds, pks, rks, props = plan
+    guarded = not all(map(write_conditions.FIELDS.isdisjoint, ops))  # conditions or counters: read every row
     pkb = pks[0].encode()
     rkbs = list(map(str.encode, rks))
     lo = pkb + b"\x00"
     keys = list(map(lo.__add__, rkbs))
     if probe is not None and not probe(lo, pkb + b"\x01"):  # the partition's span: see keys.py
         curs: list[bytes | None] = [None] * len(keys)
-    elif range_ops.NO_READ not in kinds:
+    elif guarded or range_ops.NO_READ not in kinds:
         curs = get(keys)
     else:  # read only the rows of the ops that look at them, as prefetch does
         want = [k for k, kind in zip(keys, kinds, strict=True) if kind != range_ops.NO_READ]
         found = dict(zip(want, get(want), strict=True)) if want else {}
         curs = list(map(found.get, keys))
-    if range_ops.UPSERTS.issuperset(kinds):
+    if not guarded and range_ops.UPSERTS.issuperset(kinds):
         first = next((p for p in props if p), None)
         names = tuple(n.encode() for n in first) if first else None
         done = _upsert_all(keys, rkbs, curs, props, names, ts, wb, key_prefix(pkb) if wire else None)
@@ -418,6 +422,7 @@ def prepare_batch(
 
 def _prepare_valid(read: Callable[[bytes], bytes | None], op: dict) -> tuple[bytes, dict | None]:
     """:func:`partition_server.range_ops.prepare_op` for an op whose entity is known valid: its
-    condition checked and the op evaluated, the entity not validated again."""
+    conditions checked and the op evaluated, the entity not validated again."""
     valid = range_ops.read_op(op)
-    return range_ops.evaluate(read, valid, range_ops.condition(op, valid[0]))
+    kind = valid[0]
+    return range_ops.evaluate(read, valid, range_ops.condition(op, kind), read_guard(op, kind, valid[3]))

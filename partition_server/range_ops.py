@@ -4,9 +4,11 @@ One op goes through three steps, each once:
 
 1. :func:`read_op` takes its fields (``op``, ``pk``, ``rk``, ``props``) and refuses an unknown kind;
 2. :func:`prepare_op` validates keys and props (``validate_entity``), then the If-Match
-   (:func:`condition`);
-3. :func:`evaluate` reads the stored entity and decides, per Azure's rules (existence, ETag, merge),
-   what to write: the key and the props (None to delete), stored as ``msgpack([ts, props])``.
+   (:func:`condition`) and the extension fields (expectation, condition on column values, counters:
+   :func:`rangetable.write_conditions.read_guard`);
+3. :func:`evaluate` reads the stored entity, checks the extension's expectation and condition, and
+   decides (:func:`decide`), per Azure's rules (existence, ETag, merge), what to write: the key and the
+   props (None to delete) with the counters added, stored as ``msgpack([ts, props])``.
 
 :func:`evaluate_batch` runs an entity group transaction op by op after :func:`check_batch_shape`
 (the rules that do not need the data). :func:`partition_server.fast_path.prepare_batch` computes the
@@ -21,12 +23,13 @@ from typing import Any
 import msgpack
 import rocksdict
 
-from rangetable import protocol
+from rangetable import protocol, write_conditions
 from rangetable.edm import Entity, etag_from_ticks, is_weak_etag
 from rangetable.entity import validate_entity
 from rangetable.errors import TableError
 from rangetable.keys import encode_key
 from rangetable.protocol import entity_to_wire
+from rangetable.write_conditions import Guard, read_guard
 
 MAX_BATCH_OPS = 100
 MAX_BATCH_BYTES = 4 << 20
@@ -76,46 +79,67 @@ def condition(op: dict, kind: str) -> str | None:
     return check_if_match(op.get("if_match")) if kind in CONDITIONAL else None
 
 
-def evaluate(read: Callable[[bytes], bytes | None], op: Op, etag: str | None) -> tuple[bytes, dict | None]:
-    """Decide a validated op (see :func:`read_op`), conditional on ``etag``, against the stored entity
-    (read through ``read``).
+def evaluate(read: Callable[[bytes], bytes | None], op: Op, etag: str | None,
+             guard: Guard | None = None) -> tuple[bytes, dict | None]:
+    """Decide a validated op (see :func:`read_op`), conditional on ``etag`` and ``guard`` (its
+    expectation, condition and counters: :mod:`rangetable.write_conditions`), against the stored
+    entity (read through ``read``).
 
     Returns (key, the props to write, or None to delete); the caller stores them as
-    ``msgpack([ts, props])`` (:func:`pack_value`). Raises EntityAlreadyExists, ResourceNotFound,
-    UpdateConditionNotSatisfied, or a validation error of the props a merge produces.
+    ``msgpack([ts, props])`` (:func:`pack_value`). Raises ConditionCheckFailed (checked first), then
+    EntityAlreadyExists, ResourceNotFound, UpdateConditionNotSatisfied, CounterOverflow, or a
+    validation error of the props a merge or the counters produce.
     """
     kind, pk, rk, props = op
     key = encode_key(pk, rk)
-    if kind == NO_READ:
-        return key, props
+    if guard is None:
+        if kind == NO_READ:
+            return key, props
+        cur = read(key)
+        return key, decide(kind, pk, rk, props, None if cur is None else msgpack.unpackb(cur), etag)
     cur = read(key)
+    stored = None if cur is None else msgpack.unpackb(cur)
+    write_conditions.check(guard, pk, rk, stored)
+    written = decide(kind, pk, rk, props, stored, etag)
+    if guard.counters and written is not None:  # a merge leaves the counters' stored values (no name is in both)
+        written = {**written, **write_conditions.add_counters(guard.counters, {} if stored is None else stored[1])}
+        validate_entity(pk, rk, written)
+    return key, written
+
+
+def decide(kind: str, pk: str, rk: str, props: dict, stored: list | None, etag: str | None) -> dict | None:
+    """The props an op of ``kind`` writes (None: delete) given the decoded stored value ``[ts, props]``
+    (None: no row), per Azure's rules (existence, ETag, merge)."""
+    if kind == NO_READ:
+        return props
     if kind == "insert":
-        if cur is not None:
+        if stored is not None:
             raise TableError("EntityAlreadyExists")
-        return key, props
-    if cur is None:
+        return props
+    if stored is None:
         if kind != "insert_or_merge":
             raise TableError("ResourceNotFound")
-        return key, props
-    cts, cprops = msgpack.unpackb(cur)
+        return props
+    cts, cprops = stored
     if etag is not None and etag != etag_from_ticks(cts):
         raise TableError("UpdateConditionNotSatisfied")
     if kind == "delete":
-        return key, None
+        return None
     if kind != "replace" and cprops:
         covered = cprops.keys() <= props.keys()
         cprops.update(props)
         props = cprops
         if not covered:  # stored properties remain beside the new ones: the union must fit Azure's limits
             validate_entity(pk, rk, props)
-    return key, props
+    return props
 
 
 def prepare_op(read: Callable[[bytes], bytes | None], op: dict) -> tuple[bytes, dict | None]:
-    """Validate one op dict (the entity first, then its If-Match) and evaluate it (see :func:`evaluate`)."""
+    """Validate one op dict (the entity, its If-Match, its extension fields) and evaluate it (see
+    :func:`evaluate`)."""
     kind, pk, rk, props = valid = read_op(op)
     validate_entity(pk, rk, props)
-    return evaluate(read, valid, condition(op, kind))
+    return evaluate(read, valid, condition(op, kind), read_guard(op, kind, props))
 
 
 def pack_value(ts: int, props: dict) -> bytes:

@@ -25,6 +25,7 @@ _EXPORTS: dict[str, str] = {
     "ResourceNotFoundError": "rangetable.client_models",
     "ResourceExistsError": "rangetable.client_models",
     "ResourceModifiedError": "rangetable.client_models",
+    "ConditionCheckFailedError": "rangetable.client_models",
     "TableError": "rangetable.errors",
     "NoRetry": "rangetable.retry",
     "FixedRetry": "rangetable.retry",
@@ -32,6 +33,7 @@ _EXPORTS: dict[str, str] = {
 }
 
 __all__ = [
+    "ConditionCheckFailedError",
     "EdmType",
     "EntityProperty",
     "ExponentialRetry",
@@ -54,6 +56,7 @@ __all__ = [
 if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
     from rangetable.client import TableClient, TableServiceClient
     from rangetable.client_models import (
+        ConditionCheckFailedError,
         MatchConditions,
         ResourceExistsError,
         ResourceModifiedError,

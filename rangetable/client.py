@@ -203,12 +203,19 @@ class TableClient(_Client):
 
     # --- single entities ------------------------------------------------------------------------
 
-    def create_entity(self, entity: Mapping[str, Any]) -> dict[str, Any]:
+    # Every write method also takes rangetable's extension (docs/http.md, "Conditions and counters"):
+    # ``condition`` (a $filter on the current entity), ``expect`` ("exists" / "absent") and ``counters``
+    # (name -> signed amount, added atomically; the new values come back as metadata["counters"]).
+    # A condition or expectation that fails raises ConditionCheckFailedError (412).
+
+    def create_entity(self, entity: Mapping[str, Any], *, condition: str | None = None, expect: str | None = None,
+                      counters: Mapping[str, Any] | None = None) -> dict[str, Any]:
         """Insert an entity; raises ResourceExistsError (EntityAlreadyExists) if the key is taken.
 
-        Returns ``{"etag", "timestamp", "date"}`` of the stored entity.
+        Returns ``{"etag", "timestamp", "date"}`` of the stored entity (and ``"counters"`` with counters).
         """
-        return self._run(calls.write(self.table_name, "insert", entity))
+        return self._run(calls.write(self.table_name, "insert", entity, condition=condition, expect=expect,
+                                     counters=counters))
 
     def update_entity(
         self,
@@ -217,19 +224,28 @@ class TableClient(_Client):
         *,
         etag: str | None = None,
         match_condition: Any = None,
+        condition: str | None = None,
+        expect: str | None = None,
+        counters: Mapping[str, Any] | None = None,
     ) -> dict[str, Any]:
         """Merge or replace an existing entity (ResourceNotFoundError if it is missing).
 
         With ``match_condition=MatchConditions.IfNotModified`` the stored ETag must equal ``etag``
-        (or ``entity.metadata["etag"]``), else ResourceModifiedError (412).
+        (or ``entity.metadata["etag"]``), else ResourceModifiedError (412). ``condition``,
+        ``expect`` and ``counters``: see above, e.g. ``update_entity({"PartitionKey": "p", "RowKey":
+        "r"}, condition="stock ge 1", counters={"stock": -1})``.
         """
-        return self._run(calls.update_entity(self.table_name, entity, mode, etag=etag, match_condition=match_condition))
+        return self._run(calls.update_entity(self.table_name, entity, mode, etag=etag, match_condition=match_condition,
+                                             condition=condition, expect=expect, counters=counters))
 
     def upsert_entity(
-        self, entity: Mapping[str, Any], mode: UpdateMode | str = UpdateMode.MERGE
+        self, entity: Mapping[str, Any], mode: UpdateMode | str = UpdateMode.MERGE, *,
+        condition: str | None = None, expect: str | None = None, counters: Mapping[str, Any] | None = None,
     ) -> dict[str, Any]:
-        """Insert the entity, or merge/replace it into an existing one."""
-        return self._run(calls.upsert_entity(self.table_name, entity, mode))
+        """Insert the entity, or merge/replace it into an existing one (``condition``, ``expect``,
+        ``counters``: see above)."""
+        return self._run(calls.upsert_entity(self.table_name, entity, mode, condition=condition, expect=expect,
+                                             counters=counters))
 
     def upsert_entities(
         self, entities: Iterable[Mapping[str, Any]], mode: UpdateMode | str = UpdateMode.MERGE, *, window: int = 16
@@ -248,14 +264,18 @@ class TableClient(_Client):
         *args: Any,
         etag: str | None = None,
         match_condition: Any = None,
+        condition: str | None = None,
+        expect: str | None = None,
         **kwargs: Any,
     ) -> None:
         """Delete an entity given as ``(partition_key, row_key)`` or as an entity mapping.
 
-        No error when it does not exist. ``etag`` + ``MatchConditions.IfNotModified`` make the delete
-        conditional (ResourceModifiedError on mismatch).
+        No error when it does not exist (unless ``expect="exists"``). ``etag`` +
+        ``MatchConditions.IfNotModified`` make the delete conditional (ResourceModifiedError on
+        mismatch); ``condition`` and ``expect``: see above.
         """
-        self._run(calls.delete_entity(self.table_name, args, kwargs, etag=etag, match_condition=match_condition))
+        self._run(calls.delete_entity(self.table_name, args, kwargs, etag=etag, match_condition=match_condition,
+                                      condition=condition, expect=expect))
 
     def get_entity(
         self, partition_key: str, row_key: str, *, select: str | list[str] | None = None
@@ -294,8 +314,10 @@ class TableClient(_Client):
         """Apply up to 100 operations on one partition atomically.
 
         ``operations`` are SDK-style tuples: ``("create", entity)``, ``("upsert", entity, {"mode": ...})``,
-        ``("update", entity, {"mode", "etag", "match_condition"})``, ``("delete", entity, {...})``.
+        ``("update", entity, {"mode", "etag", "match_condition"})``, ``("delete", entity, {...})``;
+        each keyword dict may also hold ``condition``, ``expect`` and ``counters`` (see above).
         Returns one metadata dict per operation; on failure nothing is applied and
-        :class:`TableTransactionError` names the failing operation in ``.index``.
+        :class:`TableTransactionError` names the failing operation in ``.index`` (a condition that
+        failed: ``error_code`` ConditionCheckFailed).
         """
         return self._run(calls.submit_transaction(self.table_name, operations))

@@ -157,38 +157,43 @@ def list_tables(query_filter: str | None = None, results_per_page: int | None = 
 # --- entities -------------------------------------------------------------------------------------
 
 
-def write(table: str, kind: WriteKind, entity: Mapping[str, Any], match: str | None = None) -> Call[dict[str, Any]]:
-    """A single-entity write; its request id stays the same across retries."""
-    body: WriteRequest = {"op": "write", "table": table, "write": write_op(kind, entity, match),
-                          "rid": uuid.uuid4().hex}
-    return Call(body, write_metadata)
+def write(table: str, kind: WriteKind, entity: Mapping[str, Any], match: str | None = None,
+          **extension: Any) -> Call[dict[str, Any]]:
+    """A single-entity write; its request id stays the same across retries. ``extension``:
+    rangetable's ``condition``, ``expect`` and ``counters`` (:func:`rangetable.client_wire.write_op`);
+    the new counter values come back as ``metadata["counters"]``."""
+    op = write_op(kind, entity, match, **extension)
+    body: WriteRequest = {"op": "write", "table": table, "write": op, "rid": uuid.uuid4().hex}
+    counted = op.get("incr")
+    return Call(body, lambda answer: write_metadata(answer, counted))
 
 
 def update_entity(table: str, entity: Mapping[str, Any], mode: UpdateMode | str = UpdateMode.MERGE, *,
-                  etag: str | None = None, match_condition: Any = None) -> Call[dict[str, Any]]:
-    """Merge or replace an existing entity, under an ETag condition."""
+                  etag: str | None = None, match_condition: Any = None, **extension: Any) -> Call[dict[str, Any]]:
+    """Merge or replace an existing entity, under an ETag condition (and the ``extension``)."""
     match = if_match(etag, match_condition, entity)
     if mode == UpdateMode.REPLACE:
-        return write(table, "replace", entity, match)
+        return write(table, "replace", entity, match, **extension)
     if mode == UpdateMode.MERGE:
-        return write(table, "merge", entity, match)
+        return write(table, "merge", entity, match, **extension)
     raise ValueError(f"Mode type '{mode}' is not supported.")
 
 
 def upsert_entity(table: str, entity: Mapping[str, Any],
-                  mode: UpdateMode | str = UpdateMode.MERGE) -> Call[dict[str, Any]]:
-    """Insert the entity, or merge/replace it into an existing one."""
+                  mode: UpdateMode | str = UpdateMode.MERGE, **extension: Any) -> Call[dict[str, Any]]:
+    """Insert the entity, or merge/replace it into an existing one (and the ``extension``)."""
     if mode == UpdateMode.MERGE:
-        return write(table, "insert_or_merge", entity)
+        return write(table, "insert_or_merge", entity, **extension)
     if mode == UpdateMode.REPLACE:
-        return write(table, "insert_or_replace", entity)
+        return write(table, "insert_or_replace", entity, **extension)
     raise ValueError(f"Update mode {mode} is not supported. For a list of supported modes see the UpdateMode enum.")
 
 
 def delete_entity(table: str, args: tuple[Any, ...], kwargs: dict[str, Any], *,
-                  etag: str | None = None, match_condition: Any = None) -> Call[None]:
+                  etag: str | None = None, match_condition: Any = None, **extension: Any) -> Call[None]:
     """Delete an entity given as ``(partition_key, row_key)`` or as an entity mapping (positional
-    ``args`` or keywords ``entity``, ``partition_key``, ``row_key``); no error when it is missing."""
+    ``args`` or keywords ``entity``, ``partition_key``, ``row_key``); no error when it is missing
+    (unless the ``extension`` expects it to exist)."""
     entity = kwargs.pop("entity", None)
     pk = kwargs.pop("partition_key", None)
     rk = kwargs.pop("row_key", None)
@@ -207,7 +212,7 @@ def delete_entity(table: str, args: tuple[Any, ...], kwargs: dict[str, Any], *,
         if pk is None or rk is None:
             raise TypeError("delete_entity needs an entity or a partition_key and a row_key")
     match = if_match(etag, match_condition, entity)
-    call = write(table, "delete", {"PartitionKey": pk, "RowKey": rk}, match)
+    call = write(table, "delete", {"PartitionKey": pk, "RowKey": rk}, match, **extension)
     return Call(call.body, _none, tolerate=ResourceNotFoundError)
 
 
@@ -257,4 +262,5 @@ def submit_transaction(table: str, operations: Iterable[Any]) -> Call[list[dict[
     if len({op["pk"] for op in ops}) > 1:
         raise ValueError("Partition Keys in the batch must all be the same.")
     body: BatchRequest = {"op": "batch", "table": table, "ops": ops, "rid": uuid.uuid4().hex}
-    return Call(body, lambda results: [write_metadata(w) for w in results], transaction=True)
+    return Call(body, lambda results: [write_metadata(w, op.get("incr")) for op, w in zip(ops, results, strict=True)],
+                transaction=True)

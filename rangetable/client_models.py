@@ -87,6 +87,11 @@ class ResourceModifiedError(TableError):
     """A 412: the ETag condition was not met."""
 
 
+class ConditionCheckFailedError(ResourceModifiedError):
+    """A 412 of rangetable's extension: a write's expectation or condition on column values failed
+    (``error_code`` ConditionCheckFailed; the message names the condition)."""
+
+
 class TableTransactionError(TableError):
     """An operation of an entity group transaction failed; ``.index`` names it (0 when unknown)."""
 
@@ -104,7 +109,7 @@ _BY_STATUS: dict[int, type[TableError]] = {
 
 def specific_error(exc: TableError) -> TableError:
     """Re-type a plain TableError by status: 404/409/412 become the azure-core-named subclasses."""
-    cls = _BY_STATUS.get(exc.status_code)
+    cls = ConditionCheckFailedError if exc.error_code == "ConditionCheckFailed" else _BY_STATUS.get(exc.status_code)
     if cls is None or isinstance(exc, cls):
         return exc
     return cls(exc.error_code, exc.message, index=exc.index)

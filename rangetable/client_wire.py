@@ -12,25 +12,43 @@ from typing import TYPE_CHECKING, Any
 
 from rangetable.client_models import TransactionOperation, UpdateMode, if_match
 from rangetable.edm import etag_from_ticks
-from rangetable.values import TablesDatetime, entity_to_typed
+from rangetable.values import TablesDatetime, entity_to_typed, to_typed
 
 if TYPE_CHECKING:
     from rangetable.messages import WireEntity, WriteKind, WriteOp
 
 
-def write_op(kind: WriteKind, entity: Mapping[str, Any], match: str | None = None) -> WriteOp:
-    """An entity mapping as the wire write operation ``kind`` with the ETag condition ``match``."""
+def write_op(kind: WriteKind, entity: Mapping[str, Any], match: str | None = None, *,
+             condition: str | None = None, expect: str | None = None,
+             counters: Mapping[str, Any] | None = None) -> WriteOp:
+    """An entity mapping as the wire write operation ``kind`` with the ETag condition ``match`` and
+    rangetable's extension (:mod:`rangetable.write_conditions`): the row ``expect`` ation
+    ("exists", "absent"), a ``condition`` on the current entity in the ``$filter`` language, and
+    ``counters`` (property name → signed amount, typed like a property value: int → Int32 or Int64,
+    float → Double, or ``EntityProperty(amount, EdmType.INT64)``)."""
     pk, rk, props = entity_to_typed(entity)
-    return {"op": kind, "pk": pk, "rk": rk, "props": props, "if_match": match}
+    op: WriteOp = {"op": kind, "pk": pk, "rk": rk, "props": props, "if_match": match}
+    if condition is not None:
+        op["cond"] = condition
+    if expect is not None:
+        op["expect"] = expect
+    if counters is not None:
+        op["incr"] = {name: pair for name, pair in ((n, to_typed(v)) for n, v in counters.items()) if pair}
+    return op
 
 
-def write_metadata(wire: WireEntity | None) -> dict[str, Any]:
-    """The SDK-style metadata dict of a write result (``None`` for a delete)."""
+def write_metadata(wire: WireEntity | None, counters: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The SDK-style metadata dict of a write result (``None`` for a delete); with ``counters`` (the
+    names the write counted) also ``"counters"``: each one's new value."""
     if wire is None:
         return {"etag": None, "timestamp": None, "date": None}
     ts = wire[2]
     when = TablesDatetime.from_ticks(ts)
-    return {"etag": etag_from_ticks(ts), "timestamp": when, "date": when}
+    out = {"etag": etag_from_ticks(ts), "timestamp": when, "date": when}
+    if counters:
+        props = wire[3]
+        out["counters"] = {name: props[name][1] for name in counters if name in props}
+    return out
 
 
 def entity_token(token: Any) -> list[str | None] | None:
@@ -44,8 +62,13 @@ def entity_token(token: Any) -> list[str | None] | None:
     raise ValueError("Invalid continuation token format.")
 
 
+EXTENSION_KWARGS = ("condition", "expect", "counters")
+"""The keyword arguments of rangetable's extension, on every write method and in transaction tuples."""
+
+
 def batch_op(operation: Any) -> WriteOp:
-    """One SDK-style transaction tuple as a wire write operation."""
+    """One SDK-style transaction tuple as a wire write operation; its keyword dict may hold
+    :data:`EXTENSION_KWARGS` beside the SDK's."""
     if isinstance(operation, str | bytes) or not isinstance(operation, tuple | list):
         raise TypeError(f"not an operation tuple: {operation!r}")
     if len(operation) == 3:
@@ -64,6 +87,7 @@ def batch_op(operation: Any) -> WriteOp:
     mode = kwargs.pop("mode", UpdateMode.MERGE)
     etag = kwargs.pop("etag", None)
     condition = kwargs.pop("match_condition", None)
+    extension = {name: kwargs.pop(name) for name in EXTENSION_KWARGS if name in kwargs}
     if kwargs:
         raise ValueError(f"Unsupported arguments for {kind.value}: {', '.join(kwargs)}")
     name: WriteKind
@@ -77,7 +101,7 @@ def batch_op(operation: Any) -> WriteOp:
     else:
         name, match = "delete", if_match(etag, condition, entity)
         entity = {"PartitionKey": entity["PartitionKey"], "RowKey": entity["RowKey"]}
-    return write_op(name, entity, match)
+    return write_op(name, entity, match, **extension)
 
 
 def _mode_name(mode: Any, merge: WriteKind, replace: WriteKind) -> WriteKind:

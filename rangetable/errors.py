@@ -33,6 +33,9 @@ _CODES = [
     ErrorCode("EntityAlreadyExists", 409, "The specified entity already exists."),
     ErrorCode("TableBeingDeleted", 409, "The specified table is being deleted. Try operation later."),
     ErrorCode("UpdateConditionNotSatisfied", 412, "The update condition specified in the request was not satisfied."),
+    # rangetable's own (no Azure service has conditions on column values or counters; docs/http.md)
+    ErrorCode("ConditionCheckFailed", 412, "The condition on the entity's properties was not met."),
+    ErrorCode("CounterOverflow", 400, "A counter would leave the range of its type."),
     ErrorCode("InvalidInput", 400, "One of the request inputs is not valid."),
     ErrorCode("OutOfRangeInput", 400, "One of the request inputs is out of range."),
     ErrorCode("InvalidResourceName", 400, "The specifed resource name contains invalid characters."),

@@ -38,6 +38,10 @@ class WriteOp(TypedDict):
     rk: str
     props: TypedProps
     if_match: str | None  # None: unconditional; "*": the entity must exist; else its ETag
+    # rangetable's extension (rangetable/write_conditions.py): checked with the write, atomically
+    expect: NotRequired[str | None]  # "exists" | "absent" | "ignore"
+    cond: NotRequired[str | None]  # a condition on the current entity, in the $filter language
+    incr: NotRequired[TypedProps | None]  # counters: name -> [Int32/Int64/Double code, signed amount]
 
 
 class WireError(TypedDict):

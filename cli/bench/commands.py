@@ -1,7 +1,8 @@
 """``rangetable bench`` and its subcommands: the native path (the group itself), ``store``, ``http``,
 ``soak`` (a workload held for minutes), ``scale`` (10M entities), ``frontends`` (REST across HTTP
 frontend processes), ``control-plane``, ``takeover``, ``ttl`` and ``capacity`` (table TTL and reserved
-throughput) and ``aio`` (the asyncio native client against the blocking one).
+throughput), ``aio`` (the asyncio native client against the blocking one) and ``stock`` (conditional
+counters against ETag retries).
 
 Plain click commands; :mod:`cli.main` adds them to the ``bench`` group.
 """
@@ -317,3 +318,49 @@ def bench_aio(seconds: float, interval: float, data_dir: str | None, tasks: int,
                             echo=(lambda s: None) if as_json else click.echo)
     if as_json:
         click.echo(json.dumps(res, indent=2))
+
+
+@click.command("stock")
+@click.option("--stock", default=5000, show_default=True, help="Units to sell in each run.")
+@click.option("--clients", default=8, show_default=True, help="Client processes decrementing at once.")
+@click.option("--via", "vias", type=click.Choice(["native", "rest"]), multiple=True,
+              help="Native client and/or the Azure SDK over REST (default: both).")
+@click.option("--mode", "modes", type=click.Choice(["cond", "etag"]), multiple=True,
+              help="cond: conditional counter writes; etag: read, If-Match write, retry (default: both).")
+@click.option("--interval", default=2.0, show_default=True, help="Seconds per printed row.")
+@click.option("--data-dir", default=None, help="Use the running cluster of this data dir (default: start one).")
+@json_option
+def bench_stock(stock: int, clients: int, vias: tuple[str, ...], modes: tuple[str, ...], interval: float,
+                data_dir: str | None, as_json: bool) -> None:
+    """Clients decrementing one stock counter until it is sold out: conditional counter writes
+    (`stock ge 1`, `stock -1`) against read + If-Match write + retry. Checks the final stock is 0 and
+    no decrement was lost or doubled (exit 1 otherwise); prints ops/s and retries per decrement."""
+    import uuid
+
+    from cli.bench.http import bench_cluster
+    from cli.workload.stock import MODES, VIAS, run_stock
+    from rangetable import TableServiceClient
+
+    if stock < 1 or clients < 1 or interval <= 0:
+        raise click.UsageError("--stock and --clients must be at least 1, --interval positive.")
+    echo = (lambda s: None) if as_json else click.echo
+    results = []
+    with bench_cluster(data_dir) as (doc, _):
+        table = f"stock{uuid.uuid4().hex[:8]}"
+        with TableServiceClient(doc["native"]) as svc:
+            svc.create_table(table)
+            try:
+                for via in vias or VIAS:
+                    for mode in modes or MODES:
+                        results.append(run_stock(via, mode, doc=doc, table=table, stock=stock, clients=clients,
+                                                 interval=interval, echo=echo))
+            finally:
+                svc.delete_table(table)
+    echo("\nvia     mode   ops/s  retries/op  final  lost  doubled  verdict")
+    for r in results:
+        echo(f"{r['via']:7} {r['mode']:5} {r['ops_s']:6.0f}  {r['retries_per_op']:10.2f}  {r['final']:5}  "
+             f"{r['lost']:4}  {r['doubled']:7}  {'PASS' if r['ok'] else 'FAIL'}")
+    if as_json:
+        click.echo(json.dumps(results, indent=2))
+    if not all(r["ok"] for r in results):
+        sys.exit(1)

@@ -27,6 +27,7 @@ from frontend.http.entity_ops import prefer, write_op
 from frontend.http.parse import XMETHODS, Request, Resource, Services, parse_query, parse_resource
 from frontend.http.render import ODATA_HEADERS, Response, iso_now
 from frontend.http.security import check
+from frontend.http.write_extension import COUNTERS, counter_values, retry_id
 from rangetable.errors import TableError
 
 _HDRS = [(k.decode(), v.decode()) for k, v in ODATA_HEADERS]
@@ -159,7 +160,11 @@ async def run_batch(app: Services, rq: Request) -> Response:
         ops.append(op)
         meta.append((pref, level, res))
     try:
-        results = await app.fe.request({"op": "batch", "table": table, "ops": ops})
+        req: dict[str, Any] = {"op": "batch", "table": table, "ops": ops}
+        rid = retry_id(rq.headers, account, ops)
+        if rid is not None:
+            req["rid"] = rid
+        results = await app.fe.request(req)
     except TableError as exc:
         if exc.retriable or exc.error_code == "RequestBodyTooLarge":
             raise
@@ -173,7 +178,9 @@ async def run_batch(app: Services, rq: Request) -> Response:
         if ent is None:
             parts.append(http_part(204, cid, _HDRS_TEXT))
         elif op["op"] != "insert":
-            parts.append(http_part(204, cid, f"{_HDRS_TEXT}\r\nETag: {etag_of(ent[2])}"))
+            counted = counter_values(op, ent)
+            extra = "" if counted is None else f"\r\n{COUNTERS}: {counted}"
+            parts.append(http_part(204, cid, f"{_HDRS_TEXT}\r\nETag: {etag_of(ent[2])}{extra}"))
         else:
             parts.append(_insert_part(base, sub, pref, level, res, ent))
     return _reply_parts(parts)

@@ -16,6 +16,7 @@ from frontend.http import odata
 from frontend.http.parse import Request, Resource
 from frontend.http.render import ODATA_HEADERS, Response, odata_headers
 from frontend.http.security import check
+from frontend.http.write_extension import COUNTERS_HEADER, add_extension, counter_values, retry_id
 from rangetable.errors import TableError
 from rangetable.rest_json import json_to_typed
 
@@ -94,7 +95,13 @@ def entity_body(body: bytes, pk: str | None = None, rk: str | None = None) -> tu
 
 
 def write_op(method: str, headers: dict[str, str], res: Resource, body: bytes) -> dict:
-    """The native write operation of an entity request (also used for $batch parts)."""
+    """The native write operation of an entity request (also used for $batch parts), with
+    rangetable's extension headers (conditions and counters, :mod:`frontend.http.write_extension`)."""
+    return add_extension(azure_write_op(method, headers, res, body), headers)
+
+
+def azure_write_op(method: str, headers: dict[str, str], res: Resource, body: bytes) -> dict:
+    """The native write operation of an entity request, as Azure defines it."""
     if method == "POST" and res.kind == "entities":
         if "if-match" in headers or "if-none-match" in headers:
             raise TableError("InvalidInput", "If-Match is not allowed on an insert.")
@@ -198,7 +205,12 @@ def _writer(method: str) -> Plan:
         res = rq.res
         op = write_op(method, rq.headers, res, rq.body)
         check(rq.auth, op["op"], res.table, res.pk, res.rk)
-        return {"op": "write", "table": res.table, "write": op}, _written
+        rq.ctx = op
+        req = {"op": "write", "table": res.table, "write": op}
+        rid = retry_id(rq.headers, res.account, [op])
+        if rid is not None:
+            req["rid"] = rid
+        return req, _written
 
     write_entity.__doc__ = f"{method} on one entity (a Plan; If-Match semantics of reference §7)."
     return write_entity
@@ -208,6 +220,9 @@ def _written(rq: Request, ent: list | None) -> Response:
     h = list(ODATA_HEADERS)
     if ent is not None:
         h.append((b"etag", odata.etag_of(ent[2]).encode()))
+        counted = counter_values(rq.ctx, ent)
+        if counted is not None:
+            h.append((COUNTERS_HEADER, counted.encode()))
     return Response(204, h)
 
 

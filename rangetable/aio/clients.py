@@ -148,21 +148,30 @@ class TableClient(_AsyncClient):
         """Delete this table; no error if it does not exist."""
         await self._run(calls.delete_table(self.table_name))
 
-    async def create_entity(self, entity: Mapping[str, Any]) -> dict[str, Any]:
+    # Every write method also takes rangetable's extension, as the blocking client: ``condition``,
+    # ``expect`` and ``counters`` (docs/http.md, "Conditions and counters").
+
+    async def create_entity(self, entity: Mapping[str, Any], *, condition: str | None = None,
+                            expect: str | None = None, counters: Mapping[str, Any] | None = None) -> dict[str, Any]:
         """Insert an entity and return its ``{"etag", "timestamp", "date"}``; ResourceExistsError
         (EntityAlreadyExists) if the key is taken."""
-        return await self._run(calls.write(self.table_name, "insert", entity))
+        return await self._run(calls.write(self.table_name, "insert", entity, condition=condition, expect=expect,
+                                           counters=counters))
 
     async def update_entity(self, entity: Mapping[str, Any], mode: UpdateMode | str = UpdateMode.MERGE, *,
-                            etag: str | None = None, match_condition: Any = None) -> dict[str, Any]:
+                            etag: str | None = None, match_condition: Any = None, condition: str | None = None,
+                            expect: str | None = None, counters: Mapping[str, Any] | None = None) -> dict[str, Any]:
         """Merge or replace an existing entity, under an ETag condition (as the blocking client)."""
         return await self._run(calls.update_entity(self.table_name, entity, mode, etag=etag,
-                                                   match_condition=match_condition))
+                                                   match_condition=match_condition, condition=condition,
+                                                   expect=expect, counters=counters))
 
-    async def upsert_entity(self, entity: Mapping[str, Any],
-                            mode: UpdateMode | str = UpdateMode.MERGE) -> dict[str, Any]:
+    async def upsert_entity(self, entity: Mapping[str, Any], mode: UpdateMode | str = UpdateMode.MERGE, *,
+                            condition: str | None = None, expect: str | None = None,
+                            counters: Mapping[str, Any] | None = None) -> dict[str, Any]:
         """Insert the entity, or merge/replace it into an existing one."""
-        return await self._run(calls.upsert_entity(self.table_name, entity, mode))
+        return await self._run(calls.upsert_entity(self.table_name, entity, mode, condition=condition, expect=expect,
+                                                   counters=counters))
 
     async def upsert_entities(self, entities: Iterable[Mapping[str, Any]],
                               mode: UpdateMode | str = UpdateMode.MERGE, *, window: int = 16) -> int:
@@ -176,10 +185,11 @@ class TableClient(_AsyncClient):
         return result.entities
 
     async def delete_entity(self, *args: Any, etag: str | None = None, match_condition: Any = None,
-                            **kwargs: Any) -> None:
+                            condition: str | None = None, expect: str | None = None, **kwargs: Any) -> None:
         """Delete an entity given as ``(partition_key, row_key)`` or as an entity mapping; no error
-        when it does not exist."""
-        await self._run(calls.delete_entity(self.table_name, args, kwargs, etag=etag, match_condition=match_condition))
+        when it does not exist (unless ``expect="exists"``)."""
+        await self._run(calls.delete_entity(self.table_name, args, kwargs, etag=etag, match_condition=match_condition,
+                                            condition=condition, expect=expect))
 
     async def get_entity(self, partition_key: str, row_key: str, *,
                          select: str | list[str] | None = None) -> TableEntity:

@@ -1,5 +1,6 @@
 // The 25 conformance cases of the REST reference (section 10), driven by the JavaScript SDK
-// (@azure/data-tables) against a running rangetable HTTP frontend.
+// (@azure/data-tables) against a running rangetable HTTP frontend, and case 26: rangetable's own
+// extension (conditions and counters, docs/http.md) sent as customHeaders.
 //
 //   RT_TABLE_URL=http://127.0.0.1:10002/devstoreaccount1 RT_ACCOUNT=devstoreaccount1 RT_KEY=<base64> node cases.mjs
 //
@@ -366,6 +367,20 @@ const cases = [
     const err = await fails(t.getEntity("p", "missing"), 404, "ResourceNotFound");
     assert.match(err.response.headers.get("content-type"), /^application\/json/);
     assert.equal(err.response.headers.get("x-ms-error-code"), "ResourceNotFound");
+  })],
+  [26, "rangetable extension: conditions and counters through customHeaders", () => withTable(async (t) => {
+    await t.createEntity({ partitionKey: "p", rowKey: "r", stock: 1 });
+    const decrement = { "x-rangetable-condition": "stock ge 1", "x-rangetable-counters": '{"stock": -1}' };
+    let seen;
+    await t.updateEntity({ partitionKey: "p", rowKey: "r" }, "Merge",
+      { requestOptions: { customHeaders: decrement }, onResponse: (r) => { seen = r; } });
+    assert.deepEqual(JSON.parse(seen.headers.get("x-rangetable-counters")), { stock: 0 });
+    const err = await fails(t.updateEntity({ partitionKey: "p", rowKey: "r" }, "Merge",
+      { requestOptions: { customHeaders: decrement } }), 412, "ConditionCheckFailed");
+    assert.match(err.message, /stock ge 1/);
+    await fails(t.upsertEntity({ partitionKey: "p", rowKey: "r" }, "Replace",
+      { requestOptions: { customHeaders: { "x-rangetable-expect": "absent" } } }), 412, "ConditionCheckFailed");
+    assert.equal((await t.getEntity("p", "r")).stock, 0);
   })],
 ];
 
