@@ -22,7 +22,7 @@ import msgpack
 import rocksdict
 
 from rangetable import protocol
-from rangetable.edm import Entity, etag_from_ticks, is_weak_etag
+from rangetable.edm import Entity, etag_matches, is_weak_etag
 from rangetable.entity import validate_entity
 from rangetable.errors import TableError
 from rangetable.keys import encode_key
@@ -98,7 +98,7 @@ def evaluate(read: Callable[[bytes], bytes | None], op: Op, etag: str | None) ->
             raise TableError("ResourceNotFound")
         return key, props
     cts, cprops = msgpack.unpackb(cur)
-    if etag is not None and etag != etag_from_ticks(cts):
+    if etag is not None and not etag_matches(etag, cts):
         raise TableError("UpdateConditionNotSatisfied")
     if kind == "delete":
         return key, None
