@@ -24,7 +24,7 @@ import msgpack
 import rocksdict
 
 from rangetable import protocol, write_conditions
-from rangetable.edm import Entity, etag_from_ticks, is_weak_etag
+from rangetable.edm import Entity, etag_matches, is_weak_etag
 from rangetable.entity import validate_entity
 from rangetable.errors import TableError
 from rangetable.keys import encode_key
@@ -121,7 +121,7 @@ def decide(kind: str, pk: str, rk: str, props: dict, stored: list | None, etag: 
             raise TableError("ResourceNotFound")
         return props
     cts, cprops = stored
-    if etag is not None and etag != etag_from_ticks(cts):
+    if etag is not None and not etag_matches(etag, cts):
         raise TableError("UpdateConditionNotSatisfied")
     if kind == "delete":
         return None

@@ -160,6 +160,19 @@ def ticks_from_etag(etag: str) -> int:
     return iso_to_ticks(unquote(etag[len("W/\"datetime'") : -2]))
 
 
+def etag_matches(etag: str, ticks: int) -> bool:
+    """Whether the weak ETag ``etag`` names the version whose Timestamp is ``ticks``: the text of
+    :func:`etag_from_ticks`, or a ``datetime'…'`` ETag of the same instant however it is escaped (the
+    legacy JavaScript SDK derives a ``nometadata`` entity's ETag from its Timestamp without escaping
+    the colons). Any other weak ETag (``W/"wrong"``) names no version of this store."""
+    if etag == etag_from_ticks(ticks):
+        return True
+    try:
+        return ticks_from_etag(etag) == ticks
+    except ValueError:
+        return False
+
+
 # --- A stored entity ---------------------------------------------------------------------------
 
 from typing import Any, NamedTuple  # noqa: E402

@@ -62,6 +62,24 @@ def test_opaque_weak_etag_raw(raw, table):
     assert raw.get(path).json()["A"] == 1  # nothing was written
 
 
+def test_unescaped_datetime_etag_raw(raw, table):
+    """The legacy JavaScript SDK derives a ``nometadata`` entity's ETag from its Timestamp without
+    escaping the colons: the same instant, so the same version (and a stale one is still 412)."""
+    assert raw.post(f"/{table}", {"PartitionKey": "p", "RowKey": "r", "A": 1}).status == 201
+    path = f"/{table}(PartitionKey='p',RowKey='r')"
+    got = raw.get(path, headers={"Accept": "application/json;odata=nometadata"})
+    assert "odata.etag" not in got.json()
+    derived = f"W/\"datetime'{got.json()['Timestamp']}'\""
+    assert derived != got.headers["etag"] and "%3A" in got.headers["etag"]
+    r = raw.request("MERGE", path, {"B": 2}, headers={"If-Match": derived})
+    assert r.status == 204, r
+    for method, body in (("PUT", {"A": 3}), ("MERGE", {"A": 3}), ("DELETE", None)):
+        r = raw.request(method, path, body, headers={"If-Match": derived})  # stale now
+        assert (r.status, r.code) == (412, "UpdateConditionNotSatisfied"), (method, r)
+    fresh = raw.get(path, headers={"Accept": "application/json;odata=nometadata"}).json()["Timestamp"]
+    assert raw.request("DELETE", path, headers={"If-Match": f"W/\"datetime'{fresh}'\""}).status == 204
+
+
 def test_opaque_weak_etag_sdk(sdk):
     sdk.create_entity({"PartitionKey": "p", "RowKey": "r", "A": 1})
     with pytest.raises(ResourceModifiedError) as info:

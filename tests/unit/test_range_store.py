@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
+from urllib.parse import unquote
 
 import pytest
 import rocksdict
@@ -77,7 +78,7 @@ def test_open_without_create(tmp_path):
 # --- single operations ------------------------------------------------------------------------
 
 WRITE_OPS = ["insert", "replace", "merge", "delete", "insert_or_replace", "insert_or_merge"]
-IF_MATCH = ["none", "star", "right", "wrong", "malformed0", "malformed1"]
+IF_MATCH = ["none", "star", "right", "unescaped", "wrong", "malformed0", "malformed1"]
 
 
 def expected_error(kind: str, exists: bool, im: str) -> str | None:
@@ -102,6 +103,8 @@ def test_op_matrix(store, kind, exists, im):
         "none": None,
         "star": "*",
         "right": etag_from_ticks(old.ts) if old else OTHER_ETAG,
+        # the legacy JS SDK's nometadata ETag: the Timestamp with its colons unescaped, the same version
+        "unescaped": unquote(etag_from_ticks(old.ts) if old else OTHER_ETAG),
         "wrong": OTHER_ETAG,
         "malformed0": MALFORMED[0],
         "malformed1": MALFORMED[1],
