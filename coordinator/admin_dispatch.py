@@ -23,7 +23,8 @@ if TYPE_CHECKING:
 
 text = protocol.field
 JOBS: dict[str, tuple[Callable[..., Any], Callable[[dict], tuple]]] = {  # op -> (controller job, its arguments)
-    "create_table": (ops.create_table, lambda r: (text(r, "table", str), text(r, "settings", dict, None))),
+    "create_table": (ops.create_table, lambda r: (text(r, "table", str), text(r, "settings", dict, None),
+                                                  text(r, "rid", str, None))),
     "set_table": (ops.set_table, lambda r: (text(r, "table", str), text(r, "settings", dict))),
     "delete_table": (ops.delete_table, lambda r: (text(r, "table", str),)),
     "move": (ops.move, lambda r: (text(r, "range", str), text(r, "server", str))),

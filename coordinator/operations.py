@@ -39,16 +39,21 @@ def _public(rec: dict) -> RangeRecord:
             "path": rec["path"]}
 
 
-def create_table(co: MapWriter, ctl: Commands, name: str, settings: dict | None = None) -> dict:
+def create_table(co: MapWriter, ctl: Commands, name: str, settings: dict | None = None,
+                 rid: str | None = None) -> dict:
     """Add a table (with its ``settings``: TTL, reserved throughput) with one range on the least-loaded
-    live server and open it there."""
+    live server and open it there. A retry of the request that created it (the same ``rid``: a
+    frontend re-sends a request the coordinator took long to answer) answers as the first did,
+    instead of TableAlreadyExists."""
     from rangetable.entity import validate_table_name
 
     validate_table_name(name)
     checked = check_settings(settings or {})
     with co.lock:
+        if co.pmap.created_by(name, rid):
+            return {"table": co.pmap.table_name(name)}
         owner = co.pick_server()
-        rec, writes = co.pmap.create_table(name, owner)
+        rec, writes = co.pmap.create_table(name, owner, rid)
         puts, deletes = co.table_settings.put(name, checked)
         co.commit(({**writes[0], **puts}, writes[1] + deletes))
     if owner is not None:

@@ -31,11 +31,17 @@ def table_key(name: str) -> bytes:
     return b"table/" + name.lower().encode()
 
 
+def creator_key(name: str) -> bytes:
+    """Meta-store key of the request id that created a table (its retries are answered as done)."""
+    return b"tablerid/" + name.lower().encode()
+
+
 @dataclass
 class PartitionMap:
     """Tables, ranges, the map version and the id counter."""
 
     tables: dict[str, str] = field(default_factory=dict)  # lower-case name -> name as created
+    creators: dict[str, str] = field(default_factory=dict)  # lower-case name -> request id that created it
     ranges: dict[str, dict] = field(default_factory=dict)
     version: int = 0
     next_id: int = 1
@@ -179,8 +185,9 @@ class PartitionMap:
             "state": "serving",
         }
 
-    def create_table(self, name: str, owner: str | None) -> tuple[dict, Writes]:
-        """Add a table with one range covering the whole key space."""
+    def create_table(self, name: str, owner: str | None, rid: str | None = None) -> tuple[dict, Writes]:
+        """Add a table with one range covering the whole key space. ``rid``, the request's id, is kept
+        with it, so a retry of the same request can be told from another creator (:meth:`created_by`)."""
         if name.lower() in self.tables:
             raise TableError("TableAlreadyExists")
         self.tables[name.lower()] = name
@@ -188,8 +195,15 @@ class PartitionMap:
         self.ranges[rec["id"]] = rec
         self._index(rec)
         puts: dict[bytes, Any] = {table_key(name): name, range_key(rec["id"]): rec}
+        if rid:
+            self.creators[name.lower()] = rid
+            puts[creator_key(name)] = rid
         self._bump(puts)
         return rec, (puts, [])
+
+    def created_by(self, name: str, rid: str | None) -> bool:
+        """True when the table ``name`` exists and the request ``rid`` created it (a retry of it)."""
+        return bool(rid) and self.creators.get(name.lower()) == rid
 
     def delete_table(self, name: str) -> tuple[list[dict], Writes]:
         """Remove a table and its ranges; returns the removed ranges (their directories are garbage)."""
@@ -202,7 +216,10 @@ class PartitionMap:
             self._unindex(r)
         puts: dict[bytes, Any] = {}
         self._bump(puts)
-        return gone, (puts, [table_key(real)] + [range_key(r["id"]) for r in gone])
+        deletes = [table_key(real)] + [range_key(r["id"]) for r in gone]
+        if self.creators.pop(real.lower(), None) is not None:
+            deletes.append(creator_key(real))
+        return gone, (puts, deletes)
 
     def update(self, rec: dict, **changes: Any) -> Writes:
         """Change fields of a range; a new owner or new bounds bump its epoch."""
@@ -248,6 +265,8 @@ class PartitionMap:
         for k, v in items:
             if k.startswith(b"table/"):
                 pm.tables[k[6:].decode()] = v
+            elif k.startswith(b"tablerid/"):
+                pm.creators[k[9:].decode()] = v
             elif k.startswith(b"range/"):
                 pm.ranges[v["id"]] = v
             elif k == b"meta/version":
@@ -263,6 +282,8 @@ class PartitionMap:
         for k in deletes:
             if k.startswith(b"table/"):
                 self.tables.pop(k[6:].decode(), None)
+            elif k.startswith(b"tablerid/"):
+                self.creators.pop(k[9:].decode(), None)
             elif k.startswith(b"range/"):
                 old = self.ranges.pop(k[6:].decode(), None)
                 if old is not None:
@@ -270,6 +291,8 @@ class PartitionMap:
         for k, v in puts.items():
             if k.startswith(b"table/"):
                 self.tables[k[6:].decode()] = v
+            elif k.startswith(b"tablerid/"):
+                self.creators[k[9:].decode()] = v
             elif k.startswith(b"range/"):
                 old = self.ranges.get(v["id"])
                 if old is not None:

@@ -105,7 +105,7 @@ class PagedCall(Generic[T]):
 def create_table(table: str, *, exists_ok: bool = False, ttl: str | int | None = None) -> Call[TableItem]:
     """Create ``table`` (with a TTL: ``"30d"``, ``"12h"``, seconds…); ResourceExistsError
     (TableAlreadyExists) unless ``exists_ok``."""
-    body: TableRequest = {"op": "create_table", "table": table}
+    body: TableRequest = {"op": "create_table", "table": table, "rid": uuid.uuid4().hex}  # fixed across retries
     if ttl is not None:
         body["settings"] = {"ttl_s": parse_ttl(ttl)}
     return Call(body, lambda _answer: TableItem(table), tolerate=ResourceExistsError if exists_ok else None)

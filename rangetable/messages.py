@@ -91,6 +91,7 @@ class TableRequest(TypedDict):
     op: Literal["create_table", "delete_table", "get_table"]
     table: str
     settings: NotRequired[dict[str, Any]]  # create_table: {"ttl_s", "reads", "writes"} (rangetable.table_settings)
+    rid: NotRequired[str]  # create_table: the request id, the same on every retry (a retry answers as the first did)
 
 
 class SetTableRequest(TypedDict):

@@ -3,6 +3,7 @@ the table ACL, the service properties and stats. Each is ``async (app, rq) -> Re
 
 from __future__ import annotations
 
+import uuid
 from typing import Any
 
 from frontend.http import odata, xmldocs
@@ -39,7 +40,8 @@ async def create_table(app: Services, rq: Request) -> Response:
     if not isinstance(name, str):
         raise TableError("InvalidInput", "The request body must carry a string TableName.")
     check(rq.auth, "create_table", name)
-    req: dict[str, Any] = {"op": "create_table", "table": name}
+    # a request id of its own, so the frontend's re-send after a slow answer is not taken for another creator
+    req: dict[str, Any] = {"op": "create_table", "table": name, "rid": uuid.uuid4().hex}
     ttl = rq.headers.get(TTL_HEADER)
     if ttl is not None:  # an extension: no Azure service has a table TTL (docs/http.md)
         req["settings"] = {"ttl_s": parse_ttl(ttl)}
