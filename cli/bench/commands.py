@@ -317,3 +317,28 @@ def bench_aio(seconds: float, interval: float, data_dir: str | None, tasks: int,
                             echo=(lambda s: None) if as_json else click.echo)
     if as_json:
         click.echo(json.dumps(res, indent=2))
+
+
+@click.command("point-or")
+@click.option("--sizes", default="1000,10000,100000,1000000", show_default=True,
+              help="Table sizes to grow through (entities, ascending, comma-separated).")
+@click.option("--queries", default=200, show_default=True, help="`or` queries per size and path.")
+@click.option("--procs", default=2, show_default=True, help="Client processes running the queries.")
+@click.option("--data-dir", default=None, help="Use the running cluster of this data dir (default: start one).")
+@json_option
+def bench_point_or(sizes: str, queries: int, procs: int, data_dir: str | None, as_json: bool) -> None:
+    """An `or` of 200 point keys (Orleans' grain-directory filter) through REST and native, against
+    one table grown through --sizes: queries/s and server CPU per query, next to a full scan."""
+    from cli.bench.http import bench_cluster
+    from cli.bench.point_or import run_point_or_bench
+
+    try:
+        steps = [int(s) for s in sizes.split(",")]
+    except ValueError:
+        raise click.UsageError("--sizes takes integers, comma-separated.") from None
+    if not steps or steps != sorted(set(steps)) or steps[0] < 1 or queries < 1 or procs < 1:
+        raise click.UsageError("need ascending --sizes >= 1, --queries >= 1 and --procs >= 1.")
+    with bench_cluster(data_dir) as (doc, _temp):
+        res = run_point_or_bench(doc, steps, queries, procs, echo=(lambda s: None) if as_json else click.echo)
+    if as_json:
+        click.echo(json.dumps(res, indent=2))
