@@ -17,6 +17,7 @@ from functools import lru_cache
 from typing import Any, NamedTuple
 
 from partition_server import fast_path
+from partition_server.range_scan import is_point_span
 from partition_server.served import Served
 from rangetable.errors import TableError
 from rangetable.filter import CACHED_FILTER_CHARS, Predicate, compile_cached, properties_used
@@ -108,35 +109,57 @@ def _spans(req: ScanRequest) -> list[tuple[bytes, bytes | None]]:
     return spans
 
 
-def scan(served: Served, req: ScanRequest, budget_s: float) -> ScanPage:
-    """One page of a scan of ``[lo, hi)`` and then of each further span in ``spans``, clamped to the
-    range, filtered and projected, within the time budget: ``{"entities": [...], "next": key or nil}``
-    (``next``: where to go on from; nil once every span is exhausted)."""
-    pred, needs_ts, needs_props = scan_filter(req.get("filter"))
-    budget = min(float(req.get("budget_ms", 1e9)) / 1000.0, budget_s)
-    deadline = time.perf_counter() + budget
-    limit = int(req.get("limit", 1000))
-    items: list = []
-    nxt: bytes | None = None
-    ran = False
-    spans = _spans(req)
+class _Run(NamedTuple):
+    """Spans of a scan request as the range serves them: one span ``[lo, hi)``, or with ``points`` a
+    run of consecutive point spans (their keys, ascending; ``lo`` is the first) read by one multi-get."""
+
+    lo: bytes
+    hi: bytes | None
+    points: list[bytes] | None = None
+
+
+def _runs(spans: list[tuple[bytes, bytes | None]], served: Served) -> list[_Run]:
+    """The spans clamped to the range, empty ones dropped, consecutive point spans gathered into runs."""
+    runs: list[_Run] = []
     for lo, hi in spans:
         lo = max(lo, served.lo)
         if served.hi is not None and (hi is None or hi > served.hi):
             hi = served.hi
         if hi is not None and lo >= hi:
             continue
+        if not is_point_span(lo, hi):
+            runs.append(_Run(lo, hi))
+        elif runs and runs[-1].points is not None:
+            runs[-1].points.append(lo)
+        else:
+            runs.append(_Run(lo, hi, [lo]))
+    return runs
+
+
+def scan(served: Served, req: ScanRequest, budget_s: float) -> ScanPage:
+    """One page of a scan of ``[lo, hi)`` and then of each further span in ``spans``, clamped to the
+    range, filtered and projected, within the time budget: ``{"entities": [...], "next": key or nil}``
+    (``next``: where to go on from; nil once every span is exhausted). Consecutive point spans (an
+    ``or`` of point keys) are read with one multi-get, each entity found filtered as a scan would."""
+    pred, needs_ts, needs_props = scan_filter(req.get("filter"))
+    budget = min(float(req.get("budget_ms", 1e9)) / 1000.0, budget_s)
+    deadline = time.perf_counter() + budget
+    limit = int(req.get("limit", 1000))
+    items: list = []
+    nxt: bytes | None = None
+    runs = _runs(_spans(req), served)
+    store, select = served.store, req.get("select")
+    for i, (lo, hi, points) in enumerate(runs):
         left = deadline - time.perf_counter()
-        if ran and (len(items) >= limit or left <= 0):
+        if i and (len(items) >= limit or left <= 0):
             nxt = lo  # the page is full, or its time is up: go on from this span
             break
-        got, nxt = served.store.scan(lo, hi, pred, req.get("select"), limit=limit - len(items),
-                                     budget_s=max(left, 0.0), wire=True, needs_ts=needs_ts, needs_props=needs_props)
-        ran = True
+        got, nxt = store.scan(lo, hi, pred, select, limit=limit - len(items), budget_s=max(left, 0.0), wire=True,
+                              needs_ts=needs_ts, needs_props=needs_props, points=points)
         items += got
         if nxt is not None:
             break
-    if not ran:
+    if not runs:
         return ScanPage(fast_path.page([], None), 0, None, counts=False)
     sampled = (fast_path.entity_pk(items[0]), 1 + len(items) // 100) if items else None
     return ScanPage(fast_path.page(items, nxt), len(items), sampled)

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import gc
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import msgpack
@@ -39,6 +41,90 @@ def fills_cache(lo: bytes, hi: bytes | None) -> bool:
     return hi <= lo.partition(b"\x00")[0] + b"\x01"
 
 
+def is_point_span(lo: bytes, hi: bytes | None) -> bool:
+    """Whether ``[lo, hi)`` holds exactly one entity key, ``lo`` (PartitionKey and RowKey both fixed,
+    as the planner makes for ``PartitionKey eq … and RowKey eq …``): read it with a get, not an iterator."""
+    return hi is not None and hi == lo + b"\x00" and b"\x00" in lo and lo < META_PREFIX
+
+
+@contextmanager
+def _gc_paused() -> Iterator[None]:
+    """The cyclic GC paused for one bounded page. Its loop allocates many short-lived containers; the
+    GC would walk the whole heap again and again (halving scan speed in a big process). Nothing here
+    forms cycles."""
+    gc_was_on = gc.isenabled()
+    if gc_was_on:
+        gc.disable()
+    try:
+        yield
+    finally:
+        if gc_was_on:
+            gc.enable()
+
+
+def _collect(
+    pairs: Iterator[tuple[bytes, bytes]],
+    predicate: Predicate | None,
+    select: list[str] | None,
+    limit: int,
+    budget_s: float | None,
+    wire: bool,
+    needs_ts: bool,
+    needs_props: bool,
+    oldest: int,
+) -> tuple[list[Any], int, bool]:
+    """The matches among stored ``(key, value)`` pairs in key order (see :func:`scan_span` for the
+    arguments), how many pairs were examined, and whether ``limit`` or ``budget_s`` stopped it before
+    ``pairs`` ran out."""
+    limit = max(1, limit)
+    sel = tuple(select) if select is not None else None
+    decode = _FULL if not wire or needs_props or sel is not None else _TS if needs_ts or oldest else _NOTHING
+    emit = _ENTITY if not wire else _SPLICE if sel is None else _PACK
+    want_rk = not wire or predicate is not None or sel is not None
+    deadline = time.perf_counter() + budget_s if budget_s is not None else None
+    perf = time.perf_counter
+    unpack = msgpack.unpackb
+    pack = protocol.pack
+    out: list[Any] = []
+    append = out.append
+    n = 0
+    last_pkb = b""  # the PartitionKey bytes that pk and prefix belong to
+    pk = rk = ""
+    prefix = key_prefix(last_pkb)
+    ts: Any = None
+    props: Any = None
+    for k, v in pairs:
+        n += 1
+        pkb, _, rkb = k.partition(b"\x00")
+        if pkb != last_pkb:
+            last_pkb = pkb
+            pk = pkb.decode()
+            prefix = key_prefix(pkb)
+        if want_rk:
+            rk = rkb.decode()
+        if decode:
+            if decode == _FULL:
+                ts, props = unpack(v)
+            else:
+                ts = stored_ts(v)
+        if oldest and ts < oldest:  # expired: invisible (oldest is 0 without a TTL)
+            pass
+        elif predicate is None or predicate(pk, rk, ts, props):
+            if emit == _SPLICE:
+                append(wire_entity(prefix, rkb, v))
+            else:
+                if sel is not None:
+                    props = {name: props[name] for name in sel if name in props}
+                append(Entity(pk, rk, ts, props) if emit == _ENTITY else pack([pk, rk, ts, props]))
+            if len(out) >= limit:
+                break
+        if not n & 63 and deadline is not None and perf() >= deadline:
+            break
+    else:
+        return out, n, False
+    return out, n, True
+
+
 def scan_span(
     db: Any,
     lo: bytes,
@@ -52,6 +138,7 @@ def scan_span(
     needs_ts: bool = True,
     needs_props: bool = True,
     oldest: int = 0,
+    points: list[bytes] | None = None,
 ) -> tuple[list[Any], bytes | None]:
     """Scan entity keys in ``[lo, hi)`` of ``db`` (``hi`` None: to the end of the entities).
 
@@ -61,75 +148,38 @@ def scan_span(
     exhausted). Matches are Entity tuples, or with ``wire=True`` the bytes of each entity's wire
     form; then ``needs_ts`` / ``needs_props`` say what the predicate reads (it gets None for the
     rest). Entities with a Timestamp below ``oldest`` (expired under the table's TTL) are skipped.
+
+    With ``points`` (entity keys, ascending: the point spans ``[key, key\\x00)`` of an ``or`` of point
+    keys, in place of ``[lo, hi)``) the page is the one a scan of each of those spans in turn would
+    give, read with one RocksDB multi-get instead of an iterator per key; a stopped page then goes on
+    after the last key examined, found or not.
     """
+    if points is not None:
+        return _read_points(db, points, predicate, select, limit, budget_s, wire, needs_ts, needs_props, oldest)
     upper = META_PREFIX if hi is None or hi > META_PREFIX else hi
     if lo >= upper:
         return [], None
-    limit = max(1, limit)
-    sel = tuple(select) if select is not None else None
-    decode = _FULL if not wire or needs_props or sel is not None else _TS if needs_ts or oldest else _NOTHING
-    emit = _ENTITY if not wire else _SPLICE if sel is None else _PACK
-    want_rk = not wire or predicate is not None or sel is not None
-    deadline = time.perf_counter() + budget_s if budget_s is not None else None
-    perf = time.perf_counter
-    unpack = msgpack.unpackb
-    pack = protocol.pack
-    out: list[Any] = []
-    append = out.append
-    next_key: bytes | None = None
-    n = 0
-    last_pkb = b""  # the PartitionKey bytes that pk and prefix belong to
-    pk = rk = ""
-    prefix = key_prefix(last_pkb)
-    ts: Any = None
-    props: Any = None
     ro = rocksdict.ReadOptions()
     ro.set_iterate_upper_bound(upper)  # never set_iterate_lower_bound (rocksdict bug)
     ro.fill_cache(fills_cache(lo, hi))
-    # The loop allocates many short-lived containers; the cyclic GC would then walk the whole
-    # heap again and again (halving scan speed in a big process). Nothing here forms cycles,
-    # so pause it for this bounded page.
-    gc_was_on = gc.isenabled()
-    if gc_was_on:
-        gc.disable()
     it = db.items(from_key=lo, read_opt=ro)
     try:
-        for k, v in it:
-            n += 1
-            pkb, _, rkb = k.partition(b"\x00")
-            if pkb != last_pkb:
-                last_pkb = pkb
-                pk = pkb.decode()
-                prefix = key_prefix(pkb)
-            if want_rk:
-                rk = rkb.decode()
-            if decode:
-                if decode == _FULL:
-                    ts, props = unpack(v)
-                else:
-                    ts = stored_ts(v)
-            if oldest and ts < oldest:  # expired: invisible (oldest is 0 without a TTL)
-                pass
-            elif predicate is None or predicate(pk, rk, ts, props):
-                if emit == _SPLICE:
-                    append(wire_entity(prefix, rkb, v))
-                else:
-                    if sel is not None:
-                        props = {name: props[name] for name in sel if name in props}
-                    append(Entity(pk, rk, ts, props) if emit == _ENTITY else pack([pk, rk, ts, props]))
-                if len(out) >= limit:
-                    break
-            if not n & 63 and deadline is not None and perf() >= deadline:
-                break
-        else:
-            return out, None
-        after = next(it, None)  # the first entity not examined
-        next_key = None if after is None else after[0]
+        with _gc_paused():
+            out, _, stopped = _collect(it, predicate, select, limit, budget_s, wire, needs_ts, needs_props, oldest)
+        after = next(it, None) if stopped else None  # the first entity not examined
+        return out, None if after is None else after[0]
     finally:
         it = None  # drop the iterator now: a live one keeps the DB LOCK after close()
-        if gc_was_on:
-            gc.enable()
-    return out, next_key
+
+
+def _read_points(db: Any, keys: list[bytes], *args: Any) -> tuple[list[Any], bytes | None]:
+    """:func:`scan_span` over point spans: ``keys`` read by one multi-get, then ``_collect(*args)``."""
+    values = db.get(keys)  # batched_multi_get; releases the GIL
+    found = [i for i, v in enumerate(values) if v is not None]
+    with _gc_paused():
+        out, n, stopped = _collect(((keys[i], values[i]) for i in found), *args)
+    after = found[n - 1] + 1 if stopped else len(keys)  # go on after the last key examined, as a scan per span would
+    return out, keys[after] if after < len(keys) else None
 
 
 def span_may_hold(db: rocksdict.Rdict, lo: bytes, hi: bytes) -> bool:

@@ -259,16 +259,17 @@ class RangeStore:
 
     def scan(self, lo: bytes, hi: bytes | None, predicate: Predicate | None = None,
              select: list[str] | None = None, limit: int = 1000, budget_s: float | None = None, *,
-             wire: bool = False, needs_ts: bool = True,
-             needs_props: bool = True) -> tuple[list[Entity], bytes | None] | tuple[list[bytes], bytes | None]:
+             wire: bool = False, needs_ts: bool = True, needs_props: bool = True,
+             points: list[bytes] | None = None) -> tuple[list[Entity], bytes | None] | tuple[list[bytes], bytes | None]:
         """Forward scan of entity keys in ``[lo, hi)`` (``hi`` None: to the end of the entities): the
         matching entities and the key to resume from (see :func:`~partition_server.range_scan.scan_span`).
 
         With ``wire`` each match is the bytes of its wire form ``[pk, rk, ts, props]``, spliced from
         the stored value when possible; ``needs_ts`` / ``needs_props`` then say what ``predicate`` reads.
+        With ``points`` it reads those entity keys (the point spans of an ``or`` of point keys) by one multi-get.
         """
-        return scan_span(self._db, lo, hi, predicate, select, limit, budget_s, wire=wire,
-                         needs_ts=needs_ts, needs_props=needs_props, oldest=self.expiry.oldest(self.clock()))
+        return scan_span(self._db, lo, hi, predicate, select, limit, budget_s, wire=wire, needs_ts=needs_ts,
+                         needs_props=needs_props, oldest=self.expiry.oldest(self.clock()), points=points)
 
     def stats(self) -> dict[str, int]:
         """Approximate ``{"entities", "bytes", "compaction_pending", "pending_compaction_bytes"}``;

@@ -2,7 +2,7 @@
 ``soak`` (a workload held for minutes), ``scale`` (10M entities), ``frontends`` (REST across HTTP
 frontend processes), ``control-plane``, ``takeover``, ``ttl`` and ``capacity`` (table TTL and reserved
 throughput), ``aio`` (the asyncio native client against the blocking one) and ``stock`` (conditional
-counters against ETag retries).
+counters against ETag retries) and ``point-or`` (an `or` of 200 point keys against table size).
 
 Plain click commands; :mod:`cli.main` adds them to the ``bench`` group.
 """
@@ -364,3 +364,28 @@ def bench_stock(stock: int, clients: int, vias: tuple[str, ...], modes: tuple[st
         click.echo(json.dumps(results, indent=2))
     if not all(r["ok"] for r in results):
         sys.exit(1)
+
+
+@click.command("point-or")
+@click.option("--sizes", default="1000,10000,100000,1000000", show_default=True,
+              help="Table sizes to grow through (entities, ascending, comma-separated).")
+@click.option("--queries", default=200, show_default=True, help="`or` queries per size and path.")
+@click.option("--procs", default=2, show_default=True, help="Client processes running the queries.")
+@click.option("--data-dir", default=None, help="Use the running cluster of this data dir (default: start one).")
+@json_option
+def bench_point_or(sizes: str, queries: int, procs: int, data_dir: str | None, as_json: bool) -> None:
+    """An `or` of 200 point keys (Orleans' grain-directory filter) through REST and native, against
+    one table grown through --sizes: queries/s and server CPU per query, next to a full scan."""
+    from cli.bench.http import bench_cluster
+    from cli.bench.point_or import run_point_or_bench
+
+    try:
+        steps = [int(s) for s in sizes.split(",")]
+    except ValueError:
+        raise click.UsageError("--sizes takes integers, comma-separated.") from None
+    if not steps or steps != sorted(set(steps)) or steps[0] < 1 or queries < 1 or procs < 1:
+        raise click.UsageError("need ascending --sizes >= 1, --queries >= 1 and --procs >= 1.")
+    with bench_cluster(data_dir) as (doc, _temp):
+        res = run_point_or_bench(doc, steps, queries, procs, echo=(lambda s: None) if as_json else click.echo)
+    if as_json:
+        click.echo(json.dumps(res, indent=2))

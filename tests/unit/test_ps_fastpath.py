@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from partition_server import fast_path, range_ops
+from partition_server import fast_path, range_ops, range_scan
 from partition_server import fast_path as wire
 from partition_server.data_requests import scan_filter
 from partition_server.range_store import RangeStore
@@ -306,3 +306,106 @@ def test_generated_scans_spliced_equal_plain(filled, filt, select, limit, lo_pk,
     req = scan_req(lo=lo, hi=hi, filter=filt, select=select, limit=limit)
     want = old_scan(store, req) if hi is None or lo < hi else {"entities": [], "next": None}
     same_reply(filled.data("scan", req), want)
+
+
+# --- point spans (an ``or`` of point keys): one multi-get = a scan per span ----------------------------
+
+
+def point(pk: str, rk: str) -> tuple[bytes, bytes]:
+    """The span the planner makes for ``PartitionKey eq pk and RowKey eq rk``."""
+    return encode_key(pk, rk), encode_key(pk, rk) + b"\x00"
+
+
+def old_spans(store: RangeStore, req: dict) -> dict:
+    """A multi-span scan on the plain path: an iterator per span (``old_scan``), the pages joined,
+    stopping where a span stops; ``next`` is then where the following span starts."""
+    spans = [(req["lo"], req.get("hi")), *req.get("spans", [])]
+    out: list = []
+    limit = int(req.get("limit", 1000))
+    for i, (lo, hi) in enumerate(spans):
+        if out and len(out) >= limit:
+            return {"entities": out, "next": lo}
+        page = old_scan(store, {**req, "lo": lo, "hi": hi, "limit": limit - len(out)})
+        out += page["entities"]
+        if page["next"] is not None:
+            nxt = page["next"]
+            if i + 1 < len(spans) and nxt >= hi:  # a point span stops after its key: go on from the next span
+                nxt = spans[i + 1][0]
+            return {"entities": out, "next": nxt}
+    return {"entities": out, "next": None}
+
+
+def point_spans(rng: random.Random, n: int, with_range: bool) -> list[tuple[bytes, bytes | None]]:
+    """``n`` point spans over stored keys and missing ones (ascending, distinct), and maybe a row range among them."""
+    keys = {(rng.choice(KEYS), rng.choice(KEYS + ["missing"])) for _ in range(n)}
+    spans: list[tuple[bytes, bytes | None]] = [point(pk, rk) for pk, rk in keys]
+    if with_range:
+        pk = rng.choice(KEYS)
+        spans = [s for s in spans if not s[0].startswith(pk.encode() + b"\x00")] + [(encode_key(pk, ""),
+                                                                                   encode_key(pk, "k"))]
+    return sorted(spans)
+
+
+def test_is_point_span():
+    lo, hi = point("p", "r")
+    assert range_scan.is_point_span(lo, hi) and range_scan.is_point_span(*point("", ""))
+    assert not range_scan.is_point_span(lo, None)
+    assert not range_scan.is_point_span(lo, lo + b"\x01")  # two keys could lie there
+    assert not range_scan.is_point_span(b"p", b"p\x00")  # no entity key: a PartitionKey bound
+    assert not range_scan.is_point_span(b"\xffm\x00", b"\xffm\x00\x00")  # a meta key
+
+
+@pytest.mark.parametrize("filt", FILTERS)
+@pytest.mark.parametrize("select", [None, ["i", "s", "nope"]])
+def test_point_spans_read_as_scans_per_span(ranges, filt, select):
+    """The partition server reads consecutive point spans with one multi-get (and the plain path,
+    ``RangeStore.scan(points=…)``, too): the page an iterator per span gives, filter applied to each."""
+    store = ranges.open["r1"].store
+    spans = point_spans(random.Random(7), 60, with_range=True)
+    req = scan_req(lo=spans[0][0], hi=spans[0][1], spans=spans[1:], filter=filt, select=select)
+    want = old_spans(store, req)
+    if filt is None:
+        assert len(want["entities"]) > 30
+    same_reply(ranges.data("scan", req), want)
+    keys = [lo for lo, hi in spans if range_scan.is_point_span(lo, hi)]
+    _, pred = compile_cached(filt)
+    found, nxt = store.scan(b"", None, None if filt is None else pred, select, points=keys)
+    per_span = [e for k in keys for e in store.scan(k, k + b"\x00", None if filt is None else pred, select)[0]]
+    assert nxt is None and found == per_span
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.sampled_from(FILTERS), st.integers(1, 40), st.integers(1, 80), st.booleans(), st.integers(0, 2**32))
+def test_generated_point_spans_page_as_plain(filled, filt, limit, n, with_range, seed):
+    """Pages of point spans (and a range among them) through the partition server, resumed from each
+    page's ``next`` as the frontend does, equal the plain path's pages and together the whole answer."""
+    store = filled.open["r1"].store
+    spans = point_spans(random.Random(seed), n, with_range)
+    whole = old_spans(store, scan_req(lo=spans[0][0], hi=spans[0][1], spans=spans[1:], filter=filt))["entities"]
+    got: list = []
+    pos = b""
+    while True:
+        left = [(max(lo, pos), hi) for lo, hi in spans if hi is None or hi > pos]
+        if not left:
+            break
+        req = scan_req(lo=left[0][0], hi=left[0][1], spans=left[1:], filter=filt, limit=limit)
+        want = old_spans(store, req)
+        same_reply(filled.data("scan", req), want)
+        got += want["entities"]
+        if want["next"] is None:
+            break
+        pos = want["next"]
+    assert got == whole
+
+
+def test_a_full_page_of_point_spans_goes_on_at_the_next_key(ranges):
+    """A page filled by the last key found goes on from the next key asked for, found or not, as a
+    scan per span does (a key inserted meanwhile is then read by the next page)."""
+    store = ranges.open["r1"].store
+    spans = [point("a", "a"), point("a", "missing"), point("a", "zz missing")]
+    req = scan_req(lo=spans[0][0], hi=spans[0][1], spans=spans[1:], limit=1)
+    want = old_spans(store, req)
+    assert len(want["entities"]) == 1 and want["next"] == encode_key("a", "missing")
+    same_reply(ranges.data("scan", req), want)
+    assert store.scan(b"", None, limit=1, points=[s[0] for s in spans])[1] == encode_key("a", "missing")
+    assert store.scan(b"", None, limit=1, points=[s[0] for s in spans[1:]]) == ([], None)

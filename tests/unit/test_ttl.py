@@ -102,6 +102,9 @@ def test_expired_entities_are_invisible_to_every_read(clocked):
     assert [e.rk for e in rows] == ["new"]
     wire, _ = s.scan(b"", None, wire=True, needs_ts=False, needs_props=False)  # the spliced page too
     assert len(wire) == 1
+    points = [encode_key("p", "new"), encode_key("p", "old")]  # point spans, read with one multi-get
+    assert [e.rk for e in s.scan(b"", None, points=points)[0]] == ["new"]
+    assert len(s.scan(b"", None, wire=True, needs_ts=False, needs_props=False, points=points)[0]) == 1
     # writes see the expired entity as absent: insert succeeds, merge/replace/delete find nothing
     for op in ({"op": "merge", "pk": "p", "rk": "old", "props": P(v=3)},
                {"op": "replace", "pk": "p", "rk": "old", "props": P(v=3)},
