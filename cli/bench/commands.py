@@ -1,7 +1,7 @@
 """``rangetable bench`` and its subcommands: the native path (the group itself), ``store``, ``http``,
 ``soak`` (a workload held for minutes), ``scale`` (10M entities), ``frontends`` (REST across HTTP
 frontend processes), ``control-plane``, ``takeover``, ``ttl`` and ``capacity`` (table TTL and reserved
-throughput), ``aio`` (the asyncio native client against the blocking one) and ``stock`` (conditional
+throughput), ``aio`` (the asyncio native client against the blocking one), ``stock`` (conditional
 counters against ETag retries) and ``point-or`` (an `or` of 200 point keys against table size).
 
 Plain click commands; :mod:`cli.main` adds them to the ``bench`` group.
