@@ -16,6 +16,7 @@ import {
   generateTableSas,
   odata,
 } from "@azure/data-tables";
+import { runCases } from "./run_cases.mjs";
 
 const url = process.env.RT_TABLE_URL;
 const account = process.env.RT_ACCOUNT || "devstoreaccount1";
@@ -384,18 +385,4 @@ const cases = [
   })],
 ];
 
-const only = process.argv.slice(2).map(Number);
-const results = [];
-for (const [n, name, fn] of cases) {
-  if (only.length && !only.includes(n)) continue;
-  const t0 = performance.now();
-  try {
-    await fn();
-    results.push({ case: n, name, ok: true, ms: Math.round(performance.now() - t0) });
-  } catch (e) {
-    results.push({ case: n, name, ok: false, ms: Math.round(performance.now() - t0),
-      error: `${e?.name}: ${e?.message}`.slice(0, 2000) });
-  }
-}
-console.log(JSON.stringify({ results }));
-process.exit(results.every((r) => r.ok) ? 0 : 1);
+await runCases(cases);
