@@ -16,7 +16,7 @@ import {
   generateTableSas,
   odata,
 } from "@azure/data-tables";
-import { runCases } from "./run_cases.mjs";
+import { refused, runCases } from "./run_cases.mjs";
 
 const url = process.env.RT_TABLE_URL;
 const account = process.env.RT_ACCOUNT || "devstoreaccount1";
@@ -46,18 +46,7 @@ function errorCode(err) {
   return err?.code ?? err?.response?.headers?.get("x-ms-error-code");
 }
 
-async function fails(promise, status, code) {
-  let err;
-  try {
-    await promise;
-  } catch (e) {
-    err = e;
-  }
-  assert.ok(err, `expected ${status} ${code ?? ""}, got success`);
-  if (status !== undefined) assert.equal(err.statusCode, status, `${err.message}`);
-  if (code !== undefined) assert.equal(errorCode(err), code, `${err.message}`);
-  return err;
-}
+const fails = (promise, status, code) => refused(promise, status, code, errorCode);
 
 async function all(iter) {
   const out = [];

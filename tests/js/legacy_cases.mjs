@@ -13,7 +13,7 @@
 
 import assert from "node:assert/strict";
 import azure from "azure-storage";
-import { runCases } from "./run_cases.mjs";
+import { refused, runCases } from "./run_cases.mjs";
 
 const url = process.env.RT_TABLE_URL;
 const account = process.env.RT_ACCOUNT || "devstoreaccount1";
@@ -71,18 +71,7 @@ async function withTable(fn) {
 }
 
 /** Expects a refusal from the server with ``status`` (and ``code``), and returns the error. */
-async function fails(promise, status, code) {
-  let err;
-  try {
-    await promise;
-  } catch (e) {
-    err = e;
-  }
-  assert.ok(err, `expected ${status} ${code ?? ""}, got success`);
-  assert.equal(err.statusCode, status, `${err.message}`);
-  if (code !== undefined) assert.equal(err.code, code, `${err.message}`);
-  return err;
-}
+const fails = (promise, status, code) => refused(promise, status, code, (e) => e?.code);
 
 /** Expects the SDK to refuse before sending anything: an error with no HTTP status, matching ``pattern``. */
 async function refusedBySdk(fn, pattern) {
