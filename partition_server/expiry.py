@@ -20,7 +20,8 @@ backfill cursor): the entities already there are indexed by :func:`backfill_step
 the range (the only step whose cost grows with the table). Removing the TTL drops the index with one
 range delete. Index entries are meta keys: a split keeps them in both halves (a key of the other
 half reads as absent and its entry is simply dropped), a merge unites them (the tag and first key
-keep entries of both sides apart).
+keep entries of both sides apart) and, unless both backfills were done, backfills the union again
+(:func:`merged_mark`).
 """
 
 from __future__ import annotations
@@ -91,6 +92,7 @@ def reclaim_step(db: Any, wb: Any, oldest: int, max_keys: int = 2000) -> tuple[i
     finally:
         it = None  # a live iterator would keep the DB LOCK after close()
     deleted = nbytes = 0
+    keys = list(dict.fromkeys(keys))  # a key listed by two entries (a merge backfilled again) counts once
     if keys:
         for key, cur in zip(keys, db.get(keys), strict=True):
             if cur is not None and stored_ts(cur) < oldest:
@@ -143,6 +145,20 @@ def read_mark(db: Any) -> tuple[bool, bytes | None, int]:
 def pack_mark(cursor: bytes | None, since: int) -> bytes:
     """The value of :data:`MARK_KEY`."""
     return protocol.pack([cursor, since])
+
+
+def merged_mark(left: bytes | None, right: bytes | None) -> bytes | None:
+    """The :data:`MARK_KEY` value of the union of two ranges with these marks (None: no index). Both
+    backfills done: done. Otherwise the merged range backfills again from its start, up to the later
+    of the two beginnings, so a half that was still indexing (or kept no index) is covered; entities
+    indexed twice cost a second look when they expire, nothing more."""
+    if left is None and right is None:
+        return None
+    marks = [msgpack.unpackb(m) for m in (left, right) if m is not None]
+    since = max(m[1] for m in marks)
+    if len(marks) == 2 and all(m[0] is None for m in marks):
+        return pack_mark(None, since)
+    return pack_mark(b"", since)
 
 
 def index_stats(db: Any) -> int:

@@ -15,6 +15,7 @@ import shutil
 import msgpack
 import rocksdict
 
+from partition_server.expiry import MARK_KEY, merged_mark
 from partition_server.request_records import REQT_END, REQT_PREFIX, Window, pack_meta, unpack_meta
 from partition_server.store_keys import DROP_KEY, META_TS
 from rangetable.checkpoint import create_checkpoint
@@ -106,6 +107,7 @@ def merge_stores(left_path: str, right_path: str, out_path: str) -> None:
     ldb = open_range_db(left_path, create=False)
     try:
         left_ts = unpack_meta(ldb.get(META_TS))[0]
+        left_mark = ldb.get(MARK_KEY)
         create_checkpoint(ldb, out_path)
     finally:
         ldb.close()
@@ -114,6 +116,7 @@ def merge_stores(left_path: str, right_path: str, out_path: str) -> None:
         rdb = open_range_db(right_path, create=False)
         try:
             right_ts = unpack_meta(rdb.get(META_TS))[0]
+            mark = merged_mark(left_mark, rdb.get(MARK_KEY))
             wo = rocksdict.WriteOptions()
             wo.disable_wal = True  # flushed below; a crash before that is repaired by re-running
             wb = rocksdict.WriteBatch(raw_mode=True)
@@ -121,7 +124,7 @@ def merge_stores(left_path: str, right_path: str, out_path: str) -> None:
             it = rdb.items()
             try:
                 for k, v in it:
-                    if k == META_TS:
+                    if k == META_TS or k == MARK_KEY:
                         continue
                     wb.put(k, v)
                     size += len(k) + len(v)
@@ -136,6 +139,8 @@ def merge_stores(left_path: str, right_path: str, out_path: str) -> None:
         finally:
             rdb.close()
         odb.put(META_TS, pack_meta(max(left_ts, right_ts), _request_window(odb)), wo)
+        if mark is not None:
+            odb.put(MARK_KEY, mark, wo)
         odb.flush(True)
     finally:
         odb.close()

@@ -189,3 +189,30 @@ def test_the_index_survives_reopen(tmp_path):
         assert not any(True for _ in s._db.keys(from_key=INDEX_PREFIX) if _.startswith(INDEX_PREFIX))
     finally:
         s.close()
+
+
+def test_a_merge_while_one_half_still_backfills_indexes_the_union(tmp_path):
+    clock = Clock()
+    left, right = RangeStore.open(tmp_path / "l", clock=clock), RangeStore.open(tmp_path / "r", clock=clock)
+    for i in range(150):
+        left.write(ins("a", f"r{i:03d}", v=i))
+        right.write(ins("b", f"r{i:03d}", v=i))
+    left.set_ttl(ttl_ticks(60))  # left's backfill has not started when the merge comes
+    right.set_ttl(ttl_ticks(60))
+    while right.expiry.cursor is not None:
+        right.expire_step()
+    assert right.expiry.cursor is None and left.expiry.cursor == b""
+    left.close()
+    right.close()
+    RangeStore.merge(tmp_path / "l", tmp_path / "r", tmp_path / "m")
+    merged = RangeStore.open(tmp_path / "m", clock=clock)
+    try:
+        merged.set_ttl(ttl_ticks(60))
+        assert merged.expiry.indexing and merged.expiry.cursor == b""  # backfills the union again
+        clock.advance(61)
+        reclaimed = 0
+        for _ in range(20):
+            reclaimed += merged.expire_step()[0]
+        assert reclaimed == 300  # both halves: before the fix only the right half (150) was ever reclaimed
+    finally:
+        merged.close()
