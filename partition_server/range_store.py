@@ -60,6 +60,7 @@ from partition_server.request_records import pack_meta as pack_meta  # re-export
 from partition_server.request_records import unpack_meta as unpack_meta
 from partition_server.store_keys import DROP_KEY
 from partition_server.store_keys import META_TS as META_TS  # re-exported (layout above)
+from partition_server.store_size import data_bytes
 from partition_server.tee import Ops, Tee
 from rangetable import protocol
 from rangetable.checkpoint import checkpoint_db
@@ -83,28 +84,6 @@ class _Closed:
 
 
 _CLOSED = _Closed()
-
-
-def raw_sst_bytes(table_properties: str) -> int:
-    """Uncompressed key + value bytes of a DB's SST files, from its ``rocksdb.aggregated-table-properties``
-    text (``…; raw key size=N; … raw value size=M; …``); 0 when absent."""
-    total = 0
-    for field in ("raw key size=", "raw value size="):
-        at = table_properties.find(field)
-        if at >= 0:
-            digits = table_properties[at + len(field):].split(";", 1)[0].strip()
-            total += int(digits) if digits.isdigit() else 0
-    return total
-
-
-def entity_bytes(stored: int, raw: int, records: int) -> int:
-    """The bytes of entity data in a range: ``stored`` (SST files, compressed, plus memtables) less the
-    share of it that request records take, ``records`` of the ``raw`` uncompressed bytes. (Subtracting
-    the records' uncompressed bytes from compressed sizes gave 0 for a range of tens of thousands of
-    entities.)"""
-    if raw <= 0:
-        return stored
-    return int(stored * (1.0 - min(1.0, records / raw)))
 
 
 class RangeStore:
@@ -288,12 +267,9 @@ class RangeStore:
                 db.property_int_value("rocksdb.num-entries-imm-mem-tables") or 0
             )
             meta += mem * self._ops_meta // self._ops_total
-        live = db.property_int_value("rocksdb.estimate-live-data-size") or 0
-        mem = db.property_int_value("rocksdb.cur-size-all-mem-tables") or 0
-        raw = raw_sst_bytes(db.property_value("rocksdb.aggregated-table-properties") or "") + mem
         return {
             "entities": max(0, keys - meta),
-            "bytes": entity_bytes(live + mem, raw, self._window.nbytes),  # what size splits are about
+            "bytes": data_bytes(db, self._window.nbytes),  # what size splits are about
             "compaction_pending": self._drop_pending,
             "pending_compaction_bytes": db.property_int_value("rocksdb.estimate-pending-compaction-bytes") or 0,
         }

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from partition_server.range_store import RangeStore, entity_bytes, raw_sst_bytes
+from partition_server.range_store import RangeStore
+from partition_server.store_size import entity_bytes, raw_sst_bytes
 from rangetable.edm import BINARY
 from rangetable.keys import encode_key
 from tests.unit.range_store_helpers import ins, store_fixture  # noqa: F401  (the store fixture)
