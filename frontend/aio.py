@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -49,8 +48,8 @@ class AioPending(Pending):
 
     __slots__ = ("cb",)
 
-    def __init__(self, req: dict, deadline: float, cb: Answer) -> None:
-        super().__init__(b"", b"", req, deadline)
+    def __init__(self, req: dict, timeout_s: float, cb: Answer) -> None:
+        super().__init__(b"", b"", req, timeout_s)
         self.cb = cb
 
 
@@ -129,7 +128,7 @@ class AioFrontend(DriverCore):
         if self.closed:
             cb(None, TableError("ServerBusy", "the frontend is shutting down"))
             return
-        self.start_request(AioPending(req, time.monotonic() + (timeout or self.cfg.deadline_s), cb))
+        self.start_request(AioPending(req, timeout or self.cfg.deadline_s, cb))
 
     async def request(self, req: dict, timeout: float | None = None) -> Any:
         """Run one native request and return its result; raises TableError."""

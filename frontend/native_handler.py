@@ -38,12 +38,12 @@ class Pending:
 
     __slots__ = ("ident", "rid", "req", "deadline", "attempts", "state", "done", "extra", "born", "waits")
 
-    def __init__(self, ident: bytes, rid: bytes, req: dict, deadline: float) -> None:
+    def __init__(self, ident: bytes, rid: bytes, req: dict, timeout_s: float) -> None:
         self.ident = ident
         self.rid = rid
         self.req = req
-        self.deadline = deadline
         self.born = time.monotonic()
+        self.deadline = self.born + timeout_s  # retries stop here (ServerBusy)
         self.waits: list[tuple[float, str]] = []  # (seconds since born, why) of each retry: where a slow request waited
         self.attempts = 0
         self.state: Any = None

@@ -117,7 +117,7 @@ class Frontend(DriverCore):
         except TableError as exc:
             protocol.send_frames(self.router, [ident, rid[: protocol.MAX_REQUEST_ID], protocol.error(exc)])
             return
-        p = Pending(ident, rid, req, time.monotonic() + self.cfg.deadline_s)
+        p = Pending(ident, rid, req, self.cfg.deadline_s)
         self.start_request(p)
 
     def _run_timers(self) -> None:
