@@ -16,7 +16,7 @@ import click
 
 from cli.options import json_option
 from cli.workload.verify import check, load_history
-from cli.workload.verify.explain import failure_lines, timeout_sizes
+from cli.workload.verify.explain import failure_lines, lin_verdict
 from cli.workload.verify.history import by_key
 
 
@@ -41,12 +41,8 @@ def verify_history(path: str, timeout_s: float, key_timeout_s: float, as_json: b
     t0 = time.monotonic()
     result = check(history, timeout_s=timeout_s, key_timeout_s=key_timeout_s)
     per_key = by_key(history)
-    verdict = {
-        "linearizable": result.ok, "linearizability": result.status, "linearizability_key": result.key,
-        "linearizability_detail": "" if result.ok else result.explanation,
-        "linearizability_timeouts": timeout_sizes(history, result.timed_out_keys),
-        "history_ops": len(history), "keys": len(per_key), "elapsed_s": round(time.monotonic() - t0, 3),
-    }
+    verdict = {**lin_verdict(history, result), "history_ops": len(history), "keys": len(per_key),
+               "elapsed_s": round(time.monotonic() - t0, 3)}
     if as_json:
         click.echo(json.dumps({**verdict, "result": result.to_dict()}, indent=2, default=repr))
     else:

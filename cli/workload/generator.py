@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from cli.workload.verify import check, check_ack_loss
-from cli.workload.verify.explain import failing_window, timeout_sizes
+from cli.workload.verify.explain import lin_verdict
 from cli.workload.verify.history import Recorder, dump_history
 from rangetable.client import TableClient, TableServiceClient
 from rangetable.client_models import MatchConditions, UpdateMode
@@ -319,13 +319,7 @@ class Workload:
             "lost_writes": len(ack.lost) + len(lost_fresh),
             "lost_detail": [x.describe() for x in ack.lost][:5] + [f"fresh insert {k} missing" for k in lost_fresh][:5],
             "duplicate_applications": len(self.duplicates),
-            "linearizable": bool(lin.ok),
-            "linearizability": lin.status,
-            "linearizability_key": lin.key,
-            "linearizability_detail": "" if lin.ok else lin.explanation[:8000],
-            "linearizability_window": failing_window(lin.failing_ops),
-            "linearizability_timeouts": timeout_sizes(history, lin.timed_out_keys),
-            "linearizability_s": round(lin.elapsed_s, 3),
+            **lin_verdict(history, lin, detail_chars=8000),
             "history_ops": len(history),
             "slow_ops": list(self.slow_ops),
             "t0_monotonic": self.t0,

@@ -10,9 +10,9 @@ from click.testing import CliRunner
 from cli.main import main
 from cli.workload.verify import check, dump_history
 from cli.workload.verify.explain import (
-    failing_window,
     failure_lines,
     faults_in_window,
+    lin_verdict,
     slow_op_lines,
     timeout_sizes,
 )
@@ -26,11 +26,8 @@ FAULTS = [{"t": 0.2, "until": 0.4, "what": "kill -9 ps-1 (pid 11)"},
 
 
 def _verdict(history: list) -> dict:
-    lin = check(history)
-    return {"lost_writes": 0, "duplicate_applications": 0, "linearizable": lin.ok, "linearizability": lin.status,
-            "linearizability_key": lin.key, "linearizability_detail": lin.explanation,
-            "linearizability_window": failing_window(lin.failing_ops),
-            "linearizability_timeouts": timeout_sizes(history, lin.timed_out_keys), "history_file": "/tmp/h.jsonl"}
+    return {"lost_writes": 0, "duplicate_applications": 0, **lin_verdict(history, check(history)),
+            "history_file": "/tmp/h.jsonl"}
 
 
 def test_a_violation_names_the_key_the_op_its_neighbours_and_the_faults_in_its_window() -> None:

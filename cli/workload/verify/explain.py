@@ -22,11 +22,27 @@ from collections.abc import Iterable
 from typing import Any
 
 from cli.workload.verify.history import Op, by_key
+from cli.workload.verify.verdict import Result
 
 WINDOW_MARGIN_S = 3.0
 """Faults this long before the failing operations began still count as "in the window" (a lease,
 a takeover and a retry deadline all take a few seconds to play out)."""
 
+
+
+def lin_verdict(history: list[Op], result: Result, detail_chars: int | None = None) -> dict[str, Any]:
+    """The linearizability checker's ``result`` as the verdict fields :func:`failure_lines` reads
+    (``detail_chars`` bounds the explanation's length, for reports that travel as JSON)."""
+    detail = "" if result.ok else result.explanation[:detail_chars]
+    return {
+        "linearizable": bool(result.ok),
+        "linearizability": result.status,
+        "linearizability_key": result.key,
+        "linearizability_detail": detail,
+        "linearizability_window": failing_window(result.failing_ops),
+        "linearizability_timeouts": timeout_sizes(history, result.timed_out_keys),
+        "linearizability_s": round(result.elapsed_s, 3),
+    }
 
 def failing_window(ops: list[Op]) -> list[float] | None:
     """``[first start, last answer]`` of the ops a violation names (None when there are none)."""
