@@ -9,6 +9,7 @@ import click
 
 from cli.coordinator_client import call
 from cli.options import data_dir_option, emit, endpoint_option, json_option, native_endpoint
+from rangetable.client_wire import with_extension
 from rangetable.edm import etag_from_ticks
 from rangetable.errors import TableError
 from rangetable.rest_json import json_to_typed, typed_to_json
@@ -147,19 +148,22 @@ def _counters(adds: tuple[str, ...]) -> dict[str, list] | None:
 def _write(endpoint: str, table: str, op: dict, condition: str | None, expect: str | None,
            adds: tuple[str, ...] = ()) -> Any:
     """Send one write with rangetable's extension (condition, expectation, counters) added."""
-    if condition is not None:
-        op["cond"] = condition
-    if expect is not None:
-        op["expect"] = expect
-    incr = _counters(adds)
-    if incr is not None:
-        op["incr"] = incr
-    return call(endpoint, {"op": "write", "table": table, "write": op})
+    return call(endpoint, {"op": "write", "table": table, "write": with_extension(op, condition, expect, _counters(adds))})
 
 
 _IF_HELP = "Only write when the current entity satisfies this $filter condition, e.g. \"stock ge 1\"."
 _EXPECT_HELP = "Only write when the entity exists / does not exist."
 _ADD_HELP = "Add a signed amount to a numeric property atomically (NAME=AMOUNT, repeatable; 5L: Int64)."
+
+
+def _extension_options(command: Any) -> Any:
+    """The ``--if``, ``--expect`` and ``--add`` options of a write command (rangetable's extension)."""
+    for option in reversed((click.option("--if", "condition", default=None, help=_IF_HELP),
+                            click.option("--expect", type=click.Choice(["exists", "absent"]), default=None,
+                                         help=_EXPECT_HELP),
+                            click.option("--add", "adds", multiple=True, metavar="NAME=AMOUNT", help=_ADD_HELP))):
+        command = option(command)
+    return command
 
 
 @entity_group.command("put")
@@ -168,9 +172,7 @@ _ADD_HELP = "Add a signed amount to a numeric property atomically (NAME=AMOUNT, 
 @click.option("--mode", type=click.Choice(["replace", "merge", "insert"]), default="replace", show_default=True,
               help="replace/merge: upsert; insert: fail if the entity exists.")
 @click.option("--if-match", default=None, help="Only update when the entity's ETag matches (or '*').")
-@click.option("--if", "condition", default=None, help=_IF_HELP)
-@click.option("--expect", type=click.Choice(["exists", "absent"]), default=None, help=_EXPECT_HELP)
-@click.option("--add", "adds", multiple=True, metavar="NAME=AMOUNT", help=_ADD_HELP)
+@_extension_options
 @data_dir_option
 @endpoint_option
 @json_option
@@ -204,9 +206,7 @@ def entity_put(table: str, entity_json: str, mode: str, if_match: str | None, co
 @click.argument("table")
 @click.argument("entity_json")
 @click.option("--if-match", default=None, help="Only merge when the entity's ETag matches (or '*').")
-@click.option("--if", "condition", default=None, help=_IF_HELP)
-@click.option("--expect", type=click.Choice(["exists", "absent"]), default=None, help=_EXPECT_HELP)
-@click.option("--add", "adds", multiple=True, metavar="NAME=AMOUNT", help=_ADD_HELP)
+@_extension_options
 @data_dir_option
 @endpoint_option
 @json_option

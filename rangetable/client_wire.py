@@ -28,12 +28,21 @@ def write_op(kind: WriteKind, entity: Mapping[str, Any], match: str | None = Non
     float → Double, or ``EntityProperty(amount, EdmType.INT64)``)."""
     pk, rk, props = entity_to_typed(entity)
     op: WriteOp = {"op": kind, "pk": pk, "rk": rk, "props": props, "if_match": match}
+    incr = None if counters is None else {
+        name: pair for name, pair in ((n, to_typed(v)) for n, v in counters.items()) if pair}
+    return with_extension(op, condition, expect, incr)
+
+
+def with_extension(op: WriteOp, condition: str | None, expect: str | None,
+                   incr: dict[str, list] | None) -> WriteOp:
+    """``op`` with rangetable's extension fields set where given: ``cond``, ``expect`` and ``incr``
+    (typed counters: name → [type, amount])."""
     if condition is not None:
         op["cond"] = condition
     if expect is not None:
         op["expect"] = expect
-    if counters is not None:
-        op["incr"] = {name: pair for name, pair in ((n, to_typed(v)) for n, v in counters.items()) if pair}
+    if incr is not None:
+        op["incr"] = incr
     return op
 
 
