@@ -52,11 +52,16 @@ from cli.options import data_dir_option
 @click.option("--meta", envvar="RANGETABLE_META", default="",
               help="etcd://HOST:PORT[/prefix]: coordinators are elected and keep their state in etcd "
                    "(its JSON gateway) instead of lock files and RocksDB on the data root [env RANGETABLE_META].")
+@click.option("--replicas", default=1, show_default=True, type=click.IntRange(1, 9),
+              help="Copies of each range on distinct partition servers, each in the server's own directory "
+                   "(<data-dir>/servers/<id>/); 1 keeps one copy under the shared data root.")
+@click.option("--min-insync", default=2, show_default=True, type=click.IntRange(1, 9),
+              help="A replicated range refuses writes (ServerBusy) with fewer in-sync replicas than this.")
 @click.option("--json", "as_json", is_flag=True, help="Print cluster.json once ready.")
 def up_cmd(data_dir: str, servers: int, coordinators: int, frontends: int, native_port: int, http_port: int,
            detach: bool, no_restart: bool, sync: bool, lease_s: float, partition_target: float, cert: str, key: str,
            bind_host: str, advertise_host: str, metrics: bool, dashboard: bool, dashboard_port: int,
-           oauth: str | None, meta: str, as_json: bool) -> None:
+           oauth: str | None, meta: str, replicas: int, min_insync: int, as_json: bool) -> None:
     """Start a local cluster: coordinators (one leads), partition servers and frontends."""
     from cli.cluster_file import down, pid_alive, read_cluster
     from cli.dashboard.ports import browser_refuses
@@ -95,7 +100,7 @@ def up_cmd(data_dir: str, servers: int, coordinators: int, frontends: int, nativ
             raise click.BadParameter(str(exc), param_hint="--meta") from None
     spec = ClusterSpec(os.path.abspath(data_dir), servers, frontends, native_port, not no_restart, sync, lease_s,
                        http_port, partition_target, metrics, cert, key, bind_host, advertise_host, dashboard,
-                       dashboard_port, coordinators, oauth or "", meta)
+                       dashboard_port, coordinators, oauth or "", meta, replicas, min(min_insync, replicas))
 
     def ready(doc: dict) -> None:
         if as_json:
@@ -128,6 +133,7 @@ def up_cmd(data_dir: str, servers: int, coordinators: int, frontends: int, nativ
     argv += ["--no-dashboard"] * (not dashboard)
     argv += ["--oauth", oauth] if oauth else []
     argv += ["--meta", meta] if meta else []
+    argv += ["--replicas", str(replicas), "--min-insync", str(min_insync)]
     with open(os.path.join(spec.data_dir, "logs", "supervisor.log"), "ab") as log:
         proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                 start_new_session=True)

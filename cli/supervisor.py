@@ -81,6 +81,8 @@ class ClusterSpec:
     coordinators: int = 1  # one leads (elected by a lock on the data root), the others stand by
     oauth: str = ""  # "basic": HTTP frontends accept development bearer tokens (needs cert)
     meta: str = ""  # etcd://HOST:PORT[/prefix]: coordinators elect and keep their state in etcd
+    replicas: int = 1  # copies of each range; > 1: each server keeps its own directory <data-dir>/servers/<id>/
+    min_insync: int = 2  # a replicated range refuses writes with fewer in-sync replicas
 
 
 class Supervisor:
@@ -96,6 +98,10 @@ class Supervisor:
 
     def _cmd(self, *args: str) -> list[str]:
         return [sys.executable, "-m", "cli.main", *args]
+
+    def server_dir(self, sid: str) -> str:
+        """The data directory of partition server ``sid`` in a replicated cluster (its own disk on a real host)."""
+        return os.path.join(self.data_dir, "servers", sid)
 
     def plan(self) -> None:
         """Create the CURVE keys on first start, choose ports and build every process's command line."""
@@ -130,6 +136,7 @@ class Supervisor:
             self.children.append(Child("coordinator", cid, self._cmd(
                 "coordinator", "--data-dir", d, "--bind", coord_bind, "--pub-bind", pub_bind, "--advertise", endpoint,
                 "--pub-advertise", pub, "--lease-s", lease, "--keys-dir", self.keys_dir,
+                "--replicas", str(self.spec.replicas), "--min-insync", str(self.spec.min_insync),
                 *(["--meta", self.spec.meta] if self.spec.meta else [])),
                 os.path.join(self.logs, f"{cid}.log"), {"endpoint": endpoint, "pub": pub}))
         self.coordinator = ",".join(endpoints)  # every process gets the whole list and finds the leader
@@ -137,8 +144,12 @@ class Supervisor:
         for i in range(1, self.spec.servers + 1):
             sid = f"ps-{i}"
             bind, adv = pair()
-            argv = self._cmd("partition-server", "--data-dir", d, "--coordinator", self.coordinator,
+            own = d if self.spec.replicas <= 1 else self.server_dir(sid)  # replicas: a directory of its own
+            argv = self._cmd("partition-server", "--data-dir", own, "--coordinator", self.coordinator,
                              "--bind", bind, "--advertise", adv, "--server-id", sid, "--keys-dir", self.keys_dir)
+            if self.spec.replicas > 1:
+                repl_bind, repl_adv = pair()
+                argv += ["--replication", repl_bind, "--advertise-replication", repl_adv]
             if self.spec.sync:
                 argv.append("--sync")
             if self.spec.partition_target:

@@ -17,6 +17,7 @@ import time
 from typing import TYPE_CHECKING
 
 from coordinator import operations as ops
+from coordinator import replica_ops
 from coordinator.server_info import ServerInfo
 
 if TYPE_CHECKING:
@@ -44,6 +45,13 @@ def heartbeat(co: LeaseHolder, req: Heartbeat) -> LeaseAnswer:
             co.changes.servers.add(sid)
             co.registrations[b"server/" + sid.encode()] = {"endpoint": info.endpoint, "pid": info.pid}
         info.last_seen = now
+        if "repl_endpoint" in req:  # a replicated cluster: where its replicas reach it, and their progress
+            info.repl_endpoint = req["repl_endpoint"]
+            info.repl = req.get("repl") or {}
+            info.zone = req.get("zone", "")
+            adjust = replica_ops.actionable(co, sid, info.repl)
+        else:
+            adjust = False
         ranges = req.get("ranges", [])
         same = ranges == info.ranges
         if not same:
@@ -72,6 +80,8 @@ def heartbeat(co: LeaseHolder, req: Heartbeat) -> LeaseAnswer:
         co.controller.submit(ops.assign_orphans, co, co.controller, key="orphans")
     if differs:
         co.controller.submit(ops.reconcile, co, co.controller, sid, key=f"reconcile:{sid}")
+    if adjust:
+        co.controller.submit(replica_ops.adjust_insync, co, co.controller, sid, key=f"insync:{sid}")
     answer: LeaseAnswer = {"lease_s": co.cfg.lease_s, "version": co.pmap.version, "term": co.term}
     answer.update(extra)  # type: ignore[typeddict-item]  # settings, settings_v, shares (see LeaseAnswer)
     return answer
@@ -81,10 +91,14 @@ def mismatch(co: LeaseHolder, info: ServerInfo) -> tuple[bool, bool]:
     """(the server's open ranges differ from the map, they are exactly the map's)."""
     pmap = co.pmap
     reported = {(rid, epoch) for rid, epoch, state in info.ranges if state == "serving"}
-    pending = {rid for rid, _, state in info.ranges if state != "serving"}
+    pending = {rid for rid, _, state in info.ranges if state not in ("serving", "following")}
     desired = {(r["id"], r["epoch"]) for r in pmap.owned_by(info.id) if r["state"] == "serving"}
+    following = {(rid, epoch) for rid, epoch, state in info.ranges if state == "following"}
+    to_follow = {(r["id"], r["epoch"]) for r in pmap.followed_by(info.id) if r["state"] == "serving"}
     busy = pmap.busy_ids()
-    extra = {rid for rid, _ in reported - desired if rid not in busy}
+    extra = {rid for rid, _ in (reported - desired) | (following - to_follow) if rid not in busy}
+    if to_follow - following:
+        return True, False
     stale_pending = {rid for rid in pending if rid in pmap.ranges or rid < f"r{pmap.next_id:06d}"}
     stale_pending -= busy
     differs = bool(desired - reported or extra or (stale_pending and not co.controller.jobs.qsize()))

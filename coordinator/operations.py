@@ -14,9 +14,11 @@ import shutil
 import time
 from typing import TYPE_CHECKING, Any
 
+from coordinator import replica_ops
 from coordinator.acl import acl_key
 from coordinator.partition_map import range_key
 from coordinator.placement import place_orphans
+from coordinator.replica_sets import choose_replicas, is_replicated
 from rangetable.crash import crash_point
 from rangetable.errors import TableError
 from rangetable.stats import StepClock
@@ -52,11 +54,23 @@ def create_table(co: MapWriter, ctl: Commands, name: str, settings: dict | None 
     with co.lock:
         if co.pmap.created_by(name, rid):
             return {"table": co.pmap.table_name(name)}
-        owner = co.pick_server()
+        replicas: list[str] = []
+        if co.cfg.replicas > 1:  # a replica set on the servers holding the fewest copies, in distinct zones
+            live = co.live_servers()
+            replicas = choose_replicas(co.cfg.replicas, {s: co.pmap.replica_count(s) for s in live},
+                                       {s: co.servers[s].zone for s in live if co.servers[s].zone})
+            owner = replicas[0] if replicas else None
+        else:
+            owner = co.pick_server()
         rec, writes = co.pmap.create_table(name, owner, rid)
+        if replicas:
+            writes[0].update(co.pmap.update(rec, replicas=replicas, insync=list(replicas))[0])
         puts, deletes = co.table_settings.put(name, checked)
         co.commit(({**writes[0], **puts}, writes[1] + deletes))
-    if owner is not None:
+        rec = dict(co.pmap.ranges[rec["id"]])
+    if replicas:
+        replica_ops.open_replicas(co, ctl, [rec])
+    elif owner is not None:
         _load(co, ctl, owner, rec)
     return {"table": name}
 
@@ -87,16 +101,17 @@ def delete_table(co: MapWriter, ctl: Commands, name: str) -> None:
         writes[1].extend(co.table_settings.put(name, {})[1])  # and its settings
         co.commit(writes)
     for r in gone:
-        if r["owner"] and co.is_alive(r["owner"]):
-            try:
-                ctl.call(r["owner"], {"op": "destroy", "range": _public(r)})
-            except TableError as exc:
-                log.warning("destroy %s: %s", r["id"], exc)
+        for server in r.get("replicas") or [r["owner"]]:
+            if server and co.is_alive(server):
+                try:
+                    ctl.call(server, {"op": "destroy", "range": _public(r)})
+                except TableError as exc:
+                    log.warning("destroy %s on %s: %s", r["id"], server, exc)
 
 
 def _load(co: MapWriter, ctl: Commands, server: str, rec: dict) -> bool:
     try:
-        ctl.call(server, {"op": "load", "range": _public(rec), "version": co.pmap.version,
+        ctl.call(server, {"op": "load", "range": replica_ops.command(co, rec), "version": co.pmap.version,
                           **co.table_settings.message()})
         return True
     except TableError as exc:
@@ -116,9 +131,11 @@ def assign_orphans(co: MapWriter, ctl: Commands, reason: str = "owner not alive"
     with co.lock:
         live = co.live_servers()
         orphans = sorted(rid for owner in co.pmap.owners() if not co.is_alive(owner)
-                         for rid in co.pmap.owned_ids(owner) if co.pmap.ranges[rid]["state"] == "serving")
+                         for rid in co.pmap.owned_ids(owner) if co.pmap.ranges[rid]["state"] == "serving"
+                         and not is_replicated(co.pmap.ranges[rid]))
+        replicated = co.cfg.replicas > 1
         if not orphans or not live:
-            return []
+            return replica_ops.fail_over(co, ctl, reason) if replicated else []
         plan = place_orphans(orphans, {sid: co.pmap.owned_count(sid) for sid in live})
         sources = {rid: co.pmap.ranges[rid]["owner"] for rid in orphans}
         puts: dict[bytes, Any] = {}
@@ -137,7 +154,7 @@ def assign_orphans(co: MapWriter, ctl: Commands, reason: str = "owner not alive"
     co.record_events([{"kind": "failover", "range": rid, "table": recs[rid]["table"], "source": sources[rid],
                        "target": plan[rid], "reason": reason, "duration_ms": ms,
                        "ok": not isinstance(res, TableError)} for rid, res in zip(orphans, results, strict=True)])
-    return orphans
+    return orphans + (replica_ops.fail_over(co, ctl, reason) if replicated else [])
 
 
 def reconcile(co: MapWriter, ctl: Commands, server: str) -> None:
@@ -148,16 +165,29 @@ def reconcile(co: MapWriter, ctl: Commands, server: str) -> None:
             return
         reported = {rid: (epoch, state) for rid, epoch, state in info.ranges}
         desired = {r["id"]: dict(r) for r in co.pmap.owned_by(server) if r["state"] == "serving"}
+        followed = {r["id"]: dict(r) for r in co.pmap.followed_by(server) if r["state"] == "serving"}
         known = set(co.pmap.ranges)
         busy = set(co.pmap.busy_ids())
+    restarted = []  # replicated ranges whose primary lost them (it restarted): a new primary is chosen
     for rid, rec in desired.items():
-        if reported.get(rid) != (rec["epoch"], "serving"):
+        if reported.get(rid) == (rec["epoch"], "serving"):
+            continue
+        if is_replicated(rec) and rid not in reported:
+            restarted.append(rid)
+        else:
             _load(co, ctl, server, rec)
+    stale = [rec for rid, rec in followed.items() if reported.get(rid) != (rec["epoch"], "following")]
+    if stale:
+        replica_ops.open_replicas(co, ctl, stale, only={server})
+    if restarted:
+        replica_ops.promote(co, ctl, restarted, reason=f"{server} restarted")
     for rid, (epoch, _state) in reported.items():
-        if rid in desired or rid in busy:
+        if rid in desired or rid in followed or rid in busy:
             continue
         try:
-            if rid in known:
+            if rid in known and is_replicated(co.pmap.ranges[rid]):  # no longer a replica here: its copy is stale
+                ctl.call(server, {"op": "destroy", "range": {"id": rid, "path": f"ranges/{rid}"}})
+            elif rid in known:
                 ctl.call(server, {"op": "unload", "range": rid, "epoch": epoch})
             else:  # the half of a split or merge that never committed: garbage
                 ctl.call(server, {"op": "destroy", "range": {"id": rid, "path": f"ranges/{rid}"}})

@@ -48,6 +48,7 @@ class PartitionMap:
     # Indexes kept by every mutation below, so per-heartbeat questions cost O(the server's ranges),
     # not O(the map): range ids per owner, and ids of ranges held by an operation (not serving).
     _owned: dict[str | None, set[str]] = field(default_factory=dict, repr=False, compare=False)
+    _followed: dict[str, set[str]] = field(default_factory=dict, repr=False, compare=False)  # replicas, not primary
     _busy: set[str] = field(default_factory=set, repr=False, compare=False)
     _stamp: int = field(default=0, repr=False, compare=False)  # grows on every index change
     _owner_stamp: dict[str | None, int] = field(default_factory=dict, repr=False, compare=False)
@@ -57,6 +58,10 @@ class PartitionMap:
     def _index(self, rec: dict) -> None:
         self._touch(rec["owner"])
         self._owned.setdefault(rec["owner"], set()).add(rec["id"])
+        for sid in rec.get("replicas", ()):
+            if sid != rec["owner"]:
+                self._touch(sid)
+                self._followed.setdefault(sid, set()).add(rec["id"])
         if rec["state"] != "serving":
             self._busy.add(rec["id"])
 
@@ -76,11 +81,18 @@ class PartitionMap:
             ids.discard(rec["id"])
             if not ids:
                 del self._owned[rec["owner"]]
+        for sid in rec.get("replicas", ()):
+            followed = self._followed.get(sid)
+            if followed is not None:
+                self._touch(sid)
+                followed.discard(rec["id"])
+                if not followed:
+                    del self._followed[sid]
         self._busy.discard(rec["id"])
 
     def reindex(self) -> None:
         """Rebuild the owner and busy indexes (after records were changed in place)."""
-        self._owned, self._busy = {}, set()
+        self._owned, self._busy, self._followed = {}, set(), {}
         for owner in list(self._owner_stamp):
             self._touch(owner)
         for r in self.ranges.values():
@@ -111,6 +123,14 @@ class PartitionMap:
     def owned_by(self, server: str) -> list[dict]:
         """Ranges assigned to a server."""
         return [self.ranges[rid] for rid in self._owned.get(server, ())]
+
+    def followed_by(self, server: str) -> list[dict]:
+        """Replicated ranges a server holds a replica of without being their primary."""
+        return [self.ranges[rid] for rid in self._followed.get(server, ())]
+
+    def replica_count(self, server: str) -> int:
+        """How many ranges a server holds a copy of (as owner or follower; O(1))."""
+        return len(self._owned.get(server, ())) + len(self._followed.get(server, ()))
 
     def owned_ids(self, server: str | None) -> list[str]:
         """Ids of the ranges a server owns (None: the unassigned ones)."""
@@ -222,9 +242,9 @@ class PartitionMap:
         return gone, (puts, deletes)
 
     def update(self, rec: dict, **changes: Any) -> Writes:
-        """Change fields of a range; a new owner or new bounds bump its epoch."""
+        """Change fields of a range; a new owner or new bounds bump its epoch (``epoch`` sets it)."""
         cur = self.ranges[rec["id"]]
-        if any(k in changes and changes[k] != cur[k] for k in ("owner", "low", "high")):
+        if any(k in changes and changes[k] != cur[k] for k in ("owner", "low", "high")) and "epoch" not in changes:
             cur["epoch"] += 1
         self._unindex(cur)
         cur.update(changes)

@@ -43,6 +43,7 @@ from partition_server.range_split import (
     merge_stores,
     split_store,
 )
+from partition_server.replica_log import pack_position, unpack_position, write_batch
 from partition_server.request_records import (
     BATCH,
     BATCH_ANSWERS,
@@ -58,10 +59,10 @@ from partition_server.request_records import (
 from partition_server.request_records import REQ_PREFIX as REQ_PREFIX  # re-exported (layout above)
 from partition_server.request_records import pack_meta as pack_meta  # re-exported: META_TS's encoding
 from partition_server.request_records import unpack_meta as unpack_meta
-from partition_server.store_keys import DROP_KEY
+from partition_server.store_keys import DROP_KEY, META_REPL
 from partition_server.store_keys import META_TS as META_TS  # re-exported (layout above)
 from partition_server.store_size import data_bytes
-from partition_server.tee import Ops, Tee
+from partition_server.tee import Ops, Shipper, Tee
 from rangetable import protocol
 from rangetable.checkpoint import checkpoint_db
 from rangetable.edm import UNIX_EPOCH_TICKS, Entity
@@ -463,6 +464,24 @@ class RangeStore:
         """The writes recorded since the last take; recording stops."""
         with self._lock:
             return self._tee.stop()
+
+    # --- replication (see replication.py) ----------------------------------------------------
+
+    def replicate(self, shipper: Shipper | None) -> None:
+        """As primary, stamp and ship every batch written from now on to ``shipper``; None: stop."""
+        with self._lock:
+            self._tee.log = shipper
+
+    def position(self) -> tuple[int, int]:
+        """(epoch, seq) of the last replicated batch this store holds; (0, 0) if none."""
+        return unpack_position(self._db.get(META_REPL))
+
+    def apply_batch(self, ops: Ops, epoch: int, seq: int) -> None:
+        """As follower, write a batch of the primary's log with its position, atomically."""
+        wb = write_batch(ops)
+        wb.put(META_REPL, pack_position(epoch, seq))
+        with self._lock:
+            self._db.write(wb, self._wo)
 
     def write_raw(self, wb: rocksdict.WriteBatch) -> None:
         """Write a batch of raw keys as it is (a split replaying its parent's writes)."""

@@ -20,6 +20,7 @@ from typing import Any
 from partition_server.data_requests import DATA_OPS
 from partition_server.metrics import RangeTotals
 from partition_server.range_store import RangeStore
+from partition_server.replicator import Replicator
 from partition_server.served import FULL_REPORT_S, LAT_SAMPLES, Deferred, Load, Served, only_changed
 from partition_server.split_job import SplitJob
 from partition_server.table_config import TableConfig
@@ -37,7 +38,7 @@ class RangeSet:
     """Ranges open in this process, keyed by range id."""
 
     CONTROL_OPS = frozenset({"load", "unload", "prepare", "split", "split_key", "merge", "destroy", "status",
-                             "checkpoint", "table_settings"})
+                             "checkpoint", "table_settings", "seal"})
 
     def __init__(self, data_dir: str, *, sync: bool = False, scan_budget_ms: int = 200,
                  partition_target: float = 0.0, request_window: tuple[float, int, int] = (600.0, 100_000, 64 << 20)) -> None:
@@ -58,6 +59,7 @@ class RangeSet:
         self._last_report = time.monotonic()
         self._sent: dict[str, dict] = {}  # the last load report sent per range
         self._full_at = float("-inf")  # when every range's report was last sent
+        self.repl: Replicator | None = None  # this server's replicated ranges (a cluster with --replicas > 1)
 
     def report_all_next(self) -> None:
         """Send every range's load report with the next heartbeat (a new coordinator leads)."""
@@ -89,6 +91,8 @@ class RangeSet:
             return self.merge(req["left"], req["right"], req["out"])
         if op == "destroy":
             return self.destroy(req["range"])
+        if op == "seal":
+            return self.seal(req["range"], int(req["epoch"]), req.get("path"))
         if op == "prepare":
             # Flush while still serving, so the offline window of the move or split that follows
             # only has a small memtable to flush and replay.
@@ -107,6 +111,8 @@ class RangeSet:
         cur = self.open.get(rid)
         if cur is not None:
             cur.reset(record)
+            if "primary" in record:
+                cur.state = self._replicator().attach(rid, record, cur.store)
             self.tables.apply(rid, cur)
             self._compact_later(cur.store)
             return
@@ -117,10 +123,45 @@ class RangeSet:
         except Exception as exc:  # a lock still held by a paused process, a missing disk …
             raise TableError("RangeBusy", f"cannot open range {rid}: {exc}") from None
         lo, hi = range_bounds(record["low"], record["high"])
-        self.open[rid] = Served(dict(record), store, "serving", lo, hi)
+        state = "serving"
+        if "primary" in record:
+            try:
+                state = self._replicator().attach(rid, record, store)
+            except Exception:
+                store.close()
+                raise
+        self.open[rid] = Served(dict(record), store, state, lo, hi)
         self.tables.apply(rid, self.open[rid])
-        log.info("loaded range %s epoch %s in %.1f ms", rid, record["epoch"], (time.monotonic() - t0) * 1e3)
+        log.info("loaded range %s epoch %s (%s) in %.1f ms", rid, record["epoch"], state,
+                 (time.monotonic() - t0) * 1e3)
         self._compact_later(store)
+
+    def seal(self, rid: str, epoch: int, path: str | None) -> dict:
+        """Refuse a replicated range's batches of epochs below ``epoch`` and say how far this replica got
+        (a store on disk that is not open, after a restart, is only read)."""
+        if rid in self.open:
+            return self._replicator().seal(rid, epoch)
+        if not path:
+            raise TableError("NotOwner", f"range {rid} is not open here")
+        try:
+            store = RangeStore.open(os.path.join(self.data_dir, path), create=False, **self.store_kw)
+        except Exception as exc:
+            raise TableError("NotOwner", f"no copy of range {rid} here: {exc}") from None
+        try:
+            applied_epoch, seq = store.position()
+        finally:
+            store.close()
+        return {"seq": seq, "epoch": applied_epoch}
+
+    def _unreplicated(self, rid: str, what: str) -> None:
+        if self.repl is not None and (rid in self.repl.primaries or rid in self.repl.following):
+            raise TableError("InvalidInput", f"range {rid} is replicated: its replicas {what} together "
+                             "(a step the coordinator does not take yet)")
+
+    def _replicator(self) -> Replicator:
+        if self.repl is None:
+            raise TableError("InvalidInput", "this partition server was started without --replication")
+        return self.repl
 
     def serving_stores(self) -> list[RangeStore]:
         """The stores of the ranges serving now (called from the reclaimer's thread)."""
@@ -153,6 +194,8 @@ class RangeSet:
             job.abort()
         served = self.open.pop(rid, None)
         self.tables.forget(rid)
+        if self.repl is not None:
+            self.repl.detach(rid)
         if served is not None:
             served.store.close()
             crash_point("ps.unload.after_close", self.data_dir)
@@ -194,6 +237,7 @@ class RangeSet:
         background thread while the range serves (:mod:`partition_server.split_job`); the server's
         loop calls :meth:`split_finish` once the job's ``notify`` fires."""
         served = self._served(rid, epoch)
+        self._unreplicated(rid, "split")
         if not (served.record["low"] < key and (served.record["high"] is None or key < served.record["high"])):
             raise TableError("InvalidInput", f"split key {key!r} is not strictly inside range {rid}")
         if rid in self.splits:
@@ -240,6 +284,7 @@ class RangeSet:
         """Merge two adjacent ranges served here into one pending range."""
         for rec in (left, right):
             self._served(rec["id"], int(rec["epoch"]))
+            self._unreplicated(rec["id"], "merge")
         t0 = time.monotonic()
         self.unload(left["id"])
         self.unload(right["id"])
@@ -300,8 +345,14 @@ class RangeSet:
         rid = req.get("range")
         served = self._served(rid, int(req.get("epoch", -2)))
         if served.state != "serving":
+            if served.state == "following":
+                raise TableError("NotOwner", f"range {rid} is only followed here")
             served.load.busy += 1
             raise TableError("RangeBusy", f"range {served.record['id']} is {served.state}")
+        if write and self.repl is not None and not self.repl.writable(rid):
+            served.load.busy += 1
+            raise TableError("ServerBusy", f"range {rid} has fewer in-sync replicas than --min-insync: "
+                             "a write would be held by too few disks")
         if pk is not None:
             if not served.contains_pk(pk):
                 raise TableError("NotOwner", f"PartitionKey {pk!r} is outside range {served.record['id']}")
@@ -378,6 +429,8 @@ class RangeSet:
         self._last_report = now
         out: dict[str, dict] = {}
         for rid, s in self.open.items():
+            if s.state == "following":
+                continue  # a follower serves nothing: its primary reports the load
             ld = s.load
             try:
                 st = s.store.stats()

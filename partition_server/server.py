@@ -46,6 +46,7 @@ from partition_server.data_requests import DATA_OPS
 from partition_server.fast_path import set_socket_option
 from partition_server.ranges import RangeSet
 from partition_server.reclaimer import Reclaimer
+from partition_server.replicator import TICK_S, Replicator
 from partition_server.served import Deferred
 from rangetable import curve, protocol
 from rangetable.addresses import advertised
@@ -84,12 +85,16 @@ class PartitionServer:
         self._hb_seq = 0
         self._hb_due = False  # the answer to the latest heartbeat has not been processed yet
         self._nbytes = 0
+        self._range: object = None  # the range the request being handled names (its reply may be held)
         self.pending = 0  # requests handled back to back, each already queued (the backlog)
         self.deferred: list[tuple[bytes, bytes, Deferred]] = []  # commands answered when ready
         self._wake_r, self._wake_w = socket.socketpair()  # a split job's thread wakes the loop
         self._wake_r.setblocking(False)
         self._wake_w.setblocking(False)
         self.ranges.notify = self._wake
+        self.repl: Replicator | None = None
+        if cfg.replication:  # a cluster with --replicas > 1: this server holds replicas of ranges
+            self.repl = self.ranges.repl = Replicator(self.ctx, self.keys, cfg.replica_lag_s)
         self.leaders = LeaderTracker(cfg.coordinator)
         self.term = 0  # the highest coordinator term seen (lease grants and commands of a lower one are refused)
         self._answered = float("-inf")  # when the last lease grant arrived
@@ -107,6 +112,9 @@ class PartitionServer:
         self.endpoint = advertised(self.router.getsockopt(zmq.LAST_ENDPOINT).decode(), self.cfg.advertise)
         if not self.server_id:
             self.server_id = f"{socket.gethostname()}:{self.endpoint.rsplit(':', 1)[-1]}"
+        if self.repl is not None:
+            self.repl.me = self.server_id
+            log.info("replication endpoint %s", self.repl.bind(self.cfg.replication, self.cfg.advertise_replication))
         self._connect_coordinator()
 
     def _connect_coordinator(self) -> None:
@@ -161,6 +169,10 @@ class PartitionServer:
             "pending": self.pending,
             "settings_v": self.ranges.tables.version,
         }
+        if self.repl is not None:
+            body["repl_endpoint"] = self.repl.endpoint
+            body["zone"] = self.cfg.zone
+            body["repl"] = self.repl.report(time.monotonic())
         self.coord.send_multipart([rid, protocol.pack(body)])
 
     def _on_heartbeat_reply(self, frames: list[bytes]) -> None:
@@ -236,9 +248,12 @@ class PartitionServer:
     def _on_request(self, frames: list[bytes], peer: zmq.Frame | None = None) -> None:
         ident = frames[0]
         rid = frames[1] if len(frames) > 1 else b""
+        self._range = None
         try:
             rid, req = protocol.parse_request(frames[1:])
             self._nbytes = len(frames[-1])
+            if req["op"] in DATA_OPS:
+                self._range = req.get("range")
             result = self.handle(req, peer)
             if isinstance(result, Deferred):
                 self.deferred.append((ident, rid, result))
@@ -254,6 +269,9 @@ class PartitionServer:
         except Exception as exc:  # a bug must not take the server down; report it
             log.exception("request failed")
             body = protocol.error(TableError("InternalError", f"{type(exc).__name__}: {exc}"))
+        repl = self.repl
+        if repl is not None and repl.primaries and repl.hold(self._range, [ident, rid, body]):
+            return  # sent once every in-sync replica holds what it depends on (replication.py)
         protocol.send_frames(self.router, [ident, rid, body])
 
     def _wake(self) -> None:
@@ -300,6 +318,9 @@ class PartitionServer:
             log.info("metrics on %s", serve_metrics(self.cfg.metrics, lambda: collect(self)))
         router, coord = self.router, self.coord
         both = [(router, _POLLIN), (coord, _POLLIN)]
+        repl = self.repl
+        if repl is not None and repl.sock is not None:
+            both.append((repl.sock, _POLLIN))
         next_hb = 0.0
         hb = self.cfg.heartbeat_s
         burst = 0
@@ -309,7 +330,21 @@ class PartitionServer:
                 self._send_heartbeat()
                 next_hb = now + (hb if now - self._answered < 1.5 * hb else min(hb, HB_RETRY_S))
             timeout = max(1, int((next_hb - now) * 1000))
-            if self.deferred:  # a command is being prepared off the loop: wait for its wake-up too
+            if repl is not None:  # replicas: three sockets, and the replication timers
+                self._pump()
+                ready = dict(zmq_poll(both if not self.deferred else [*both, (self._wake_r.fileno(), _POLLIN)],
+                                      min(timeout, int(TICK_S * 1000))))
+                if coord in ready:
+                    self._drain_coordinator()
+                if self.deferred:
+                    self._answer_deferred()
+                if repl.sock in ready:
+                    repl.drain()
+                if router not in ready:
+                    continue
+                frames, peer = protocol.recv_frames_peer(router, protocol.NOBLOCK)
+                burst = 1
+            elif self.deferred:  # a command is being prepared off the loop: wait for its wake-up too
                 ready = dict(zmq_poll([*both, (self._wake_r.fileno(), _POLLIN)], timeout))
                 if coord in ready:
                     self._drain_coordinator()
@@ -338,6 +373,12 @@ class PartitionServer:
             self._on_request(frames, peer)
         self.close()
 
+    def _pump(self) -> None:
+        """Ship replication batches and send the replies whose batches are now committed."""
+        assert self.repl is not None
+        for frames in self.repl.pump():
+            protocol.send_frames(self.router, frames)
+
     def _drain_coordinator(self) -> None:
         """Process every heartbeat answer that has arrived (checking readiness costs less than
         provoking ``zmq.Again``)."""
@@ -359,6 +400,8 @@ class PartitionServer:
         """Close every store and socket."""
         self.reclaimer.stop()
         self.ranges.unload_all()
+        if self.repl is not None:
+            self.repl.close()
         for s in (getattr(self, "router", None), getattr(self, "coord", None)):
             if s is not None:
                 s.close(0)

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Protocol
 
 import rocksdict
 
@@ -46,26 +46,45 @@ class RecordingBatch:
         return len(self.wb)
 
 
-class Tee:
-    """The record of a store's write batches, on while a split is prepared. The store calls it under
-    its write lock."""
+class Shipper(Protocol):
+    """Where a replicated range's primary sends each batch it writes (:class:`partition_server.replication.Outbox`)."""
 
-    __slots__ = ("records",)
+    def stamp(self, wb: rocksdict.WriteBatch) -> None:
+        """Add the batch's log position to ``wb`` (written atomically with it)."""
+
+    def shipped(self, ops: Ops) -> None:
+        """Take the operations of the batch just written, to send to the followers."""
+
+
+class Tee:
+    """The record of a store's write batches: on while a split is prepared (``records``), and always on
+    a replicated range's primary (``log``). The store calls it under its write lock."""
+
+    __slots__ = ("records", "log")
 
     def __init__(self) -> None:
         self.records: list[Ops] | None = None  # None: not recording
+        self.log: Shipper | None = None  # None: not replicated (or not primary)
 
     def new_batch(self) -> Any:
-        """A batch for one write: a :class:`RecordingBatch` while recording."""
-        return rocksdict.WriteBatch(raw_mode=True) if self.records is None else RecordingBatch()
+        """A batch for one write: a :class:`RecordingBatch` while recording or replicating."""
+        if self.records is None and self.log is None:
+            return rocksdict.WriteBatch(raw_mode=True)
+        return RecordingBatch()
 
     def write(self, db: rocksdict.Rdict, wb: Any, wo: rocksdict.WriteOptions) -> None:
-        """Write ``wb`` (from :meth:`new_batch`) to ``db``, and record it while recording."""
-        if self.records is None:
+        """Write ``wb`` (from :meth:`new_batch`) to ``db``; record it while recording, ship it while replicating."""
+        if type(wb) is not RecordingBatch:
             db.write(wb, wo)
-        else:
-            db.write(wb.wb, wo)
+            return
+        log = self.log
+        if log is not None:
+            log.stamp(wb.wb)
+        db.write(wb.wb, wo)
+        if self.records is not None:
             self.records.append(wb.ops)
+        if log is not None:
+            log.shipped(wb.ops)
 
     def begin(self) -> None:
         """Start recording."""

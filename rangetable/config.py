@@ -37,6 +37,8 @@ class CoordinatorConfig:
     # declared dead (HBase's master likewise waits for region servers at start-up): 1,000 servers
     # re-registering at once on a busy host may take longer than one lease.
     startup_grace_s: float = 0.0
+    replicas: int = 1  # copies of each range on distinct servers (1: one copy, under the shared data root)
+    min_insync: int = 2  # a replicated range refuses writes with fewer in-sync replicas (Kafka's min.insync.replicas)
 
 
 @dataclass
@@ -60,6 +62,10 @@ class PartitionServerConfig:
     metrics: str = ""  # HOST:PORT of the Prometheus /metrics endpoint; empty = none
     keys_dir: str = ""  # CURVE keys (rangetable/curve.py); empty = <data-dir>/keys
     alive_file: str = ""  # touched on every lease renewal, for a liveness probe (rangetable/watchdog.py)
+    replication: str = ""  # bind address of the replication endpoint (a cluster with --replicas > 1); empty = none
+    advertise_replication: str = ""  # the address other servers reach that endpoint at; empty = as bound
+    replica_lag_s: float = 1.0  # an in-sync follower this far behind is reported, and dropped by the coordinator
+    zone: str = ""  # a failure-domain label (rack, zone): replicas of a range go to distinct zones
 
 
 @dataclass

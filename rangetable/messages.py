@@ -260,6 +260,12 @@ class RangeRecord(TypedDict):
     path: str
     owner: NotRequired[str | None]  # in the map, not in control commands
     state: NotRequired[str]  # "serving" or the operation holding the range (in the map)
+    replicas: NotRequired[list[str]]  # a replicated range: the servers holding a copy (primary included) …
+    insync: NotRequired[list[str]]  # … those every acknowledged write has reached …
+    primary: NotRequired[str]  # … (in control commands) which of them leads …
+    min_insync: NotRequired[int]  # … how many must be in sync for a write …
+    peers: NotRequired[dict[str, str]]  # … each replica's replication endpoint …
+    dropped: NotRequired[list[str]]  # … and followers just dropped from the in-sync set (no longer joining)
 
 
 class LoadCommand(TypedDict):
@@ -300,6 +306,18 @@ class RangeCommand(TypedDict):
     op: Literal["prepare", "split_key"]
     range: str
     epoch: int
+    term: NotRequired[int]
+
+
+class SealCommand(TypedDict):
+    """``seal``: sent by the coordinator to each replica of a replicated range before it names a new primary;
+    the replica refuses batches of epochs below ``epoch`` from then on and answers ``{"seq", "epoch"}``, the
+    last batch it holds (``path``: where its copy is, when it is not open)."""
+
+    op: Literal["seal"]
+    range: str
+    epoch: int
+    path: NotRequired[str]
     term: NotRequired[int]
 
 
@@ -372,7 +390,7 @@ class CheckpointAnswer(TypedDict):
 
 ControlCommand = (
     LoadCommand | UnloadCommand | RangeCommand | SplitCommand | MergeCommand | DestroyCommand | CheckpointCommand
-    | TableSettingsCommand
+    | TableSettingsCommand | SealCommand
 )
 """What the coordinator sends a partition server (only the coordinator's key may)."""
 
@@ -395,6 +413,9 @@ class Heartbeat(TypedDict):
     load: dict[str, dict[str, float | bool | list[str]]]  # numbers, "compacting", the key "sample"
     pending: NotRequired[int]
     settings_v: NotRequired[int]  # the version of the table settings the server holds
+    repl_endpoint: NotRequired[str]  # a replicated cluster: the server's replication endpoint …
+    repl: NotRequired[dict[str, dict[str, Any]]]  # … its replicated ranges' progress (Replicator.report) …
+    zone: NotRequired[str]  # … and its failure-domain label
 
 
 class LeaseAnswer(TypedDict):

@@ -1,0 +1,198 @@
+"""The coordinator's jobs on replica sets (run by the controller thread, one at a time): open a replicated
+range on its replicas, fail over a dead or restarted primary, drop dead followers, and move followers in
+and out of the in-sync set on the primaries' reports. The policy is in :mod:`coordinator.replica_sets`;
+the protocol between replicas in :mod:`partition_server.replication`.
+
+The coordinator is the configuration master of Vertical Paxos II: each change is committed to the meta
+store before any replica hears of it, a new primary is chosen only among replicas sealed at the new
+epoch (they refuse the old primary from then on), and a dead primary is replaced only once its lease has
+surely lapsed (the server was declared dead), so it can neither acknowledge a write nor serve a read
+that the new primary does not have.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import TYPE_CHECKING, Any
+
+from coordinator.replica_sets import after_promotion, insync_change, is_replicated, promotion, without
+from rangetable.errors import TableError
+
+if TYPE_CHECKING:
+    from coordinator.interfaces import Commands, MapWriter
+    from rangetable.messages import ControlCommand, RangeRecord
+
+log = logging.getLogger("rangetable.coordinator")
+
+
+def command(co: MapWriter, rec: dict, dropped: list[str] | None = None) -> RangeRecord:
+    """A range record as control commands carry it; for a replicated range with its configuration:
+    ``primary``, ``replicas``, ``insync``, ``min_insync`` and each replica's replication endpoint."""
+    out: RangeRecord = {"id": rec["id"], "table": rec["table"], "low": rec["low"], "high": rec["high"],
+                        "epoch": rec["epoch"], "path": rec["path"]}
+    if is_replicated(rec):
+        out["primary"] = rec["owner"]
+        out["replicas"] = list(rec["replicas"])
+        out["insync"] = list(rec["insync"])
+        out["min_insync"] = co.cfg.min_insync
+        out["peers"] = {s: co.servers[s].repl_endpoint for s in rec["replicas"] if s in co.servers}
+        if dropped:
+            out["dropped"] = dropped
+    return out
+
+
+def _load_calls(co: MapWriter, recs: list[dict], only: set[str] | None = None,
+                dropped: dict[str, list[str]] | None = None) -> list[tuple[str, ControlCommand]]:
+    calls: list[tuple[str, ControlCommand]] = []
+    for rec in recs:
+        cmd = command(co, rec, (dropped or {}).get(rec["id"]))
+        for s in rec["replicas"]:
+            if (only is None or s in only) and co.is_alive(s):
+                calls.append((s, {"op": "load", "range": cmd, "version": co.pmap.version,
+                                  **co.table_settings.message()}))
+    return calls
+
+
+def open_replicas(co: MapWriter, ctl: Commands, recs: list[dict], only: set[str] | None = None,
+                  dropped: dict[str, list[str]] | None = None) -> None:
+    """Send each replica (or only the servers in ``only``) of ``recs`` its configuration, all at once."""
+    with co.lock:
+        calls = _load_calls(co, recs, only, dropped)
+    for (server, _), res in zip(calls, ctl.call_many(calls), strict=True):
+        if isinstance(res, TableError):
+            log.warning("load of a replica on %s failed: %s", server, res)
+
+
+def promote(co: MapWriter, ctl: Commands, rids: list[str], reason: str) -> list[str]:
+    """Give each range of ``rids`` a new primary: seal its live replicas at the next epoch, promote the
+    in-sync one that got furthest, drop the replicas that did not answer, then configure them all.
+    Returns the ranges promoted; a range none of whose in-sync replicas answered keeps waiting."""
+    t0 = time.monotonic()
+    with co.lock:
+        recs = {rid: dict(co.pmap.ranges[rid]) for rid in rids if rid in co.pmap.ranges}
+        targets = [(s, rid) for rid, rec in recs.items() for s in rec["replicas"] if co.is_alive(s)]
+    seals: list[tuple[str, ControlCommand]] = [
+        (s, {"op": "seal", "range": rid, "epoch": recs[rid]["epoch"] + 1, "path": recs[rid]["path"]})
+        for s, rid in targets]
+    positions: dict[str, dict[str, int]] = {rid: {} for rid in recs}
+    for (server, rid), res in zip(targets, ctl.call_many(seals), strict=True):
+        if isinstance(res, dict):
+            positions[rid][server] = int(res["seq"])
+        else:
+            log.info("seal of %s on %s: %s", rid, server, res)
+    done, events = [], []
+    with co.lock:
+        puts: dict[bytes, Any] = {}
+        for rid, rec in recs.items():
+            cur = co.pmap.ranges.get(rid)
+            if cur is None or cur["epoch"] != rec["epoch"]:
+                continue  # changed meanwhile
+            pick = promotion(cur, positions[rid])
+            if pick is None:
+                log.warning("range %s: no in-sync replica answered (%s): it waits for one", rid, positions[rid])
+                events.append({"kind": "unavailable", "range": rid, "table": cur["table"], "reason": reason,
+                               "replicas": cur["replicas"], "answered": sorted(positions[rid])})
+                continue
+            change = after_promotion(cur, pick, positions[rid])
+            puts.update(co.pmap.update(cur, **change, epoch=cur["epoch"] + 1)[0])
+            done.append(rid)
+            events.append({"kind": "promote", "range": rid, "table": cur["table"], "source": rec["owner"],
+                           "target": pick, "reason": reason, "epoch": cur["epoch"], "seq": positions[rid][pick],
+                           "dropped": sorted(set(rec["replicas"]) - set(change["replicas"]))})
+        if puts:
+            co.commit((puts, []))
+        promoted = [dict(co.pmap.ranges[rid]) for rid in done]
+    open_replicas(co, ctl, promoted)
+    ms = round((time.monotonic() - t0) * 1000, 2)
+    for e in events:
+        e["duration_ms"] = ms
+    if events:
+        co.record_events(events)
+    return done
+
+
+def fail_over(co: MapWriter, ctl: Commands, reason: str = "server not alive") -> list[str]:
+    """Deal with every replicated range that has a replica on a server no longer alive: promote a new
+    primary where the primary is gone, drop the gone followers elsewhere (one map change)."""
+    with co.lock:
+        affected = {rid for sid, info in co.servers.items() if not info.alive
+                    for rid in co.pmap.owned_ids(sid) + [r["id"] for r in co.pmap.followed_by(sid)]}
+        recs = [co.pmap.ranges[rid] for rid in sorted(affected)
+                if rid in co.pmap.ranges and is_replicated(co.pmap.ranges[rid])
+                and co.pmap.ranges[rid]["state"] == "serving"]
+        headless = [r["id"] for r in recs if not co.is_alive(r["owner"])]
+        puts: dict[bytes, Any] = {}
+        shrunk = []
+        for rec in recs:
+            if rec["id"] in headless:
+                continue
+            # A dead follower leaves the in-sync set but keeps its replica: back with its disk (a restart,
+            # a pause), it catches up and rejoins; gone for good, it is rebuilt elsewhere.
+            insync = insync_change(rec, [s for s in rec["replicas"] if not co.is_alive(s)], [])
+            if insync is not None:
+                puts.update(co.pmap.update(rec, insync=insync)[0])
+                shrunk.append(rec["id"])
+        if puts:
+            co.commit((puts, []))
+        primaries = [dict(co.pmap.ranges[rid]) for rid in shrunk]
+    if primaries:
+        open_replicas(co, ctl, primaries, only={r["owner"] for r in primaries})
+        co.record_events([{"kind": "insync", "range": r["id"], "table": r["table"], "reason": reason,
+                           "replicas": r["replicas"], "insync": r["insync"]} for r in primaries])
+    return promote(co, ctl, headless, reason) if headless else []
+
+
+def adjust_insync(co: MapWriter, ctl: Commands, server: str) -> None:
+    """Act on a primary's replication report: followers that lag leave the in-sync set, caught-up ones
+    join it, and ones that cannot catch up from its log (diverged, or too far behind) lose their copy."""
+    with co.lock:
+        info = co.servers.get(server)
+        if info is None or not info.alive:
+            return
+        puts: dict[bytes, Any] = {}
+        changed, dropped, destroy = [], {}, []
+        for rid, rep in info.repl.items():
+            rec = co.pmap.ranges.get(rid)
+            if rec is None or not is_replicated(rec) or rec["owner"] != server or rec["state"] != "serving":
+                continue
+            lagging, rebuild = rep.get("lagging", []), rep.get("rebuild", [])
+            change: dict = {}
+            new = insync_change(rec, lagging + rebuild, rep.get("joining", []))
+            if new is not None:
+                change["insync"] = new
+            for s in rebuild:  # its copy cannot catch up from the primary's log: dropped (and rebuilt elsewhere)
+                if s != server and s in rec["replicas"]:
+                    change.update(without({**rec, **change}, s))
+                    destroy.append((s, rid))
+            if change:
+                puts.update(co.pmap.update(rec, **change)[0])
+            if change or set(lagging) - set(rec["insync"]):
+                changed.append(rid)
+                dropped[rid] = sorted(set(lagging + rebuild))
+        if puts:
+            co.commit((puts, []))
+        recs = [dict(co.pmap.ranges[rid]) for rid in changed]
+    if recs:
+        open_replicas(co, ctl, recs, only={server}, dropped=dropped)
+        co.record_events([{"kind": "insync", "range": r["id"], "table": r["table"], "insync": r["insync"],
+                           "replicas": r["replicas"], "dropped": dropped.get(r["id"], [])} for r in recs])
+    for s, rid in destroy:
+        try:
+            ctl.call(s, {"op": "destroy", "range": {"id": rid, "path": f"ranges/{rid}"}})
+        except TableError as exc:
+            log.info("destroy the stale copy of %s on %s: %s", rid, s, exc)
+
+
+def actionable(co: MapWriter, server: str, report: dict[str, dict]) -> bool:
+    """True when a primary's replication report asks for a change of some in-sync set."""
+    for rid, rep in report.items():
+        if "lagging" in rep or "rebuild" in rep:
+            rec = co.pmap.ranges.get(rid)
+            if rec is not None and rec.get("owner") == server:
+                return True
+        if "joining" in rep:
+            rec = co.pmap.ranges.get(rid)
+            if rec is not None and rec.get("owner") == server and set(rep["joining"]) - set(rec.get("insync", ())):
+                return True
+    return False

@@ -1,0 +1,76 @@
+"""Replica sets: where a range's replicas go and who becomes primary. Pure functions over plain data,
+unit-tested in ``tests/unit/test_replica_sets.py``; the jobs that act on them are in
+:mod:`coordinator.replica_ops`.
+
+A replicated range's map record carries, besides ``owner`` (its primary) and ``epoch``:
+
+* ``replicas``: the servers holding a copy, primary included, N of them when N servers are alive;
+* ``insync``: the replicas every acknowledged write has reached (primary included). Only the
+  coordinator changes it; the primary acknowledges a write once every member holds it, so any member
+  can take over without losing one (Vertical Paxos II; Kafka's ISR).
+"""
+
+from __future__ import annotations
+
+
+def is_replicated(rec: dict) -> bool:
+    """True for a range kept as a replica set (a cluster started with ``--replicas`` > 1)."""
+    return "replicas" in rec
+
+
+def choose_replicas(n: int, counts: dict[str, int], zones: dict[str, str] | None = None,
+                    keep: list[str] | None = None) -> list[str]:
+    """Up to ``n`` distinct servers for a range: ``keep`` first (the replicas it has), then the live servers
+    holding the fewest replicas (``counts``; ties: the smaller id), preferring zones not used yet when the
+    servers carry zone labels (``zones``: server → zone; a server without one is a zone of its own)."""
+    zones = zones or {}
+    chosen = [s for s in (keep or []) if s in counts][:n]
+    used = {zones.get(s, s) for s in chosen}
+    rest = sorted((s for s in counts if s not in chosen), key=lambda s: (counts[s], s))
+    for s in rest:  # distinct zones first …
+        if len(chosen) >= n:
+            break
+        if zones.get(s, s) not in used:
+            chosen.append(s)
+            used.add(zones.get(s, s))
+    for s in rest:  # … then any server, when there are fewer zones than replicas
+        if len(chosen) >= n:
+            break
+        if s not in chosen:
+            chosen.append(s)
+    return chosen
+
+
+def promotion(rec: dict, positions: dict[str, int]) -> str | None:
+    """The replica to promote: of the in-sync replicas that answered the seal (``positions``: server →
+    the last batch it holds), the one that got furthest; on a tie the current primary, then the smaller
+    id. None when no in-sync replica answered (the range waits: an out-of-sync copy may lack acknowledged
+    writes, so it is never promoted)."""
+    candidates = [s for s in rec.get("insync", []) if s in positions]
+    if not candidates:
+        return None
+    return max(candidates, key=lambda s: (positions[s], s == rec["owner"], [-ord(c) for c in s]))
+
+
+def after_promotion(rec: dict, primary: str, positions: dict[str, int]) -> dict:
+    """The replica set once ``primary`` leads: the replicas that answered the seal stay (the others may
+    hold batches the new primary never had, so they are dropped and rebuilt); the in-sync set is what
+    was in sync and answered."""
+    replicas = [primary] + [s for s in rec["replicas"] if s != primary and s in positions]
+    insync = [s for s in replicas if s in rec.get("insync", []) or s == primary]
+    return {"owner": primary, "replicas": replicas, "insync": insync}
+
+
+def without(rec: dict, server: str) -> dict:
+    """The replica set after losing a follower (dead, or its copy is unusable)."""
+    return {"replicas": [s for s in rec["replicas"] if s != server],
+            "insync": [s for s in rec.get("insync", []) if s != server]}
+
+
+def insync_change(rec: dict, lagging: list[str], joining: list[str]) -> list[str] | None:
+    """The new in-sync set given the primary's report, or None when it does not change: lagging
+    followers leave it, caught-up replicas join it; the primary always stays."""
+    cur = rec.get("insync", [])
+    new = [s for s in cur if s not in lagging or s == rec["owner"]]
+    new += [s for s in joining if s in rec["replicas"] and s not in new and s not in lagging]
+    return new if new != cur else None

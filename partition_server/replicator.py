@@ -1,0 +1,260 @@
+"""A partition server's replication endpoint: the ranges it is primary or follower of, and the messages
+between replicas (the protocol is in :mod:`partition_server.replication`).
+
+Sockets: one ROUTER bound at the server's replication endpoint, CURVE-authenticated with its own ZAP
+domain that admits partition-server keys only (no frontend, client or coordinator key may send to it),
+and one send-only DEALER per peer it talks to. Every message flows one way, so the server's loop reads
+only its ROUTERs:
+
+* ``repl`` primary → follower: ``{"op": "repl", "range", "epoch", "from", "batches": [[seq, batch], …]}``;
+* ``ack`` follower → primary: ``{"op": "ack", "range", "epoch", "from", "seq"}`` — the highest batch it
+  holds. A follower also sends it when it starts following and every :data:`HELLO_S` while the primary
+  is silent (heartbeating, as the ZeroMQ guide's Paranoid Pirate does), so the primary learns where to
+  send from after a restart, a gap or a change of primary.
+
+A message that is not one of these (a bug, a fuzzer holding a partition-server key) is counted and
+dropped: it never stops the loop nor reaches a store.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+import msgpack
+import zmq
+
+from partition_server.range_store import RangeStore
+from partition_server.replica_log import ReplicaLog
+from partition_server.replication import Following, Primary
+from rangetable import curve, protocol
+from rangetable.addresses import advertised
+from rangetable.errors import TableError
+
+log = logging.getLogger("rangetable.partition_server")
+
+HELLO_S = 0.5  # a follower that heard nothing from its primary for this long tells it where it stands
+TICK_S = 0.05  # resends and hellos are looked at this often
+DOMAIN = "replication"  # the ZAP domain of replication endpoints
+
+
+class Replicator:
+    """The replicated ranges of one partition server and their sockets."""
+
+    def __init__(self, ctx: zmq.Context, keys: curve.KeyRing, lag_s: float = 1.0) -> None:
+        self.ctx = ctx
+        self.keys = keys
+        self.me = ""
+        self.lag_s = lag_s
+        self.primaries: dict[str, Primary] = {}
+        self.following: dict[str, Following] = {}
+        self.sock: zmq.Socket | None = None
+        self.endpoint = ""
+        self._peers: dict[str, zmq.Socket] = {}
+        self._due: set[str] = set()  # primaries with batches to ship (written since the last pump)
+        self._acked: set[str] = set()  # primaries whose commit point may have moved
+        self._tick = 0.0
+        self.refused = 0  # malformed or unexpected messages dropped
+
+    # --- sockets ------------------------------------------------------------------------------
+
+    def bind(self, bind: str, advertise: str = "") -> str:
+        """Bind the replication endpoint (admitting partition-server keys only); returns its address."""
+        sock = self.ctx.socket(zmq.ROUTER)
+        sock.setsockopt(zmq.LINGER, 0)
+        sock.setsockopt(zmq.MAXMSGSIZE, protocol.HARD_MAX_MESSAGE)
+        g = curve.guard(self.ctx)
+        allowed = frozenset({self.keys.pairs["partition-server"].user_id})
+        g.allow(DOMAIN, lambda: allowed)
+        g.watch(sock, "replication endpoint")
+        curve.secure_server(sock, self.keys.pair("partition-server"), DOMAIN)
+        sock.bind(bind)
+        self.sock = sock
+        self.endpoint = advertised(sock.getsockopt(zmq.LAST_ENDPOINT).decode(), advertise)
+        return self.endpoint
+
+    def _peer(self, endpoint: str) -> zmq.Socket:
+        sock = self._peers.get(endpoint)
+        if sock is None:
+            sock = self.ctx.socket(zmq.DEALER)
+            sock.setsockopt(zmq.LINGER, 0)
+            sock.setsockopt(zmq.SNDHWM, 10_000)
+            curve.secure_client(sock, self.keys.pair("partition-server"), self.keys.public("partition-server"))
+            sock.connect(endpoint)
+            self._peers[endpoint] = sock
+        return sock
+
+    def _send(self, endpoint: str, body: dict) -> None:
+        try:
+            self._peer(endpoint).send(protocol.pack(body), zmq.NOBLOCK)
+        except zmq.Again:  # the peer is gone or far behind: the resend timer sends it again
+            pass
+
+    def close(self) -> None:
+        """Close every socket."""
+        for p in list(self.primaries.values()):
+            p.close()
+        self.primaries.clear()
+        self.following.clear()
+        for s in self._peers.values():
+            s.close(0)
+        self._peers.clear()
+        if self.sock is not None:
+            self.sock.close(0)
+            self.sock = None
+
+    # --- roles --------------------------------------------------------------------------------
+
+    def attach(self, rid: str, record: dict, store: RangeStore) -> str:
+        """Serve ``record`` (a replicated range's configuration) with ``store``: as primary when it names
+        this server, else as follower. Returns the state to report: ``serving`` or ``following``."""
+        epoch = int(record["epoch"])
+        peers: dict[str, str] = record.get("peers") or {}
+        primary = record["primary"]
+        if primary == self.me:
+            cur = self.primaries.get(rid)
+            if cur is not None and cur.epoch == epoch and cur.store is store:
+                self.following.pop(rid, None)
+                cur.configure(peers, record.get("insync") or [], record.get("dropped") or [])
+                self._acked.add(rid)
+                return "serving"
+            if cur is not None:
+                cur.close()
+            was = self.following.pop(rid, None)  # a follower promoted keeps the batches it applied
+            ring = was.log if was is not None and was.store is store else ReplicaLog(store.position()[1])
+            p = Primary(rid, epoch, store, ring, peers, record.get("insync") or [], self.me,
+                        int(record.get("min_insync", 1)))
+            self.primaries[rid] = p
+            self._acked.add(rid)
+            log.info("primary of %s at epoch %d from batch %d (in sync: %s)", rid, epoch, p.outbox.seq,
+                     ", ".join(sorted(p.insync)) or "none")
+            return "serving"
+        old = self.primaries.pop(rid, None)
+        if old is not None:
+            old.close()
+        cur_f = self.following.get(rid)
+        if cur_f is not None and cur_f.store is store:
+            cur_f.epoch = max(cur_f.epoch, epoch)
+            cur_f.sealed = max(cur_f.sealed, epoch)
+            cur_f.primary, cur_f.primary_endpoint = primary, peers.get(primary, "")
+            cur_f.heard_at = float("-inf")  # say hello to the (new) primary at once
+        else:
+            log_ = ReplicaLog(store.position()[1])
+            self.following[rid] = Following(rid, epoch, store, log_, primary, peers.get(primary, ""))
+        return "following"
+
+    def detach(self, rid: str) -> None:
+        """Stop replicating a range (unloaded); replies held for it are dropped (clients retry)."""
+        p = self.primaries.pop(rid, None)
+        if p is not None:
+            p.close()
+        self.following.pop(rid, None)
+
+    def seal(self, rid: str, epoch: int) -> dict:
+        """Refuse batches of epochs below ``epoch`` from now on; answer how far this replica got."""
+        f = self.following.get(rid)
+        if f is not None:
+            f.sealed = max(f.sealed, epoch)
+            return {"seq": f.applied, "epoch": f.epoch}
+        p = self.primaries.get(rid)
+        if p is not None:  # a primary being replaced (a transfer, or it restarted): stop taking writes
+            return {"seq": p.outbox.seq, "epoch": p.epoch}
+        raise TableError("NotOwner", f"range {rid} is not replicated here")
+
+    def writable(self, rid: str) -> bool:
+        """False when ``rid``'s primary has fewer in-sync replicas than ``--min-insync``."""
+        p = self.primaries.get(rid)
+        return p is None or p.writable()
+
+    # --- replies held until committed ---------------------------------------------------------
+
+    def hold(self, rid: Any, frames: list[bytes]) -> bool:
+        """Keep ``frames`` (a reply about range ``rid``) until what it depends on is committed; False
+        when it may go at once."""
+        p = self.primaries.get(rid)
+        if p is None or not p.pending():
+            return False
+        p.hold(frames)
+        self._due.add(rid)
+        return True
+
+    # --- messages -----------------------------------------------------------------------------
+
+    def on_frames(self, frames: list[bytes]) -> None:
+        """Handle one message from the replication endpoint."""
+        try:
+            if len(frames) != 2:
+                raise ValueError(f"{len(frames)} frames")
+            msg = msgpack.unpackb(frames[1], raw=False)
+            op, rid, epoch = msg["op"], msg["range"], int(msg["epoch"])
+            if op == "repl":
+                f = self.following.get(rid)
+                if f is None or msg["from"] != f.primary:
+                    return
+                batches = [(int(s), bytes(b)) for s, b in msg["batches"]]
+                acked = f.apply(epoch, batches)
+                if acked >= 0 and f.primary_endpoint:
+                    self._send(f.primary_endpoint, {"op": "ack", "range": rid, "epoch": epoch, "from": self.me,
+                                                    "seq": acked})
+            elif op == "ack":
+                p = self.primaries.get(rid)
+                if p is None or epoch != p.epoch:
+                    return
+                p.on_ack(str(msg["from"]), int(msg["seq"]), time.monotonic())
+                self._acked.add(rid)
+                self._due.add(rid)  # room in the window: more may go
+            else:
+                raise ValueError(f"unknown op {op!r}")
+        except (ValueError, KeyError, TypeError, AttributeError, msgpack.UnpackException) as exc:
+            self.refused += 1
+            if self.refused <= 10 or self.refused % 1000 == 0:
+                log.warning("replication message refused (%d so far): %s", self.refused, exc)
+
+    def drain(self, limit: int = 256) -> None:
+        """Handle the messages waiting on the replication endpoint (at most ``limit``)."""
+        sock = self.sock
+        if sock is None:
+            return
+        for _ in range(limit):
+            try:
+                frames = protocol.recv_frames(sock, protocol.NOBLOCK)
+            except zmq.Again:
+                return
+            self.on_frames(frames)
+
+    def pump(self, now: float | None = None) -> list[list[bytes]]:
+        """Ship new batches, resend what went unacknowledged, say hello where the primary is silent; returns
+        the held replies that may go now."""
+        now = time.monotonic() if now is None else now
+        due, self._due = self._due, set()
+        if now - self._tick >= TICK_S:
+            self._tick = now
+            due.update(self.primaries)
+            for rid, f in self.following.items():
+                if now - f.heard_at > HELLO_S and f.primary_endpoint:
+                    f.heard_at = now
+                    self._send(f.primary_endpoint, {"op": "ack", "range": rid, "epoch": f.epoch, "from": self.me,
+                                                    "seq": f.applied})
+        for rid in due:
+            p = self.primaries.get(rid)
+            if p is None:
+                continue
+            for endpoint, batches in p.to_send(now):
+                self._send(endpoint, {"op": "repl", "range": rid, "epoch": p.epoch, "from": self.me,
+                                      "batches": batches})
+        out: list[list[bytes]] = []
+        acked, self._acked = self._acked, set()
+        for rid in acked:
+            p = self.primaries.get(rid)
+            if p is not None and p.held:
+                out.extend(p.releasable())
+        return out
+
+    def report(self, now: float) -> dict[str, dict]:
+        """Per replicated range: the primary's view (seq, commit point, followers' progress, who lags or
+        has caught up) or the follower's position."""
+        out = {rid: p.report(now, self.lag_s) for rid, p in self.primaries.items()}
+        for rid, f in self.following.items():
+            out[rid] = {"seq": f.applied, "primary": f.primary}
+        return out
