@@ -213,6 +213,9 @@ def move(co: MapWriter, ctl: Commands, rid: str, target: str, reason: str = "man
             raise TableError("ResourceNotFound", f"no range {rid}")
         if not co.is_alive(target):
             raise TableError("InvalidInput", f"server {target} is not alive")
+        if is_replicated(rec):
+            raise TableError("InvalidInput", f"range {rid} is replicated: its primary moves by a transfer to one "
+                             "of its replicas, which this coordinator does not do yet")
         if rec["owner"] == target:
             return {"range": rid, "offline_ms": 0.0}
         source = rec["owner"]
@@ -287,19 +290,26 @@ def split(co: MapWriter, ctl: Commands, rid: str, key: str | None, reason: str =
         ctl.submit(reconcile, co, ctl, owner, key=f"reconcile:{owner}")
         raise
     crash_point("split.after_split", co.cfg.data_dir)
+    if is_replicated(rec):  # the followers split their copies at the parent's last batch, then all commit
+        replica_ops.split_followers(co, ctl, rec, key, left, right, int(done["seq"]))
+        clock.step("followers")
     with co.lock:  # the commit point
         old = co.pmap.ranges[rid]
         co.commit(co.pmap.replace([old], [left, right]))
         crash_point("split.after_commit", co.cfg.data_dir)
     clock.step("commit")
-    for r in (left, right):
-        _load(co, ctl, owner, r)
+    if is_replicated(rec):
+        replica_ops.open_replicas(co, ctl, [left, right])
+    else:
+        for r in (left, right):
+            _load(co, ctl, owner, r)
     clock.step("load")
     offline = round(float(done["offline_ms"]) + _ms(t0), 2)
-    try:
-        ctl.call(owner, {"op": "destroy", "range": _public(rec)})
-    except TableError as exc:
-        log.warning("destroy %s after split: %s", rid, exc)
+    for server in rec.get("replicas") or [owner]:
+        try:
+            ctl.call(server, {"op": "destroy", "range": _public(rec)})
+        except TableError as exc:
+            log.warning("destroy %s on %s after split: %s", rid, server, exc)
     co.event("split", range=rid, table=rec["table"], key=key, left=left["id"], right=right["id"],
              server=owner, reason=reason, offline_ms=offline, duration_ms=round(sum(steps.values()), 2),
              steps=steps, owner_steps=done["steps"])
@@ -314,6 +324,9 @@ def merge(co: MapWriter, ctl: Commands, rid: str, reason: str = "manual", target
         rec = co.pmap.ranges.get(rid)
         if rec is None:
             raise TableError("ResourceNotFound", f"no range {rid}")
+        if is_replicated(rec):
+            raise TableError("InvalidInput", f"range {rid} is replicated: its replicas merge together, which this "
+                             "coordinator does not do yet")
         rs = co.pmap.ranges_of(rec["table"])
         i = [r["id"] for r in rs].index(rid)
         if i + 1 >= len(rs):

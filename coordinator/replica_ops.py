@@ -184,6 +184,26 @@ def adjust_insync(co: MapWriter, ctl: Commands, server: str) -> None:
             log.info("destroy the stale copy of %s on %s: %s", rid, s, exc)
 
 
+def split_followers(co: MapWriter, ctl: Commands, rec: dict, key: str, left: dict, right: dict, seq: int) -> None:
+    """Have the followers of ``rec`` split their copies at ``key`` where the primary did: after the parent's
+    last batch ``seq``, which every in-sync follower holds (the primary answered once it was committed).
+    Fills in the halves' replica sets (before the commit): the followers that split, and those of them that
+    were in sync; one that could not split is left out and loses its copy of the parent."""
+    followers = [s for s in rec["replicas"] if s != rec["owner"] and co.is_alive(s)]
+    calls: list[tuple[str, ControlCommand]] = [
+        (s, {"op": "split", "range": rec["id"], "epoch": rec["epoch"], "key": key, "left": command(co, left),
+             "right": command(co, right), "seq": seq, "version": co.pmap.version}) for s in followers]
+    split = [rec["owner"]]
+    for server, res in zip(followers, ctl.call_many(calls), strict=True):
+        if isinstance(res, TableError):
+            log.warning("split of %s on follower %s: %s", rec["id"], server, res)
+        else:
+            split.append(server)
+    for half in (left, right):
+        half["replicas"] = list(split)
+        half["insync"] = [s for s in split if s in rec["insync"]]
+
+
 def actionable(co: MapWriter, server: str, report: dict[str, dict]) -> bool:
     """True when a primary's replication report asks for a change of some in-sync set."""
     for rid, rep in report.items():

@@ -476,6 +476,11 @@ class RangeStore:
         """(epoch, seq) of the last replicated batch this store holds; (0, 0) if none."""
         return unpack_position(self._db.get(META_REPL))
 
+    def set_position(self, epoch: int, seq: int) -> None:
+        """Record the log position a split half continues from."""
+        with self._lock:
+            self._db.put(META_REPL, pack_position(epoch, seq), self._wo)
+
     def apply_batch(self, ops: Ops, epoch: int, seq: int) -> None:
         """As follower, write a batch of the primary's log with its position, atomically."""
         wb = write_batch(ops)

@@ -32,6 +32,8 @@ from rangetable.stats import StepClock, percentile_ms
 
 log = logging.getLogger("rangetable.partition_server")
 
+DRAIN_S = 2.0  # a replicated primary's split waits this long at most for its followers to hold the last batch
+
 
 
 class RangeSet:
@@ -85,8 +87,10 @@ class RangeSet:
             return self.unload(req["range"], int(req.get("epoch", -1)))
         if op == "split":  # answered when the job is ready: see Deferred
             rid, epoch = req["range"], int(req["epoch"])
+            if self.repl is not None and rid in self.repl.following:
+                return self.split_follower(rid, epoch, req["key"], req["left"], req["right"], int(req["seq"]))
             job = self.split_start(rid, epoch, req["key"], req["left"], req["right"])
-            return Deferred(job.done.is_set, lambda: self.split_finish(rid, epoch, req["left"], req["right"]))
+            return Deferred(self._split_ready(rid, job), lambda: self.split_finish(rid, epoch, req["left"], req["right"]))
         if op == "merge":
             return self.merge(req["left"], req["right"], req["out"])
         if op == "destroy":
@@ -237,7 +241,6 @@ class RangeSet:
         background thread while the range serves (:mod:`partition_server.split_job`); the server's
         loop calls :meth:`split_finish` once the job's ``notify`` fires."""
         served = self._served(rid, epoch)
-        self._unreplicated(rid, "split")
         if not (served.record["low"] < key and (served.record["high"] is None or key < served.record["high"])):
             raise TableError("InvalidInput", f"split key {key!r} is not strictly inside range {rid}")
         if rid in self.splits:
@@ -249,6 +252,47 @@ class RangeSet:
         self.splits[rid] = job
         return job.start()
 
+    def _split_ready(self, rid: str, job: SplitJob) -> Callable[[], bool]:
+        """When a split may switch over: its halves are prepared and, for a replicated primary, the parent
+        takes no more writes and every in-sync follower holds its last batch (so each can split its copy
+        at that batch), or :data:`DRAIN_S` passed (the switch-over then fails; the range serves again)."""
+        drained_by: list[float] = []
+
+        def ready() -> bool:
+            if not job.done.is_set():
+                return False
+            p = self.repl.primaries.get(rid) if self.repl is not None else None
+            served = self.open.get(rid)
+            if p is None or served is None:
+                return True
+            if not drained_by:
+                served.state = "draining"  # RangeBusy until the switch-over: frontends retry
+                drained_by.append(time.monotonic() + DRAIN_S)
+            return p.committed >= p.outbox.seq or time.monotonic() > drained_by[0]
+
+        return ready
+
+    def split_follower(self, rid: str, epoch: int, key: str, left: dict, right: dict, seq: int) -> dict:
+        """Split a followed range's copy at ``key`` after its batch ``seq`` (where the primary split): two
+        pending halves at that position, the parent closed (the coordinator destroys it after the commit)."""
+        served = self._served(rid, epoch)
+        f = self._replicator().following.get(rid)
+        if f is None or f.applied != seq:
+            raise TableError("RangeBusy", f"this replica of {rid} holds batch {f.applied if f else None}, not {seq}")
+        t0 = time.monotonic()
+        for rec in (left, right):
+            if rec["id"] in self.open:
+                self.unload(rec["id"])
+        served.store.split(key, self._path(left), self._path(right), compact=False)
+        self.unload(rid)
+        self.tables.inherit([rid], [left["id"], right["id"]])
+        for rec in (left, right):
+            lo, hi = range_bounds(rec["low"], rec["high"])
+            store = RangeStore.open(self._path(rec), **self.store_kw)
+            self.open[rec["id"]] = Served(dict(rec), store, "pending", lo, hi)
+            self._compact_later(store)
+        return {"ms": round((time.monotonic() - t0) * 1e3, 2), "seq": seq}
+
     def split_finish(self, rid: str, epoch: int, left: dict, right: dict) -> dict:
         """Switch a prepared split over (on the loop: no write in flight): the last writes replayed,
         the parent retired, the halves pending until the coordinator loads them."""
@@ -258,7 +302,16 @@ class RangeSet:
             if job is not None:
                 job.abort()  # the range was unloaded meanwhile (lease lapse, a newer command)
             raise TableError("NotOwner", f"range {rid} epoch {epoch} stopped being served during its split")
+        p = self.repl.primaries.get(rid) if self.repl is not None else None
+        if p is not None and p.committed < p.outbox.seq:
+            job.abort()
+            served.state = "serving"
+            raise TableError("ServerBusy", f"the followers of {rid} did not catch up within {DRAIN_S} s; split later")
         halves = job.finish()
+        if p is not None:  # both halves continue the parent's log from its last batch
+            for half in halves:
+                half.set_position(p.epoch, p.outbox.seq)
+            self._replicator().detach(rid)
         crash_point("ps.split.after_split", self.data_dir)
         clock = StepClock(job.steps)
         self._retire(rid)
@@ -272,7 +325,8 @@ class RangeSet:
         offline = round(steps["switch"] + steps["retire"], 2)
         log.info("split %s at %r into %s and %s: offline %.1f ms (%s)", rid, job.split_key.decode(), left["id"],
                  right["id"], offline, ", ".join(f"{k} {v:.1f}" for k, v in steps.items()))
-        return {"ms": round(sum(steps.values()), 2), "offline_ms": offline, "steps": steps}
+        return {"ms": round(sum(steps.values()), 2), "offline_ms": offline, "steps": steps,
+                "seq": p.outbox.seq if p is not None else 0}
 
     def split(self, rid: str, epoch: int, key: str, left: dict, right: dict) -> dict:
         """Split a served range at ``key`` into two pending ranges, waiting for the preparation (for

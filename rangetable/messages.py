@@ -331,6 +331,7 @@ class SplitCommand(TypedDict):
     left: RangeRecord
     right: RangeRecord
     version: int  # the map version the split commits (a partition server takes it from any command)
+    seq: NotRequired[int]  # to a follower of a replicated range: split after this batch (the primary's last)
     term: NotRequired[int]
 
 

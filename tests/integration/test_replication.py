@@ -128,3 +128,27 @@ def test_a_paused_follower_leaves_the_insync_set_and_rejoins(replicated: Cluster
     w.stop.set()
     w.join(30)
     assert set(w.acked) - _rows(c, "paused") == set()
+
+
+def test_a_replicated_range_splits_on_every_replica_under_writes(replicated: Cluster) -> None:
+    c = replicated
+    c.admin({"op": "create_table", "table": "splits"})
+    w = Writer(c.data_dir, "splits", "w")
+    w.start()
+    time.sleep(1.5)
+    (rec,) = [r for r in _ranges(c) if r["table"] == "splits"]
+    res = c.admin({"op": "split", "range": rec["id"], "key": "p3"}, timeout=60)
+    time.sleep(1)
+    halves = sorted((r for r in _ranges(c) if r["table"] == "splits"), key=lambda r: r["low"])
+    assert [h["id"] for h in halves] == [res["left"], res["right"]]
+    for h in halves:
+        assert sorted(h["replicas"]) == ["ps-1", "ps-2", "ps-3"] and sorted(h["insync"]) == ["ps-1", "ps-2", "ps-3"]
+        for sid in h["replicas"]:
+            assert os.path.isdir(os.path.join(c.data_dir, "servers", sid, "ranges", h["id"])), (sid, h["id"])
+    # the halves' followers hold the same rows as their primary: promote one by killing the primary
+    c.kill(halves[0]["owner"])
+    time.sleep(4)
+    w.stop.set()
+    w.join(30)
+    rows = _rows(c, "splits")
+    assert set(w.acked) - rows == set(), f"{len(set(w.acked) - rows)} acknowledged writes lost"
