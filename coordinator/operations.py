@@ -213,12 +213,11 @@ def move(co: MapWriter, ctl: Commands, rid: str, target: str, reason: str = "man
             raise TableError("ResourceNotFound", f"no range {rid}")
         if not co.is_alive(target):
             raise TableError("InvalidInput", f"server {target} is not alive")
-        if is_replicated(rec):
-            raise TableError("InvalidInput", f"range {rid} is replicated: its primary moves by a transfer to one "
-                             "of its replicas, which this coordinator does not do yet")
         if rec["owner"] == target:
             return {"range": rid, "offline_ms": 0.0}
         source = rec["owner"]
+    if is_replicated(rec):  # a primary moves to one of its in-sync replicas: a leadership transfer
+        return replica_ops.transfer(co, ctl, rid, target, reason)
     _prepare(ctl, source, rid, rec["epoch"])
     with co.lock:
         rec = co.pmap.ranges.get(rid)
@@ -413,6 +412,8 @@ def recover(co: MapWriter) -> list[str]:
         for r in co.pmap.ranges.values():
             if r["state"] != "serving":
                 r["state"] = "serving"
+                if is_replicated(r):  # its replicas may be sealed at the next epoch: a configuration past it
+                    r["epoch"] += 2
                 puts[range_key(r["id"])] = r
                 fixed.append(r["id"])
         if puts:

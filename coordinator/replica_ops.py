@@ -64,23 +64,37 @@ def open_replicas(co: MapWriter, ctl: Commands, recs: list[dict], only: set[str]
             log.warning("load of a replica on %s failed: %s", server, res)
 
 
-def promote(co: MapWriter, ctl: Commands, rids: list[str], reason: str) -> list[str]:
-    """Give each range of ``rids`` a new primary: seal its live replicas at the next epoch, promote the
-    in-sync one that got furthest, drop the replicas that did not answer, then configure them all.
-    Returns the ranges promoted; a range none of whose in-sync replicas answered keeps waiting."""
-    t0 = time.monotonic()
+def _seal(co: MapWriter, ctl: Commands, recs: dict[str, dict], primaries: bool) -> dict[str, dict[str, int]]:
+    """Seal the live primaries (``primaries``) or the live followers of ``recs`` at the next epoch; returns
+    range → server → the last batch it holds, for those that answered."""
     with co.lock:
-        recs = {rid: dict(co.pmap.ranges[rid]) for rid in rids if rid in co.pmap.ranges}
-        targets = [(s, rid) for rid, rec in recs.items() for s in rec["replicas"] if co.is_alive(s)]
+        targets = [(s, rid) for rid, rec in recs.items() for s in rec["replicas"]
+                   if (s == rec["owner"]) == primaries and co.is_alive(s)]
     seals: list[tuple[str, ControlCommand]] = [
         (s, {"op": "seal", "range": rid, "epoch": recs[rid]["epoch"] + 1, "path": recs[rid]["path"]})
         for s, rid in targets]
     positions: dict[str, dict[str, int]] = {rid: {} for rid in recs}
-    for (server, rid), res in zip(targets, ctl.call_many(seals), strict=True):
+    for (server, rid), res in zip(targets, ctl.call_many(seals) if seals else [], strict=True):
         if isinstance(res, dict):
             positions[rid][server] = int(res["seq"])
         else:
             log.info("seal of %s on %s: %s", rid, server, res)
+    return positions
+
+
+def promote(co: MapWriter, ctl: Commands, rids: list[str], reason: str,
+            prefer: dict[str, str] | None = None) -> list[str]:
+    """Give each range of ``rids`` a new configuration at the next epoch: seal its primary if it is alive
+    (it stops taking writes and answers once its in-sync followers hold its last batch), then its live
+    followers (they refuse the old epoch from then on), promote the in-sync replica that got furthest
+    (``prefer``: a transfer's target, on a tie), drop the replicas that did not answer, and configure them
+    all. Returns the ranges promoted; a range none of whose in-sync replicas answered keeps waiting."""
+    t0 = time.monotonic()
+    with co.lock:
+        recs = {rid: dict(co.pmap.ranges[rid]) for rid in rids if rid in co.pmap.ranges}
+    positions = _seal(co, ctl, recs, primaries=True)
+    for rid, pos in _seal(co, ctl, recs, primaries=False).items():
+        positions[rid].update(pos)
     done, events = [], []
     with co.lock:
         puts: dict[bytes, Any] = {}
@@ -88,14 +102,14 @@ def promote(co: MapWriter, ctl: Commands, rids: list[str], reason: str) -> list[
             cur = co.pmap.ranges.get(rid)
             if cur is None or cur["epoch"] != rec["epoch"]:
                 continue  # changed meanwhile
-            pick = promotion(cur, positions[rid])
+            pick = promotion(cur, positions[rid], (prefer or {}).get(rid))
             if pick is None:
                 log.warning("range %s: no in-sync replica answered (%s): it waits for one", rid, positions[rid])
                 events.append({"kind": "unavailable", "range": rid, "table": cur["table"], "reason": reason,
                                "replicas": cur["replicas"], "answered": sorted(positions[rid])})
                 continue
             change = after_promotion(cur, pick, positions[rid])
-            puts.update(co.pmap.update(cur, **change, epoch=cur["epoch"] + 1)[0])
+            puts.update(co.pmap.update(cur, **change, epoch=cur["epoch"] + 1, state="serving")[0])
             done.append(rid)
             events.append({"kind": "promote", "range": rid, "table": cur["table"], "source": rec["owner"],
                            "target": pick, "reason": reason, "epoch": cur["epoch"], "seq": positions[rid][pick],
@@ -110,6 +124,37 @@ def promote(co: MapWriter, ctl: Commands, rids: list[str], reason: str) -> list[
     if events:
         co.record_events(events)
     return done
+
+
+def transfer(co: MapWriter, ctl: Commands, rid: str, target: str, reason: str) -> dict:
+    """Move a replicated range's primary to ``target``, an in-sync replica: a leadership transfer, no data
+    copied. The range is offline from the primary's seal (it drains its last batches to the followers)
+    until the target serves: milliseconds."""
+    with co.lock:
+        rec = co.pmap.ranges[rid]
+        if target not in rec["insync"] or not co.is_alive(target):
+            raise TableError("InvalidInput", f"{target} is not a live in-sync replica of {rid}: "
+                             f"its primary moves to one of {', '.join(s for s in rec['insync'] if s != rec['owner'])}")
+        if rec["state"] != "serving":
+            raise TableError("ServerBusy", f"range {rid} is {rec['state']}")
+        source = rec["owner"]
+        co.commit(co.pmap.update(rec, state="moving"))
+    t0 = time.monotonic()
+    try:
+        promote(co, ctl, [rid], reason, prefer={rid: target})
+    finally:
+        with co.lock:
+            cur = co.pmap.ranges.get(rid)
+            if cur is not None and cur["state"] != "serving":
+                co.commit(co.pmap.update(cur, state="serving"))
+    with co.lock:
+        owner = co.pmap.ranges[rid]["owner"]
+    offline = round((time.monotonic() - t0) * 1000, 2)
+    co.event("move", range=rid, table=rec["table"], source=source, target=owner, reason=reason,
+             offline_ms=offline, duration_ms=offline, ok=owner == target, transfer=True)
+    if owner != target:
+        raise TableError("ServerBusy", f"{target} had not caught up with {rid}'s primary; it stays on {owner}")
+    return {"range": rid, "source": source, "target": target, "offline_ms": offline}
 
 
 def fail_over(co: MapWriter, ctl: Commands, reason: str = "server not alive") -> list[str]:

@@ -41,15 +41,15 @@ def choose_replicas(n: int, counts: dict[str, int], zones: dict[str, str] | None
     return chosen
 
 
-def promotion(rec: dict, positions: dict[str, int]) -> str | None:
+def promotion(rec: dict, positions: dict[str, int], prefer: str | None = None) -> str | None:
     """The replica to promote: of the in-sync replicas that answered the seal (``positions``: server →
-    the last batch it holds), the one that got furthest; on a tie the current primary, then the smaller
-    id. None when no in-sync replica answered (the range waits: an out-of-sync copy may lack acknowledged
-    writes, so it is never promoted)."""
+    the last batch it holds), the one that got furthest; on a tie ``prefer`` (a transfer's target), then the
+    current primary, then the smaller id. None when no in-sync replica answered (the range waits: an
+    out-of-sync copy may lack acknowledged writes, so it is never promoted)."""
     candidates = [s for s in rec.get("insync", []) if s in positions]
     if not candidates:
         return None
-    return max(candidates, key=lambda s: (positions[s], s == rec["owner"], [-ord(c) for c in s]))
+    return max(candidates, key=lambda s: (positions[s], s == prefer, s == rec["owner"], [-ord(c) for c in s]))
 
 
 def after_promotion(rec: dict, primary: str, positions: dict[str, int]) -> dict:

@@ -140,11 +140,20 @@ class RangeSet:
                  (time.monotonic() - t0) * 1e3)
         self._compact_later(store)
 
-    def seal(self, rid: str, epoch: int, path: str | None) -> dict:
+    def seal(self, rid: str, epoch: int, path: str | None) -> dict | Deferred:
         """Refuse a replicated range's batches of epochs below ``epoch`` and say how far this replica got
-        (a store on disk that is not open, after a restart, is only read)."""
+        (a store on disk that is not open, after a restart, is only read). A primary stops taking requests
+        and answers once its in-sync followers hold its last batch (or after :data:`DRAIN_S`)."""
+        repl = self._replicator()
+        p = repl.primaries.get(rid)
+        served = self.open.get(rid)
+        if p is not None and served is not None:
+            served.state = "draining"  # RangeBusy until the coordinator's next configuration
+            until = time.monotonic() + DRAIN_S
+            return Deferred(lambda: p.committed >= p.outbox.seq or time.monotonic() > until,
+                            lambda: repl.seal(rid, epoch))
         if rid in self.open:
-            return self._replicator().seal(rid, epoch)
+            return repl.seal(rid, epoch)
         if not path:
             raise TableError("NotOwner", f"range {rid} is not open here")
         try:

@@ -152,3 +152,23 @@ def test_a_replicated_range_splits_on_every_replica_under_writes(replicated: Clu
     w.join(30)
     rows = _rows(c, "splits")
     assert set(w.acked) - rows == set(), f"{len(set(w.acked) - rows)} acknowledged writes lost"
+
+
+def test_a_primary_moves_to_an_insync_replica_in_milliseconds(replicated: Cluster) -> None:
+    c = replicated
+    c.admin({"op": "create_table", "table": "transfer"})
+    w = Writer(c.data_dir, "transfer", "w")
+    w.start()
+    time.sleep(1)
+    (rec,) = [r for r in _ranges(c) if r["table"] == "transfer"]
+    target = next(s for s in rec["insync"] if s != rec["owner"])
+    res = c.admin({"op": "move", "range": rec["id"], "server": target}, timeout=60)
+    time.sleep(1)
+    w.stop.set()
+    w.join(30)
+    (now,) = [r for r in _ranges(c) if r["table"] == "transfer"]
+    assert now["owner"] == target and now["epoch"] > rec["epoch"]
+    assert sorted(now["insync"]) == ["ps-1", "ps-2", "ps-3"]
+    assert res["offline_ms"] < 2000, res
+    assert set(w.acked) - _rows(c, "transfer") == set()
+    print(f"transfer offline {res['offline_ms']} ms")
