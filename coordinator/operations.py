@@ -323,14 +323,14 @@ def merge(co: MapWriter, ctl: Commands, rid: str, reason: str = "manual", target
         rec = co.pmap.ranges.get(rid)
         if rec is None:
             raise TableError("ResourceNotFound", f"no range {rid}")
-        if is_replicated(rec):
-            raise TableError("InvalidInput", f"range {rid} is replicated: its replicas merge together, which this "
-                             "coordinator does not do yet")
         rs = co.pmap.ranges_of(rec["table"])
         i = [r["id"] for r in rs].index(rid)
         if i + 1 >= len(rs):
             raise TableError("InvalidInput", f"range {rid} is the last of its table; merge its left neighbour")
         right = rs[i + 1]
+        if is_replicated(rec) and set(rec["replicas"]) != set(right["replicas"]):
+            raise TableError("InvalidInput", f"ranges {rid} and {right['id']} are replicated on different servers "
+                             f"({', '.join(rec['replicas'])} / {', '.join(right['replicas'])}): they cannot merge")
     target = target or rec["owner"]
     for r in (rec, right):
         if r["owner"] != target:
@@ -348,27 +348,36 @@ def merge(co: MapWriter, ctl: Commands, rid: str, reason: str = "manual", target
         crash_point("merge.after_intent", co.cfg.data_dir)
     t0 = time.monotonic()
     try:
-        ctl.call(owner, {"op": "merge", "left": _public(left), "right": _public(right), "out": _public(out),
-                         "version": co.pmap.version})
+        if is_replicated(left):  # every replica merges its copies, at the two ranges' last batches
+            replica_ops.merge_replicas(co, ctl, left, right, out)
+        else:
+            ctl.call(owner, {"op": "merge", "left": _public(left), "right": _public(right), "out": _public(out),
+                             "version": co.pmap.version})
     except TableError:
         with co.lock:
             for r in (left, right):
                 co.pmap.ranges[r["id"]]["state"] = "serving"
             co.pmap.reindex()
             co.commit(({range_key(r["id"]): co.pmap.ranges[r["id"]] for r in (left, right)}, []))
+        if is_replicated(left):  # they were sealed at the next epoch: configure them past it
+            replica_ops.promote(co, ctl, [left["id"], right["id"]], reason="merge failed")
         ctl.submit(reconcile, co, ctl, owner, key=f"reconcile:{owner}")
         raise
     crash_point("merge.after_merge", co.cfg.data_dir)
     with co.lock:  # the commit point
         co.commit(co.pmap.replace([co.pmap.ranges[left["id"]], co.pmap.ranges[right["id"]]], [out]))
         crash_point("merge.after_commit", co.cfg.data_dir)
-    _load(co, ctl, owner, out)
+    if is_replicated(out):
+        replica_ops.open_replicas(co, ctl, [out])
+    else:
+        _load(co, ctl, owner, out)
     offline = _ms(t0)
     for r in (left, right):
-        try:
-            ctl.call(owner, {"op": "destroy", "range": _public(r)})
-        except TableError as exc:
-            log.warning("destroy %s after merge: %s", r["id"], exc)
+        for server in r.get("replicas") or [owner]:
+            try:
+                ctl.call(server, {"op": "destroy", "range": _public(r)})
+            except TableError as exc:
+                log.warning("destroy %s on %s after merge: %s", r["id"], server, exc)
     co.event("merge", range=out["id"], table=out["table"], left=left["id"], right=right["id"], server=owner,
              reason=reason, offline_ms=offline, duration_ms=offline)
     return {"range": out["id"], "left": left["id"], "right": right["id"], "offline_ms": offline}

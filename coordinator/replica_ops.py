@@ -249,6 +249,29 @@ def split_followers(co: MapWriter, ctl: Commands, rec: dict, key: str, left: dic
         half["insync"] = [s for s in split if s in rec["insync"]]
 
 
+def merge_replicas(co: MapWriter, ctl: Commands, left: dict, right: dict, out: dict) -> None:
+    """Merge two adjacent replicated ranges (same replicas, same primary) on every replica: both are sealed
+    (the primary drains them, the followers stop at the same batches), then each replica that holds both
+    ranges' last batches merges its copies. Fills in ``out``'s replica set (before the commit); raises
+    ServerBusy when the primary could not merge."""
+    recs = {left["id"]: left, right["id"]: right}
+    positions = _seal(co, ctl, recs, primaries=True)
+    for rid, pos in _seal(co, ctl, recs, primaries=False).items():
+        positions[rid].update(pos)
+    owner = left["owner"]
+    lp, rp = positions[left["id"]], positions[right["id"]]
+    if owner not in lp or owner not in rp:
+        raise TableError("ServerBusy", f"the primary {owner} did not seal {left['id']} and {right['id']}")
+    members = [s for s in left["replicas"] if lp.get(s) == lp[owner] and rp.get(s) == rp[owner]]
+    msg = {"left": command(co, left), "right": command(co, right), "out": command(co, out), "version": co.pmap.version}
+    calls: list[tuple[str, ControlCommand]] = [(s, {"op": "merge", **msg}) for s in members]  # type: ignore[misc]
+    merged = [s for s, res in zip(members, ctl.call_many(calls), strict=True) if not isinstance(res, TableError)]
+    if owner not in merged:
+        raise TableError("ServerBusy", f"the primary {owner} could not merge {left['id']} and {right['id']}")
+    out["replicas"] = [owner] + [s for s in merged if s != owner]
+    out["insync"] = [s for s in out["replicas"] if s in left["insync"] and s in right["insync"]]
+
+
 def actionable(co: MapWriter, server: str, report: dict[str, dict]) -> bool:
     """True when a primary's replication report asks for a change of some in-sync set."""
     for rid, rep in report.items():

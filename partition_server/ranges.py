@@ -166,11 +166,6 @@ class RangeSet:
             store.close()
         return {"seq": seq, "epoch": applied_epoch}
 
-    def _unreplicated(self, rid: str, what: str) -> None:
-        if self.repl is not None and (rid in self.repl.primaries or rid in self.repl.following):
-            raise TableError("InvalidInput", f"range {rid} is replicated: its replicas {what} together "
-                             "(a step the coordinator does not take yet)")
-
     def _replicator(self) -> Replicator:
         if self.repl is None:
             raise TableError("InvalidInput", "this partition server was started without --replication")
@@ -347,7 +342,8 @@ class RangeSet:
         """Merge two adjacent ranges served here into one pending range."""
         for rec in (left, right):
             self._served(rec["id"], int(rec["epoch"]))
-            self._unreplicated(rec["id"], "merge")
+        repl = self.repl
+        replicated = repl is not None and (left["id"] in repl.primaries or left["id"] in repl.following)
         t0 = time.monotonic()
         self.unload(left["id"])
         self.unload(right["id"])
@@ -357,6 +353,8 @@ class RangeSet:
         self.tables.inherit([left["id"], right["id"]], [out["id"]])
         crash_point("ps.merge.after_merge", self.data_dir)
         store = RangeStore.open(self._path(out), **self.store_kw)
+        if replicated:  # every replica merged the same batches: the merged range's log starts afresh
+            store.set_position(int(out["epoch"]), 0)
         lo, hi = range_bounds(out["low"], out["high"])
         self.open[out["id"]] = Served(dict(out), store, "pending", lo, hi)
         self.tables.apply(out["id"], self.open[out["id"]])

@@ -172,3 +172,28 @@ def test_a_primary_moves_to_an_insync_replica_in_milliseconds(replicated: Cluste
     assert res["offline_ms"] < 2000, res
     assert set(w.acked) - _rows(c, "transfer") == set()
     print(f"transfer offline {res['offline_ms']} ms")
+
+
+def test_replicated_halves_merge_back_on_every_replica(replicated: Cluster) -> None:
+    c = replicated
+    c.admin({"op": "create_table", "table": "merges"})
+    w = Writer(c.data_dir, "merges", "w")
+    w.start()
+    time.sleep(1)
+    (rec,) = [r for r in _ranges(c) if r["table"] == "merges"]
+    res = c.admin({"op": "split", "range": rec["id"], "key": "p3"}, timeout=60)
+    right = next(r for r in _ranges(c) if r["id"] == res["right"])
+    other = next(s for s in right["insync"] if s != right["owner"])
+    c.admin({"op": "move", "range": res["right"], "server": other}, timeout=60)  # the merge moves it back
+    time.sleep(0.5)
+    merged = c.admin({"op": "merge", "range": res["left"]}, timeout=60)
+    time.sleep(1)
+    (out,) = [r for r in _ranges(c) if r["table"] == "merges"]
+    assert out["id"] == merged["range"] and out["low"] == "" and out["high"] is None
+    assert sorted(out["replicas"]) == ["ps-1", "ps-2", "ps-3"] and sorted(out["insync"]) == ["ps-1", "ps-2", "ps-3"]
+    c.kill(out["owner"])  # a follower of the merged range takes over with every row
+    time.sleep(4)
+    w.stop.set()
+    w.join(30)
+    rows = _rows(c, "merges")
+    assert set(w.acked) - rows == set(), f"{len(set(w.acked) - rows)} acknowledged writes lost"
