@@ -17,8 +17,10 @@ $(STAMP): requirements.lock pyproject.toml
 	$(BIN)/pip install -q --disable-pip-version-check --no-deps --no-build-isolation -e .
 	@touch $(STAMP)
 
+UP_ARGS ?= --servers 3 --replicas 3  # every range on three servers' own disks (docs/replication.md)
+
 up: $(STAMP)
-	$(BIN)/rangetable up $(ARGS)
+	$(BIN)/rangetable up $(UP_ARGS) $(ARGS)
 
 down: $(STAMP)
 	$(BIN)/rangetable down $(ARGS)

@@ -101,6 +101,7 @@ def test_killing_the_primary_and_wiping_its_disk_loses_no_acknowledged_write(rep
     assert now["owner"] != victim and now["epoch"] > rec["epoch"]
     assert victim not in now["insync"]
     assert max(after) < 10, f"a write waited {max(after):.1f} s (killed at {killed})"
+    print(f"disk loss: {len(acked)} acknowledged, 0 lost, longest wait {max(after):.2f} s")
 
 
 def test_a_paused_follower_leaves_the_insync_set_and_rejoins(replicated: Cluster) -> None:
@@ -116,6 +117,7 @@ def test_a_paused_follower_leaves_the_insync_set_and_rejoins(replicated: Cluster
         c.wait(lambda: follower not in [r for r in _ranges(c) if r["table"] == "paused"][0]["insync"], timeout=10,
                what=f"{follower} left the in-sync set")
         n = len(w.acked)
+        print(f"paused follower: longest wait {max(w.gaps):.2f} s")
         time.sleep(2)
         assert len(w.acked) > n + 10, "writes did not go on without the paused follower"
     finally:
