@@ -49,7 +49,7 @@ def promotion(rec: dict, positions: dict[str, int]) -> str | None:
     candidates = [s for s in rec.get("insync", []) if s in positions]
     if not candidates:
         return None
-    return max(candidates, key=lambda s: (positions[s], s == rec["owner"], [-ord(c) for c in s]))
+    return min(candidates, key=lambda s: (-positions[s], s != rec["owner"], s))
 
 
 def after_promotion(rec: dict, primary: str, positions: dict[str, int]) -> dict:
@@ -72,5 +72,7 @@ def insync_change(rec: dict, lagging: list[str], joining: list[str]) -> list[str
     followers leave it, caught-up replicas join it; the primary always stays."""
     cur = rec.get("insync", [])
     new = [s for s in cur if s not in lagging or s == rec["owner"]]
-    new += [s for s in joining if s in rec["replicas"] and s not in new and s not in lagging]
+    for s in joining:
+        if s in rec["replicas"] and s not in new and s not in lagging:
+            new.append(s)
     return new if new != cur else None
