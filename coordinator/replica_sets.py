@@ -12,10 +12,21 @@ A replicated range's map record carries, besides ``owner`` (its primary) and ``e
 
 from __future__ import annotations
 
+import hashlib
+import hmac
+
 
 def is_replicated(rec: dict) -> bool:
     """True for a range kept as a replica set (a cluster started with ``--replicas`` > 1)."""
     return "replicas" in rec
+
+
+def config_token(secret: bytes, rid: str, epoch: int) -> str:
+    """The token of range ``rid``'s configuration at ``epoch``: every replication message between its
+    replicas carries it, so a peer holding the (shared) partition-server key but not told the configuration
+    by the coordinator cannot pass for the primary or a follower. Derived from the coordinator's secret key,
+    so every coordinator (and every call) gives the same token for one configuration."""
+    return hmac.new(secret, f"repl/{rid}/{epoch}".encode(), hashlib.sha256).hexdigest()[:32]
 
 
 def choose_replicas(n: int, counts: dict[str, int], zones: dict[str, str] | None = None,

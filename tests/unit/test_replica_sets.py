@@ -10,6 +10,7 @@ import pytest
 from coordinator.replica_sets import (
     after_promotion,
     choose_replicas,
+    config_token,
     insync_change,
     is_replicated,
     promotion,
@@ -144,3 +145,11 @@ def test_without(rec: dict, server: str, want: dict) -> None:
 ])
 def test_insync_change(rec: dict, lagging: list[str], joining: list[str], want: list[str] | None) -> None:
     assert insync_change(rec, lagging, joining) == want
+
+
+def test_config_token() -> None:
+    """One token per (range, epoch), the same on every call; unguessable without the secret."""
+    t = config_token(b"s" * 40, "r1", 3)
+    assert t == config_token(b"s" * 40, "r1", 3) and len(t) == 32
+    assert len({t, config_token(b"s" * 40, "r1", 4), config_token(b"s" * 40, "r2", 3),
+                config_token(b"x" * 40, "r1", 3)}) == 4
