@@ -194,6 +194,7 @@ class MapWriter(MetaAccess, EventRecorder, ServerDirectory, Protocol):
 
     cfg: CoordinatorConfig
     table_settings: TableSettings
+    keys: KeyRing  # the coordinator's secret derives each replicated configuration's token
 
     def commit(self, writes: tuple[dict, list]) -> None:
         """Persist a map change, then have the loop publish it."""

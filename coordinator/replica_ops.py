@@ -16,7 +16,14 @@ import logging
 import time
 from typing import TYPE_CHECKING, Any
 
-from coordinator.replica_sets import after_promotion, insync_change, is_replicated, promotion, without
+from coordinator.replica_sets import (
+    after_promotion,
+    config_token,
+    insync_change,
+    is_replicated,
+    promotion,
+    without,
+)
 from rangetable.errors import TableError
 
 if TYPE_CHECKING:
@@ -28,7 +35,8 @@ log = logging.getLogger("rangetable.coordinator")
 
 def command(co: MapWriter, rec: dict, dropped: list[str] | None = None) -> RangeRecord:
     """A range record as control commands carry it; for a replicated range with its configuration:
-    ``primary``, ``replicas``, ``insync``, ``min_insync`` and each replica's replication endpoint."""
+    ``primary``, ``replicas``, ``insync``, ``min_insync``, each replica's replication endpoint and the
+    configuration's token (:func:`~coordinator.replica_sets.config_token`)."""
     out: RangeRecord = {"id": rec["id"], "table": rec["table"], "low": rec["low"], "high": rec["high"],
                         "epoch": rec["epoch"], "path": rec["path"]}
     if is_replicated(rec):
@@ -37,6 +45,9 @@ def command(co: MapWriter, rec: dict, dropped: list[str] | None = None) -> Range
         out["insync"] = list(rec["insync"])
         out["min_insync"] = co.cfg.min_insync
         out["peers"] = {s: co.servers[s].repl_endpoint for s in rec["replicas"] if s in co.servers}
+        secret = co.keys.pair("coordinator").secret
+        assert secret is not None  # KeyRing.pair checked it
+        out["token"] = config_token(secret, rec["id"], rec["epoch"])
         if dropped:
             out["dropped"] = dropped
     return out

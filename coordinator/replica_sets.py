@@ -12,10 +12,21 @@ A replicated range's map record carries, besides ``owner`` (its primary) and ``e
 
 from __future__ import annotations
 
+import hashlib
+import hmac
+
 
 def is_replicated(rec: dict) -> bool:
     """True for a range kept as a replica set (a cluster started with ``--replicas`` > 1)."""
     return "replicas" in rec
+
+
+def config_token(secret: bytes, rid: str, epoch: int) -> str:
+    """The token of range ``rid``'s configuration at ``epoch``: every replication message between its
+    replicas carries it, so a peer holding the (shared) partition-server key but not told the configuration
+    by the coordinator cannot pass for the primary or a follower. Derived from the coordinator's secret key,
+    so every coordinator (and every call) gives the same token for one configuration."""
+    return hmac.new(secret, f"repl/{rid}/{epoch}".encode(), hashlib.sha256).hexdigest()[:32]
 
 
 def choose_replicas(n: int, counts: dict[str, int], zones: dict[str, str] | None = None,
@@ -49,7 +60,7 @@ def promotion(rec: dict, positions: dict[str, int], prefer: str | None = None) -
     candidates = [s for s in rec.get("insync", []) if s in positions]
     if not candidates:
         return None
-    return max(candidates, key=lambda s: (positions[s], s == prefer, s == rec["owner"], [-ord(c) for c in s]))
+    return min(candidates, key=lambda s: (-positions[s], s != prefer, s != rec["owner"], s))
 
 
 def after_promotion(rec: dict, primary: str, positions: dict[str, int]) -> dict:
@@ -72,5 +83,7 @@ def insync_change(rec: dict, lagging: list[str], joining: list[str]) -> list[str
     followers leave it, caught-up replicas join it; the primary always stays."""
     cur = rec.get("insync", [])
     new = [s for s in cur if s not in lagging or s == rec["owner"]]
-    new += [s for s in joining if s in rec["replicas"] and s not in new and s not in lagging]
+    for s in joining:
+        if s in rec["replicas"] and s not in new and s not in lagging:
+            new.append(s)
     return new if new != cur else None

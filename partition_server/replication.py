@@ -101,9 +101,10 @@ class Primary:
     held until it passes them."""
 
     def __init__(self, rid: str, epoch: int, store: RangeStore, log: ReplicaLog, peers: dict[str, str],
-                 insync: list[str], me: str, min_insync: int) -> None:
+                 insync: list[str], me: str, min_insync: int, token: str = "") -> None:
         self.rid = rid
         self.epoch = epoch
+        self.token = token  # the configuration's token: acknowledgements without it are refused
         self.store = store
         self.outbox = Outbox(epoch, log)
         self.me = me
@@ -114,6 +115,7 @@ class Primary:
         self.held: deque[tuple[int, list[bytes]]] = deque()  # (batch it depends on, reply frames)
         self.committed = -1
         self.configure(peers, insync, [])
+        store.reload_meta()  # a promoted follower's batches wrote META_TS behind the store's back
         store.replicate(self.outbox)
 
     # --- configuration ------------------------------------------------------------------------
@@ -253,9 +255,10 @@ class Following:
     """A range this server follows: the primary it takes batches from and how far it got."""
 
     def __init__(self, rid: str, epoch: int, store: RangeStore, log: ReplicaLog, primary: str,
-                 primary_endpoint: str) -> None:
+                 primary_endpoint: str, token: str = "") -> None:
         self.rid = rid
         self.epoch = epoch
+        self.token = token  # the configuration's token: batches without it are refused
         self.store = store
         self.log = log
         self.primary = primary
@@ -265,8 +268,9 @@ class Following:
         self.sealed = epoch  # batches of an epoch below this are refused (a seal raises it)
 
     def apply(self, epoch: int, batches: list[tuple[int, bytes]]) -> int:
-        """Apply the batches that follow what this replica holds, in order, stopping at a gap; returns
-        the highest batch held now (what to acknowledge). Batches of another epoch are refused (-1)."""
+        """Apply the batches that follow what this replica holds, in order, stopping at a gap or at a batch
+        that does not decode; returns the highest batch held now (what to acknowledge). Batches of another
+        epoch are refused (-1)."""
         if epoch != self.epoch or epoch < self.sealed:
             return -1
         self.heard_at = time.monotonic()
@@ -275,7 +279,11 @@ class Following:
                 continue
             if seq != self.applied + 1:
                 break
-            self.store.apply_batch(decode_ops(blob), epoch, seq)
+            try:
+                ops = decode_ops(blob)
+            except ValueError:
+                break  # never half-applied: each batch is one WriteBatch, written only once decoded
+            self.store.apply_batch(ops, epoch, seq)
             self.log.append(seq, blob)
             self.applied = seq
         return self.applied

@@ -6,14 +6,17 @@ domain that admits partition-server keys only (no frontend, client or coordinato
 and one send-only DEALER per peer it talks to. Every message flows one way, so the server's loop reads
 only its ROUTERs:
 
-* ``repl`` primary → follower: ``{"op": "repl", "range", "epoch", "from", "batches": [[seq, batch], …]}``;
-* ``ack`` follower → primary: ``{"op": "ack", "range", "epoch", "from", "seq"}`` — the highest batch it
+* ``repl`` primary → follower: ``{"op": "repl", "range", "epoch", "from", "token", "batches": [[seq, batch], …]}``;
+* ``ack`` follower → primary: ``{"op": "ack", "range", "epoch", "from", "token", "seq"}`` — the highest batch it
   holds. A follower also sends it when it starts following and every :data:`HELLO_S` while the primary
   is silent (heartbeating, as the ZeroMQ guide's Paranoid Pirate does), so the primary learns where to
   send from after a restart, a gap or a change of primary.
 
-A message that is not one of these (a bug, a fuzzer holding a partition-server key) is counted and
-dropped: it never stops the loop nor reaches a store.
+Every partition server holds the same key pair, so CURVE alone cannot tell the primary from any other
+keyed peer: each message also carries its configuration's ``token``, which only the coordinator's load
+command gives the replicas (:func:`coordinator.replica_sets.config_token`). A message that is not one of
+these, or whose token is wrong (a bug, a fuzzer holding a partition-server key), is counted and dropped:
+it never stops the loop nor reaches a store, and no forged acknowledgement moves a commit point.
 """
 
 from __future__ import annotations
@@ -124,7 +127,7 @@ class Replicator:
             was = self.following.pop(rid, None)  # a follower promoted keeps the batches it applied
             ring = was.log if was is not None and was.store is store else ReplicaLog(store.position()[1])
             p = Primary(rid, epoch, store, ring, peers, record.get("insync") or [], self.me,
-                        int(record.get("min_insync", 1)))
+                        int(record.get("min_insync", 1)), str(record.get("token", "")))
             self.primaries[rid] = p
             self._acked.add(rid)
             log.info("primary of %s at epoch %d from batch %d (in sync: %s)", rid, epoch, p.outbox.seq,
@@ -138,10 +141,12 @@ class Replicator:
             cur_f.epoch = max(cur_f.epoch, epoch)
             cur_f.sealed = max(cur_f.sealed, epoch)
             cur_f.primary, cur_f.primary_endpoint = primary, peers.get(primary, "")
+            cur_f.token = str(record.get("token", ""))
             cur_f.heard_at = float("-inf")  # say hello to the (new) primary at once
         else:
             log_ = ReplicaLog(store.position()[1])
-            self.following[rid] = Following(rid, epoch, store, log_, primary, peers.get(primary, ""))
+            self.following[rid] = Following(rid, epoch, store, log_, primary, peers.get(primary, ""),
+                                            str(record.get("token", "")))
         return "following"
 
     def detach(self, rid: str) -> None:
@@ -191,16 +196,20 @@ class Replicator:
             if op == "repl":
                 f = self.following.get(rid)
                 if f is None or msg["from"] != f.primary:
-                    return
+                    return  # a deposed primary, or a range this server no longer follows
+                if msg.get("token", "") != f.token:
+                    raise ValueError(f"repl for {rid!r} without its configuration's token")
                 batches = [(int(s), bytes(b)) for s, b in msg["batches"]]
                 acked = f.apply(epoch, batches)
                 if acked >= 0 and f.primary_endpoint:
                     self._send(f.primary_endpoint, {"op": "ack", "range": rid, "epoch": epoch, "from": self.me,
-                                                    "seq": acked})
+                                                    "seq": acked, "token": f.token})
             elif op == "ack":
                 p = self.primaries.get(rid)
                 if p is None or epoch != p.epoch:
                     return
+                if msg.get("token", "") != p.token:
+                    raise ValueError(f"ack for {rid!r} without its configuration's token")
                 p.on_ack(str(msg["from"]), int(msg["seq"]), time.monotonic())
                 self._acked.add(rid)
                 self._due.add(rid)  # room in the window: more may go
@@ -235,14 +244,14 @@ class Replicator:
                 if now - f.heard_at > HELLO_S and f.primary_endpoint:
                     f.heard_at = now
                     self._send(f.primary_endpoint, {"op": "ack", "range": rid, "epoch": f.epoch, "from": self.me,
-                                                    "seq": f.applied})
+                                                    "seq": f.applied, "token": f.token})
         for rid in due:
             p = self.primaries.get(rid)
             if p is None:
                 continue
             for endpoint, batches in p.to_send(now):
                 self._send(endpoint, {"op": "repl", "range": rid, "epoch": p.epoch, "from": self.me,
-                                      "batches": batches})
+                                      "batches": batches, "token": p.token})
         out: list[list[bytes]] = []
         acked, self._acked = self._acked, set()
         for rid in acked:
