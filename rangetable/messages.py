@@ -266,6 +266,7 @@ class RangeRecord(TypedDict):
     min_insync: NotRequired[int]  # … how many must be in sync for a write …
     peers: NotRequired[dict[str, str]]  # … each replica's replication endpoint …
     dropped: NotRequired[list[str]]  # … and followers just dropped from the in-sync set (no longer joining)
+    rebuild: NotRequired[bool]  # a new replica: pull a checkpoint from the primary (partition_server/snapshot.py)
 
 
 class LoadCommand(TypedDict):
