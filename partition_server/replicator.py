@@ -271,7 +271,7 @@ class Replicator:
         if pull is None or msg["from"] != pull.primary:
             return
         if op == "snap_files":
-            pull.on_files(msg)
+            pull.on_files(msg, time.monotonic())
             return
         now = time.monotonic()
         if not pull.on_data(msg, now):

@@ -183,7 +183,7 @@ class Pull:
         self.waiting, self.sent_at = True, now
         return {"op": "snap_chunk", **head, "id": self.sid, "file": self.files[self.idx][0], "offset": self.offset}
 
-    def on_files(self, msg: dict) -> None:
+    def on_files(self, msg: dict, now: float) -> None:
         """The primary's checkpoint: its files and sizes."""
         if self.state != "ask":
             return
@@ -192,6 +192,7 @@ class Pull:
             if os.sep in name or name in ("", ".", ".."):
                 raise ValueError(f"bad file name {name!r}")
         self.sid, self.files, self.state = str(msg["id"]), files, "pull"
+        self.next_at = now  # the pace starts now (no burst saved up while asking)
         self.total = sum(sz for _, sz in files)
         self._skip_empty()
 
