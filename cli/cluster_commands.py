@@ -39,21 +39,32 @@ def ranges_cmd(table: str | None, data_dir: str, coordinator: str | None, as_jso
         return
     click.echo(f"map version {st['version']}, {len(st['tables'])} tables, {len(st['ranges'])} ranges")
     click.echo(f"{'range':8} {'table':14} {'low':>12} {'high':>12} {'owner':8} {'epoch':>5} {'state':9} "
-               f"{'entities':>9} {'size':>9} {'req/s':>8}")
+               f"{'entities':>9} {'size':>9} {'req/s':>8} {'copies':>6}")
     for r in rs:
         ld = load.get(r["id"], {})
         rps = ld.get("reads_s", 0) + ld.get("writes_s", 0)
         click.echo(f"{r['id']:8} {r['table'][:14]:14} {_fmt_key(r['low'], ''):>12} {_fmt_key(r['high'], '∞'):>12} "
                    f"{str(r['owner']):8} {r['epoch']:>5} {r['state']:9} {ld.get('entities', 0):>9} "
-                   f"{human_size(ld.get('bytes', 0)):>9} {rps:>8.1f}")
+                   f"{human_size(ld.get('bytes', 0)):>9} {rps:>8.1f} {_copies(r):>6}")
     click.echo("")
     _print_servers(st["servers"])
+
+
+def _copies(r: dict) -> str:
+    """A replicated range's in-sync/total replicas, ``*`` when some replica is not in sync (lagging or being
+    rebuilt); empty for a single copy."""
+    if "replicas" not in r:
+        return ""
+    return f"{len(r['insync'])}/{len(r['replicas'])}" + ("*" if len(r["insync"]) < len(r["replicas"]) else "")
 
 
 def _print_servers(servers: list[dict]) -> None:
     for s in servers:
         state = "alive" if s["alive"] else "DEAD"
         click.echo(f"server {s['id']:8} {state:5} {s['endpoint']:24} pid {s['pid']:<7} ranges {s['ranges']}")
+        for rid, p in sorted((s.get("rebuilding") or {}).items()):
+            click.echo(f"  rebuilding {rid} from {p['primary']}: {human_size(p['bytes'])} of "
+                       f"{human_size(p['total'])} at {p['mb_s']} MB/s")
 
 
 @click.command("servers")
@@ -92,6 +103,10 @@ def status_cmd(data_dir: str, as_json: bool) -> None:
             role += " (leads)" if p.get("endpoint") == st.get("leader") else " (standby)"
         click.echo(f"  {p['id']:14} {role:23} pid {p['pid']:<7} {up:8} restarts {p.get('restarts', 0)}"
                    + (f"   {p.get('metrics') or p['url']}" if p.get("metrics") or p.get("url") else ""))
+    short = [r["id"] for r in st["ranges"] if "replicas" in r and len(r["insync"]) < len(r["replicas"])]
+    if short:
+        click.echo(f"{len(short)} ranges with replicas not in sync: {', '.join(short[:10])}"
+                   + (" …" if len(short) > 10 else ""))
     _print_servers(st["servers"])
 
 

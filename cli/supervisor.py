@@ -83,6 +83,7 @@ class ClusterSpec:
     meta: str = ""  # etcd://HOST:PORT[/prefix]: coordinators elect and keep their state in etcd
     replicas: int = 1  # copies of each range; > 1: each server keeps its own directory <data-dir>/servers/<id>/
     min_insync: int = 2  # a replicated range refuses writes with fewer in-sync replicas
+    rereplicate_after_s: float = 10.0  # a replica on a server dead this long is rebuilt elsewhere
 
 
 class Supervisor:
@@ -137,6 +138,7 @@ class Supervisor:
                 "coordinator", "--data-dir", d, "--bind", coord_bind, "--pub-bind", pub_bind, "--advertise", endpoint,
                 "--pub-advertise", pub, "--lease-s", lease, "--keys-dir", self.keys_dir,
                 "--replicas", str(self.spec.replicas), "--min-insync", str(self.spec.min_insync),
+                "--rereplicate-after-s", str(self.spec.rereplicate_after_s),
                 *(["--meta", self.spec.meta] if self.spec.meta else [])),
                 os.path.join(self.logs, f"{cid}.log"), {"endpoint": endpoint, "pub": pub}))
         self.coordinator = ",".join(endpoints)  # every process gets the whole list and finds the leader

@@ -120,5 +120,8 @@ def server_list(co: AdminHost, now: float | None = None, loads: bool = True) -> 
                    "ranges": co.pmap.owned_count(s.id), "pending": s.pending}
             if loads:
                 row["load"] = s.load
+            rebuilding = {rid: rep for rid, rep in s.repl.items() if rep.get("rebuilding")}
+            if rebuilding:
+                row["rebuilding"] = rebuilding
             out.append(row)
         return out

@@ -249,6 +249,7 @@ class MetricsSource(Protocol):
     servers: dict[str, ServerInfo]
     event_counts: dict[str, int]
     term: int
+    cfg: CoordinatorConfig
 
 
 class LeaseHolder(MapWriter, Protocol):

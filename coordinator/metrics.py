@@ -24,6 +24,12 @@ def collect(co: MetricsSource) -> list:
         tables = list(co.pmap.tables.values())
         servers = [(s.id, s.alive, now - s.last_seen, len(s.ranges), s.pending) for s in co.servers.values()]
         events = dict(co.event_counts)
+        want = co.cfg.replicas
+        repl = [r for r in co.pmap.ranges.values() if "replicas" in r]
+        live = {s.id for s in co.servers.values() if s.alive}
+        under = sum(1 for r in repl if len(r["replicas"]) < want or not live.issuperset(r["replicas"]))
+        unsynced = sum(1 for r in repl if len(r["insync"]) < len(r["replicas"]))
+        rebuilding = sum(1 for s in co.servers.values() for rep in s.repl.values() if rep.get("rebuilding"))
     fams: list = []
     g = GaugeMetricFamily("rangetable_coordinator_term", "The term this coordinator leads (0: a standby).")
     g.add_metric([], co.term)
@@ -63,4 +69,13 @@ def collect(co: MetricsSource) -> list:
     for kind in sorted({"split", "merge", "move", "failover", "server_dead", *events}):
         ops.add_metric([kind], events.get(kind, 0))
     fams.append(ops)
+    for name, text, value in (
+            ("rangetable_ranges_under_replicated", "Replicated ranges with fewer than --replicas replicas on live "
+             "servers.", under),
+            ("rangetable_ranges_not_in_sync", "Replicated ranges with a replica outside the in-sync set (lagging "
+             "or being rebuilt).", unsynced),
+            ("rangetable_replicas_rebuilding", "Replicas being rebuilt from their primary's checkpoint.", rebuilding)):
+        g = GaugeMetricFamily(name, text)
+        g.add_metric([], value)
+        fams.append(g)
     return fams

@@ -22,6 +22,7 @@ from coordinator.replica_sets import (
     insync_change,
     is_replicated,
     promotion,
+    repair,
     without,
 )
 from rangetable.errors import TableError
@@ -281,6 +282,57 @@ def merge_replicas(co: MapWriter, ctl: Commands, left: dict, right: dict, out: d
         raise TableError("ServerBusy", f"the primary {owner} could not merge {left['id']} and {right['id']}")
     out["replicas"] = [owner] + [s for s in merged if s != owner]
     out["insync"] = [s for s in out["replicas"] if s in left["insync"] and s in right["insync"]]
+
+
+def rereplicate(co: MapWriter, ctl: Commands) -> list[str]:
+    """Bring every under-replicated range back to ``--replicas`` copies: replicas on servers dead past
+    ``--rereplicate-after-s`` are dropped, and live servers without a copy are told to rebuild one from the
+    primary's checkpoint (``"rebuild": true``; they join the in-sync set once the primary reports them caught
+    up). One map change for all; returns the ranges changed."""
+    now = time.monotonic()
+    with co.lock:
+        live = {sid: info for sid, info in co.servers.items() if info.alive and info.repl_endpoint}
+        counts = {sid: co.pmap.replica_count(sid) for sid in live}
+        zones = {sid: info.zone for sid, info in live.items() if info.zone}
+        missing = {sid: now - info.last_seen for sid, info in co.servers.items() if not info.alive}
+        puts: dict[bytes, Any] = {}
+        plans: dict[str, list[str]] = {}
+        events = []
+        for rec in list(co.pmap.ranges.values()):
+            if not is_replicated(rec) or rec["state"] != "serving":
+                continue
+            gone = {s: missing.get(s, float("inf")) for s in rec["replicas"] if s not in live}
+            if len(rec["replicas"]) >= co.cfg.replicas and not gone:
+                continue
+            plan = repair(rec, co.cfg.replicas, gone, co.cfg.rereplicate_after_s, counts, zones)
+            if plan is None:
+                continue
+            added = plan.pop("added")
+            puts.update(co.pmap.update(rec, **plan)[0])
+            for s in added:
+                counts[s] = counts.get(s, 0) + 1
+            plans[rec["id"]] = added
+            events.append({"kind": "rereplicate", "range": rec["id"], "table": rec["table"], "added": added,
+                           "dropped": sorted(set(rec["replicas"]) - set(plan["replicas"])),
+                           "replicas": plan["replicas"]})
+        if not puts:
+            return []
+        co.commit((puts, []))
+        recs = [dict(co.pmap.ranges[rid]) for rid in plans]
+        calls: list[tuple[str, ControlCommand]] = []
+        for rec in recs:
+            cmd = command(co, rec)
+            cmd["rebuild"] = True
+            calls += [(s, {"op": "load", "range": cmd, "version": co.pmap.version, **co.table_settings.message()})
+                      for s in plans[rec["id"]]]
+    open_replicas(co, ctl, recs, only={r["owner"] for r in recs})  # the primaries learn the new peers first
+    targets = [(s, rec["id"]) for rec in recs for s in plans[rec["id"]]]
+    for (server, rid), res in zip(targets, ctl.call_many(calls) if calls else [], strict=True):
+        if isinstance(res, TableError):
+            log.warning("rebuild of %s on %s failed to start: %s", rid, server, res)
+    co.record_events(events)
+    log.info("re-replicating %d ranges: %s", len(plans), ", ".join(f"{r}+{'+'.join(a)}" for r, a in plans.items()))
+    return sorted(plans)
 
 
 def actionable(co: MapWriter, server: str, report: dict[str, dict]) -> bool:

@@ -87,3 +87,28 @@ def insync_change(rec: dict, lagging: list[str], joining: list[str]) -> list[str
         if s in rec["replicas"] and s not in new and s not in lagging:
             new.append(s)
     return new if new != cur else None
+
+
+def repair(rec: dict, n: int, missing_s: dict[str, float], grace_s: float, counts: dict[str, int],
+           zones: dict[str, str] | None = None) -> dict | None:
+    """The replica set of an under-replicated range after re-replication, or None when nothing is to do.
+
+    ``missing_s``: server → seconds since it was last heard of, for the replicas on servers not alive;
+    ``counts``: the live servers (with a replication endpoint) and how many replicas each holds. A follower
+    missing for ``grace_s`` or longer counts as lost: it is dropped, and so it can come back in time from
+    a restart or a pause with its disk, it is kept until then. New replicas (live servers not holding a
+    copy, fewest replicas first, distinct zones first) fill the set up to ``n``; they join the in-sync set
+    only once caught up. A range whose primary is gone is left to the failover. The result has
+    ``replicas``, ``insync`` and ``added`` (the servers to rebuild a copy on)."""
+    if rec["owner"] in missing_s or rec["owner"] not in counts:
+        return None
+    lost = [s for s in rec["replicas"] if s != rec["owner"] and missing_s.get(s, 0.0) >= grace_s]
+    keep = [s for s in rec["replicas"] if s not in lost]
+    if len(keep) >= n and not lost:
+        return None
+    pool = {**counts, **dict.fromkeys((s for s in keep if s not in counts), 0)}  # waiting ones keep their place
+    chosen = choose_replicas(n, pool, zones, keep=keep)
+    added = [s for s in chosen if s not in keep]
+    if not added and not lost:
+        return None
+    return {"replicas": keep + added, "insync": [s for s in rec.get("insync", []) if s in keep], "added": added}

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 import zmq
 
-from coordinator import admin_dispatch, leases, takeover
+from coordinator import admin_dispatch, leases, replica_ops, takeover
 from coordinator import operations as ops
 from coordinator.balancer_loop import BalancerLoop
 from coordinator.controller import Controller
@@ -306,6 +306,7 @@ class Coordinator:
         next_tick = 0.0
         next_hugz = 0.0
         next_gc = time.monotonic() + 2 * (self.cfg.lease_s + self.cfg.lease_grace_s)
+        next_rerepl = next_gc if self.cfg.replicas > 1 else float("inf")
         held: list[tuple[list[bytes], str | None]] | None = []  # (request, sender role) held while the map loads
         self.gc.install()
         while not self.stopping:
@@ -348,6 +349,9 @@ class Coordinator:
                     # (for up to DRAIN_MAX_S: the bound keeps a flooded loop turning).
                     self._drain(router, None, time.monotonic() + DRAIN_MAX_S)
                     leases.check_servers(self)
+            if now >= next_rerepl:  # lost replicas rebuilt elsewhere (replica_ops.rereplicate)
+                next_rerepl = now + 1.0
+                self.controller.submit(replica_ops.rereplicate, self, self.controller, key="rereplicate")
             if now >= next_gc:
                 next_gc = now + 30.0
                 self.controller.submit(ops.collect_garbage, self, self.controller, key="gc")

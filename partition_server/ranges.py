@@ -120,6 +120,9 @@ class RangeSet:
             self.tables.apply(rid, cur)
             self._compact_later(cur.store)
             return
+        if self._needs_rebuild(record):  # a new replica, or this server came back without its copy
+            self._replicator().rebuild(rid, record, self._path(record))
+            return
         t0 = time.monotonic()
         crash_point("ps.load.before_open", self.data_dir)
         try:
@@ -140,6 +143,26 @@ class RangeSet:
                  (time.monotonic() - t0) * 1e3)
         self._compact_later(store)
 
+    def _needs_rebuild(self, record: dict) -> bool:
+        """True for a follower's replica to pull from its primary: the coordinator says so (a new
+        replica), or it is being pulled already, or its directory is missing while this server is out of
+        the in-sync set (its disk was lost; a new range's replicas are all in sync and start empty; an
+        in-sync one that lost its disk starts empty too and catches up from the log, or is reported
+        ``rebuild`` by the primary and rebuilt)."""
+        repl = self.repl
+        if "primary" not in record or repl is None or record["primary"] == repl.me:
+            return False
+        if record.get("rebuild") or record["id"] in repl.pulls:
+            return True
+        return repl.me not in (record.get("insync") or []) and not os.path.isdir(self._path(record))
+
+    def rebuilt(self, rid: str, record: dict) -> None:
+        """A replica pulled from its primary is in place: open it and follow from its position."""
+        try:
+            self.load({k: v for k, v in record.items() if k != "rebuild"})
+        except TableError as exc:
+            log.warning("opening the rebuilt replica of %s failed: %s", rid, exc)
+
     def seal(self, rid: str, epoch: int, path: str | None) -> dict | Deferred:
         """Refuse a replicated range's batches of epochs below ``epoch`` and say how far this replica got
         (a store on disk that is not open, after a restart, is only read). A primary stops taking requests
@@ -154,6 +177,8 @@ class RangeSet:
                             lambda: repl.seal(rid, epoch))
         if rid in self.open:
             return repl.seal(rid, epoch)
+        if rid in repl.pulls:
+            raise TableError("NotOwner", f"the replica of range {rid} here is being rebuilt")
         if not path:
             raise TableError("NotOwner", f"range {rid} is not open here")
         try:
@@ -478,7 +503,10 @@ class RangeSet:
 
     def report(self) -> list[list]:
         """``[[range id, epoch, state], …]`` for the heartbeat."""
-        return [[rid, s.record["epoch"], s.state] for rid, s in self.open.items()]
+        out = [[rid, s.record["epoch"], s.state] for rid, s in self.open.items()]
+        if self.repl is not None:  # replicas being rebuilt count as followed (the coordinator sent them)
+            out += [[rid, p.record["epoch"], "following"] for rid, p in self.repl.pulls.items()]
+        return out
 
     def load_report(self) -> dict[str, dict]:
         """Per-range load since the last report (rates per second), then reset the counters.

@@ -22,7 +22,8 @@ import rocksdict
 
 from partition_server.tee import Ops, RangeEnd
 
-_REPL = struct.Struct(">QQ")  # META_REPL: (epoch, seq)
+_REPL = struct.Struct(">QQ")
+PIN_FACTOR = 4  # a pinned log may grow to this many times its byte bound before the pin is dropped  # META_REPL: (epoch, seq)
 
 
 def pack_position(epoch: int, seq: int) -> bytes:
@@ -82,12 +83,21 @@ class ReplicaLog:
     ``deque`` appends and pops are atomic in CPython, and readers copy what they take.
     """
 
-    def __init__(self, last_seq: int = 0, max_batches: int = 100_000, max_bytes: int = 64 << 20) -> None:
+    def __init__(self, last_seq: int = 0, max_batches: int = 20_000, max_bytes: int = 8 << 20) -> None:
         self.entries: deque[tuple[int, bytes]] = deque()
         self.last_seq = last_seq  # the newest batch's seq (also when the ring is empty)
         self.max_batches = max_batches
         self.max_bytes = max_bytes
         self.nbytes = 0
+        self.pins: dict[str, int] = {}  # holder -> seq: batches after it are kept (a snapshot being pulled)
+
+    def pin(self, holder: str, seq: int) -> None:
+        """Keep every batch after ``seq`` until :meth:`unpin` (up to :data:`PIN_FACTOR` times the byte bound)."""
+        self.pins[holder] = seq
+
+    def unpin(self, holder: str) -> None:
+        """Let the batches ``holder`` pinned go again."""
+        self.pins.pop(holder, None)
 
     def append(self, seq: int, blob: bytes) -> None:
         """Keep batch ``seq`` (the one after :attr:`last_seq`); the oldest go beyond the bounds."""
@@ -96,7 +106,13 @@ class ReplicaLog:
         self.entries.append((seq, blob))
         self.last_seq = seq
         self.nbytes += len(blob)
+        floor = min(self.pins.values()) if self.pins else None
         while self.entries and (len(self.entries) > self.max_batches or self.nbytes > self.max_bytes):
+            if floor is not None and self.entries[0][0] > floor:
+                if self.nbytes <= PIN_FACTOR * self.max_bytes:
+                    break
+                self.pins.clear()  # a snapshot that takes this long is given up: its follower is rebuilt again
+                floor = None
             _, old = self.entries.popleft()
             self.nbytes -= len(old)
 

@@ -17,12 +17,17 @@ keyed peer: each message also carries its configuration's ``token``, which only 
 command gives the replicas (:func:`coordinator.replica_sets.config_token`). A message that is not one of
 these, or whose token is wrong (a bug, a fuzzer holding a partition-server key), is counted and dropped:
 it never stops the loop nor reaches a store, and no forged acknowledgement moves a commit point.
+
+Rebuilding a lost replica (``snap``, ``snap_chunk`` follower → primary; ``snap_files``, ``snap_data``
+primary → follower) is in :mod:`partition_server.snapshot`.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import time
+from collections.abc import Callable
 from typing import Any
 
 import msgpack
@@ -31,6 +36,7 @@ import zmq
 from partition_server.range_store import RangeStore
 from partition_server.replica_log import ReplicaLog
 from partition_server.replication import Following, Primary
+from partition_server.snapshot import Pull, Source
 from rangetable import curve, protocol
 from rangetable.addresses import advertised
 from rangetable.errors import TableError
@@ -45,7 +51,8 @@ DOMAIN = "replication"  # the ZAP domain of replication endpoints
 class Replicator:
     """The replicated ranges of one partition server and their sockets."""
 
-    def __init__(self, ctx: zmq.Context, keys: curve.KeyRing, lag_s: float = 1.0) -> None:
+    def __init__(self, ctx: zmq.Context, keys: curve.KeyRing, lag_s: float = 1.0, data_dir: str = ".",
+                 rebuild_mb_s: float = 100.0) -> None:
         self.ctx = ctx
         self.keys = keys
         self.me = ""
@@ -59,6 +66,10 @@ class Replicator:
         self._acked: set[str] = set()  # primaries whose commit point may have moved
         self._tick = 0.0
         self.refused = 0  # malformed or unexpected messages dropped
+        self.source = Source(os.path.join(data_dir, "snapshots"))  # checkpoints served to rebuilding followers
+        self.pulls: dict[str, Pull] = {}  # replicas being rebuilt here, by range id
+        self.rebuild_bytes_s = rebuild_mb_s * 1e6
+        self.on_rebuilt: Callable[[str, dict], None] = lambda rid, record: None  # RangeSet opens the copy
 
     # --- sockets ------------------------------------------------------------------------------
 
@@ -100,6 +111,10 @@ class Replicator:
             p.close()
         self.primaries.clear()
         self.following.clear()
+        for pull in self.pulls.values():
+            pull.cancel()
+        self.pulls.clear()
+        self.source.close()
         for s in self._peers.values():
             s.close(0)
         self._peers.clear()
@@ -155,6 +170,22 @@ class Replicator:
         if p is not None:
             p.close()
         self.following.pop(rid, None)
+        pull = self.pulls.pop(rid, None)
+        if pull is not None:
+            pull.cancel()
+
+    def rebuild(self, rid: str, record: dict, path: str) -> str:
+        """Rebuild this server's replica of ``rid`` at ``path`` from its primary's checkpoint (a new
+        configuration of a range being rebuilt retargets the pull). Returns the state to report."""
+        cur = self.pulls.get(rid)
+        if cur is None:
+            self.detach(rid)
+        if cur is not None:
+            cur.retarget(record)
+        else:
+            self.pulls[rid] = Pull(rid, record, path, self.rebuild_bytes_s)
+            log.info("rebuilding %s from %s at epoch %s", rid, record["primary"], record["epoch"])
+        return "following"
 
     def seal(self, rid: str, epoch: int) -> dict:
         """Refuse batches of epochs below ``epoch`` from now on; answer how far this replica got."""
@@ -211,14 +242,58 @@ class Replicator:
                 if msg.get("token", "") != p.token:
                     raise ValueError(f"ack for {rid!r} without its configuration's token")
                 p.on_ack(str(msg["from"]), int(msg["seq"]), time.monotonic())
+                if self.source.sessions:
+                    self.source.acked(rid, str(msg["from"]), int(msg["seq"]))
                 self._acked.add(rid)
                 self._due.add(rid)  # room in the window: more may go
+            elif op in ("snap", "snap_chunk"):
+                self._serve_snapshot(op, rid, epoch, msg)
+            elif op in ("snap_files", "snap_data"):
+                self._take_snapshot(op, rid, msg)
             else:
                 raise ValueError(f"unknown op {op!r}")
         except (ValueError, KeyError, TypeError, AttributeError, msgpack.UnpackException) as exc:
             self.refused += 1
             if self.refused <= 10 or self.refused % 1000 == 0:
                 log.warning("replication message refused (%d so far): %s", self.refused, exc)
+
+    def _serve_snapshot(self, op: str, rid: str, epoch: int, msg: dict) -> None:
+        p = self.primaries.get(rid)
+        follower = str(msg["from"])
+        f = p.followers.get(follower) if p is not None else None
+        if p is None or f is None:
+            return  # not primary (yet), or the follower is not in its configuration yet: it asks again
+        if msg.get("token", "") != p.token:
+            raise ValueError(f"{op} for {rid!r} without its configuration's token")
+        if epoch != p.epoch:
+            answer: dict = {"op": "snap_data", "range": rid, "id": msg.get("id", ""), "error": "another epoch"}
+        elif op == "snap":
+            try:
+                answer = self.source.start(rid, follower, p.store, p.outbox.log)
+            except Exception as exc:  # a full disk, a closed store: the follower asks again
+                log.warning("snapshot of %s for %s failed: %s", rid, follower, exc)
+                return
+        else:
+            answer = self.source.chunk(rid, follower, str(msg["id"]), str(msg["file"]), int(msg["offset"]))
+        self._send(f.endpoint, {**answer, "epoch": p.epoch, "from": self.me, "token": p.token})
+
+    def _take_snapshot(self, op: str, rid: str, msg: dict) -> None:
+        pull = self.pulls.get(rid)
+        if pull is None or msg["from"] != pull.primary:
+            return
+        if msg.get("token", "") != pull.record.get("token", ""):
+            raise ValueError(f"{op} for {rid!r} without its configuration's token")
+        if op == "snap_files":
+            pull.on_files(msg, time.monotonic())
+            return
+        now = time.monotonic()
+        if not pull.on_data(msg, now):
+            return
+        del self.pulls[rid]
+        secs = now - pull.started
+        log.info("rebuilt %s from %s: %.1f MB in %.1f s (%.1f MB/s)", rid, pull.primary, pull.bytes / 1e6, secs,
+                 pull.bytes / 1e6 / max(secs, 1e-3))
+        self.on_rebuilt(rid, pull.record)
 
     def drain(self, limit: int = 256) -> None:
         """Handle the messages waiting on the replication endpoint (at most ``limit``)."""
@@ -245,6 +320,12 @@ class Replicator:
                     f.heard_at = now
                     self._send(f.primary_endpoint, {"op": "ack", "range": rid, "epoch": f.epoch, "from": self.me,
                                                     "seq": f.applied, "token": f.token})
+        for pull in self.pulls.values():
+            ask = pull.due(self.me, now)
+            if ask is not None and pull.endpoint:
+                self._send(pull.endpoint, ask)
+        if self.source.sessions and due:
+            self.source.expire(now, set(self.primaries))
         for rid in due:
             p = self.primaries.get(rid)
             if p is None:
@@ -266,4 +347,6 @@ class Replicator:
         out = {rid: p.report(now, self.lag_s) for rid, p in self.primaries.items()}
         for rid, f in self.following.items():
             out[rid] = {"seq": f.applied, "primary": f.primary}
+        for rid, pull in self.pulls.items():
+            out[rid] = pull.progress(now)
         return out

@@ -94,7 +94,9 @@ class PartitionServer:
         self.ranges.notify = self._wake
         self.repl: Replicator | None = None
         if cfg.replication:  # a cluster with --replicas > 1: this server holds replicas of ranges
-            self.repl = self.ranges.repl = Replicator(self.ctx, self.keys, cfg.replica_lag_s)
+            self.repl = self.ranges.repl = Replicator(self.ctx, self.keys, cfg.replica_lag_s, cfg.data_dir,
+                                                      cfg.rebuild_mb_s)
+            self.repl.on_rebuilt = self.ranges.rebuilt
         self.leaders = LeaderTracker(cfg.coordinator)
         self.term = 0  # the highest coordinator term seen (lease grants and commands of a lower one are refused)
         self._answered = float("-inf")  # when the last lease grant arrived

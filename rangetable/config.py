@@ -39,6 +39,7 @@ class CoordinatorConfig:
     startup_grace_s: float = 0.0
     replicas: int = 1  # copies of each range on distinct servers (1: one copy, under the shared data root)
     min_insync: int = 2  # a replicated range refuses writes with fewer in-sync replicas (Kafka's min.insync.replicas)
+    rereplicate_after_s: float = 10.0  # a replica on a server dead this long is rebuilt on another server
 
 
 @dataclass
@@ -65,6 +66,7 @@ class PartitionServerConfig:
     replication: str = ""  # bind address of the replication endpoint (a cluster with --replicas > 1); empty = none
     advertise_replication: str = ""  # the address other servers reach that endpoint at; empty = as bound
     replica_lag_s: float = 1.0  # an in-sync follower this far behind is reported, and dropped by the coordinator
+    rebuild_mb_s: float = 100.0  # a lost replica rebuilt here pulls its primary's checkpoint at most this fast
     zone: str = ""  # a failure-domain label (rack, zone): replicas of a range go to distinct zones
 
 

