@@ -23,7 +23,7 @@ from cli import (
 from cli.bench import commands as bench
 from cli.bench.stress import stress_cmd
 from cli.dashboard.command import dashboard_cmd
-from cli.drills import chaos, failover, netsplit, rebalance
+from cli.drills import chaos, disk_loss, failover, netsplit, rebalance
 from cli.drills.group import drill_group
 from cli.drills.verify import verify_group
 from cli.options import TableErrorGroup
@@ -55,7 +55,8 @@ for command in (bench.bench_store, bench.bench_http, bench.bench_soak, bench.ben
                 bench.bench_aio, bench.bench_stock, bench.bench_point_or):
     bench.bench_group.add_command(command)
 
-for command in (failover.drill_failover, chaos.drill_chaos, rebalance.drill_rebalance, netsplit.drill_netsplit):
+for command in (failover.drill_failover, chaos.drill_chaos, rebalance.drill_rebalance, netsplit.drill_netsplit,
+                disk_loss.drill_disk_loss):
     drill_group.add_command(command)
 
 if __name__ == "__main__":

@@ -1,0 +1,127 @@
+"""What the disk-loss drill measures: when each range answered clients again after the kill (from the
+workload's own history), and when each range had N in-sync replicas on live servers again (by polling
+the coordinator's status). The functions are pure and unit-tested (tests/unit/test_disk_loss_watch.py);
+:class:`RestoreWatch` is the thin thread that feeds them.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from cli.workload.verify.history import Op
+
+
+def range_of(pk: str, ranges: list[dict]) -> str | None:
+    """The id of the range of ``ranges`` (one table) holding PartitionKey ``pk``."""
+    for r in ranges:
+        if r["low"] <= pk and (r["high"] is None or pk < r["high"]):
+            return str(r["id"])
+    return None
+
+
+def served_again(history: Iterable[Op], ranges: list[dict], kill_t: float) -> dict[str, dict[str, float | None]]:
+    """Per range, seconds from the kill (``kill_t``, on the history's clock) until a read invoked after it
+    returned, until a write invoked after it was acknowledged, and ``served``: the later of the two
+    (None when either never happened). What the clients saw, retries included."""
+    out: dict[str, dict[str, float | None]] = {r["id"]: {"read": None, "write": None, "served": None} for r in ranges}
+    for op in history:
+        if op.outcome != "ok" or op.end is None or op.start < kill_t or not isinstance(op.key, tuple):
+            continue
+        rid = range_of(str(op.key[0]), ranges)
+        if rid is None:
+            continue
+        slot = "read" if op.kind == "read" else "write"
+        t = round(op.end - kill_t, 3)
+        cur = out[rid][slot]
+        if cur is None or t < cur:
+            out[rid][slot] = t
+    for v in out.values():
+        if v["read"] is not None and v["write"] is not None:
+            v["served"] = max(v["read"], v["write"])
+    return out
+
+
+def live_servers(servers: list[dict], victim: str, old_incarnation: str) -> set[str]:
+    """The ids of the live servers; the victim counts only in a new incarnation (its old one is dead even
+    while the coordinator has not noticed yet)."""
+    return {s["id"] for s in servers
+            if s["alive"] and not (s["id"] == victim and s.get("incarnation") == old_incarnation)}
+
+
+def restore_step(rec: dict, live: set[str], n: int, victim: str, lost_seen: bool) -> tuple[bool, bool]:
+    """One observation of a range's record: (the victim's lost copy has been seen leaving the in-sync set,
+    the range has ``n`` in-sync replicas on live servers again). Restoration counts only after the loss
+    was seen: before the coordinator notices, the in-sync set still names the dead copy."""
+    lost_seen = lost_seen or victim not in rec.get("insync", [])
+    healthy = [s for s in rec.get("insync", []) if s in live]
+    return lost_seen, lost_seen and len(healthy) >= n
+
+
+def new_copies(before: list[str], after: list[str], victim: str) -> list[str]:
+    """The in-sync replicas made since the kill: those not in sync before it, and the victim (its copy was
+    wiped: in sync again, it was rebuilt)."""
+    return [s for s in after if s == victim or s not in before]
+
+
+def dir_bytes(path: str) -> int:
+    """The size of the files under ``path`` (0 when it does not exist)."""
+    total = 0
+    for root, _dirs, files in os.walk(path):
+        for f in files:
+            try:
+                total += os.path.getsize(os.path.join(root, f))
+            except OSError:
+                pass  # compacted away meanwhile
+    return total
+
+
+class RestoreWatch(threading.Thread):
+    """Polls the coordinator's status from the kill on and notes, per range, when the victim's copy left the
+    in-sync set and when the range had ``n`` in-sync replicas on live servers again (with the size on disk
+    of the copies made meanwhile, for a MB/s figure). Stops when every range is restored or on ``stop``."""
+
+    def __init__(self, status: Callable[[], dict], ranges: list[dict], n: int, victim: str, old_incarnation: str,
+                 t0: float, server_dir: Callable[[str], str]) -> None:
+        super().__init__(daemon=True)
+        self.status, self.n, self.victim, self.old = status, n, victim, old_incarnation
+        self.t0, self.server_dir = t0, server_dir
+        self.before = {r["id"]: list(r.get("insync", [])) for r in ranges}
+        self.lost_seen: dict[str, float] = {}
+        self.restored: dict[str, dict[str, Any]] = {}
+        self.min_insync: dict[str, int] = {rid: len(v) for rid, v in self.before.items()}
+        self.polls = 0
+        self.stop = threading.Event()
+
+    def run(self) -> None:
+        """Poll five times a second until every range is restored or stopped."""
+        while not self.stop.is_set() and len(self.restored) < len(self.before):
+            try:
+                self.observe(self.status())
+            except Exception:  # noqa: BLE001 - the coordinator may be busy or restarting: poll again
+                pass
+            self.stop.wait(0.2)
+
+    def observe(self, st: dict) -> None:
+        """Take one status snapshot into account."""
+        now = round(time.monotonic() - self.t0, 3)
+        self.polls += 1
+        live = live_servers(st["servers"], self.victim, self.old)
+        recs = {r["id"]: r for r in st["ranges"]}
+        for rid, before in self.before.items():
+            rec = recs.get(rid)
+            if rec is None or rid in self.restored:
+                continue
+            healthy = [s for s in rec.get("insync", []) if s in live]
+            self.min_insync[rid] = min(self.min_insync[rid], len(healthy))
+            seen, ok = restore_step(rec, live, self.n, self.victim, rid in self.lost_seen)
+            if seen and rid not in self.lost_seen:
+                self.lost_seen[rid] = now
+            if ok:
+                made = new_copies(before, healthy, self.victim)
+                size = sum(dir_bytes(os.path.join(self.server_dir(s), rec["path"])) for s in made)
+                self.restored[rid] = {"t": now, "insync": healthy, "new_copies": made, "bytes": size,
+                                      "mb_per_s": round(size / 1e6 / now, 3) if now > 0 else None}

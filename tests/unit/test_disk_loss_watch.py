@@ -1,0 +1,110 @@
+"""The disk-loss drill's measures: per-range 'served again' from a history, and restoration to N in-sync."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+from cli.drills.disk_loss_watch import (
+    RestoreWatch,
+    dir_bytes,
+    live_servers,
+    new_copies,
+    range_of,
+    restore_step,
+    served_again,
+)
+from cli.workload.verify.history import Op
+
+RANGES = [{"id": "a", "low": "", "high": "p04", "insync": ["ps-1", "ps-2", "ps-3"], "path": "ranges/a"},
+          {"id": "b", "low": "p04", "high": None, "insync": ["ps-1", "ps-2", "ps-3"], "path": "ranges/b"}]
+
+
+def op(i: int, pk: str, kind: str, start: float, end: float | None, outcome: str = "ok") -> Op:
+    return Op(id=i, key=(pk, "k0"), kind=kind, value=None if kind in ("read", "delete") else "v", start=start,
+              end=end, outcome=outcome)
+
+
+def test_range_of() -> None:
+    assert range_of("p00", RANGES) == "a"
+    assert range_of("p04", RANGES) == "b"
+    assert range_of("zzz", RANGES) == "b"
+    assert range_of("p00", RANGES[1:]) is None
+
+
+def test_served_again_takes_the_first_read_and_write_invoked_after_the_kill() -> None:
+    h = [op(1, "p00", "write", 9.0, 12.5),  # invoked before the kill: not counted
+         op(2, "p00", "read", 10.1, 11.2),
+         op(3, "p01", "cas", 10.2, 11.9),
+         op(4, "p00", "write", 10.3, 11.5),
+         op(5, "p05", "read", 10.0, 10.1),
+         op(6, "p05", "write", 10.5, None, "unknown"),
+         op(7, "p05", "write", 10.6, 13.0, "fail")]
+    out = served_again(h, RANGES, 10.0)
+    assert out["a"] == {"read": 1.2, "write": 1.5, "served": 1.5}
+    assert out["b"] == {"read": 0.1, "write": None, "served": None}
+
+
+def test_served_again_ignores_fresh_and_unknown_keys() -> None:
+    h = [Op(id=1, key="not-a-tuple", kind="read", start=11, end=12, outcome="ok")]
+    assert served_again(h, RANGES, 10.0)["a"]["served"] is None
+
+
+def test_live_servers_drop_the_victims_old_incarnation() -> None:
+    servers = [{"id": "ps-1", "alive": True, "incarnation": "old"}, {"id": "ps-2", "alive": True, "incarnation": "x"},
+               {"id": "ps-3", "alive": False, "incarnation": "y"}]
+    assert live_servers(servers, "ps-1", "old") == {"ps-2"}
+    servers[0]["incarnation"] = "new"
+    assert live_servers(servers, "ps-1", "old") == {"ps-1", "ps-2"}
+
+
+def test_restore_counts_only_after_the_lost_copy_left_the_insync_set() -> None:
+    live = {"ps-1", "ps-2", "ps-3"}
+    rec = {"insync": ["ps-1", "ps-2", "ps-3"]}
+    assert restore_step(rec, live, 3, "ps-1", False) == (False, False)  # not noticed yet
+    assert restore_step({"insync": ["ps-2", "ps-3"]}, live, 3, "ps-1", False) == (True, False)
+    assert restore_step({"insync": ["ps-2", "ps-3", "ps-4"]}, live | {"ps-4"}, 3, "ps-1", True) == (True, True)
+    assert restore_step(rec, live, 3, "ps-1", True) == (True, True)  # the victim rebuilt and back in sync
+    assert restore_step(rec, live - {"ps-3"}, 3, "ps-1", True) == (True, False)
+
+
+def test_new_copies() -> None:
+    assert new_copies(["ps-1", "ps-2", "ps-3"], ["ps-2", "ps-3", "ps-4"], "ps-1") == ["ps-4"]
+    assert new_copies(["ps-1", "ps-2", "ps-3"], ["ps-2", "ps-3", "ps-1"], "ps-1") == ["ps-1"]
+
+
+def test_dir_bytes(tmp_path: Path) -> None:
+    (tmp_path / "d").mkdir()
+    (tmp_path / "d" / "f").write_bytes(b"x" * 10)
+    (tmp_path / "g").write_bytes(b"y" * 5)
+    assert dir_bytes(str(tmp_path)) == 15
+    assert dir_bytes(str(tmp_path / "missing")) == 0
+
+
+def test_restore_watch_observes_a_rebuild(tmp_path: Path) -> None:
+    (tmp_path / "ps-4" / "ranges" / "a").mkdir(parents=True)
+    (tmp_path / "ps-4" / "ranges" / "a" / "sst").write_bytes(b"z" * 1000)
+    servers = [{"id": s, "alive": True, "incarnation": "i"} for s in ("ps-1", "ps-2", "ps-3", "ps-4")]
+    w = RestoreWatch(lambda: {}, RANGES, 3, "ps-1", "i", 0.0, lambda s: str(tmp_path / s))
+    w.observe({"servers": servers, "ranges": RANGES})
+    assert not w.lost_seen and not w.restored and w.min_insync["a"] == 2
+    w.observe({"servers": servers, "ranges": [{**RANGES[0], "insync": ["ps-2", "ps-3", "ps-4"]},
+                                              {**RANGES[1], "insync": ["ps-2", "ps-3"]}]})
+    assert set(w.lost_seen) == {"a", "b"}
+    assert w.restored["a"]["new_copies"] == ["ps-4"] and w.restored["a"]["bytes"] == 1000
+    assert "b" not in w.restored
+
+
+def test_restore_watch_thread_stops_when_asked() -> None:
+    calls = threading.Event()
+
+    def status() -> dict:
+        calls.set()
+        raise RuntimeError("coordinator restarting")
+
+    w = RestoreWatch(status, RANGES, 3, "ps-1", "i", 0.0, lambda s: s)
+    w.start()
+    assert calls.wait(5)
+    w.stop.set()
+    w.join(5)
+    assert not w.is_alive()
