@@ -2,8 +2,9 @@
 
 A range record (from the coordinator) is ``{"id", "table", "low", "high", "epoch", "path"}``;
 ``high`` is None for the last range of a table. A served range is open (its RocksDB directory
-locked by this process) in one of two states: ``serving``, or ``pending`` — the two halves of a
-split waiting for the coordinator to commit them (they answer ``RangeBusy``).
+locked by this process) in one of these states: ``serving``, ``pending`` — the two halves of a
+split waiting for the coordinator to commit them (they answer ``RangeBusy``) —, and for a replicated
+range ``following`` (a follower's copy: ``NotOwner``) or ``draining`` (a primary being sealed: ``RangeBusy``).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from typing import Any
 from partition_server.data_requests import DATA_OPS
 from partition_server.metrics import RangeTotals
 from partition_server.range_store import RangeStore
+from partition_server.replica_ranges import DRAIN_S, ReplicaRanges
 from partition_server.replicator import Replicator
 from partition_server.served import FULL_REPORT_S, LAT_SAMPLES, Deferred, Load, Served, only_changed
 from partition_server.split_job import SplitJob
@@ -32,12 +34,9 @@ from rangetable.stats import StepClock, percentile_ms
 
 log = logging.getLogger("rangetable.partition_server")
 
-DRAIN_S = 2.0  # a replicated primary's split waits this long at most for its followers to hold the last batch
 
-
-
-class RangeSet:
-    """Ranges open in this process, keyed by range id."""
+class RangeSet(ReplicaRanges):
+    """Ranges open in this process, keyed by range id (the replicated ranges' commands: :class:`ReplicaRanges`)."""
 
     CONTROL_OPS = frozenset({"load", "unload", "prepare", "split", "split_key", "merge", "destroy", "status",
                              "checkpoint", "table_settings", "seal"})
@@ -143,59 +142,6 @@ class RangeSet:
                  (time.monotonic() - t0) * 1e3)
         self._compact_later(store)
 
-    def _needs_rebuild(self, record: dict) -> bool:
-        """True for a follower's replica to pull from its primary: the coordinator says so (a new
-        replica), or it is being pulled already, or its directory is missing while this server is out of
-        the in-sync set (its disk was lost; a new range's replicas are all in sync and start empty; an
-        in-sync one that lost its disk starts empty too and catches up from the log, or is reported
-        ``rebuild`` by the primary and rebuilt)."""
-        repl = self.repl
-        if "primary" not in record or repl is None or record["primary"] == repl.me:
-            return False
-        if record.get("rebuild") or record["id"] in repl.pulls:
-            return True
-        return repl.me not in (record.get("insync") or []) and not os.path.isdir(self._path(record))
-
-    def rebuilt(self, rid: str, record: dict) -> None:
-        """A replica pulled from its primary is in place: open it and follow from its position."""
-        try:
-            self.load({k: v for k, v in record.items() if k != "rebuild"})
-        except TableError as exc:
-            log.warning("opening the rebuilt replica of %s failed: %s", rid, exc)
-
-    def seal(self, rid: str, epoch: int, path: str | None) -> dict | Deferred:
-        """Refuse a replicated range's batches of epochs below ``epoch`` and say how far this replica got
-        (a store on disk that is not open, after a restart, is only read). A primary stops taking requests
-        and answers once its in-sync followers hold its last batch (or after :data:`DRAIN_S`)."""
-        repl = self._replicator()
-        p = repl.primaries.get(rid)
-        served = self.open.get(rid)
-        if p is not None and served is not None:
-            served.state = "draining"  # RangeBusy until the coordinator's next configuration
-            until = time.monotonic() + DRAIN_S
-            return Deferred(lambda: p.committed >= p.outbox.seq or time.monotonic() > until,
-                            lambda: repl.seal(rid, epoch))
-        if rid in self.open:
-            return repl.seal(rid, epoch)
-        if rid in repl.pulls:
-            raise TableError("NotOwner", f"the replica of range {rid} here is being rebuilt")
-        if not path:
-            raise TableError("NotOwner", f"range {rid} is not open here")
-        try:
-            store = RangeStore.open(os.path.join(self.data_dir, path), create=False, **self.store_kw)
-        except Exception as exc:
-            raise TableError("NotOwner", f"no copy of range {rid} here: {exc}") from None
-        try:
-            applied_epoch, seq = store.position()
-        finally:
-            store.close()
-        return {"seq": seq, "epoch": applied_epoch}
-
-    def _replicator(self) -> Replicator:
-        if self.repl is None:
-            raise TableError("InvalidInput", "this partition server was started without --replication")
-        return self.repl
-
     def serving_stores(self) -> list[RangeStore]:
         """The stores of the ranges serving now (called from the reclaimer's thread)."""
         return [s.store for s in list(self.open.values()) if s.state == "serving"]
@@ -280,47 +226,6 @@ class RangeSet:
         job = SplitJob(served.store, key, self._path(left), self._path(right), self.notify)
         self.splits[rid] = job
         return job.start()
-
-    def _split_ready(self, rid: str, job: SplitJob) -> Callable[[], bool]:
-        """When a split may switch over: its halves are prepared and, for a replicated primary, the parent
-        takes no more writes and every in-sync follower holds its last batch (so each can split its copy
-        at that batch), or :data:`DRAIN_S` passed (the switch-over then fails; the range serves again)."""
-        drained_by: list[float] = []
-
-        def ready() -> bool:
-            if not job.done.is_set():
-                return False
-            p = self.repl.primaries.get(rid) if self.repl is not None else None
-            served = self.open.get(rid)
-            if p is None or served is None:
-                return True
-            if not drained_by:
-                served.state = "draining"  # RangeBusy until the switch-over: frontends retry
-                drained_by.append(time.monotonic() + DRAIN_S)
-            return p.committed >= p.outbox.seq or time.monotonic() > drained_by[0]
-
-        return ready
-
-    def split_follower(self, rid: str, epoch: int, key: str, left: dict, right: dict, seq: int) -> dict:
-        """Split a followed range's copy at ``key`` after its batch ``seq`` (where the primary split): two
-        pending halves at that position, the parent closed (the coordinator destroys it after the commit)."""
-        served = self._served(rid, epoch)
-        f = self._replicator().following.get(rid)
-        if f is None or f.applied != seq:
-            raise TableError("RangeBusy", f"this replica of {rid} holds batch {f.applied if f else None}, not {seq}")
-        t0 = time.monotonic()
-        for rec in (left, right):
-            if rec["id"] in self.open:
-                self.unload(rec["id"])
-        served.store.split(key, self._path(left), self._path(right), compact=False)
-        self.unload(rid)
-        self.tables.inherit([rid], [left["id"], right["id"]])
-        for rec in (left, right):
-            lo, hi = range_bounds(rec["low"], rec["high"])
-            store = RangeStore.open(self._path(rec), **self.store_kw)
-            self.open[rec["id"]] = Served(dict(rec), store, "pending", lo, hi)
-            self._compact_later(store)
-        return {"ms": round((time.monotonic() - t0) * 1e3, 2), "seq": seq}
 
     def split_finish(self, rid: str, epoch: int, left: dict, right: dict) -> dict:
         """Switch a prepared split over (on the loop: no write in flight): the last writes replayed,
