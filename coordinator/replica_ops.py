@@ -124,7 +124,7 @@ def promote(co: MapWriter, ctl: Commands, rids: list[str], reason: str,
             puts.update(co.pmap.update(cur, **change, epoch=cur["epoch"] + 1, state="serving")[0])
             done.append(rid)
             events.append({"kind": "promote", "range": rid, "table": cur["table"], "source": rec["owner"],
-                           "target": pick, "reason": reason, "epoch": cur["epoch"], "seq": positions[rid][pick],
+                           "target": pick, "reason": reason, "epoch": cur["epoch"], "batch": positions[rid][pick],
                            "dropped": sorted(set(rec["replicas"]) - set(change["replicas"]))})
         if puts:
             co.commit((puts, []))

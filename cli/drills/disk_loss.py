@@ -117,8 +117,9 @@ def run_disk_loss_drill(data_dir: str, *, server: str | None = None, duration: f
     shutil.rmtree(wiped, ignore_errors=True)
     kill_t = t0 - wl.t0
     say(f"killed {victim} (pid {info['pid']}) and deleted {victim_dir}")
-    watch = RestoreWatch(lambda: call(coord, {"op": "status"}, timeout=1), ranges, n, victim, info["incarnation"],
-                         t0, lambda s: os.path.join(root, "servers", s))
+    rids = {r["id"] for r in ranges}
+    watch = RestoreWatch(lambda: call(coord, {"op": "status"}, timeout=5), ranges, n, victim, info["incarnation"],
+                         t0, lambda s: os.path.join(root, "servers", s), lambda: _events_since(coord, seq, rids))
     watch.start()
     time.sleep(max(duration - warmup, 1.0))
     wl.stop()

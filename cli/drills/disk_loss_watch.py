@@ -61,6 +61,22 @@ def restore_step(rec: dict, live: set[str], n: int, victim: str, lost_seen: bool
     return lost_seen, lost_seen and len(healthy) >= n
 
 
+def lost_in_events(events: Iterable[dict], victim: str) -> set[str]:
+    """Ranges whose coordinator events since the kill show the victim's copy gone from the in-sync set: a
+    promotion that dropped it, an in-sync change without it, or a re-replication onto it (its copy was
+    wiped). They catch a loss and its repair that fell between two status polls."""
+    out = set()
+    for e in events:
+        kind, rid = e.get("kind"), e.get("range")
+        if rid is None:
+            continue
+        if (kind == "promote" and victim in e.get("dropped", [])) or (
+                kind == "insync" and victim not in e.get("insync", [victim])) or (
+                kind == "rereplicate" and victim in e.get("added", [])):
+            out.add(str(rid))
+    return out
+
+
 def new_copies(before: list[str], after: list[str], victim: str) -> list[str]:
     """The in-sync replicas made since the kill: those not in sync before it, and the victim (its copy was
     wiped: in sync again, it was rebuilt)."""
@@ -85,9 +101,10 @@ class RestoreWatch(threading.Thread):
     of the copies made meanwhile, for a MB/s figure). Stops when every range is restored or on ``stop``."""
 
     def __init__(self, status: Callable[[], dict], ranges: list[dict], n: int, victim: str, old_incarnation: str,
-                 t0: float, server_dir: Callable[[str], str]) -> None:
+                 t0: float, server_dir: Callable[[str], str], events: Callable[[], list[dict]] = list) -> None:
         super().__init__(daemon=True)
         self.status, self.n, self.victim, self.old = status, n, victim, old_incarnation
+        self.events = events
         self.t0, self.server_dir = t0, server_dir
         self.before = {r["id"]: list(r.get("insync", [])) for r in ranges}
         self.lost_seen: dict[str, float] = {}
@@ -100,13 +117,13 @@ class RestoreWatch(threading.Thread):
         """Poll five times a second until every range is restored or stopped."""
         while not self.stop.is_set() and len(self.restored) < len(self.before):
             try:
-                self.observe(self.status())
+                self.observe(self.status(), lost_in_events(self.events(), self.victim))
             except Exception:  # noqa: BLE001 - the coordinator may be busy or restarting: poll again
                 pass
             self.stop.wait(0.2)
 
-    def observe(self, st: dict) -> None:
-        """Take one status snapshot into account."""
+    def observe(self, st: dict, lost: frozenset[str] | set[str] = frozenset()) -> None:
+        """Take one status snapshot into account (``lost``: ranges whose events show the loss already)."""
         now = round(time.monotonic() - self.t0, 3)
         self.polls += 1
         live = live_servers(st["servers"], self.victim, self.old)
@@ -117,7 +134,7 @@ class RestoreWatch(threading.Thread):
                 continue
             healthy = [s for s in rec.get("insync", []) if s in live]
             self.min_insync[rid] = min(self.min_insync[rid], len(healthy))
-            seen, ok = restore_step(rec, live, self.n, self.victim, rid in self.lost_seen)
+            seen, ok = restore_step(rec, live, self.n, self.victim, rid in self.lost_seen or rid in lost)
             if seen and rid not in self.lost_seen:
                 self.lost_seen[rid] = now
             if ok:

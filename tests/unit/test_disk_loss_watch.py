@@ -108,3 +108,17 @@ def test_restore_watch_thread_stops_when_asked() -> None:
     w.stop.set()
     w.join(5)
     assert not w.is_alive()
+
+
+def test_lost_in_events_sees_a_loss_and_repair_between_two_polls() -> None:
+    from cli.drills.disk_loss_watch import lost_in_events
+
+    events = [
+        {"kind": "promote", "range": "r1", "dropped": ["ps-1"]},
+        {"kind": "insync", "range": "r2", "insync": ["ps-2", "ps-3"]},
+        {"kind": "rereplicate", "range": "r3", "added": ["ps-1"]},
+        {"kind": "insync", "range": "r4", "insync": ["ps-1", "ps-2", "ps-3"]},  # the victim still in sync
+        {"kind": "promote", "range": "r5", "dropped": []},
+        {"kind": "split", "range": "r6"},
+    ]
+    assert lost_in_events(events, "ps-1") == {"r1", "r2", "r3"}
