@@ -215,10 +215,11 @@ class Primary:
         return out
 
     def lagging(self, now: float, lag_s: float) -> list[str]:
-        """In-sync (or joining) followers whose oldest missing batch is older than ``lag_s``, or that
-        cannot catch up from the log."""
+        """In-sync (or joining) followers whose oldest missing batch is older than ``lag_s``, that cannot
+        catch up from the log, or that have not said where they stand within ``lag_s`` of this primary's
+        start (a new primary holds every answer until its followers confirm its last batch)."""
         return sorted(s for s in self.acking() if (f := self.followers.get(s)) is None or f.diverged or f.behind_log
-                      or self.outbox.age(f.acked, now) > lag_s)
+                      or self.outbox.age(f.acked, now) > lag_s or (f.acked < 0 and now - f.progress_at > lag_s))
 
     def caught_up(self) -> list[str]:
         """Followers outside the in-sync set that hold every batch: from now on they count towards

@@ -310,3 +310,19 @@ def test_randomized_loss_duplication_reordering_converge(tmp_path: Path, seed: i
             assert dump(net.stores[s]) == dump(net.stores["a"]), s
     finally:
         net.close()
+
+
+def test_a_follower_silent_since_the_primary_started_is_reported_lagging(tmp_path) -> None:
+    from partition_server.range_store import RangeStore
+    from partition_server.replica_log import ReplicaLog
+    from partition_server.replication import Primary
+
+    store = RangeStore.open(tmp_path / "p")
+    try:
+        p = Primary("r1", 1, store, ReplicaLog(0), {"b": "tcp://b", "c": "tcp://c"}, ["a", "b", "c"], "a", 2)
+        t0 = p.followers["b"].progress_at
+        p.on_ack("c", 0, t0 + 0.1)  # c says hello; b never does
+        assert p.lagging(t0 + 0.5, 1.0) == []
+        assert p.lagging(t0 + 1.5, 1.0) == ["b"]  # no write ever aged, yet b holds up every answer
+    finally:
+        store.close()
