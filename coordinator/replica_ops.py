@@ -120,7 +120,9 @@ def promote(co: MapWriter, ctl: Commands, rids: list[str], reason: str,
                 events.append({"kind": "unavailable", "range": rid, "table": cur["table"], "reason": reason,
                                "replicas": cur["replicas"], "answered": sorted(positions[rid])})
                 continue
-            change = after_promotion(cur, pick, positions[rid])
+            old = co.servers.get(rec["owner"])
+            floor = int(old.repl.get(rid, {}).get("committed", -1)) if old is not None and old.repl else -1
+            change = after_promotion(cur, pick, positions[rid], floor)
             puts.update(co.pmap.update(cur, **change, epoch=cur["epoch"] + 1, state="serving")[0])
             done.append(rid)
             events.append({"kind": "promote", "range": rid, "table": cur["table"], "source": rec["owner"],

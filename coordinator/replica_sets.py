@@ -63,12 +63,14 @@ def promotion(rec: dict, positions: dict[str, int], prefer: str | None = None) -
     return min(candidates, key=lambda s: (-positions[s], s != prefer, s != rec["owner"], s))
 
 
-def after_promotion(rec: dict, primary: str, positions: dict[str, int]) -> dict:
+def after_promotion(rec: dict, primary: str, positions: dict[str, int], committed: int = -1) -> dict:
     """The replica set once ``primary`` leads: the replicas that answered the seal stay (the others may
     hold batches the new primary never had, so they are dropped and rebuilt); the in-sync set is what
-    was in sync and answered."""
+    was in sync, answered, and holds at least the old primary's last reported commit point ``committed``
+    (a replica below it lost committed batches — a wiped disk, a lost WAL tail — and rejoins once caught up)."""
     replicas = [primary] + [s for s in rec["replicas"] if s != primary and s in positions]
-    insync = [s for s in replicas if s in rec.get("insync", []) or s == primary]
+    insync = [s for s in replicas
+              if s == primary or (s in rec.get("insync", []) and positions[s] >= committed)]
     return {"owner": primary, "replicas": replicas, "insync": insync}
 
 

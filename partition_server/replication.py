@@ -94,6 +94,7 @@ class Progress:
     progress_at: float = field(default_factory=time.monotonic)  # when ``acked`` last moved
     diverged: bool = False  # it holds batches this primary never wrote: it must be rebuilt
     behind_log: bool = False  # it needs batches the log no longer has: it must be rebuilt
+    regressed: bool = False  # in sync, it said it holds less than it had acknowledged (a lost disk or WAL tail)
 
 
 class Primary:
@@ -134,6 +135,9 @@ class Primary:
             del self.followers[sid]
         self.insync = {s for s in insync if s != self.me}
         self.joining = {s for s in self.joining if s in self.followers and s not in self.insync and s not in dropped}
+        for sid, f in self.followers.items():
+            if sid not in self.insync:
+                f.regressed = False  # out of the in-sync set now: it rejoins once caught up
         self._recommit()
 
     def acking(self) -> set[str]:
@@ -155,6 +159,8 @@ class Primary:
             f.diverged = True  # batches of a deposed primary this one never had
             return
         f.diverged = False
+        if seq < f.acked and server in self.insync:
+            f.regressed = True  # it lost batches it had acknowledged: it may not stay in the in-sync set
         if seq > f.acked:
             f.progress_at = now
         elif seq < f.acked or f.sent > seq and now - f.progress_at > RESEND_S:
@@ -216,10 +222,12 @@ class Primary:
 
     def lagging(self, now: float, lag_s: float) -> list[str]:
         """In-sync (or joining) followers whose oldest missing batch is older than ``lag_s``, that cannot
-        catch up from the log, or that have not said where they stand within ``lag_s`` of this primary's
+        catch up from the log, that lost batches they had acknowledged (so the in-sync set keeps meaning "holds
+        every committed batch"), or that have not said where they stand within ``lag_s`` of this primary's
         start (a new primary holds every answer until its followers confirm its last batch)."""
         return sorted(s for s in self.acking() if (f := self.followers.get(s)) is None or f.diverged or f.behind_log
-                      or self.outbox.age(f.acked, now) > lag_s or (f.acked < 0 and now - f.progress_at > lag_s))
+                      or f.regressed or self.outbox.age(f.acked, now) > lag_s
+                      or (f.acked < 0 and now - f.progress_at > lag_s))
 
     def caught_up(self) -> list[str]:
         """Followers outside the in-sync set that hold every batch: from now on they count towards

@@ -153,3 +153,11 @@ def test_config_token() -> None:
     assert t == config_token(b"s" * 40, "r1", 3) and len(t) == 32
     assert len({t, config_token(b"s" * 40, "r1", 4), config_token(b"s" * 40, "r2", 3),
                 config_token(b"x" * 40, "r1", 3)}) == 4
+
+
+def test_after_promotion_leaves_out_of_sync_a_replica_below_the_old_commit_point() -> None:
+    rec = {"owner": "a", "replicas": ["a", "b", "c"], "insync": ["a", "b", "c"]}
+    # a's last report said batch 90 was committed; c answered the seal at 40: it lost committed batches
+    assert after_promotion(rec, "b", {"b": 100, "c": 40}, committed=90) == {
+        "owner": "b", "replicas": ["b", "c"], "insync": ["b"]}
+    assert after_promotion(rec, "b", {"b": 100, "c": 95}, committed=90)["insync"] == ["b", "c"]

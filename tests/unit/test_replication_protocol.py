@@ -326,3 +326,26 @@ def test_a_follower_silent_since_the_primary_started_is_reported_lagging(tmp_pat
         assert p.lagging(t0 + 1.5, 1.0) == ["b"]  # no write ever aged, yet b holds up every answer
     finally:
         store.close()
+
+
+def test_an_insync_follower_that_lost_acknowledged_batches_is_reported(tmp_path) -> None:
+    """A follower back from a restart with less than it had acknowledged (its disk was wiped) may not stay
+    in the in-sync set, even on a range that takes no writes: every in-sync member holds every committed batch."""
+    from partition_server.range_store import RangeStore
+    from partition_server.replica_log import ReplicaLog
+    from partition_server.replication import Primary
+
+    store = RangeStore.open(tmp_path / "p")
+    try:
+        p = Primary("r1", 1, store, ReplicaLog(0), {"b": "tcp://b"}, ["a", "b"], "a", 2)
+        store.write({"op": "insert_or_replace", "pk": "p", "rk": "r", "props": {}})
+        t0 = p.followers["b"].progress_at
+        p.on_ack("b", 1, t0)
+        assert p.committed == 1 and p.lagging(t0 + 5, 1.0) == []
+        p.on_ack("b", 0, t0 + 5.1)  # restarted empty: it holds nothing now
+        assert p.lagging(t0 + 5.2, 1.0) == ["b"]
+        p.configure({"b": "tcp://b"}, ["a"], ["b"])  # the coordinator dropped it
+        p.on_ack("b", 1, t0 + 5.3)  # caught up from the log
+        assert p.lagging(t0 + 5.4, 1.0) == [] and "b" in p.caught_up()
+    finally:
+        store.close()
