@@ -24,29 +24,13 @@ import click
 from cli.cluster_file import read_cluster
 from cli.coordinator_client import call
 from cli.drills.disk_loss_watch import RestoreWatch, served_again
+from cli.drills.drill_table import pick_victim, prepare_table
 from cli.options import data_dir_option
 from cli.workload.generator import Workload
 from cli.workload.verify.explain import failure_lines
 from rangetable.errors import TableError
 
 GOAL_S = 3.0  # the design's bound on a range going unserved
-
-
-def prepare_replicated_table(coord: str, native: str, table: str, pieces: int) -> list[dict]:
-    """Create the drill table and try to split it into ``pieces`` ranges; a build that refuses splits of
-    replicated ranges leaves it at one range. Returns its ranges."""
-    call(native, {"op": "create_table", "table": table})
-    for i in range(1, pieces):
-        key = f"p{int(8 * i / pieces):02d}"
-        ranges = [r for r in call(coord, {"op": "status"})["ranges"] if r["table"] == table]
-        r = next(r for r in ranges if r["low"] < key and (r["high"] is None or key < r["high"]))
-        try:
-            call(coord, {"op": "split", "range": r["id"], "key": key}, timeout=60)
-        except TableError as exc:
-            if exc.error_code != "InvalidInput":
-                raise
-            break  # "its replicas split together (a step the coordinator does not take yet)"
-    return [r for r in call(coord, {"op": "status"})["ranges"] if r["table"] == table]
 
 
 def preload(native: str, table: str, mb: float) -> int:
@@ -83,27 +67,20 @@ def run_disk_loss_drill(data_dir: str, *, server: str | None = None, duration: f
     say = echo or (lambda _m: None)
     seed = int(time.time()) if seed is None else seed
     table = f"diskloss{int(time.time() * 1000) % 10**9}"
-    ranges = prepare_replicated_table(coord, native, table, pieces)
+    ranges = prepare_table(coord, native, table, pieces)
     n = min(len(r.get("replicas", [])) for r in ranges)
     if n < 2:
         raise click.ClickException(
             f"the cluster on {data_dir} keeps {n} copy of each range: a wiped disk loses its ranges' data by "
             "design. The disk-loss drill needs a replicated cluster: `rangetable up --servers 3 --replicas 3`")
-    st = call(coord, {"op": "status"})
-    primaries: dict[str, int] = {}
-    for r in ranges:
-        primaries[r["owner"]] = primaries.get(r["owner"], 0) + 1
-    victim = server or max(sorted(primaries), key=lambda s: primaries[s])
-    info = next((s for s in st["servers"] if s["id"] == victim), None)
-    if info is None or not info["alive"] or not info.get("pid"):
-        raise click.ClickException(f"partition server {victim} is not alive")
+    victim, info = pick_victim(coord, ranges, server)
     victim_dir = os.path.join(root, "servers", victim)
     if not os.path.isdir(victim_dir):
         raise click.ClickException(f"{victim_dir} does not exist: the drill wipes a local cluster's server "
                                    "directory (`rangetable up --replicas N` puts one per server there)")
     loaded = preload(native, table, preload_mb) if preload_mb > 0 else 0
     say(f"table {table}: {len(ranges)} range(s), {n} replicas each; victim {victim} (pid {info['pid']}) is primary "
-        f"of {primaries.get(victim, 0)}; seed {seed}" + (f"; preloaded {loaded / 1e6:.1f} MB" if loaded else ""))
+        f"of {sum(r['owner'] == victim for r in ranges)}; seed {seed}" + (f"; preloaded {loaded / 1e6:.1f} MB" if loaded else ""))
     wl = Workload(native, table, threads=threads, seed=seed, history_dir=os.path.join(data_dir, "histories"))
     wl.start()
     warmup = min(2.0, duration / 4)
@@ -216,7 +193,7 @@ def format_report(r: dict[str, Any]) -> str:
 @click.option("--threads", default=6, show_default=True, help="Client threads.")
 @click.option("--seed", type=int, default=None, help="Workload seed (printed, for replay).")
 @click.option("--ranges", "pieces", default=4, show_default=True,
-              help="Ranges to split the drill table into (a build that refuses splits of replicated ranges: 1).")
+              help="Ranges to split the drill table into, their primaries spread over the servers.")
 @click.option("--restore-timeout", default=60.0, show_default=True,
               help="Seconds from the kill to wait for every range to have N in-sync replicas again.")
 @click.option("--require-restore/--no-require-restore", default=True, show_default=True,

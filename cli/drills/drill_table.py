@@ -52,3 +52,20 @@ class Prober(threading.Thread):
                 self.served[rid] = round(time.monotonic() - self.t0, 3)
                 del self.pending[rid]
             time.sleep(0.05)
+
+
+def pick_victim(coordinator: str, ranges: list[dict], server: str | None = None) -> tuple[str, dict]:
+    """The partition server a drill breaks: ``server``, or the owner (primary) of most of ``ranges``; with its
+    entry of the coordinator's status. ClickException when it is not alive."""
+    import click
+
+    st = call(coordinator, {"op": "status"})
+    owned: dict[str, int] = {}
+    for r in ranges:
+        owned[r["owner"]] = owned.get(r["owner"], 0) + 1
+    victim = server or max(sorted(owned), key=lambda s: owned[s])
+    info = next((s for s in st["servers"] if s["id"] == victim), None)
+    if info is None or not info["alive"] or not info.get("pid"):
+        raise click.ClickException(f"partition server {victim} is not alive")
+    return victim, info
+

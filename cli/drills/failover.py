@@ -20,7 +20,7 @@ import click
 from cli.cluster_file import pid_alive, read_cluster
 from cli.coordinator_client import call
 from cli.drills import coordinator_failover as dc
-from cli.drills.drill_table import Prober, prepare_table
+from cli.drills.drill_table import Prober, pick_victim, prepare_table
 from cli.options import data_dir_option
 from cli.workload.generator import Workload
 from cli.workload.verify.explain import failure_lines
@@ -38,14 +38,7 @@ def run_failover_drill(data_dir: str, *, mode: str = "kill", server: str | None 
     seed = int(time.time()) if seed is None else seed
     table = f"drill{int(time.time() * 1000) % 10**9}"
     ranges = prepare_table(coord, native, table)
-    st = call(coord, {"op": "status"})
-    owned: dict[str, int] = {}
-    for r in ranges:
-        owned[r["owner"]] = owned.get(r["owner"], 0) + 1
-    victim = server or max(sorted(owned), key=lambda s: owned[s])
-    info = next((s for s in st["servers"] if s["id"] == victim), None)
-    if info is None or not info["alive"]:
-        raise click.ClickException(f"partition server {victim} is not alive")
+    victim, info = pick_victim(coord, ranges, server)
     watched = [r for r in ranges if r["owner"] == victim]
     say(f"table {table}: {len(ranges)} ranges; victim {victim} (pid {info['pid']}) owns {len(watched)}; seed {seed}")
     wl = Workload(native, table, threads=threads, seed=seed, history_dir=os.path.join(data_dir, "histories"))
