@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, cast
 
-from coordinator import acl, backup, client_keys, leases
+from coordinator import acl, backup, client_keys, leases, sync_time
 from coordinator import operations as ops
 from coordinator.server_info import live_endpoints
 from rangetable import curve, protocol
@@ -61,6 +61,9 @@ def handle(co: AdminHost, ident: bytes, rid: bytes, req: dict, role: str | None)
         return co.map_snapshots.answer(ident, rid)  # None: the snapshot thread answers when it is packed
     if op in ("status", "ranges"):
         return protocol.ok(status(co))
+    if op == "sync_time":  # the -secondary endpoint's LastSyncTime (Get Service Stats)
+        with co.lock:
+            return protocol.ok(sync_time.last_sync(co.pmap.ranges.values(), co.servers, time.monotonic(), time.time()))
     if op == "servers":  # the server list alone: cheap with a large map (no ranges, no loads)
         return protocol.ok({"version": co.pmap.version, "servers": server_list(co, loads=False),
                             "gc": co.gc.snapshot()})

@@ -17,7 +17,7 @@ import time
 import uuid
 from typing import Any, Protocol
 
-from frontend.routing import MapCache, QueryCursor, token_to_key
+from frontend.routing import MapCache, QueryCursor, Route, token_to_key
 from rangetable import protocol
 from rangetable.config import FrontendConfig
 from rangetable.errors import TableError
@@ -27,10 +27,11 @@ from rangetable.planner import plan
 RETRY_CODES = frozenset({"NotOwner", "RangeBusy"})
 COORDINATOR_OPS = frozenset(
     {"create_table", "delete_table", "list_tables", "get_table", "set_table", "split", "move", "merge", "events", "servers",
-     "status", "get_acl", "set_acl", "get_service_properties", "set_service_properties"}
+     "status", "get_acl", "set_acl", "get_service_properties", "set_service_properties", "sync_time"}
 )
 MAX_PAGE = 1000
 TABLE_WAIT_ATTEMPTS = 5  # how often a request for an unknown table waits for a fresher map
+_picks = itertools.count()  # spreads -secondary reads over a range's in-sync followers
 
 
 class Pending:
@@ -173,12 +174,23 @@ class Handler:
                 req["rid"] = f"{self._rid_prefix}{next(self._rids)}"  # so our own retries are applied once
             body["rid"] = req["rid"]
         route = self.fe.cache.route(table, pk)
-        if route.endpoint is None:
+        endpoint = self._secondary(p, route, body) if op == "get" and req.get("secondary") else route.endpoint
+        if endpoint is None:
             self.fe.retry_later(p, f"range {route.range['id']} has no serving owner")
             return
         body["range"] = route.range["id"]
         body["epoch"] = route.range["epoch"]
-        self.fe.send_ps(p, route.endpoint, body, "entity")
+        self.fe.send_ps(p, endpoint, body, "entity")
+
+    @staticmethod
+    def _secondary(p: Pending, route: Route, body: dict) -> str | None:
+        """The endpoint of a read of the ``-secondary`` endpoint (an in-sync follower of the range, else its
+        primary: :meth:`Route.secondary_endpoint`), and ``body`` marked so a follower serves it."""
+        body["secondary"] = True
+        pick = p.extra.get("pick")
+        if pick is None:
+            pick = p.extra["pick"] = next(_picks)
+        return route.secondary_endpoint(p.attempts, pick)
 
     def _query(self, p: Pending) -> None:
         req = p.req
@@ -204,17 +216,18 @@ class Handler:
             self._finish_query(p, cur)
             return
         route, spans = seg
-        if route.endpoint is None:
-            self.fe.retry_later(p, f"range {route.range['id']} has no serving owner")
-            return
         left_ms = max(1, int((p.extra["page_end"] - time.monotonic()) * 1000))
         (lo, hi), more = spans[0], spans[1:]
         body = {"op": "scan", "range": route.range["id"], "epoch": route.range["epoch"], "lo": lo, "hi": hi,
                 "filter": req.get("filter") or None, "select": req.get("select"), "limit": cur.remaining,
                 "budget_ms": left_ms}
+        endpoint = self._secondary(p, route, body) if req.get("secondary") else route.endpoint
+        if endpoint is None:
+            self.fe.retry_later(p, f"range {route.range['id']} has no serving owner")
+            return
         if more:
             body["spans"] = more
-        self.fe.send_ps(p, route.endpoint, body, ("scan", spans[-1][1]))
+        self.fe.send_ps(p, endpoint, body, ("scan", spans[-1][1]))
 
     def _finish_query(self, p: Pending, cur: QueryCursor) -> None:
         self.fe.reply_ok(p, {"entities": cur.results, "next": cur.token()})

@@ -40,6 +40,25 @@ class Route:
         r = self.range
         return self._servers.get(r["owner"]) if r["state"] in ROUTED_STATES else None
 
+    def secondary_endpoint(self, attempt: int, pick: int = 0) -> str | None:
+        """Where the ``attempt``-th try of a ``-secondary`` read goes (:func:`secondary_order`: an in-sync
+        follower first, each retry the next candidate), or None when nothing can serve the range now."""
+        order = secondary_order(self.range, self._servers, self.endpoint, pick)
+        return order[attempt % len(order)] if order else None
+
+
+def secondary_order(rec: dict, servers: dict[str, str], primary: str | None, pick: int) -> list[str]:
+    """Where a read of the ``-secondary`` endpoint may go, best first: the range's in-sync followers that
+    have a live endpoint (starting at the ``pick``-th, so reads spread over them), then the primary's
+    endpoint ``primary`` (None when it is not serving). Only the primary for a range that is not replicated
+    or has no in-sync follower; empty when nothing can serve it now."""
+    owner = rec.get("owner")
+    followers = [servers[s] for s in sorted(rec.get("insync") or ()) if s != owner and s in servers]
+    if followers:
+        k = pick % len(followers)
+        followers = followers[k:] + followers[:k]
+    return followers + ([primary] if primary is not None else [])
+
 
 class MapCache:
     """A frontend's copy of the partition map: installed from a snapshot, kept by numbered deltas

@@ -4,7 +4,9 @@ A range record (from the coordinator) is ``{"id", "table", "low", "high", "epoch
 ``high`` is None for the last range of a table. A served range is open (its RocksDB directory
 locked by this process) in one of these states: ``serving``, ``pending`` — the two halves of a
 split waiting for the coordinator to commit them (they answer ``RangeBusy``) —, and for a replicated
-range ``following`` (a follower's copy: ``NotOwner``) or ``draining`` (a primary being sealed: ``RangeBusy``).
+range ``following`` (a follower's copy: ``NotOwner``, except for a read marked ``"secondary": true``,
+which it serves from its copy as it is: eventually consistent) or ``draining`` (a primary being sealed:
+``RangeBusy``).
 """
 
 from __future__ import annotations
@@ -336,10 +338,11 @@ class RangeSet(ReplicaRanges):
         rid = req.get("range")
         served = self._served(rid, int(req.get("epoch", -2)))
         if served.state != "serving":
-            if served.state == "following":
+            if served.state != "following":
+                served.load.busy += 1
+                raise TableError("RangeBusy", f"range {served.record['id']} is {served.state}")
+            if write or not req.get("secondary"):  # a follower's copy serves the -secondary endpoint's reads only
                 raise TableError("NotOwner", f"range {rid} is only followed here")
-            served.load.busy += 1
-            raise TableError("RangeBusy", f"range {served.record['id']} is {served.state}")
         if write and self.repl is not None and not self.repl.writable(rid):
             served.load.busy += 1
             raise TableError("ServerBusy", f"range {rid} has fewer in-sync replicas than --min-insync: "

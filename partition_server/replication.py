@@ -229,6 +229,18 @@ class Primary:
                       or f.regressed or self.outbox.age(f.acked, now) > lag_s
                       or (f.acked < 0 and now - f.progress_at > lag_s))
 
+    def sync_lag(self, now: float) -> float:
+        """How far the in-sync (and joining) followers are behind, in seconds: the age of the oldest batch
+        one of them lacks (0 when they hold everything, or when there is none: the ``-secondary`` endpoint
+        then reads this primary). A follower not heard from since this primary started counts from then."""
+        lag = 0.0
+        for s in self.acking():
+            f = self.followers.get(s)
+            if f is None:
+                continue
+            lag = max(lag, now - f.progress_at if f.acked < 0 else self.outbox.age(f.acked, now))
+        return lag
+
     def caught_up(self) -> list[str]:
         """Followers outside the in-sync set that hold every batch: from now on they count towards
         commits, and the coordinator is asked to add them (:attr:`joining`)."""
@@ -241,7 +253,8 @@ class Primary:
     def report(self, now: float, lag_s: float) -> dict:
         """This range's replication state for the heartbeat."""
         out: dict = {"seq": self.outbox.seq, "committed": self.committed,
-                     "acked": {s: f.acked for s, f in self.followers.items()}}
+                     "acked": {s: f.acked for s, f in self.followers.items()},
+                     "sync_lag": round(self.sync_lag(now), 4)}
         lagging = self.lagging(now, lag_s)
         if lagging:
             out["lagging"] = lagging

@@ -29,6 +29,7 @@ from frontend.metrics import Answers
 from rangetable.errors import TableError
 
 PROPS_TTL_S = 5.0
+SYNC_TTL_S = 1.0  # Get Service Stats asks the coordinator for LastSyncTime at most this often
 
 
 class RestApp:
@@ -40,6 +41,7 @@ class RestApp:
         self.own_frontend = own_frontend
         self.security = Security(accounts or [], self.fetch_acl, oauth)
         self._props: tuple[float, dict] | None = None
+        self._sync: tuple[float, float] | None = None  # (monotonic time asked, LastSyncTime)
         self._submit = getattr(fe, "submit", None)  # AioFrontend.submit: the callback path of serve()
         self.answers = Answers()  # responses by (method, status code), for the Prometheus metrics
 
@@ -68,6 +70,21 @@ class RestApp:
     def forget_properties(self) -> None:
         """Drop the cached service properties (after a Set through this frontend)."""
         self._props = None
+
+    async def last_sync_time(self) -> float:
+        """The ``-secondary`` endpoint's LastSyncTime in wall-clock seconds: the coordinator's ``sync_time``
+        (:mod:`coordinator.sync_time`), asked at most once a second."""
+        now = time.monotonic()
+        if self._sync is not None and now - self._sync[0] < SYNC_TTL_S:
+            return self._sync[1]
+        try:
+            res = await self.fe.request({"op": "sync_time"})
+        except TableError as exc:
+            if self._sync is not None and exc.retriable:
+                return self._sync[1]  # an older answer is still true: LastSyncTime only moves forward
+            raise
+        self._sync = (now, float(res["last_sync"]))
+        return self._sync[1]
 
     # --- ASGI -----------------------------------------------------------------------------------
 

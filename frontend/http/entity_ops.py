@@ -133,6 +133,8 @@ def query_entities(rq: Request) -> tuple[dict, Finisher]:
     select = rq.ctx = parse_select(rq.param("$select"))
     req: dict[str, Any] = {"op": "query", "table": res.table, "filter": rq.param("$filter") or None,
                            "select": select, "top": parse_top(rq.param("$top"))}
+    if res.secondary:
+        req["secondary"] = True  # read from an in-sync follower (eventually consistent)
     npk = rq.param("NextPartitionKey")
     if npk is not None:
         nrk = rq.param("NextRowKey")  # absent = the start of the partition; present but empty = 400
@@ -160,7 +162,10 @@ def get_entity(rq: Request) -> tuple[dict, Finisher]:
     res = rq.res
     check(rq.auth, "get", res.table, res.pk, res.rk)
     select = rq.ctx = parse_select(rq.param("$select")) if rq.query else None
-    return {"op": "get", "table": res.table, "pk": res.pk, "rk": res.rk, "select": select}, _got_entity
+    req = {"op": "get", "table": res.table, "pk": res.pk, "rk": res.rk, "select": select}
+    if res.secondary:
+        req["secondary"] = True
+    return req, _got_entity
 
 
 def _got_entity(rq: Request, ent: list) -> Response:

@@ -315,6 +315,9 @@ class Services(Protocol):
     def forget_properties(self) -> None:
         """Drop the cached service properties."""
 
+    async def last_sync_time(self) -> float:
+        """The ``-secondary`` endpoint's LastSyncTime, wall-clock seconds (cached for a second)."""
+
 
 def next_request_id() -> str:
     """A UUID-shaped request id, unique per process run (a random prefix and a counter)."""

@@ -4,12 +4,13 @@ the table ACL, the service properties and stats. Each is ``async (app, rq) -> Re
 from __future__ import annotations
 
 import uuid
+from email.utils import formatdate
 from typing import Any
 
 from frontend.http import odata, xmldocs
 from frontend.http.entity_ops import parse_top, prefer
 from frontend.http.parse import Request, Services
-from frontend.http.render import ODATA_HEADERS, XML_TYPE, Response, http_date, odata_headers
+from frontend.http.render import ODATA_HEADERS, XML_TYPE, Response, odata_headers
 from frontend.http.security import check
 from rangetable.errors import TableError
 from rangetable.table_settings import parse_ttl
@@ -115,4 +116,5 @@ async def get_stats(app: Services, rq: Request) -> Response:
         raise TableError("InvalidQueryParameterValue", "Get Service Stats is served on the secondary endpoint "
                          f"({rq.res.account}-secondary) only.")
     check(rq.auth, "service_read", None)
-    return Response(200, [XML_TYPE], xmldocs.format_stats(http_date().decode()))
+    last_sync = await app.last_sync_time()
+    return Response(200, [XML_TYPE], xmldocs.format_stats(formatdate(int(last_sync), usegmt=True)))

@@ -1,0 +1,138 @@
+"""The ``-secondary`` endpoint (Azure's RA-GRS) on real processes: with ``--replicas 3`` its reads are served by
+in-sync followers (they go on while the primary is paused), writes there are refused, and Get Service Stats
+answers ``live`` with a LastSyncTime from the primaries' replication lag; without replication the secondary
+reads the primaries."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+
+from tests.cluster import Cluster
+from tests.rest_helpers import DEV_ACCOUNT, DEV_KEY
+
+tables = pytest.importorskip("azure.data.tables")
+from azure.core.credentials import AzureNamedKeyCredential  # noqa: E402
+from azure.core.exceptions import HttpResponseError  # noqa: E402
+
+CRED = AzureNamedKeyCredential(DEV_ACCOUNT, DEV_KEY)
+
+
+@pytest.fixture(scope="module")
+def replicated(cluster_factory: Any) -> Iterator[Cluster]:
+    with cluster_factory(servers=3, extra=["--replicas", "3", "--no-dashboard"]) as c:
+        c.admin({"op": "balancer", "action": "off"})  # the test splits the table itself
+        yield c
+
+
+def _service(c: Cluster, secondary: bool = False) -> Any:
+    return tables.TableServiceClient(c.http + ("-secondary" if secondary else ""), credential=CRED)
+
+
+def _range_of(c: Cluster, table: str) -> dict:
+    return next(r for r in c.status()["ranges"] if r["table"] == table)
+
+
+def _pid_of(c: Cluster, sid: str) -> int:
+    return next(s["pid"] for s in c.status()["servers"] if s["id"] == sid)
+
+
+def _poll(fn: Any, want: Any, timeout: float = 10.0) -> float:
+    """Seconds until ``fn()`` equals ``want`` (fails past ``timeout``)."""
+    t0 = time.monotonic()
+    got = None
+    while time.monotonic() - t0 < timeout:
+        got = fn()
+        if got == want:
+            return time.monotonic() - t0
+        time.sleep(0.05)
+    raise AssertionError(f"not {want!r} after {timeout} s: {got!r}")
+
+
+def _stats_lag(svc: Any) -> float:
+    """now - LastSyncTime from Get Service Stats (the SDK sends it to the -secondary endpoint of ``svc``)."""
+    geo = svc.get_service_stats()["geo_replication"]
+    assert geo["status"] == "live"
+    return (datetime.now(UTC) - geo["last_sync_time"]).total_seconds()
+
+
+def test_secondary_reads_followers_and_refuses_writes(replicated: Cluster) -> None:
+    c = replicated
+    name = "secreads"
+    with _service(c) as primary, _service(c, secondary=True) as secondary:
+        primary.create_table(name)
+        t = primary.get_table_client(name)
+        for i in range(20):
+            t.upsert_entity({"PartitionKey": f"p{i % 5}", "RowKey": f"{i:03d}", "n": i})
+        s = secondary.get_table_client(name)
+        want = sorted(f"{i:03d}" for i in range(20))
+        _poll(lambda: sorted(e["RowKey"] for e in s.list_entities()), want)  # eventually (at once: acked = on every in-sync copy)
+        assert s.get_entity("p3", "003")["n"] == 3
+        assert [e["RowKey"] for e in s.query_entities("PartitionKey eq 'p1'")] == ["001", "006", "011", "016"]
+
+        for write in (lambda: s.create_entity({"PartitionKey": "p", "RowKey": "x"}),
+                      lambda: s.upsert_entity({"PartitionKey": "p0", "RowKey": "000", "n": -1}),
+                      lambda: s.delete_entity("p0", "000"),
+                      lambda: s.submit_transaction([("upsert", {"PartitionKey": "p0", "RowKey": "y"})])):
+            with pytest.raises(HttpResponseError) as ei:
+                write()
+            assert ei.value.status_code == 403
+            assert ei.value.response.headers["x-ms-error-code"] == "InsufficientAccountPermissions"
+        assert t.get_entity("p0", "000")["n"] == 0
+
+        lag = _stats_lag(primary)
+        assert -1.5 < lag < 5.0, lag
+
+        # The primary paused: reads of the secondary go on from its followers (within its lease: no failover).
+        rec = _range_of(c, name)
+        assert len(rec["insync"]) == 3, rec
+        pid = _pid_of(c, rec["owner"])
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            t0 = time.monotonic()
+            assert s.get_entity("p4", "004")["n"] == 4
+            assert len(list(s.list_entities())) == 20
+            took = time.monotonic() - t0
+        finally:
+            os.kill(pid, signal.SIGCONT)
+        assert took < 1.0, took
+
+        # A query across ranges on the secondary: the table split in two, each half read from a follower.
+        c.admin({"op": "split", "range": rec["id"], "key": "p2"}, timeout=60)
+        c.wait(lambda: len([r for r in c.status()["ranges"] if r["table"] == name]) == 2, what="split")
+        _poll(lambda: sorted(e["RowKey"] for e in s.list_entities()), want)
+        assert [e["n"] for e in s.query_entities("n ge 18")] == [18, 19]
+
+
+def test_last_sync_time_follows_replication(replicated: Cluster) -> None:
+    c = replicated
+    with _service(c) as primary:
+        primary.create_table("syncing")
+        t = primary.get_table_client("syncing")
+        for i in range(50):
+            t.upsert_entity({"PartitionKey": "p", "RowKey": f"{i:03d}"})
+        lags = []
+        for _ in range(4):
+            lags.append(_stats_lag(primary))
+            time.sleep(0.6)
+        assert all(-1.5 < x < 5.0 for x in lags), lags
+
+
+def test_secondary_without_replication_reads_the_primary(cluster_factory: Any) -> None:
+    with cluster_factory(servers=1, extra=["--no-dashboard"]) as c, _service(c) as primary, \
+            _service(c, secondary=True) as secondary:
+        primary.create_table("plain")
+        t = primary.get_table_client("plain")
+        s = secondary.get_table_client("plain")
+        for i in range(5):
+            t.upsert_entity({"PartitionKey": "p", "RowKey": f"{i}", "n": i})
+            assert s.get_entity("p", f"{i}")["n"] == i  # read-your-writes: the primary serves it
+        assert len(list(s.list_entities())) == 5
+        lag = _stats_lag(primary)
+        assert -1.5 < lag < 3.0, lag
