@@ -11,7 +11,9 @@ import pytest
 from coordinator.server_info import ServerInfo
 from coordinator.sync_time import last_sync
 from frontend.routing import Route, secondary_order
+from partition_server.ranges import RangeSet
 from partition_server.replication import RESEND_S
+from rangetable.errors import TableError
 from tests.unit.test_replication_protocol import Net
 
 SERVERS = {"a": "tcp://a", "b": "tcp://b", "c": "tcp://c"}
@@ -126,3 +128,38 @@ def test_sync_lag_counts_only_in_sync_followers(tmp_path: Path) -> None:
         assert n.p.sync_lag(time.monotonic() + 5.0) == 0.0
     finally:
         n.close()
+
+
+# --- a follower's copy serves secondary reads only ----------------------------------------------
+
+
+def test_a_follower_serves_secondary_reads_and_nothing_else(tmp_path: Path) -> None:
+    rs = RangeSet(str(tmp_path))
+    rs.load({"id": "r1", "table": "t", "low": "", "high": None, "epoch": 3, "path": "r1"})
+    try:
+        rs.data("write", {"op": "write", "range": "r1", "epoch": 3, "rid": "w1",
+                          "write": {"op": "insert", "pk": "p", "rk": "r", "props": {"n": [2, 1]}}})
+        rs.open["r1"].state = "following"  # as Replicator.attach leaves a follower's copy
+        get = {"op": "get", "range": "r1", "epoch": 3, "pk": "p", "rk": "r", "select": None}
+        scan = {"op": "scan", "range": "r1", "epoch": 3, "lo": b"", "hi": None, "filter": None, "select": None,
+                "limit": 10, "budget_ms": 100}
+        for req in (get, scan):
+            with pytest.raises(TableError) as ei:
+                rs.data(req["op"], req)
+            assert ei.value.error_code == "NotOwner"
+        assert rs.data("get", {**get, "secondary": True}) is not None
+        assert rs.data("scan", {**scan, "secondary": True}) is not None
+        write = {"op": "write", "range": "r1", "epoch": 3, "rid": "w2", "secondary": True,
+                 "write": {"op": "insert", "pk": "p", "rk": "s", "props": {}}}
+        batch = {"op": "batch", "range": "r1", "epoch": 3, "rid": "w3", "secondary": True,
+                 "ops": [{"op": "insert", "pk": "p", "rk": "t", "props": {}}]}
+        for req in (write, batch):
+            with pytest.raises(TableError) as ei:
+                rs.data(req["op"], req)
+            assert ei.value.error_code == "NotOwner"
+        rs.open["r1"].state = "draining"  # a sealed primary: busy for secondary reads too
+        with pytest.raises(TableError) as ei:
+            rs.data("get", {**get, "secondary": True})
+        assert ei.value.error_code == "RangeBusy"
+    finally:
+        rs.unload_all()
