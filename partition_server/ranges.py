@@ -426,8 +426,9 @@ class RangeSet(ReplicaRanges):
         self._last_report = now
         out: dict[str, dict] = {}
         for rid, s in self.open.items():
-            if s.state == "following":
-                continue  # a follower serves nothing: its primary reports the load
+            if s.state == "following":  # its primary reports the load; the -secondary reads it served are
+                s.load = Load()  # not counted (the balancer places primaries), nor kept for a promotion
+                continue
             ld = s.load
             try:
                 st = s.store.stats()

@@ -157,6 +157,8 @@ def test_a_follower_serves_secondary_reads_and_nothing_else(tmp_path: Path) -> N
             with pytest.raises(TableError) as ei:
                 rs.data(req["op"], req)
             assert ei.value.error_code == "NotOwner"
+        assert rs.open["r1"].load.reads == 2
+        assert "r1" not in rs.load_report() and rs.open["r1"].load.reads == 0  # not counted, not kept
         rs.open["r1"].state = "draining"  # a sealed primary: busy for secondary reads too
         with pytest.raises(TableError) as ei:
             rs.data("get", {**get, "secondary": True})
