@@ -5,8 +5,10 @@ reads the primaries."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
+import threading
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
@@ -14,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from rangetable import TableServiceClient
 from tests.cluster import Cluster
 from tests.rest_helpers import DEV_ACCOUNT, DEV_KEY
 
@@ -122,6 +125,47 @@ def test_last_sync_time_follows_replication(replicated: Cluster) -> None:
             lags.append(_stats_lag(primary))
             time.sleep(0.6)
         assert all(-1.5 < x < 5.0 for x in lags), lags
+
+
+def test_a_lagging_follower_holds_last_sync_time_back(replicated: Cluster) -> None:
+    """A paused in-sync follower: the oldest batch it lacks ages until its primary reports it lagging (after
+    --replica-lag-s, 1 s) and the coordinator drops it; LastSyncTime stays behind meanwhile, then catches up."""
+    c = replicated
+    c.admin({"op": "create_table", "table": "lagging"})
+    rec = _range_of(c, "lagging")
+    follower = next(s for s in rec["replicas"] if s != rec["owner"])
+    client = TableServiceClient.from_cluster(c.data_dir).get_table_client("lagging")
+    stop = threading.Event()
+
+    def write() -> None:
+        i = 0
+        while not stop.is_set():
+            with contextlib.suppress(Exception):
+                client.upsert_entity({"PartitionKey": "p", "RowKey": f"{i:06d}"})
+            i += 1
+
+    writer = threading.Thread(target=write, daemon=True)
+    writer.start()
+    time.sleep(0.5)
+    assert c.admin({"op": "sync_time"})["lag_s"] < 1.0
+    pid = _pid_of(c, follower)
+    os.kill(pid, signal.SIGSTOP)
+    worst: dict = {"lag_s": 0.0}
+    try:
+        t0 = time.monotonic()
+        while time.monotonic() - t0 < 4.0 and worst["lag_s"] < 1.0:
+            got = c.admin({"op": "sync_time"})
+            worst = max(worst, got, key=lambda g: g["lag_s"])
+            time.sleep(0.05)
+    finally:
+        with contextlib.suppress(ProcessLookupError):  # declared dead meanwhile: the supervisor restarts it
+            os.kill(pid, signal.SIGCONT)
+    print(f"lagging follower: coordinator sync_time {worst}")
+    assert worst["lag_s"] >= 1.0 and worst["behind"] is not None, worst
+    c.wait(lambda: c.admin({"op": "sync_time"})["lag_s"] < 1.0, timeout=15, what="LastSyncTime caught up")
+    stop.set()
+    writer.join(30)
+    c.wait(lambda: follower in _range_of(c, "lagging").get("insync", []), timeout=30, what=f"{follower} back in sync")
 
 
 def test_secondary_without_replication_reads_the_primary(cluster_factory: Any) -> None:
