@@ -59,12 +59,15 @@ from cli.options import data_dir_option
               help="A replicated range refuses writes (ServerBusy) with fewer in-sync replicas than this.")
 @click.option("--rereplicate-after-s", default=10.0, show_default=True, type=click.FloatRange(0),
               help="A replica on a server dead this long is rebuilt on another server (from the primary's checkpoint).")
+@click.option("--rebuild-mb-s", default=100.0, show_default=True, type=click.FloatRange(0),
+              help="MB/s at which a partition server rebuilds a lost replica from its primary's checkpoint "
+                   "(0: no limit).")
 @click.option("--json", "as_json", is_flag=True, help="Print cluster.json once ready.")
 def up_cmd(data_dir: str, servers: int, coordinators: int, frontends: int, native_port: int, http_port: int,
            detach: bool, no_restart: bool, sync: bool, lease_s: float, partition_target: float, cert: str, key: str,
            bind_host: str, advertise_host: str, metrics: bool, dashboard: bool, dashboard_port: int,
            oauth: str | None, meta: str, replicas: int, min_insync: int, rereplicate_after_s: float,
-           as_json: bool) -> None:
+           rebuild_mb_s: float, as_json: bool) -> None:
     """Start a local cluster: coordinators (one leads), partition servers and frontends."""
     from cli.cluster_file import down, pid_alive, read_cluster
     from cli.dashboard.ports import browser_refuses
@@ -104,7 +107,7 @@ def up_cmd(data_dir: str, servers: int, coordinators: int, frontends: int, nativ
     spec = ClusterSpec(os.path.abspath(data_dir), servers, frontends, native_port, not no_restart, sync, lease_s,
                        http_port, partition_target, metrics, cert, key, bind_host, advertise_host, dashboard,
                        dashboard_port, coordinators, oauth or "", meta, replicas, min(min_insync, replicas),
-                       rereplicate_after_s)
+                       rereplicate_after_s, rebuild_mb_s)
 
     def ready(doc: dict) -> None:
         if as_json:
@@ -138,7 +141,7 @@ def up_cmd(data_dir: str, servers: int, coordinators: int, frontends: int, nativ
     argv += ["--oauth", oauth] if oauth else []
     argv += ["--meta", meta] if meta else []
     argv += ["--replicas", str(replicas), "--min-insync", str(min_insync), "--rereplicate-after-s",
-             str(rereplicate_after_s)]
+             str(rereplicate_after_s), "--rebuild-mb-s", str(rebuild_mb_s)]
     with open(os.path.join(spec.data_dir, "logs", "supervisor.log"), "ab") as log:
         proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                 start_new_session=True)

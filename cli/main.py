@@ -52,7 +52,7 @@ for command in (
 
 for command in (bench.bench_store, bench.bench_http, bench.bench_soak, bench.bench_scale, bench.bench_frontends,
                 bench.bench_control_plane, bench.bench_takeover, bench.bench_ttl, bench.bench_capacity,
-                bench.bench_aio, bench.bench_stock, bench.bench_point_or):
+                bench.bench_aio, bench.bench_stock, bench.bench_point_or, bench.bench_replicas):
     bench.bench_group.add_command(command)
 
 for command in (failover.drill_failover, chaos.drill_chaos, rebalance.drill_rebalance, netsplit.drill_netsplit,

@@ -84,6 +84,7 @@ class ClusterSpec:
     replicas: int = 1  # copies of each range; > 1: each server keeps its own directory <data-dir>/servers/<id>/
     min_insync: int = 2  # a replicated range refuses writes with fewer in-sync replicas
     rereplicate_after_s: float = 10.0  # a replica on a server dead this long is rebuilt elsewhere
+    rebuild_mb_s: float = 100.0  # a partition server rebuilds a lost replica at most this fast (0: no limit)
 
 
 class Supervisor:
@@ -151,7 +152,8 @@ class Supervisor:
                              "--bind", bind, "--advertise", adv, "--server-id", sid, "--keys-dir", self.keys_dir)
             if self.spec.replicas > 1:
                 repl_bind, repl_adv = pair()
-                argv += ["--replication", repl_bind, "--advertise-replication", repl_adv]
+                argv += ["--replication", repl_bind, "--advertise-replication", repl_adv,
+                         "--rebuild-mb-s", str(self.spec.rebuild_mb_s)]
             if self.spec.sync:
                 argv.append("--sync")
             if self.spec.partition_target:

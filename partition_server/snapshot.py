@@ -10,7 +10,7 @@ empty. The new replica pulls, over the replication endpoints (one way each, as e
   the checkpoint stays available) and answers ``{"op": "snap_files", "id", "files": [[name, size], …], "seq"}``;
 * follower → primary ``{"op": "snap_chunk", "id", "file", "offset"}`` → ``{"op": "snap_data", "id", "file",
   "offset", "data", "crc"}``: at most :data:`CHUNK` bytes, one request outstanding at a time, paced by the
-  follower (``--rebuild-mb-s``), so the primary's loop reads one chunk per request and never more;
+  follower (``--rebuild-mb-s``; 0: no limit), so the primary's loop reads one chunk per request and never more;
 * a session the primary cannot serve (gone, another epoch) answers ``{"op": "snap_data", "error"}`` and the
   follower starts over.
 
@@ -23,6 +23,7 @@ and the pin once the follower acknowledges that position, or after :data:`SESSIO
 from __future__ import annotations
 
 import logging
+import math
 import os
 import shutil
 import time
@@ -131,7 +132,7 @@ class Pull:
         self.record = record
         self.path = path
         self.tmp = path.rstrip("/") + ".rebuild"
-        self.rate = max(rate_bytes_s, 1.0)
+        self.rate = rate_bytes_s if rate_bytes_s > 0 else math.inf  # 0: no limit
         self.started = time.monotonic()
         self.done = False
         self.bytes = 0

@@ -66,7 +66,7 @@ class PartitionServerConfig:
     replication: str = ""  # bind address of the replication endpoint (a cluster with --replicas > 1); empty = none
     advertise_replication: str = ""  # the address other servers reach that endpoint at; empty = as bound
     replica_lag_s: float = 1.0  # an in-sync follower this far behind is reported, and dropped by the coordinator
-    rebuild_mb_s: float = 100.0  # a lost replica rebuilt here pulls its primary's checkpoint at most this fast
+    rebuild_mb_s: float = 100.0  # a lost replica rebuilt here pulls its primary's checkpoint at most this fast (0: no limit)
     zone: str = ""  # a failure-domain label (rack, zone): replicas of a range go to distinct zones
 
 

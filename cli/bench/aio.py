@@ -85,33 +85,41 @@ class Mix:
 
 
 def _row(label: str, t: float, ops: int, lat: list[float], errors: int, interval: float, client_cpu: float,
-         server_cpu: float) -> dict[str, Any]:
+         server_cpu: float, frontend_cpu: float | None = None) -> dict[str, Any]:
     n = max(1, ops)
-    return {"client": label, "t": round(t), "ops_per_s": round(ops / interval, 1), "p50_ms": percentile_ms(lat, 0.5),
-            "p99_ms": percentile_ms(lat, 0.99), "errors": errors,
-            "client_cpu_us": round(client_cpu / n * 1e6, 1), "server_cpu_us": round(server_cpu / n * 1e6, 1)}
+    row = {"client": label, "t": round(t), "ops_per_s": round(ops / interval, 1), "p50_ms": percentile_ms(lat, 0.5),
+           "p99_ms": percentile_ms(lat, 0.99), "errors": errors,
+           "client_cpu_us": round(client_cpu / n * 1e6, 1), "server_cpu_us": round(server_cpu / n * 1e6, 1)}
+    if frontend_cpu is not None:
+        row["frontend_cpu_us"] = round(frontend_cpu / n * 1e6, 1)
+    return row
 
 
 def _report(label: str, tally: Tally, seconds: float, interval: float, pids: list[int], running: Callable[[], bool],
-            echo: Callable[[str], None]) -> dict[str, Any]:
+            echo: Callable[[str], None], frontend_pids: list[int] | None = None) -> dict[str, Any]:
     """Print a row every ``interval`` s for ``seconds`` (blocking: the caller's workers run elsewhere),
-    then the steady figure; returns the rows and the steady figure."""
+    then the steady figure; returns the rows and the steady figure. The servers' CPU is that of ``pids``;
+    with ``frontend_pids`` the rows also give those processes' CPU per operation, apart."""
     rows: list[dict[str, Any]] = []
     start = time.monotonic()
-    cpu0, srv0 = time.process_time(), cpu_seconds(pids)
+    fe = frontend_pids or []
+    cpu0, srv0, fe0 = time.process_time(), cpu_seconds(pids), cpu_seconds(fe)
     tally.take()
     for k in range(1, int(seconds / interval) + 1):
         time.sleep(max(0.0, start + k * interval - time.monotonic()))
         if not running():
             raise RuntimeError(f"the {label} workers stopped early")
         lat, errors = tally.take()
-        cpu, srv = time.process_time(), cpu_seconds(pids)
-        row = _row(label, k * interval, len(lat), lat, errors, interval, cpu - cpu0, srv - srv0)
-        cpu0, srv0 = cpu, srv
+        cpu, srv, fe1 = time.process_time(), cpu_seconds(pids), cpu_seconds(fe)
+        row = _row(label, k * interval, len(lat), lat, errors, interval, cpu - cpu0, srv - srv0,
+                   fe1 - fe0 if frontend_pids is not None else None)
+        cpu0, srv0, fe0 = cpu, srv, fe1
         rows.append(row)
+        fe_text = f"  frontend CPU {row['frontend_cpu_us']:>6} µs/op" if "frontend_cpu_us" in row else ""
         echo(f"{label:28} {row['t']:>4} s {row['ops_per_s']:>10,.0f} ops/s  p50 {row['p50_ms']:>6} ms  "
              f"p99 {row['p99_ms']:>6} ms  client CPU {row['client_cpu_us']:>6} µs/op  "
-             f"servers CPU {row['server_cpu_us']:>6} µs/op{'  errors ' + str(row['errors']) if row['errors'] else ''}")
+             f"servers CPU {row['server_cpu_us']:>6} µs/op{fe_text}"
+             f"{'  errors ' + str(row['errors']) if row['errors'] else ''}")
     settled = rows[1:] or rows
     steady = round(statistics.median(r["ops_per_s"] for r in settled), 1)
     echo(f"{label:28} steady {steady:,.0f} ops/s (median of the {len(settled)} intervals after the first)")
@@ -127,8 +135,9 @@ def _thread_worker(client: TableClient, mix: Mix, tally: Tally, stop: threading.
 
 
 def run_threads(native: str, table: str, mix: Mix, threads: int, seconds: float, interval: float, pids: list[int],
-                echo: Callable[[str], None]) -> dict[str, Any]:
-    """The blocking client: ``threads`` threads, each with a TableClient (and socket) of its own."""
+                echo: Callable[[str], None], label: str = "", frontend_pids: list[int] | None = None) -> dict[str, Any]:
+    """The blocking client: ``threads`` threads, each with a TableClient (and socket) of its own
+    (``label`` and ``frontend_pids``: see :func:`_report`)."""
     tally, stop = Tally(), threading.Event()
     clients = [TableClient(native, table) for _ in range(threads)]
     workers = [threading.Thread(target=_thread_worker, args=(c, mix, tally, stop, i), daemon=True)
@@ -136,8 +145,8 @@ def run_threads(native: str, table: str, mix: Mix, threads: int, seconds: float,
     for w in workers:
         w.start()
     try:
-        return _report(f"blocking, {threads} threads", tally, seconds, interval, pids,
-                       lambda: all(w.is_alive() for w in workers), echo)
+        return _report(label or f"blocking, {threads} threads", tally, seconds, interval, pids,
+                       lambda: all(w.is_alive() for w in workers), echo, frontend_pids)
     finally:
         stop.set()
         for w in workers:

@@ -2,7 +2,8 @@
 ``soak`` (a workload held for minutes), ``scale`` (10M entities), ``frontends`` (REST across HTTP
 frontend processes), ``control-plane``, ``takeover``, ``ttl`` and ``capacity`` (table TTL and reserved
 throughput), ``aio`` (the asyncio native client against the blocking one), ``stock`` (conditional
-counters against ETag retries) and ``point-or`` (an `or` of 200 point keys against table size).
+counters against ETag retries), ``point-or`` (an `or` of 200 point keys against table size) and
+``replicas`` (the cost of replication: replicas 1 against 3).
 
 Plain click commands; :mod:`cli.main` adds them to the ``bench`` group.
 """
@@ -62,8 +63,6 @@ def bench_store(count: int, options: bool, data_dir: str | None, as_json: bool) 
         res = run_store_bench(count, data_dir)
     if as_json:
         click.echo(json.dumps(res, indent=2))
-
-
 
 
 @click.command("http")
@@ -389,3 +388,34 @@ def bench_point_or(sizes: str, queries: int, procs: int, data_dir: str | None, a
         res = run_point_or_bench(doc, steps, queries, procs, echo=(lambda s: None) if as_json else click.echo)
     if as_json:
         click.echo(json.dumps(res, indent=2))
+
+
+@click.command("replicas")
+@click.option("--seconds", default=120.0, show_default=True, help="Seconds of point writes per setting.")
+@click.option("--interval", default=10.0, show_default=True, help="Seconds per printed row.")
+@click.option("--threads", default=8, show_default=True, help="Client threads upserting (a native client each).")
+@click.option("--bulk", default=300_000, show_default=True, help="Entities bulk-loaded per setting (0: skip).")
+@click.option("--loaders", default=2, show_default=True, help="Bulk-load client processes.")
+@click.option("--rebuild-mb", default=200.0, show_default=True,
+              help="MB of the range re-replicated at replicas 3 (0: skip re-replication).")
+@click.option("--rebuild-mb-s", "rebuild_rates", type=float, multiple=True,
+              help="The partition servers' --rebuild-mb-s, one re-replication run each (0: no limit; "
+                   "default: 100 and 0).")
+@click.option("--rebuild-timeout", default=300.0, show_default=True,
+              help="Seconds to wait for 3 in-sync replicas again.")
+@json_option
+def bench_replicas(seconds: float, interval: float, threads: int, bulk: int, loaders: int, rebuild_mb: float,
+                   rebuild_rates: tuple[float, ...], rebuild_timeout: float, as_json: bool) -> None:
+    """The cost of replication on this machine: the same point-write load and bulk ingest on a cluster of
+    three partition servers at --replicas 1 and at 3 (ops/s, p50/p99 and CPU per write every --interval),
+    then the time to re-replicate a lost follower's copy. Starts its own clusters."""
+    from cli.bench.replicas import format_table, run_replicas_bench
+
+    if seconds < interval or interval <= 0 or threads < 1 or bulk < 0 or loaders < 1 or rebuild_mb < 0 \
+            or rebuild_timeout <= 0 or any(r < 0 for r in rebuild_rates):
+        raise click.UsageError("need --seconds >= --interval > 0, --threads/--loaders >= 1, --bulk/--rebuild-mb "
+                               ">= 0, --rebuild-timeout > 0 and --rebuild-mb-s >= 0.")
+    res = run_replicas_bench(seconds=seconds, interval=interval, threads=threads, bulk=bulk, loaders=loaders,
+                             rebuild_mb=rebuild_mb, rebuild_rates=rebuild_rates or (100.0, 0.0),
+                             rebuild_timeout=rebuild_timeout, echo=(lambda s: None) if as_json else click.echo)
+    click.echo(json.dumps(res, indent=2) if as_json else "\n" + format_table(res))

@@ -24,7 +24,7 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -314,16 +314,17 @@ def _unwind_on_sigterm() -> None:
         signal.signal(signal.SIGTERM, lambda signum, _frame: sys.exit(128 + signum))
 
 
-def start_temp_cluster(servers: int = 2, frontends: int = 1) -> tuple[str, dict]:
-    """Start a cluster in a temporary data dir (``rangetable up --detach``); returns (data_dir, cluster.json).
-    From now on a SIGTERM to this process unwinds, so a caller's ``finally: stop_temp_cluster`` runs."""
+def start_temp_cluster(servers: int = 2, frontends: int = 1, extra: Sequence[str] = ()) -> tuple[str, dict]:
+    """Start a cluster in a temporary data dir (``rangetable up --detach``, plus the flags ``extra``); returns
+    (data_dir, cluster.json). From now on a SIGTERM to this process unwinds, so a caller's
+    ``finally: stop_temp_cluster`` runs."""
     from cli.cluster_file import read_cluster
 
     _unwind_on_sigterm()
 
     data_dir = tempfile.mkdtemp(prefix="rt-bench-http-")
     argv = [sys.executable, "-m", "cli.main", "up", "--detach", "--data-dir", data_dir, "--native-port", "0",
-            "--http-port", "0", "--dashboard-port", "0", "--servers", str(servers), "--frontends", str(frontends)]
+            "--http-port", "0", "--dashboard-port", "0", "--servers", str(servers), "--frontends", str(frontends), *extra]
     out = subprocess.run(argv, capture_output=True, text=True, timeout=120)
     if out.returncode != 0:
         raise RuntimeError(f"could not start a cluster: {out.stdout}{out.stderr}")

@@ -23,9 +23,9 @@ import click
 
 from cli.cluster_file import read_cluster
 from cli.coordinator_client import call
-from cli.drills.disk_loss_watch import RestoreWatch, served_again
 from cli.drills.drill_table import pick_victim, prepare_table
 from cli.options import data_dir_option
+from cli.workload.disk_loss_watch import RestoreWatch, events_since, served_again
 from cli.workload.generator import Workload
 from cli.workload.verify.explain import failure_lines
 from rangetable.errors import TableError
@@ -45,14 +45,6 @@ def preload(native: str, table: str, mb: float) -> int:
         written += 50 * 30000
         i += 50
     return written
-
-
-def _events_since(coord: str, seq: int, rids: set[str]) -> list[dict]:
-    try:
-        events = call(coord, {"op": "events", "since": seq, "limit": 500}, timeout=2)
-    except TableError:
-        return []
-    return [e for e in events if e.get("range") in rids]
 
 
 def run_disk_loss_drill(data_dir: str, *, server: str | None = None, duration: float = 30.0, threads: int = 6,
@@ -96,7 +88,7 @@ def run_disk_loss_drill(data_dir: str, *, server: str | None = None, duration: f
     say(f"killed {victim} (pid {info['pid']}) and deleted {victim_dir}")
     rids = {r["id"] for r in ranges}
     watch = RestoreWatch(lambda: call(coord, {"op": "status"}, timeout=5), ranges, n, victim, info["incarnation"],
-                         t0, lambda s: os.path.join(root, "servers", s), lambda: _events_since(coord, seq, rids))
+                         t0, lambda s: os.path.join(root, "servers", s), lambda: events_since(coord, seq, rids))
     watch.start()
     time.sleep(max(duration - warmup, 1.0))
     wl.stop()
@@ -109,7 +101,7 @@ def run_disk_loss_drill(data_dir: str, *, server: str | None = None, duration: f
         verdict = {"lost_writes": None, "duplicate_applications": len(wl.duplicates), "linearizable": False,
                    "history_ops": len(wl.recorder), "verify_error": f"{exc.error_code}: {exc}"}
     served = served_again(wl.recorder.history(), ranges, kill_t)
-    events = _events_since(coord, seq, {r["id"] for r in ranges})
+    events = events_since(coord, seq, {r["id"] for r in ranges})
     in_time = {rid: d for rid, d in watch.restored.items() if d["t"] <= restore_timeout}
     per_range = []
     for r in ranges:

@@ -7,26 +7,13 @@ import threading
 import time
 
 from cli.coordinator_client import call
+from cli.workload.layout import spread_table
 from rangetable.errors import TableError
-
-
-def _ranges(coordinator: str, table: str) -> list[dict]:
-    return [r for r in call(coordinator, {"op": "status"})["ranges"] if r["table"] == table]
 
 
 def prepare_table(coordinator: str, native: str, table: str, pieces: int = 4) -> list[dict]:
     """Create the drill table split into ``pieces`` ranges spread over the live servers."""
-    call(native, {"op": "create_table", "table": table})
-    servers = sorted(s["id"] for s in call(coordinator, {"op": "status"})["servers"] if s["alive"])
-    keys = [f"p{int(8 * i / pieces):02d}" for i in range(1, pieces)]
-    for k in keys:
-        r = next(r for r in _ranges(coordinator, table) if r["low"] < k and (r["high"] is None or k < r["high"]))
-        call(coordinator, {"op": "split", "range": r["id"], "key": k}, timeout=60)
-    for i, r in enumerate(_ranges(coordinator, table)):
-        target = servers[i % len(servers)]
-        if r["owner"] != target:
-            call(coordinator, {"op": "move", "range": r["id"], "server": target}, timeout=60)
-    return _ranges(coordinator, table)
+    return spread_table(coordinator, native, table, [f"p{int(8 * i / pieces):02d}" for i in range(1, pieces)])
 
 
 class Prober(threading.Thread):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 from pathlib import Path
 
-from cli.drills.disk_loss_watch import (
+from cli.workload.disk_loss_watch import (
     RestoreWatch,
     dir_bytes,
     live_servers,
@@ -111,7 +111,7 @@ def test_restore_watch_thread_stops_when_asked() -> None:
 
 
 def test_lost_in_events_sees_a_loss_and_repair_between_two_polls() -> None:
-    from cli.drills.disk_loss_watch import lost_in_events
+    from cli.workload.disk_loss_watch import lost_in_events
 
     events = [
         {"kind": "promote", "range": "r1", "dropped": ["ps-1"]},

@@ -1,7 +1,7 @@
-"""What the disk-loss drill measures: when each range answered clients again after the kill (from the
-workload's own history), and when each range had N in-sync replicas on live servers again (by polling
-the coordinator's status). The functions are pure and unit-tested (tests/unit/test_disk_loss_watch.py);
-:class:`RestoreWatch` is the thin thread that feeds them.
+"""What the disk-loss drill and ``bench replicas`` measure: when each range answered clients again after
+the kill (from the workload's own history), and when each range had N in-sync replicas on live servers
+again (by polling the coordinator's status). The functions are pure and unit-tested
+(tests/unit/test_disk_loss_watch.py); :class:`RestoreWatch` is the thin thread that feeds them.
 """
 
 from __future__ import annotations
@@ -12,7 +12,9 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from cli.coordinator_client import call
 from cli.workload.verify.history import Op
+from rangetable.errors import TableError
 
 
 def range_of(pk: str, ranges: list[dict]) -> str | None:
@@ -75,6 +77,15 @@ def lost_in_events(events: Iterable[dict], victim: str) -> set[str]:
                 kind == "rereplicate" and victim in e.get("added", [])):
             out.add(str(rid))
     return out
+
+
+def events_since(coord: str, seq: int, rids: set[str]) -> list[dict]:
+    """The coordinator's events after number ``seq`` about the ranges ``rids`` (none while it cannot answer)."""
+    try:
+        events = call(coord, {"op": "events", "since": seq, "limit": 500}, timeout=2)
+    except TableError:
+        return []
+    return [e for e in events if e.get("range") in rids]
 
 
 def new_copies(before: list[str], after: list[str], victim: str) -> list[str]:

@@ -1,0 +1,99 @@
+"""The pure parts of `rangetable bench replicas` (cli/bench/replicas.py): layout keys, steady figures,
+the cost verdict, the final table and the rebuild line of a partition server's log."""
+
+from __future__ import annotations
+
+import random
+
+from cli.bench.replicas import (
+    FreshUpserts,
+    cost,
+    format_table,
+    rebuilt_from_logs,
+    split_keys,
+    steady,
+    summarize_writes,
+    table_partitions,
+)
+
+
+def test_the_table_has_a_partition_per_thousand_bulk_rows_and_at_least_one_per_range():
+    assert table_partitions(0) == 6
+    assert table_partitions(6000) == 6
+    assert table_partitions(300_000) == 300
+    assert table_partitions(300_001) == 301
+
+
+def test_split_keys_cut_the_partitions_into_even_ranges():
+    assert split_keys(6) == ["p0000001", "p0000002", "p0000003", "p0000004", "p0000005"]
+    assert split_keys(300) == ["p0000050", "p0000100", "p0000150", "p0000200", "p0000250"]
+    assert split_keys(300, 2) == ["p0000150"]
+
+
+def test_fresh_upserts_write_distinct_rows_of_the_table_and_never_read():
+    mix = FreshUpserts(partitions=6)
+    rng = random.Random(1)
+    ops = [mix.operation(rng) for _ in range(500)]
+    assert not any(read for read, *_ in ops)
+    assert len({(pk, rk) for _, pk, rk, _ in ops}) == 500
+    assert {pk for _, pk, _, _ in ops} == {f"p{i:07d}" for i in range(6)}
+    assert all(e["PartitionKey"] == pk and e["RowKey"] == rk for _, pk, rk, e in ops)
+
+
+ROWS = [{"ops_per_s": 10.0, "p50_ms": 9.0, "p99_ms": 90.0, "server_cpu_us": 900.0, "frontend_cpu_us": 90.0},
+        {"ops_per_s": 100.0, "p50_ms": 1.0, "p99_ms": 10.0, "server_cpu_us": 300.0, "frontend_cpu_us": 100.0},
+        {"ops_per_s": 120.0, "p50_ms": 2.0, "p99_ms": 20.0, "server_cpu_us": 200.0, "frontend_cpu_us": 110.0,
+         "errors": 2},
+        {"ops_per_s": 110.0, "p50_ms": 3.0, "p99_ms": 30.0, "server_cpu_us": 100.0, "frontend_cpu_us": 120.0}]
+
+
+def test_steady_figures_are_medians_of_the_intervals_after_the_first():
+    assert steady(ROWS, "ops_per_s") == 110.0
+    assert steady(ROWS[:1], "ops_per_s") == 10.0  # one interval: that one
+    assert steady([], "ops_per_s") == 0.0
+    assert summarize_writes(ROWS) == {"ops_s": 110.0, "p50_ms": 2.0, "p99_ms": 20.0, "cpu_us": 200.0,
+                                      "frontend_cpu_us": 110.0, "errors": 2}
+
+
+def _setting(n: int, ops: float, p99: float, bulk: float | None = None) -> dict:
+    s = {"replicas": n, "writes": {"ops_s": ops, "p50_ms": 1.0, "p99_ms": p99, "cpu_us": 100.0 * n,
+                                   "frontend_cpu_us": 50.0, "errors": 0}}
+    if bulk is not None:
+        s["bulk"] = {"entities_s": bulk, "cpu_us": 10.0 * n}
+    return s
+
+
+def test_cost_judges_the_issue_goal():
+    assert cost(_setting(1, 1000, 10), _setting(3, 600, 20)) == {"throughput_share": 0.6, "p99_ratio": 2.0,
+                                                                 "goal_met": True}
+    assert not cost(_setting(1, 1000, 10), _setting(3, 599, 10))["goal_met"]
+    assert not cost(_setting(1, 1000, 10), _setting(3, 900, 21))["goal_met"]
+    assert cost(_setting(1, 1000, 10, 5000), _setting(3, 900, 10, 2000))["bulk_share"] == 0.4
+    assert cost(None, _setting(3, 900, 10)) == {}
+
+
+def test_the_table_shows_both_settings_the_verdict_and_each_rebuild():
+    one, three = _setting(1, 2000, 10, 9000), _setting(3, 1000, 30, 3000)
+    res = {"servers": 3, "cpus": 2, "threads": 8, "settings": [one, three], "cost": cost(one, three),
+           "rebuilds": [{"rebuild_mb_s": 100.0, "range_mb": 210.0, "restored_s": 6.5, "lost_seen_s": 2.4,
+                         "end_to_end_mb_s": 32.3,
+                         "copy": {"mb": 210.0, "seconds": 2.2, "mb_s": 95.4}},
+                        {"rebuild_mb_s": 0.0, "range_mb": 210.0, "restored_s": None, "copy": None}]}
+    text = format_table(res)
+    assert "replicas 1" in text and "replicas 3" in text
+    assert "2,000" in text and "1,000" in text and "9,000" in text
+    assert "write throughput 50% (goal >= 60%), p99 3.00x (goal <= 2x): goal MISSED; bulk ingest 33%" in text
+    assert ("--rebuild-mb-s 100 MB/s: 210 MB range back at 3 in-sync replicas 6.5 s after the kill (lost copy "
+            "dropped at 2.4 s) = 32.3 MB/s end to end") in text
+    assert "copy 95.4 MB/s" in text
+    assert "--rebuild-mb-s no limit: not restored in time" in text
+
+
+def test_the_rebuild_line_is_read_from_the_rebuilt_servers_log(tmp_path):
+    (tmp_path / "ps-1.log").write_text("x rebuilt r000009 from ps-3: 1.0 MB in 0.1 s (10.0 MB/s)\n")
+    (tmp_path / "ps-2.log").write_text("a\n2026 rangetable.partition_server INFO rebuilt r000001 from ps-1: "
+                                       "210.5 MB in 2.3 s (91.5 MB/s)\n")
+    (tmp_path / "coordinator.log").write_text("rebuilt r000001 from ps-9: 1.0 MB in 1.0 s (1.0 MB/s)\n")
+    assert rebuilt_from_logs(str(tmp_path), "r000001") == {"server": "ps-2", "primary": "ps-1", "mb": 210.5,
+                                                            "seconds": 2.3, "mb_s": 91.5}
+    assert rebuilt_from_logs(str(tmp_path), "r000002") is None
