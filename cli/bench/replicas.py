@@ -31,6 +31,7 @@ import re
 import shutil
 import signal
 import statistics
+import threading
 import time
 import uuid
 from collections.abc import Callable
@@ -237,6 +238,10 @@ def format_table(res: dict[str, Any]) -> str:
     head = f"{'':34}" + "".join(f"{f'replicas {n}':>14}" for n in cols)
     lines = [f"cost of replication ({res['servers']} partition servers on {res['cpus']} cores, "
              f"{res['threads']} client threads)", head]
+    if "load_average" in res:
+        la = res["load_average"]
+        lines.insert(1, f"machine load average (1 min) during the run: {la['min']} to {la['max']}, "
+                        f"median {la['median']}")
 
     def line(label: str, fn: Callable[[dict[str, Any]], str]) -> None:
         lines.append(f"{label:34}" + "".join(f"{fn(by[n]):>14}" for n in cols))
@@ -268,19 +273,43 @@ def format_table(res: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+class LoadSampler(threading.Thread):
+    """The machine's 1-minute load average every ``every`` seconds, while the bench runs."""
+
+    def __init__(self, every: float = 5.0) -> None:
+        super().__init__(daemon=True)
+        self.every, self.samples = every, [os.getloadavg()[0]]
+        self.stop = threading.Event()
+
+    def run(self) -> None:
+        """Sample until stopped."""
+        while not self.stop.wait(self.every):
+            self.samples.append(os.getloadavg()[0])
+
+    def summary(self) -> dict[str, float]:
+        """Lowest, median and highest sample."""
+        return {"min": round(min(self.samples), 2), "median": round(statistics.median(self.samples), 2),
+                "max": round(max(self.samples), 2)}
+
+
 def run_replicas_bench(*, seconds: float = 120.0, interval: float = 10.0, threads: int = 8, bulk: int = 300_000,
                        loaders: int = 2, settings: tuple[int, ...] = (1, 3), rebuild_mb: float = 200.0,
                        rebuild_rates: tuple[float, ...] = (100.0, 0.0), rebuild_timeout: float = 300.0,
                        echo: Echo = print) -> dict[str, Any]:
-    """Run every part (see the module docstring); returns the figures, with ``load_average`` (1, 5 and 15
-    minutes) at the start and the end, since every process shares this machine."""
+    """Run every part (see the module docstring); returns the figures, with the machine's 1-minute
+    ``load_average`` over the run (every process shares this machine: other work skews the figures)."""
     res: dict[str, Any] = {"servers": SERVERS, "cpus": os.cpu_count(), "threads": threads, "seconds": seconds,
-                           "interval_s": interval, "load_average": {"start": [round(x, 2) for x in os.getloadavg()]}}
-    res["settings"] = [run_setting(n, seconds=seconds, interval=interval, threads=threads, bulk=bulk, loaders=loaders,
-                                   echo=echo) for n in settings]
-    by = {s["replicas"]: s for s in res["settings"]}
-    res["cost"] = cost(by.get(1), by.get(3))
-    res["rebuilds"] = [run_rebuild(rate, rebuild_mb, rebuild_timeout, echo) for rate in rebuild_rates] \
-        if rebuild_mb > 0 else []
-    res["load_average"]["end"] = [round(x, 2) for x in os.getloadavg()]
+                           "interval_s": interval}
+    sampler = LoadSampler()
+    sampler.start()
+    try:
+        res["settings"] = [run_setting(n, seconds=seconds, interval=interval, threads=threads, bulk=bulk,
+                                       loaders=loaders, echo=echo) for n in settings]
+        by = {s["replicas"]: s for s in res["settings"]}
+        res["cost"] = cost(by.get(1), by.get(3))
+        res["rebuilds"] = [run_rebuild(rate, rebuild_mb, rebuild_timeout, echo) for rate in rebuild_rates] \
+            if rebuild_mb > 0 else []
+    finally:
+        sampler.stop.set()
+    res["load_average"] = sampler.summary()
     return res

@@ -75,12 +75,14 @@ def test_cost_judges_the_issue_goal():
 def test_the_table_shows_both_settings_the_verdict_and_each_rebuild():
     one, three = _setting(1, 2000, 10, 9000), _setting(3, 1000, 30, 3000)
     res = {"servers": 3, "cpus": 2, "threads": 8, "settings": [one, three], "cost": cost(one, three),
+           "load_average": {"min": 1.5, "median": 2.0, "max": 3.25},
            "rebuilds": [{"rebuild_mb_s": 100.0, "range_mb": 210.0, "restored_s": 6.5, "lost_seen_s": 2.4,
                          "end_to_end_mb_s": 32.3,
                          "copy": {"mb": 210.0, "seconds": 2.2, "mb_s": 95.4}},
                         {"rebuild_mb_s": 0.0, "range_mb": 210.0, "restored_s": None, "copy": None}]}
     text = format_table(res)
     assert "replicas 1" in text and "replicas 3" in text
+    assert "load average (1 min) during the run: 1.5 to 3.25, median 2.0" in text
     assert "2,000" in text and "1,000" in text and "9,000" in text
     assert "write throughput 50% (goal >= 60%), p99 3.00x (goal <= 2x): goal MISSED; bulk ingest 33%" in text
     assert ("--rebuild-mb-s 100 MB/s: 210 MB range back at 3 in-sync replicas 6.5 s after the kill (lost copy "
