@@ -21,6 +21,7 @@ from coordinator.replica_sets import (
     config_token,
     insync_change,
     is_replicated,
+    next_epoch,
     promotion,
     repair,
     without,
@@ -76,9 +77,11 @@ def open_replicas(co: MapWriter, ctl: Commands, recs: list[dict], only: set[str]
             log.warning("load of a replica on %s failed: %s", server, res)
 
 
-def _seal(co: MapWriter, ctl: Commands, recs: dict[str, dict], primaries: bool) -> dict[str, dict[str, int]]:
+def _seal(co: MapWriter, ctl: Commands, recs: dict[str, dict], primaries: bool,
+          epochs: dict[str, list[int]] | None = None) -> dict[str, dict[str, int]]:
     """Seal the live primaries (``primaries``) or the live followers of ``recs`` at the next epoch; returns
-    range → server → the last batch it holds, for those that answered."""
+    range → server → the last batch it holds, for those that answered (and appends the epochs they said
+    they had adopted to ``epochs``)."""
     with co.lock:
         targets = [(s, rid) for rid, rec in recs.items() for s in rec["replicas"]
                    if (s == rec["owner"]) == primaries and co.is_alive(s)]
@@ -89,6 +92,8 @@ def _seal(co: MapWriter, ctl: Commands, recs: dict[str, dict], primaries: bool) 
     for (server, rid), res in zip(targets, ctl.call_many(seals) if seals else [], strict=True):
         if isinstance(res, dict):
             positions[rid][server] = int(res["seq"])
+            if epochs is not None:
+                epochs.setdefault(rid, []).append(int(res.get("epoch", 0)))
         else:
             log.info("seal of %s on %s: %s", rid, server, res)
     return positions
@@ -104,8 +109,9 @@ def promote(co: MapWriter, ctl: Commands, rids: list[str], reason: str,
     t0 = time.monotonic()
     with co.lock:
         recs = {rid: dict(co.pmap.ranges[rid]) for rid in rids if rid in co.pmap.ranges}
-    positions = _seal(co, ctl, recs, primaries=True)
-    for rid, pos in _seal(co, ctl, recs, primaries=False).items():
+    adopted: dict[str, list[int]] = {}
+    positions = _seal(co, ctl, recs, primaries=True, epochs=adopted)
+    for rid, pos in _seal(co, ctl, recs, primaries=False, epochs=adopted).items():
         positions[rid].update(pos)
     done, events = [], []
     with co.lock:
@@ -121,7 +127,8 @@ def promote(co: MapWriter, ctl: Commands, rids: list[str], reason: str,
                                "replicas": cur["replicas"], "answered": sorted(positions[rid])})
                 continue
             change = after_promotion(cur, pick, positions[rid])
-            puts.update(co.pmap.update(cur, **change, epoch=cur["epoch"] + 1, state="serving")[0])
+            epoch = next_epoch(cur["epoch"], adopted.get(rid, []))
+            puts.update(co.pmap.update(cur, **change, epoch=epoch, state="serving")[0])
             done.append(rid)
             events.append({"kind": "promote", "range": rid, "table": cur["table"], "source": rec["owner"],
                            "target": pick, "reason": reason, "epoch": cur["epoch"], "batch": positions[rid][pick],
@@ -267,8 +274,9 @@ def merge_replicas(co: MapWriter, ctl: Commands, left: dict, right: dict, out: d
     ranges' last batches merges its copies. Fills in ``out``'s replica set (before the commit); raises
     ServerBusy when the primary could not merge."""
     recs = {left["id"]: left, right["id"]: right}
-    positions = _seal(co, ctl, recs, primaries=True)
-    for rid, pos in _seal(co, ctl, recs, primaries=False).items():
+    adopted: dict[str, list[int]] = {}
+    positions = _seal(co, ctl, recs, primaries=True, epochs=adopted)
+    for rid, pos in _seal(co, ctl, recs, primaries=False, epochs=adopted).items():
         positions[rid].update(pos)
     owner = left["owner"]
     lp, rp = positions[left["id"]], positions[right["id"]]

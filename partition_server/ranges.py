@@ -113,9 +113,10 @@ class RangeSet(ReplicaRanges):
         self._await_close(rid)
         cur = self.open.get(rid)
         if cur is not None:
-            cur.reset(record)
-            if "primary" in record:
-                cur.state = self._replicator().attach(rid, record, cur.store)
+            state = self._replicator().attach(rid, record, cur.store) if "primary" in record else None
+            cur.reset(record)  # after attach, which refuses a stale configuration
+            if state is not None:
+                cur.state = state
             self.tables.apply(rid, cur)
             self._compact_later(cur.store)
             return

@@ -32,6 +32,7 @@ from cli.drills.drill_table import prepare_table
 from cli.options import data_dir_option
 from cli.workload.generator import SABOTAGE, Workload
 from cli.workload.verify.explain import failure_lines, slow_op_lines
+from cli.workload.verify.history import dump_history
 from coordinator.partition_map import PartitionMap
 from rangetable.errors import TableError
 
@@ -207,11 +208,19 @@ def run_chaos(data_dir: str, *, seed: int, duration: float = 40.0, interval: flo
     watcher.stop.set()
     watcher.join(timeout=5)
     say("verifying the history …")
-    verdict = wl.verify()
+    try:
+        verdict = wl.verify()
+    except TableError as exc:  # the table cannot be read back: a range is unserved (or its replica set broken)
+        os.makedirs(history_dir, exist_ok=True)
+        path = os.path.join(history_dir, f"history-{table}-seed{seed}.jsonl")
+        dump_history(wl.recorder.history(), path)
+        verdict = {"lost_writes": None, "duplicate_applications": len(wl.duplicates), "linearizable": False,
+                   "linearizability": "not checked", "linearizability_s": None, "history_ops": len(wl.recorder),
+                   "slow_ops": list(wl.slow_ops), "history_file": path, "verify_error": f"{exc.error_code}: {exc}"}
     report = {"seed": seed, "duration_s": duration, "faults": faults, "converged": converged,
               "map_checks": watcher.checks, "map_violations": watcher.violations, "replicas": n, **restore,
               "client": wl.stats.to_dict(), **verdict}
-    report["passed"] = (converged and not watcher.violations and report["lost_writes"] == 0
+    report["passed"] = ("verify_error" not in report and converged and not watcher.violations and report["lost_writes"] == 0
                         and report["duplicate_applications"] == 0 and report["linearizable"]
                         and restore.get("restored", True))
     return report
@@ -221,6 +230,8 @@ def chaos_failure_lines(r: dict[str, Any]) -> list[str]:
     """Why a chaos run failed (the map, convergence, the checkers' explanation with its faults), and the
     operations slower than 3 s with the faults that overlapped them."""
     lines = [f"map invariant broken: {v}" for v in r["map_violations"][:5]]
+    if "verify_error" in r:
+        lines.append(f"could not read the table back to check it: {r['verify_error']}")
     if not r["converged"]:
         lines.append("not converged: some range was not served by a live server 30 s after the last fault")
     if not r.get("restored", True):
