@@ -23,13 +23,15 @@ def replicated(cluster_factory: ClusterFactory) -> Iterator[Cluster]:
 
 @pytest.mark.slow
 def test_replicated_chaos(replicated: Cluster) -> None:
-    seed = int(os.environ.get("RANGETABLE_CHAOS_SEED", "20"))
+    seed = int(os.environ.get("RANGETABLE_CHAOS_SEED", "11"))
     print(f"chaos seed {seed} (replay with RANGETABLE_CHAOS_SEED={seed})")
     r = run_chaos(replicated.data_dir, seed=seed, duration=25.0, echo=print, restore_timeout=60.0)
     why = "\n".join(chaos_failure_lines(r))
     kinds = {f["fault"] for f in r["faults"]}
     assert r["replicas"] == 3
     assert "wipe_ps" in kinds or "pause_replica" in kinds, kinds  # the replicated faults are in the schedule
+    if seed == 11:  # the default seed wipes two disks and pauses a follower
+        assert {"wipe_ps", "pause_replica"} <= kinds, kinds
     assert r["converged"], f"seed {seed}: the cluster did not converge\n{why}"
     assert not r["map_violations"], f"seed {seed}: {r['map_violations'][:3]}"
     assert r["lost_writes"] == 0, f"seed {seed}: {r['lost_detail']}\n{why}"
