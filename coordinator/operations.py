@@ -69,7 +69,7 @@ def create_table(co: MapWriter, ctl: Commands, name: str, settings: dict | None 
         co.commit(({**writes[0], **puts}, writes[1] + deletes))
         rec = dict(co.pmap.ranges[rec["id"]])
     if replicas:
-        replica_ops.open_replicas(co, ctl, [rec])
+        replica_ops.open_replicas(co, ctl, [rec], create=True)
     elif owner is not None:
         _load(co, ctl, owner, rec)
     return {"table": name}

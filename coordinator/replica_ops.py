@@ -35,7 +35,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("rangetable.coordinator")
 
 
-def command(co: MapWriter, rec: dict, dropped: list[str] | None = None) -> RangeRecord:
+def command(co: MapWriter, rec: dict, dropped: list[str] | None = None, create: bool = False) -> RangeRecord:
     """A range record as control commands carry it; for a replicated range with its configuration:
     ``primary``, ``replicas``, ``insync``, ``min_insync``, each replica's replication endpoint and the
     configuration's token (:func:`~coordinator.replica_sets.config_token`)."""
@@ -52,14 +52,16 @@ def command(co: MapWriter, rec: dict, dropped: list[str] | None = None) -> Range
         out["token"] = config_token(secret, rec["id"], rec["epoch"])
         if dropped:
             out["dropped"] = dropped
+        if create:  # a new range: its replicas, the primary's too, start empty (never said again later)
+            out["create"] = True
     return out
 
 
 def _load_calls(co: MapWriter, recs: list[dict], only: set[str] | None = None,
-                dropped: dict[str, list[str]] | None = None) -> list[tuple[str, ControlCommand]]:
+                dropped: dict[str, list[str]] | None = None, create: bool = False) -> list[tuple[str, ControlCommand]]:
     calls: list[tuple[str, ControlCommand]] = []
     for rec in recs:
-        cmd = command(co, rec, (dropped or {}).get(rec["id"]))
+        cmd = command(co, rec, (dropped or {}).get(rec["id"]), create)
         for s in rec["replicas"]:
             if (only is None or s in only) and co.is_alive(s):
                 calls.append((s, {"op": "load", "range": cmd, "version": co.pmap.version,
@@ -68,10 +70,11 @@ def _load_calls(co: MapWriter, recs: list[dict], only: set[str] | None = None,
 
 
 def open_replicas(co: MapWriter, ctl: Commands, recs: list[dict], only: set[str] | None = None,
-                  dropped: dict[str, list[str]] | None = None) -> None:
-    """Send each replica (or only the servers in ``only``) of ``recs`` its configuration, all at once."""
+                  dropped: dict[str, list[str]] | None = None, create: bool = False) -> None:
+    """Send each replica (or only the servers in ``only``) of ``recs`` its configuration, all at once
+    (``create``: new ranges, whose primary may start on an empty directory)."""
     with co.lock:
-        calls = _load_calls(co, recs, only, dropped)
+        calls = _load_calls(co, recs, only, dropped, create)
     for (server, _), res in zip(calls, ctl.call_many(calls), strict=True):
         if isinstance(res, TableError):
             log.warning("load of a replica on %s failed: %s", server, res)

@@ -123,6 +123,7 @@ class RangeSet(ReplicaRanges):
         if self._needs_rebuild(record):  # a new replica, or this server came back without its copy
             self._replicator().rebuild(rid, record, self._path(record))
             return
+        self._refuse_empty_primary(record)
         t0 = time.monotonic()
         crash_point("ps.load.before_open", self.data_dir)
         try:

@@ -4,6 +4,7 @@ follower at epoch 14, to be primary again at epoch 13 — two primaries, request
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -13,6 +14,7 @@ import zmq
 from coordinator.operations import replica_ahead
 from coordinator.replica_sets import next_epoch
 from partition_server.range_store import RangeStore
+from partition_server.ranges import RangeSet
 from partition_server.replica_log import encode_ops
 from partition_server.replicator import Replicator
 from rangetable.curve import KeyRing
@@ -85,3 +87,43 @@ def test_a_replica_reported_past_the_map_is_ahead() -> None:
     assert not replica_ahead(rec, (13, "following"))
     assert not replica_ahead(rec, (12, "serving"))  # behind: reload it (the usual case)
     assert not replica_ahead(rec, None)
+
+
+def _rangeset(tmp_path: Path, rep: Replicator) -> RangeSet:
+    rs = RangeSet(str(tmp_path / "ps"))
+    rs.repl = rep
+    return rs
+
+
+def _primary_record(**extra: object) -> dict:
+    return {**_record(7, "b"), "table": "t", "low": "", "high": None, "path": "ranges/r", **extra}
+
+
+def test_a_primary_is_never_opened_on_an_empty_directory(replicator: Replicator, tmp_path: Path) -> None:
+    """The chaos drill's seed 205: a primary killed with its disk, restarted empty, was sent its unchanged
+    configuration and served an empty store (1722 acknowledged writes lost)."""
+    rs = _rangeset(tmp_path, replicator)
+    try:
+        with pytest.raises(TableError) as exc:
+            rs.load(_primary_record())
+        assert exc.value.error_code == "NotOwner" and "a primary is never opened empty" in str(exc.value)
+        assert "r" not in rs.open and "r" not in replicator.primaries
+        assert not os.path.exists(tmp_path / "ps" / "ranges" / "r")  # no empty store left behind
+        rs.load(_primary_record(create=True))  # a new table's range: every replica starts empty
+        assert rs.open["r"].state == "serving" and replicator.primaries["r"].epoch == 7
+        rs.load(_primary_record())  # its directory exists from now on: later configurations are fine
+    finally:
+        for s in rs.open.values():
+            s.store.close()
+        replicator.close()
+
+
+def test_an_empty_follower_is_still_opened_or_rebuilt(replicator: Replicator, tmp_path: Path) -> None:
+    rs = _rangeset(tmp_path, replicator)
+    try:
+        rs.load({**_primary_record(), "primary": "a"})  # an in-sync follower catches up from the log
+        assert rs.open["r"].state == "following"
+    finally:
+        for s in rs.open.values():
+            s.store.close()
+        replicator.close()
