@@ -118,10 +118,15 @@ def test_a_primary_is_never_opened_on_an_empty_directory(replicator: Replicator,
         replicator.close()
 
 
-def test_an_empty_follower_is_still_opened_or_rebuilt(replicator: Replicator, tmp_path: Path) -> None:
+def test_a_follower_without_its_directory_is_rebuilt_even_in_sync(replicator: Replicator, tmp_path: Path) -> None:
     rs = _rangeset(tmp_path, replicator)
     try:
-        rs.load({**_primary_record(), "primary": "a"})  # an in-sync follower catches up from the log
+        rs.load({**_primary_record(), "primary": "a"})  # in sync ("b" in insync), but its disk is gone
+        assert "r" not in rs.open and "r" in replicator.pulls  # pulled from the primary, answers no seal
+        with pytest.raises(TableError):
+            rs.seal("r", 8, "ranges/r")
+        replicator.detach("r")
+        rs.load({**_primary_record(create=True), "primary": "a"})  # a new range: starts empty
         assert rs.open["r"].state == "following"
     finally:
         for s in rs.open.values():
