@@ -46,6 +46,9 @@ def command(co: MapWriter, rec: dict, dropped: list[str] | None = None, create: 
         out["replicas"] = list(rec["replicas"])
         out["insync"] = list(rec["insync"])
         out["min_insync"] = co.cfg.min_insync
+        # An endpoint is "" until the server's first heartbeat to this coordinator (after a takeover): the
+        # primary keeps that follower (its commits wait for it) but cannot send to it until refresh_peers
+        # names it (an empty endpoint crashed the partition servers: chaos seed 302).
         out["peers"] = {s: co.servers[s].repl_endpoint for s in rec["replicas"] if s in co.servers}
         secret = co.keys.pair("coordinator").secret
         assert secret is not None  # KeyRing.pair checked it
@@ -358,3 +361,12 @@ def actionable(co: MapWriter, server: str, report: dict[str, dict]) -> bool:
             if rec is not None and rec.get("owner") == server and set(rep["joining"]) - set(rec.get("insync", ())):
                 return True
     return False
+
+
+def refresh_peers(co: MapWriter, ctl: Commands, server: str) -> None:
+    """``server``'s replication endpoint became known or changed: send the configuration of every range it
+    follows to their primaries again, so they can reach it."""
+    with co.lock:
+        recs = [dict(r) for r in co.pmap.followed_by(server) if r["state"] == "serving"]
+    if recs:
+        open_replicas(co, ctl, recs, only={r["owner"] for r in recs})

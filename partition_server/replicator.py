@@ -95,15 +95,27 @@ class Replicator:
             sock.setsockopt(zmq.LINGER, 0)
             sock.setsockopt(zmq.SNDHWM, 10_000)
             curve.secure_client(sock, self.keys.pair("partition-server"), self.keys.public("partition-server"))
-            sock.connect(endpoint)
+            try:
+                sock.connect(endpoint)
+            except zmq.ZMQError:
+                sock.close(0)
+                raise
             self._peers[endpoint] = sock
         return sock
 
     def _send(self, endpoint: str, body: dict) -> None:
+        if not endpoint:  # a peer whose endpoint the coordinator did not know yet: its next configuration names it
+            return
         try:
             self._peer(endpoint).send(protocol.pack(body), zmq.NOBLOCK)
         except zmq.Again:  # the peer is gone or far behind: the resend timer sends it again
             pass
+        except zmq.ZMQError as exc:  # a malformed endpoint: never the loop's end (it was: chaos, exit 1)
+            self.refused += 1
+            log.warning("cannot reach replication peer %r: %s", endpoint, exc)
+            sock = self._peers.pop(endpoint, None)
+            if sock is not None:
+                sock.close(0)
 
     def close(self) -> None:
         """Close every socket."""

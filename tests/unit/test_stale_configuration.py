@@ -29,7 +29,7 @@ def _record(epoch: int, primary: str) -> dict:
 
 @pytest.fixture
 def replicator(tmp_path: Path) -> Iterator[Replicator]:
-    rep = Replicator(zmq.Context.instance(), KeyRing(str(tmp_path / "keys"), {}), data_dir=str(tmp_path))
+    rep = Replicator(zmq.Context.instance(), KeyRing.create(str(tmp_path / "keys")), data_dir=str(tmp_path))
     rep.me = "b"
     yield rep
     rep.close()
@@ -132,3 +132,12 @@ def test_a_follower_without_its_directory_is_rebuilt_even_in_sync(replicator: Re
         for s in rs.open.values():
             s.store.close()
         replicator.close()
+
+
+def test_a_peer_without_an_endpoint_is_skipped_not_fatal(replicator: Replicator) -> None:
+    """Chaos seed 302: after a coordinator takeover a configuration named a follower whose endpoint the new
+    leader did not know yet (""); connecting to it raised ZMQError out of the loop and both partition
+    servers exited. Nothing is sent to it until a configuration names it."""
+    replicator._send("", {"op": "repl"})
+    replicator._send("not an endpoint", {"op": "repl"})
+    assert replicator.refused == 1 and not replicator._peers
