@@ -35,6 +35,7 @@ def heartbeat(co: LeaseHolder, req: Heartbeat) -> LeaseAnswer:
     now = time.monotonic()
     with co.lock:
         info = co.servers.get(sid)
+        known_repl = info.repl_endpoint if info is not None else None  # "": a takeover's placeholder
         fresh = info is None or info.incarnation != req["incarnation"] or not info.alive
         if info is None or fresh:
             info = ServerInfo(sid, req["endpoint"], req["incarnation"], now, int(req.get("pid", 0)))
@@ -45,7 +46,9 @@ def heartbeat(co: LeaseHolder, req: Heartbeat) -> LeaseAnswer:
             co.changes.servers.add(sid)
             co.registrations[b"server/" + sid.encode()] = {"endpoint": info.endpoint, "pid": info.pid}
         info.last_seen = now
+        peers_moved = False
         if "repl_endpoint" in req:  # a replicated cluster: where its replicas reach it, and their progress
+            peers_moved = known_repl is not None and known_repl != req["repl_endpoint"]
             info.repl_endpoint = req["repl_endpoint"]
             info.repl = req.get("repl") or {}
             info.zone = req.get("zone", "")
@@ -82,6 +85,8 @@ def heartbeat(co: LeaseHolder, req: Heartbeat) -> LeaseAnswer:
         co.controller.submit(ops.reconcile, co, co.controller, sid, key=f"reconcile:{sid}")
     if adjust:
         co.controller.submit(replica_ops.adjust_insync, co, co.controller, sid, key=f"insync:{sid}")
+    if peers_moved:  # its primaries were configured without its endpoint (a takeover) or an old one
+        co.controller.submit(replica_ops.refresh_peers, co, co.controller, sid, key=f"peers:{sid}")
     answer: LeaseAnswer = {"lease_s": co.cfg.lease_s, "version": co.pmap.version, "term": co.term}
     answer.update(extra)  # type: ignore[typeddict-item]  # settings, settings_v, shares (see LeaseAnswer)
     return answer

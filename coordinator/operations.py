@@ -69,7 +69,7 @@ def create_table(co: MapWriter, ctl: Commands, name: str, settings: dict | None 
         co.commit(({**writes[0], **puts}, writes[1] + deletes))
         rec = dict(co.pmap.ranges[rec["id"]])
     if replicas:
-        replica_ops.open_replicas(co, ctl, [rec])
+        replica_ops.open_replicas(co, ctl, [rec], create=True)
     elif owner is not None:
         _load(co, ctl, owner, rec)
     return {"table": name}
@@ -169,14 +169,20 @@ def reconcile(co: MapWriter, ctl: Commands, server: str) -> None:
         known = set(co.pmap.ranges)
         busy = set(co.pmap.busy_ids())
     restarted = []  # replicated ranges whose primary lost them (it restarted): a new primary is chosen
+    ahead = sorted(rid for rid, rec in {**followed, **desired}.items()
+                   if is_replicated(rec) and replica_ahead(rec, reported.get(rid)))
     for rid, rec in desired.items():
-        if reported.get(rid) == (rec["epoch"], "serving"):
+        if reported.get(rid) == (rec["epoch"], "serving") or rid in ahead:
             continue
         if is_replicated(rec) and rid not in reported:
             restarted.append(rid)
         else:
             _load(co, ctl, server, rec)
-    stale = [rec for rid, rec in followed.items() if reported.get(rid) != (rec["epoch"], "following")]
+    stale = [rec for rid, rec in followed.items()
+             if reported.get(rid) != (rec["epoch"], "following") and rid not in ahead]
+    if ahead:  # the map lost a configuration the replicas adopted: a new one past it, never the stale one
+        log.warning("ranges %s on %s are at a later epoch than the map: promoting past it", ahead, server)
+        replica_ops.promote(co, ctl, ahead, reason=f"{server} is at a later epoch than the map")
     if stale:
         replica_ops.open_replicas(co, ctl, stale, only={server})
     if restarted:
@@ -193,6 +199,14 @@ def reconcile(co: MapWriter, ctl: Commands, server: str) -> None:
                 ctl.call(server, {"op": "destroy", "range": {"id": rid, "path": f"ranges/{rid}"}})
         except TableError as exc:
             log.warning("reconcile %s on %s: %s", rid, server, exc)
+
+
+def replica_ahead(rec: dict, reported: tuple[int, str] | None) -> bool:
+    """True when a server reports a replicated range at a later epoch than its map record: the map lost a
+    change (a takeover from a store without the last write). Loading the record there would be refused
+    (or, by a server that did not check, make a second primary); only a new configuration past the
+    adopted epoch (a promotion) repairs it."""
+    return reported is not None and int(reported[0]) > int(rec["epoch"])
 
 
 def _prepare(ctl: Commands, server: str | None, rid: str, epoch: int) -> None:

@@ -21,6 +21,7 @@ from coordinator.replica_sets import (
     config_token,
     insync_change,
     is_replicated,
+    next_epoch,
     promotion,
     repair,
     without,
@@ -34,7 +35,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("rangetable.coordinator")
 
 
-def command(co: MapWriter, rec: dict, dropped: list[str] | None = None) -> RangeRecord:
+def command(co: MapWriter, rec: dict, dropped: list[str] | None = None, create: bool = False) -> RangeRecord:
     """A range record as control commands carry it; for a replicated range with its configuration:
     ``primary``, ``replicas``, ``insync``, ``min_insync``, each replica's replication endpoint and the
     configuration's token (:func:`~coordinator.replica_sets.config_token`)."""
@@ -45,20 +46,25 @@ def command(co: MapWriter, rec: dict, dropped: list[str] | None = None) -> Range
         out["replicas"] = list(rec["replicas"])
         out["insync"] = list(rec["insync"])
         out["min_insync"] = co.cfg.min_insync
+        # An endpoint is "" until the server's first heartbeat to this coordinator (after a takeover): the
+        # primary keeps that follower (its commits wait for it) but cannot send to it until refresh_peers
+        # names it (an empty endpoint crashed the partition servers: chaos seed 302).
         out["peers"] = {s: co.servers[s].repl_endpoint for s in rec["replicas"] if s in co.servers}
         secret = co.keys.pair("coordinator").secret
         assert secret is not None  # KeyRing.pair checked it
         out["token"] = config_token(secret, rec["id"], rec["epoch"])
         if dropped:
             out["dropped"] = dropped
+        if create:  # a new range: its replicas, the primary's too, start empty (never said again later)
+            out["create"] = True
     return out
 
 
 def _load_calls(co: MapWriter, recs: list[dict], only: set[str] | None = None,
-                dropped: dict[str, list[str]] | None = None) -> list[tuple[str, ControlCommand]]:
+                dropped: dict[str, list[str]] | None = None, create: bool = False) -> list[tuple[str, ControlCommand]]:
     calls: list[tuple[str, ControlCommand]] = []
     for rec in recs:
-        cmd = command(co, rec, (dropped or {}).get(rec["id"]))
+        cmd = command(co, rec, (dropped or {}).get(rec["id"]), create)
         for s in rec["replicas"]:
             if (only is None or s in only) and co.is_alive(s):
                 calls.append((s, {"op": "load", "range": cmd, "version": co.pmap.version,
@@ -67,18 +73,21 @@ def _load_calls(co: MapWriter, recs: list[dict], only: set[str] | None = None,
 
 
 def open_replicas(co: MapWriter, ctl: Commands, recs: list[dict], only: set[str] | None = None,
-                  dropped: dict[str, list[str]] | None = None) -> None:
-    """Send each replica (or only the servers in ``only``) of ``recs`` its configuration, all at once."""
+                  dropped: dict[str, list[str]] | None = None, create: bool = False) -> None:
+    """Send each replica (or only the servers in ``only``) of ``recs`` its configuration, all at once
+    (``create``: new ranges, whose primary may start on an empty directory)."""
     with co.lock:
-        calls = _load_calls(co, recs, only, dropped)
+        calls = _load_calls(co, recs, only, dropped, create)
     for (server, _), res in zip(calls, ctl.call_many(calls), strict=True):
         if isinstance(res, TableError):
             log.warning("load of a replica on %s failed: %s", server, res)
 
 
-def _seal(co: MapWriter, ctl: Commands, recs: dict[str, dict], primaries: bool) -> dict[str, dict[str, int]]:
+def _seal(co: MapWriter, ctl: Commands, recs: dict[str, dict], primaries: bool,
+          epochs: dict[str, list[int]] | None = None) -> dict[str, dict[str, int]]:
     """Seal the live primaries (``primaries``) or the live followers of ``recs`` at the next epoch; returns
-    range → server → the last batch it holds, for those that answered."""
+    range → server → the last batch it holds, for those that answered (and appends the epochs they said
+    they had adopted to ``epochs``)."""
     with co.lock:
         targets = [(s, rid) for rid, rec in recs.items() for s in rec["replicas"]
                    if (s == rec["owner"]) == primaries and co.is_alive(s)]
@@ -89,6 +98,8 @@ def _seal(co: MapWriter, ctl: Commands, recs: dict[str, dict], primaries: bool) 
     for (server, rid), res in zip(targets, ctl.call_many(seals) if seals else [], strict=True):
         if isinstance(res, dict):
             positions[rid][server] = int(res["seq"])
+            if epochs is not None:
+                epochs.setdefault(rid, []).append(int(res.get("epoch", 0)))
         else:
             log.info("seal of %s on %s: %s", rid, server, res)
     return positions
@@ -104,8 +115,9 @@ def promote(co: MapWriter, ctl: Commands, rids: list[str], reason: str,
     t0 = time.monotonic()
     with co.lock:
         recs = {rid: dict(co.pmap.ranges[rid]) for rid in rids if rid in co.pmap.ranges}
-    positions = _seal(co, ctl, recs, primaries=True)
-    for rid, pos in _seal(co, ctl, recs, primaries=False).items():
+    adopted: dict[str, list[int]] = {}
+    positions = _seal(co, ctl, recs, primaries=True, epochs=adopted)
+    for rid, pos in _seal(co, ctl, recs, primaries=False, epochs=adopted).items():
         positions[rid].update(pos)
     done, events = [], []
     with co.lock:
@@ -123,7 +135,8 @@ def promote(co: MapWriter, ctl: Commands, rids: list[str], reason: str,
             old = co.servers.get(rec["owner"])
             floor = int(old.repl.get(rid, {}).get("committed", -1)) if old is not None and old.repl else -1
             change = after_promotion(cur, pick, positions[rid], floor)
-            puts.update(co.pmap.update(cur, **change, epoch=cur["epoch"] + 1, state="serving")[0])
+            epoch = next_epoch(cur["epoch"], adopted.get(rid, []))
+            puts.update(co.pmap.update(cur, **change, epoch=epoch, state="serving")[0])
             done.append(rid)
             events.append({"kind": "promote", "range": rid, "table": cur["table"], "source": rec["owner"],
                            "target": pick, "reason": reason, "epoch": cur["epoch"], "batch": positions[rid][pick],
@@ -269,8 +282,9 @@ def merge_replicas(co: MapWriter, ctl: Commands, left: dict, right: dict, out: d
     ranges' last batches merges its copies. Fills in ``out``'s replica set (before the commit); raises
     ServerBusy when the primary could not merge."""
     recs = {left["id"]: left, right["id"]: right}
-    positions = _seal(co, ctl, recs, primaries=True)
-    for rid, pos in _seal(co, ctl, recs, primaries=False).items():
+    adopted: dict[str, list[int]] = {}
+    positions = _seal(co, ctl, recs, primaries=True, epochs=adopted)
+    for rid, pos in _seal(co, ctl, recs, primaries=False, epochs=adopted).items():
         positions[rid].update(pos)
     owner = left["owner"]
     lp, rp = positions[left["id"]], positions[right["id"]]
@@ -349,3 +363,12 @@ def actionable(co: MapWriter, server: str, report: dict[str, dict]) -> bool:
             if rec is not None and rec.get("owner") == server and set(rep["joining"]) - set(rec.get("insync", ())):
                 return True
     return False
+
+
+def refresh_peers(co: MapWriter, ctl: Commands, server: str) -> None:
+    """``server``'s replication endpoint became known or changed: send the configuration of every range it
+    follows to their primaries again, so they can reach it."""
+    with co.lock:
+        recs = [dict(r) for r in co.pmap.followed_by(server) if r["state"] == "serving"]
+    if recs:
+        open_replicas(co, ctl, recs, only={r["owner"] for r in recs})

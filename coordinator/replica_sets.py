@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+from collections.abc import Iterable
 
 
 def is_replicated(rec: dict) -> bool:
@@ -61,6 +62,14 @@ def promotion(rec: dict, positions: dict[str, int], prefer: str | None = None) -
     if not candidates:
         return None
     return min(candidates, key=lambda s: (-positions[s], s != prefer, s != rec["owner"], s))
+
+
+def next_epoch(epoch: int, answered: Iterable[int]) -> int:
+    """The epoch of a new configuration: past the recorded ``epoch`` and past every epoch a replica said it
+    had adopted when sealed (``answered``). They differ only when the map lost a change (a coordinator
+    taking over from a store without the last write): reusing an epoch a primary already holds would make
+    two configurations of one epoch."""
+    return max([epoch, *answered]) + 1
 
 
 def after_promotion(rec: dict, primary: str, positions: dict[str, int], committed: int = -1) -> dict:

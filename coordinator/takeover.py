@@ -26,14 +26,14 @@ import os
 import shutil
 import threading
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from coordinator import client_keys
 from coordinator import operations as ops
 from coordinator.etcd_election import EtcdLeadership
 from coordinator.leadership import BEAT_S, TermRecord, lock_free, meta_dir_for, stale_meta_dirs
 from coordinator.meta_etcd import open_etcd_for_term
-from coordinator.meta_store import open_for_term
+from coordinator.meta_store import MetaStore, open_for_term
 from coordinator.partition_map import PartitionMap
 from coordinator.server_info import MAX_EVENTS, ServerInfo
 from coordinator.table_settings import PREFIX as TABLE_SETTINGS
@@ -92,7 +92,10 @@ def _load(co: TakeoverHost, rec: TermRecord) -> None:
             meta, how = open_for_term(co.cfg.data_dir, rec.meta, meta_dir_for(rec.term), co.fence)
         if meta.name != rec.meta:
             election.set_meta(meta.name)
-        warm = co.follower.take(rec.meta, how["seq"]) if co.follower is not None else None
+        truth = None
+        if isinstance(meta, MetaStore) and co.follower is not None:  # the durable items, raw (cheap to read)
+            truth = {cast(bytes, k): cast(bytes, v) for k, v in meta.db.items()}
+        warm = co.follower.take(rec.meta, how["seq"], truth) if co.follower is not None else None
         co.follower = None
         if warm is not None:
             pmap, events, servers = warm.pmap, warm.events(MAX_EVENTS), warm.servers()

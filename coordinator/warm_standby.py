@@ -6,11 +6,10 @@ sequence number moved, reads it again and applies only the keys that changed to 
 every item and to a :class:`PartitionMap` (decoding and indexing 100,000 ranges is what made a
 cold takeover slow; reading the raw bytes again is cheap).
 
-The new leader acts only on the durable store's truth: at takeover it compares the sequence number
-of the store it reopened (or of the source of its copy, see ``meta_store.open_for_term``) with the
-warm copy's after a last catch-up. RocksDB numbers every write, so equal numbers of one store mean
-the same writes; any difference, a store switched in between or a follower error makes the leader
-load cold as before.
+The new leader acts only on the durable store's truth: at takeover it reads the raw items of the
+store it opened (or copied, see ``meta_store.open_for_term``) and brings the warm copy to exactly
+them, decoding only the keys that differ (equal sequence numbers were not enough: see
+:meth:`WarmFollower.take`). A follower error makes the leader load cold as before.
 """
 
 from __future__ import annotations
@@ -117,24 +116,35 @@ class WarmFollower:
             seq = self._db.latest_sequence_number()
             if self.state is not None and self.state.seq == seq:
                 return self.state
-            raw = dict(self._db.items())
-            changed, removed = diff_raw(self._raw, raw)
-            self._raw = raw
-            puts = {k: msgpack.unpackb(v, raw=False, strict_map_key=False) for k, v in changed.items()}
-            if self.state is None:
-                self.state = WarmState(target, seq, puts, PartitionMap.load(sorted(puts.items())))
-            else:
-                for k in removed:
-                    self.state.items.pop(k, None)
-                self.state.items.update(puts)
-                self.state.pmap.apply(puts, removed)
-                self.state.seq = seq
+            self._apply(target, seq, dict(self._db.items()))
             self.refreshes += 1
             return self.state
 
-    def take(self, meta: str, seq: int) -> WarmState | None:
+    def _apply(self, meta: str, seq: int, raw: dict[bytes, bytes]) -> None:
+        """Make the warm state exactly ``raw`` (store ``meta`` at ``seq``), decoding only what changed."""
+        changed, removed = diff_raw(self._raw, raw)
+        self._raw = raw
+        puts = {k: msgpack.unpackb(v, raw=False, strict_map_key=False) for k, v in changed.items()}
+        if self.state is None:
+            self.state = WarmState(meta, seq, puts, PartitionMap.load(sorted(puts.items())))
+        else:
+            for k in removed:
+                self.state.items.pop(k, None)
+            self.state.items.update(puts)
+            self.state.pmap.apply(puts, removed)
+            self.state.meta, self.state.seq = meta, seq
+
+    def take(self, meta: str, seq: int, truth: dict[bytes, bytes] | None = None) -> WarmState | None:
         """Stop following and hand over the warm state if it is exactly store ``meta`` at sequence
-        number ``seq`` (the durable truth the new leader opened); None means load cold."""
+        number ``seq`` (the durable truth the new leader opened); None means load cold.
+
+        ``truth``: the raw items of the store the new leader opened. Given, the warm state is made equal
+        to them (only the keys that differ are decoded) instead of trusting equal sequence numbers: the
+        replicated chaos drill found both standbys' warm maps missing a range's record written 0.2 s
+        before the leader was killed (a leadership transfer at epoch 14; the warm map still had epoch
+        13) while their secondary instances reported the durable store's sequence number. rocksdict's
+        reads of a secondary instance are not reliable (a point read there was measured stale after a
+        catch-up that reported the writer's last sequence number)."""
         self._stop.set()
         if self._thread is not None:
             self._thread.join()
@@ -145,6 +155,9 @@ class WarmFollower:
             log.warning("the warm copy could not catch up; loading cold", exc_info=True)
             state = None
         with self._lock:
+            if truth is not None and state is not None:
+                self._apply(meta, seq, truth)
+                state = self.state
             self._reset(keep_state=True)
         if state is None or state.meta != meta or state.seq != seq:
             log.info("warm copy %s differs from the durable store %s@%d: loading cold",

@@ -115,15 +115,17 @@ class RangeSet(ReplicaRanges):
         self._await_close(rid)
         cur = self.open.get(rid)
         if cur is not None:
-            cur.reset(record)
-            if "primary" in record:
-                cur.state = self._replicator().attach(rid, record, cur.store)
+            state = self._replicator().attach(rid, record, cur.store) if "primary" in record else None
+            cur.reset(record)  # after attach, which refuses a stale configuration
+            if state is not None:
+                cur.state = state
             self.tables.apply(rid, cur)
             self._compact_later(cur.store)
             return
         if self._needs_rebuild(record):  # a new replica, or this server came back without its copy
             self._replicator().rebuild(rid, record, self._path(record))
             return
+        self._refuse_empty_primary(record)
         t0 = time.monotonic()
         crash_point("ps.load.before_open", self.data_dir)
         try:

@@ -95,15 +95,27 @@ class Replicator:
             sock.setsockopt(zmq.LINGER, 0)
             sock.setsockopt(zmq.SNDHWM, 10_000)
             curve.secure_client(sock, self.keys.pair("partition-server"), self.keys.public("partition-server"))
-            sock.connect(endpoint)
+            try:
+                sock.connect(endpoint)
+            except zmq.ZMQError:
+                sock.close(0)
+                raise
             self._peers[endpoint] = sock
         return sock
 
     def _send(self, endpoint: str, body: dict) -> None:
+        if not endpoint:  # a peer whose endpoint the coordinator did not know yet: its next configuration names it
+            return
         try:
             self._peer(endpoint).send(protocol.pack(body), zmq.NOBLOCK)
         except zmq.Again:  # the peer is gone or far behind: the resend timer sends it again
             pass
+        except zmq.ZMQError as exc:  # a malformed endpoint: never the loop's end (it was: chaos, exit 1)
+            self.refused += 1
+            log.warning("cannot reach replication peer %r: %s", endpoint, exc)
+            sock = self._peers.pop(endpoint, None)
+            if sock is not None:
+                sock.close(0)
 
     def close(self) -> None:
         """Close every socket."""
@@ -128,6 +140,10 @@ class Replicator:
         """Serve ``record`` (a replicated range's configuration) with ``store``: as primary when it names
         this server, else as follower. Returns the state to report: ``serving`` or ``following``."""
         epoch = int(record["epoch"])
+        seen = self.adopted_epoch(rid, store)
+        if epoch < seen:  # a coordinator acting on a stale map: two primaries if obeyed
+            raise TableError("NotOwner", f"stale configuration of {rid}: epoch {epoch} is below epoch {seen}, "
+                                         "which this replica already serves or follows")
         peers: dict[str, str] = record.get("peers") or {}
         primary = record["primary"]
         if primary == self.me:
@@ -163,6 +179,21 @@ class Replicator:
             self.following[rid] = Following(rid, epoch, store, log_, primary, peers.get(primary, ""),
                                             str(record.get("token", "")))
         return "following"
+
+    def adopted_epoch(self, rid: str, store: RangeStore) -> int:
+        """The latest epoch this replica of ``rid`` has adopted: the configuration it serves or follows now, or
+        the epoch of the last batch its store holds. A configuration below it is stale and refused: once a
+        replica has followed a primary of epoch E, obeying a configuration of an earlier epoch would make two
+        primaries (a coordinator that lost a map change, as chaos found: a primary transferred at epoch 14,
+        then the next leader's map still naming the old one at epoch 13)."""
+        seen = store.position()[0]
+        p = self.primaries.get(rid)
+        if p is not None and p.store is store:
+            seen = max(seen, p.epoch)
+        f = self.following.get(rid)
+        if f is not None and f.store is store:
+            seen = max(seen, f.epoch)
+        return seen
 
     def detach(self, rid: str) -> None:
         """Stop replicating a range (unloaded); replies held for it are dropped (clients retry)."""

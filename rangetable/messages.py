@@ -268,6 +268,7 @@ class RangeRecord(TypedDict):
     dropped: NotRequired[list[str]]  # … followers just dropped from the in-sync set (no longer joining) …
     token: NotRequired[str]  # … the configuration's secret token, carried by every replication message …
     rebuild: NotRequired[bool]  # … and for a new replica: pull a checkpoint from the primary (partition_server/snapshot.py)
+    create: NotRequired[bool]  # a new range's first configuration: its primary may start on an empty directory
 
 
 class LoadCommand(TypedDict):

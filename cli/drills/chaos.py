@@ -3,7 +3,9 @@
 Every ~1.5 s one fault, chosen by a seeded RNG: kill -9 of a partition server, the (leading)
 coordinator or a frontend; a pause of a partition server past its lease; a manual split, move or
 merge; and with several coordinators a pause of the leader past the leader timeout (a standby takes
-over; the old leader wakes up deposed). A checker
+over; the old leader wakes up deposed). On a replicated cluster (``--replicas N``) also a partition
+server killed with its disk wiped and a primary or follower paused for 1-4 s; at the end every range
+must be back at N in-sync replicas (:mod:`cli.drills.chaos_replicas`). A checker
 thread asserts the partition-map invariant (ranges of a table disjoint and covering the key space)
 on every map it sees. At the end the cluster must converge (every range served) and the workload's
 history must show no lost acknowledged write, no duplicate application and no linearizability
@@ -24,11 +26,13 @@ import click
 
 from cli.cluster_file import pid_alive, read_cluster
 from cli.coordinator_client import call
+from cli.drills.chaos_replicas import REPL_FAULTS, ReplicaFaults, replica_count, wait_restored
 from cli.drills.coordinator_failover import leader_process
 from cli.drills.drill_table import prepare_table
 from cli.options import data_dir_option
 from cli.workload.generator import SABOTAGE, Workload
 from cli.workload.verify.explain import failure_lines, slow_op_lines
+from cli.workload.verify.history import dump_history
 from coordinator.partition_map import PartitionMap
 from rangetable.errors import TableError
 
@@ -68,9 +72,14 @@ def _pid(doc_dir: str, proc_id: str) -> int | None:
     return None
 
 
-def _fault(kind: str, rnd: random.Random, data_dir: str, coord: str, table: str, lease_s: float) -> str:
+def _fault(kind: str, rnd: random.Random, data_dir: str, coord: str, table: str, lease_s: float,
+           repl: ReplicaFaults | None = None) -> str:
     doc = read_cluster(data_dir) or {}
     servers = sorted(p["id"] for p in doc.get("processes", []) if p["role"] == "partition-server")
+    if repl is not None and kind == "wipe_ps":
+        return repl.wipe(rnd, servers)
+    if repl is not None and kind == "pause_replica":
+        return repl.pause(rnd, table, round(rnd.uniform(1.0, 4.0), 1))
     if kind in ("kill_ps", "pause_ps"):
         victim = rnd.choice(servers)
         pid = _pid(data_dir, victim)
@@ -113,8 +122,9 @@ def _fault(kind: str, rnd: random.Random, data_dir: str, coord: str, table: str,
         if kind == "split":
             res = call(coord, {"op": "split", "range": r["id"]}, timeout=10)
             return f"split {r['id']} at {res['key']!r}"
-        if kind == "move":
-            target = rnd.choice([s for s in servers if s != r["owner"]] or servers)
+        if kind == "move":  # of a replicated range: a leadership transfer, to an in-sync replica
+            pool = [s for s in r.get("insync") or servers if s != r["owner"]]
+            target = rnd.choice(pool or servers)
             call(coord, {"op": "move", "range": r["id"], "server": target}, timeout=10)
             return f"move {r['id']} to {target}"
         res = call(coord, {"op": "merge", "range": r["id"]}, timeout=10)
@@ -125,12 +135,15 @@ def _fault(kind: str, rnd: random.Random, data_dir: str, coord: str, table: str,
 
 def run_chaos(data_dir: str, *, seed: int, duration: float = 40.0, interval: float = 1.5, threads: int = 4,
               lease_s: float = 2.0, echo: Any = None, kinds: tuple[str, ...] = FAULTS,
-              history_dir: str | None = None, sabotage: str | None = None) -> dict[str, Any]:
+              history_dir: str | None = None, sabotage: str | None = None,
+              restore_timeout: float = 90.0) -> dict[str, Any]:
     """Run seeded chaos for ``duration`` seconds; returns the report (``passed`` says it all).
 
     A failed run keeps the workload's history in ``history_dir`` (default: ``<data_dir>/histories``).
     ``sabotage`` (:data:`cli.workload.generator.SABOTAGE`) breaks the store on purpose halfway (a
-    rogue write) or before the check (a lost write), to show how a FAIL is explained.
+    rogue write) or before the check (a lost write), to show how a FAIL is explained. On a replicated
+    cluster the schedule also wipes disks and pauses primaries and followers (:mod:`cli.drills.chaos_replicas`),
+    and PASS needs every range back at N in-sync replicas within ``restore_timeout`` s of the last fault.
     """
     history_dir = history_dir or os.path.join(data_dir, "histories")
     say = echo or (lambda _m: None)
@@ -142,7 +155,14 @@ def run_chaos(data_dir: str, *, seed: int, duration: float = 40.0, interval: flo
         kinds = FAULTS + HA_FAULTS
     rnd = random.Random(seed)
     table = f"chaos{seed % 10**8}"
-    prepare_table(coord, native, table)
+    n = replica_count(prepare_table(coord, native, table))
+    repl = None
+    if n > 1:
+        root = doc.get("data_dir") or os.path.abspath(data_dir)
+        repl = ReplicaFaults(root, lambda: call(coord, {"op": "status"}, timeout=3), lambda s: _pid(data_dir, s),
+                             pid_alive)
+        if kinds == FAULTS or kinds == FAULTS + HA_FAULTS:
+            kinds = kinds + REPL_FAULTS
     say(f"chaos seed {seed}: table {table}")
     watcher = MapWatcher(coord)
     watcher.start()
@@ -160,10 +180,11 @@ def run_chaos(data_dir: str, *, seed: int, duration: float = 40.0, interval: flo
             time.sleep(1.0)  # let the workload read it
         kind = rnd.choice(kinds)
         at = round(time.monotonic() - t0, 2)
-        what = _fault(kind, rnd, data_dir, coord, table, lease_s)
+        what = _fault(kind, rnd, data_dir, coord, table, lease_s, repl)
         faults.append({"t": at, "until": round(time.monotonic() - t0, 2), "fault": kind, "what": what})
         say(f"  t={at:6.2f}s {what}")
     # Converge: every range of the table served again (reads answer), then stop the workload.
+    faults_end = time.monotonic()
     deadline = time.monotonic() + 30
     converged = False
     while time.monotonic() < deadline and not converged:
@@ -175,6 +196,10 @@ def run_chaos(data_dir: str, *, seed: int, duration: float = 40.0, interval: flo
         except TableError:
             pass
         time.sleep(0.2)
+    restore = wait_restored(lambda: call(coord, {"op": "status"}, timeout=3), n, restore_timeout, faults_end) if n > 1 else {}
+    if restore:
+        say(f"  {n} in-sync replicas of every range: {'yes' if restore['restored'] else 'NO'} "
+            f"after {restore['restored_s']} s")
     wl.stop()
     if sabotage == "lost-write":
         at = round(time.monotonic() - t0, 2)
@@ -183,12 +208,21 @@ def run_chaos(data_dir: str, *, seed: int, duration: float = 40.0, interval: flo
     watcher.stop.set()
     watcher.join(timeout=5)
     say("verifying the history …")
-    verdict = wl.verify()
+    try:
+        verdict = wl.verify()
+    except TableError as exc:  # the table cannot be read back: a range is unserved (or its replica set broken)
+        os.makedirs(history_dir, exist_ok=True)
+        path = os.path.join(history_dir, f"history-{table}-seed{seed}.jsonl")
+        dump_history(wl.recorder.history(), path)
+        verdict = {"lost_writes": None, "duplicate_applications": len(wl.duplicates), "linearizable": False,
+                   "linearizability": "not checked", "linearizability_s": None, "history_ops": len(wl.recorder),
+                   "slow_ops": list(wl.slow_ops), "history_file": path, "verify_error": f"{exc.error_code}: {exc}"}
     report = {"seed": seed, "duration_s": duration, "faults": faults, "converged": converged,
-              "map_checks": watcher.checks, "map_violations": watcher.violations,
+              "map_checks": watcher.checks, "map_violations": watcher.violations, "replicas": n, **restore,
               "client": wl.stats.to_dict(), **verdict}
-    report["passed"] = (converged and not watcher.violations and report["lost_writes"] == 0
-                        and report["duplicate_applications"] == 0 and report["linearizable"])
+    report["passed"] = ("verify_error" not in report and converged and not watcher.violations and report["lost_writes"] == 0
+                        and report["duplicate_applications"] == 0 and report["linearizable"]
+                        and restore.get("restored", True))
     return report
 
 
@@ -196,8 +230,13 @@ def chaos_failure_lines(r: dict[str, Any]) -> list[str]:
     """Why a chaos run failed (the map, convergence, the checkers' explanation with its faults), and the
     operations slower than 3 s with the faults that overlapped them."""
     lines = [f"map invariant broken: {v}" for v in r["map_violations"][:5]]
+    if "verify_error" in r:
+        lines.append(f"could not read the table back to check it: {r['verify_error']}")
     if not r["converged"]:
         lines.append("not converged: some range was not served by a live server 30 s after the last fault")
+    if not r.get("restored", True):
+        lines.append(f"not restored: {', '.join(r['under_replicated'][:8])} short of {r['replicas']} in-sync "
+                     f"replicas {r['restored_s']} s after the last fault")
     return lines + failure_lines(r, r["faults"]) + slow_op_lines(r["slow_ops"], r["faults"])
 
 
@@ -207,16 +246,22 @@ def chaos_failure_lines(r: dict[str, Any]) -> list[str]:
 @click.option("--sabotage", type=click.Choice(SABOTAGE), default=None,
               help="Break the store on purpose behind the workload's back, to see a FAIL explained: "
                    "rogue-write halfway, lost-write before the check.")
+@click.option("--restore-timeout", default=90.0, show_default=True,
+              help="Replicated cluster: seconds after the last fault for every range to have N in-sync replicas.")
 @data_dir_option
 @click.option("--json", "as_json", is_flag=True)
-def drill_chaos(seed: int | None, duration: float, sabotage: str | None, data_dir: str, as_json: bool) -> None:
-    """Random kills, pauses, splits, moves and merges under a verifying workload (needs `rangetable up`).
+def drill_chaos(seed: int | None, duration: float, sabotage: str | None, restore_timeout: float, data_dir: str,
+                as_json: bool) -> None:
+    """Random kills, pauses, splits, moves and merges under a verifying workload (needs `rangetable up`);
+    on a replicated cluster also disk wipes and pauses of primaries and followers, and every range must be
+    back at N in-sync replicas at the end.
 
     A FAIL says why: a linearizability violation (key, operation, its neighbours, the faults in that
     window) or a checker timeout, lost writes; a failed history is kept for `rangetable verify history`.
     Operations slower than 3 s are listed with the faults that overlapped them."""
     seed = int(time.time()) if seed is None else seed
-    r = run_chaos(data_dir, seed=seed, duration=duration, echo=None if as_json else click.echo, sabotage=sabotage)
+    r = run_chaos(data_dir, seed=seed, duration=duration, echo=None if as_json else click.echo, sabotage=sabotage,
+                  restore_timeout=restore_timeout)
     if as_json:
         click.echo(json.dumps(r, indent=2))
     else:
@@ -224,6 +269,9 @@ def drill_chaos(seed: int | None, duration: float, sabotage: str | None, data_di
         click.echo(f"seed {r['seed']}: {len(r['faults'])} faults, map checked {r['map_checks']} times, "
                    f"{len(r['map_violations'])} violations; converged: {r['converged']}")
         click.echo(f"client: {c['ops']} ops, {c['ok']} ok, {c['unknown']} unknown, worst {c['latency_ms']['max']} ms")
+        if r["replicas"] > 1:
+            click.echo(f"replicas: {r['replicas']} in-sync of every range again: "
+                       f"{'yes' if r['restored'] else 'NO'} after {r['restored_s']} s")
         click.echo(f"lost writes {r['lost_writes']}, duplicates {r['duplicate_applications']}, "
                    f"linearizable {r['linearizable']} ({r['linearizability']}, {r['history_ops']} ops checked in "
                    f"{r['linearizability_s']} s)  →  {'PASS' if r['passed'] else 'FAIL'}")
