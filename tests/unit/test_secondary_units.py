@@ -14,7 +14,7 @@ from frontend.routing import Route, secondary_order
 from partition_server.ranges import RangeSet
 from partition_server.replication import RESEND_S
 from rangetable.errors import TableError
-from tests.unit.test_replication_protocol import Net
+from tests.unit.replication_net import Net
 
 SERVERS = {"a": "tcp://a", "b": "tcp://b", "c": "tcp://c"}
 
@@ -94,13 +94,6 @@ def test_last_sync_stalls_on_a_silent_primary_and_ignores_bad_reports() -> None:
 
 
 # --- the primary's sync lag ---------------------------------------------------------------------
-
-
-@pytest.fixture
-def net(tmp_path: Path):
-    n = Net(tmp_path)
-    yield n
-    n.close()
 
 
 def test_sync_lag_is_the_age_of_the_oldest_batch_an_in_sync_follower_lacks(net: Net) -> None:
