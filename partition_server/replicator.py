@@ -342,8 +342,11 @@ class Replicator:
         """Ship new batches, resend what went unacknowledged, say hello where the primary is silent; returns
         the held replies that may go now."""
         now = time.monotonic() if now is None else now
+        tick = now - self._tick >= TICK_S
+        if not (tick or self._due or self._acked or self.pulls):
+            return []  # the server's loop calls this every turn: most turns have nothing to do
         due, self._due = self._due, set()
-        if now - self._tick >= TICK_S:
+        if tick:
             self._tick = now
             due.update(self.primaries)
             for rid, f in self.following.items():
@@ -351,12 +354,12 @@ class Replicator:
                     f.heard_at = now
                     self._send(f.primary_endpoint, {"op": "ack", "range": rid, "epoch": f.epoch, "from": self.me,
                                                     "seq": f.applied, "token": f.token})
+            if self.source.sessions:
+                self.source.expire(now, set(self.primaries))
         for pull in self.pulls.values():
             ask = pull.due(self.me, now)
             if ask is not None and pull.endpoint:
                 self._send(pull.endpoint, ask)
-        if self.source.sessions and due:
-            self.source.expire(now, set(self.primaries))
         for rid in due:
             p = self.primaries.get(rid)
             if p is None:

@@ -250,11 +250,12 @@ class PartitionServer:
     def _on_request(self, frames: list[bytes], peer: zmq.Frame | None = None) -> None:
         ident = frames[0]
         rid = frames[1] if len(frames) > 1 else b""
+        repl = self.repl
         self._range = None
         try:
             rid, req = protocol.parse_request(frames[1:])
             self._nbytes = len(frames[-1])
-            if req["op"] in DATA_OPS:
+            if repl is not None and req["op"] in DATA_OPS:  # without replicas no reply is ever held
                 self._range = req.get("range")
             result = self.handle(req, peer)
             if isinstance(result, Deferred):
@@ -271,7 +272,6 @@ class PartitionServer:
         except Exception as exc:  # a bug must not take the server down; report it
             log.exception("request failed")
             body = protocol.error(TableError("InternalError", f"{type(exc).__name__}: {exc}"))
-        repl = self.repl
         if repl is not None and repl.primaries and repl.hold(self._range, [ident, rid, body]):
             return  # sent once every in-sync replica holds what it depends on (replication.py)
         protocol.send_frames(self.router, [ident, rid, body])
