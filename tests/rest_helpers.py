@@ -121,3 +121,21 @@ def batch_body(boundary: str, changeset: str, parts: list[tuple[str, str, dict[s
         out += ["", body or ""]
     out += [f"--{changeset}--", "", f"--{boundary}--", ""]
     return "\r\n".join(out).encode()
+
+
+def assert_secondary_refuses_writes(t: Any, pk: str, rk: str) -> None:
+    """Every kind of write through ``t``, an azure-data-tables TableClient on the ``-secondary`` endpoint, is
+    refused with 403 InsufficientAccountPermissions (insert, upsert and delete of the entity (pk, rk), which
+    exists, and a transaction)."""
+    import pytest
+    from azure.core.exceptions import HttpResponseError
+
+    for write in (lambda: t.create_entity({"PartitionKey": pk, "RowKey": rk + "-new"}),
+                  lambda: t.upsert_entity({"PartitionKey": pk, "RowKey": rk, "A": -1}),
+                  lambda: t.delete_entity(pk, rk),
+                  lambda: t.submit_transaction([("upsert", {"PartitionKey": pk, "RowKey": rk + "-tx"})])):
+        with pytest.raises(HttpResponseError) as ei:
+            write()
+        assert ei.value.status_code == 403
+        assert ei.value.response.headers["x-ms-error-code"] == "InsufficientAccountPermissions"
+
