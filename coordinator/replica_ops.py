@@ -181,7 +181,7 @@ def transfer(co: MapWriter, ctl: Commands, rid: str, target: str, reason: str) -
              offline_ms=offline, duration_ms=offline, ok=owner == target, transfer=True)
     if owner != target:
         raise TableError("ServerBusy", f"{target} had not caught up with {rid}'s primary; it stays on {owner}")
-    return {"range": rid, "source": source, "target": target, "offline_ms": offline}
+    return {"range": rid, "source": source, "target": target, "offline_ms": offline, "transfer": True}
 
 
 def fail_over(co: MapWriter, ctl: Commands, reason: str = "server not alive") -> list[str]:
