@@ -264,3 +264,15 @@ def test_dockerfile_copies_every_package() -> None:
     packages = {p.parent.name for p in ROOT.glob("*/__init__.py")} - {"tests"}
     assert packages <= copied, packages - copied
     assert {"requirements.lock", "pyproject.toml", "README.md"} <= copied
+
+
+def test_readme_shows_what_the_units_run_on_host_b() -> None:
+    """deploy/README.md's "without systemd" block is exactly the units' ExecStart lines on host-b."""
+    env = read_env_file(HOSTS_DIR / "host-b" / "rangetable.env")
+    readme = (DEPLOY / "README.md").read_text()
+    for role, instance in (("coordinator", "b"), ("partition-server", "ps-b"), ("frontend", "fe-b"),
+                           ("http-frontend", "http-b")):
+        line = next(ln for ln in (DEPLOY / "systemd" / f"rangetable-{role}@.service").read_text().splitlines()
+                    if ln.startswith("ExecStart="))
+        words = expand(line.removeprefix("ExecStart="), instance, env)
+        assert "\n" + shlex.join(["rangetable", *words[1:]]) + "\n" in readme, role
