@@ -15,7 +15,7 @@ only its ROUTERs:
   send from after a restart, a gap or a change of primary.
 
 **One message per peer per loop turn.** What a loop turn has for one peer — the ``repl`` of each of its ranges
-due (pump), the ``ack`` of each range it followed this turn (drain) — leaves as ONE ZeroMQ message of one frame
+due (pump), the ``ack`` of each range it followed this turn (drain), acknowledgements and batches together — leaves as ONE ZeroMQ message of one frame
 per body (:meth:`Replicator.flush`): the ZeroMQ guide's "drain what is ready, then send", which never waits to
 batch (a turn with one body sends one frame: the plain message). Each body keeps its own epoch and token
 checks on arrival. A follower applies the ``repl`` bodies of a turn after reading them, all of one range
@@ -342,11 +342,12 @@ class Replicator:
             self._send(f.primary_endpoint, {"op": "ack", "range": rid, "epoch": epoch, "from": self.me,
                                             "seq": acked, "token": f.token})
 
-    def _settle(self) -> None:
+    def _settle(self, flush: bool = True) -> None:
         """End of a drain: apply what each followed range received, then send everything queued."""
         for rid in list(self._incoming):
             self._apply(rid)
-        self.flush()
+        if flush:
+            self.flush()
 
     def _serve_snapshot(self, op: str, rid: str, epoch: int, msg: dict) -> None:
         p = self.primaries.get(rid)
@@ -386,8 +387,10 @@ class Replicator:
                  pull.bytes / 1e6 / max(secs, 1e-3))
         self.on_rebuilt(rid, pull.record)
 
-    def drain(self, limit: int = 256) -> None:
-        """Handle the messages waiting on the replication endpoint (at most ``limit``)."""
+    def drain(self, limit: int = 256, flush: bool = True) -> None:
+        """Handle the messages waiting on the replication endpoint (at most ``limit``): apply the batches, queue
+        the acknowledgements, and send them unless ``flush`` is False (the server's loop sends them with its
+        next :meth:`pump`, together with the batches of the requests it handles meanwhile)."""
         sock = self.sock
         if sock is None:
             return
@@ -398,15 +401,18 @@ class Replicator:
                 except zmq.Again:
                     return
                 self._on_message(frames)
+                if not protocol.readable(sock):  # cheaper than the zmq.Again a last receive would raise
+                    return
         finally:
-            self._settle()
+            self._settle(flush)
 
     def pump(self, now: float | None = None) -> list[list[bytes]]:
-        """Ship new batches, resend what went unacknowledged, say hello where the primary is silent; returns
-        the held replies that may go now."""
+        """Ship new batches, resend what went unacknowledged, say hello where the primary is silent, and send
+        everything queued this turn (:meth:`flush`); returns the held replies that may go now."""
         now = time.monotonic() if now is None else now
         tick = now - self._tick >= TICK_S
         if not (tick or self._due or self._acked or self.pulls):
+            self.flush()  # the acknowledgements of the turn's drain, if any
             return []  # the server's loop calls this every turn: most turns have nothing to do
         due, self._due = self._due, set()
         if tick:

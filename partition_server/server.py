@@ -342,7 +342,7 @@ class PartitionServer:
                 if self.deferred:
                     self._answer_deferred()
                 if repl.sock in ready:
-                    repl.drain()
+                    repl.drain(flush=False)  # its acknowledgements leave with the next _pump, in one message per peer
                 if router in ready:
                     self._take_requests()
                 continue
