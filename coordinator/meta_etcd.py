@@ -72,7 +72,12 @@ class EtcdMetaStore:
 
 def open_etcd_for_term(leadership: EtcdLeadership, guard: Callable[[], None]) -> tuple[EtcdMetaStore, dict]:
     """The meta store a leader elected in etcd writes, as ``meta_store.open_for_term`` answers
-    (nothing to copy: a paused leader's writes are refused by etcd)."""
+    (nothing to copy: a paused leader's writes are refused by etcd). ``seq`` is the revision at which
+    the term was won: the meta store is as of it until this leader writes (the previous leader's
+    later writes are refused), so a warm copy at that revision is exact (:mod:`coordinator.etcd_watch`);
+    ``revision`` is etcd's revision when the store was opened."""
     t0 = time.monotonic()
     store = EtcdMetaStore(leadership.client, leadership.prefix, leadership.term, guard)
-    return store, {"copied": None, "ms": round((time.monotonic() - t0) * 1000, 1), "seq": store.revision()}
+    now = store.revision()
+    return store, {"copied": None, "ms": round((time.monotonic() - t0) * 1000, 1),
+                   "seq": leadership.won_revision or now, "revision": now}
