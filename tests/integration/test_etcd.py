@@ -87,7 +87,8 @@ def test_a_cluster_on_etcd_serves_writes_and_survives_a_leader_kill(etcd: str, t
     with cluster_factory(servers=2, extra=["--coordinators", "2", "--meta", etcd + "/cluster"], data_dir=tmp_path / "c") as c:
         before = c.status()
         assert before["takeover"]["meta"] == "etcd"
-        assert not (tmp_path / "c" / "coordinator").exists()  # nothing of the meta store on the data root
+        for name in ("coordinator", "election"):  # neither meta store nor election files on the data root
+            assert not (tmp_path / "c" / name).exists(), name
         r = run_coordinator_drill(c.data_dir, mode="kill", pause_s=3.0, threads=2, seed=3)
         print(format_report(r))
         assert r["took_over_s"] is not None and r["new_term"] > before["term"]

@@ -40,6 +40,15 @@ def _caught_up(f: EtcdFollower, meta: EtcdMetaStore, within: float = 10.0) -> No
         time.sleep(0.05)
 
 
+def _started(f: EtcdFollower) -> None:
+    """Start following and wait for the snapshot, so that the writes after it come through the watch."""
+    f.start()
+    deadline = time.monotonic() + 10
+    while f.state is None:
+        assert time.monotonic() < deadline, "no snapshot read"
+        time.sleep(0.02)
+
+
 def _split_writes(pm: PartitionMap, i: int) -> tuple[dict, list]:
     r = pm.ranges_of("t")[-1]
     mid = f"k{i:04d}"
@@ -57,7 +66,7 @@ def test_a_follower_follows_puts_and_deletes_and_a_takeover_gets_it_at_the_won_r
     a, meta = _leader(url, "a")
     pm = _table(meta)
     f = EtcdFollower(meta.client.base, "/follow", read_timeout_s=0.5)
-    f.start()
+    _started(f)
     try:
         for i in range(20):  # splits: each replaces one range record by two (a delete and two puts)
             meta.commit(*_split_writes(pm, i))
@@ -121,7 +130,7 @@ def test_a_follower_resumes_after_etcd_restarts(tmp_path: Any) -> None:
         _, meta = _leader(server.url + "/restart", "a")
         pm = _table(meta)
         f = EtcdFollower(server.base, "/restart", read_timeout_s=0.5)
-        f.start()
+        _started(f)
         meta.commit(*_split_writes(pm, 0))
         _caught_up(f, meta)
         server.stop()
