@@ -131,7 +131,8 @@ def run_takeover_bench(servers: int = 1000, ranges: int = 100_000, echo: Any = p
         echo(f"coordinator-{lead + 1} leads term {first['term']} ({time.monotonic() - t0:.2f} s): {first['takeover']}")
         if etcd is not None and not cold:
             standby_read_s = _standby_ready(os.path.join(work, f"coordinator-{2 - lead}.log"), 120)
-            echo(f"standby read its snapshot from etcd {standby_read_s} s after the leader was in charge")
+            echo("standby never read its snapshot from etcd" if standby_read_s is None else
+                 f"standby has read its snapshot from etcd (waited {standby_read_s:.2f} s more)")
         for e in eps[:2]:
             s = ctx.socket(zmq.DEALER)
             s.setsockopt(zmq.LINGER, 0)

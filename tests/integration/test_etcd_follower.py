@@ -145,3 +145,15 @@ def test_a_follower_resumes_after_etcd_restarts(tmp_path: Any) -> None:
         if f is not None:
             f.close()
         server.stop()
+
+
+def test_takeover_bench_on_etcd_is_warm_and_cold_with_cold_takeover(local_etcd: LocalEtcd) -> None:
+    from cli.bench.takeover import format_result, run_takeover_bench
+
+    warm = run_takeover_bench(servers=20, ranges=2000, echo=print, follow_s=1.0, mode="kill", meta="etcd")
+    print(format_result(warm))
+    assert warm["warm"] is True and warm["seq"] and warm["seq"] <= warm["revision"]
+    assert warm["first_lease_after_pause_s"] is not None and warm["takeover_ms"] is not None
+    cold = run_takeover_bench(servers=20, ranges=2000, echo=print, follow_s=1.0, mode="kill", meta="etcd", cold=True)
+    print(format_result(cold))
+    assert cold["warm"] is False and cold["cold_takeover"] is True and len(cold["load_avg"]) == 2
