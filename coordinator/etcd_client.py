@@ -17,7 +17,10 @@ from typing import Any
 
 from rangetable.errors import TableError
 
-PAGE = 1000  # keys per range request
+# Keys per range request. etcd 3.4 walks the whole rest of the range in its index for every page and
+# the JSON gateway's marshalling is slow: at 100,000 keys pages of 10,000 read in ~5 s, pages of 1,000
+# in 7-12 s (one run each on the loaded 2-core host, load ~16; docs/control-plane.md).
+PAGE = 10_000
 
 
 def parse_url(url: str) -> tuple[str, str]:

@@ -56,6 +56,7 @@ class EtcdLeadership:
         self.term = 0
         self.record: TermRecord | None = None
         self.lease = 0
+        self.won_revision = 0  # etcd's revision of the transaction that won this term (warm takeover)
         self._lost = False  # the lease expired under this leader (it paused past its TTL)
         self._renewed = 0.0  # when the last successful grant or keep-alive was *sent* (monotonic)
         self._checked = float("-inf")  # when the leader key last named this term
@@ -80,7 +81,7 @@ class EtcdLeadership:
             sent = time.monotonic()
             lease, _ = self.client.grant(self.ttl_s)
             rec = TermRecord(last + 1, self.endpoint, self.pub, META_NAME, os.getpid(), socket.gethostname())
-            won, _ = self.client.txn(
+            won, res = self.client.txn(
                 [absent(leader_key(self.prefix)),
                  value_is(term_key(self.prefix), raw) if raw else absent(term_key(self.prefix))],
                 [put_op(leader_key(self.prefix), json.dumps(asdict(rec)).encode(), lease),
@@ -90,6 +91,7 @@ class EtcdLeadership:
         if not won:
             return None
         self.term, self.record, self.lease, self._renewed = rec.term, rec, lease, sent
+        self.won_revision = int(res.get("header", {}).get("revision", 0))
         return rec
 
     def beat(self) -> None:

@@ -38,6 +38,7 @@ if TYPE_CHECKING:
     import zmq
 
     from coordinator.etcd_election import EtcdLeadership
+    from coordinator.etcd_follower import EtcdFollower
     from coordinator.leadership import Leadership
     from coordinator.map_deltas import DeltaLog, PendingChanges
     from coordinator.partition_map import PartitionMap
@@ -307,7 +308,7 @@ class TakeoverHost(MapWriter, Notifier, Fenced, Protocol):
     """What taking over a term uses (:mod:`coordinator.takeover`)."""
 
     leadership: Leadership | EtcdLeadership | None
-    follower: WarmFollower | None
+    follower: WarmFollower | EtcdFollower | None
     takeover: dict
     stopping: bool
     events: list[dict]

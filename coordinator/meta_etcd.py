@@ -21,12 +21,17 @@ from coordinator.etcd_client import EtcdClient, delete_op, put_op, value_is
 from coordinator.etcd_election import META_NAME, EtcdLeadership, term_key
 from rangetable.errors import TableError
 
+READ_TIMEOUT_S = 30.0  # per range request of items()
+
 
 class EtcdMetaStore:
     """Atomic, term-fenced writes of msgpack values under byte keys, kept in etcd."""
 
     def __init__(self, client: EtcdClient, prefix: str, term: int, guard: Callable[[], None] | None = None) -> None:
         self.client = client
+        # Reads of the whole store (a cold takeover: 100,000 ranges in pages of 10,000) get a longer
+        # timeout than the election's sub-second one; a page took over 0.8 s on the loaded host.
+        self.reader = EtcdClient(client.base, timeout_s=READ_TIMEOUT_S)
         self.prefix = prefix
         self.term = term
         self.name = META_NAME
@@ -35,7 +40,7 @@ class EtcdMetaStore:
 
     def items(self, prefix: bytes = b"") -> list[tuple[bytes, Any]]:
         """Every (key, value) under a prefix, in key order (one consistent revision)."""
-        kvs, _ = self.client.scan(self._root + prefix)
+        kvs, _ = self.reader.scan(self._root + prefix)
         n = len(self._root)
         return [(k[n:], msgpack.unpackb(v, raw=False, strict_map_key=False)) for k, v in kvs]
 
@@ -72,7 +77,12 @@ class EtcdMetaStore:
 
 def open_etcd_for_term(leadership: EtcdLeadership, guard: Callable[[], None]) -> tuple[EtcdMetaStore, dict]:
     """The meta store a leader elected in etcd writes, as ``meta_store.open_for_term`` answers
-    (nothing to copy: a paused leader's writes are refused by etcd)."""
+    (nothing to copy: a paused leader's writes are refused by etcd). ``seq`` is the revision at which
+    the term was won: the meta store is as of it until this leader writes (the previous leader's
+    later writes are refused), so a warm copy at that revision is exact (:mod:`coordinator.etcd_watch`);
+    ``revision`` is etcd's revision when the store was opened."""
     t0 = time.monotonic()
     store = EtcdMetaStore(leadership.client, leadership.prefix, leadership.term, guard)
-    return store, {"copied": None, "ms": round((time.monotonic() - t0) * 1000, 1), "seq": store.revision()}
+    now = store.revision()
+    return store, {"copied": None, "ms": round((time.monotonic() - t0) * 1000, 1),
+                   "seq": leadership.won_revision or now, "revision": now}

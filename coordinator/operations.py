@@ -402,7 +402,12 @@ def collect_garbage(co: MapWriter, ctl: Commands) -> list[str]:
 
     They are left behind by splits and merges that crashed before or after their commit point. The
     controller runs jobs one at a time, so no operation that allocated a directory is in flight.
+    Only on the single-host layout, where the coordinator's data root is the partition servers'
+    (``ranges/`` under it); with ``--meta etcd://`` (multi-host) the coordinator never touches a
+    partition server's files (docs/multi-host.md).
     """
+    if co.cfg.meta:
+        return []
     root = os.path.join(co.cfg.data_dir, "ranges")
     names = sorted(os.listdir(root)) if os.path.isdir(root) else []
     if not names:

@@ -34,6 +34,7 @@ from coordinator import operations as ops
 from coordinator.balancer_loop import BalancerLoop
 from coordinator.controller import Controller
 from coordinator.etcd_election import EtcdLeadership, leadership_for
+from coordinator.etcd_follower import EtcdFollower
 from coordinator.interfaces import MetaStoreLike
 from coordinator.leadership import Leadership
 from coordinator.map_deltas import DeltaLog, PendingChanges, build_delta
@@ -80,7 +81,7 @@ class Coordinator:
         self.quiet_until = 0.0  # no balancing move before the previous leader's leases surely lapsed
         self.takeover: dict = {}  # how the last takeover went (for status and the logs)
         self.known_servers: dict[str, dict] = {}  # servers in the meta store when this leader took over
-        self.follower: WarmFollower | None = None  # a standby's warm copy of the leader's store (takeover.follow)
+        self.follower: WarmFollower | EtcdFollower | None = None  # a standby's warm copy of the leader's store (takeover.follow)
         self.controller = Controller(self)
         self.balancer_loop = BalancerLoop(self)
         self.pub_endpoint = ""

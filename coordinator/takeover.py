@@ -6,10 +6,11 @@ partition server's lease lasts 2 s from its heartbeat, and detecting a paused le
 0.8 s of that. So the new leader renews leases *first*:
 
 0. :func:`follow` (loop thread, while standby): keep a warm copy of the leader's meta store and
-   map (:mod:`coordinator.warm_standby`).
+   map (:mod:`coordinator.warm_standby` on RocksDB, :mod:`coordinator.etcd_follower` on etcd).
 1. :func:`begin` (loop thread): the term is ours; a beat thread starts, and a loader thread opens
    (or copies) the meta store and takes the warm map when it is exactly the durable store (same
-   sequence number), or builds the map from the store (cold).
+   sequence number; on etcd: the follower has applied the revision at which the term was won), or
+   builds the map from the store (cold).
 2. While it loads, the loop answers heartbeats with a lease of the new term at once
    (:func:`early_lease`) and holds every other request until the map is there. Granting a lease
    without the map is what the previous leader did with the same map: the server keeps serving what
@@ -30,7 +31,8 @@ from typing import TYPE_CHECKING, cast
 
 from coordinator import client_keys
 from coordinator import operations as ops
-from coordinator.etcd_election import EtcdLeadership
+from coordinator.etcd_election import META_NAME, EtcdLeadership
+from coordinator.etcd_follower import EtcdFollower
 from coordinator.leadership import BEAT_S, TermRecord, lock_free, meta_dir_for, stale_meta_dirs
 from coordinator.meta_etcd import open_etcd_for_term
 from coordinator.meta_store import MetaStore, open_for_term
@@ -47,11 +49,17 @@ log = logging.getLogger("rangetable.coordinator")
 
 
 def follow(co: TakeoverHost, leader: TermRecord | None) -> None:
-    """Standby: keep following the meta store the current leader's record names."""
-    if co.cfg.meta:
-        return  # the meta store is in etcd: nothing on disk to follow
+    """Standby: keep following the meta store the current leader's record names (the RocksDB store on
+    the data root, or ``<prefix>/meta/`` in etcd with ``--meta etcd://``); nothing with
+    ``--cold-takeover``."""
+    if co.cfg.cold_takeover:
+        return
     if co.follower is None:
-        co.follower = WarmFollower(co.cfg.data_dir)
+        election = co.election()
+        if isinstance(election, EtcdLeadership):
+            co.follower = EtcdFollower(election.client.base, election.prefix, META_NAME)
+        else:
+            co.follower = WarmFollower(co.cfg.data_dir)
         co.follower.start()
     co.follower.follow(leader.meta if leader is not None else None)
 
@@ -117,6 +125,7 @@ def _load(co: TakeoverHost, rec: TermRecord) -> None:
         co.known_servers = servers
         co.takeover.update({"meta": meta.name, "copied_keys": how["copied"], "meta_ms": how["ms"],
                             "warm": warm is not None, "seq": how["seq"],
+                            **({"revision": how["revision"]} if "revision" in how else {}),
                             "load_ms": round((time.monotonic() - t0) * 1000, 1)})
     co.notify([b"led"])
 

@@ -52,6 +52,25 @@ class WarmState:
         """The partition servers recorded in the store, by id."""
         return {k[len(b"server/"):].decode(): v for k, v in self.items.items() if k.startswith(b"server/")}
 
+    @classmethod
+    def build(cls, meta: str, seq: int, puts: dict[bytes, Any]) -> WarmState:
+        """The state of a store holding exactly ``puts`` (decoded), as of ``seq``: the map built once."""
+        return cls(meta, seq, puts, PartitionMap.load(sorted(puts.items())))
+
+    def apply(self, puts: dict[bytes, Any], removed: list[bytes], meta: str, seq: int) -> None:
+        """Apply decoded writes and deletes (one follower step, RocksDB or etcd), keeping the map's
+        indexes (:meth:`PartitionMap.apply`); the state is then store ``meta`` as of ``seq``."""
+        for k in removed:
+            self.items.pop(k, None)
+        self.items.update(puts)
+        self.pmap.apply(puts, removed)
+        self.meta, self.seq = meta, seq
+
+
+def decode(raw: dict[bytes, bytes]) -> dict[bytes, Any]:
+    """Meta-store values (msgpack) decoded, by key."""
+    return {k: msgpack.unpackb(v, raw=False, strict_map_key=False) for k, v in raw.items()}
+
 
 def diff_raw(old: dict[bytes, bytes], new: dict[bytes, bytes]) -> tuple[dict[bytes, bytes], list[bytes]]:
     """(keys added or changed with their new bytes, keys removed) from ``old`` to ``new``."""
@@ -124,15 +143,11 @@ class WarmFollower:
         """Make the warm state exactly ``raw`` (store ``meta`` at ``seq``), decoding only what changed."""
         changed, removed = diff_raw(self._raw, raw)
         self._raw = raw
-        puts = {k: msgpack.unpackb(v, raw=False, strict_map_key=False) for k, v in changed.items()}
+        puts = decode(changed)
         if self.state is None:
-            self.state = WarmState(meta, seq, puts, PartitionMap.load(sorted(puts.items())))
+            self.state = WarmState.build(meta, seq, puts)
         else:
-            for k in removed:
-                self.state.items.pop(k, None)
-            self.state.items.update(puts)
-            self.state.pmap.apply(puts, removed)
-            self.state.meta, self.state.seq = meta, seq
+            self.state.apply(puts, removed, meta, seq)
 
     def take(self, meta: str, seq: int, truth: dict[bytes, bytes] | None = None) -> WarmState | None:
         """Stop following and hand over the warm state if it is exactly store ``meta`` at sequence

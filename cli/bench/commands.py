@@ -241,8 +241,12 @@ def bench_control_plane(servers: int, ranges: int, frontends: int, sim_processes
               help="Seconds the standby follows the leader before the pause.")
 @click.option("--mode", type=click.Choice(["pause", "kill"]), default="pause", show_default=True,
               help="Pause the leader (SIGSTOP: its store is copied) or kill it (its store is reopened).")
+@click.option("--meta", type=click.Choice(["rocksdb", "etcd"]), default="rocksdb", show_default=True,
+              help="Where the coordinators keep their state: RocksDB on the data root, or a real etcd the bench "
+                   "starts (needs the etcd binary: apt-get install etcd-server).")
+@click.option("--cold", is_flag=True, help="Run the coordinators with --cold-takeover (no warm standby), to compare.")
 @json_option
-def bench_takeover(servers: int, ranges: int, follow_s: float, mode: str, as_json: bool) -> None:
+def bench_takeover(servers: int, ranges: int, follow_s: float, mode: str, meta: str, cold: bool, as_json: bool) -> None:
     """Two real coordinators on a large seeded map: pause the leader, report when the standby's first
     lease came and how long copying the meta store and loading the map took."""
     from cli.bench.takeover import format_result, run_takeover_bench
@@ -251,8 +255,13 @@ def bench_takeover(servers: int, ranges: int, follow_s: float, mode: str, as_jso
         raise click.UsageError("need --servers >= 1 and --ranges >= --servers.")
     if follow_s < 0:
         raise click.UsageError("--follow-s must be >= 0.")
+    if meta == "etcd":
+        from cli.bench.etcd_server import etcd_missing
+
+        if etcd_missing():
+            raise click.ClickException(str(etcd_missing()))
     res = run_takeover_bench(servers, ranges, echo=(lambda s: None) if as_json else click.echo, follow_s=follow_s,
-                             mode=mode)
+                             mode=mode, meta=meta, cold=cold)
     click.echo(json.dumps(res, indent=2) if as_json else format_result(res))
 
 

@@ -53,17 +53,23 @@ def range_layout(servers: int, ranges: int) -> tuple[list[str], list[dict]]:
     return sids, recs
 
 
+def seed_puts(sids: list[str], recs: list[dict]) -> dict[bytes, Any]:
+    """The meta-store keys of the catalog, the map and the servers of a seeded cluster."""
+    from coordinator.partition_map import range_key, table_key
+
+    puts: dict[bytes, Any] = {table_key(TABLE): TABLE, b"meta/version": 1, b"meta/next_id": len(recs) + 1}
+    puts.update({range_key(r["id"]): r for r in recs})
+    puts.update({b"server/" + s.encode(): {"endpoint": "", "pid": 0} for s in sids})
+    return puts
+
+
 def seed_meta(data_dir: str, sids: list[str], recs: list[dict]) -> None:
     """Write the catalog, the map and the servers into a fresh coordinator meta store."""
     from coordinator.meta_store import MetaStore
-    from coordinator.partition_map import range_key, table_key
 
     meta = MetaStore(data_dir)
     try:
-        puts: dict[bytes, Any] = {table_key(TABLE): TABLE, b"meta/version": 1, b"meta/next_id": len(recs) + 1}
-        puts.update({range_key(r["id"]): r for r in recs})
-        puts.update({b"server/" + s.encode(): {"endpoint": "", "pid": 0} for s in sids})
-        meta.commit(puts)
+        meta.commit(seed_puts(sids, recs))
     finally:
         meta.close()
 

@@ -7,6 +7,12 @@ pauses the leader (SIGSTOP) and reports: when the first lease of the new term ca
 new leader took to copy the paused leader's meta store and load the map (which it does after it
 started granting leases, see ``coordinator/takeover.py``), and whether it took its warm copy.
 With ``mode="kill"`` the leader is killed instead, and the new leader reopens its store.
+
+With ``meta="etcd"`` the bench starts a real etcd of its own (``cli/bench/etcd_server.py``, ephemeral
+ports, a temporary directory), seeds the same keys under ``/bench/meta/`` and runs both coordinators
+with ``--meta etcd://…/bench``: the standby follows etcd's watch (``coordinator/etcd_follower.py``),
+and the bench waits until it has read its snapshot before the follow time starts. ``cold=True`` runs
+both with ``--cold-takeover`` (no warm copy), the figure to compare with.
 """
 
 from __future__ import annotations
@@ -20,15 +26,19 @@ import tempfile
 import time
 from typing import Any
 
+import msgpack
 import zmq
 
-from cli.bench.control_plane import range_layout, seed_meta
+from cli.bench.control_plane import range_layout, seed_meta, seed_puts
+from cli.bench.etcd_server import LocalEtcd
 from cli.coordinator_client import call
 from cli.port_reservation import PortReservation
+from coordinator.etcd_client import EtcdClient, put_op
 from rangetable import curve, protocol
 from rangetable.errors import TableError
 
 HB_EVERY_S = 0.05
+SEED_BATCH = 2000  # puts per etcd transaction while seeding (within --max-txn-ops and --max-request-bytes)
 
 
 def _leases(socks: list[zmq.Socket], body: dict, seconds: float) -> list[tuple[float, int, int]]:
@@ -54,12 +64,46 @@ def _leases(socks: list[zmq.Socket], body: dict, seconds: float) -> list[tuple[f
     return out
 
 
+def _seed_etcd(base: str, prefix: str, sids: list[str], recs: list[dict]) -> float:
+    """The keys :func:`seed_meta` writes, under ``<prefix>/meta/`` in etcd; returns the seconds it took."""
+    t0 = time.monotonic()
+    client = EtcdClient(base, timeout_s=60)
+    root = f"{prefix}/meta/".encode()
+    puts = list(seed_puts(sids, recs).items())
+    for i in range(0, len(puts), SEED_BATCH):
+        client.txn([], [put_op(root + k, msgpack.packb(v, use_bin_type=True)) for k, v in puts[i:i + SEED_BATCH]])
+    return time.monotonic() - t0
+
+
+def _standby_ready(log_path: str, within_s: float) -> float | None:
+    """Wait until the standby's log says it read its snapshot from etcd; the seconds waited (None: never)."""
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < within_s:
+        with open(log_path, errors="replace") as f:
+            if "standby read" in f.read():
+                return time.monotonic() - t0
+        time.sleep(0.1)
+    return None
+
+
 def run_takeover_bench(servers: int = 1000, ranges: int = 100_000, echo: Any = print,
-                       follow_s: float = 2.0, mode: str = "pause") -> dict:
+                       follow_s: float = 2.0, mode: str = "pause", meta: str = "rocksdb", cold: bool = False) -> dict:
     """Run the measurement; returns its figures."""
     work = tempfile.mkdtemp(prefix="rt-takeover-")
     sids, recs = range_layout(servers, ranges)
-    seed_meta(work, sids, recs)
+    etcd: LocalEtcd | None = None
+    extra: list[str] = ["--cold-takeover"] if cold else []
+    seed_s = None
+    load_before = os.getloadavg()[0]
+    if meta == "etcd":
+        os.makedirs(os.path.join(work, "etcd"))
+        etcd = LocalEtcd(os.path.join(work, "etcd")).start()
+        seed_s = _seed_etcd(etcd.base, "/bench", sids, recs)
+        echo(f"etcd on {etcd.base}: seeded {len(recs)} ranges in {seed_s:.1f} s")
+        extra += ["--meta", etcd.url + "/bench"]
+    else:
+        seed_meta(work, sids, recs)
+    standby_read_s = None
     ports = PortReservation()
     eps = [f"tcp://127.0.0.1:{ports.take()}" for _ in range(4)]
     ports.release()
@@ -74,16 +118,21 @@ def run_takeover_bench(servers: int = 1000, ranges: int = 100_000, echo: Any = p
             with open(os.path.join(work, f"coordinator-{i + 1}.log"), "w") as log:
                 procs.append(subprocess.Popen(
                     [sys.executable, "-m", "cli.main", "coordinator", "--data-dir", work, "--bind", eps[i],
-                     "--pub-bind", eps[i + 2]], stdout=log, stderr=subprocess.STDOUT))
+                     "--pub-bind", eps[i + 2], *extra], stdout=log, stderr=subprocess.STDOUT))
             if i == 0:
                 time.sleep(0.3)  # the first one wins term 1
         t0 = time.monotonic()
-        first = call(",".join(eps[:2]), {"op": "status"}, timeout=60)  # on a busy host the second may win
+        # On a busy host the second may win; a cold load of 100,000 ranges from etcd takes 10-25 s there.
+        first = call(",".join(eps[:2]), {"op": "status"}, timeout=60 if etcd is None else 240)
         lead = eps.index(first["leader"])
         if lead == 1:
             procs.reverse()
             eps[0], eps[1], eps[2], eps[3] = eps[1], eps[0], eps[3], eps[2]
         echo(f"coordinator-{lead + 1} leads term {first['term']} ({time.monotonic() - t0:.2f} s): {first['takeover']}")
+        if etcd is not None and not cold:
+            standby_read_s = _standby_ready(os.path.join(work, f"coordinator-{2 - lead}.log"), 120)
+            echo("standby never read its snapshot from etcd" if standby_read_s is None else
+                 f"standby has read its snapshot from etcd (waited {standby_read_s:.2f} s more)")
         for e in eps[:2]:
             s = ctx.socket(zmq.DEALER)
             s.setsockopt(zmq.LINGER, 0)
@@ -108,23 +157,30 @@ def run_takeover_bench(servers: int = 1000, ranges: int = 100_000, echo: Any = p
                 pass
             p.kill()
             p.wait()
+        if etcd is not None:
+            etcd.stop()
         shutil.rmtree(work, ignore_errors=True)
-    return {"servers": servers, "ranges": ranges, "meta_keys": len(recs) + len(sids) + 3,
+    return {"meta": meta, "seed_s": round(seed_s, 1) if seed_s is not None else None, "standby_read_s":
+            round(standby_read_s, 2) if standby_read_s is not None else None, "revision": after.get("revision"),
+            "load_avg": [round(load_before, 2), round(os.getloadavg()[0], 2)],"servers": servers, "ranges": ranges, "meta_keys": len(recs) + len(sids) + 3,
             "first_lease_after_pause_s": round(lease, 3) if lease is not None else None,
             "copy_ms": after.get("meta_ms"), "load_ms": after.get("load_ms"), "takeover_ms": after.get("takeover_ms"),
             "copied_keys": after.get("copied_keys"), "warm": after.get("warm"), "follow_s": follow_s,
-            "mode": mode}
+            "mode": mode, "seq": after.get("seq"), "cold_takeover": cold}
 
 
 def format_result(r: dict) -> str:
     """The figures as text."""
     return "\n".join([
         f"takeover with {r['ranges']} ranges on {r['servers']} servers ({r['meta_keys']} meta keys), leader "
-        f"{'paused' if r.get('mode', 'pause') == 'pause' else 'killed'}:",
+        f"{'paused' if r.get('mode', 'pause') == 'pause' else 'killed'}, meta store {r.get('meta', 'rocksdb')}"
+        f"{' (--cold-takeover)' if r.get('cold_takeover') else ''}:",
         f"  first lease of the new term   {r['first_lease_after_pause_s']} s after the {r.get('mode', 'pause')}",
         f"  meta store copied             {r['copied_keys']} keys in {r['copy_ms']} ms" if r["copied_keys"] else
-        f"  meta store reopened           in {r['copy_ms']} ms",
+        f"  meta store opened in etcd     in {r['copy_ms']} ms; term won at revision {r.get('seq')}"
+        if r.get("meta") == "etcd" else f"  meta store reopened           in {r['copy_ms']} ms",
         f"  map loaded                    {r['load_ms']} ms after the term was won (leases granted meanwhile),"
         f" {'warm' if r.get('warm') else 'cold'}",
         f"  leader fully in charge        {r['takeover_ms']} ms after the term was won",
+        f"  host load average (1 min)     {r['load_avg'][0]} before, {r['load_avg'][1]} after",
     ])

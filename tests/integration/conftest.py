@@ -1,7 +1,7 @@
 """Fixtures shared by the integration tests. For the raw-HTTP REST tests (``test_rest_compat.py``, ``test_rest_client_fixes.py``,
 ``test_rest_conformance.py``): ``raw``, a signing keep-alive HTTP client on the test module's cluster (each
 module starts its own, a module-scoped ``cluster`` fixture; a module may define its own ``table``), and ``table``, a table of the test's own made
-and dropped through it."""
+and dropped through it. For the etcd tests: ``local_etcd`` and ``etcd`` (``tests/integration/etcd_fixtures.py``)."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from tests.integration.etcd_fixtures import etcd, local_etcd  # noqa: F401 - fixtures of the etcd tests
 from tests.rest_helpers import Raw
 
 _n = itertools.count()

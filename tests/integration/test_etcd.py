@@ -5,53 +5,18 @@ Skipped with the reason printed when the ``etcd`` binary is absent (``apt-get in
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from cli.port_reservation import PortReservation
-from coordinator.etcd_client import EtcdClient
-from coordinator.etcd_election import EtcdLeadership
+from coordinator.etcd_client import EtcdClient, b64
+from coordinator.etcd_election import EtcdLeadership, term_key
 from coordinator.meta_etcd import open_etcd_for_term
 from rangetable.errors import TableError
 from tests.cluster import ClusterFactory
-
-
-@pytest.fixture(scope="module")
-def etcd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    if shutil.which("etcd") is None:
-        pytest.skip("etcd not installed: apt-get install etcd-server")
-    data = tmp_path_factory.mktemp("etcd")
-    ports = PortReservation()
-    client, peer = ports.take(), ports.take()
-    ports.release()
-    cu, pu = f"http://127.0.0.1:{client}", f"http://127.0.0.1:{peer}"
-    with open(data / "etcd.log", "wb") as log:
-        proc = subprocess.Popen(
-            ["etcd", "--name", "t", "--data-dir", str(data / "d"), "--listen-client-urls", cu,
-             "--advertise-client-urls", cu, "--listen-peer-urls", pu, "--initial-advertise-peer-urls", pu,
-             "--initial-cluster", f"t={pu}", "--heartbeat-interval", "25", "--election-timeout", "250",
-             "--max-txn-ops", "10000"], stdout=log, stderr=subprocess.STDOUT)
-    try:
-        c = EtcdClient(cu)
-        deadline = time.monotonic() + 20
-        while True:
-            try:
-                c.get(b"probe")
-                break
-            except TableError:
-                if time.monotonic() > deadline or proc.poll() is not None:
-                    raise AssertionError((data / "etcd.log").read_text()[-2000:]) from None
-                time.sleep(0.1)
-        yield f"etcd://127.0.0.1:{client}"
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)
 
 
 def _win(le: EtcdLeadership, within: float) -> float:
@@ -122,7 +87,8 @@ def test_a_cluster_on_etcd_serves_writes_and_survives_a_leader_kill(etcd: str, t
     with cluster_factory(servers=2, extra=["--coordinators", "2", "--meta", etcd + "/cluster"], data_dir=tmp_path / "c") as c:
         before = c.status()
         assert before["takeover"]["meta"] == "etcd"
-        assert not (tmp_path / "c" / "coordinator").exists()  # nothing of the meta store on the data root
+        for name in ("coordinator", "election"):  # neither meta store nor election files on the data root
+            assert not (tmp_path / "c" / name).exists(), name
         r = run_coordinator_drill(c.data_dir, mode="kill", pause_s=3.0, threads=2, seed=3)
         print(format_report(r))
         assert r["took_over_s"] is not None and r["new_term"] > before["term"]
@@ -130,4 +96,11 @@ def test_a_cluster_on_etcd_serves_writes_and_survives_a_leader_kill(etcd: str, t
         assert r["client_errors"] == 0, r["client"]["errors"]
         assert r["worst_gap_s"] < MAX_GAP_S
         c.wait(lambda: not c.check_map(), timeout=15, what="every range served and reported")
-        assert c.status()["takeover"]["meta"] == "etcd"
+        after = c.status()["takeover"]
+        assert after["meta"] == "etcd"
+        # The standby followed etcd's watch (coordinator/etcd_follower.py): it took its warm copy, as of
+        # the revision of the transaction that won its term (the term key's mod_revision).
+        assert after["warm"] is True, after
+        base = etcd.replace("etcd://", "http://")
+        term = EtcdClient(base).call("kv/range", {"key": b64(term_key("/cluster"))})["kvs"][0]
+        assert int(term["mod_revision"]) == after["seq"] <= after["revision"], (term, after)
