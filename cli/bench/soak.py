@@ -195,22 +195,42 @@ def pending_compaction(status: dict) -> int:
     return sum(int(ld.get("pending_compaction_bytes", 0) or 0) for ld in range_loads(status).values())
 
 
-def block_cache_bytes(doc: dict) -> dict[str, int]:
-    """Each partition server's block-cache charge, from its Prometheus metrics (empty without them)."""
+MEMORY_KINDS = {  # Prometheus (metric, kind) -> the letter a row prints it under
+    ("rangetable_server_rocksdb_memory_bytes", "block_cache"): "c",
+    ("rangetable_server_memory_bytes", "memtables"): "m",
+    ("rangetable_server_memory_bytes", "replica_logs"): "r",
+    ("rangetable_server_memory_bytes", "table_readers"): "t",
+}
+
+
+def parse_memory(text: str) -> dict[str, int]:
+    """The memory figures of one partition server's Prometheus text, by row letter (:data:`MEMORY_KINDS`)."""
+    out: dict[str, int] = {}
+    for line in text.splitlines():
+        name, _, rest = line.partition("{")
+        if not rest or 'kind="' not in rest:
+            continue
+        kind = rest.split('kind="', 1)[1].split('"', 1)[0]
+        letter = MEMORY_KINDS.get((name, kind))
+        if letter is not None:
+            out[letter] = int(float(line.rsplit(" ", 1)[1]))
+    return out
+
+
+def server_memory(doc: dict) -> dict[str, dict[str, int]]:
+    """Each partition server's memory figures by row letter, from its Prometheus metrics (empty without
+    them): ``c`` the block cache's charge, ``m`` memtables, ``r`` replica-log rings, ``t`` table readers."""
     import urllib.request
 
-    out: dict[str, int] = {}
+    out: dict[str, dict[str, int]] = {}
     for p in doc.get("processes", []):
         if p.get("role") != "partition-server" or not p.get("metrics"):
             continue
         try:
             with urllib.request.urlopen(p["metrics"], timeout=5) as resp:
-                text = resp.read().decode()
+                out[p["id"]] = parse_memory(resp.read().decode())
         except OSError:
             continue
-        for line in text.splitlines():
-            if line.startswith("rangetable_server_rocksdb_memory_bytes{") and 'kind="block_cache"' in line:
-                out[p["id"]] = int(float(line.rsplit(" ", 1)[1]))
     return out
 
 
@@ -223,30 +243,42 @@ def process_ids(doc: dict) -> list[tuple[str, int]]:
 
 
 def make_row(t: float, seconds: float, tally: Tally, rss: dict[str, int], disk: int, pending: int,
-             cache: dict[str, int] | None = None) -> dict[str, Any]:
-    """One interval's figures; ``cache`` is each partition server's block-cache charge (in its RSS)."""
+             cache: dict[str, int] | None = None, held: dict[str, dict[str, int]] | None = None,
+             load: float = 0.0) -> dict[str, Any]:
+    """One interval's figures; ``cache`` is each partition server's block-cache charge (in its RSS),
+    ``held`` its other memory figures by letter (:func:`server_memory`), ``load`` the machine's load average."""
     lat = tally.lat
     cache = cache or {}
+    held = {k: {x: n for x, n in v.items() if x != "c"} for k, v in (held or {}).items()}
     return {"t_s": round(t, 1), "ops": len(lat), "ops_s": round(len(lat) / seconds, 1) if seconds > 0 else 0.0,
             "p50_ms": percentile_ms(lat, 0.5), "p99_ms": percentile_ms(lat, 0.99), "max_ms": percentile_ms(lat, 1.0),
             "errors": dict(tally.errors), "by_kind": dict(tally.by_kind), "rss": rss,
             "rss_total": sum(rss.values()), "cache": cache, "cache_total": sum(cache.values()),
-            "disk_bytes": disk, "pending_compaction_bytes": pending}
+            "disk_bytes": disk, "pending_compaction_bytes": pending, "held": held, "load": round(load, 2)}
 
 
 def format_row(row: dict[str, Any]) -> str:
-    """A row of the soak table: a partition server's RSS is followed by its block cache (``/c``)."""
+    """A row of the soak table: a partition server's RSS is followed by its block cache (``/c``), memtables
+    (``/m``), replica-log rings (``/r``) and table readers (``/t``) when its metrics give them."""
     mib = 1 << 20
-    cache = row.get("cache", {})
-    rss = " ".join(f"{k} {v // mib}" + (f"/c{cache[k] // mib}" if k in cache else "") for k, v in row["rss"].items())
+    cache, held = row.get("cache", {}), row.get("held", {})
+
+    def proc(k: str, v: int) -> str:
+        parts = [f"c{cache[k] // mib}"] if k in cache else []
+        mine = held.get(k, {})
+        parts += [f"{x}{mine[x] // mib}" for x in "mrt" if x in mine]
+        return f"{k} {v // mib}" + "".join("/" + p for p in parts)
+
+    rss = " ".join(proc(k, v) for k, v in row["rss"].items())
     errs = sum(row["errors"].values())
     return (f"{row['t_s']:>7.0f} {row['ops_s']:>9.1f} {row['p50_ms']:>7.2f} {row['p99_ms']:>7.2f} "
             f"{row['max_ms']:>8.1f} {errs:>6} {row['disk_bytes'] / mib:>9.1f} "
-            f"{row['pending_compaction_bytes'] / mib:>8.1f}  {rss}")
+            f"{row['pending_compaction_bytes'] / mib:>8.1f} {row.get('load', 0.0):>5.1f}  {rss}")
 
 
 HEADER = f"{'t (s)':>7} {'ops/s':>9} {'p50 ms':>7} {'p99 ms':>7} {'max ms':>8} {'errors':>6} {'disk MiB':>9} " \
-         f"{'pend MiB':>8}  RSS MiB per process (/c: of it, RocksDB block cache)"
+         f"{'pend MiB':>8} {'load':>5}  RSS MiB per process (of it: /c RocksDB block cache, /m memtables, " \
+         "/r replica-log rings, /t table readers)"
 
 
 def trend(rows: list[dict[str, Any]]) -> float:
@@ -369,8 +401,10 @@ def run_soak(doc: dict, data_dir: str, *, minutes: float = 10.0, threads: int = 
         except Exception:
             pending = -1
         cur = read_cluster(data_dir) or doc  # a restarted process has a new pid
+        mem = server_memory(cur)
         row = make_row(now - start, now - last, tally, {pid_id: rss_bytes(pid) for pid_id, pid in process_ids(cur)},
-                       disk_bytes(data_dir), pending, block_cache_bytes(cur))
+                       disk_bytes(data_dir), pending, {k: m["c"] for k, m in mem.items() if "c" in m}, mem,
+                       os.getloadavg()[0])
         rows.append(row)
         echo(format_row(row))
         last = now
