@@ -15,6 +15,8 @@ the same WriteBatch, so a replica's position survives a crash exactly as its dat
 from __future__ import annotations
 
 import struct
+import threading
+import weakref
 from collections import deque
 
 import msgpack
@@ -76,20 +78,80 @@ def write_batch(ops: Ops) -> rocksdict.WriteBatch:
     return wb
 
 
+RING_BUDGET_BYTES = 32 << 20  # every ring of the process together (--ring-budget-mb)
+
+
+def budget_limit(last_seq: int, needed_after: int | None, pin_floor: int | None) -> int:
+    """The newest batch the server-wide budget may drop from a ring: batches after ``needed_after``
+    (what an in-sync follower still lacks: the primary's commit point; None for a follower's ring, whose
+    batches its own store holds) and after ``pin_floor`` (a snapshot being pulled) are kept."""
+    limit = last_seq if needed_after is None else min(needed_after, last_seq)
+    return limit if pin_floor is None else min(limit, pin_floor)
+
+
+def budget_share(budget: int, rings: int) -> int:
+    """What one of ``rings`` rings may keep once their total is over ``budget``: an equal share."""
+    return budget // max(1, rings)
+
+
+class RingBudget:
+    """The bytes every replica-log ring of one partition server may hold together (Kafka bounds its
+    follower fetch buffers the same way: per partition, and per broker).
+
+    Each ring keeps its own bounds; once the rings together hold more than :attr:`max_bytes`, a ring that
+    grows beyond its share (the budget over the number of rings) drops its oldest batches first — those
+    every replica acknowledged, then those only an out-of-sync follower still lacks (it is rebuilt from a
+    snapshot, as when it falls behind any ring) — but never a batch an in-sync follower still lacks, nor one
+    a snapshot being pulled has pinned. Every ring's changes happen under :attr:`lock` (stores are written by
+    the server's loop and by background threads)."""
+
+    def __init__(self, max_bytes: int = RING_BUDGET_BYTES) -> None:
+        self.max_bytes = max_bytes
+        self.lock = threading.Lock()
+        self.rings: weakref.WeakSet[ReplicaLog] = weakref.WeakSet()
+
+    def total(self) -> int:
+        """Bytes held by every live ring (call under :attr:`lock`)."""
+        return sum(r.nbytes for r in list(self.rings))
+
+    def usage(self) -> dict[str, int]:
+        """``{"bytes", "batches", "rings"}`` held by every live ring now."""
+        with self.lock:
+            rings = list(self.rings)
+            return {"bytes": sum(r.nbytes for r in rings), "batches": sum(len(r.entries) for r in rings),
+                    "rings": len(rings)}
+
+
+SERVER_BUDGET = RingBudget()  # one partition server per process: its rings share this unless given another
+
+
+def configure_budget(max_bytes: int) -> None:
+    """Size the process-wide ring budget (:data:`SERVER_BUDGET`); ValueError under 1 MiB."""
+    if max_bytes < 1 << 20:
+        raise ValueError("the replica-log budget needs at least 1 MiB")
+    SERVER_BUDGET.max_bytes = max_bytes
+
+
 class ReplicaLog:
-    """The last batches of one range, ``(seq, encoded batch)`` in order, bounded by count and bytes.
+    """The last batches of one range, ``(seq, encoded batch)`` in order, bounded by count and bytes, and with
+    every other ring of the server by a :class:`RingBudget`.
 
     Appended to by the thread that writes the store (under its lock) and read by the server's loop;
     ``deque`` appends and pops are atomic in CPython, and readers copy what they take.
     """
 
-    def __init__(self, last_seq: int = 0, max_batches: int = 20_000, max_bytes: int = 8 << 20) -> None:
+    def __init__(self, last_seq: int = 0, max_batches: int = 20_000, max_bytes: int = 8 << 20,
+                 budget: RingBudget | None = None) -> None:
         self.entries: deque[tuple[int, bytes]] = deque()
         self.last_seq = last_seq  # the newest batch's seq (also when the ring is empty)
         self.max_batches = max_batches
         self.max_bytes = max_bytes
         self.nbytes = 0
         self.pins: dict[str, int] = {}  # holder -> seq: batches after it are kept (a snapshot being pulled)
+        self.needed_after: int | None = None  # a primary's commit point: later batches an in-sync follower lacks
+        self.budget = SERVER_BUDGET if budget is None else budget
+        with self.budget.lock:
+            self.budget.rings.add(self)
 
     def pin(self, holder: str, seq: int) -> None:
         """Keep every batch after ``seq`` until :meth:`unpin` (up to :data:`PIN_FACTOR` times the byte bound)."""
@@ -100,21 +162,41 @@ class ReplicaLog:
         self.pins.pop(holder, None)
 
     def append(self, seq: int, blob: bytes) -> None:
-        """Keep batch ``seq`` (the one after :attr:`last_seq`); the oldest go beyond the bounds."""
+        """Keep batch ``seq`` (the one after :attr:`last_seq`); the oldest go beyond this ring's bounds, or
+        beyond its share of the server's budget (see :class:`RingBudget`)."""
         if seq != self.last_seq + 1:
             raise ValueError(f"batch {seq} does not follow {self.last_seq}")
-        self.entries.append((seq, blob))
-        self.last_seq = seq
-        self.nbytes += len(blob)
-        floor = min(self.pins.values()) if self.pins else None
-        while self.entries and (len(self.entries) > self.max_batches or self.nbytes > self.max_bytes):
-            if floor is not None and self.entries[0][0] > floor:
-                if self.nbytes <= PIN_FACTOR * self.max_bytes:
-                    break
-                self.pins.clear()  # a snapshot that takes this long is given up: its follower is rebuilt again
-                floor = None
-            _, old = self.entries.popleft()
-            self.nbytes -= len(old)
+        budget = self.budget
+        with budget.lock:
+            self.entries.append((seq, blob))
+            self.last_seq = seq
+            self.nbytes += len(blob)
+            floor = min(self.pins.values()) if self.pins else None
+            while self.entries and (len(self.entries) > self.max_batches or self.nbytes > self.max_bytes):
+                if floor is not None and self.entries[0][0] > floor:
+                    if self.nbytes <= PIN_FACTOR * self.max_bytes:
+                        break
+                    self.pins.clear()  # a snapshot that takes this long is given up: its follower is rebuilt again
+                    floor = None
+                self._drop_oldest()
+            share = budget_share(budget.max_bytes, len(budget.rings))
+            if self.nbytes > share:
+                over = budget.total() - budget.max_bytes
+                if over > 0:
+                    self._trim(share, over, floor)
+
+    def _trim(self, share: int, over: int, floor: int | None) -> None:
+        """Drop the oldest batches the budget may drop while this ring holds more than ``share`` and the
+        rings more than the budget (by ``over`` bytes); under the budget's lock."""
+        limit = budget_limit(self.last_seq, self.needed_after, floor)
+        entries = self.entries
+        while entries and self.nbytes > share and over > 0 and entries[0][0] <= limit:
+            over -= self._drop_oldest()
+
+    def _drop_oldest(self) -> int:
+        _, old = self.entries.popleft()
+        self.nbytes -= len(old)
+        return len(old)
 
     def reaches(self, seq: int) -> bool:
         """True when every batch after ``seq`` is still here (a follower at ``seq`` can catch up)."""
@@ -132,7 +214,12 @@ class ReplicaLog:
         out: list[tuple[int, bytes]] = []
         size = 0
         for i in range(start, len(entries)):
-            s, blob = entries[i]
+            try:
+                s, blob = entries[i]
+            except IndexError:  # another thread trimmed the ring meanwhile: the next call goes on
+                break
+            if s != (out[-1][0] if out else seq) + 1:
+                break  # trimmed meanwhile (only the first can be): reaches() tells the caller
             out.append((s, blob))
             size += len(blob)
             if size >= max_bytes:
