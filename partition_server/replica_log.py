@@ -78,7 +78,7 @@ def write_batch(ops: Ops) -> rocksdict.WriteBatch:
     return wb
 
 
-RING_BUDGET_BYTES = 32 << 20  # every ring of the process together (--ring-budget-mb)
+RING_BUDGET_BYTES = 16 << 20  # every ring of the process together (--ring-budget-mb): seconds to minutes of writes
 
 
 def budget_limit(last_seq: int, needed_after: int | None, pin_floor: int | None) -> int:
@@ -98,21 +98,44 @@ class RingBudget:
     """The bytes every replica-log ring of one partition server may hold together (Kafka bounds its
     follower fetch buffers the same way: per partition, and per broker).
 
-    Each ring keeps its own bounds; once the rings together hold more than :attr:`max_bytes`, a ring that
-    grows beyond its share (the budget over the number of rings) drops its oldest batches first — those
-    every replica acknowledged, then those only an out-of-sync follower still lacks (it is rebuilt from a
-    snapshot, as when it falls behind any ring) — but never a batch an in-sync follower still lacks, nor one
-    a snapshot being pulled has pinned. Every ring's changes happen under :attr:`lock` (stores are written by
+    Each ring keeps its own bounds; once the rings together hold more than :attr:`max_bytes`, the ring that
+    grew, then every other ring beyond its share (the budget over the number of rings), drops its oldest
+    batches — first those every replica acknowledged, then those only an out-of-sync follower still lacks (it
+    is rebuilt from a snapshot, as when it falls behind any ring) — but never a batch an in-sync follower
+    still lacks, nor one a snapshot being pulled has pinned. A ring may so use the room others leave. Every ring's changes happen under :attr:`lock` (stores are written by
     the server's loop and by background threads)."""
 
     def __init__(self, max_bytes: int = RING_BUDGET_BYTES) -> None:
         self.max_bytes = max_bytes
-        self.lock = threading.Lock()
+        self.lock = threading.RLock()  # re-entrant: a ring collected while it is held releases its bytes
         self.rings: weakref.WeakSet[ReplicaLog] = weakref.WeakSet()
+        self.used = 0  # bytes every live ring holds
 
     def total(self) -> int:
-        """Bytes held by every live ring (call under :attr:`lock`)."""
-        return sum(r.nbytes for r in list(self.rings))
+        """Bytes held by every live ring."""
+        return self.used
+
+    def _release(self, held: _Held) -> None:
+        """A ring was collected: its bytes are free."""
+        with self.lock:
+            self.used -= held.n
+            held.n = 0
+
+    def settle(self, grown: ReplicaLog) -> None:
+        """Bring the rings back under the budget after ``grown`` grew (under :attr:`lock`): ``grown`` first gives
+        back what it holds beyond its share, then every other ring beyond its share does — a ring that no longer
+        grows (a range gone cold) keeps no more than its share while the others need the room."""
+        over = self.used - self.max_bytes
+        if over <= 0:
+            return
+        rings = list(self.rings)
+        share = budget_share(self.max_bytes, len(rings))
+        over -= grown.trim(share, over)
+        for ring in rings:
+            if over <= 0:
+                return
+            if ring is not grown and ring.nbytes > share:
+                over -= ring.trim(share, over)
 
     def usage(self) -> dict[str, int]:
         """``{"bytes", "batches", "rings"}`` held by every live ring now."""
@@ -120,6 +143,15 @@ class RingBudget:
             rings = list(self.rings)
             return {"bytes": sum(r.nbytes for r in rings), "batches": sum(len(r.entries) for r in rings),
                     "rings": len(rings)}
+
+
+class _Held:
+    """The bytes one ring holds, apart from the ring, so that the budget gets them back once it is collected."""
+
+    __slots__ = ("n",)
+
+    def __init__(self) -> None:
+        self.n = 0
 
 
 SERVER_BUDGET = RingBudget()  # one partition server per process: its rings share this unless given another
@@ -146,12 +178,18 @@ class ReplicaLog:
         self.last_seq = last_seq  # the newest batch's seq (also when the ring is empty)
         self.max_batches = max_batches
         self.max_bytes = max_bytes
-        self.nbytes = 0
+        self._held = _Held()
         self.pins: dict[str, int] = {}  # holder -> seq: batches after it are kept (a snapshot being pulled)
         self.needed_after: int | None = None  # a primary's commit point: later batches an in-sync follower lacks
         self.budget = SERVER_BUDGET if budget is None else budget
         with self.budget.lock:
             self.budget.rings.add(self)
+        weakref.finalize(self, self.budget._release, self._held)
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the batches held."""
+        return self._held.n
 
     def pin(self, holder: str, seq: int) -> None:
         """Keep every batch after ``seq`` until :meth:`unpin` (up to :data:`PIN_FACTOR` times the byte bound)."""
@@ -170,7 +208,8 @@ class ReplicaLog:
         with budget.lock:
             self.entries.append((seq, blob))
             self.last_seq = seq
-            self.nbytes += len(blob)
+            self._held.n += len(blob)
+            budget.used += len(blob)
             floor = min(self.pins.values()) if self.pins else None
             while self.entries and (len(self.entries) > self.max_batches or self.nbytes > self.max_bytes):
                 if floor is not None and self.entries[0][0] > floor:
@@ -179,23 +218,24 @@ class ReplicaLog:
                     self.pins.clear()  # a snapshot that takes this long is given up: its follower is rebuilt again
                     floor = None
                 self._drop_oldest()
-            share = budget_share(budget.max_bytes, len(budget.rings))
-            if self.nbytes > share:
-                over = budget.total() - budget.max_bytes
-                if over > 0:
-                    self._trim(share, over, floor)
+            if budget.used > budget.max_bytes:
+                budget.settle(self)
 
-    def _trim(self, share: int, over: int, floor: int | None) -> None:
+    def trim(self, share: int, over: int) -> int:
         """Drop the oldest batches the budget may drop while this ring holds more than ``share`` and the
-        rings more than the budget (by ``over`` bytes); under the budget's lock."""
+        rings more than the budget (by ``over`` bytes); returns the bytes dropped. Under the budget's lock."""
+        floor = min(self.pins.values()) if self.pins else None
         limit = budget_limit(self.last_seq, self.needed_after, floor)
         entries = self.entries
-        while entries and self.nbytes > share and over > 0 and entries[0][0] <= limit:
-            over -= self._drop_oldest()
+        dropped = 0
+        while entries and self.nbytes > share and dropped < over and entries[0][0] <= limit:
+            dropped += self._drop_oldest()
+        return dropped
 
     def _drop_oldest(self) -> int:
         _, old = self.entries.popleft()
-        self.nbytes -= len(old)
+        self._held.n -= len(old)
+        self.budget.used -= len(old)
         return len(old)
 
     def reaches(self, seq: int) -> bool:

@@ -2,8 +2,9 @@
 
 Worker threads, each with its own client (the native client, or with ``http`` the Azure SDK over
 REST), run a mix of operations for ``minutes``. Every ``interval`` seconds one row is printed: ops/s,
-p50/p99/max latency, the RSS of every cluster process, bytes on disk under the data root and RocksDB's
-pending-compaction estimate summed over all ranges. The last line is the verdict: the last row holds
+p50/p99/max latency, the RSS of every cluster process (for a partition server also what its metrics say
+it holds: block cache, memtables, replica-log rings, table readers), bytes on disk under the data root,
+RocksDB's pending-compaction estimate summed over all ranges and the machine's load average. The last line is the verdict: the last row holds
 at least 90% of the first full row's ops/s, and the cluster's RSS grew at most 10% after warm-up.
 
 Mixes (weights per operation):

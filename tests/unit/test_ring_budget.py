@@ -88,6 +88,25 @@ def test_a_ring_gone_leaves_the_budget() -> None:
     keep = ReplicaLog(budget=b)
     fill(keep, 8)
     assert keep.nbytes == 8 * KB and b.usage()["rings"] == 1  # the dropped ring's bytes count no more
+    assert b.total() == b.usage()["bytes"] == 8 * KB
+
+
+def test_a_ring_gone_cold_gives_back_what_it_holds_beyond_its_share() -> None:
+    b = RingBudget(64 * KB)
+    cold, hot = ReplicaLog(budget=b), ReplicaLog(budget=b)
+    fill(cold, 60)  # alone under the budget: it keeps 60 KiB
+    assert cold.nbytes == 60 * KB
+    fill(hot, 40)  # the hot ring takes the room the cold one holds beyond its 32 KiB share
+    assert cold.nbytes == 32 * KB and hot.nbytes == 32 * KB and b.total() == 64 * KB
+    assert seqs(cold)[0] == 29  # its oldest went first
+
+
+def test_the_running_total_matches_the_rings() -> None:
+    b = RingBudget(100 * KB)
+    rings = [ReplicaLog(budget=b, max_bytes=40 * KB) for _ in range(5)]
+    for i in range(300):
+        fill(rings[i * 7 % 5], 1, size=KB // 2 + i % 3 * 300)
+    assert b.total() == sum(r.nbytes for r in rings) == b.usage()["bytes"] <= 100 * KB
 
 
 def test_configure_budget_refuses_under_a_mib() -> None:
