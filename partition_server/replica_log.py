@@ -95,8 +95,10 @@ def budget_share(budget: int, rings: int) -> int:
 
 
 class RingBudget:
-    """The bytes every replica-log ring of one partition server may hold together (Kafka bounds its
-    follower fetch buffers the same way: per partition, and per broker).
+    """The bytes every replica-log ring of one partition server may hold together — the shape of
+    CockroachDB's Raft entry cache: one memory bound per store (16 MiB there too) shared by the recent log
+    entries of all its ranges. Past the bound CockroachDB reads entries back from its on-disk log; we keep
+    none, so a follower beyond its ring is rebuilt from a checkpoint (:mod:`partition_server.snapshot`).
 
     Each ring keeps its own bounds; once the rings together hold more than :attr:`max_bytes`, the ring that
     grew, then every other ring beyond its share (the budget over the number of rings), drops its oldest
@@ -193,11 +195,13 @@ class ReplicaLog:
 
     def pin(self, holder: str, seq: int) -> None:
         """Keep every batch after ``seq`` until :meth:`unpin` (up to :data:`PIN_FACTOR` times the byte bound)."""
-        self.pins[holder] = seq
+        with self.budget.lock:  # appends in other threads read the pins
+            self.pins[holder] = seq
 
     def unpin(self, holder: str) -> None:
         """Let the batches ``holder`` pinned go again."""
-        self.pins.pop(holder, None)
+        with self.budget.lock:
+            self.pins.pop(holder, None)
 
     def append(self, seq: int, blob: bytes) -> None:
         """Keep batch ``seq`` (the one after :attr:`last_seq`); the oldest go beyond this ring's bounds, or

@@ -297,14 +297,22 @@ def trend(rows: list[dict[str, Any]]) -> float:
     return end / start if start > 0 else 0.0
 
 
+def held_total(row: dict[str, Any]) -> int:
+    """Bytes the partition servers' bounded pools other than the block cache hold in a row: memtables,
+    replica-log rings and table readers."""
+    return sum(sum(m.values()) for m in row.get("held", {}).values())
+
+
 def verdict(rows: list[dict[str, Any]], warmup_rows: int) -> dict[str, Any]:
     """Did throughput hold and memory stay flat? Compares the last row with the first full one (ops/s)
     and the cluster's memory at the end of warm-up with its memory at the end.
 
     The memory judged is RSS less the block caches: a block cache fills up to its fixed capacity
     (``--block-cache-mb``) as reads touch more of the data, which is warm-up however long it takes;
-    what must not grow is everything else. ``rss_growth_raw`` is the growth of plain RSS; ``trend`` is
-    :func:`trend`, printed beside the verdict, not judged."""
+    what must not grow is everything else. ``rss_growth_raw`` is the growth of plain RSS; ``rest_growth``
+    that of RSS less every bounded pool the servers report (block cache, memtables, replica-log rings,
+    table readers: what is left is the processes' heaps); ``trend`` is :func:`trend`. Those three are
+    printed beside the verdict, not judged."""
     if len(rows) < 2:
         return {"ok": False, "reason": "fewer than two intervals: run longer"}
     first, last = rows[0], rows[-1]
@@ -316,7 +324,9 @@ def verdict(rows: list[dict[str, Any]], warmup_rows: int) -> dict[str, Any]:
 
     heap = growth(lambda r: r["rss_total"] - r.get("cache_total", 0))
     ok = hold >= HOLD_SHARE and heap <= RSS_GROWTH
-    return {"ok": ok, "hold": round(hold, 3), "rss_growth": round(heap, 3),
+    pools = growth(lambda r: r["rss_total"] - r.get("cache_total", 0) - held_total(r))
+    return {"ok": ok, "hold": round(hold, 3), "rss_growth": round(heap, 3), "rest_growth": round(pools, 3),
+            "held_mib": [round(held_total(base) / (1 << 20)), round(held_total(last) / (1 << 20))],
             "rss_growth_raw": round(growth(lambda r: r["rss_total"]), 3),
             "block_cache_mib": [round(base.get("cache_total", 0) / (1 << 20)), round(last.get("cache_total", 0) / (1 << 20))],
             "first_ops_s": first["ops_s"], "last_ops_s": last["ops_s"], "trend": round(trend(rows), 3)}
@@ -328,11 +338,14 @@ def format_verdict(v: dict[str, Any]) -> str:
         return f"FAIL  {v['reason']}"
     word = "PASS" if v["ok"] else "FAIL"
     c0, c1 = v.get("block_cache_mib", (0, 0))
+    h0, h1 = v.get("held_mib", (0, 0))
+    rest = (f"; less memtables, replica-log rings and table readers too ({h0} -> {h1} MiB), RSS grew "
+            f"{v.get('rest_growth', 0) * 100:+.1f}%") if h0 or h1 else ""
     return (f"{word}  last interval {v['last_ops_s']:.1f} ops/s = {v['hold'] * 100:.1f}% of the first "
             f"({v['first_ops_s']:.1f}; needs >= {HOLD_SHARE * 100:.0f}%), RSS less block caches grew "
             f"{v['rss_growth'] * 100:+.1f}% after warm-up (needs <= {RSS_GROWTH * 100:.0f}%; RSS "
             f"{v.get('rss_growth_raw', 0) * 100:+.1f}%, block caches {c0} -> {c1} MiB); fitted over every "
-            f"interval, ops/s ended at {v.get('trend', 0) * 100:.1f}% of their start")
+            f"interval, ops/s ended at {v.get('trend', 0) * 100:.1f}% of their start" + rest)
 
 
 # --- the run ----------------------------------------------------------------------------------
