@@ -17,10 +17,9 @@ $(STAMP): requirements.lock pyproject.toml
 	$(BIN)/pip install -q --disable-pip-version-check --no-deps --no-build-isolation -e .
 	@touch $(STAMP)
 
-UP_ARGS ?= --servers 3 --replicas 3  # every range on three servers' own disks (docs/replication.md)
-
+# `rangetable up`'s defaults: 3 partition servers, every range on all three servers' own disks (docs/replication.md)
 up: $(STAMP)
-	$(BIN)/rangetable up $(UP_ARGS) $(ARGS)
+	$(BIN)/rangetable up $(ARGS)
 
 down: $(STAMP)
 	$(BIN)/rangetable down $(ARGS)

@@ -47,7 +47,7 @@ def ranges_cmd(table: str | None, data_dir: str, coordinator: str | None, as_jso
                    f"{str(r['owner']):8} {r['epoch']:>5} {r['state']:9} {ld.get('entities', 0):>9} "
                    f"{human_size(ld.get('bytes', 0)):>9} {rps:>8.1f} {_copies(r):>6}")
     click.echo("")
-    _print_servers(st["servers"])
+    _print_servers(st["servers"], st["ranges"])
 
 
 def _copies(r: dict) -> str:
@@ -58,10 +58,21 @@ def _copies(r: dict) -> str:
     return f"{len(r['insync'])}/{len(r['replicas'])}" + ("*" if len(r["insync"]) < len(r["replicas"]) else "")
 
 
-def _print_servers(servers: list[dict]) -> None:
+def _held(server: str, ranges: list[dict]) -> str:
+    """What a server holds: ``ranges N`` (the ranges it serves), and on a replicated cluster ``primary of N,
+    follower of M`` instead (``ranges`` counts primaries only)."""
+    replicated = [r for r in ranges if "replicas" in r]
+    if not replicated:
+        return ""
+    follows = sum(1 for r in replicated if server in r["replicas"] and r["owner"] != server)
+    return f"primary of {sum(1 for r in ranges if r['owner'] == server)}, follower of {follows}"
+
+
+def _print_servers(servers: list[dict], ranges: list[dict] | None = None) -> None:
     for s in servers:
         state = "alive" if s["alive"] else "DEAD"
-        click.echo(f"server {s['id']:8} {state:5} {s['endpoint']:24} pid {s['pid']:<7} ranges {s['ranges']}")
+        held = _held(s["id"], ranges or []) or f"ranges {s['ranges']}"
+        click.echo(f"server {s['id']:8} {state:5} {s['endpoint']:24} pid {s['pid']:<7} {held}")
         for rid, p in sorted((s.get("rebuilding") or {}).items()):
             click.echo(f"  rebuilding {rid} from {p['primary']}: {human_size(p['bytes'])} of "
                        f"{human_size(p['total'])} at {p['mb_s']} MB/s")
@@ -107,7 +118,7 @@ def status_cmd(data_dir: str, as_json: bool) -> None:
     if short:
         click.echo(f"{len(short)} ranges with replicas not in sync: {', '.join(short[:10])}"
                    + (" …" if len(short) > 10 else ""))
-    _print_servers(st["servers"])
+    _print_servers(st["servers"], st["ranges"])
 
 
 @click.command("events")
@@ -159,7 +170,9 @@ def split_cmd(range_id: str, key: str | None, data_dir: str, coordinator: str | 
 def move_cmd(range_id: str, server: str, data_dir: str, coordinator: str | None, as_json: bool) -> None:
     """Move a range to another partition server."""
     res = call(coordinator_endpoint(data_dir, coordinator), {"op": "move", "range": range_id, "server": server}, timeout=60)
-    emit(res, as_json, f"moved {range_id} to {server}, offline {res['offline_ms']} ms")
+    what = (f"moved {range_id}'s primary to {server} (a leadership transfer to an in-sync replica: no data copied)"
+            if res.get("transfer") else f"moved {range_id} to {server}")
+    emit(res, as_json, f"{what}, offline {res['offline_ms']} ms")
 
 
 @click.command("merge")

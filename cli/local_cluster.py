@@ -14,9 +14,20 @@ import click
 from cli.options import data_dir_option
 
 
+def check_replicas(servers: int, replicas: int) -> None:
+    """Refuse fewer partition servers than copies of a range (each replica needs a server of its own) with a
+    UsageError naming both flags and the fix; nothing is shrunk silently."""
+    if replicas > 1 and servers < replicas:
+        raise click.UsageError(
+            f"--servers {servers} is fewer than --replicas {replicas}: every replica of a range needs a partition "
+            f"server of its own. Start at least {replicas} servers (--servers {replicas}), or keep one copy of "
+            f"each range with --replicas 1 (the shared data root, for benchmarks).")
+
+
 @click.command("up")
 @data_dir_option
-@click.option("--servers", default=2, show_default=True, help="Number of partition servers.")
+@click.option("--servers", default=3, show_default=True, type=click.IntRange(0),
+              help="Number of partition servers (at least --replicas).")
 @click.option("--coordinators", default=1, show_default=True,
               help="Coordinator processes: one leads (a lock on the data root elects it), the others stand by "
                    "and take over within about a second when it dies or pauses.")
@@ -52,9 +63,9 @@ from cli.options import data_dir_option
 @click.option("--meta", envvar="RANGETABLE_META", default="",
               help="etcd://HOST:PORT[/prefix]: coordinators are elected and keep their state in etcd "
                    "(its JSON gateway) instead of lock files and RocksDB on the data root [env RANGETABLE_META].")
-@click.option("--replicas", default=1, show_default=True, type=click.IntRange(1, 9),
+@click.option("--replicas", default=3, show_default=True, type=click.IntRange(1, 9),
               help="Copies of each range on distinct partition servers, each in the server's own directory "
-                   "(<data-dir>/servers/<id>/); 1 keeps one copy under the shared data root.")
+                   "(<data-dir>/servers/<id>/); 1 keeps one copy under the shared data root (for benchmarks).")
 @click.option("--min-insync", default=2, show_default=True, type=click.IntRange(1, 9),
               help="A replicated range refuses writes (ServerBusy) with fewer in-sync replicas than this.")
 @click.option("--rereplicate-after-s", default=10.0, show_default=True, type=click.FloatRange(0),
@@ -75,6 +86,7 @@ def up_cmd(data_dir: str, servers: int, coordinators: int, frontends: int, nativ
     from frontend.auth_bearer import check_oauth
     from rangetable.tls import server_context
 
+    check_replicas(servers, replicas)
     try:
         check_oauth(oauth or "", bool(cert))
     except ValueError as exc:
@@ -113,7 +125,10 @@ def up_cmd(data_dir: str, servers: int, coordinators: int, frontends: int, nativ
         if as_json:
             click.echo(json.dumps(doc, indent=2))
             return
-        click.echo(f"rangetable is up: {servers} partition servers, {frontends} frontend(s), data in {spec.data_dir}")
+        copies = (f"{replicas} replicas of each range (writes need {spec.min_insync} in sync)" if replicas > 1
+                  else "1 copy of each range (shared data root)")
+        click.echo(f"rangetable is up: {servers} partition servers, {copies}, {frontends} frontend(s), "
+                   f"data in {spec.data_dir}")
         click.echo(f"  native endpoint:  {doc['native']}")
         click.echo(f"  REST endpoint:    {doc['http']}")
         click.echo(f"  {'coordinators:' if coordinators > 1 else 'coordinator:':<18}{doc['coordinator']}")

@@ -83,25 +83,52 @@ coordinator_option = click.option("--coordinator", default=None,
 @keys_group.command("init")
 @data_dir_option
 @click.option("--keys-dir", default=None, help="Where to write them [default: <data-dir>/keys].")
+@click.option("--coordinator", default=None,
+              help="For a cluster started role by role: also write <data-dir>/cluster.json naming these "
+                   "coordinator endpoint(s), so every rangetable command on this (admin) machine reaches it.")
+@click.option("--native", "natives", multiple=True,
+              help="Native frontend endpoint(s) for that cluster.json (repeatable).")
 @json_option
-def keys_init(data_dir: str, keys_dir: str | None, as_json: bool) -> None:
+def keys_init(data_dir: str, keys_dir: str | None, coordinator: str | None, natives: tuple[str, ...],
+              as_json: bool) -> None:
     """Create the role key pairs (coordinator, partition-server, frontend, admin) that do not exist yet.
 
     `rangetable up` does this on first start; run it once before starting single processes on
     several hosts, then give each host the keys directory (or only its role's .key_secret and the
-    others' .key files).
+    others' .key files). With --coordinator (and --native), the admin machine's cluster.json too.
     """
     from rangetable import curve
 
     directory = curve.keys_dir(data_dir, keys_dir or "")
     ring = curve.KeyRing.create(directory)
     publics = {r: ring.public(r).decode() for r in curve.ROLES}
+    cluster_file = None
+    if coordinator:
+        if keys_dir and os.path.abspath(keys_dir) != os.path.abspath(curve.keys_dir(data_dir)):
+            raise click.BadParameter("cluster.json reads the admin key from <data-dir>/keys: leave --keys-dir out",
+                                     param_hint="--coordinator")
+        cluster_file = _write_cluster_file(data_dir, _cluster_doc(data_dir, coordinator, natives))
     if as_json:
-        click.echo(json.dumps({"keys_dir": os.path.abspath(directory), "public": publics}, indent=2))
+        click.echo(json.dumps({"keys_dir": os.path.abspath(directory), "public": publics,
+                               "cluster_file": cluster_file}, indent=2))
         return
     click.echo(f"keys in {os.path.abspath(directory)} (files mode 0600)")
     for role, pub in publics.items():
         click.echo(f"  {role:17} {pub}")
+    if cluster_file:
+        click.echo(f"cluster file {cluster_file} (holds the admin secret key; mode 0600)")
+
+
+def _write_cluster_file(data_dir: str, doc: dict) -> str:
+    """``doc`` as ``<data-dir>/cluster.json``, mode 0600 (it holds the admin's secret key); its path."""
+    from cli.cluster_file import CLUSTER_FILE
+
+    path = os.path.abspath(os.path.join(data_dir, CLUSTER_FILE))
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        json.dump(doc, f, indent=2)
+    os.chmod(path, 0o600)
+    return path
 
 
 @keys_group.command("add")

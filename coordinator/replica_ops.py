@@ -181,7 +181,7 @@ def transfer(co: MapWriter, ctl: Commands, rid: str, target: str, reason: str) -
              offline_ms=offline, duration_ms=offline, ok=owner == target, transfer=True)
     if owner != target:
         raise TableError("ServerBusy", f"{target} had not caught up with {rid}'s primary; it stays on {owner}")
-    return {"range": rid, "source": source, "target": target, "offline_ms": offline}
+    return {"range": rid, "source": source, "target": target, "offline_ms": offline, "transfer": True}
 
 
 def fail_over(co: MapWriter, ctl: Commands, reason: str = "server not alive") -> list[str]:
@@ -367,8 +367,13 @@ def actionable(co: MapWriter, server: str, report: dict[str, dict]) -> bool:
 
 def refresh_peers(co: MapWriter, ctl: Commands, server: str) -> None:
     """``server``'s replication endpoint became known or changed: send the configuration of every range it
-    follows to their primaries again, so they can reach it."""
+    follows to their primaries again, so they can reach it, and of every range it leads to its followers, so
+    their acknowledgements reach it (a follower configured while its primary's endpoint was unknown, as after
+    a takeover, acknowledged nothing: its primary reported it lagging and it never rejoined the in-sync set)."""
     with co.lock:
         recs = [dict(r) for r in co.pmap.followed_by(server) if r["state"] == "serving"]
+        led = [dict(r) for r in co.pmap.owned_by(server) if r["state"] == "serving" and is_replicated(r)]
     if recs:
         open_replicas(co, ctl, recs, only={r["owner"] for r in recs})
+    if led:
+        open_replicas(co, ctl, led, only={s for r in led for s in r["replicas"] if s != server})

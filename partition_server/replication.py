@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 import rocksdict
 
 from partition_server.range_store import RangeStore
-from partition_server.replica_log import ReplicaLog, decode_ops, encode_ops, pack_position
+from partition_server.replica_log import ReplicaLog, decode_ops, encode_ops, pack_position, write_batch
 from partition_server.store_keys import META_REPL
 from partition_server.tee import Ops
 
@@ -293,20 +293,42 @@ class Following:
     def apply(self, epoch: int, batches: list[tuple[int, bytes]]) -> int:
         """Apply the batches that follow what this replica holds, in order, stopping at a gap or at a batch
         that does not decode; returns the highest batch held now (what to acknowledge). Batches of another
-        epoch are refused (-1)."""
+        epoch are refused (-1). Batches may come in any order and more than once (a resend, a duplicate): they
+        are taken in sequence order, each once.
+
+        Several consecutive batches are written as ONE RocksDB WriteBatch (one WAL write) with the position of
+        the last one: all or none of them survive a crash, and ``META_REPL`` names exactly what the store holds.
+        A single batch takes the plain path, :meth:`RangeStore.apply_batch` (the reference the fast path must
+        equal: tests/unit/test_replication_protocol.py compares both)."""
         if epoch != self.epoch or epoch < self.sealed:
             return -1
         self.heard_at = time.monotonic()
+        if len(batches) > 1 and any(batches[i][0] >= batches[i + 1][0] for i in range(len(batches) - 1)):
+            batches = sorted(dict(batches).items())  # reordered or duplicated on the way: each seq once, in order
+        ready: list[tuple[int, bytes, Ops]] = []
+        nxt = self.applied + 1
         for seq, blob in batches:
-            if seq <= self.applied:
+            if seq < nxt:
                 continue
-            if seq != self.applied + 1:
+            if seq != nxt:
                 break
             try:
                 ops = decode_ops(blob)
             except ValueError:
-                break  # never half-applied: each batch is one WriteBatch, written only once decoded
+                break  # never half-applied: a batch is written only once decoded
+            ready.append((seq, blob, ops))
+            nxt += 1
+        if not ready:
+            return self.applied
+        if len(ready) == 1:  # the plain path: one batch, one WriteBatch
+            seq, blob, ops = ready[0]
             self.store.apply_batch(ops, epoch, seq)
-            self.log.append(seq, blob)
-            self.applied = seq
+        else:  # the fast path: every ready batch in one WriteBatch, the last position with them
+            wb = write_batch([op for _, _, ops in ready for op in ops])
+            wb.put(META_REPL, pack_position(epoch, ready[-1][0]))
+            self.store.write_raw(wb)
+        log = self.log
+        for seq, blob, _ in ready:
+            log.append(seq, blob)
+        self.applied = ready[-1][0]
         return self.applied

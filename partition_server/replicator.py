@@ -6,11 +6,20 @@ domain that admits partition-server keys only (no frontend, client or coordinato
 and one send-only DEALER per peer it talks to. Every message flows one way, so the server's loop reads
 only its ROUTERs:
 
-* ``repl`` primary → follower: ``{"op": "repl", "range", "epoch", "from", "token", "batches": [[seq, batch], …]}``;
+* ``repl`` primary → follower: ``{"op": "repl", "range", "epoch", "from", "token", "batches": [[seq, batch], …]}``
+  — every batch of the range due at this loop turn (``Primary.to_send``), applied by the follower in one
+  RocksDB WriteBatch (``Following.apply``);
 * ``ack`` follower → primary: ``{"op": "ack", "range", "epoch", "from", "token", "seq"}`` — the highest batch it
   holds. A follower also sends it when it starts following and every :data:`HELLO_S` while the primary
   is silent (heartbeating, as the ZeroMQ guide's Paranoid Pirate does), so the primary learns where to
   send from after a restart, a gap or a change of primary.
+
+**One message per peer per loop turn.** What a loop turn has for one peer — the ``repl`` of each of its ranges
+due (pump), the ``ack`` of each range it followed this turn (drain), acknowledgements and batches together — leaves as ONE ZeroMQ message of one frame
+per body (:meth:`Replicator.flush`): the ZeroMQ guide's "drain what is ready, then send", which never waits to
+batch (a turn with one body sends one frame: the plain message). Each body keeps its own epoch and token
+checks on arrival. A follower applies the ``repl`` bodies of a turn after reading them, all of one range
+together (:meth:`Replicator._settle`), and acknowledges each range once.
 
 Every partition server holds the same key pair, so CURVE alone cannot tell the primary from any other
 keyed peer: each message also carries its configuration's ``token``, which only the coordinator's load
@@ -63,6 +72,8 @@ class Replicator:
         self.endpoint = ""
         self._peers: dict[str, zmq.Socket] = {}
         self._due: set[str] = set()  # primaries with batches to ship (written since the last pump)
+        self._out: dict[str, list[bytes]] = {}  # endpoint -> bodies queued this loop turn (sent by flush)
+        self._incoming: dict[str, tuple[Following, int, list[tuple[int, bytes]]]] = {}  # rid -> repl read this turn
         self._acked: set[str] = set()  # primaries whose commit point may have moved
         self._tick = 0.0
         self.refused = 0  # malformed or unexpected messages dropped
@@ -103,22 +114,39 @@ class Replicator:
             self._peers[endpoint] = sock
         return sock
 
-    def _send(self, endpoint: str, body: dict) -> None:
+    def _send(self, endpoint: str, body: dict | bytes) -> None:
+        """Queue ``body`` (packed, or to pack) for ``endpoint``; :meth:`flush` sends it at the end of the turn."""
         if not endpoint:  # a peer whose endpoint the coordinator did not know yet: its next configuration names it
             return
-        try:
-            self._peer(endpoint).send(protocol.pack(body), zmq.NOBLOCK)
-        except zmq.Again:  # the peer is gone or far behind: the resend timer sends it again
-            pass
-        except zmq.ZMQError as exc:  # a malformed endpoint: never the loop's end (it was: chaos, exit 1)
-            self.refused += 1
-            log.warning("cannot reach replication peer %r: %s", endpoint, exc)
-            sock = self._peers.pop(endpoint, None)
-            if sock is not None:
-                sock.close(0)
+        data = body if isinstance(body, bytes) else protocol.pack(body)
+        queued = self._out.get(endpoint)
+        if queued is None:
+            self._out[endpoint] = [data]
+        else:
+            queued.append(data)
+
+    def flush(self) -> None:
+        """Send what this loop turn queued: one ZeroMQ message per peer, one frame per body (the ZeroMQ guide's
+        "drain what is ready, then send"; a turn with one body for a peer sends the plain one-frame message)."""
+        if not self._out:
+            return
+        out, self._out = self._out, {}
+        for endpoint, bodies in out.items():
+            try:
+                protocol.send_frames(self._peer(endpoint), bodies, protocol.NOBLOCK)
+            except zmq.Again:  # the peer is gone or far behind: the resend timer sends it again
+                pass
+            except zmq.ZMQError as exc:  # a malformed endpoint: never the loop's end (it was: chaos, exit 1)
+                self.refused += 1
+                log.warning("cannot reach replication peer %r: %s", endpoint, exc)
+                sock = self._peers.pop(endpoint, None)
+                if sock is not None:
+                    sock.close(0)
 
     def close(self) -> None:
         """Close every socket."""
+        self._out.clear()
+        self._incoming.clear()
         for p in list(self.primaries.values()):
             p.close()
         self.primaries.clear()
@@ -249,44 +277,77 @@ class Replicator:
     # --- messages -----------------------------------------------------------------------------
 
     def on_frames(self, frames: list[bytes]) -> None:
-        """Handle one message from the replication endpoint."""
-        try:
-            if len(frames) != 2:
-                raise ValueError(f"{len(frames)} frames")
-            msg = msgpack.unpackb(frames[1], raw=False)
-            op, rid, epoch = msg["op"], msg["range"], int(msg["epoch"])
-            if op == "repl":
-                f = self.following.get(rid)
-                if f is None or msg["from"] != f.primary:
-                    return  # a deposed primary, or a range this server no longer follows
-                if msg.get("token", "") != f.token:
-                    raise ValueError(f"repl for {rid!r} without its configuration's token")
-                batches = [(int(s), bytes(b)) for s, b in msg["batches"]]
-                acked = f.apply(epoch, batches)
-                if acked >= 0 and f.primary_endpoint:
-                    self._send(f.primary_endpoint, {"op": "ack", "range": rid, "epoch": epoch, "from": self.me,
-                                                    "seq": acked, "token": f.token})
-            elif op == "ack":
-                p = self.primaries.get(rid)
-                if p is None or epoch != p.epoch:
-                    return
-                if msg.get("token", "") != p.token:
-                    raise ValueError(f"ack for {rid!r} without its configuration's token")
-                p.on_ack(str(msg["from"]), int(msg["seq"]), time.monotonic())
-                if self.source.sessions:
-                    self.source.acked(rid, str(msg["from"]), int(msg["seq"]))
-                self._acked.add(rid)
-                self._due.add(rid)  # room in the window: more may go
-            elif op in ("snap", "snap_chunk"):
-                self._serve_snapshot(op, rid, epoch, msg)
-            elif op in ("snap_files", "snap_data"):
-                self._take_snapshot(op, rid, msg)
+        """Handle one message from the replication endpoint (a routing id, then one frame per body), then
+        apply what it carried and send the answers (:meth:`drain` does this once for all it reads)."""
+        self._on_message(frames)
+        self._settle()
+
+    def _on_message(self, frames: list[bytes]) -> None:
+        if len(frames) < 2:
+            self._refuse(ValueError(f"{len(frames)} frames"))
+            return
+        for body in frames[1:]:  # each body checked on its own: one bad body never drops its neighbours
+            try:
+                self._on_body(msgpack.unpackb(body, raw=False))
+            except (ValueError, KeyError, TypeError, AttributeError, msgpack.UnpackException) as exc:
+                self._refuse(exc)
+
+    def _refuse(self, exc: Exception) -> None:
+        self.refused += 1
+        if self.refused <= 10 or self.refused % 1000 == 0:
+            log.warning("replication message refused (%d so far): %s", self.refused, exc)
+
+    def _on_body(self, msg: dict) -> None:
+        op, rid, epoch = msg["op"], msg["range"], int(msg["epoch"])
+        if op == "repl":
+            f = self.following.get(rid)
+            if f is None or msg["from"] != f.primary:
+                return  # a deposed primary, or a range this server no longer follows
+            if msg.get("token", "") != f.token:
+                raise ValueError(f"repl for {rid!r} without its configuration's token")
+            batches = [(int(s), bytes(b)) for s, b in msg["batches"]]
+            cur = self._incoming.get(rid)
+            if cur is not None and (cur[0] is not f or cur[1] != epoch):
+                self._apply(rid)  # another epoch or another following: never mixed in one write
+                cur = None
+            if cur is None:
+                self._incoming[rid] = (f, epoch, batches)
             else:
-                raise ValueError(f"unknown op {op!r}")
-        except (ValueError, KeyError, TypeError, AttributeError, msgpack.UnpackException) as exc:
-            self.refused += 1
-            if self.refused <= 10 or self.refused % 1000 == 0:
-                log.warning("replication message refused (%d so far): %s", self.refused, exc)
+                cur[2].extend(batches)
+        elif op == "ack":
+            p = self.primaries.get(rid)
+            if p is None or epoch != p.epoch:
+                return
+            if msg.get("token", "") != p.token:
+                raise ValueError(f"ack for {rid!r} without its configuration's token")
+            p.on_ack(str(msg["from"]), int(msg["seq"]), time.monotonic())
+            if self.source.sessions:
+                self.source.acked(rid, str(msg["from"]), int(msg["seq"]))
+            self._acked.add(rid)
+            self._due.add(rid)  # room in the window: more may go
+        elif op in ("snap", "snap_chunk"):
+            self._serve_snapshot(op, rid, epoch, msg)
+        elif op in ("snap_files", "snap_data"):
+            self._take_snapshot(op, rid, msg)
+        else:
+            raise ValueError(f"unknown op {op!r}")
+
+    def _apply(self, rid: str) -> None:
+        """Apply the batches of ``rid`` read this turn (one WriteBatch) and queue one acknowledgement."""
+        f, epoch, batches = self._incoming.pop(rid)
+        if self.following.get(rid) is not f:
+            return  # unloaded meanwhile
+        acked = f.apply(epoch, batches)
+        if acked >= 0 and f.primary_endpoint:
+            self._send(f.primary_endpoint, {"op": "ack", "range": rid, "epoch": epoch, "from": self.me,
+                                            "seq": acked, "token": f.token})
+
+    def _settle(self, flush: bool = True) -> None:
+        """End of a drain: apply what each followed range received, then send everything queued."""
+        for rid in list(self._incoming):
+            self._apply(rid)
+        if flush:
+            self.flush()
 
     def _serve_snapshot(self, op: str, rid: str, epoch: int, msg: dict) -> None:
         p = self.primaries.get(rid)
@@ -326,24 +387,32 @@ class Replicator:
                  pull.bytes / 1e6 / max(secs, 1e-3))
         self.on_rebuilt(rid, pull.record)
 
-    def drain(self, limit: int = 256) -> None:
-        """Handle the messages waiting on the replication endpoint (at most ``limit``)."""
+    def drain(self, limit: int = 256, flush: bool = True) -> None:
+        """Handle the messages waiting on the replication endpoint (at most ``limit``): apply the batches, queue
+        the acknowledgements, and send them unless ``flush`` is False (the server's loop sends them with its
+        next :meth:`pump`, together with the batches of the requests it handles meanwhile)."""
         sock = self.sock
         if sock is None:
             return
-        for _ in range(limit):
-            try:
-                frames = protocol.recv_frames(sock, protocol.NOBLOCK)
-            except zmq.Again:
-                return
-            self.on_frames(frames)
+        try:
+            for _ in range(limit):
+                try:
+                    frames = protocol.recv_frames(sock, protocol.NOBLOCK)
+                except zmq.Again:
+                    return
+                self._on_message(frames)
+                if not protocol.readable(sock):  # cheaper than the zmq.Again a last receive would raise
+                    return
+        finally:
+            self._settle(flush)
 
     def pump(self, now: float | None = None) -> list[list[bytes]]:
-        """Ship new batches, resend what went unacknowledged, say hello where the primary is silent; returns
-        the held replies that may go now."""
+        """Ship new batches, resend what went unacknowledged, say hello where the primary is silent, and send
+        everything queued this turn (:meth:`flush`); returns the held replies that may go now."""
         now = time.monotonic() if now is None else now
         tick = now - self._tick >= TICK_S
         if not (tick or self._due or self._acked or self.pulls):
+            self.flush()  # the acknowledgements of the turn's drain, if any
             return []  # the server's loop calls this every turn: most turns have nothing to do
         due, self._due = self._due, set()
         if tick:
@@ -364,9 +433,15 @@ class Replicator:
             p = self.primaries.get(rid)
             if p is None:
                 continue
+            packed: dict[tuple[int, int], bytes] = {}  # followers at the same position get the same body: pack it once
             for endpoint, batches in p.to_send(now):
-                self._send(endpoint, {"op": "repl", "range": rid, "epoch": p.epoch, "from": self.me,
-                                      "batches": batches, "token": p.token})
+                span = (batches[0][0], batches[-1][0])
+                body = packed.get(span)
+                if body is None:
+                    body = packed[span] = protocol.pack({"op": "repl", "range": rid, "epoch": p.epoch, "from": self.me,
+                                                         "batches": batches, "token": p.token})
+                self._send(endpoint, body)
+        self.flush()
         out: list[list[bytes]] = []
         acked, self._acked = self._acked, set()
         for rid in acked:

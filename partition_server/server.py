@@ -59,6 +59,7 @@ from rangetable.watchdog import LeaseWatchdog
 log = logging.getLogger("rangetable.partition_server")
 
 HB_RETRY_S = 0.2  # heartbeat interval while no coordinator answers (finding a new leader)
+REPL_BURST = 16  # with replicas, requests handled back to back before their batches are shipped together
 QUEUED_S = 20e-6  # a receive that returns sooner found its request already queued (it did not wait)
 _POLLIN = int(zmq.POLLIN)
 _RCVTIMEO = int(zmq.RCVTIMEO)
@@ -341,11 +342,10 @@ class PartitionServer:
                 if self.deferred:
                     self._answer_deferred()
                 if repl.sock in ready:
-                    repl.drain()
-                if router not in ready:
-                    continue
-                frames, peer = protocol.recv_frames_peer(router, protocol.NOBLOCK)
-                burst = 1
+                    repl.drain(flush=False)  # its acknowledgements leave with the next _pump, in one message per peer
+                if router in ready:
+                    self._take_requests()
+                continue
             elif self.deferred:  # a command is being prepared off the loop: wait for its wake-up too
                 ready = dict(zmq_poll([*both, (self._wake_r.fileno(), _POLLIN)], timeout))
                 if coord in ready:
@@ -374,6 +374,21 @@ class PartitionServer:
             self.pending = burst
             self._on_request(frames, peer)
         self.close()
+
+    def _take_requests(self) -> None:
+        """With replicas: handle the requests queued on the ROUTER (up to :data:`REPL_BURST`) before the loop's
+        next turn ships their batches — one ``repl`` per follower for all of them (the ZeroMQ guide's "drain
+        what is ready, then send"). Never waits: one queued request is handled and shipped alone."""
+        router = self.router
+        for n in range(1, REPL_BURST + 1):
+            try:
+                frames, peer = protocol.recv_frames_peer(router, protocol.NOBLOCK)
+            except zmq.Again:
+                return
+            self.pending = n
+            self._on_request(frames, peer)
+            if not protocol.readable(router):
+                return
 
     def _pump(self) -> None:
         """Ship replication batches and send the replies whose batches are now committed."""

@@ -21,6 +21,13 @@ from cli.coordinator_client import call
 ROOT = Path(__file__).resolve().parent.parent
 
 
+def one_copy_unless_given(extra: list[str]) -> list[str]:
+    """``--replicas 1`` unless ``extra`` names --replicas: the suite's clusters keep one copy of each range under
+    the shared data root (two servers by default) unless a test asks for replicas; `rangetable up` itself
+    defaults to three."""
+    return [] if any(a == "--replicas" or a.startswith("--replicas=") for a in extra) else ["--replicas", "1"]
+
+
 class Cluster:
     """A running local cluster (coordinator, partition servers, frontends)."""
 
@@ -38,8 +45,8 @@ class Cluster:
     def start(self) -> Cluster:
         """Start the cluster and wait until it serves."""
         argv = [sys.executable, "-m", "cli.main", "up", "--detach", "--data-dir", self.data_dir,
-                "--native-port", "0", "--http-port", "0", "--dashboard-port", "0", "--servers", str(self.servers), "--frontends", str(self.frontends),
-                *self.extra]
+                "--native-port", "0", "--http-port", "0", "--dashboard-port", "0", "--servers", str(self.servers),
+                "--frontends", str(self.frontends), *one_copy_unless_given(self.extra), *self.extra]
         env = {**os.environ, **self.env} if self.env else None
         out = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=90, env=env)
         if out.returncode != 0:

@@ -171,7 +171,7 @@ def bench_scale(entities: int, moves: int, split_levels: int, split_mb: int, blo
                                "--block-cache-mb, --reps and --loaders at least 1.")
     data_dir = os.path.abspath(work_dir or tempfile.mkdtemp(prefix="rt-bench-scale-"))
     os.environ["RANGETABLE_BLOCK_CACHE_MB"] = str(block_cache_mb)  # inherited by the partition servers
-    up_args = ["--servers", "2"]
+    up_args = ["--servers", "2", "--replicas", "1"]  # one copy under the shared root, as the figures were taken
     echo = (lambda s: None) if as_json else click.echo
     try:
         echo(f"starting a cluster in {data_dir} (block cache {block_cache_mb} MiB per partition server)")

@@ -315,7 +315,8 @@ def _unwind_on_sigterm() -> None:
 
 
 def start_temp_cluster(servers: int = 2, frontends: int = 1, extra: Sequence[str] = ()) -> tuple[str, dict]:
-    """Start a cluster in a temporary data dir (``rangetable up --detach``, plus the flags ``extra``); returns
+    """Start a cluster in a temporary data dir (``rangetable up --detach``, plus the flags ``extra``; one copy of
+    each range, ``--replicas 1``, unless ``extra`` says otherwise); returns
     (data_dir, cluster.json). From now on a SIGTERM to this process unwinds, so a caller's
     ``finally: stop_temp_cluster`` runs."""
     from cli.cluster_file import read_cluster
@@ -324,7 +325,9 @@ def start_temp_cluster(servers: int = 2, frontends: int = 1, extra: Sequence[str
 
     data_dir = tempfile.mkdtemp(prefix="rt-bench-http-")
     argv = [sys.executable, "-m", "cli.main", "up", "--detach", "--data-dir", data_dir, "--native-port", "0",
-            "--http-port", "0", "--dashboard-port", "0", "--servers", str(servers), "--frontends", str(frontends), *extra]
+            "--http-port", "0", "--dashboard-port", "0", "--servers", str(servers), "--frontends", str(frontends)]
+    argv += [] if any(a.split("=")[0] == "--replicas" for a in extra) else ["--replicas", "1"]  # benchmarks: one copy
+    argv += extra
     out = subprocess.run(argv, capture_output=True, text=True, timeout=120)
     if out.returncode != 0:
         raise RuntimeError(f"could not start a cluster: {out.stdout}{out.stderr}")

@@ -2,9 +2,14 @@
 
 The drill creates a fresh table spread over every partition server, runs :class:`Workload`, kills
 or SIGSTOPs the server that owns the most of its ranges, and reports a timeline — when the server
-died, when the coordinator noticed, when each of its ranges answered again — plus the client's view
-(operations, failures, worst latency) and the verdicts: lost acknowledged writes, duplicate
-applications, linearizability.
+died, when the coordinator noticed, when each of its ranges answered again and how it got a new primary
+— plus the client's view (operations, failures, worst latency) and the verdicts: lost acknowledged writes,
+duplicate applications, linearizability.
+
+On a replicated cluster (``rangetable up``: 3 replicas) the coordinator *promotes* the most advanced in-sync
+follower of each range the victim led, at the next epoch (Vertical Paxos II; Kafka's ISR): no data moves.
+With one copy (``--replicas 1``) it *fails over*: another server reopens the range from the shared root.
+The report names which, and times each from the coordinator's events (:func:`recoveries`).
 """
 
 from __future__ import annotations
@@ -23,8 +28,39 @@ from cli.drills import coordinator_failover as dc
 from cli.drills.drill_table import Prober, pick_victim, prepare_table
 from cli.options import data_dir_option
 from cli.workload.generator import Workload
+from cli.workload.layout import table_ranges
 from cli.workload.verify.explain import failure_lines
 from rangetable.errors import TableError
+
+
+def recoveries(events: list[dict], watched: set[str], kill_wall: float) -> dict[str, list[dict[str, Any]]]:
+    """Per watched range, how the coordinator gave it a primary again after the fault, from its events in
+    order: ``promoted`` (an in-sync replica made primary at the next epoch), ``failed over`` (one copy,
+    reopened on another server), ``transferred`` (a leadership transfer: a move of a replicated range,
+    e.g. by the balancer) or ``moved``; with the new primary, when it was recorded (seconds after the
+    fault, ``kill_wall`` on the events' clock), how long the coordinator's step took and why."""
+    transfers = {(e.get("range"), e.get("target")) for e in events if e.get("kind") == "move" and e.get("transfer")}
+    out: dict[str, list[dict[str, Any]]] = {}
+    for e in events:
+        rid, kind = e.get("range"), e.get("kind")
+        if rid not in watched or kind not in ("promote", "failover", "move"):
+            continue
+        if kind == "move" and e.get("transfer"):
+            continue  # its promote event says it
+        if kind == "promote":
+            how = "transferred" if (rid, e.get("target")) in transfers else "promoted"
+        else:
+            how = "failed over" if kind == "failover" else "moved"
+        out.setdefault(str(rid), []).append({
+            "how": how, "to": e.get("target"), "at_s": round(float(e["time"]) - kill_wall, 3),
+            "took_ms": e.get("offline_ms", e.get("duration_ms")), "epoch": e.get("epoch"),
+            "reason": e.get("reason", "")})
+    return out
+
+
+def last_event_seq(coord: str) -> int:
+    """The number of the coordinator's latest event (0 when it has none)."""
+    return max([int(e["seq"]) for e in call(coord, {"op": "events", "limit": 1})] or [0])
 
 
 def run_failover_drill(data_dir: str, *, mode: str = "kill", server: str | None = None, duration: float = 10.0,
@@ -45,12 +81,15 @@ def run_failover_drill(data_dir: str, *, mode: str = "kill", server: str | None 
     wl.start()
     warmup = min(2.0, duration / 4)
     time.sleep(warmup)
-    t0 = time.monotonic()
+    since = last_event_seq(coord)
+    watched = [r for r in table_ranges(coord, table) if r["owner"] == victim]  # the balancer may have moved some
+    t0, kill_wall = time.monotonic(), time.time()
     os.kill(info["pid"], signal.SIGKILL if mode == "kill" else signal.SIGSTOP)
-    say(f"{'killed' if mode == 'kill' else 'paused'} {victim} (pid {info['pid']})")
+    say(f"{'killed' if mode == 'kill' else 'paused'} {victim} (pid {info['pid']}), primary of {len(watched)} "
+        "drill ranges now")
     prober = Prober(native, table, watched, t0)
     prober.start()
-    noticed = None
+    noticed, noticed_how = None, None
     while time.monotonic() - t0 < max(duration - warmup, 1.0):
         if noticed is None:
             try:
@@ -58,6 +97,7 @@ def run_failover_drill(data_dir: str, *, mode: str = "kill", server: str | None 
                                  if s["id"] == victim), None)
                 if now_info and (not now_info["alive"] or now_info["incarnation"] != info["incarnation"]):
                     noticed = round(time.monotonic() - t0, 3)
+                    noticed_how = "declared dead" if not now_info["alive"] else "restarted (a new incarnation)"
             except TableError:
                 pass
         time.sleep(0.05)
@@ -69,11 +109,18 @@ def run_failover_drill(data_dir: str, *, mode: str = "kill", server: str | None 
     say("verifying the history …")
     verdict = wl.verify()
     served = max(prober.served.values()) if prober.served and not prober.pending else None
+    try:
+        events = call(coord, {"op": "events", "since": since, "limit": 1000}, timeout=5)
+    except TableError:
+        events = []
     report = {
         "drill": "failover", "mode": mode, "seed": seed, "table": table, "victim": victim,
         "victim_pid": info["pid"], "ranges_on_victim": len(watched),
-        "timeline_s": {"killed": 0.0, "coordinator_noticed": noticed, "all_ranges_served": served,
-                       "per_range_served": prober.served, "never_served": sorted(prober.pending)},
+        "replicas": max((len(r.get("replicas") or [r["owner"]]) for r in ranges), default=1),
+        "timeline_s": {"killed": 0.0, "coordinator_noticed": noticed, "noticed_how": noticed_how,
+                       "all_ranges_served": served, "per_range_served": prober.served,
+                       "never_served": sorted(prober.pending)},
+        "recoveries": recoveries(events, {r["id"] for r in watched}, kill_wall),
         "client": wl.stats.to_dict(), **verdict,
         "faults": [{"t": round(t0 - wl.t0, 3), "until": None if mode == "kill" else round(time.monotonic() - wl.t0, 3),
                     "fault": mode, "what": f"{'kill -9' if mode == 'kill' else 'SIGSTOP'} {victim} (pid {info['pid']})"}],
@@ -86,16 +133,21 @@ def run_failover_drill(data_dir: str, *, mode: str = "kill", server: str | None 
 def format_report(r: dict[str, Any]) -> str:
     """The report as text."""
     t, c = r["timeline_s"], r["client"]
+    n = r.get("replicas", 1)
+    copies = f"{n} replicas each: a promotion of an in-sync replica" if n > 1 else "one copy each: a failover"
     lines = [
-        f"failover drill ({r['mode']}) of {r['victim']} (pid {r['victim_pid']}), {r['ranges_on_victim']} ranges, "
-        f"seed {r['seed']}",
+        f"failover drill ({r['mode']}) of {r['victim']} (pid {r['victim_pid']}), primary of {r['ranges_on_victim']} "
+        f"ranges ({copies}), seed {r['seed']}",
         "  timeline:",
         f"    t=0.000 s   {r['victim']} {'killed (SIGKILL)' if r['mode'] == 'kill' else 'paused (SIGSTOP)'}",
-        f"    t={t['coordinator_noticed']} s   coordinator noticed (declared dead or re-registered)",
+        f"    t={t['coordinator_noticed']} s   coordinator noticed: {t.get('noticed_how') or 'never'}",
         f"    t={t['all_ranges_served']} s   every range served again",
     ]
     for rid, s in sorted(t["per_range_served"].items()):
         lines.append(f"                 {rid} answered at {s} s")
+        for x in r.get("recoveries", {}).get(rid, []):
+            took = f" in {x['took_ms']} ms" if x["took_ms"] is not None else ""
+            lines.append(f"                   {x['how']} to {x['to']} at {x['at_s']} s{took} ({x['reason']})")
     lat = c["latency_ms"]
     lines += [
         f"  client: {c['ops']} ops, {c['ok']} ok, {c['fail']} failed precondition, {c['unknown']} unknown, "

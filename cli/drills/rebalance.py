@@ -1,5 +1,8 @@
 """``rangetable drill rebalance``: skewed load (a hot key range and an append-only writer) on a running
-cluster, and how the balancer reacted: splits, moves, offline ms and per-server load."""
+cluster, and how the balancer reacted: splits, moves, offline ms and per-server load.
+
+On a replicated cluster a balancer move is a leadership transfer to an in-sync replica (no data copied); the
+timeline calls it ``transfer`` and leaves out the ``promote`` event the coordinator records for it."""
 
 from __future__ import annotations
 
@@ -15,6 +18,23 @@ from cli.options import coordinator_endpoint, data_dir_option, native_endpoint
 from cli.workload.loadgen import LoadGen
 from rangetable.errors import TableError
 from rangetable.stats import percentile
+
+
+def timeline_rows(events: list[dict], t0: float) -> list[dict[str, Any]]:
+    """The drill's timeline from the coordinator's events (``t0``: the start, on the events' clock): a move
+    of a replicated range is named ``transfer`` (a primary handed to an in-sync replica) and its own
+    ``promote`` event is dropped; a promotion not part of a transfer (a failover) stays."""
+    transfers = {(e.get("range"), e.get("target"), e.get("reason")) for e in events
+                 if e["kind"] == "move" and e.get("transfer")}
+    rows = []
+    for e in events:
+        if e["kind"] == "promote" and (e.get("range"), e.get("target"), e.get("reason")) in transfers:
+            continue
+        kind = "transfer" if e["kind"] == "move" and e.get("transfer") else e["kind"]
+        rows.append({"t": round(e["time"] - t0, 2), "kind": kind, "range": e.get("range"),
+                     "offline_ms": e.get("offline_ms"), "key": e.get("key"), "target": e.get("target"),
+                     "reason": e.get("reason")})
+    return rows
 
 
 def run_rebalance_drill(data_dir: str, *, duration: float = 30.0, echo: Any = None) -> dict[str, Any]:
@@ -42,12 +62,10 @@ def run_rebalance_drill(data_dir: str, *, duration: float = 30.0, echo: Any = No
     after = server_loads(call(coord, {"op": "status"}))
     events = [e for e in call(coord, {"op": "events", "since": since, "limit": 1000})
               if e.get("table") in (hot_t, log_t) or e["kind"] in ("hot_key", "append_hotspot")]
-    timeline = [{"t": round(e["time"] - t0, 2), "kind": e["kind"], "range": e.get("range"),
-                 "offline_ms": e.get("offline_ms"), "key": e.get("key"), "target": e.get("target"),
-                 "reason": e.get("reason")} for e in events]
+    timeline = timeline_rows(events, t0)
     offline = [e["offline_ms"] for e in timeline if e["offline_ms"] is not None]
     first_split = next((e["t"] for e in timeline if e["kind"] == "split"), None)
-    first_move = next((e["t"] for e in timeline if e["kind"] == "move"), None)
+    first_move = next((e["t"] for e in timeline if e["kind"] in ("move", "transfer")), None)
     errs = {**hot.result.errors}
     for k, v in seq.result.errors.items():
         errs[k] = errs.get(k, 0) + v
@@ -79,7 +97,8 @@ def drill_rebalance(duration: float, data_dir: str, as_json: bool) -> None:
         click.echo(f"  t={e['t']:6.2f}s {e['kind']:15} {e['range']} {e['key'] or ''} {e['target'] or ''}{extra}")
         if e["kind"] in ("hot_key", "append_hotspot"):
             click.echo(f"             {e['reason']}")
-    click.echo(f"first split at {r['first_split_s']} s, first move at {r['first_move_s']} s; "
+    moved = "transfer" if any(e["kind"] == "transfer" for e in r["timeline"]) else "move"
+    click.echo(f"first split at {r['first_split_s']} s, first {moved} at {r['first_move_s']} s; "
                f"offline ms: max {r['offline_ms']['max']}, p99 {r['offline_ms']['p99']} over {r['offline_ms']['count']}")
     click.echo(f"load per server (score/s): before {r['load_before']}, early {r['load_during']}, "
                f"after {r['load_after']}")

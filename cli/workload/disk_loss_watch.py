@@ -133,6 +133,14 @@ class RestoreWatch(threading.Thread):
                 pass
             self.stop.wait(0.2)
 
+    def rebuilt_in_place(self, rec: dict, live: set[str]) -> bool:
+        """The victim's wiped copy was rebuilt while staying in the in-sync set (a follower that restarts
+        without its directory is rebuilt from its primary, in sync, before its primary reports it lagging):
+        the victim is back in a new incarnation, in sync, and the range's directory exists on it again; a
+        rebuild renames the pulled checkpoint into place only once complete (partition_server/snapshot.py)."""
+        return (self.victim in live and self.victim in rec.get("insync", [])
+                and os.path.isdir(os.path.join(self.server_dir(self.victim), rec["path"])))
+
     def observe(self, st: dict, lost: frozenset[str] | set[str] = frozenset()) -> None:
         """Take one status snapshot into account (``lost``: ranges whose events show the loss already)."""
         now = round(time.monotonic() - self.t0, 3)
@@ -145,7 +153,8 @@ class RestoreWatch(threading.Thread):
                 continue
             healthy = [s for s in rec.get("insync", []) if s in live]
             self.min_insync[rid] = min(self.min_insync[rid], len(healthy))
-            seen, ok = restore_step(rec, live, self.n, self.victim, rid in self.lost_seen or rid in lost)
+            seen, ok = restore_step(rec, live, self.n, self.victim, rid in self.lost_seen or rid in lost
+                                    or self.rebuilt_in_place(rec, live))
             if seen and rid not in self.lost_seen:
                 self.lost_seen[rid] = now
             if ok:

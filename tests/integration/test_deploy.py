@@ -27,6 +27,7 @@ import pytest
 import yaml
 
 from tests.cluster import ROOT
+from tests.three_hosts import read_env_file
 from tests.unit.test_deploy import DEPLOY, UNITS
 
 # --- YAML --------------------------------------------------------------------------------------------------
@@ -48,6 +49,26 @@ def test_systemd_analyze_verify(tmp_path: Path) -> None:
     out = subprocess.run([tool, "verify", "--man=no", *sorted(str(p) for p in tmp_path.iterdir())],
                          capture_output=True, text=True, timeout=60, cwd=tmp_path)
     assert out.returncode == 0 and not out.stderr.strip(), out.stderr  # warnings (unknown keys …) fail too
+
+
+def test_etcd_settings_are_flags_of_the_installed_etcd() -> None:
+    """Every flag the manifests and compose give etcd, and every ETCD_* of the hosts' etcd.env, is one of
+    `etcd --help` (etcd 3.4 here; the image is 3.5, whose flags are a superset of these)."""
+    etcd = shutil.which("etcd")
+    if etcd is None:
+        pytest.skip("etcd not installed: apt-get install etcd-server")
+    out = subprocess.run([etcd, "--help"], capture_output=True, text=True, timeout=30)
+    known = set(re.findall(r"^\s+(--[a-z0-9-]+)", out.stdout + out.stderr, flags=re.M))
+    assert "--max-txn-ops" in known and "--initial-cluster" in known
+    given = []
+    for doc in yaml.safe_load_all((DEPLOY / "k8s" / "etcd.yaml").read_text()):
+        for c in (doc or {}).get("spec", {}).get("template", {}).get("spec", {}).get("containers", []):
+            given += [a for a in c["args"] if a.startswith("--")]
+    compose = yaml.safe_load((DEPLOY / "compose.yaml").read_text())
+    given += [a for a in compose["services"]["etcd"]["command"] if a.startswith("--")]
+    for env in sorted((DEPLOY / "systemd" / "hosts").glob("*/etcd.env")):
+        given += ["--" + k.removeprefix("ETCD_").lower().replace("_", "-") for k in read_env_file(env)]
+    assert given and set(given) <= known, set(given) - known
 
 
 def test_probes_run_the_watchdog_module(tmp_path: Path) -> None:
@@ -75,7 +96,13 @@ def test_kubectl_kustomize_renders_the_manifests(tmp_path: Path) -> None:
     out = subprocess.run([kubectl, "kustomize", str(k8s)], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     objs = [d for d in yaml.safe_load_all(out.stdout) if d]
-    assert all(o["metadata"].get("namespace") == "rangetable" for o in objs if o["kind"] != "Namespace")
+    cluster_scoped = {"Namespace", "ClusterRole", "ClusterRoleBinding"}
+    assert all(o["metadata"].get("namespace") == "rangetable" for o in objs if o["kind"] not in cluster_scoped)
+    binding = next(o for o in objs if o["kind"] == "ClusterRoleBinding")
+    assert binding["subjects"][0]["namespace"] == "rangetable"  # the node reader's ServiceAccount, namespaced
+    assert "ReadWriteMany" not in out.stdout and "PersistentVolumeClaim" not in {o["kind"] for o in objs}
+    images = {c["image"] for o in objs for c in o.get("spec", {}).get("template", {}).get("spec", {}).get("containers", [])}
+    assert images == {"rangetable:0.1.0", "quay.io/coreos/etcd:v3.5.17"}
     secret = next(o for o in objs if o["kind"] == "Secret" and o["metadata"]["name"].startswith("rangetable-keys-"))
     assert "admin.key_secret" not in secret["data"]  # the admin secret stays with the operator
     names = {o["metadata"]["name"] for o in objs if o["kind"] == "Secret"}
@@ -137,8 +164,8 @@ def test_image_install_runs_a_cluster(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
     run = dict(cwd=tmp_path, capture_output=True, text=True, timeout=90, env=env)  # not the checkout: the install
     try:
-        out = subprocess.run([rt, "up", "--detach", "--data-dir", data, "--servers", "1", "--http-port", "0",
-                              "--native-port", "0", "--dashboard-port", "0"], **run)
+        out = subprocess.run([rt, "up", "--detach", "--data-dir", data, "--servers", "1", "--replicas", "1",
+                              "--http-port", "0", "--native-port", "0", "--dashboard-port", "0"], **run)
         assert out.returncode == 0, out.stdout + out.stderr
         assert subprocess.run([rt, "table", "create", "Img", "--data-dir", data], **run).returncode == 0
         out = subprocess.run([rt, "entity", "put", "Img", '{"PartitionKey":"p","RowKey":"r","n":1}',

@@ -4,6 +4,7 @@ The tests that start no process; those that do are in tests/integration/test_dep
 """
 from __future__ import annotations
 
+import configparser
 import json
 import re
 import shlex
@@ -18,9 +19,11 @@ import yaml
 
 from cli.main import main
 from tests.cluster import ROOT
+from tests.three_hosts import HOSTS, expand, read_env_file
 
 DEPLOY = ROOT / "deploy"
 UNITS = sorted((DEPLOY / "systemd").glob("*.service"))
+HOSTS_DIR = DEPLOY / "systemd" / "hosts"
 K8S = sorted((DEPLOY / "k8s").glob("*.yaml"))
 ROLES = {"coordinator", "partition-server", "frontend", "http-frontend"}
 
@@ -54,27 +57,21 @@ def _compose_commands() -> Iterator[tuple[str, list[str]]]:
         yield name, svc["command"]
 
 
-def _unit_commands() -> Iterator[tuple[str, str, list[str]]]:
+def _unit_commands(host: str = "a") -> Iterator[tuple[str, str, list[str]]]:
+    """Every Exec line of the units, as systemd runs them on ``host`` (``%i``, its env files' ``${VAR}``)."""
+    env = {**read_env_file(HOSTS_DIR / f"host-{host}" / "rangetable.env"),
+           **read_env_file(HOSTS_DIR / f"host-{host}" / "etcd.env")}
     for unit in UNITS:
         for line in unit.read_text().splitlines():
             key, sep, value = line.partition("=")
             if sep and key in ("ExecStart", "ExecStartPre", "ExecStop", "ExecStartPost"):
-                words = shlex.split(value.replace("%i", "ps-b"))
-                yield unit.name, key, words
-
-
-def _k8s_containers() -> Iterator[tuple[str, dict]]:
-    for path in K8S:
-        for doc in _docs(path):
-            spec = (doc.get("spec") or {}).get("template", {}).get("spec", {})
-            for c in spec.get("containers", []):
-                yield f"{path.name}:{doc['metadata']['name']}", c
+                yield unit.name, key, expand(value, f"ps-{host}", env)
 
 
 def test_every_yaml_parses() -> None:
     files = sorted(DEPLOY.rglob("*.yaml"))
     assert {f.name for f in files} >= {"compose.yaml", "kustomization.yaml", "coordinator.yaml",
-                                        "partition-servers.yaml", "frontends.yaml", "storage.yaml"}
+                                        "partition-servers.yaml", "frontends.yaml", "etcd.yaml"}
     for f in files:
         assert _docs(f), f"{f} is empty"
 
@@ -94,70 +91,115 @@ def test_parser_refuses_what_the_cli_refuses() -> None:
 def test_compose_commands_use_only_flags_the_cli_accepts() -> None:
     seen = set()
     for name, command in _compose_commands():
+        if name == "etcd":
+            continue  # etcd's own flags: tests/integration/test_deploy.py checks them against `etcd --help`
         ctx = parse_rangetable(command)
         seen.add(command[0])
         if command[0] in ROLES - {"coordinator"}:
-            assert ctx.params["coordinator"] == "tcp://coordinator:10010", name
+            assert ctx.params["coordinator"] == "tcp://coordinator-1:10010,tcp://coordinator-2:10010", name
     assert seen >= ROLES | {"keys", "cert"}
 
 
-def test_compose_topology() -> None:
+def test_compose_has_a_volume_per_partition_server_and_coordinators_on_etcd() -> None:
     doc = _docs(DEPLOY / "compose.yaml")[0]
     svcs = doc["services"]
-    roles = [s["command"][0] for s in svcs.values()]
-    assert roles.count("partition-server") == 3 and roles.count("frontend") == 1
-    assert roles.count("http-frontend") == 1 and roles.count("coordinator") == 1
+    roles = [s["command"][0] for name, s in svcs.items() if name != "etcd"]
+    assert roles.count("partition-server") == 3 and roles.count("coordinator") == 2
+    data_volumes = {}
     for name, svc in svcs.items():
-        assert "data:/data" in svc["volumes"], name  # one shared volume
+        if name == "etcd":
+            continue
         cmd = svc["command"]
-        if cmd[0] in ("coordinator", "partition-server"):  # bind every interface, advertise the service name
-            ctx = parse_rangetable(cmd)
-            assert ctx.params["bind"].startswith("tcp://0.0.0.0:")
-            assert ctx.params["advertise"] == f"tcp://{name}"
-            if cmd[0] == "partition-server":
-                assert ctx.params["server_id"] == name and ctx.params["alive_file"]
-                assert svc["healthcheck"]["test"][1:4] == ["python", "-m", "rangetable.watchdog"]
-        if cmd[0] in ROLES:  # keys (and the certificate) first, made once by the init services
-            dep = svc["depends_on"]
-            assert "keys" in dep or "coordinator" in dep, name
-    assert svcs["coordinator"]["depends_on"]["keys"]["condition"] == "service_completed_successfully"
-    assert svcs["keys"]["restart"] == "no" and doc["volumes"] == {"data": {}}
+        ctx = parse_rangetable(cmd)
+        mounts = {v.split(":")[1]: v.split(":")[0] for v in svc["volumes"]}
+        if cmd[0] in ROLES:  # every role reads the keys, read-only, made once by the init service
+            assert svc["volumes"][0] == "keys:/keys:ro" and "keys" in svc["depends_on"], name
+            assert svc["depends_on"]["keys"]["condition"] == "service_completed_successfully", name
+        if cmd[0] == "coordinator":  # its state in etcd: no volume of its own; bind all, advertise its name
+            assert ctx.params["meta"] == "etcd://etcd:2379/rangetable" and ctx.params["data_dir"] not in mounts
+            assert ctx.params["bind"].startswith("tcp://0.0.0.0:") and ctx.params["advertise"] == f"tcp://{name}"
+            assert ctx.params["replicas"] == 3 and ctx.params["min_insync"] == 2
+        if cmd[0] == "partition-server":  # its own volume at its data dir, its own replication endpoint
+            assert ctx.params["server_id"] == name and ctx.params["advertise"] == f"tcp://{name}"
+            assert ctx.params["advertise_replication"] == f"tcp://{name}" and ctx.params["replication"]
+            data_volumes[name] = mounts[ctx.params["data_dir"]]
+            assert svc["healthcheck"]["test"][1:4] == ["python", "-m", "rangetable.watchdog"]
+            assert svc["healthcheck"]["test"][5] == ctx.params["alive_file"]
+    assert sorted(data_volumes.values()) == sorted(data_volumes) == ["ps-1", "ps-2", "ps-3"]  # one each
+    assert set(doc["volumes"]) == {"keys", "tls", "etcd", "ps-1", "ps-2", "ps-3"}  # none shared by servers
+    assert svcs["keys"]["restart"] == "no" and svcs["keys"]["volumes"] == ["keys:/keys"]
+    etcd = svcs["etcd"]["command"]
+    assert etcd[etcd.index("--advertise-client-urls") + 1] == "http://etcd:2379"
 
 
 def test_unit_commands_use_only_flags_the_cli_accepts() -> None:
-    roles = set()
-    for unit, key, words in _unit_commands():
-        assert words[0] == "/opt/rangetable/bin/rangetable", (unit, key)
-        parse_rangetable(words[1:])
-        if key == "ExecStart":
-            roles.add(words[1])
-            assert unit == f"rangetable-{words[1]}@.service"
-    assert roles == ROLES
+    for host, ip in HOSTS.items():
+        roles = set()
+        for unit, key, words in _unit_commands(host):
+            if unit == "rangetable-etcd.service":
+                assert words == ["/usr/bin/etcd"]  # every setting in etcd.env
+                continue
+            assert words[0] == "/opt/rangetable/bin/rangetable", (unit, key)
+            ctx = parse_rangetable(words[1:])
+            if key == "ExecStart":
+                roles.add(words[1])
+                assert unit == f"rangetable-{words[1]}@.service"
+                for flag in ("bind", "pub_bind", "replication", "native", "http"):  # the host's own address
+                    source = ctx.get_parameter_source(flag) if flag in ctx.params else None
+                    if source is not None and source.name == "COMMANDLINE":
+                        assert ip in ctx.params[flag], (unit, flag)
+                if words[1] in ("coordinator", "partition-server"):
+                    assert ctx.params["data_dir"].startswith("/var/lib/rangetable/")
+        assert roles == ROLES
 
 
-def test_units_restart_always_and_fence_partition_servers() -> None:
-    assert {u.name for u in UNITS} == {f"rangetable-{r}@.service" for r in ROLES}
+def test_units_read_the_host_env_and_fence_partition_servers() -> None:
+    assert {u.name for u in UNITS} == {f"rangetable-{r}@.service" for r in ROLES} | {"rangetable-etcd.service"}
+    dirs = set()
     for unit in UNITS:
-        text = unit.read_text()
-        assert "\nRestart=always\n" in text and "\nUser=rangetable\n" in text, unit.name
+        ini = configparser.ConfigParser(strict=False, interpolation=None)  # EnvironmentFile= repeats
+        ini.optionxform = str  # type: ignore[assignment,method-assign]
+        ini.read_string(unit.read_text())
+        assert ini.sections() == ["Unit", "Service", "Install"], unit.name
+        svc = ini["Service"]
+        assert svc["Restart"] == "always" and svc["User"] == "rangetable", unit.name
+        assert ini["Install"]["WantedBy"] == "multi-user.target"
+        env_files = [ln.removeprefix("EnvironmentFile=") for ln in unit.read_text().splitlines()
+                     if ln.startswith("EnvironmentFile=")]
+        wanted = "/etc/rangetable/etcd.env" if "etcd" in unit.name else "/etc/rangetable/rangetable.env"
+        assert env_files[0] == wanted, unit.name  # required (no "-"): the host's settings must be there
+        dirs.update(re.findall(r"--data-dir (\S+)", svc["ExecStart"]))
+    assert dirs == {"/var/lib/rangetable/coordinator", "/var/lib/rangetable/server"}  # never one directory
     ps = (DEPLOY / "systemd" / "rangetable-partition-server@.service").read_text()
     # the watchdog the server pings on every lease renewal (rangetable/watchdog.py) kills a frozen one
     assert "\nWatchdogSec=3\n" in ps and "\nWatchdogSignal=SIGKILL\n" in ps and "\nNotifyAccess=main\n" in ps
+    assert "ExecStartPre" not in (DEPLOY / "systemd" / "rangetable-coordinator@.service").read_text()  # keys: once
 
 
-def test_k8s_commands_use_only_flags_the_cli_accepts() -> None:
-    roles = set()
-    for where, c in _k8s_containers():
-        assert c["image"] == "rangetable" and "command" not in c, where  # the image's ENTRYPOINT: rangetable
-        ctx = parse_rangetable(c["args"])
-        roles.add(c["args"][0])
-        if c["args"][0] != "coordinator":
-            assert ctx.params["coordinator"] == "tcp://rangetable-coordinator:10010", where
-        probe = (c.get("livenessProbe") or {}).get("exec")
-        if probe:
-            assert probe["command"][:3] == ["python", "-m", "rangetable.watchdog"]
-            assert probe["command"][4] == ctx.params["alive_file"]
-    assert roles == ROLES
+def test_host_env_files_describe_three_hosts() -> None:
+    envs = {h: read_env_file(HOSTS_DIR / f"host-{h}" / "rangetable.env") for h in HOSTS}
+    etcds = {h: read_env_file(HOSTS_DIR / f"host-{h}" / "etcd.env") for h in HOSTS}
+    assert sorted(p.name for p in HOSTS_DIR.iterdir()) == [f"host-{h}" for h in HOSTS]
+    coordinators = {f"tcp://{ip}:10010" for ip in HOSTS.values()}
+    known = set().union(*(_envvars(r) for r in ROLES))
+    for h, ip in HOSTS.items():
+        env, etcd = envs[h], etcds[h]
+        assert env["HOST_ADDRESS"] == ip
+        assert set(env["RANGETABLE_COORDINATOR"].split(",")) == coordinators  # all three, on every host
+        assert env["RANGETABLE_META"] == f"etcd://{ip}:2379/rangetable"  # through this host's own member
+        assert env["RANGETABLE_REPLICAS"] == "3" and env["RANGETABLE_MIN_INSYNC"] == "2"
+        assert {k for k in env if k.startswith("RANGETABLE_")} <= known  # every one is some role's flag
+        assert etcd["ETCD_NAME"] == f"host-{h}" and etcd["ETCD_LISTEN_PEER_URLS"] == f"http://{ip}:2380"
+        assert etcd["ETCD_ADVERTISE_CLIENT_URLS"] == f"http://{ip}:2379"
+        assert etcd["ETCD_INITIAL_CLUSTER"] == ",".join(f"host-{x}=http://{y}:2380" for x, y in HOSTS.items())
+        assert etcd["ETCD_DATA_DIR"].startswith("/var/lib/rangetable/")
+    assert len({e["RANGETABLE_ZONE"] for e in envs.values()}) == 3  # a zone each
+
+
+def _envvars(role: str) -> set[str]:
+    """The RANGETABLE_* variables a role's command reads (its options' help names them: ``[env NAME; …]``)."""
+    ctx = parse_rangetable([role])
+    return {m for p in ctx.command.params for m in re.findall(r"\[env (RANGETABLE_\w+);", getattr(p, "help", "") or "")}
 
 
 def _documented_command_lines() -> Iterator[tuple[str, list[str]]]:
@@ -183,56 +225,6 @@ def test_documented_command_lines_parse() -> None:
         seen.append((path, words[0]))
     assert ("README.md", "partition-server") in seen and ("compose.yaml", "keys") in seen
     assert ("kustomization.yaml", "cert") in seen
-
-
-def _k8s_objects() -> list[dict]:
-    return [d for p in K8S if p.name != "kustomization.yaml" for d in _docs(p)]
-
-
-def test_k8s_objects_hang_together() -> None:
-    objs = _k8s_objects()
-    kinds = {(o["kind"], o["metadata"]["name"]) for o in objs}
-    assert ("StatefulSet", "rangetable-ps") in kinds and ("Deployment", "rangetable-coordinator") in kinds
-    assert ("Deployment", "rangetable-frontend") in kinds and ("Deployment", "rangetable-http-frontend") in kinds
-    pvcs = {o["metadata"]["name"]: o for o in objs if o["kind"] == "PersistentVolumeClaim"}
-    assert pvcs["rangetable-data"]["spec"]["accessModes"] == ["ReadWriteMany"]
-    kust = _docs(DEPLOY / "k8s" / "kustomization.yaml")[0]
-    assert sorted(kust["resources"]) == sorted(p.name for p in K8S if p.name != "kustomization.yaml")
-    secrets = {g["name"]: {f.split("=")[0].split("/")[-1] for f in g["files"]} for g in kust["secretGenerator"]}
-    services = [o for o in objs if o["kind"] == "Service"]
-    workloads = [o for o in objs if o["kind"] in ("Deployment", "StatefulSet")]
-    for w in workloads:
-        name, spec = w["metadata"]["name"], w["spec"]
-        labels = spec["template"]["metadata"]["labels"]
-        assert spec["selector"]["matchLabels"].items() <= labels.items(), name
-        pod = spec["template"]["spec"]
-        assert pod["securityContext"]["runAsNonRoot"] and pod["securityContext"]["runAsUser"] == 10001
-        for v in pod["volumes"]:
-            if "persistentVolumeClaim" in v:
-                assert v["persistentVolumeClaim"]["claimName"] in pvcs, name
-            if "secret" in v:
-                keys = secrets[v["secret"]["secretName"]]
-                for item in v["secret"].get("items", []):
-                    assert item["key"] in keys, (name, item)
-        role = pod["containers"][0]["args"][0]
-        if role in ("coordinator", "partition-server", "frontend"):  # its own secret key, nobody else's
-            mounted = {i["key"] for v in pod["volumes"] if v.get("secret", {}).get("secretName") == "rangetable-keys"
-                       for i in v["secret"]["items"]}
-            own = "frontend" if role == "frontend" else role
-            assert f"{own}.key_secret" in mounted and len([k for k in mounted if k.endswith("_secret")]) == 1
-        if role == "http-frontend":
-            mounted = {i["key"] for v in pod["volumes"] if v.get("secret", {}).get("secretName") == "rangetable-keys"
-                       for i in v["secret"]["items"]}
-            assert {k for k in mounted if k.endswith("_secret")} == {"frontend.key_secret"}
-    for s in services:  # every Service selects a workload and targets ports its containers name
-        sel = s["spec"]["selector"]
-        targets = [w for w in workloads if sel.items() <= w["spec"]["template"]["metadata"]["labels"].items()]
-        assert len(targets) == 1, s["metadata"]["name"]
-        ports = {p["name"] for c in targets[0]["spec"]["template"]["spec"]["containers"] for p in c["ports"]}
-        assert {p["targetPort"] for p in s["spec"]["ports"]} <= ports, s["metadata"]["name"]
-    sts = next(w for w in workloads if w["kind"] == "StatefulSet")
-    headless = next(s for s in services if s["metadata"]["name"] == sts["spec"]["serviceName"])
-    assert headless["spec"]["clusterIP"] == "None" and sts["spec"]["replicas"] == 3
 
 
 def _dockerfile() -> list[tuple[str, str]]:
@@ -272,3 +264,15 @@ def test_dockerfile_copies_every_package() -> None:
     packages = {p.parent.name for p in ROOT.glob("*/__init__.py")} - {"tests"}
     assert packages <= copied, packages - copied
     assert {"requirements.lock", "pyproject.toml", "README.md"} <= copied
+
+
+def test_readme_shows_what_the_units_run_on_host_b() -> None:
+    """deploy/README.md's "without systemd" block is exactly the units' ExecStart lines on host-b."""
+    env = read_env_file(HOSTS_DIR / "host-b" / "rangetable.env")
+    readme = (DEPLOY / "README.md").read_text()
+    for role, instance in (("coordinator", "b"), ("partition-server", "ps-b"), ("frontend", "fe-b"),
+                           ("http-frontend", "http-b")):
+        line = next(ln for ln in (DEPLOY / "systemd" / f"rangetable-{role}@.service").read_text().splitlines()
+                    if ln.startswith("ExecStart="))
+        words = expand(line.removeprefix("ExecStart="), instance, env)
+        assert "\n" + shlex.join(["rangetable", *words[1:]]) + "\n" in readme, role

@@ -95,6 +95,22 @@ def test_restore_watch_observes_a_rebuild(tmp_path: Path) -> None:
     assert "b" not in w.restored
 
 
+def test_restore_watch_sees_a_copy_rebuilt_in_place_while_in_sync(tmp_path: Path) -> None:
+    servers = [{"id": s, "alive": True, "incarnation": "i"} for s in ("ps-1", "ps-2", "ps-3")]
+    rec = {**RANGES[0], "insync": ["ps-1", "ps-2", "ps-3"]}
+    w = RestoreWatch(lambda: {}, [rec], 3, "ps-1", "i", 0.0, lambda s: str(tmp_path / s))
+    (tmp_path / "ps-1" / "ranges" / "a").mkdir(parents=True)
+    w.observe({"servers": servers, "ranges": [rec]})  # the old incarnation: its copy counts for nothing
+    assert not w.lost_seen and not w.restored
+    servers[0]["incarnation"] = "new"
+    (tmp_path / "ps-1" / "ranges" / "a").rmdir()
+    w.observe({"servers": servers, "ranges": [rec]})  # restarted, in sync, still pulling: no directory yet
+    assert not w.lost_seen and not w.restored
+    (tmp_path / "ps-1" / "ranges" / "a").mkdir()
+    w.observe({"servers": servers, "ranges": [rec]})  # the rebuild renamed its checkpoint into place
+    assert "a" in w.lost_seen and w.restored["a"]["new_copies"] == ["ps-1"]
+
+
 def test_restore_watch_thread_stops_when_asked() -> None:
     calls = threading.Event()
 

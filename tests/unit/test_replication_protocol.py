@@ -213,7 +213,8 @@ def test_after_promotion_the_other_follower_catches_up_from_the_new_primary(net:
 
 @pytest.mark.parametrize("seed", range(40))
 def test_randomized_loss_duplication_reordering_converge(tmp_path: Path, seed: int) -> None:
-    """Writes, batches, acks and hellos over a network that loses, duplicates and reorders; the commit
+    """Writes, batches, acks and hellos over a network that loses, duplicates and reorders — and delivers several
+    messages to a follower at once (one drain: their batches in one apply, one WriteBatch, one ack); the commit
     point never passes what an in-sync follower holds, and once quiet every replica equals the primary."""
     rng = random.Random(seed)
     net = Net(tmp_path)
@@ -230,6 +231,16 @@ def test_randomized_loss_duplication_reordering_converge(tmp_path: Path, seed: i
                 wire += net.sends(rng.choice([0.0, 0.05, RESEND_S + 0.01]))
             elif r < 0.55 and wire:
                 wire.pop(rng.randrange(len(wire)))  # lost
+            elif r < 0.65 and wire:  # one drain read several repl bodies for a follower: one apply, one ack
+                dest = rng.choice(["b", "c"])
+                mine = [i for i, (d, _) in enumerate(wire) if d == dest]
+                take = set(rng.sample(mine, rng.randint(0, len(mine))))
+                batches = [b for i in sorted(take, key=lambda _: rng.random()) for b in wire[i][1]]  # type: ignore[union-attr]
+                if rng.random() < 0.3:
+                    rng.shuffle(batches)
+                wire = [m for i, m in enumerate(wire) if i not in take or rng.random() < 0.2]
+                if batches:
+                    wire.append(("ack", (dest, net.f[dest].apply(1, batches))))
             elif wire:
                 i = rng.randrange(len(wire))
                 dest, body = wire[i] if rng.random() < 0.2 else wire.pop(i)  # duplicated or delivered

@@ -140,4 +140,5 @@ def test_a_peer_without_an_endpoint_is_skipped_not_fatal(replicator: Replicator)
     servers exited. Nothing is sent to it until a configuration names it."""
     replicator._send("", {"op": "repl"})
     replicator._send("not an endpoint", {"op": "repl"})
+    replicator.flush()
     assert replicator.refused == 1 and not replicator._peers
