@@ -101,15 +101,15 @@ def handle(co: AdminHost, ident: bytes, rid: bytes, req: dict, role: str | None)
 
 
 def status(co: AdminHost) -> dict:
-    """The map, the servers with their load, the term and the last takeover (``rangetable ranges``,
-    ``servers``)."""
+    """The map, the servers with their load, the term, the last takeover and the replicas each range should
+    have (``rangetable ranges``, ``servers``, the dashboard)."""
     now = time.monotonic()
     with co.lock:
         snap = co.pmap.snapshot()
         snap["pub"] = co.pub_endpoint
         snap["endpoints"] = live_endpoints(co.servers)
         return {**snap, "term": co.term, "leader": co.endpoint, "takeover": co.takeover,
-                "servers": server_list(co, now)}
+                "servers": server_list(co, now), "replicas": co.cfg.replicas}
 
 
 def server_list(co: AdminHost, now: float | None = None, loads: bool = True) -> list[dict]:

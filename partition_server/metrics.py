@@ -17,6 +17,7 @@ from collections.abc import Iterable, Sized
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from partition_server.memory import server_memory
 from rangetable import storage
 from rangetable.metrics import LATENCY_BUCKETS, bucket_counts, cumulative
 
@@ -97,7 +98,7 @@ class ScrapedServer(Protocol):
     server_id: str
     lease_until: float
     pending: int
-    ranges: ServedRanges
+    ranges: ServedRanges  # also read by :func:`~partition_server.memory.server_memory`
 
 
 def collect(ps: ScrapedServer) -> list:
@@ -138,8 +139,17 @@ def collect(ps: ScrapedServer) -> list:
                                 labels=["server", "kind"])
     for kind, nbytes in storage.memory_usage().items():
         rocksdb.add_metric([server, kind], float(nbytes))
+    mem = server_memory(ps.ranges)
+    held = GaugeMetricFamily("rangetable_server_memory_bytes",
+                             "Memory the server holds by kind: replica_logs (the rings of recent batches), memtables and "
+                             "table_readers (RocksDB's, summed over the open ranges).", labels=["server", "kind"])
+    for kind in ("replica_logs", "memtables", "table_readers"):
+        held.add_metric([server, kind], float(mem[kind]))
+    ring = GaugeMetricFamily("rangetable_server_replica_log_batches", "Batches held in the replica logs' rings.",
+                             labels=["server"])
+    ring.add_metric([server], float(mem["replica_log_batches"]))
     blocks = GaugeMetricFamily("rangetable_server_python_allocated_blocks",
                                "Memory blocks the Python allocator holds (sys.getallocatedblocks): grows with a leak of objects.",
                                labels=["server"])
     blocks.add_metric([server], float(sys.getallocatedblocks()))
-    return [*fams, lease, pending, served, rocksdb, blocks]
+    return [*fams, lease, pending, served, rocksdb, held, ring, blocks]

@@ -34,16 +34,10 @@ import rocksdict
 
 from partition_server import fast_path
 from partition_server.expiry import Expiry
+from partition_server.range_copies import StoreCopies
 from partition_server.range_ops import check_batch_shape, prepare_op
 from partition_server.range_scan import scan_span, span_may_hold
-from partition_server.range_split import (
-    checkpoint_halves,
-    choose_split_key,
-    compaction_slices,
-    merge_stores,
-    split_store,
-)
-from partition_server.replica_log import pack_position, unpack_position, write_batch
+from partition_server.range_split import choose_split_key, compaction_slices
 from partition_server.request_records import (
     BATCH,
     BATCH_ANSWERS,
@@ -59,10 +53,10 @@ from partition_server.request_records import (
 from partition_server.request_records import REQ_PREFIX as REQ_PREFIX  # re-exported (layout above)
 from partition_server.request_records import pack_meta as pack_meta  # re-exported: META_TS's encoding
 from partition_server.request_records import unpack_meta as unpack_meta
-from partition_server.store_keys import DROP_KEY, META_REPL
+from partition_server.store_keys import DROP_KEY
 from partition_server.store_keys import META_TS as META_TS  # re-exported (layout above)
 from partition_server.store_size import data_bytes
-from partition_server.tee import Ops, Shipper, Tee
+from partition_server.tee import Tee
 from rangetable import protocol
 from rangetable.checkpoint import checkpoint_db
 from rangetable.edm import UNIX_EPOCH_TICKS, Entity
@@ -87,8 +81,9 @@ class _Closed:
 _CLOSED = _Closed()
 
 
-class RangeStore:
-    """A range's entities in one RocksDB directory; see the module docstring for the layout."""
+class RangeStore(StoreCopies):
+    """A range's entities in one RocksDB directory; see the module docstring for the layout (splits, merges
+    and replication: :class:`~partition_server.range_copies.StoreCopies`)."""
 
     def __init__(
         self,
@@ -428,93 +423,10 @@ class RangeStore:
                 self._tee.write(self._db, wb, self._wo)
             return done
 
-    # --- split / merge (see range_split.py) ---------------------------------------------------
-
-    def split(self, split_pk: str, left_path: str | os.PathLike[str], right_path: str | os.PathLike[str], *,
-              compact: bool = True) -> None:
-        """Write two new stores: ``left_path`` holds pks < ``split_pk``, ``right_path`` the rest.
-
-        Hard-linked checkpoints, then a delete_range of the other half in each, compacted away unless
-        ``compact=False`` (then RocksDB's background compaction reclaims it later and entity estimates
-        stay high until then). Meta (last Timestamp, request records) is kept in both. This store
-        stays open and unchanged. Safe to re-run after a crash (leftover outputs are removed first).
-        """
-        with self._lock:
-            split_store(self._db, split_pk, os.fspath(left_path), os.fspath(right_path), compact=compact)
-
-    def limits(self) -> dict[str, Any]:
-        """The keyword arguments of :meth:`open` this store was opened with (for its split halves)."""
-        return {"sync": self.sync, "request_window_s": self.request_window_s,
-                "request_window_max": self.request_window_max, "request_window_bytes": self.request_window_bytes}
-
-    def begin_tee(self, left_path: str, right_path: str) -> None:
-        """Record every write from now on (see :mod:`partition_server.split_job`), then checkpoint
-        the store into both paths. Writes go on meanwhile: the record starts before the checkpoint,
-        and replaying what the checkpoint already holds changes nothing."""
-        with self._lock:
-            self._tee.begin()
-        checkpoint_halves(self._db, left_path, right_path)
-
-    def take_tee(self) -> list[Ops]:
-        """The writes recorded since the last call (recording goes on)."""
-        with self._lock:
-            return self._tee.take()
-
-    def stop_tee(self) -> list[Ops]:
-        """The writes recorded since the last take; recording stops."""
-        with self._lock:
-            return self._tee.stop()
-
-    # --- replication (see replication.py) ----------------------------------------------------
-
-    def replicate(self, shipper: Shipper | None) -> None:
-        """As primary, stamp and ship every batch written from now on to ``shipper``; None: stop."""
-        with self._lock:
-            self._tee.log = shipper
-
-    def position(self) -> tuple[int, int]:
-        """(epoch, seq) of the last replicated batch this store holds; (0, 0) if none."""
-        return unpack_position(self._db.get(META_REPL))
-
-    def set_position(self, epoch: int, seq: int) -> None:
-        """Record the log position a split half continues from."""
-        with self._lock:
-            self._db.put(META_REPL, pack_position(epoch, seq), self._wo)
-
-    def apply_batch(self, ops: Ops, epoch: int, seq: int) -> None:
-        """As follower, write a batch of the primary's log with its position, atomically."""
-        wb = write_batch(ops)
-        wb.put(META_REPL, pack_position(epoch, seq))
-        with self._lock:
-            self._db.write(wb, self._wo)
-
-    def write_raw(self, wb: rocksdict.WriteBatch) -> None:
-        """Write a batch of raw keys as it is (a split replaying its parent's writes)."""
-        with self._lock:
-            self._db.write(wb, self._wo)
-
-    def reload_meta(self) -> None:
-        """Read the last Timestamp and the request window again (after :meth:`write_raw`)."""
-        with self._lock:
-            self._last_ts, self._window = unpack_meta(self._db.get(META_TS))
-
-    def drop_span(self, lo: bytes, hi: bytes) -> None:
-        """Delete the entity keys ``[lo, hi)`` (one range tombstone, atomically with a note of the
-        span), to be compacted away later by :meth:`compact_pending`."""
-        if not lo < hi:
-            return
-        with self._lock:
-            wb = rocksdict.WriteBatch(raw_mode=True)
-            wb.delete_range(lo, hi)
-            wb.put(DROP_KEY, protocol.pack([lo, hi]))
-            self._db.write(wb, self._wo)
-            self._drop_pending = True
-
-    @staticmethod
-    def merge(left_path: str | os.PathLike[str], right_path: str | os.PathLike[str],
-              out_path: str | os.PathLike[str]) -> None:
-        """Write ``out_path`` holding the union of two closed adjacent stores (left below right).
-
-        Request records are united, the last Timestamp is the max of both. Re-runnable after a crash.
-        """
-        merge_stores(os.fspath(left_path), os.fspath(right_path), os.fspath(out_path))
+    def memory(self) -> dict[str, int]:
+        """RocksDB memory this store holds outside the shared block cache, from its properties (cheap):
+        ``memtables`` (active and immutable, pinned ones included) and ``table_readers`` (index and filter
+        blocks not charged to the cache; near 0 while they are)."""
+        db = self._db
+        return {"memtables": db.property_int_value("rocksdb.cur-size-all-mem-tables") or 0,
+                "table_readers": db.property_int_value("rocksdb.estimate-table-readers-mem") or 0}

@@ -15,6 +15,8 @@ the same WriteBatch, so a replica's position survives a crash exactly as its dat
 from __future__ import annotations
 
 import struct
+import threading
+import weakref
 from collections import deque
 
 import msgpack
@@ -76,45 +78,169 @@ def write_batch(ops: Ops) -> rocksdict.WriteBatch:
     return wb
 
 
+RING_BUDGET_BYTES = 16 << 20  # every ring of the process together (--ring-budget-mb): seconds to minutes of writes
+
+
+def budget_limit(last_seq: int, needed_after: int | None, pin_floor: int | None) -> int:
+    """The newest batch the server-wide budget may drop from a ring: batches after ``needed_after``
+    (what an in-sync follower still lacks: the primary's commit point; None for a follower's ring, whose
+    batches its own store holds) and after ``pin_floor`` (a snapshot being pulled) are kept."""
+    limit = last_seq if needed_after is None else min(needed_after, last_seq)
+    return limit if pin_floor is None else min(limit, pin_floor)
+
+
+def budget_share(budget: int, rings: int) -> int:
+    """What one of ``rings`` rings may keep once their total is over ``budget``: an equal share."""
+    return budget // max(1, rings)
+
+
+class RingBudget:
+    """The bytes every replica-log ring of one partition server may hold together — the shape of
+    CockroachDB's Raft entry cache: one memory bound per store (16 MiB there too) shared by the recent log
+    entries of all its ranges. Past the bound CockroachDB reads entries back from its on-disk log; we keep
+    none, so a follower beyond its ring is rebuilt from a checkpoint (:mod:`partition_server.snapshot`).
+
+    Each ring keeps its own bounds; once the rings together hold more than :attr:`max_bytes`, the ring that
+    grew, then every other ring beyond its share (the budget over the number of rings), drops its oldest
+    batches — first those every replica acknowledged, then those only an out-of-sync follower still lacks (it
+    is rebuilt from a snapshot, as when it falls behind any ring) — but never a batch an in-sync follower
+    still lacks, nor one a snapshot being pulled has pinned. A ring may so use the room others leave. Every ring's changes happen under :attr:`lock` (stores are written by
+    the server's loop and by background threads)."""
+
+    def __init__(self, max_bytes: int = RING_BUDGET_BYTES) -> None:
+        self.max_bytes = max_bytes
+        self.lock = threading.RLock()  # re-entrant: a ring collected while it is held releases its bytes
+        self.rings: weakref.WeakSet[ReplicaLog] = weakref.WeakSet()
+        self.used = 0  # bytes every live ring holds
+
+    def total(self) -> int:
+        """Bytes held by every live ring."""
+        return self.used
+
+    def _release(self, held: _Held) -> None:
+        """A ring was collected: its bytes are free."""
+        with self.lock:
+            self.used -= held.n
+            held.n = 0
+
+    def settle(self, grown: ReplicaLog) -> None:
+        """Bring the rings back under the budget after ``grown`` grew (under :attr:`lock`): ``grown`` first gives
+        back what it holds beyond its share, then every other ring beyond its share does — a ring that no longer
+        grows (a range gone cold) keeps no more than its share while the others need the room."""
+        over = self.used - self.max_bytes
+        if over <= 0:
+            return
+        rings = list(self.rings)
+        share = budget_share(self.max_bytes, len(rings))
+        over -= grown.trim(share, over)
+        for ring in rings:
+            if over <= 0:
+                return
+            if ring is not grown and ring.nbytes > share:
+                over -= ring.trim(share, over)
+
+    def usage(self) -> dict[str, int]:
+        """``{"bytes", "batches", "rings"}`` held by every live ring now."""
+        with self.lock:
+            rings = list(self.rings)
+            return {"bytes": sum(r.nbytes for r in rings), "batches": sum(len(r.entries) for r in rings),
+                    "rings": len(rings)}
+
+
+class _Held:
+    """The bytes one ring holds, apart from the ring, so that the budget gets them back once it is collected."""
+
+    __slots__ = ("n",)
+
+    def __init__(self) -> None:
+        self.n = 0
+
+
+SERVER_BUDGET = RingBudget()  # one partition server per process: its rings share this unless given another
+
+
+def configure_budget(max_bytes: int) -> None:
+    """Size the process-wide ring budget (:data:`SERVER_BUDGET`); ValueError under 1 MiB."""
+    if max_bytes < 1 << 20:
+        raise ValueError("the replica-log budget needs at least 1 MiB")
+    SERVER_BUDGET.max_bytes = max_bytes
+
+
 class ReplicaLog:
-    """The last batches of one range, ``(seq, encoded batch)`` in order, bounded by count and bytes.
+    """The last batches of one range, ``(seq, encoded batch)`` in order, bounded by count and bytes, and with
+    every other ring of the server by a :class:`RingBudget`.
 
     Appended to by the thread that writes the store (under its lock) and read by the server's loop;
     ``deque`` appends and pops are atomic in CPython, and readers copy what they take.
     """
 
-    def __init__(self, last_seq: int = 0, max_batches: int = 20_000, max_bytes: int = 8 << 20) -> None:
+    def __init__(self, last_seq: int = 0, max_batches: int = 20_000, max_bytes: int = 8 << 20,
+                 budget: RingBudget | None = None) -> None:
         self.entries: deque[tuple[int, bytes]] = deque()
         self.last_seq = last_seq  # the newest batch's seq (also when the ring is empty)
         self.max_batches = max_batches
         self.max_bytes = max_bytes
-        self.nbytes = 0
+        self._held = _Held()
         self.pins: dict[str, int] = {}  # holder -> seq: batches after it are kept (a snapshot being pulled)
+        self.needed_after: int | None = None  # a primary's commit point: later batches an in-sync follower lacks
+        self.budget = SERVER_BUDGET if budget is None else budget
+        with self.budget.lock:
+            self.budget.rings.add(self)
+        weakref.finalize(self, self.budget._release, self._held)
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the batches held."""
+        return self._held.n
 
     def pin(self, holder: str, seq: int) -> None:
         """Keep every batch after ``seq`` until :meth:`unpin` (up to :data:`PIN_FACTOR` times the byte bound)."""
-        self.pins[holder] = seq
+        with self.budget.lock:  # appends in other threads read the pins
+            self.pins[holder] = seq
 
     def unpin(self, holder: str) -> None:
         """Let the batches ``holder`` pinned go again."""
-        self.pins.pop(holder, None)
+        with self.budget.lock:
+            self.pins.pop(holder, None)
 
     def append(self, seq: int, blob: bytes) -> None:
-        """Keep batch ``seq`` (the one after :attr:`last_seq`); the oldest go beyond the bounds."""
+        """Keep batch ``seq`` (the one after :attr:`last_seq`); the oldest go beyond this ring's bounds, or
+        beyond its share of the server's budget (see :class:`RingBudget`)."""
         if seq != self.last_seq + 1:
             raise ValueError(f"batch {seq} does not follow {self.last_seq}")
-        self.entries.append((seq, blob))
-        self.last_seq = seq
-        self.nbytes += len(blob)
+        budget = self.budget
+        with budget.lock:
+            self.entries.append((seq, blob))
+            self.last_seq = seq
+            self._held.n += len(blob)
+            budget.used += len(blob)
+            floor = min(self.pins.values()) if self.pins else None
+            while self.entries and (len(self.entries) > self.max_batches or self.nbytes > self.max_bytes):
+                if floor is not None and self.entries[0][0] > floor:
+                    if self.nbytes <= PIN_FACTOR * self.max_bytes:
+                        break
+                    self.pins.clear()  # a snapshot that takes this long is given up: its follower is rebuilt again
+                    floor = None
+                self._drop_oldest()
+            if budget.used > budget.max_bytes:
+                budget.settle(self)
+
+    def trim(self, share: int, over: int) -> int:
+        """Drop the oldest batches the budget may drop while this ring holds more than ``share`` and the
+        rings more than the budget (by ``over`` bytes); returns the bytes dropped. Under the budget's lock."""
         floor = min(self.pins.values()) if self.pins else None
-        while self.entries and (len(self.entries) > self.max_batches or self.nbytes > self.max_bytes):
-            if floor is not None and self.entries[0][0] > floor:
-                if self.nbytes <= PIN_FACTOR * self.max_bytes:
-                    break
-                self.pins.clear()  # a snapshot that takes this long is given up: its follower is rebuilt again
-                floor = None
-            _, old = self.entries.popleft()
-            self.nbytes -= len(old)
+        limit = budget_limit(self.last_seq, self.needed_after, floor)
+        entries = self.entries
+        dropped = 0
+        while entries and self.nbytes > share and dropped < over and entries[0][0] <= limit:
+            dropped += self._drop_oldest()
+        return dropped
+
+    def _drop_oldest(self) -> int:
+        _, old = self.entries.popleft()
+        self._held.n -= len(old)
+        self.budget.used -= len(old)
+        return len(old)
 
     def reaches(self, seq: int) -> bool:
         """True when every batch after ``seq`` is still here (a follower at ``seq`` can catch up)."""
@@ -132,7 +258,12 @@ class ReplicaLog:
         out: list[tuple[int, bytes]] = []
         size = 0
         for i in range(start, len(entries)):
-            s, blob = entries[i]
+            try:
+                s, blob = entries[i]
+            except IndexError:  # another thread trimmed the ring meanwhile: the next call goes on
+                break
+            if s != (out[-1][0] if out else seq) + 1:
+                break  # trimmed meanwhile (only the first can be): reaches() tells the caller
             out.append((s, blob))
             size += len(blob)
             if size >= max_bytes:

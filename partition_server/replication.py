@@ -174,6 +174,7 @@ class Primary:
     def _recommit(self) -> None:
         acked = [self.followers[s].acked if s in self.followers else -1 for s in self.acking()]
         self.committed = min([self.outbox.seq, *acked])
+        self.outbox.log.needed_after = self.committed  # the ring budget keeps what in-sync followers lack
         heard = [f.acked for f in self.followers.values() if f.acked >= 0]
         if heard:
             self.outbox.forget_through(min(heard))

@@ -429,8 +429,10 @@ class PartitionServer:
 
 def run(cfg: PartitionServerConfig) -> None:
     """Entry point for ``rangetable partition-server``."""
+    from partition_server.replica_log import configure_budget
     from rangetable import malloc_trim, storage
 
     storage.configure(cfg.block_cache_mb << 20, cfg.memtable_budget_mb << 20)
+    configure_budget(cfg.ring_budget_mb << 20)
     malloc_trim.start()  # RSS stays near the block cache's bound (rangetable/malloc_trim.py)
     serve_until_signalled(PartitionServer(cfg))

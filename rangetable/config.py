@@ -61,6 +61,7 @@ class PartitionServerConfig:
     request_window_mb: int = 64  # … of at most this many MiB together (oldest purged first)
     block_cache_mb: int = 128  # one RocksDB block cache shared by every range of the process
     memtable_budget_mb: int = 256  # memtables of every range of the process together (a write-buffer manager)
+    ring_budget_mb: int = 16  # replica-log rings of every replicated range of the process together
     metrics: str = ""  # HOST:PORT of the Prometheus /metrics endpoint; empty = none
     keys_dir: str = ""  # CURVE keys (rangetable/curve.py); empty = <data-dir>/keys
     alive_file: str = ""  # touched on every lease renewal, for a liveness probe (rangetable/watchdog.py)

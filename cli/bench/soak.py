@@ -2,8 +2,9 @@
 
 Worker threads, each with its own client (the native client, or with ``http`` the Azure SDK over
 REST), run a mix of operations for ``minutes``. Every ``interval`` seconds one row is printed: ops/s,
-p50/p99/max latency, the RSS of every cluster process, bytes on disk under the data root and RocksDB's
-pending-compaction estimate summed over all ranges. The last line is the verdict: the last row holds
+p50/p99/max latency, the RSS of every cluster process (for a partition server also what its metrics say
+it holds: block cache, memtables, replica-log rings, table readers), bytes on disk under the data root,
+RocksDB's pending-compaction estimate summed over all ranges and the machine's load average. The last line is the verdict: the last row holds
 at least 90% of the first full row's ops/s, and the cluster's RSS grew at most 10% after warm-up.
 
 Mixes (weights per operation):
@@ -195,22 +196,42 @@ def pending_compaction(status: dict) -> int:
     return sum(int(ld.get("pending_compaction_bytes", 0) or 0) for ld in range_loads(status).values())
 
 
-def block_cache_bytes(doc: dict) -> dict[str, int]:
-    """Each partition server's block-cache charge, from its Prometheus metrics (empty without them)."""
+MEMORY_KINDS = {  # Prometheus (metric, kind) -> the letter a row prints it under
+    ("rangetable_server_rocksdb_memory_bytes", "block_cache"): "c",
+    ("rangetable_server_memory_bytes", "memtables"): "m",
+    ("rangetable_server_memory_bytes", "replica_logs"): "r",
+    ("rangetable_server_memory_bytes", "table_readers"): "t",
+}
+
+
+def parse_memory(text: str) -> dict[str, int]:
+    """The memory figures of one partition server's Prometheus text, by row letter (:data:`MEMORY_KINDS`)."""
+    out: dict[str, int] = {}
+    for line in text.splitlines():
+        name, _, rest = line.partition("{")
+        if not rest or 'kind="' not in rest:
+            continue
+        kind = rest.split('kind="', 1)[1].split('"', 1)[0]
+        letter = MEMORY_KINDS.get((name, kind))
+        if letter is not None:
+            out[letter] = int(float(line.rsplit(" ", 1)[1]))
+    return out
+
+
+def server_memory(doc: dict) -> dict[str, dict[str, int]]:
+    """Each partition server's memory figures by row letter, from its Prometheus metrics (empty without
+    them): ``c`` the block cache's charge, ``m`` memtables, ``r`` replica-log rings, ``t`` table readers."""
     import urllib.request
 
-    out: dict[str, int] = {}
+    out: dict[str, dict[str, int]] = {}
     for p in doc.get("processes", []):
         if p.get("role") != "partition-server" or not p.get("metrics"):
             continue
         try:
             with urllib.request.urlopen(p["metrics"], timeout=5) as resp:
-                text = resp.read().decode()
+                out[p["id"]] = parse_memory(resp.read().decode())
         except OSError:
             continue
-        for line in text.splitlines():
-            if line.startswith("rangetable_server_rocksdb_memory_bytes{") and 'kind="block_cache"' in line:
-                out[p["id"]] = int(float(line.rsplit(" ", 1)[1]))
     return out
 
 
@@ -223,30 +244,42 @@ def process_ids(doc: dict) -> list[tuple[str, int]]:
 
 
 def make_row(t: float, seconds: float, tally: Tally, rss: dict[str, int], disk: int, pending: int,
-             cache: dict[str, int] | None = None) -> dict[str, Any]:
-    """One interval's figures; ``cache`` is each partition server's block-cache charge (in its RSS)."""
+             cache: dict[str, int] | None = None, held: dict[str, dict[str, int]] | None = None,
+             load: float = 0.0) -> dict[str, Any]:
+    """One interval's figures; ``cache`` is each partition server's block-cache charge (in its RSS),
+    ``held`` its other memory figures by letter (:func:`server_memory`), ``load`` the machine's load average."""
     lat = tally.lat
     cache = cache or {}
+    held = {k: {x: n for x, n in v.items() if x != "c"} for k, v in (held or {}).items()}
     return {"t_s": round(t, 1), "ops": len(lat), "ops_s": round(len(lat) / seconds, 1) if seconds > 0 else 0.0,
             "p50_ms": percentile_ms(lat, 0.5), "p99_ms": percentile_ms(lat, 0.99), "max_ms": percentile_ms(lat, 1.0),
             "errors": dict(tally.errors), "by_kind": dict(tally.by_kind), "rss": rss,
             "rss_total": sum(rss.values()), "cache": cache, "cache_total": sum(cache.values()),
-            "disk_bytes": disk, "pending_compaction_bytes": pending}
+            "disk_bytes": disk, "pending_compaction_bytes": pending, "held": held, "load": round(load, 2)}
 
 
 def format_row(row: dict[str, Any]) -> str:
-    """A row of the soak table: a partition server's RSS is followed by its block cache (``/c``)."""
+    """A row of the soak table: a partition server's RSS is followed by its block cache (``/c``), memtables
+    (``/m``), replica-log rings (``/r``) and table readers (``/t``) when its metrics give them."""
     mib = 1 << 20
-    cache = row.get("cache", {})
-    rss = " ".join(f"{k} {v // mib}" + (f"/c{cache[k] // mib}" if k in cache else "") for k, v in row["rss"].items())
+    cache, held = row.get("cache", {}), row.get("held", {})
+
+    def proc(k: str, v: int) -> str:
+        parts = [f"c{cache[k] // mib}"] if k in cache else []
+        mine = held.get(k, {})
+        parts += [f"{x}{mine[x] // mib}" for x in "mrt" if x in mine]
+        return f"{k} {v // mib}" + "".join("/" + p for p in parts)
+
+    rss = " ".join(proc(k, v) for k, v in row["rss"].items())
     errs = sum(row["errors"].values())
     return (f"{row['t_s']:>7.0f} {row['ops_s']:>9.1f} {row['p50_ms']:>7.2f} {row['p99_ms']:>7.2f} "
             f"{row['max_ms']:>8.1f} {errs:>6} {row['disk_bytes'] / mib:>9.1f} "
-            f"{row['pending_compaction_bytes'] / mib:>8.1f}  {rss}")
+            f"{row['pending_compaction_bytes'] / mib:>8.1f} {row.get('load', 0.0):>5.1f}  {rss}")
 
 
 HEADER = f"{'t (s)':>7} {'ops/s':>9} {'p50 ms':>7} {'p99 ms':>7} {'max ms':>8} {'errors':>6} {'disk MiB':>9} " \
-         f"{'pend MiB':>8}  RSS MiB per process (/c: of it, RocksDB block cache)"
+         f"{'pend MiB':>8} {'load':>5}  RSS MiB per process (of it: /c RocksDB block cache, /m memtables, " \
+         "/r replica-log rings, /t table readers)"
 
 
 def trend(rows: list[dict[str, Any]]) -> float:
@@ -264,14 +297,22 @@ def trend(rows: list[dict[str, Any]]) -> float:
     return end / start if start > 0 else 0.0
 
 
+def held_total(row: dict[str, Any]) -> int:
+    """Bytes the partition servers' bounded pools other than the block cache hold in a row: memtables,
+    replica-log rings and table readers."""
+    return sum(sum(m.values()) for m in row.get("held", {}).values())
+
+
 def verdict(rows: list[dict[str, Any]], warmup_rows: int) -> dict[str, Any]:
     """Did throughput hold and memory stay flat? Compares the last row with the first full one (ops/s)
     and the cluster's memory at the end of warm-up with its memory at the end.
 
     The memory judged is RSS less the block caches: a block cache fills up to its fixed capacity
     (``--block-cache-mb``) as reads touch more of the data, which is warm-up however long it takes;
-    what must not grow is everything else. ``rss_growth_raw`` is the growth of plain RSS; ``trend`` is
-    :func:`trend`, printed beside the verdict, not judged."""
+    what must not grow is everything else. ``rss_growth_raw`` is the growth of plain RSS; ``rest_growth``
+    that of RSS less every bounded pool the servers report (block cache, memtables, replica-log rings,
+    table readers: what is left is the processes' heaps); ``trend`` is :func:`trend`. Those three are
+    printed beside the verdict, not judged."""
     if len(rows) < 2:
         return {"ok": False, "reason": "fewer than two intervals: run longer"}
     first, last = rows[0], rows[-1]
@@ -283,7 +324,9 @@ def verdict(rows: list[dict[str, Any]], warmup_rows: int) -> dict[str, Any]:
 
     heap = growth(lambda r: r["rss_total"] - r.get("cache_total", 0))
     ok = hold >= HOLD_SHARE and heap <= RSS_GROWTH
-    return {"ok": ok, "hold": round(hold, 3), "rss_growth": round(heap, 3),
+    pools = growth(lambda r: r["rss_total"] - r.get("cache_total", 0) - held_total(r))
+    return {"ok": ok, "hold": round(hold, 3), "rss_growth": round(heap, 3), "rest_growth": round(pools, 3),
+            "held_mib": [round(held_total(base) / (1 << 20)), round(held_total(last) / (1 << 20))],
             "rss_growth_raw": round(growth(lambda r: r["rss_total"]), 3),
             "block_cache_mib": [round(base.get("cache_total", 0) / (1 << 20)), round(last.get("cache_total", 0) / (1 << 20))],
             "first_ops_s": first["ops_s"], "last_ops_s": last["ops_s"], "trend": round(trend(rows), 3)}
@@ -295,11 +338,14 @@ def format_verdict(v: dict[str, Any]) -> str:
         return f"FAIL  {v['reason']}"
     word = "PASS" if v["ok"] else "FAIL"
     c0, c1 = v.get("block_cache_mib", (0, 0))
+    h0, h1 = v.get("held_mib", (0, 0))
+    rest = (f"; less memtables, replica-log rings and table readers too ({h0} -> {h1} MiB), RSS grew "
+            f"{v.get('rest_growth', 0) * 100:+.1f}%") if h0 or h1 else ""
     return (f"{word}  last interval {v['last_ops_s']:.1f} ops/s = {v['hold'] * 100:.1f}% of the first "
             f"({v['first_ops_s']:.1f}; needs >= {HOLD_SHARE * 100:.0f}%), RSS less block caches grew "
             f"{v['rss_growth'] * 100:+.1f}% after warm-up (needs <= {RSS_GROWTH * 100:.0f}%; RSS "
             f"{v.get('rss_growth_raw', 0) * 100:+.1f}%, block caches {c0} -> {c1} MiB); fitted over every "
-            f"interval, ops/s ended at {v.get('trend', 0) * 100:.1f}% of their start")
+            f"interval, ops/s ended at {v.get('trend', 0) * 100:.1f}% of their start" + rest)
 
 
 # --- the run ----------------------------------------------------------------------------------
@@ -369,8 +415,10 @@ def run_soak(doc: dict, data_dir: str, *, minutes: float = 10.0, threads: int = 
         except Exception:
             pending = -1
         cur = read_cluster(data_dir) or doc  # a restarted process has a new pid
+        mem = server_memory(cur)
         row = make_row(now - start, now - last, tally, {pid_id: rss_bytes(pid) for pid_id, pid in process_ids(cur)},
-                       disk_bytes(data_dir), pending, block_cache_bytes(cur))
+                       disk_bytes(data_dir), pending, {k: m["c"] for k, m in mem.items() if "c" in m}, mem,
+                       os.getloadavg()[0])
         rows.append(row)
         echo(format_row(row))
         last = now

@@ -2,7 +2,8 @@
 
 :class:`Watch` is fed by the poller (``poll``) and read by the HTTP handlers (``state``,
 ``heatmap``); one lock guards it. :func:`state_view` is the pure part: it turns a coordinator
-``status`` answer into the servers and ranges tables of the page.
+``status`` answer into the servers and ranges tables of the page, and the replication panel (ranges
+under-replicated or not in sync, rebuilds under way).
 """
 
 from __future__ import annotations
@@ -30,6 +31,8 @@ def state_view(status: Mapping[str, Any], lease_s: float) -> dict[str, Any]:
     (the lease is counted from when the heartbeat was sent, so this is a close, slightly generous view).
     """
     loads = range_loads(status)
+    alive = {s["id"] for s in status.get("servers", []) if s.get("alive")}
+    want = int(status.get("replicas", 1) or 1)
     ranges = []
     for r in status.get("ranges", []):
         ld = loads.get(r["id"])
@@ -40,6 +43,7 @@ def state_view(status: Mapping[str, Any], lease_s: float) -> dict[str, Any]:
             "reads_s": float((ld or {}).get("reads_s", 0.0)), "writes_s": float((ld or {}).get("writes_s", 0.0)),
             "busy_s": float((ld or {}).get("busy_s", 0.0)), "ops_s": round(ops_per_second(ld or {}), 1),
             "lat_p99_ms": float((ld or {}).get("lat_p99_ms", 0.0) or 0.0),
+            **replica_view(r, alive, want),
         })
     servers = []
     for s in status.get("servers", []):
@@ -53,7 +57,37 @@ def state_view(status: Mapping[str, Any], lease_s: float) -> dict[str, Any]:
             "entities": sum(r["entities"] for r in own), "bytes": sum(r["bytes"] for r in own),
         })
     return {"version": status.get("version"), "tables": list(status.get("tables", [])),
-            "servers": servers, "ranges": ranges}
+            "servers": servers, "ranges": ranges, "replication": replication_summary(status, ranges, want)}
+
+
+def replica_view(r: Mapping[str, Any], alive: set[str], want: int) -> dict[str, Any]:
+    """A range's replicas for the page: ``copies`` (in-sync/replicas, as ``rangetable ranges`` shows it;
+    empty for a range of one copy), ``out_of_sync`` (replicas outside the in-sync set: lagging or being
+    rebuilt) and ``under_replicated`` (fewer replicas than ``want``, or one on a server that is not alive:
+    the coordinator's ``rangetable_ranges_under_replicated``)."""
+    if "replicas" not in r:
+        return {"copies": "", "out_of_sync": [], "under_replicated": False}
+    replicas, insync = list(r["replicas"]), set(r.get("insync") or [])
+    return {"copies": f"{len(insync & set(replicas))}/{len(replicas)}",
+            "out_of_sync": [s for s in replicas if s not in insync],
+            "under_replicated": len(replicas) < want or not alive.issuperset(replicas)}
+
+
+def replication_summary(status: Mapping[str, Any], ranges: list[dict[str, Any]], want: int) -> dict[str, Any]:
+    """The cluster's replication at a glance: replicas wanted per range, how many ranges are replicated,
+    under-replicated and not in sync, and each rebuild under way with its progress (bytes pulled of the
+    checkpoint's total, rate), from the servers' heartbeats."""
+    rebuilds = []
+    for s in status.get("servers", []):
+        for rid, p in sorted((s.get("rebuilding") or {}).items()):
+            total, done = int(p.get("total", 0) or 0), int(p.get("bytes", 0) or 0)
+            rebuilds.append({"range": rid, "server": s["id"], "primary": p.get("primary"), "bytes": done,
+                             "total": total, "mb_s": float(p.get("mb_s", 0.0) or 0.0),
+                             "percent": round(100.0 * done / total, 1) if total else 0.0})
+    replicated = [r for r in ranges if r["copies"]]
+    return {"replicas": want, "replicated": len(replicated),
+            "under_replicated": sum(1 for r in replicated if r["under_replicated"]),
+            "not_in_sync": sum(1 for r in replicated if r["out_of_sync"]), "rebuilding": rebuilds}
 
 
 class Watch:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -179,3 +180,42 @@ def test_dashboard_command_errors(tmp_path: Path) -> None:
     up = subprocess.run([sys.executable, "-m", "cli.main", "up", "--data-dir", str(tmp_path / "d"),
                          "--dashboard-port", "10080"], cwd=ROOT, capture_output=True, text=True, timeout=30)
     assert up.returncode == 1 and "ERR_UNSAFE_PORT" in up.stderr and not (tmp_path / "d").exists()
+
+
+@pytest.mark.slow
+def test_dashboard_shows_ranges_not_in_sync_and_under_replicated(tmp_path: Path, cluster_factory: ClusterFactory) -> None:
+    from rangetable.client import TableServiceClient
+
+    with cluster_factory(servers=3, extra=["--replicas", "3", "--no-restart", "--rereplicate-after-s", "600"],
+                         data_dir=tmp_path / "data") as cluster:
+        dash = cluster.doc["dashboard"]
+        call(cluster.native, {"op": "create_table", "table": "copies"})
+        cluster.admin({"op": "balancer", "action": "off"})
+
+        def replication() -> dict:
+            return json.loads(get(dash + "api/state")[1])["replication"]
+
+        healthy = cluster.wait(lambda: (rp := replication())["replicated"] >= 1 and not rp["under_replicated"]
+                               and not rp["not_in_sync"] and rp, timeout=20, what="a healthy replicated range")
+        assert healthy["replicas"] == 3 and healthy["rebuilding"] == []
+        (rec,) = [r for r in cluster.status()["ranges"] if r["table"] == "copies"]
+        follower = next(s for s in rec["replicas"] if s != rec["owner"])
+        client = TableServiceClient.from_cluster(cluster.data_dir).get_table_client("copies")
+        cluster.kill(follower, signal.SIGSTOP)  # it lags, and past its lease the supervisor kills it (--no-restart)
+        n = 0
+
+        def shown_bad() -> dict | bool:
+            nonlocal n
+            n += 1
+            client.upsert_entity({"PartitionKey": "p", "RowKey": f"{n:05d}"})  # the primary reports the lag
+            rp = replication()
+            return rp["under_replicated"] >= 1 and rp["not_in_sync"] >= 1 and rp
+
+        bad = cluster.wait(shown_bad, timeout=30, what="the range shown under-replicated and not in sync")
+        assert bad["replicated"] >= 1
+        state = json.loads(get(dash + "api/state")[1])
+        (row,) = [r for r in state["ranges"] if r["table"] == "copies"]
+        assert row["under_replicated"] and follower in row["out_of_sync"] and row["copies"] == "2/3"
+        status, page = get(dash)
+        assert status == 200 and b'id="replication"' in page and b"renderReplication" in page
+        client.close()

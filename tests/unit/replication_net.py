@@ -7,7 +7,7 @@ import time
 from pathlib import Path
 
 from partition_server.range_store import RangeStore
-from partition_server.replica_log import ReplicaLog
+from partition_server.replica_log import ReplicaLog, RingBudget
 from partition_server.replication import Following, Primary
 from tests.unit.range_store_helpers import P
 
@@ -18,13 +18,15 @@ BY_ENDPOINT = {v: k for k, v in PEERS.items()}
 class Net:
     """Primary ``a`` and followers ``b``, ``c`` of range ``r`` at epoch 1; a fixed store clock."""
 
-    def __init__(self, tmp: Path, insync: list[str] | None = None, max_batches: int = 100_000) -> None:
+    def __init__(self, tmp: Path, insync: list[str] | None = None, max_batches: int = 100_000,
+                 budget: RingBudget | None = None) -> None:
         self.tmp = tmp
         self.ticks = [1000]
         self.stores = {s: self._open(s) for s in PEERS}
-        self.p = Primary("r", 1, self.stores["a"], ReplicaLog(0, max_batches=max_batches), PEERS,
+        self.p = Primary("r", 1, self.stores["a"], ReplicaLog(0, max_batches=max_batches, budget=budget), PEERS,
                          insync if insync is not None else ["a", "b", "c"], "a", 1, "tok")
-        self.f = {s: Following("r", 1, self.stores[s], ReplicaLog(0), "a", "ea", "tok") for s in ("b", "c")}
+        self.f = {s: Following("r", 1, self.stores[s], ReplicaLog(0, budget=budget), "a", "ea", "tok")
+                  for s in ("b", "c")}
         self.t = time.monotonic()
         self.n = 0
 

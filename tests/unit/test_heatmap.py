@@ -206,7 +206,8 @@ def test_state_view_servers_and_ranges() -> None:
     r1, r2 = v["ranges"]
     assert (r1["ops_s"], r1["entities"], r1["reported"]) == (8.0, 5, True)
     assert (r2["state"], r2["owner"], r2["reported"], r2["ops_s"]) == ("moving", "ps-2", False, 0.0)
-    assert state_view({}, 2.0) == {"version": None, "tables": [], "servers": [], "ranges": []}
+    assert state_view({}, 2.0) == {"version": None, "tables": [], "servers": [], "ranges": [], "replication": {
+        "replicas": 1, "replicated": 0, "under_replicated": 0, "not_in_sync": 0, "rebuilding": []}}
 
 
 def test_rows_are_capped_and_a_coarse_row_shows_its_hottest_range() -> None:

@@ -47,3 +47,36 @@ def test_the_fitted_trend_is_not_moved_much_by_one_noisy_end_interval() -> None:
 def test_a_row_shows_each_partition_servers_block_cache() -> None:
     line = format_row(row(60, 1000, 150, 64))
     assert "ps-1 150/c64" in line and "fe-1 30" in line and "fe-1 30/" not in line
+
+
+def test_a_row_shows_memtables_rings_and_table_readers_from_the_metrics() -> None:
+    from cli.bench.soak import parse_memory
+
+    text = "\n".join([
+        '# HELP rangetable_server_memory_bytes x',
+        'rangetable_server_rocksdb_memory_bytes{kind="block_cache",server="ps-1"} 6.7108864e+07',
+        'rangetable_server_rocksdb_memory_bytes{kind="memtables",server="ps-1"} 1.0e+09',  # the WBM's: not shown
+        'rangetable_server_memory_bytes{kind="replica_logs",server="ps-1"} 2.097152e+07',
+        'rangetable_server_memory_bytes{kind="memtables",server="ps-1"} 1.048576e+07',
+        'rangetable_server_memory_bytes{kind="table_readers",server="ps-1"} 1024.0',
+    ])
+    mem = parse_memory(text)
+    assert mem == {"c": 64 * MIB, "r": 20 * MIB, "m": 10 * MIB, "t": 1024}
+    r = make_row(60, 60.0, Tally(lat=[0.001]), {"ps-1": 150 * MIB, "fe-1": 30 * MIB}, 0, 0, {"ps-1": mem["c"]},
+                 {"ps-1": mem}, load=3.25)
+    line = format_row(r)
+    assert "ps-1 150/c64/m10/r20/t0 fe-1 30" in line and r["load"] == 3.25
+    assert " 3.2 " in line or " 3.3 " in line
+
+
+def test_the_verdict_also_shows_growth_less_every_bounded_pool() -> None:
+    def r(t: float, rss: int, rings: int, mem: int) -> dict:
+        return make_row(t, 60.0, Tally(lat=[0.001] * 60), {"ps-1": rss * MIB}, 0, 0, {"ps-1": 10 * MIB},
+                        {"ps-1": {"c": 10 * MIB, "r": rings * MIB, "m": mem * MIB, "t": 0}})
+
+    rows = [r(60, 100, 10, 10), r(120, 130, 30, 20)]  # all growth is rings and memtables
+    v = verdict(rows, 1)
+    assert v["rss_growth"] > 0.3 and not v["ok"]  # judged as before: RSS less the block cache
+    assert v["rest_growth"] == 0.0 and v["held_mib"] == [20, 50]
+    assert "rings and table readers too (20 -> 50 MiB), RSS grew +0.0%" in format_verdict(v)
+    assert "rings" not in format_verdict(verdict([row(60, 1000, 100, 10), row(120, 1000, 100, 10)], 1))
