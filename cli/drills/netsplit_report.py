@@ -18,7 +18,7 @@ RECOVER_WITHIN_S = 10.0  # writes resume at most this long after a heal
 PROBE_SLACK_S = 0.3  # the fence probe asks every 100 ms, and each round may wait for two answers
 MIN_WENT_ON_S = 0.5  # etcd majority lost: writes must not stop at once (the leases still hold)
 PROFILES = {"full": ["primary", "follower", "coordinator", "etcd-minority", "etcd-majority", "host-lost"],
-            "short": ["primary", "etcd-minority", "etcd-majority"]}
+            "short": ["primary", "coordinator", "etcd-minority", "etcd-majority"]}
 
 
 def longest_gap(times: Iterable[float], start: float, end: float) -> float:
