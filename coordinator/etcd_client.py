@@ -3,15 +3,24 @@
 Only what the election and the meta store need: range (with paging), transactions, lease grant and
 keep-alive. etcd numbers int64 fields as JSON strings and leaves out fields at their default (a
 failed transaction has no ``succeeded``), which the helpers here smooth over.
+
+Several members (``etcd://h1:p1,h2:p2,h3:p3/prefix``): a request goes to the member that answered
+last; when it does not answer (no connection, a timeout, or a 5xx such as a member without a leader)
+the next member is tried at once (a member that does not accept the connection within ``CONNECT_S``, one
+that does not answer within ``timeout_s``), like etcd's own clientv3 balancer. Every
+read is linearizable (etcd's default), so a member cut off in a minority never answers a stale value.
+A request retried on another member may have been applied by the first: the puts and deletes here are
+idempotent, the meta store's transactions compare the term only, and a retried election transaction at
+worst fails its comparison (the term then waits one TTL for the orphaned leader key to expire).
 """
 
 from __future__ import annotations
 
 import base64
+import http.client
 import json
-import urllib.error
+import socket
 import urllib.parse
-import urllib.request
 from collections.abc import Sequence
 from typing import Any
 
@@ -21,14 +30,28 @@ from rangetable.errors import TableError
 # the JSON gateway's marshalling is slow: at 100,000 keys pages of 10,000 read in ~5 s, pages of 1,000
 # in 7-12 s (one run each on the loaded 2-core host, load ~16; docs/control-plane.md).
 PAGE = 10_000
+CONNECT_S = 0.25  # a member whose host does not even answer the connection within this is skipped
 
 
 def parse_url(url: str) -> tuple[str, str]:
-    """``etcd://host:port[/prefix]`` as (``http://host:port``, prefix without a trailing slash)."""
+    """``etcd://host:port[,host:port...][/prefix]`` as (``http://host:port[,http://host:port...]``, prefix
+    without a trailing slash); the first part is what :class:`EtcdClient` takes."""
     u = urllib.parse.urlparse(url)
-    if u.scheme != "etcd" or not u.hostname or not u.port:
-        raise ValueError(f"--meta wants etcd://HOST:PORT[/prefix], not {url!r}")
-    return f"http://{u.hostname}:{u.port}", (u.path.rstrip("/") or "/rangetable")
+    members = u.netloc.split(",") if u.scheme == "etcd" else []
+    bases: list[str] = []
+    for m in members:
+        one = urllib.parse.urlparse(f"etcd://{m}")
+        try:
+            port = one.port
+        except ValueError:
+            port = None
+        if not one.hostname or not port:
+            bases = []
+            break
+        bases.append(f"http://{m}")
+    if not bases:
+        raise ValueError(f"--meta wants etcd://HOST:PORT[,HOST:PORT...][/prefix], not {url!r}")
+    return ",".join(bases), (u.path.rstrip("/") or "/rangetable")
 
 
 def b64(data: bytes) -> str:
@@ -76,23 +99,56 @@ def absent(key: bytes) -> dict:
 
 
 class EtcdClient:
-    """One etcd endpoint, spoken to through its JSON gateway."""
+    """An etcd cluster's members (``base``: ``http://host:port``, comma-separated), spoken to through their
+    JSON gateway; fails over between members (see the module's docstring)."""
 
     def __init__(self, base: str, timeout_s: float = 2.0) -> None:
-        self.base = base
+        self.bases = [b for b in base.split(",") if b]
+        self.current = 0  # the member that answered last
         self.timeout_s = timeout_s
 
+    @property
+    def base(self) -> str:
+        """The member requests go to first."""
+        return self.bases[self.current % len(self.bases)]
+
     def call(self, path: str, body: dict) -> dict:
-        """POST ``body`` to ``/v3/<path>``; raises TableError(ServiceUnavailable) when etcd does not answer."""
-        req = urllib.request.Request(f"{self.base}/v3/{path}", data=json.dumps(body).encode(),
-                                     headers={"Content-Type": "application/json"})
+        """POST ``body`` to ``/v3/<path>`` on the first member that answers; raises TableError(ServerBusy)
+        when none does, TableError(InternalError) when etcd refuses the request."""
+        data = json.dumps(body).encode()
+        start = self.current
+        failures = []
+        for i in range(len(self.bases)):
+            k = (start + i) % len(self.bases)
+            base = self.bases[k]
+            try:
+                status, raw = self._post(base, f"/v3/{path}", data)
+                out = json.loads(raw or b"{}") if status < 400 else None
+            except (OSError, ValueError, http.client.HTTPException) as exc:
+                failures.append(f"{base}: {exc or type(exc).__name__}")
+                continue
+            if out is not None:
+                self.current = k
+                return out if isinstance(out, dict) else {}
+            detail = f"{status} {raw[:200]!r}"
+            if status < 500:
+                raise TableError("InternalError", f"etcd {path}: {detail}")
+            failures.append(f"{base}: {detail}")  # e.g. a member without a leader: try the next
+        raise TableError("ServerBusy", f"etcd did not answer ({'; '.join(failures)})")
+
+    def _post(self, base: str, path: str, data: bytes) -> tuple[int, bytes]:
+        """One POST to one member: (HTTP status, body)."""
+        u = urllib.parse.urlsplit(base)
+        host, port = u.hostname or "", u.port or 2379
+        conn = http.client.HTTPConnection(host, port, timeout=self.timeout_s)
         try:
-            with urllib.request.urlopen(req, timeout=self.timeout_s) as resp:
-                return json.loads(resp.read() or b"{}")
-        except urllib.error.HTTPError as exc:
-            raise TableError("InternalError", f"etcd {path}: {exc.code} {exc.read()[:200]!r}") from None
-        except (OSError, ValueError) as exc:
-            raise TableError("ServerBusy", f"etcd at {self.base} did not answer: {exc}") from None
+            conn.sock = socket.create_connection((host, port), timeout=min(CONNECT_S, self.timeout_s))
+            conn.sock.settimeout(self.timeout_s)
+            conn.request("POST", path, body=data, headers={"Content-Type": "application/json"})
+            resp = conn.getresponse()
+            return resp.status, resp.read()
+        finally:
+            conn.close()
 
     def get(self, key: bytes) -> tuple[bytes | None, int]:
         """(the value of ``key`` or None, the store's revision)."""

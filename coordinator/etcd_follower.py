@@ -44,8 +44,7 @@ class EtcdFollower:
     """Keeps a :class:`WarmState` of ``<prefix>/meta/`` in etcd, from a thread (``start``)."""
 
     def __init__(self, base: str, prefix: str, meta_name: str = "etcd", read_timeout_s: float = READ_TIMEOUT_S) -> None:
-        self.client = EtcdClient(base, timeout_s=SNAPSHOT_TIMEOUT_S)
-        self.base = base
+        self.client = EtcdClient(base, timeout_s=SNAPSHOT_TIMEOUT_S)  # base: one member or several, comma-separated
         self.watched = f"{prefix}/".encode()
         self.root = f"{prefix}/meta/".encode()
         self.meta_name = meta_name
@@ -73,7 +72,8 @@ class EtcdFollower:
                     self.snapshot()
                 self.watch()
             except (OSError, TableError, ValueError, KeyError) as exc:
-                log.info("following etcd at %s: %s; again in %.1f s", self.base, exc, RETRY_S)
+                log.info("following etcd at %s: %s; again in %.1f s", self.client.base, exc, RETRY_S)
+                self.client.current += 1  # the next member (a watch is one member's stream; snapshots fail over anyway)
                 self._stop.wait(RETRY_S)
 
     def snapshot(self) -> None:
@@ -93,7 +93,7 @@ class EtcdFollower:
 
     def watch(self) -> None:
         """Apply the watch stream from the applied revision + 1 until it ends, breaks or stays silent."""
-        req = urllib.request.Request(f"{self.base}/v3/watch",
+        req = urllib.request.Request(f"{self.client.base}/v3/watch",
                                      data=json.dumps(watch_request(self.watched, self.pos.rev + 1)).encode(),
                                      headers={"Content-Type": "application/json"})
         with urllib.request.urlopen(req, timeout=self.read_timeout_s) as resp:

@@ -31,7 +31,7 @@ class EtcdMetaStore:
         self.client = client
         # Reads of the whole store (a cold takeover: 100,000 ranges in pages of 10,000) get a longer
         # timeout than the election's sub-second one; a page took over 0.8 s on the loaded host.
-        self.reader = EtcdClient(client.base, timeout_s=READ_TIMEOUT_S)
+        self.reader = EtcdClient(",".join(client.bases), timeout_s=READ_TIMEOUT_S)
         self.prefix = prefix
         self.term = term
         self.name = META_NAME

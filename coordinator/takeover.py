@@ -57,7 +57,7 @@ def follow(co: TakeoverHost, leader: TermRecord | None) -> None:
     if co.follower is None:
         election = co.election()
         if isinstance(election, EtcdLeadership):
-            co.follower = EtcdFollower(election.client.base, election.prefix, META_NAME)
+            co.follower = EtcdFollower(",".join(election.client.bases), election.prefix, META_NAME)
         else:
             co.follower = WarmFollower(co.cfg.data_dir)
         co.follower.start()

@@ -129,6 +129,10 @@ class Primary:
             cur = self.followers.get(sid)
             if cur is None:
                 self.followers[sid] = Progress(sid, endpoint)
+            elif not endpoint or not cur.endpoint:
+                # "": a coordinator that just took over has not heard from it yet (keep its progress and the
+                # endpoint known), or the endpoint is learned now (nothing to start over from).
+                cur.endpoint = endpoint or cur.endpoint
             elif cur.endpoint != endpoint:  # it restarted elsewhere: start over with it
                 self.followers[sid] = Progress(sid, endpoint)
         for sid in [s for s in self.followers if s not in peers]:

@@ -199,7 +199,11 @@ class Replicator:
         if cur_f is not None and cur_f.store is store:
             cur_f.epoch = max(cur_f.epoch, epoch)
             cur_f.sealed = max(cur_f.sealed, epoch)
-            cur_f.primary, cur_f.primary_endpoint = primary, peers.get(primary, "")
+            # "": a coordinator that just took over has not heard from the primary yet; keep the endpoint this
+            # follower knows for the same primary (erased, it stopped acknowledging and was dropped from the
+            # in-sync set after every takeover: found by the netsplit drill).
+            known = cur_f.primary_endpoint if cur_f.primary == primary else ""
+            cur_f.primary, cur_f.primary_endpoint = primary, peers.get(primary) or known
             cur_f.token = str(record.get("token", ""))
             cur_f.heard_at = float("-inf")  # say hello to the (new) primary at once
         else:

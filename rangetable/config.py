@@ -30,7 +30,7 @@ class CoordinatorConfig:
     command_timeout_s: float = 10.0  # how long a load/unload/split/merge command may take
     leader_timeout_s: float = 0.8  # a standby takes over when the leader's beat is this stale (it paused)
     restart_on_deposed: bool = True  # a deposed leader re-runs itself as a standby (off: it just stops)
-    meta: str = ""  # etcd://HOST:PORT[/prefix]: election and meta store in etcd; empty = the data root (lock files)
+    meta: str = ""  # etcd://HOST:PORT[,HOST:PORT...][/prefix]: election and meta store in etcd; empty = the data root (lock files)
     cold_takeover: bool = False  # a standby keeps no warm copy of the meta store: a new leader loads cold (to measure)
     metrics: str = ""  # HOST:PORT of the Prometheus /metrics endpoint; empty = none
     keys_dir: str = ""  # CURVE keys (rangetable/curve.py); empty = <data-dir>/keys

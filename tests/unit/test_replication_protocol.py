@@ -306,3 +306,51 @@ def test_an_insync_follower_that_lost_acknowledged_batches_is_reported(tmp_path)
         assert p.lagging(t0 + 5.4, 1.0) == [] and "b" in p.caught_up()
     finally:
         store.close()
+
+
+def test_a_configuration_without_a_followers_endpoint_keeps_its_progress(net: Net) -> None:
+    """After a takeover the coordinator sends "" for a server it has not heard from yet: the primary keeps the
+    follower's progress and endpoint (a reset made its commits wait and the follower was dropped as lagging)."""
+    net.hello("b", "c")
+    net.write(3)
+    net.pump()
+    acked = net.p.followers["b"].acked
+    assert acked == net.p.outbox.seq == 3 and net.p.committed == acked
+    net.p.configure({**PEERS, "b": ""}, ["a", "b", "c"], [])
+    assert net.p.followers["b"].acked == acked and net.p.followers["b"].endpoint == "eb"
+    assert net.p.lagging(time.monotonic() + 0.5, 1.0) == []
+    net.p.configure(PEERS, ["a", "b", "c"], [])  # learned again: nothing starts over
+    assert net.p.followers["b"].acked == acked
+    net.write()
+    net.pump()
+    assert net.p.committed == net.p.outbox.seq
+    net.p.configure({**PEERS, "b": "eb2"}, ["a", "b", "c"], [])  # it restarted elsewhere: start over with it
+    assert net.p.followers["b"].acked == -1 and net.p.followers["b"].endpoint == "eb2"
+
+
+def test_a_followers_primary_endpoint_survives_a_configuration_that_does_not_know_it(tmp_path: Path) -> None:
+    """The follower side of the same takeover: a configuration naming the same primary without its endpoint
+    keeps the endpoint the follower acknowledges to; a new primary without one leaves it unknown."""
+    import zmq
+
+    from partition_server.replicator import Replicator
+    from rangetable import curve
+
+    keys = curve.KeyRing.create(str(tmp_path / "keys"))
+    rep = Replicator(zmq.Context.instance(), keys, data_dir=str(tmp_path))
+    rep.me = "b"
+    store = RangeStore.open(tmp_path / "b")
+    try:
+        record = {"id": "r", "epoch": 1, "primary": "a", "replicas": ["a", "b", "c"], "insync": ["a", "b", "c"],
+                  "peers": PEERS, "token": "tok"}
+        assert rep.attach("r", record, store) == "following"
+        assert rep.following["r"].primary_endpoint == "ea"
+        rep.attach("r", {**record, "peers": {**PEERS, "a": ""}}, store)
+        assert rep.following["r"].primary_endpoint == "ea"
+        rep.attach("r", {**record, "epoch": 2, "primary": "c", "peers": {**PEERS, "c": ""}}, store)
+        assert rep.following["r"].primary_endpoint == ""
+        rep.attach("r", {**record, "epoch": 2, "primary": "c"}, store)
+        assert rep.following["r"].primary_endpoint == "ec"
+    finally:
+        rep.close()
+        store.close()
