@@ -298,7 +298,10 @@ class Coordinator:
                 if won is not None:
                     takeover.begin(self, won)
                     return
-                leader = election.read_latest()
+                try:
+                    leader = election.read_latest()
+                except TableError:
+                    continue  # etcd without a majority: stay a standby, naming the last leader known
                 takeover.follow(self, leader)
 
     def _serve_as_leader(self, router: zmq.Socket, pull: zmq.Socket, poller: zmq.Poller) -> None:
