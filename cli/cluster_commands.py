@@ -72,7 +72,8 @@ def _print_servers(servers: list[dict], ranges: list[dict] | None = None) -> Non
     for s in servers:
         state = "alive" if s["alive"] else "DEAD"
         held = _held(s["id"], ranges or []) or f"ranges {s['ranges']}"
-        click.echo(f"server {s['id']:8} {state:5} {s['endpoint']:24} pid {s['pid']:<7} {held}")
+        zone = f"zone {s['zone']:6} " if s.get("zone") else ""
+        click.echo(f"server {s['id']:8} {state:5} {s['endpoint']:24} pid {s['pid']:<7} {zone}{held}")
         for rid, p in sorted((s.get("rebuilding") or {}).items()):
             click.echo(f"  rebuilding {rid} from {p['primary']}: {human_size(p['bytes'])} of "
                        f"{human_size(p['total'])} at {p['mb_s']} MB/s")
