@@ -119,6 +119,9 @@ def status_cmd(data_dir: str, as_json: bool) -> None:
     if short:
         click.echo(f"{len(short)} ranges with replicas not in sync: {', '.join(short[:10])}"
                    + (" …" if len(short) > 10 else ""))
+    moving = [f"{r['id']} {r['move']['source']}->{r['move']['target']}" for r in st["ranges"] if r.get("move")]
+    if moving:
+        click.echo(f"{len(moving)} replica moves under way: {', '.join(moving[:10])}" + (" …" if len(moving) > 10 else ""))
     _print_servers(st["servers"], st["ranges"])
 
 
