@@ -263,3 +263,14 @@ def test_zones_go_to_servers_round_robin(tmp_path) -> None:
     sup.plan()
     got = {c.id: c.argv[c.argv.index("--zone") + 1] for c in sup.children if c.role == "partition-server"}
     assert got == {"ps-1": "a", "ps-2": "b", "ps-3": "c", "ps-4": "a"}
+
+
+def test_the_admin_op_reads_its_fields() -> None:
+    from coordinator.admin_dispatch import JOBS
+
+    fn, args = JOBS["replica_move"]
+    assert fn.__name__ == "start"
+    assert args({"range": "r1", "source": "a", "target": "b"}) == ("r1", "a", "b", None)
+    assert args({"range": "r1", "source": "a", "target": "b", "timeout_s": 5}) == ("r1", "a", "b", 5)
+    with pytest.raises(TableError):
+        args({"range": "r1", "source": "a", "target": 3})
