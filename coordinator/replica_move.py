@@ -50,7 +50,9 @@ def _hand_over(co: MapWriter, ctl: Commands, rid: str, leaving: str, reason: str
     """Transfer the primary of ``rid`` away from ``leaving`` (raises ServerBusy when no in-sync replica can
     take it, or the transfer did not happen)."""
     with co.lock:
-        rec = co.pmap.ranges[rid]
+        rec = co.pmap.ranges.get(rid)
+        if rec is None:
+            raise TableError("ResourceNotFound", f"no range {rid}")
         target = new_leader(rec, leaving, _live(co), _primaries(co))
     if target is None:
         raise TableError("ServerBusy", f"no other live in-sync replica of {rid} can take over as primary from {leaving}")
@@ -79,7 +81,9 @@ def start(co: MapWriter, ctl: Commands, rid: str, source: str, target: str,
     if leads:
         _hand_over(co, ctl, rid, source, reason)
     with co.lock:
-        rec = co.pmap.ranges[rid]
+        rec = co.pmap.ranges.get(rid)
+        if rec is None:
+            raise TableError("ResourceNotFound", f"range {rid} is gone (split, merged or deleted meanwhile)")
         check_move(rec, source, target, _live(co), zones)  # the map may have changed meanwhile
         if rec["owner"] == source:
             raise TableError("ServerBusy", f"{source} still leads {rid}: its replica stays")
