@@ -154,9 +154,10 @@ def format_report(r: dict[str, Any]) -> str:
         if res is None:
             lines.append(f"    {r['replicas']} in-sync replicas: not restored within {r['restore_timeout_s']:g} s")
         else:
+            copied = (f"split or merged since: its keys are now in {', '.join(res['now'])}" if "now" in res
+                      else f"{res['bytes'] / 1e6:.2f} MB, {res['mb_per_s']} MB/s")
             lines.append(f"    {r['replicas']} in-sync replicas again at {res['t']:.3f} s ({', '.join(res['insync'])}); "
-                         f"new copies {', '.join(res['new_copies']) or 'none'}: {res['bytes'] / 1e6:.2f} MB, "
-                         f"{res['mb_per_s']} MB/s")
+                         f"new copies {', '.join(res['new_copies']) or 'none'}: {copied}")
     c, lat = r["client"], r["client"]["latency_ms"]
     restore = (f"every range at {r['replicas']} in-sync replicas after {r['restored_s']} s "
                f"({r['restored_bytes'] / 1e6:.2f} MB, {r['restored_mb_per_s']} MB/s)" if r["all_restored"] else

@@ -63,6 +63,14 @@ def restore_step(rec: dict, live: set[str], n: int, victim: str, lost_seen: bool
     return lost_seen, lost_seen and len(healthy) >= n
 
 
+def successors(span: dict, ranges: list[dict]) -> list[dict]:
+    """The ranges of ``span``'s table (``span``: a range record as it was at the kill) that overlap its key
+    span now: its children when it split, the merged range when it merged, itself otherwise."""
+    low, high, table = span["low"], span["high"], span.get("table")
+    return [r for r in ranges if r.get("table") == table and (high is None or r["low"] < high)
+            and (r["high"] is None or r["high"] > low)]
+
+
 def lost_in_events(events: Iterable[dict], victim: str) -> set[str]:
     """Ranges whose coordinator events since the kill show the victim's copy gone from the in-sync set: a
     promotion that dropped it, an in-sync change without it, or a re-replication onto it (its copy was
@@ -118,6 +126,7 @@ class RestoreWatch(threading.Thread):
         self.events = events
         self.t0, self.server_dir = t0, server_dir
         self.before = {r["id"]: list(r.get("insync", [])) for r in ranges}
+        self.spans = {r["id"]: r for r in ranges}
         self.lost_seen: dict[str, float] = {}
         self.restored: dict[str, dict[str, Any]] = {}
         self.min_insync: dict[str, int] = {rid: len(v) for rid, v in self.before.items()}
@@ -149,7 +158,10 @@ class RestoreWatch(threading.Thread):
         recs = {r["id"]: r for r in st["ranges"]}
         for rid, before in self.before.items():
             rec = recs.get(rid)
-            if rec is None or rid in self.restored:
+            if rid in self.restored:
+                continue
+            if rec is None:  # split or merged since the kill: see the ranges now over its keys
+                self._observe_successors(rid, before, st["ranges"], live, now)
                 continue
             healthy = [s for s in rec.get("insync", []) if s in live]
             self.min_insync[rid] = min(self.min_insync[rid], len(healthy))
@@ -162,3 +174,15 @@ class RestoreWatch(threading.Thread):
                 size = sum(dir_bytes(os.path.join(self.server_dir(s), rec["path"])) for s in made)
                 self.restored[rid] = {"t": now, "insync": healthy, "new_copies": made, "bytes": size,
                                       "mb_per_s": round(size / 1e6 / now, 3) if now > 0 else None}
+
+    def _observe_successors(self, rid: str, before: list[str], ranges: list[dict], live: set[str], now: float) -> None:
+        """A range split or merged away since the kill: restored when every range now over its key span has
+        ``n`` in-sync replicas on live servers (the victim's old incarnation counts for nothing)."""
+        succ = successors(self.spans[rid], ranges)
+        healthy = {r["id"]: [s for s in r.get("insync", []) if s in live and (s != self.victim or self.rebuilt_in_place(r, live))]
+                   for r in succ}
+        self.lost_seen.setdefault(rid, now)
+        if succ and all(len(h) >= self.n for h in healthy.values()):
+            made = sorted({s for h in healthy.values() for s in new_copies(before, h, self.victim)})
+            self.restored[rid] = {"t": now, "insync": sorted({s for h in healthy.values() for s in h}),
+                                  "new_copies": made, "bytes": 0, "mb_per_s": None, "now": sorted(healthy)}

@@ -138,3 +138,27 @@ def test_lost_in_events_sees_a_loss_and_repair_between_two_polls() -> None:
         {"kind": "split", "range": "r6"},
     ]
     assert lost_in_events(events, "ps-1") == {"r1", "r2", "r3"}
+
+
+def test_restore_watch_follows_a_range_that_split_after_the_kill(tmp_path: Path) -> None:
+    """A range split (or merged) while its lost copy was being replaced: restored once every range now over
+    its keys has N in-sync replicas on live servers; the victim's old incarnation counts for nothing."""
+    servers = [{"id": s, "alive": True, "incarnation": "i"} for s in ("ps-1", "ps-2", "ps-3", "ps-4")]
+    w = RestoreWatch(lambda: {}, [RANGES[0]], 3, "ps-1", "i", 0.0, lambda s: str(tmp_path / s))
+    left = {"id": "a1", "low": "", "high": "p02", "insync": ["ps-2", "ps-3", "ps-4"], "path": "ranges/a1"}
+    right = {"id": "a2", "low": "p02", "high": "p04", "insync": ["ps-1", "ps-2", "ps-3"], "path": "ranges/a2"}
+    other = {"id": "b", "low": "p04", "high": None, "insync": ["ps-2"], "path": "ranges/b"}
+    w.observe({"servers": servers, "ranges": [left, right, other]})
+    assert "a" in w.lost_seen and not w.restored  # a2 still counts the dead copy only
+    w.observe({"servers": servers, "ranges": [left, {**right, "insync": ["ps-2", "ps-3", "ps-4"]}, other]})
+    assert w.restored["a"]["new_copies"] == ["ps-4"] and w.restored["a"]["now"] == ["a1", "a2"]
+
+
+def test_successors_overlap_the_old_span_in_its_table() -> None:
+    from cli.workload.disk_loss_watch import successors
+
+    span = {"id": "a", "table": "t", "low": "p02", "high": "p06"}
+    now = [{"id": "x", "table": "t", "low": "", "high": "p02"}, {"id": "y", "table": "t", "low": "p01", "high": "p03"},
+           {"id": "z", "table": "t", "low": "p05", "high": None}, {"id": "o", "table": "u", "low": "", "high": None}]
+    assert [r["id"] for r in successors(span, now)] == ["y", "z"]
+    assert [r["id"] for r in successors({**span, "high": None}, now)] == ["y", "z"]
