@@ -72,7 +72,8 @@ def _print_servers(servers: list[dict], ranges: list[dict] | None = None) -> Non
     for s in servers:
         state = "alive" if s["alive"] else "DEAD"
         held = _held(s["id"], ranges or []) or f"ranges {s['ranges']}"
-        click.echo(f"server {s['id']:8} {state:5} {s['endpoint']:24} pid {s['pid']:<7} {held}")
+        zone = f"zone {s['zone']:6} " if s.get("zone") else ""
+        click.echo(f"server {s['id']:8} {state:5} {s['endpoint']:24} pid {s['pid']:<7} {zone}{held}")
         for rid, p in sorted((s.get("rebuilding") or {}).items()):
             click.echo(f"  rebuilding {rid} from {p['primary']}: {human_size(p['bytes'])} of "
                        f"{human_size(p['total'])} at {p['mb_s']} MB/s")
@@ -118,6 +119,9 @@ def status_cmd(data_dir: str, as_json: bool) -> None:
     if short:
         click.echo(f"{len(short)} ranges with replicas not in sync: {', '.join(short[:10])}"
                    + (" …" if len(short) > 10 else ""))
+    moving = [f"{r['id']} {r['move']['source']}->{r['move']['target']}" for r in st["ranges"] if r.get("move")]
+    if moving:
+        click.echo(f"{len(moving)} replica moves under way: {', '.join(moving[:10])}" + (" …" if len(moving) > 10 else ""))
     _print_servers(st["servers"], st["ranges"])
 
 

@@ -24,6 +24,16 @@ def check_replicas(servers: int, replicas: int) -> None:
             f"each range with --replicas 1 (the shared data root, for benchmarks).")
 
 
+def parse_zones(text: str) -> list[str]:
+    """``--zones a,b,c`` as a list (empty: no zones); a clear error for an empty label."""
+    if not text.strip():
+        return []
+    zones = [z.strip() for z in text.split(",")]
+    if not all(zones):
+        raise click.BadParameter(f"an empty zone label in {text!r}", param_hint="--zones")
+    return zones
+
+
 @click.command("up")
 @data_dir_option
 @click.option("--servers", default=3, show_default=True, type=click.IntRange(0),
@@ -73,12 +83,15 @@ def check_replicas(servers: int, replicas: int) -> None:
 @click.option("--rebuild-mb-s", default=100.0, show_default=True, type=click.FloatRange(0),
               help="MB/s at which a partition server rebuilds a lost replica from its primary's checkpoint "
                    "(0: no limit).")
+@click.option("--zones", default="", metavar="Z1,Z2,...",
+              help="Zone labels given to the partition servers round-robin (each one's --zone): the replicas of a "
+                   "range go to distinct zones. E.g. --servers 4 --zones a,b,c,c.")
 @click.option("--json", "as_json", is_flag=True, help="Print cluster.json once ready.")
 def up_cmd(data_dir: str, servers: int, coordinators: int, frontends: int, native_port: int, http_port: int,
            detach: bool, no_restart: bool, sync: bool, lease_s: float, partition_target: float, cert: str, key: str,
            bind_host: str, advertise_host: str, metrics: bool, dashboard: bool, dashboard_port: int,
            oauth: str | None, meta: str, replicas: int, min_insync: int, rereplicate_after_s: float,
-           rebuild_mb_s: float, as_json: bool) -> None:
+           rebuild_mb_s: float, zones: str, as_json: bool) -> None:
     """Start a local cluster: coordinators (one leads), partition servers and frontends."""
     from cli.cluster_file import down, pid_alive, read_cluster
     from cli.dashboard.ports import browser_refuses
@@ -87,6 +100,7 @@ def up_cmd(data_dir: str, servers: int, coordinators: int, frontends: int, nativ
     from rangetable.tls import server_context
 
     check_replicas(servers, replicas)
+    zone_list = parse_zones(zones)
     try:
         check_oauth(oauth or "", bool(cert))
     except ValueError as exc:
@@ -119,7 +133,7 @@ def up_cmd(data_dir: str, servers: int, coordinators: int, frontends: int, nativ
     spec = ClusterSpec(os.path.abspath(data_dir), servers, frontends, native_port, not no_restart, sync, lease_s,
                        http_port, partition_target, metrics, cert, key, bind_host, advertise_host, dashboard,
                        dashboard_port, coordinators, oauth or "", meta, replicas, min(min_insync, replicas),
-                       rereplicate_after_s, rebuild_mb_s)
+                       rereplicate_after_s, rebuild_mb_s, zone_list)
 
     def ready(doc: dict) -> None:
         if as_json:
@@ -127,7 +141,8 @@ def up_cmd(data_dir: str, servers: int, coordinators: int, frontends: int, nativ
             return
         copies = (f"{replicas} replicas of each range (writes need {spec.min_insync} in sync)" if replicas > 1
                   else "1 copy of each range (shared data root)")
-        click.echo(f"rangetable is up: {servers} partition servers, {copies}, {frontends} frontend(s), "
+        where = f" in zones {','.join(zone_list)}" if zone_list else ""
+        click.echo(f"rangetable is up: {servers} partition servers{where}, {copies}, {frontends} frontend(s), "
                    f"data in {spec.data_dir}")
         click.echo(f"  native endpoint:  {doc['native']}")
         click.echo(f"  REST endpoint:    {doc['http']}")
@@ -157,6 +172,7 @@ def up_cmd(data_dir: str, servers: int, coordinators: int, frontends: int, nativ
     argv += ["--meta", meta] if meta else []
     argv += ["--replicas", str(replicas), "--min-insync", str(min_insync), "--rereplicate-after-s",
              str(rereplicate_after_s), "--rebuild-mb-s", str(rebuild_mb_s)]
+    argv += ["--zones", ",".join(zone_list)] if zone_list else []
     with open(os.path.join(spec.data_dir, "logs", "supervisor.log"), "ab") as log:
         proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                 start_new_session=True)

@@ -16,6 +16,7 @@ from cli import (
     local_cluster,
     observe,
     processes,
+    replica_commands,
     security,
     tables,
     transfer,
@@ -43,6 +44,7 @@ for command in (
     # administration
     cluster_commands.ranges_cmd, cluster_commands.servers_cmd, cluster_commands.status_cmd,
     cluster_commands.events_cmd, cluster_commands.split_cmd, cluster_commands.move_cmd, cluster_commands.merge_cmd,
+    replica_commands.replica_group,
     balance.balancer_cmd, balance.top_cmd, backup.backup_cmd, backup.restore_cmd, observe.metrics_cmd,
     security.cert_group, security.keys_group,
     # tools

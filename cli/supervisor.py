@@ -85,6 +85,7 @@ class ClusterSpec:
     min_insync: int = 2  # a replicated range refuses writes with fewer in-sync replicas
     rereplicate_after_s: float = 10.0  # a replica on a server dead this long is rebuilt elsewhere
     rebuild_mb_s: float = 100.0  # a partition server rebuilds a lost replica at most this fast (0: no limit)
+    zones: list[str] = field(default_factory=list)  # zone labels given to the partition servers round-robin
 
 
 class Supervisor:
@@ -154,6 +155,8 @@ class Supervisor:
                 repl_bind, repl_adv = pair()
                 argv += ["--replication", repl_bind, "--advertise-replication", repl_adv,
                          "--rebuild-mb-s", str(self.spec.rebuild_mb_s)]
+            if self.spec.zones:  # ps-1 gets the first label, ps-2 the second, … round-robin
+                argv += ["--zone", self.spec.zones[(i - 1) % len(self.spec.zones)]]
             if self.spec.sync:
                 argv.append("--sync")
             if self.spec.partition_target:

@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, cast
 
-from coordinator import acl, backup, client_keys, leases, sync_time
+from coordinator import acl, backup, client_keys, leases, replica_move, sync_time
 from coordinator import operations as ops
 from coordinator.server_info import live_endpoints
 from rangetable import curve, protocol
@@ -31,6 +31,8 @@ JOBS: dict[str, tuple[Callable[..., Any], Callable[[dict], tuple]]] = {  # op ->
     "split": (ops.split, lambda r: (text(r, "range", str), text(r, "key", str, None))),
     "merge": (ops.merge, lambda r: (text(r, "range", str),)),
     "backup": (backup.backup, lambda r: (text(r, "dir", str),)),
+    "replica_move": (replica_move.start, lambda r: (text(r, "range", str), text(r, "source", str), text(r, "target", str),
+                                                    text(r, "timeout_s", (int, float), None))),
 }
 
 
@@ -120,7 +122,7 @@ def server_list(co: AdminHost, now: float | None = None, loads: bool = True) -> 
         for s in sorted(co.servers.values(), key=lambda s: s.id):
             row = {"id": s.id, "endpoint": s.endpoint, "alive": s.alive, "pid": s.pid,
                    "incarnation": s.incarnation, "last_seen_s": round(now - s.last_seen, 2),
-                   "ranges": co.pmap.owned_count(s.id), "pending": s.pending}
+                   "ranges": co.pmap.owned_count(s.id), "pending": s.pending, "zone": s.zone}
             if loads:
                 row["load"] = s.load
             rebuilding = {rid: rep for rid, rep in s.repl.items() if rep.get("rebuilding")}

@@ -6,7 +6,8 @@ their times in ``recent`` and logs each one as an event (or only logs them when
 ``settings.dry_run``). Nothing here does I/O or reads a clock. Anchor numbers refer to sections of
 ``shared/reference/partition-layer-anchors.md``.
 
-The rules live in :mod:`coordinator.balancer_splits` (1-4), :mod:`coordinator.balancer_moves` (5)
+The rules live in :mod:`coordinator.balancer_splits` (1-4), :mod:`coordinator.balancer_moves` (5),
+:mod:`coordinator.balancer_replicas` (7, 8)
 and :mod:`coordinator.balancer_merges` (6); the settings in :mod:`coordinator.balancer_settings`,
 the actions and each range's view in :mod:`coordinator.balancer_round`.
 
@@ -76,14 +77,18 @@ Rules, in the order they are applied (defaults in brackets):
 
 ``recent`` maps an action kind to {range id: time of the last such action}: "split" (the time each
 *half* was created by a split), "merge" (the merged range), "created" (any other creation),
-"move", "hot_key" and "append_hotspot". Output order: splits and warnings (hottest first), then
-moves, then merges (table and key order); equal inputs give equal outputs.
+"move", "replica_move", "hot_key" and "append_hotspot". Output order: splits and warnings (hottest first),
+then moves (rule 5, else rule 8), then merges (table and key order), then replica moves; equal inputs give
+equal outputs.
+
+7-8. **Replica balance and primary spread** (replicated ranges only): :mod:`coordinator.balancer_replicas`.
 """
 
 from __future__ import annotations
 
 from coordinator.balancer_merges import plan_merges
 from coordinator.balancer_moves import plan_moves
+from coordinator.balancer_replicas import moves_in_flight, plan_primary_spread, plan_replica_moves
 from coordinator.balancer_round import Action, RangeView, Recent, Round
 from coordinator.balancer_settings import Settings
 from coordinator.balancer_splits import plan_splits
@@ -98,10 +103,15 @@ def plan_actions(
     now: float,
     recent: Recent | None = None,
     in_flight: int = 0,
+    zones: dict[str, str] | None = None,
+    replica_servers: list[str] | None = None,
+    replica_jobs: int = 0,
 ) -> list[Action]:
     """This round's actions for the map ``ranges`` on the ``servers`` alive (rules: module doc).
 
-    ``in_flight`` counts the moves (and cross-server merges) still being carried out.
+    ``in_flight`` counts the moves (and cross-server merges) still being carried out; ``zones`` maps a
+    server to its zone, ``replica_servers`` are the live servers that can hold replicas (default: ``servers``)
+    and ``replica_jobs`` the replica moves queued but not yet recorded in the map (rules 7 and 8).
     """
     if not settings.enabled:
         return []
@@ -117,7 +127,7 @@ def plan_actions(
         # no report in the window but a heartbeat confirmed the latest one: it still holds
         score = (avg if avg is not None else last.score) if fresh and last is not None else 0.0
         size = int(last.load.get("bytes", 0) or 0) if last is not None else 0
-        eligible = r.get("state", "serving") == "serving" and r.get("owner") in live_set
+        eligible = r.get("state", "serving") == "serving" and r.get("owner") in live_set and not r.get("move")
         views.append(RangeView(r, score, size, fresh, eligible, last is not None and last.score > settings.hot_rps))
     out: list[Action] = []
     if settings.split:
@@ -131,7 +141,15 @@ def plan_actions(
         moves = plan_moves(views, loads, rd, budget)
         budget -= len(moves)
         out += moves
+        if not moves and settings.primary_spread:
+            spread = plan_primary_spread(views, live, rd, budget)
+            budget -= len(spread)
+            out += spread
     if settings.merge:
         out += plan_merges(views, loads, rd, budget)
+    if settings.replica_move:
+        room = settings.max_replica_moves - moves_in_flight(views) - replica_jobs
+        out += plan_replica_moves(views, sorted(set(replica_servers if replica_servers is not None else live)),
+                                  zones or {}, rd, room)
     return out
 

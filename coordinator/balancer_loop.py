@@ -16,6 +16,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from coordinator import operations as ops
+from coordinator import replica_move
 from coordinator.balancer import plan_actions
 from coordinator.balancer_round import Action
 from coordinator.balancer_settings import Settings
@@ -47,6 +48,7 @@ class BalancerLoop:
         self.history = LoadHistory(window_s=max(180.0, 2 * self.settings.merge_cooldown_s))
         self.recent: dict[str, dict[str, float]] = {}
         self.in_flight = 0
+        self.replica_jobs = 0  # replica moves queued, not yet recorded in the map
         self.busy: set[str] = set()  # ranges with a balancer job queued or running
         self.backoff: dict[str, float] = {}  # range -> monotonic time before which it is left alone
         self.last_run = 0.0
@@ -104,9 +106,12 @@ class BalancerLoop:
         with co.lock:  # the records themselves are only read (operations re-check them under the lock)
             ranges = list(co.pmap.ranges.values())
             live = [sid for sid, info in co.servers.items() if info.alive and info.endpoint]
+            holders = [sid for sid, info in co.servers.items() if info.alive and info.endpoint and info.repl_endpoint]
+            zones = {sid: info.zone for sid, info in co.servers.items() if info.zone}
         busy, backoff = self.busy, self.backoff
         ranges = [r for r in ranges if r["id"] not in busy and backoff.get(r["id"], 0) <= now]
-        actions = plan_actions(ranges, live, self.history, s, now, self.recent, self.in_flight)
+        actions = plan_actions(ranges, live, self.history, s, now, self.recent, self.in_flight, zones, holders,
+                               self.replica_jobs)
         self.round_ms = round((time.perf_counter() - t0) * 1000, 1)
         for a in actions:
             self._act(a, now)
@@ -132,6 +137,8 @@ class BalancerLoop:
         moving = a.kind == "move" or (a.kind == "merge" and a.detail.get("needs_move"))
         if moving:
             self.in_flight += 1
+        if a.kind == "replica_move":
+            self.replica_jobs += 1
         co.controller.submit(self._job, a, ids, moving)
 
     def _job(self, a: Action, ids: list[str], moving: bool) -> None:
@@ -151,6 +158,12 @@ class BalancerLoop:
             elif a.kind == "merge":
                 res = ops.merge(co, ctl, a.range, reason=reason, target=a.target)
                 self.recent.setdefault("merge", {})[res["range"]] = time.monotonic()
+            elif a.kind == "replica_move":  # rule 7: add a replica on the target, drop the source's once in sync
+                if a.target is None:
+                    raise TableError("InvalidInput", f"a replica move of {a.range} names no target server")
+                self.recent.setdefault("replica_move", {})[a.range] = time.monotonic()
+                replica_move.start(co, ctl, a.range, a.detail["source"], a.target,
+                                   self.settings.replica_move_timeout_s, reason=reason)
         except TableError as exc:
             log.warning("balancer %s of %s failed: %s", a.kind, a.range, exc)
             for rid in ids:
@@ -159,6 +172,8 @@ class BalancerLoop:
             self.busy.difference_update(ids)
             if moving:
                 self.in_flight -= 1
+            if a.kind == "replica_move":
+                self.replica_jobs -= 1
 
     # --- control ------------------------------------------------------------------------------
 

@@ -18,8 +18,10 @@ def _cold(v: RangeView, rd: Round) -> bool:
 
 
 def _mergeable(a: RangeView, b: RangeView, rd: Round) -> bool:
-    """Adjacent, both eligible and untouched this round, old, cold, and small together."""
+    """Adjacent, both eligible and untouched this round, old, cold, and small together; replicated ranges on
+    the same servers (after replica moves they may not be: then they are not merged)."""
     return (a.rec["high"] is not None and a.rec["high"] == b.rec["low"]
+            and set(a.rec.get("replicas", ())) == set(b.rec.get("replicas", ()))
             and all(v.eligible and v.id not in rd.acted for v in (a, b))
             and not any(rd.recently(kind, v.id, rd.st.merge_cooldown_s)
                         for v in (a, b) for kind in ("created", "split", "merge"))

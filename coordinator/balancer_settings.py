@@ -43,6 +43,12 @@ class Settings:
     merge_cooldown_s: float = 60.0  # cold for, and older than, this before a merge
     max_merges_per_round: int = 1
     warn_interval_s: float = 60.0  # repeat a hot_key / append_hotspot warning at most this often
+    replica_move: bool = True  # rule 7: even out replica counts (replicated clusters)
+    primary_spread: bool = True  # rule 8: even out primaries by leadership transfers
+    replica_move_min_gap: int = 2  # act when the fullest server holds this many more replicas (primaries) than the emptiest
+    max_replica_moves: int = 2  # replica moves in flight + planned
+    replica_move_timeout_s: float = 60.0  # a new replica not in sync by then: the move is abandoned
+    replica_move_cooldown_s: float = 60.0  # per range, after a split, merge or replica move
 
     def set(self, key: str, value: str) -> None:
         """Parse ``value`` for field ``key`` (``hot-rps`` = ``hot_rps``) and set it.
@@ -99,7 +105,7 @@ def _check(name: str, v: Any) -> None:
         raise ValueError(f"{name}: must be in (0, 1], got {v}")
     if name == "server_imbalance" and v < 1:
         raise ValueError(f"{name}: must be >= 1, got {v}")
-    if name == "interval_s" and v <= 0:
+    if name in ("interval_s", "replica_move_timeout_s") and v <= 0:
         raise ValueError(f"{name}: must be > 0, got {v}")
     if v < 0:
         raise ValueError(f"{name}: must be >= 0, got {v}")

@@ -30,6 +30,7 @@ def collect(co: MetricsSource) -> list:
         under = sum(1 for r in repl if len(r["replicas"]) < want or not live.issuperset(r["replicas"]))
         unsynced = sum(1 for r in repl if len(r["insync"]) < len(r["replicas"]))
         rebuilding = sum(1 for s in co.servers.values() for rep in s.repl.values() if rep.get("rebuilding"))
+        moving = sum(1 for r in repl if r.get("move"))
     fams: list = []
     g = GaugeMetricFamily("rangetable_coordinator_term", "The term this coordinator leads (0: a standby).")
     g.add_metric([], co.term)
@@ -74,7 +75,9 @@ def collect(co: MetricsSource) -> list:
              "servers.", under),
             ("rangetable_ranges_not_in_sync", "Replicated ranges with a replica outside the in-sync set (lagging "
              "or being rebuilt).", unsynced),
-            ("rangetable_replicas_rebuilding", "Replicas being rebuilt from their primary's checkpoint.", rebuilding)):
+            ("rangetable_replicas_rebuilding", "Replicas being rebuilt from their primary's checkpoint.", rebuilding),
+            ("rangetable_replica_moves", "Replica moves under way (a replica added, the old one not yet dropped).",
+             moving)):
         g = GaugeMetricFamily(name, text)
         g.add_metric([], value)
         fams.append(g)

@@ -271,6 +271,8 @@ def split(co: MapWriter, ctl: Commands, rid: str, key: str | None, reason: str =
         owner = rec["owner"]
         if rec["state"] != "serving" or not co.is_alive(owner):
             raise TableError("ServerBusy", f"range {rid} is not serving")
+        if rec.get("move"):  # its replica set is changing (coordinator/replica_move.py)
+            raise TableError("ServerBusy", f"range {rid} is moving a replica to {rec['move']['target']}")
     if key is None:
         key = ctl.call(owner, {"op": "split_key", "range": rid, "epoch": rec["epoch"]})
         if key is None:
@@ -342,6 +344,8 @@ def merge(co: MapWriter, ctl: Commands, rid: str, reason: str = "manual", target
         if i + 1 >= len(rs):
             raise TableError("InvalidInput", f"range {rid} is the last of its table; merge its left neighbour")
         right = rs[i + 1]
+        if rec.get("move") or right.get("move"):  # a replica set is changing (coordinator/replica_move.py)
+            raise TableError("ServerBusy", f"range {rid} or {right['id']} is moving a replica")
         if is_replicated(rec) and set(rec["replicas"]) != set(right["replicas"]):
             raise TableError("InvalidInput", f"ranges {rid} and {right['id']} are replicated on different servers "
                              f"({', '.join(rec['replicas'])} / {', '.join(right['replicas'])}): they cannot merge")

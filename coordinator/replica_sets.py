@@ -16,6 +16,8 @@ import hashlib
 import hmac
 from collections.abc import Iterable
 
+from rangetable.errors import TableError
+
 
 def is_replicated(rec: dict) -> bool:
     """True for a range kept as a replica set (a cluster started with ``--replicas`` > 1)."""
@@ -123,3 +125,80 @@ def repair(rec: dict, n: int, missing_s: dict[str, float], grace_s: float, count
     if not added and not lost:
         return None
     return {"replicas": keep + added, "insync": [s for s in rec.get("insync", []) if s in keep], "added": added}
+
+
+# --- replica moves (balancing data: add a replica, let it catch up, remove the old one) -----------------
+
+def check_move(rec: dict, source: str, target: str, live: set[str], zones: dict[str, str] | None = None) -> None:
+    """Raise a TableError (Azure's codes) unless replica ``source`` of range ``rec`` may move to ``target``:
+    the range is replicated, serving and not already moving a replica; ``source`` holds a copy; ``target`` is
+    a live server with a replication endpoint (``live``) that holds none; and when servers carry zones,
+    ``target`` is in no zone another remaining replica is in (a server without one is a zone of its own)."""
+    if not is_replicated(rec):
+        raise TableError("InvalidInput", f"range {rec['id']} has one copy (replicas 1): move it with `rangetable move`")
+    if rec.get("move"):
+        m = rec["move"]
+        raise TableError("ServerBusy", f"range {rec['id']} is already moving a replica ({m['source']} -> {m['target']})")
+    if rec.get("state", "serving") != "serving":
+        raise TableError("ServerBusy", f"range {rec['id']} is {rec['state']}")
+    if source not in rec["replicas"]:
+        raise TableError("InvalidInput", f"{source} holds no replica of {rec['id']} "
+                         f"(its replicas: {', '.join(rec['replicas'])})")
+    if target in rec["replicas"]:
+        raise TableError("InvalidInput", f"{target} already holds a replica of {rec['id']}")
+    if target not in live:
+        raise TableError("ResourceNotFound", f"partition server {target} is not a live replication server")
+    zones = zones or {}
+    zone = zones.get(target, target)
+    clash = [s for s in rec["replicas"] if s != source and zones.get(s, s) == zone]
+    if clash:
+        raise TableError("InvalidInput", f"{target} is in zone {zone!r} like {', '.join(clash)}, another replica of "
+                         f"{rec['id']}: replicas of a range go to distinct zones")
+
+
+def move_step(rec: dict, alive: set[str], now: float, min_insync: int) -> str:
+    """What a range's replica move (``rec["move"]``: source, target, deadline) does next: ``"wait"`` (the
+    target is still catching up), ``"finish"`` (the target is in sync: drop the source), ``"abandon"`` (the
+    target died, or missed the deadline: drop the target, keep the source), or ``"done"`` (the move is moot:
+    the target was dropped by something else, or the source is gone already; only the intent is cleared).
+
+    The source is dropped only when the in-sync set keeps at least ``min_insync`` members without it (it
+    never shrinks below what it was before the move: the target joined it first)."""
+    m = rec["move"]
+    src, dst = m["source"], m["target"]
+    if dst not in rec["replicas"]:
+        return "done"
+    if dst not in alive:
+        return "abandon"
+    if dst in rec.get("insync", []):
+        if src not in rec["replicas"]:
+            return "done"
+        rest = [s for s in rec["insync"] if s != src]
+        if len(rest) >= min_insync:
+            return "finish"
+    return "abandon" if now >= m["deadline"] else "wait"
+
+
+def new_leader(rec: dict, leaving: str, alive: set[str], primaries: dict[str, int] | None = None) -> str | None:
+    """The in-sync replica to transfer the primary of ``rec`` to before its copy on ``leaving`` goes: a live
+    one that stays, leading the fewest ranges (``primaries``; ties: the smaller id); None when there is none."""
+    cands = [s for s in rec.get("insync", []) if s != leaving and s in alive]
+    if not cands:
+        return None
+    counts = primaries or {}
+    return min(cands, key=lambda s: (counts.get(s, 0), s))
+
+
+def finished(rec: dict) -> dict:
+    """The replica set once a move's target is in sync: the source leaves it, the intent is cleared."""
+    src = rec["move"]["source"]
+    return {"replicas": [s for s in rec["replicas"] if s != src],
+            "insync": [s for s in rec.get("insync", []) if s != src], "move": None}
+
+
+def abandoned(rec: dict) -> dict:
+    """The replica set when a move gives up: the target leaves it (its partial copy is deleted), the source
+    stays, the intent is cleared."""
+    dst = rec["move"]["target"]
+    return {"replicas": [s for s in rec["replicas"] if s != dst],
+            "insync": [s for s in rec.get("insync", []) if s != dst], "move": None}

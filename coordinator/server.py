@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 import zmq
 
-from coordinator import admin_dispatch, leases, replica_ops, takeover
+from coordinator import admin_dispatch, leases, replica_move, replica_ops, takeover
 from coordinator import operations as ops
 from coordinator.balancer_loop import BalancerLoop
 from coordinator.controller import Controller
@@ -356,6 +356,7 @@ class Coordinator:
             if now >= next_rerepl:  # lost replicas rebuilt elsewhere (replica_ops.rereplicate)
                 next_rerepl = now + 1.0
                 self.controller.submit(replica_ops.rereplicate, self, self.controller, key="rereplicate")
+                self.controller.submit(replica_move.advance, self, self.controller, key="replica_moves")
             if now >= next_gc:
                 next_gc = now + 30.0
                 self.controller.submit(ops.collect_garbage, self, self.controller, key="gc")
