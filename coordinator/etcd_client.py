@@ -31,6 +31,8 @@ from rangetable.errors import TableError
 # in 7-12 s (one run each on the loaded 2-core host, load ~16; docs/control-plane.md).
 PAGE = 10_000
 CONNECT_S = 0.25  # a member whose host does not even answer the connection within this is skipped
+SCAN_TIMEOUT_S = 30.0  # per page of a whole-store scan (100,000 ranges in pages of 10,000; a page took over
+# 0.8 s, the election's timeout, on the loaded host)
 
 
 def parse_url(url: str) -> tuple[str, str]:
@@ -112,9 +114,10 @@ class EtcdClient:
         """The member requests go to first."""
         return self.bases[self.current % len(self.bases)]
 
-    def call(self, path: str, body: dict) -> dict:
-        """POST ``body`` to ``/v3/<path>`` on the first member that answers; raises TableError(ServerBusy)
-        when none does, TableError(InternalError) when etcd refuses the request."""
+    def call(self, path: str, body: dict, timeout_s: float | None = None) -> dict:
+        """POST ``body`` to ``/v3/<path>`` on the first member that answers (each within ``timeout_s``, by
+        default the client's); raises TableError(ServerBusy) when none does, TableError(InternalError) when
+        etcd refuses the request."""
         data = json.dumps(body).encode()
         start = self.current
         failures = []
@@ -122,7 +125,7 @@ class EtcdClient:
             k = (start + i) % len(self.bases)
             base = self.bases[k]
             try:
-                status, raw = self._post(base, f"/v3/{path}", data)
+                status, raw = self._post(base, f"/v3/{path}", data, timeout_s or self.timeout_s)
                 out = json.loads(raw or b"{}") if status < 400 else None
             except (OSError, ValueError, http.client.HTTPException) as exc:
                 failures.append(f"{base}: {exc or type(exc).__name__}")
@@ -136,14 +139,14 @@ class EtcdClient:
             failures.append(f"{base}: {detail}")  # e.g. a member without a leader: try the next
         raise TableError("ServerBusy", f"etcd did not answer ({'; '.join(failures)})")
 
-    def _post(self, base: str, path: str, data: bytes) -> tuple[int, bytes]:
+    def _post(self, base: str, path: str, data: bytes, timeout_s: float) -> tuple[int, bytes]:
         """One POST to one member: (HTTP status, body)."""
         u = urllib.parse.urlsplit(base)
         host, port = u.hostname or "", u.port or 2379
-        conn = http.client.HTTPConnection(host, port, timeout=self.timeout_s)
+        conn = http.client.HTTPConnection(host, port, timeout=timeout_s)
         try:
-            conn.sock = socket.create_connection((host, port), timeout=min(CONNECT_S, self.timeout_s))
-            conn.sock.settimeout(self.timeout_s)
+            conn.sock = socket.create_connection((host, port), timeout=min(CONNECT_S, timeout_s))
+            conn.sock.settimeout(timeout_s)
             conn.request("POST", path, body=data, headers={"Content-Type": "application/json"})
             resp = conn.getresponse()
             return resp.status, resp.read()
@@ -156,16 +159,17 @@ class EtcdClient:
         kvs = res.get("kvs", [])
         return (unb64(kvs[0].get("value", "")) if kvs else None), int(res["header"].get("revision", 0))
 
-    def scan(self, prefix: bytes) -> tuple[list[tuple[bytes, bytes]], int]:
+    def scan(self, prefix: bytes, timeout_s: float = SCAN_TIMEOUT_S) -> tuple[list[tuple[bytes, bytes]], int]:
         """(every (key, value) under ``prefix`` in key order, the revision they were read at): pages
-        of PAGE keys, all read at the first page's revision, so the whole is one consistent view."""
+        of PAGE keys, all read at the first page's revision, so the whole is one consistent view; each
+        page may take ``timeout_s``."""
         out: list[tuple[bytes, bytes]] = []
         start, end, rev = prefix, prefix_end(prefix), 0
         while True:
             body: dict[str, Any] = {"key": b64(start), "range_end": b64(end), "limit": str(PAGE)}
             if rev:
                 body["revision"] = str(rev)
-            res = self.call("kv/range", body)
+            res = self.call("kv/range", body, timeout_s)
             rev = rev or int(res["header"].get("revision", 0))
             kvs = res.get("kvs", [])
             out.extend((unb64(kv["key"]), unb64(kv.get("value", ""))) for kv in kvs)

@@ -37,14 +37,13 @@ log = logging.getLogger("rangetable.coordinator")
 READ_TIMEOUT_S = 2.0  # a watch silent this long is opened again (an etcd gone quiet is noticed)
 TAKE_WAIT_S = 2.0  # how long a new leader waits for the stream to deliver the revision it won at
 RETRY_S = 0.5  # pause after a failed snapshot or watch before the next try
-SNAPSHOT_TIMEOUT_S = 30.0  # per range request of the snapshot (pages of 10,000 keys)
 
 
 class EtcdFollower:
     """Keeps a :class:`WarmState` of ``<prefix>/meta/`` in etcd, from a thread (``start``)."""
 
     def __init__(self, base: str, prefix: str, meta_name: str = "etcd", read_timeout_s: float = READ_TIMEOUT_S) -> None:
-        self.client = EtcdClient(base, timeout_s=SNAPSHOT_TIMEOUT_S)  # base: one member or several, comma-separated
+        self.client = EtcdClient(base)  # base: one member or several, comma-separated
         self.watched = f"{prefix}/".encode()
         self.root = f"{prefix}/meta/".encode()
         self.meta_name = meta_name

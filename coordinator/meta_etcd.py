@@ -21,17 +21,12 @@ from coordinator.etcd_client import EtcdClient, delete_op, put_op, value_is
 from coordinator.etcd_election import META_NAME, EtcdLeadership, term_key
 from rangetable.errors import TableError
 
-READ_TIMEOUT_S = 30.0  # per range request of items()
-
 
 class EtcdMetaStore:
     """Atomic, term-fenced writes of msgpack values under byte keys, kept in etcd."""
 
     def __init__(self, client: EtcdClient, prefix: str, term: int, guard: Callable[[], None] | None = None) -> None:
         self.client = client
-        # Reads of the whole store (a cold takeover: 100,000 ranges in pages of 10,000) get a longer
-        # timeout than the election's sub-second one; a page took over 0.8 s on the loaded host.
-        self.reader = EtcdClient(",".join(client.bases), timeout_s=READ_TIMEOUT_S)
         self.prefix = prefix
         self.term = term
         self.name = META_NAME
@@ -40,7 +35,7 @@ class EtcdMetaStore:
 
     def items(self, prefix: bytes = b"") -> list[tuple[bytes, Any]]:
         """Every (key, value) under a prefix, in key order (one consistent revision)."""
-        kvs, _ = self.reader.scan(self._root + prefix)
+        kvs, _ = self.client.scan(self._root + prefix)  # pages get SCAN_TIMEOUT_S, not the election's
         n = len(self._root)
         return [(k[n:], msgpack.unpackb(v, raw=False, strict_map_key=False)) for k, v in kvs]
 
