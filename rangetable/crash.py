@@ -10,6 +10,12 @@ Points, by process: coordinator ``move.after_intent``, ``move.after_unload``, ``
 ``merge.after_merge``, ``merge.after_commit``; partition server ``ps.load.before_open``,
 ``ps.unload.after_close``, ``ps.split.after_split``,
 ``ps.merge.after_merge``.
+
+Fault points are the same idea for a misbehaviour rather than an exit: ``RANGETABLE_FAULT_AT=warm.freeze``
+names the fault, and it acts from the moment a test creates ``<data-dir>/run/arm-warm.freeze`` (so the
+test picks the instant). ``warm.freeze``: a standby coordinator's warm copy of the leader's meta store
+stops taking in the leader's writes while still reporting the store's sequence number, as rocksdict's
+secondary instance was seen doing (issue 24; ``tests/integration/test_stale_takeover.py``).
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ POINTS = frozenset({
     "ps.load.before_open", "ps.unload.after_close", "ps.split.after_split",
     "ps.merge.after_merge",
 })
+FAULTS = frozenset({"warm.freeze"})
 EXIT_STATUS = 77
 
 
@@ -39,3 +46,11 @@ def crash_point(name: str, data_dir: str) -> None:
     with open(marker, "w") as f:
         f.write(str(os.getpid()))
     os._exit(EXIT_STATUS)
+
+
+def fault_armed(name: str, data_dir: str) -> bool:
+    """Whether fault ``name`` acts now: ``RANGETABLE_FAULT_AT`` names it and ``<data-dir>/run/arm-<name>`` exists."""
+    wanted = os.environ.get("RANGETABLE_FAULT_AT")
+    if not wanted or name not in wanted.split(","):
+        return False
+    return os.path.exists(os.path.join(data_dir, "run", f"arm-{name}"))

@@ -1,0 +1,68 @@
+"""Issue 24's cause, scripted: a standby takes over with a warm map that missed the leader's last writes.
+
+A standby coordinator follows the leader's meta store through a RocksDB secondary instance
+(``coordinator/warm_standby.py``). rocksdict's secondary was seen answering old items while it reported
+the store's latest sequence number, so a standby that took over trusted a map without the leader's last
+changes. On a shared root (one directory per range) the new leader then rolled a finished merge back:
+it reloaded the two merged-away ranges — their directories were gone, so they opened empty — and
+destroyed the merged range as garbage. Reads of acknowledged values answered "not found": the chaos
+drill's ``linearizable False`` with nothing lost by its end (the workload rewrote every key).
+
+The fault point ``warm.freeze`` (``rangetable/crash.py``) stands in for the secondary's stale answers,
+so the sequence is deterministic: split, freeze the standby's copy, merge, write, kill the leader. The
+fix (``WarmFollower.take(truth=…)``) makes the warm map equal to the store the new leader opened; with
+``take`` trusting the sequence number instead, this test reads ``ResourceNotFound`` for half the keys.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from cli.drills.coordinator_failover import leader_process
+from rangetable import TableServiceClient
+from rangetable.client import TableClient
+from tests.cluster import Cluster, ClusterFactory
+
+PARTITIONS = 16
+ROWS = 4
+
+
+def _table_ranges(c: Cluster) -> list[dict]:
+    return [r for r in c.status()["ranges"] if r["table"] == "Stale"]
+
+
+def _values(t: TableClient) -> dict:
+    return {(e["PartitionKey"], e["RowKey"]): e["v"] for e in t.list_entities()}
+
+
+@pytest.mark.slow
+def test_a_standby_whose_warm_copy_missed_a_merge_takes_over_with_the_durable_map(
+        tmp_path, cluster_factory: ClusterFactory) -> None:
+    env = {"RANGETABLE_FAULT_AT": "warm.freeze"}
+    with cluster_factory(servers=2, extra=["--coordinators", "2"], env=env, data_dir=tmp_path) as c:
+        t = TableServiceClient(c.native, timeout=20).create_table("Stale")
+        keys = [(f"p{p:02d}", f"r{r}") for p in range(PARTITIONS) for r in range(ROWS)]
+        for pk, rk in keys:
+            t.upsert_entity({"PartitionKey": pk, "RowKey": rk, "v": 1})
+        split = c.admin({"op": "split", "range": _table_ranges(c)[0]["id"], "key": "p08"})
+        time.sleep(1.0)  # the standby's copy catches up with the split (it refreshes every 0.25 s) ...
+        (tmp_path / "run").mkdir(exist_ok=True)
+        (tmp_path / "run" / "arm-warm.freeze").touch()  # ... and from now on misses the leader's writes
+        time.sleep(0.5)
+        merged = c.admin({"op": "merge", "range": split["left"]})
+        assert [r["id"] for r in _table_ranges(c)] == [merged["range"]]
+        for pk, rk in keys:  # acknowledged into the merged range only
+            t.upsert_entity({"PartitionKey": pk, "RowKey": rk, "v": 2})
+        before = leader_process(c.refresh())
+        c.kill(before["id"])
+        c.wait(lambda: c.status()["term"] > before["term"], timeout=20, what="a new leader")
+        assert c.status()["takeover"]["warm"], c.status()["takeover"]  # the warm path, not a cold load
+        c.wait(lambda: not c.check_map(), timeout=20, what="a valid, fully served map")
+        got = c.wait(lambda: [_values(t)], timeout=20, what="reads")[0]
+        wrong = {k: got.get(k, "not found") for k in keys if got.get(k) != 2}
+        assert not wrong, f"{len(wrong)} of {len(keys)} keys do not read their acknowledged value 2: {wrong}"
+        assert [r["id"] for r in _table_ranges(c)] == [merged["range"]]  # the merge stands
+        t.upsert_entity({"PartitionKey": "p00", "RowKey": "after", "v": 3})
+        assert t.get_entity("p00", "after")["v"] == 3
