@@ -6,6 +6,12 @@ version. A lock serialises requests, so a transport (and the clients sharing it)
 several threads. On a timeout the socket is closed with linger 0 and a new one connected, so a
 late reply to the abandoned request can never be taken for the answer to a later one.
 
+A request does not wait out its timeout when the connection it went out on drops (a frontend killed
+or restarted): the socket's monitor reports the disconnect, and the request fails at once with the
+retriable ``OperationTimedOut`` ("connection lost"), so a retry (same request id for writes) goes out
+as soon as ZeroMQ has reconnected. Found by the chaos drill (issue 24): a killed frontend was the most
+common cause of operations slower than 3 s, each waiting out the client's whole timeout.
+
 The socket authenticates with CURVE, with the keys remembered for the endpoint
 (:func:`rangetable.curve.connect`: from ``cluster.json`` or a connection file, which
 :func:`cluster_endpoint` reads for ``TableServiceClient.from_cluster``).
@@ -21,6 +27,7 @@ import time
 from typing import TYPE_CHECKING, Any, NoReturn, cast
 
 import zmq
+from zmq.backend import zmq_poll
 from zmq.utils.monitor import parse_monitor_message
 
 from rangetable import curve, protocol
@@ -53,6 +60,9 @@ def cluster_endpoint(data_dir: str | os.PathLike[str]) -> str:
 
 
 HELLO: NativeRequest = {"op": "hello", "version": protocol.VERSION}
+# what the monitor reports: handshakes (to say why a request got no answer) and a dropped connection
+MONITORED = zmq.EVENT_HANDSHAKE_FAILED_AUTH | zmq.EVENT_HANDSHAKE_SUCCEEDED | zmq.EVENT_DISCONNECTED
+POLLIN = int(zmq.POLLIN)
 
 
 class Connection:
@@ -85,8 +95,8 @@ class Connection:
             sock = self._ctx.socket(zmq.DEALER)
             sock.setsockopt(zmq.LINGER, 0)
             sock.setsockopt(zmq.MAXMSGSIZE, protocol.HARD_MAX_MESSAGE)
-            # handshakes the server refused: read only when a request times out, to say why
-            self._monitor = sock.get_monitor_socket(zmq.EVENT_HANDSHAKE_FAILED_AUTH | zmq.EVENT_HANDSHAKE_SUCCEEDED)
+            # handshakes (read when a request goes unanswered, to say why) and dropped connections
+            self._monitor = sock.get_monitor_socket(MONITORED)
             try:
                 curve.connect(sock, self.endpoint)
             except ValueError:
@@ -102,11 +112,26 @@ class Connection:
             self._monitor.close(0)
             self._monitor = None
 
-    def _refused(self) -> bool:
-        """True when the latest handshake was refused by the server (this client's CURVE key)."""
+    def _events(self) -> bool:
+        """Take the monitor's queued events; True when one of them says the connection dropped."""
+        lost = False
         mon = self._monitor
         while mon is not None and protocol.readable(mon):
-            self._handshake = parse_monitor_message(protocol.recv_frames(mon, protocol.NOBLOCK))["event"]
+            lost = self._note(protocol.recv_frames(mon, protocol.NOBLOCK)) or lost
+        return lost
+
+    def _note(self, frames: list[bytes]) -> bool:
+        """Take one monitor event: a handshake's outcome is kept (see :meth:`_refused`); True when the
+        event says the connection dropped."""
+        event = parse_monitor_message(frames)["event"]
+        if event == zmq.EVENT_DISCONNECTED:
+            return True
+        self._handshake = event
+        return False
+
+    def _refused(self) -> bool:
+        """True when the latest handshake was refused by the server (this client's CURVE key)."""
+        self._events()
         return self._handshake == zmq.EVENT_HANDSHAKE_FAILED_AUTH
 
     def _reset(self) -> None:
@@ -161,6 +186,14 @@ class Connection:
             "OperationTimedOut", f"no reply to {body.get('op')!r} from {self.endpoint} within {limit:g} s"
         )
 
+    def _lost(self, body: NativeRequest, waited: float) -> TableError:
+        """The error of a request whose connection dropped before its reply: AuthenticationFailed when
+        the server refused this client's key, else OperationTimedOut (retriable) at once."""
+        if self._handshake == zmq.EVENT_HANDSHAKE_FAILED_AUTH:
+            return self._unanswered(body, waited)
+        return TableError("OperationTimedOut", f"the connection to {self.endpoint} was lost after {waited:.2f} s "
+                                               f"with no reply to {body.get('op')!r} (the frontend closed it or died)")
+
 
 class Transport(Connection):
     """A DEALER connection to a frontend's native endpoint, one request at a time."""
@@ -194,11 +227,20 @@ class Transport(Connection):
         request_id = self._request_id()
         if not sock.poll(int(limit * 1000), zmq.POLLOUT):
             self._timed_out(body, limit)
+        self._events()  # what happened before this request says nothing about it
         protocol.send_frames(sock, [request_id, data])
+        monitor = self._monitor
+        assert monitor is not None  # made with the socket
+        watch = [(sock, POLLIN), (monitor, POLLIN)]
         while True:
             remaining = deadline - time.monotonic()
-            if remaining <= 0 or not sock.poll(int(remaining * 1000), zmq.POLLIN):
+            ready = zmq_poll(watch, int(remaining * 1000)) if remaining > 0 else []
+            if not ready:
                 self._timed_out(body, limit)
+            if ready[0][0] is not sock:  # only the monitor spoke: a dropped connection fails the request now
+                if self._events():
+                    raise self._lost(body, limit - remaining)
+                continue
             frames = protocol.recv_frames(sock)
             if len(frames) != 2 or frames[0] != request_id:
                 continue  # not ours (cannot happen after a reset, but never misattribute a reply)

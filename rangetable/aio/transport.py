@@ -4,7 +4,9 @@ Many tasks share one socket: each request gets an id of its own (a counter, neve
 socket) and a future; one reader task receives the replies and resolves the future of each id.
 A reply whose id is no longer waited for (its request timed out, or its task was cancelled) is
 dropped, so it can never be taken for another request's answer, and the socket stays in use:
-a timeout or a cancellation costs the other requests nothing. What a request and a reply look like,
+a timeout or a cancellation costs the other requests nothing. A second task watches the socket's
+monitor: when the connection drops (a frontend killed), every request waiting on it fails at once
+with the retriable ``OperationTimedOut``, as in the blocking transport. What a request and a reply look like,
 the ``hello`` check, the errors and the CURVE keys are those of the blocking transport
 (:class:`rangetable.client_transport.Connection`); retries are :func:`call_with_retry` here, with the
 policy's decisions of :func:`rangetable.retry.next_pause`.
@@ -32,6 +34,10 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 
 
+class _Dropped(Exception):
+    """Set on the futures of the requests waiting when the connection dropped."""
+
+
 class AsyncTransport(Connection):
     """A DEALER connection to a frontend's native endpoint, shared by any number of tasks."""
 
@@ -39,6 +45,7 @@ class AsyncTransport(Connection):
         super().__init__(endpoint, timeout, zmq.asyncio.Context.instance())
         self._waiting: dict[bytes, asyncio.Future[bytes]] = {}
         self._reader: asyncio.Task[None] | None = None
+        self._watcher: asyncio.Task[None] | None = None
         self._hello = asyncio.Lock()
 
     async def request(self, body: NativeRequest, timeout: float | None = None) -> Any:
@@ -57,15 +64,21 @@ class AsyncTransport(Connection):
         data = self._encode(body)
         limit = self.timeout if timeout is None else timeout
         sock = cast("zmq.asyncio.Socket", self._socket())
+        loop = asyncio.get_running_loop()
         if self._reader is None:
-            self._reader = asyncio.get_running_loop().create_task(self._read(sock))
+            self._reader = loop.create_task(self._read(sock))
+            monitor = cast("zmq.asyncio.Socket", self._monitor)
+            self._watcher = loop.create_task(self._watch(monitor))
         request_id = self._request_id()
-        answer: asyncio.Future[bytes] = asyncio.get_running_loop().create_future()
+        answer: asyncio.Future[bytes] = loop.create_future()
         self._waiting[request_id] = answer
+        t0 = loop.time()
         try:
             async with asyncio.timeout(limit):
                 await self._send(sock, [request_id, data])
                 reply = await answer
+        except _Dropped:
+            raise self._lost(body, loop.time() - t0) from None
         except TimeoutError:
             error = self._unanswered(body, limit)
             if error.error_code == "AuthenticationFailed":
@@ -94,6 +107,14 @@ class AsyncTransport(Connection):
         while True:
             self._deliver(sock, await sock.recv_multipart())
 
+    async def _watch(self, monitor: zmq.asyncio.Socket) -> None:
+        """Take the monitor's events until cancelled; a dropped connection fails every waiting request."""
+        while True:
+            if self._note(await monitor.recv_multipart()):
+                for answer in self._waiting.values():
+                    if not answer.done():
+                        answer.set_exception(_Dropped())
+
     def _deliver(self, sock: zmq.Socket, frames: list[bytes]) -> None:
         """Resolve the future of each reply: ``frames`` and every one queued behind it."""
         while True:
@@ -107,10 +128,11 @@ class AsyncTransport(Connection):
                 return
 
     async def _stop_reading(self) -> None:
-        reader, self._reader = self._reader, None
-        if reader is not None:
-            reader.cancel()
-            await asyncio.gather(reader, return_exceptions=True)
+        tasks = [t for t in (self._reader, self._watcher) if t is not None]
+        self._reader = self._watcher = None
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
 
     async def close(self) -> None:
         """Close the socket; requests still waiting and later ones raise ValueError."""
