@@ -17,6 +17,7 @@ fix (``WarmFollower.take(truth=…)``) makes the warm map equal to the store the
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 import pytest
 
@@ -37,23 +38,36 @@ def _values(t: TableClient) -> dict:
     return {(e["PartitionKey"], e["RowKey"]): e["v"] for e in t.list_entities()}
 
 
+def _freeze_the_standbys_copy(data_dir: Path) -> None:
+    """Arm ``warm.freeze``: from now on the standby's copy misses every write of the leader."""
+    time.sleep(1.0)  # the copy catches up with what came before (it refreshes every 0.25 s) ...
+    (data_dir / "run").mkdir(exist_ok=True)
+    (data_dir / "run" / "arm-warm.freeze").touch()  # ... and then stops taking writes in
+    time.sleep(0.5)
+
+
 @pytest.mark.slow
-def test_a_standby_whose_warm_copy_missed_a_merge_takes_over_with_the_durable_map(
-        tmp_path, cluster_factory: ClusterFactory) -> None:
+@pytest.mark.parametrize("change", ["merge", "split"])
+def test_a_standby_whose_warm_copy_missed_a_change_takes_over_with_the_durable_map(
+        tmp_path: Path, change: str, cluster_factory: ClusterFactory) -> None:
     env = {"RANGETABLE_FAULT_AT": "warm.freeze"}
     with cluster_factory(servers=2, extra=["--coordinators", "2"], env=env, data_dir=tmp_path) as c:
         t = TableServiceClient(c.native, timeout=20).create_table("Stale")
         keys = [(f"p{p:02d}", f"r{r}") for p in range(PARTITIONS) for r in range(ROWS)]
         for pk, rk in keys:
             t.upsert_entity({"PartitionKey": pk, "RowKey": rk, "v": 1})
-        split = c.admin({"op": "split", "range": _table_ranges(c)[0]["id"], "key": "p08"})
-        time.sleep(1.0)  # the standby's copy catches up with the split (it refreshes every 0.25 s) ...
-        (tmp_path / "run").mkdir(exist_ok=True)
-        (tmp_path / "run" / "arm-warm.freeze").touch()  # ... and from now on misses the leader's writes
-        time.sleep(0.5)
-        merged = c.admin({"op": "merge", "range": split["left"]})
-        assert [r["id"] for r in _table_ranges(c)] == [merged["range"]]
-        for pk, rk in keys:  # acknowledged into the merged range only
+        rid = _table_ranges(c)[0]["id"]
+        if change == "merge":
+            split = c.admin({"op": "split", "range": rid, "key": "p08"})
+            _freeze_the_standbys_copy(tmp_path)
+            done = c.admin({"op": "merge", "range": split["left"]})
+            after = [done["range"]]
+        else:
+            _freeze_the_standbys_copy(tmp_path)
+            done = c.admin({"op": "split", "range": rid, "key": "p08"})
+            after = [done["left"], done["right"]]
+        assert [r["id"] for r in _table_ranges(c)] == after
+        for pk, rk in keys:  # acknowledged into the ranges the change made
             t.upsert_entity({"PartitionKey": pk, "RowKey": rk, "v": 2})
         before = leader_process(c.refresh())
         c.kill(before["id"])
@@ -63,6 +77,6 @@ def test_a_standby_whose_warm_copy_missed_a_merge_takes_over_with_the_durable_ma
         got = c.wait(lambda: [_values(t)], timeout=20, what="reads")[0]
         wrong = {k: got.get(k, "not found") for k in keys if got.get(k) != 2}
         assert not wrong, f"{len(wrong)} of {len(keys)} keys do not read their acknowledged value 2: {wrong}"
-        assert [r["id"] for r in _table_ranges(c)] == [merged["range"]]  # the merge stands
+        assert [r["id"] for r in _table_ranges(c)] == after  # the change stands
         t.upsert_entity({"PartitionKey": "p00", "RowKey": "after", "v": 3})
         assert t.get_entity("p00", "after")["v"] == 3
