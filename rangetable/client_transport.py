@@ -239,7 +239,7 @@ class Transport(Connection):
                 self._timed_out(body, limit)
             if ready[0][0] is not sock:  # only the monitor spoke: a dropped connection fails the request now
                 if self._events():
-                    raise self._lost(body, limit - remaining)
+                    raise self._lost(body, limit - (deadline - time.monotonic()))
                 continue
             frames = protocol.recv_frames(sock)
             if len(frames) != 2 or frames[0] != request_id:

@@ -29,7 +29,6 @@ POINTS = frozenset({
     "ps.load.before_open", "ps.unload.after_close", "ps.split.after_split",
     "ps.merge.after_merge",
 })
-FAULTS = frozenset({"warm.freeze"})
 EXIT_STATUS = 77
 
 
