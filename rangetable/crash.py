@@ -32,10 +32,14 @@ POINTS = frozenset({
 EXIT_STATUS = 77
 
 
+def _named(variable: str, name: str) -> bool:
+    """Whether the comma-separated environment ``variable`` names ``name``."""
+    return name in os.environ.get(variable, "").split(",")
+
+
 def crash_point(name: str, data_dir: str) -> None:
     """Exit the process right here if ``RANGETABLE_CRASH_AT`` names this point (once per data dir)."""
-    wanted = os.environ.get("RANGETABLE_CRASH_AT")
-    if not wanted or name not in wanted.split(","):
+    if not _named("RANGETABLE_CRASH_AT", name):
         return
     run = os.path.join(data_dir, "run")
     marker = os.path.join(run, f"crashed-{name}")
@@ -49,7 +53,4 @@ def crash_point(name: str, data_dir: str) -> None:
 
 def fault_armed(name: str, data_dir: str) -> bool:
     """Whether fault ``name`` acts now: ``RANGETABLE_FAULT_AT`` names it and ``<data-dir>/run/arm-<name>`` exists."""
-    wanted = os.environ.get("RANGETABLE_FAULT_AT")
-    if not wanted or name not in wanted.split(","):
-        return False
-    return os.path.exists(os.path.join(data_dir, "run", f"arm-{name}"))
+    return _named("RANGETABLE_FAULT_AT", name) and os.path.exists(os.path.join(data_dir, "run", f"arm-{name}"))

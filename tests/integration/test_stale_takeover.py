@@ -22,16 +22,13 @@ from pathlib import Path
 import pytest
 
 from cli.drills.coordinator_failover import leader_process
+from cli.workload.layout import table_ranges
 from rangetable import TableServiceClient
 from rangetable.client import TableClient
-from tests.cluster import Cluster, ClusterFactory
+from tests.cluster import ClusterFactory
 
 PARTITIONS = 16
 ROWS = 4
-
-
-def _table_ranges(c: Cluster) -> list[dict]:
-    return [r for r in c.status()["ranges"] if r["table"] == "Stale"]
 
 
 def _values(t: TableClient) -> dict:
@@ -56,7 +53,7 @@ def test_a_standby_whose_warm_copy_missed_a_change_takes_over_with_the_durable_m
         keys = [(f"p{p:02d}", f"r{r}") for p in range(PARTITIONS) for r in range(ROWS)]
         for pk, rk in keys:
             t.upsert_entity({"PartitionKey": pk, "RowKey": rk, "v": 1})
-        rid = _table_ranges(c)[0]["id"]
+        rid = table_ranges(c.coordinator, "Stale")[0]["id"]
         if change == "merge":
             split = c.admin({"op": "split", "range": rid, "key": "p08"})
             _freeze_the_standbys_copy(tmp_path)
@@ -66,7 +63,7 @@ def test_a_standby_whose_warm_copy_missed_a_change_takes_over_with_the_durable_m
             _freeze_the_standbys_copy(tmp_path)
             done = c.admin({"op": "split", "range": rid, "key": "p08"})
             after = [done["left"], done["right"]]
-        assert [r["id"] for r in _table_ranges(c)] == after
+        assert [r["id"] for r in table_ranges(c.coordinator, "Stale")] == after
         for pk, rk in keys:  # acknowledged into the ranges the change made
             t.upsert_entity({"PartitionKey": pk, "RowKey": rk, "v": 2})
         before = leader_process(c.refresh())
@@ -77,6 +74,6 @@ def test_a_standby_whose_warm_copy_missed_a_change_takes_over_with_the_durable_m
         got = c.wait(lambda: [_values(t)], timeout=20, what="reads")[0]
         wrong = {k: got.get(k, "not found") for k in keys if got.get(k) != 2}
         assert not wrong, f"{len(wrong)} of {len(keys)} keys do not read their acknowledged value 2: {wrong}"
-        assert [r["id"] for r in _table_ranges(c)] == after  # the change stands
+        assert [r["id"] for r in table_ranges(c.coordinator, "Stale")] == after  # the change stands
         t.upsert_entity({"PartitionKey": "p00", "RowKey": "after", "v": 3})
         assert t.get_entity("p00", "after")["v"] == 3
