@@ -46,10 +46,12 @@ class PartitionMap:
     version: int = 0
     next_id: int = 1
     # Indexes kept by every mutation below, so per-heartbeat questions cost O(the server's ranges),
-    # not O(the map): range ids per owner, and ids of ranges held by an operation (not serving).
+    # not O(the map): range ids per owner, ids of ranges held by an operation (not serving), and ids of
+    # ranges with a replica move under way (asked about every second).
     _owned: dict[str | None, set[str]] = field(default_factory=dict, repr=False, compare=False)
     _followed: dict[str, set[str]] = field(default_factory=dict, repr=False, compare=False)  # replicas, not primary
     _busy: set[str] = field(default_factory=set, repr=False, compare=False)
+    _moving: set[str] = field(default_factory=set, repr=False, compare=False)
     _stamp: int = field(default=0, repr=False, compare=False)  # grows on every index change
     _owner_stamp: dict[str | None, int] = field(default_factory=dict, repr=False, compare=False)
 
@@ -64,6 +66,8 @@ class PartitionMap:
                 self._followed.setdefault(sid, set()).add(rec["id"])
         if rec["state"] != "serving":
             self._busy.add(rec["id"])
+        if rec.get("move"):
+            self._moving.add(rec["id"])
 
     def _touch(self, owner: str | None) -> None:
         self._stamp += 1
@@ -89,10 +93,11 @@ class PartitionMap:
                 if not followed:
                     del self._followed[sid]
         self._busy.discard(rec["id"])
+        self._moving.discard(rec["id"])
 
     def reindex(self) -> None:
-        """Rebuild the owner and busy indexes (after records were changed in place)."""
-        self._owned, self._busy, self._followed = {}, set(), {}
+        """Rebuild the owner, busy and moving indexes (after records were changed in place)."""
+        self._owned, self._busy, self._followed, self._moving = {}, set(), {}, set()
         for owner in list(self._owner_stamp):
             self._touch(owner)
         for r in self.ranges.values():
@@ -147,6 +152,10 @@ class PartitionMap:
     def busy_ids(self) -> set[str]:
         """Ids of the ranges an operation holds (state other than ``serving``)."""
         return self._busy
+
+    def moving_ids(self) -> set[str]:
+        """Ids of the ranges with a replica move under way (``move`` in their record)."""
+        return self._moving
 
     def snapshot(self) -> dict:
         """The whole map as plain data (for frontends and the CLI)."""

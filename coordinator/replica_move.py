@@ -113,7 +113,7 @@ def advance(co: MapWriter, ctl: Commands) -> list[str]:
     now = time.time()
     with co.lock:
         alive = _live(co)
-        pending = [dict(r) for r in co.pmap.ranges.values() if r.get("move") and r["state"] == "serving"]
+        pending = [dict(r) for rid in co.pmap.moving_ids() if (r := co.pmap.ranges[rid])["state"] == "serving"]
     ended = []
     for rec in pending:
         step = move_step(rec, alive, now, co.cfg.min_insync)

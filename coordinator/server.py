@@ -356,7 +356,8 @@ class Coordinator:
             if now >= next_rerepl:  # lost replicas rebuilt elsewhere (replica_ops.rereplicate)
                 next_rerepl = now + 1.0
                 self.controller.submit(replica_ops.rereplicate, self, self.controller, key="rereplicate")
-                self.controller.submit(replica_move.advance, self, self.controller, key="replica_moves")
+                if self.pmap.moving_ids():  # pending replica moves go one step on
+                    self.controller.submit(replica_move.advance, self, self.controller, key="replica_moves")
             if now >= next_gc:
                 next_gc = now + 30.0
                 self.controller.submit(ops.collect_garbage, self, self.controller, key="gc")
