@@ -130,10 +130,11 @@ class RingBudget:
         over = self.used - self.max_bytes
         if over <= 0:
             return
-        rings = list(self.rings)
-        share = budget_share(self.max_bytes, len(rings))
+        share = budget_share(self.max_bytes, len(self.rings))
         over -= grown.trim(share, over)
-        for ring in rings:
+        if over <= 0:  # the usual case: the ring that grew gave back enough (no walk over every ring)
+            return
+        for ring in list(self.rings):
             if over <= 0:
                 return
             if ring is not grown and ring.nbytes > share:

@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 import rocksdict
 
 from partition_server.range_store import RangeStore
-from partition_server.replica_log import ReplicaLog, decode_ops, encode_ops, pack_position, write_batch
+from partition_server.replica_log import ReplicaLog, decode_ops, encode_ops, pack_position
 from partition_server.store_keys import META_REPL
 from partition_server.tee import Ops
 
@@ -301,9 +301,8 @@ class Following:
         are taken in sequence order, each once.
 
         Several consecutive batches are written as ONE RocksDB WriteBatch (one WAL write) with the position of
-        the last one: all or none of them survive a crash, and ``META_REPL`` names exactly what the store holds.
-        A single batch takes the plain path, :meth:`RangeStore.apply_batch` (the reference the fast path must
-        equal: tests/unit/test_replication_protocol.py compares both)."""
+        the last one (:meth:`RangeStore.apply_batch`): all or none of them survive a crash, and ``META_REPL``
+        names exactly what the store holds."""
         if epoch != self.epoch or epoch < self.sealed:
             return -1
         self.heard_at = time.monotonic()
@@ -324,13 +323,8 @@ class Following:
             nxt += 1
         if not ready:
             return self.applied
-        if len(ready) == 1:  # the plain path: one batch, one WriteBatch
-            seq, blob, ops = ready[0]
-            self.store.apply_batch(ops, epoch, seq)
-        else:  # the fast path: every ready batch in one WriteBatch, the last position with them
-            wb = write_batch([op for _, _, ops in ready for op in ops])
-            wb.put(META_REPL, pack_position(epoch, ready[-1][0]))
-            self.store.write_raw(wb)
+        # every ready batch in one WriteBatch, the last position with them
+        self.store.apply_batch([op for _, _, ops in ready for op in ops], epoch, ready[-1][0])
         log = self.log
         for seq, blob, _ in ready:
             log.append(seq, blob)
