@@ -332,9 +332,10 @@ class Supervisor:
             time.sleep(0.2)
 
     def stop(self) -> None:
-        """Stop frontends, then partition servers, then the coordinator; SIGKILL stragglers."""
+        """Stop frontends, then partition servers, then the coordinator, then etcd (a drill's hosts run it; the
+        coordinators need it until they stop); SIGKILL stragglers."""
         self.stopping = True
-        for role in ("dashboard", "http-frontend", "frontend", "partition-server", "coordinator"):
+        for role in ("dashboard", "http-frontend", "frontend", "partition-server", "coordinator", "etcd"):
             group = [c for c in self.children if c.role == role and c.proc and c.proc.poll() is None]
             for c in group:
                 c.proc.send_signal(signal.SIGTERM)

@@ -258,8 +258,9 @@ def bench_takeover(servers: int, ranges: int, follow_s: float, mode: str, meta: 
     if meta == "etcd":
         from cli.bench.etcd_server import etcd_missing
 
-        if etcd_missing():
-            raise click.ClickException(str(etcd_missing()))
+        why = etcd_missing()
+        if why:
+            raise click.ClickException(why)
     res = run_takeover_bench(servers, ranges, echo=(lambda s: None) if as_json else click.echo, follow_s=follow_s,
                              mode=mode, meta=meta, cold=cold)
     click.echo(json.dumps(res, indent=2) if as_json else format_result(res))

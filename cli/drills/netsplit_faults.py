@@ -17,7 +17,7 @@ from collections.abc import Callable
 from typing import Any
 
 from cli.coordinator_client import call
-from cli.drills.drill_table import Prober
+from cli.drills.drill_table import Prober, most_owned
 from cli.drills.netsplit_drill import Drill, FenceProbe
 from cli.drills.netsplit_hosts import COORDINATORS, ETCD, PORTS
 from cli.drills.netsplit_report import ack_times, fence_summary, first_after, in_ranges, longest_gap, outage
@@ -59,10 +59,7 @@ def primary(d: Drill) -> dict:
     """Cut the partition server that is primary of most of the table's ranges; it must fence itself by its
     lease, its ranges must be served elsewhere, and it must rejoin and catch up once healed."""
     table, ranges, client = d.start_table()
-    owned: dict[str, int] = {}
-    for r in ranges:
-        owned[r["owner"]] = owned.get(r["owner"], 0) + 1
-    victim = max(sorted(owned), key=lambda s: owned[s])
+    victim = most_owned(ranges)
     watched = [r for r in ranges if r["owner"] == victim]
     rng = watched[0]
     pk = (rng["low"] or "a") + "~fence"
@@ -232,10 +229,7 @@ def host_lost(d: Drill) -> dict:
     table, ranges, client = d.start_table()
     st = d.status(5.0) or {}
     ranges = [r for r in st.get("ranges", []) if r["table"] == table] or ranges
-    owned: dict[str, int] = {}
-    for r in ranges:
-        owned[r["owner"]] = owned.get(r["owner"], 0) + 1
-    victim = max(sorted(owned), key=lambda s: owned[s])
+    victim = most_owned(ranges)
     info = next(s for s in st["servers"] if s["id"] == victim)
     n = min(len(r.get("replicas", [])) for r in ranges)
     t_cut = d.cut(victim)

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import time
 from typing import Any
 
 from cli.cluster_file import CLUSTER_FILE
@@ -151,18 +150,3 @@ class NetnsSupervisor(Supervisor):
     def child(self, cid: str) -> Child:
         """The supervised process with this id."""
         return next(c for c in self.children if c.id == cid)
-
-    def stop(self) -> None:
-        """Stop every process (etcd last: the coordinators need it until they stop)."""
-        super().stop()
-        for c in self.children:
-            if c.role == "etcd" and c.proc and c.proc.poll() is None:
-                c.proc.terminate()
-        deadline = time.monotonic() + 5
-        for c in self.children:
-            if c.role == "etcd" and c.proc:
-                try:
-                    c.proc.wait(timeout=max(0.1, deadline - time.monotonic()))
-                except Exception:  # noqa: BLE001 - still running: kill it
-                    c.proc.kill()
-                    c.proc.wait()
