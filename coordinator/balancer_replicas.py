@@ -20,6 +20,7 @@
 from __future__ import annotations
 
 from coordinator.balancer_round import Action, RangeView, Round
+from coordinator.replica_sets import zone_clash
 
 
 def _replicated(v: RangeView) -> bool:
@@ -44,15 +45,10 @@ def moves_in_flight(views: list[RangeView]) -> int:
 
 def _movable(v: RangeView, rd: Round) -> bool:
     st = rd.st
-    return (v.eligible and _replicated(v) and not v.rec.get("move") and v.id not in rd.acted
+    return (v.eligible and _replicated(v) and v.id not in rd.acted  # eligible: serving, no replica move under way
             and not rd.recently("split", v.id, st.replica_move_cooldown_s)
             and not rd.recently("merge", v.id, st.replica_move_cooldown_s)
             and not rd.recently("replica_move", v.id, st.replica_move_cooldown_s))
-
-
-def _zone_ok(rec: dict, source: str, target: str, zones: dict[str, str]) -> bool:
-    zone = zones.get(target, target)
-    return all(zones.get(s, s) != zone for s in rec["replicas"] if s != source)
 
 
 def plan_replica_moves(views: list[RangeView], live: list[str], zones: dict[str, str], rd: Round,
@@ -68,7 +64,7 @@ def plan_replica_moves(views: list[RangeView], live: list[str], zones: dict[str,
             if counts[hot] - counts[cold] < max(st.replica_move_min_gap, 2):
                 break
             cands = [v for v in views if _movable(v, rd) and hot in v.rec["replicas"]
-                     and cold not in v.rec["replicas"] and _zone_ok(dict(v.rec), hot, cold, zones)]
+                     and cold not in v.rec["replicas"] and not zone_clash(v.rec, hot, cold, zones)]
             if cands:
                 best = min(cands, key=lambda v: (v.rec["owner"] == hot, v.bytes, v.order))
                 planned = (hot, best)
@@ -99,12 +95,15 @@ def plan_primary_spread(views: list[RangeView], live: list[str], rd: Round, budg
     while len(led) >= 2 and len(out) < budget:
         planned = None
         for hot in sorted(led, key=lambda s: (-led[s], s)):
+            mine: list[RangeView] | None = None  # the ranges hot leads that may move (once per hot server)
             for cold in sorted(led, key=lambda s: (led[s], s)):
                 if led[hot] - led[cold] < max(st.replica_move_min_gap, 2):
                     break
-                cands = [v for v in views if v.eligible and _replicated(v) and v.rec["owner"] == hot
-                         and not v.rec.get("move") and v.id not in rd.acted and cold in v.rec.get("insync", [])
-                         and v.score < st.move_min_rps and not rd.recently("move", v.id, st.move_cooldown_s)]
+                if mine is None:
+                    mine = [v for v in views if v.eligible and _replicated(v) and v.rec["owner"] == hot
+                            and v.id not in rd.acted and v.score < st.move_min_rps
+                            and not rd.recently("move", v.id, st.move_cooldown_s)]
+                cands = [v for v in mine if cold in v.rec.get("insync", [])]
                 if cands:
                     planned = (hot, cold, min(cands, key=lambda v: (v.score, v.order)))
                     break

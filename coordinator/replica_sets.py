@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 from rangetable.errors import TableError
 
@@ -149,11 +150,17 @@ def check_move(rec: dict, source: str, target: str, live: set[str], zones: dict[
     if target not in live:
         raise TableError("ResourceNotFound", f"partition server {target} is not a live replication server")
     zones = zones or {}
-    zone = zones.get(target, target)
-    clash = [s for s in rec["replicas"] if s != source and zones.get(s, s) == zone]
+    clash = zone_clash(rec, source, target, zones)
     if clash:
-        raise TableError("InvalidInput", f"{target} is in zone {zone!r} like {', '.join(clash)}, another replica of "
-                         f"{rec['id']}: replicas of a range go to distinct zones")
+        raise TableError("InvalidInput", f"{target} is in zone {zones.get(target, target)!r} like {', '.join(clash)}, "
+                         f"another replica of {rec['id']}: replicas of a range go to distinct zones")
+
+
+def zone_clash(rec: Mapping[str, Any], source: str, target: str, zones: dict[str, str]) -> list[str]:
+    """The replicas of ``rec`` other than ``source`` in ``target``'s zone (``zones``: server -> zone; a server
+    without one is a zone of its own): where a replica moving from ``source`` to ``target`` may not go."""
+    zone = zones.get(target, target)
+    return [s for s in rec["replicas"] if s != source and zones.get(s, s) == zone]
 
 
 def move_step(rec: dict, alive: set[str], now: float, min_insync: int) -> str:
