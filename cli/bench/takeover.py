@@ -98,7 +98,11 @@ def run_takeover_bench(servers: int = 1000, ranges: int = 100_000, echo: Any = p
     if meta == "etcd":
         os.makedirs(os.path.join(work, "etcd"))
         etcd = LocalEtcd(os.path.join(work, "etcd")).start()
-        seed_s = _seed_etcd(etcd.base, "/bench", sids, recs)
+        try:
+            seed_s = _seed_etcd(etcd.base, "/bench", sids, recs)
+        except BaseException:
+            etcd.stop()  # the try below that stops it has not begun
+            raise
         echo(f"etcd on {etcd.base}: seeded {len(recs)} ranges in {seed_s:.1f} s")
         extra += ["--meta", etcd.url + "/bench"]
     else:
