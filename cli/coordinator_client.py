@@ -70,8 +70,13 @@ def _call_one(endpoint: str, body: dict, timeout: float) -> Any:
 
 
 def range_loads(status: dict) -> dict[str, dict]:
-    """Each range's last load report (range id → report), from a coordinator ``status`` answer."""
-    return {rid: ld for s in status.get("servers", []) for rid, ld in (s.get("load") or {}).items()}
+    """Each range's last load report (range id → report) from its primary, from a coordinator ``status`` answer.
+
+    A follower reports its replicas too (their size, a compaction), never the requests the primary serves: its
+    report must not stand in for the primary's."""
+    owner = {r["id"]: r.get("owner") for r in status.get("ranges", [])}
+    return {rid: ld for s in status.get("servers", []) for rid, ld in (s.get("load") or {}).items()
+            if owner.get(rid, s.get("id")) == s.get("id")}
 
 
 def human_size(n: float) -> str:

@@ -26,6 +26,7 @@ from coordinator.replica_sets import (
     repair,
     without,
 )
+from rangetable.crash import crash_point
 from rangetable.errors import TableError
 
 if TYPE_CHECKING:
@@ -119,6 +120,7 @@ def promote(co: MapWriter, ctl: Commands, rids: list[str], reason: str,
     positions = _seal(co, ctl, recs, primaries=True, epochs=adopted)
     for rid, pos in _seal(co, ctl, recs, primaries=False, epochs=adopted).items():
         positions[rid].update(pos)
+    crash_point("promote.after_seal", co.cfg.data_dir)
     done, events = [], []
     with co.lock:
         puts: dict[bytes, Any] = {}
@@ -143,6 +145,7 @@ def promote(co: MapWriter, ctl: Commands, rids: list[str], reason: str,
                            "dropped": sorted(set(rec["replicas"]) - set(change["replicas"]))})
         if puts:
             co.commit((puts, []))
+            crash_point("promote.after_commit", co.cfg.data_dir)
         promoted = [dict(co.pmap.ranges[rid]) for rid in done]
     open_replicas(co, ctl, promoted)
     ms = round((time.monotonic() - t0) * 1000, 2)
@@ -166,6 +169,7 @@ def transfer(co: MapWriter, ctl: Commands, rid: str, target: str, reason: str) -
             raise TableError("ServerBusy", f"range {rid} is {rec['state']}")
         source = rec["owner"]
         co.commit(co.pmap.update(rec, state="moving"))
+        crash_point("transfer.after_intent", co.cfg.data_dir)
     t0 = time.monotonic()
     try:
         promote(co, ctl, [rid], reason, prefer={rid: target})
@@ -286,6 +290,7 @@ def merge_replicas(co: MapWriter, ctl: Commands, left: dict, right: dict, out: d
     positions = _seal(co, ctl, recs, primaries=True, epochs=adopted)
     for rid, pos in _seal(co, ctl, recs, primaries=False, epochs=adopted).items():
         positions[rid].update(pos)
+    crash_point("promote.after_seal", co.cfg.data_dir)
     owner = left["owner"]
     lp, rp = positions[left["id"]], positions[right["id"]]
     if owner not in lp or owner not in rp:

@@ -257,7 +257,8 @@ class PartitionServer:
             rid, req = protocol.parse_request(frames[1:])
             self._nbytes = len(frames[-1])
             if repl is not None and req["op"] in DATA_OPS:  # without replicas no reply is ever held
-                self._range = req.get("range")
+                held = req.get("range")
+                self._range = held if isinstance(held, str) else None  # a malformed id holds nothing back
             result = self.handle(req, peer)
             if isinstance(result, Deferred):
                 self.deferred.append((ident, rid, result))

@@ -3,13 +3,18 @@
 ``RANGETABLE_CRASH_AT=split.after_checkpoint`` (comma-separated names allowed) makes the process that
 reaches that step exit at once with status 77, as a kill -9 would leave it: no cleanup, no flush
 beyond what RocksDB's WAL already holds. Each point fires once per data dir (a marker file under
-``<data-dir>/run/`` remembers it), so the supervisor's restart of the process carries on normally.
+``<data-dir>/run/`` remembers it), so the supervisor's restart of the process carries on normally. On a
+replicated cluster every partition server has a data dir of its own: ``RANGETABLE_CRASH_DIR`` names one
+directory for the markers of every process, so a point fires once in the whole cluster (one process crashes,
+as one would), not once on each replica.
 
 Points, by process: coordinator ``move.after_intent``, ``move.after_unload``, ``move.after_commit``,
 ``split.after_intent``, ``split.after_split``, ``split.after_commit``, ``merge.after_intent``,
 ``merge.after_merge``, ``merge.after_commit``; partition server ``ps.load.before_open``,
 ``ps.unload.after_close``, ``ps.split.after_split``,
-``ps.merge.after_merge``.
+``ps.merge.after_merge``; on a replicated range a move is a leadership transfer, with coordinator points
+``transfer.after_intent``, ``promote.after_seal`` and ``promote.after_commit`` (:data:`ONE_COPY_POINTS` are the
+steps only a one-copy move takes).
 
 Fault points are the same idea for a misbehaviour rather than an exit: ``RANGETABLE_FAULT_AT=warm.freeze``
 names the fault, and it acts from the moment a test creates ``<data-dir>/run/arm-warm.freeze`` (so the
@@ -28,7 +33,10 @@ POINTS = frozenset({
     "merge.after_intent", "merge.after_merge", "merge.after_commit",
     "ps.load.before_open", "ps.unload.after_close", "ps.split.after_split",
     "ps.merge.after_merge",
+    "transfer.after_intent", "promote.after_seal", "promote.after_commit",
 })
+ONE_COPY_POINTS = frozenset({"move.after_intent", "move.after_unload", "move.after_commit", "ps.unload.after_close"})
+"""The points of a one-copy move (unload from the source, load on the target); a replicated range never takes them."""
 EXIT_STATUS = 77
 
 
@@ -41,7 +49,7 @@ def crash_point(name: str, data_dir: str) -> None:
     """Exit the process right here if ``RANGETABLE_CRASH_AT`` names this point (once per data dir)."""
     if not _named("RANGETABLE_CRASH_AT", name):
         return
-    run = os.path.join(data_dir, "run")
+    run = os.environ.get("RANGETABLE_CRASH_DIR") or os.path.join(data_dir, "run")
     marker = os.path.join(run, f"crashed-{name}")
     if os.path.exists(marker):
         return

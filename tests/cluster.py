@@ -21,17 +21,24 @@ from cli.coordinator_client import call
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def one_copy_unless_given(extra: list[str]) -> list[str]:
-    """``--replicas 1`` unless ``extra`` names --replicas: the suite's clusters keep one copy of each range under
-    the shared data root (two servers by default) unless a test asks for replicas; `rangetable up` itself
-    defaults to three."""
-    return [] if any(a == "--replicas" or a.startswith("--replicas=") for a in extra) else ["--replicas", "1"]
+ONE_COPY = ["--replicas", "1"]
+"""The one-copy lane (every range once under the shared data root): for a test about that mode, which says so in
+its name (``one_copy``); every other test runs `rangetable up`'s defaults (3 servers, 3 replicas, min-insync 2)."""
+
+
+def one_copy_named(extra: list[str], name: str) -> None:
+    """Refuse ``--replicas 1`` for a test whose name (module or test) does not say ``one_copy``."""
+    one = any(a == "--replicas=1" for a in extra) or any(
+        a == "--replicas" and b == "1" for a, b in zip(extra, extra[1:], strict=False))
+    if one and "one_copy" not in name:
+        raise AssertionError(f"{name} starts a one-copy cluster (--replicas 1): the suite runs `rangetable up`'s "
+                             "defaults unless a test is about another mode and says so in its name (one_copy)")
 
 
 class Cluster:
     """A running local cluster (coordinator, partition servers, frontends)."""
 
-    def __init__(self, data_dir: str | os.PathLike, servers: int = 2, frontends: int = 1,
+    def __init__(self, data_dir: str | os.PathLike, servers: int = 3, frontends: int = 1,
                  extra: list[str] | None = None, env: dict[str, str] | None = None) -> None:
         self.data_dir = str(data_dir)
         self.servers = servers
@@ -46,7 +53,7 @@ class Cluster:
         """Start the cluster and wait until it serves."""
         argv = [sys.executable, "-m", "cli.main", "up", "--detach", "--data-dir", self.data_dir,
                 "--native-port", "0", "--http-port", "0", "--dashboard-port", "0", "--servers", str(self.servers),
-                "--frontends", str(self.frontends), *one_copy_unless_given(self.extra), *self.extra]
+                "--frontends", str(self.frontends), *self.extra]
         env = {**os.environ, **self.env} if self.env else None
         out = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=90, env=env)
         if out.returncode != 0:

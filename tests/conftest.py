@@ -4,7 +4,7 @@
   :class:`tests.cluster.Cluster` on ephemeral ports in a fresh temporary data dir and stops it (down, then
   SIGKILL of anything left) when the test module ends, even when the test failed. Tests that share one
   cluster wrap it in a module-scoped fixture; a test that needs a cluster of its own uses it as a context
-  manager (``with cluster_factory(servers=1) as c:``), which stops it at the end of the block.
+  manager (``with cluster_factory() as c:``), which stops it at the end of the block.
 * Tests under ``tests/unit/`` start no process: an autouse guard makes any attempt fail loudly.
 * Test ids are the same in every pytest-xdist worker, and the files with slow tests are handed out first.
 * ``@pytest.mark.serial`` tests (wall-clock bounds) are left out of the parallel run and run alone after
@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.cluster import Cluster, ClusterFactory
+from tests.cluster import Cluster, ClusterFactory, one_copy_named
 
 UNIT = Path(__file__).resolve().parent / "unit"
 ADDRESS = re.compile(r" at 0x[0-9a-f]+")
@@ -39,9 +39,11 @@ def cluster_factory(tmp_path_factory: pytest.TempPathFactory,
     started: list[Cluster] = []
     stem = request.module.__name__.rsplit(".", 1)[-1].removeprefix("test_")
 
-    def start(servers: int = 2, frontends: int = 1, extra: list[str] | None = None,
+    def start(servers: int = 3, frontends: int = 1, extra: list[str] | None = None,
               env: dict[str, str] | None = None, data_dir: str | os.PathLike | None = None) -> Cluster:
-        """Start a cluster (in a new temporary dir unless ``data_dir`` is given) and wait until it serves."""
+        """Start a cluster (in a new temporary dir unless ``data_dir`` is given) and wait until it serves: by default
+        what `rangetable up` starts (3 servers, 3 replicas); ``--replicas 1`` only for a test named ``one_copy``."""
+        one_copy_named(extra or [], f"{request.module.__name__}::{os.environ.get('PYTEST_CURRENT_TEST', '')}")
         cluster = Cluster(data_dir or tmp_path_factory.mktemp(stem), servers=servers, frontends=frontends,
                           extra=extra, env=env)
         started.append(cluster)

@@ -18,7 +18,7 @@ from tests.cluster import Cluster, ClusterFactory
 
 @pytest.fixture(scope="module")
 def cluster(cluster_factory: ClusterFactory):
-    with cluster_factory(servers=1) as c:
+    with cluster_factory() as c:
         yield c
 
 

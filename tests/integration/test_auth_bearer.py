@@ -53,7 +53,7 @@ def cert(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, str]:
 
 def test_sdk_with_bearer_tokens_over_https(tmp_path: os.PathLike, cert: tuple[str, str], cluster_factory: ClusterFactory) -> None:
     c, k = cert
-    with cluster_factory(servers=1, extra=["--cert", c, "--key", k, "--oauth", "basic"], data_dir=tmp_path) as cluster:
+    with cluster_factory(extra=["--cert", c, "--key", k, "--oauth", "basic"], data_dir=tmp_path) as cluster:
         cred = DevCredential()
         with TableServiceClient(cluster.http, credential=cred, connection_verify=c) as svc:
             t = svc.create_table("Bearer")

@@ -30,7 +30,7 @@ def cluster(cluster_factory: ClusterFactory):
     if shutil.which("az") is None:
         print("skipping the Azure CLI cases: az is not installed")
         pytest.skip("az is not installed (pip install azure-cli to run these cases)")
-    with cluster_factory(servers=1) as c:
+    with cluster_factory() as c:
         yield c
 
 

@@ -16,7 +16,7 @@ from tests.cluster import Cluster, ClusterFactory
 
 @pytest.fixture(scope="module")
 def replicated(cluster_factory: ClusterFactory) -> Iterator[Cluster]:
-    with cluster_factory(servers=3, extra=["--replicas", "3", "--coordinators", "3", "--no-dashboard",
+    with cluster_factory(extra=["--coordinators", "3", "--no-dashboard",
                                            "--rereplicate-after-s", "5"]) as c:
         yield c
 

@@ -40,7 +40,7 @@ from tests.integration.client_fixtures import (  # noqa: F401  (fixtures)
 
 @pytest.fixture(scope="module")
 def cluster(cluster_factory: ClusterFactory):
-    with cluster_factory(servers=2) as c:
+    with cluster_factory() as c:
         yield c
 
 

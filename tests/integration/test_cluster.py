@@ -17,7 +17,7 @@ from tests.cluster import Cluster, ClusterFactory
 
 @pytest.fixture(scope="module")
 def cluster(cluster_factory: ClusterFactory):
-    with cluster_factory(servers=2) as c:
+    with cluster_factory() as c:
         yield c
 
 
@@ -175,13 +175,13 @@ def test_partition_server_kill9_fails_over(cluster: Cluster) -> None:
 
 
 def test_up_again_brings_back_every_table_and_entity(tmp_path, cluster_factory: ClusterFactory) -> None:
-    with cluster_factory(servers=2, data_dir=tmp_path) as c:
+    with cluster_factory(data_dir=tmp_path) as c:
         svc = TableServiceClient(c.native)
         t = svc.create_table("Durable")
         t.submit_transaction([("create", {"PartitionKey": "p", "RowKey": str(i), "i": i}) for i in range(100)])
         rid = ranges_of(c, "Durable")[0]["id"]
         c.admin({"op": "split", "range": rid, "key": "p"})
-    with cluster_factory(servers=2, data_dir=tmp_path) as c:
+    with cluster_factory(data_dir=tmp_path) as c:
         t = TableServiceClient(c.native).get_table_client("Durable")
         assert sorted(int(e["RowKey"]) for e in t.list_entities()) == list(range(100))
         assert len(ranges_of(c, "Durable")) == 2

@@ -24,7 +24,7 @@ from tests.cluster import Cluster, ClusterFactory
 
 @pytest.fixture(scope="module")
 def cluster(cluster_factory: ClusterFactory):
-    with cluster_factory(servers=2, extra=["--coordinators", "3"]) as c:
+    with cluster_factory(extra=["--coordinators", "3"]) as c:
         yield c
 
 

@@ -26,7 +26,7 @@ from tests.cluster import ROOT, Cluster, ClusterFactory
 
 @pytest.fixture(scope="module")
 def cluster(cluster_factory: ClusterFactory):
-    with cluster_factory(servers=2) as c:
+    with cluster_factory() as c:
         yield c
 
 
@@ -86,7 +86,7 @@ def test_no_endpoint_answers_a_peer_without_a_key(cluster: Cluster) -> None:
     finally:
         for s in socks:
             s.close(0)
-    logs = {n: Path(cluster.data_dir, "logs", f"{n}.log").read_text() for n in ("fe-1", "coordinator", "ps-1", "ps-2")}
+    logs = {n: Path(cluster.data_dir, "logs", f"{n}.log").read_text() for n in ("fe-1", "coordinator", "ps-1", "ps-2", "ps-3")}
     for name, text in logs.items():
         assert "refused a peer" in text, name  # the plain peer
         assert f"refused CURVE key {stranger.user_id}" in text, name  # the unregistered key

@@ -99,7 +99,7 @@ def test_dashboard_shows_a_hot_key_range(tmp_path: Path, cluster_factory: Cluste
         status, body = get(dash + "api/state")
         state = json.loads(body)
         assert {r["id"] for r in state["ranges"]} == {r["id"] for r in cluster.status()["ranges"]}
-        assert all(s["alive"] and s["lease"] == "held" for s in state["servers"]) and len(state["servers"]) == 2
+        assert all(s["alive"] and s["lease"] == "held" for s in state["servers"]) and len(state["servers"]) == 3
         assert [e["kind"] for e in state["events"]].count("split") == 3
         assert state["history"]["columns"] >= 8 and not state["error"]
         metrics = next(p["metrics"] for p in cluster.doc["processes"] if p["role"] == "dashboard")
@@ -129,7 +129,7 @@ def test_dashboard_shows_a_hot_key_range(tmp_path: Path, cluster_factory: Cluste
         assert dom.returncode == 0, dom.stderr[-2000:]
         for r in state["ranges"]:
             assert f'data-range="{r["id"]}"' in dom.stdout
-        assert "2/2 servers alive" in dom.stdout
+        assert "3/3 servers alive" in dom.stdout
         shot = tmp_path / "dashboard.png"
         out = chromium(dash + "?window=60", f"--screenshot={shot}", tmp=tmp_path)
         assert out.returncode == 0 and shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", out.stderr[-2000:]
@@ -140,7 +140,7 @@ def test_dashboard_shows_a_hot_key_range(tmp_path: Path, cluster_factory: Cluste
 
 
 def test_dashboard_runs_alone_against_a_cluster(tmp_path: Path, cluster_factory: ClusterFactory) -> None:
-    with cluster_factory(servers=1, extra=["--no-dashboard", "--no-metrics"], data_dir=tmp_path / "data") as cluster:
+    with cluster_factory(extra=["--no-dashboard", "--no-metrics"], data_dir=tmp_path / "data") as cluster:
         assert cluster.doc["dashboard"] is None
         assert not any(p["role"] == "dashboard" for p in cluster.doc["processes"])
         proc = subprocess.Popen([sys.executable, "-m", "cli.main", "dashboard", "--data-dir", cluster.data_dir,
@@ -186,7 +186,7 @@ def test_dashboard_command_errors(tmp_path: Path) -> None:
 def test_dashboard_shows_ranges_not_in_sync_and_under_replicated(tmp_path: Path, cluster_factory: ClusterFactory) -> None:
     from rangetable.client import TableServiceClient
 
-    with cluster_factory(servers=3, extra=["--replicas", "3", "--no-restart", "--rereplicate-after-s", "600"],
+    with cluster_factory(extra=["--no-restart", "--rereplicate-after-s", "600"],
                          data_dir=tmp_path / "data") as cluster:
         dash = cluster.doc["dashboard"]
         call(cluster.native, {"op": "create_table", "table": "copies"})

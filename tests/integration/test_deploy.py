@@ -164,7 +164,7 @@ def test_image_install_runs_a_cluster(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
     run = dict(cwd=tmp_path, capture_output=True, text=True, timeout=90, env=env)  # not the checkout: the install
     try:
-        out = subprocess.run([rt, "up", "--detach", "--data-dir", data, "--servers", "1", "--replicas", "1",
+        out = subprocess.run([rt, "up", "--detach", "--data-dir", data,
                               "--http-port", "0", "--native-port", "0", "--dashboard-port", "0"], **run)
         assert out.returncode == 0, out.stdout + out.stderr
         assert subprocess.run([rt, "table", "create", "Img", "--data-dir", data], **run).returncode == 0

@@ -10,12 +10,12 @@ import pytest
 from click.testing import CliRunner
 
 from cli.main import main
-from tests.cluster import Cluster, ClusterFactory
+from tests.cluster import ONE_COPY, Cluster, ClusterFactory
 
 
 @pytest.fixture(scope="module")
 def replicated(cluster_factory: ClusterFactory) -> Iterator[Cluster]:
-    with cluster_factory(servers=3, extra=["--replicas", "3", "--no-dashboard"]) as c:
+    with cluster_factory(extra=["--no-dashboard"]) as c:
         yield c
 
 
@@ -33,8 +33,8 @@ def test_disk_loss_drill_loses_nothing(replicated: Cluster) -> None:
     assert text.rstrip().splitlines()[-1] == "PASS" and out.exit_code == 0, text
 
 
-def test_disk_loss_drill_refuses_an_unreplicated_cluster(cluster_factory: ClusterFactory) -> None:
-    with cluster_factory(servers=2, extra=["--no-dashboard"]) as c:
+def test_disk_loss_drill_refuses_a_one_copy_cluster(cluster_factory: ClusterFactory) -> None:
+    with cluster_factory(servers=2, extra=[*ONE_COPY, "--no-dashboard"]) as c:
         out = CliRunner().invoke(main, ["drill", "disk-loss", "--duration", "2", "--data-dir", c.data_dir])
     assert out.exit_code != 0
     assert "needs a replicated cluster" in out.output and "loses its ranges' data by design" in out.output

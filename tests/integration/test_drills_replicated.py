@@ -15,7 +15,7 @@ from tests.cluster import Cluster, ClusterFactory
 
 @pytest.fixture(scope="module")
 def cluster(cluster_factory: ClusterFactory):
-    with cluster_factory(servers=3, extra=["--replicas", "3", "--coordinators", "3", "--no-dashboard"]) as c:
+    with cluster_factory(extra=["--coordinators", "3", "--no-dashboard"]) as c:
         yield c
 
 

@@ -84,7 +84,7 @@ def test_items_page_through_many_keys(etcd: str) -> None:
 def test_a_cluster_on_etcd_serves_writes_and_survives_a_leader_kill(etcd: str, tmp_path: Path, cluster_factory: ClusterFactory) -> None:
     from cli.drills.coordinator_failover import MAX_GAP_S, format_report, run_coordinator_drill
 
-    with cluster_factory(servers=2, extra=["--coordinators", "2", "--meta", etcd + "/cluster"], data_dir=tmp_path / "c") as c:
+    with cluster_factory(extra=["--coordinators", "2", "--meta", etcd + "/cluster"], data_dir=tmp_path / "c") as c:
         before = c.status()
         assert before["takeover"]["meta"] == "etcd"
         for name in ("coordinator", "election"):  # neither meta store nor election files on the data root

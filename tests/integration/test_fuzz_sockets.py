@@ -72,7 +72,7 @@ def _message(rnd: random.Random, ops: list[str]) -> list[bytes]:
 
 @pytest.fixture(scope="module")
 def cluster(cluster_factory: ClusterFactory):
-    with cluster_factory(servers=2) as c:
+    with cluster_factory() as c:
         yield c
 
 
@@ -130,6 +130,6 @@ def test_random_frames_from_keyed_peers_crash_nothing(cluster: Cluster) -> None:
     assert got == before
     t.upsert_entity({"PartitionKey": "after", "RowKey": "fuzz", "n": 1})
     assert t.get_entity("after", "fuzz")["n"] == 1
-    for name in ("coordinator", "ps-1", "ps-2", "fe-1"):
+    for name in ("coordinator", "ps-1", "ps-2", "ps-3", "fe-1"):
         text = open(os.path.join(cluster.data_dir, "logs", f"{name}.log")).read()
         assert "Traceback" not in text, f"{name}: {text[-2000:]}"

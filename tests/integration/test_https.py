@@ -46,7 +46,7 @@ def test_bad_certificate_is_refused_before_start(tmp_path: os.PathLike, cert: tu
 
 def test_sdk_round_trip_over_https(tmp_path: os.PathLike, cert: tuple[str, str], cluster_factory: ClusterFactory) -> None:
     c, k = cert
-    with cluster_factory(servers=1, extra=["--cert", c, "--key", k], data_dir=tmp_path) as cluster:
+    with cluster_factory(extra=["--cert", c, "--key", k], data_dir=tmp_path) as cluster:
         assert cluster.http.startswith("https://127.0.0.1:")
         assert "DefaultEndpointsProtocol=https;" in cluster.connection_string
         assert f"TableEndpoint={cluster.http};" in cluster.connection_string

@@ -17,6 +17,6 @@ from tests.rest_helpers import DEV_ACCOUNT, DEV_KEY
 @pytest.mark.slow
 def test_js_sdk_reference_cases(tmp_path, cluster_factory: ClusterFactory):
     install()
-    with cluster_factory(servers=1, data_dir=tmp_path / "data") as c:
+    with cluster_factory(data_dir=tmp_path / "data") as c:
         run_cases("cases.mjs", {"RT_TABLE_URL": c.http, "RT_ACCOUNT": DEV_ACCOUNT, "RT_KEY": DEV_KEY}, timeout=180,
                   cases=26)  # the 25 reference cases and the condition/counter headers through customHeaders

@@ -20,7 +20,7 @@ from tests.rest_helpers import DEV_ACCOUNT, DEV_KEY
 @pytest.fixture(scope="module")
 def cluster(cluster_factory: ClusterFactory):
     install()
-    with cluster_factory(servers=1) as c:
+    with cluster_factory() as c:
         yield c
 
 

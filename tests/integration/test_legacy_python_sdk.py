@@ -33,7 +33,7 @@ _n = itertools.count()
 
 @pytest.fixture(scope="module")
 def cluster(cluster_factory: ClusterFactory):
-    with cluster_factory(servers=1) as c:
+    with cluster_factory() as c:
         yield c
 
 

@@ -13,7 +13,7 @@ from tests.cluster import Cluster, ClusterFactory
 
 @pytest.fixture(scope="module")
 def cluster(cluster_factory: ClusterFactory):
-    with cluster_factory(servers=2, extra=["--partition-target", "500"]) as c:
+    with cluster_factory(extra=["--partition-target", "500"]) as c:
         yield c
 
 

@@ -44,7 +44,7 @@ def _moved(c: Cluster, rid: str, source: str, target: str) -> bool:
 
 
 def test_replica_moves_keep_zones_and_lose_no_write(cluster_factory: Any) -> None:
-    with cluster_factory(servers=4, extra=["--replicas", "3", "--zones", "a,b,c,c", "--no-dashboard"]) as c:
+    with cluster_factory(servers=4, extra=["--zones", "a,b,c,c", "--no-dashboard"]) as c:
         c.admin({"op": "balancer", "action": "off"})
         c.wait(lambda: {s["id"]: s.get("zone") for s in c.status()["servers"] if s["alive"]} == ZONES, 20, "zones")
         for t in ("zone1", "zone2", "zone3"):

@@ -20,7 +20,7 @@ from tests.cluster import Cluster
 
 @pytest.fixture
 def replicated(cluster_factory: Any) -> Iterator[Cluster]:
-    with cluster_factory(servers=3, extra=["--replicas", "3", "--no-dashboard"]) as c:
+    with cluster_factory(extra=["--no-dashboard"]) as c:
         c.admin({"op": "balancer", "action": "off"})  # one range per table: the tests split, move and merge it
         yield c
 

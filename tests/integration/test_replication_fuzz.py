@@ -81,7 +81,7 @@ def _messages(rng: random.Random, rec: dict, n: int) -> list[list[bytes]]:
 
 
 def test_random_frames_to_replication_endpoints(cluster_factory: Any) -> None:
-    with cluster_factory(servers=3, extra=["--replicas", "3", "--no-dashboard"]) as c:
+    with cluster_factory(extra=["--no-dashboard"]) as c:
         c.admin({"op": "create_table", "table": "fuzzed"})
         client = TableServiceClient.from_cluster(c.data_dir).get_table_client("fuzzed")
         for i in range(100):

@@ -47,7 +47,7 @@ def _rates(c: Cluster) -> list[str]:
 
 @pytest.fixture
 def four(cluster_factory: Any) -> Iterator[Cluster]:
-    with cluster_factory(servers=4, extra=["--replicas", "3", "--no-dashboard", "--no-restart",
+    with cluster_factory(servers=4, extra=["--no-dashboard", "--no-restart",
                                            "--rereplicate-after-s", "2"]) as c:
         c.admin({"op": "balancer", "action": "off"})  # one range per table: the tests split, move and merge it
         yield c
@@ -55,7 +55,7 @@ def four(cluster_factory: Any) -> Iterator[Cluster]:
 
 @pytest.fixture
 def three(cluster_factory: Any) -> Iterator[Cluster]:
-    with cluster_factory(servers=3, extra=["--replicas", "3", "--no-dashboard"]) as c:
+    with cluster_factory(extra=["--no-dashboard"]) as c:
         c.admin({"op": "balancer", "action": "off"})  # one range per table: the tests split, move and merge it
         yield c
 

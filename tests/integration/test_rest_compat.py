@@ -21,7 +21,7 @@ SECONDARY = f"/{DEV_ACCOUNT}-secondary"
 
 @pytest.fixture(scope="module")
 def cluster(cluster_factory: ClusterFactory):
-    with cluster_factory(servers=1) as c:
+    with cluster_factory() as c:
         yield c
 
 

@@ -42,7 +42,7 @@ def _name() -> str:
 
 @pytest.fixture(scope="module")
 def cluster(cluster_factory: ClusterFactory):
-    with cluster_factory(servers=2, extra=["--http-port", "0"]) as c:
+    with cluster_factory(extra=["--http-port", "0"]) as c:
         yield c
 
 

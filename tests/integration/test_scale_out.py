@@ -16,7 +16,7 @@ from tests.cluster import ROOT, Cluster, ClusterFactory
 
 @pytest.fixture(scope="module")
 def cluster(cluster_factory: ClusterFactory):
-    with cluster_factory(servers=2, frontends=2) as c:
+    with cluster_factory(frontends=2) as c:
         yield c
 
 

@@ -28,7 +28,7 @@ CRED = AzureNamedKeyCredential(DEV_ACCOUNT, DEV_KEY)
 
 @pytest.fixture(scope="module")
 def replicated(cluster_factory: Any) -> Iterator[Cluster]:
-    with cluster_factory(servers=3, extra=["--replicas", "3", "--no-dashboard"]) as c:
+    with cluster_factory(extra=["--no-dashboard"]) as c:
         c.admin({"op": "balancer", "action": "off"})  # the test splits the table itself
         yield c
 
@@ -161,7 +161,7 @@ def test_a_lagging_follower_holds_last_sync_time_back(replicated: Cluster) -> No
 
 
 def test_secondary_without_replication_reads_the_primary(cluster_factory: Any) -> None:
-    with cluster_factory(servers=1, extra=["--no-dashboard"]) as c, _service(c) as primary, \
+    with cluster_factory(extra=["--no-dashboard"]) as c, _service(c) as primary, \
             _service(c, secondary=True) as secondary:
         primary.create_table("plain")
         t = primary.get_table_client("plain")

@@ -48,7 +48,7 @@ def _freeze_the_standbys_copy(data_dir: Path) -> None:
 def test_a_standby_whose_warm_copy_missed_a_change_takes_over_with_the_durable_map(
         tmp_path: Path, change: str, cluster_factory: ClusterFactory) -> None:
     env = {"RANGETABLE_FAULT_AT": "warm.freeze"}
-    with cluster_factory(servers=2, extra=["--coordinators", "2"], env=env, data_dir=tmp_path) as c:
+    with cluster_factory(extra=["--coordinators", "2"], env=env, data_dir=tmp_path) as c:
         t = TableServiceClient(c.native, timeout=20).create_table("Stale")
         keys = [(f"p{p:02d}", f"r{r}") for p in range(PARTITIONS) for r in range(ROWS)]
         for pk, rk in keys:

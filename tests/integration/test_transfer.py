@@ -29,7 +29,7 @@ def rangetable(*args: str) -> subprocess.CompletedProcess:
 
 @pytest.fixture(scope="module")
 def cluster(cluster_factory: ClusterFactory):
-    with cluster_factory(servers=2) as c:
+    with cluster_factory() as c:
         call(c.native, {"op": "create_table", "table": "Source"})
         ents = sample()
         for i in range(0, N, 25):

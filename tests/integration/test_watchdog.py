@@ -39,7 +39,7 @@ def test_partition_server_pings_only_while_it_renews_its_lease(tmp_path: Path, c
     notify.bind(str(tmp_path / "notify"))
     notify.settimeout(5)
     env = {"RANGETABLE_ALIVE_FILE": alive, "NOTIFY_SOCKET": str(tmp_path / "notify"), "WATCHDOG_USEC": "2000000"}
-    with notify, cluster_factory(servers=1, env=env, extra=["--no-restart"], data_dir=tmp_path / "rt") as cluster:
+    with notify, cluster_factory(env=env, extra=["--no-restart"], data_dir=tmp_path / "rt") as cluster:
         assert notify.recv(64) == b"WATCHDOG=1"  # what systemd's WatchdogSec waits for
         deadline = time.monotonic() + 10
         while not os.path.exists(alive) and time.monotonic() < deadline:
@@ -48,8 +48,10 @@ def test_partition_server_pings_only_while_it_renews_its_lease(tmp_path: Path, c
         time.sleep(1.2)
         assert os.stat(alive).st_mtime > first  # renewed with every heartbeat answer
         assert subprocess.run(probe, cwd=ROOT).returncode == 0
-        ps = next(p for p in cluster.refresh()["processes"] if p["role"] == "partition-server")
-        os.kill(ps["pid"], signal.SIGSTOP)  # frozen, holding its locks
+        # every partition server of the cluster shares the alive file and the notify socket: freeze them all
+        pids = [p["pid"] for p in cluster.refresh()["processes"] if p["role"] == "partition-server"]
+        for pid in pids:
+            os.kill(pid, signal.SIGSTOP)  # frozen, holding its locks
         try:
             time.sleep(0.3)  # before the lease lapses and the local supervisor kills the frozen server
             notify.setblocking(False)
@@ -64,5 +66,6 @@ def test_partition_server_pings_only_while_it_renews_its_lease(tmp_path: Path, c
             out = subprocess.run(probe[:-1] + ["1"], cwd=ROOT, capture_output=True, text=True)
             assert out.returncode == 1 and "not renewed" in out.stderr  # the probe would have it killed
         finally:
-            with contextlib.suppress(ProcessLookupError):  # the supervisor may have killed it meanwhile
-                os.kill(ps["pid"], signal.SIGCONT)
+            for pid in pids:
+                with contextlib.suppress(ProcessLookupError):  # the supervisor may have killed it meanwhile
+                    os.kill(pid, signal.SIGCONT)
