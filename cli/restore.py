@@ -1,16 +1,29 @@
 """Restore a backup written by ``rangetable backup`` into a new data root.
 
-SST files are immutable in RocksDB, so they are hard-linked from the backup (copied when the backup
-lies on another filesystem); every other file (MANIFEST, CURRENT, OPTIONS, WAL, config) is copied,
-because RocksDB and rocksdict may write those in place and the backup must stay as it was. The
-restored meta store keeps the partition map, the catalog and which server owned each range, but
-forgets the servers' endpoints: they belonged to the source cluster, and the new cluster's servers
-register their own when they start (until then nothing is routed to an old address).
+Everything is checked before anything is written: the manifest (absent: an incomplete backup), and every file's
+size and SHA-256 against it (a damaged backup is refused, naming the files). Then the layout the source cluster
+ran is laid out:
+
+* a replicated cluster (``--replicas N``, the default 3): the range's one copy goes to **every server of its
+  replica set**, ``R/servers/<id>/ranges/<range id>`` — all copies of a range hold the same batch, as after a
+  clean stop of the whole cluster, and the restored map names them all in sync. ``rangetable up --data-dir R``
+  then starts like a cluster that was stopped: each range's replicas are sealed and the furthest (all equal) is
+  promoted; writes need ``--min-insync`` copies at once, no copy has to be streamed. More ``--servers`` than the
+  backup had start empty and the balancer moves replicas onto them; a server of the backup that never starts
+  again is declared dead after its lease and its replicas are rebuilt elsewhere (``--rereplicate-after-s``);
+* a ``--replicas 1`` cluster: the one-copy layout under the shared root, ``R/ranges/<range id>``.
+
+SST files are immutable in RocksDB, so they are hard-linked from the backup (copied when the backup lies on
+another filesystem); every other file is copied, because RocksDB and rocksdict may write those in place and the
+backup must stay as it was. The restored meta store keeps the map, the catalog, ACLs and client keys, but
+forgets the servers' endpoints: they belonged to the source cluster, and the new cluster's servers register
+their own when they start (until then nothing is routed to an old address).
 """
 
 from __future__ import annotations
 
 import errno
+import hashlib
 import json
 import os
 import shutil
@@ -20,9 +33,11 @@ from typing import Any
 from coordinator.backup import FORMAT, MANIFEST
 from rangetable.checkpoint import SST_SUFFIX
 
+FORMATS = (1, FORMAT)  # 1: written in place by older versions (sizes, no checksums; one-copy layout only)
+
 
 class RestoreError(Exception):
-    """The backup is incomplete or damaged, or the target is not an empty directory."""
+    """The backup is incomplete or damaged, or the target is not an empty directory (InvalidInput)."""
 
 
 def read_manifest(src: str) -> dict[str, Any]:
@@ -32,27 +47,61 @@ def read_manifest(src: str) -> dict[str, Any]:
         with open(path) as f:
             manifest = json.load(f)
     except FileNotFoundError:
-        raise RestoreError(f"{src} holds no {MANIFEST}: not a backup, or an incomplete one") from None
+        raise RestoreError(f"{src} holds no {MANIFEST}: not a backup, or an incomplete one "
+                           "(the manifest is written last)") from None
     except (OSError, ValueError) as exc:
         raise RestoreError(f"cannot read {path}: {exc}") from None
-    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
-        raise RestoreError(f"{path} is not a backup manifest of format {FORMAT}")
+    if not isinstance(manifest, dict) or manifest.get("format") not in FORMATS:
+        raise RestoreError(f"{path} is not a backup manifest of format {' or '.join(map(str, FORMATS))}")
     return manifest
 
 
+def _component(name: Any, what: str) -> str:
+    if not isinstance(name, str) or not name or os.sep in name or name in (".", ".."):
+        raise RestoreError(f"the manifest names a bad {what}: {name!r}")
+    return name
+
+
+def replicated(manifest: dict[str, Any]) -> bool:
+    """True when the backup comes from a cluster keeping several copies of each range."""
+    return any(r.get("replicas") for r in manifest["ranges"])
+
+
 def stores(manifest: dict[str, Any]) -> list[tuple[str, list[dict]]]:
-    """Every store of a backup as (directory relative to the backup and the data root, its files)."""
+    """Every store of a backup as (directory relative to the backup, its files)."""
     out = [("coordinator", manifest["coordinator"]["files"])]
-    out += [(os.path.join("ranges", r["id"]), r["files"]) for r in manifest["ranges"]]
+    out += [(os.path.join("ranges", _component(r["id"], "range id")), r["files"]) for r in manifest["ranges"]]
     return out
 
 
+def placements(manifest: dict[str, Any]) -> list[tuple[str, str, list[dict]]]:
+    """Where each store of the backup goes: (directory in the backup, directory in the data root, files)."""
+    out = [("coordinator", "coordinator", manifest["coordinator"]["files"])]
+    for r in manifest["ranges"]:
+        src = os.path.join("ranges", _component(r["id"], "range id"))
+        servers = [_component(s, "server id") for s in r.get("replicas") or []]
+        if servers:
+            out += [(src, os.path.join("servers", s, "ranges", r["id"]), r["files"]) for s in servers]
+        else:
+            out.append((src, src, r["files"]))
+    return out
+
+
+def _sha256(path: str) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
 def missing_files(src: str, manifest: dict[str, Any]) -> list[str]:
-    """Files the manifest lists that are absent from ``src`` or have another size (pure check, no writes)."""
+    """Files the manifest lists that are absent from ``src``, have another size or (format 2) another SHA-256
+    (pure check, no writes)."""
     bad = []
     for rel, files in stores(manifest):
         for f in files:
-            p = os.path.join(src, rel, f["name"])
+            p = os.path.join(src, rel, _component(f["name"], "file name"))
             try:
                 size = os.path.getsize(p)
             except OSError:
@@ -60,6 +109,8 @@ def missing_files(src: str, manifest: dict[str, Any]) -> list[str]:
                 continue
             if size != f["size"]:
                 bad.append(f"{p} has {size} bytes, the manifest says {f['size']}")
+            elif "sha256" in f and _sha256(p) != f["sha256"]:
+                bad.append(f"{p} does not match its SHA-256 in the manifest (corrupted)")
     return bad
 
 
@@ -76,14 +127,20 @@ def _place(src: str, dst: str) -> bool:
     return False
 
 
-def _forget_endpoints(data_dir: str) -> int:
-    """Blank the source cluster's server endpoints in the restored meta store; returns how many."""
+def _fix_meta(data_dir: str, in_sync: bool) -> int:
+    """In the restored meta store: blank the source cluster's server endpoints and (``in_sync``) name every
+    replica of a range in sync, since every copy now holds the same batch; returns how many servers it knew."""
     from coordinator.meta_store import MetaStore
 
     meta = MetaStore(data_dir)
     try:
         servers = meta.items(b"server/")
-        meta.commit({k: {**v, "endpoint": "", "pid": 0} for k, v in servers})
+        puts = {k: {**v, "endpoint": "", "pid": 0} for k, v in servers}
+        if in_sync:
+            for k, rec in meta.items(b"range/"):
+                if rec.get("replicas"):
+                    puts[k] = {**rec, "insync": list(rec["replicas"])}
+        meta.commit(puts)
         return len(servers)
     finally:
         meta.close()
@@ -92,27 +149,31 @@ def _forget_endpoints(data_dir: str) -> int:
 def restore(src: str, data_dir: str) -> dict[str, Any]:
     """Lay the backup at ``src`` out as the data root ``data_dir`` (absent or empty); returns a summary.
 
-    Raises RestoreError before writing anything when the backup is incomplete or ``data_dir`` is in
+    Raises RestoreError before writing anything when the backup is incomplete or damaged or ``data_dir`` is in
     use; a failure while writing removes what was written.
     """
     manifest = read_manifest(src)
-    bad = missing_files(src, manifest)
-    if bad:
-        raise RestoreError(f"the backup in {src} is damaged: " + "; ".join(bad[:5]))
     if os.path.lexists(data_dir) and (not os.path.isdir(data_dir) or os.listdir(data_dir)):
         raise RestoreError(f"{data_dir} exists and is not empty: restore needs a new data root")
-    created = not os.path.lexists(data_dir)
     t0 = time.monotonic()
+    bad = missing_files(src, manifest)
+    if bad:
+        raise RestoreError(f"the backup in {src} is damaged, nothing was restored: " + "; ".join(bad[:5])
+                           + (f" (and {len(bad) - 5} more)" if len(bad) > 5 else ""))
+    verified_s = time.monotonic() - t0
+    plan = placements(manifest)
+    created = not os.path.lexists(data_dir)
     linked = copied = 0
     try:
-        for rel, files in stores(manifest):
-            os.makedirs(os.path.join(data_dir, rel))
+        for src_rel, dst_rel, files in plan:
+            os.makedirs(os.path.join(data_dir, dst_rel))
             for f in files:
-                if _place(os.path.join(src, rel, f["name"]), os.path.join(data_dir, rel, f["name"])):
+                if _place(os.path.join(src, src_rel, f["name"]), os.path.join(data_dir, dst_rel, f["name"])):
                     linked += 1
                 else:
                     copied += 1
-        servers = _forget_endpoints(data_dir)
+        many = replicated(manifest)
+        servers = _fix_meta(data_dir, many)
     except BaseException:
         if created:
             shutil.rmtree(data_dir, ignore_errors=True)
@@ -120,6 +181,9 @@ def restore(src: str, data_dir: str) -> dict[str, Any]:
             for name in os.listdir(data_dir):
                 shutil.rmtree(os.path.join(data_dir, name), ignore_errors=True)
         raise
+    replica_servers = sorted({s for r in manifest["ranges"] for s in r.get("replicas") or []})
     return {"from": src, "data_dir": data_dir, "tables": manifest["tables"], "ranges": len(manifest["ranges"]),
-            "linked": linked, "copied": copied, "servers": servers,
-            "backup_created": manifest["created"], "seconds": round(time.monotonic() - t0, 3)}
+            "replicas": int(manifest.get("replicas", 1)) if many else 1, "servers": replica_servers,
+            "copies": len(plan) - 1, "linked": linked, "copied": copied, "known_servers": servers,
+            "backup_created": manifest["created"], "verified_seconds": round(verified_s, 3),
+            "seconds": round(time.monotonic() - t0, 3)}
