@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from coordinator.controller import Controller
 from rangetable import protocol
+from rangetable.checkpoint import listing
 from rangetable.errors import TableError
 
 if TYPE_CHECKING:
@@ -198,15 +199,18 @@ def start(co: MapWriter, ctl: Commands) -> dict[str, Any]:
                     "owner": r["owner"], "replicas": list(r.get("replicas") or []), "seq": ans["seq"],
                     "store_epoch": ans["store_epoch"], "files": files, "bytes": ans["bytes"], "ms": ans["ms"],
                     "last_ts": ans["last_ts"], "entities_estimate": ans["entities_estimate"]})
-    meta_files = {f["name"]: int(f["size"]) for f in meta["files"]}
+    # etcd's store is copied into a RocksDB store (coordinator/meta_etcd.py), which lists no files: list them here
+    meta_list = meta["files"] if isinstance(meta.get("files"), list) else listing(path)
+    meta_files = {f["name"]: int(f["size"]) for f in meta_list}
+    meta_bytes = sum(meta_files.values())
     with sessions.lock:
         sessions.live[bid] = Session(bid, path, held, meta_files)
     seconds = round(time.monotonic() - t0, 3)
     log.info("backup %s: %d ranges checkpointed in %.2f s, ready to be pulled", bid, len(out), seconds)
     return {"backup": bid, "format": FORMAT, "map_version": version, "tables": tables, "replicas": co.cfg.replicas,
-            "coordinator": {"files": sorted([n, sz] for n, sz in meta_files.items()), "bytes": meta["bytes"]},
+            "coordinator": {"files": sorted([n, sz] for n, sz in meta_files.items()), "bytes": meta_bytes},
             "ranges": out, "chunk": CHUNK, "checkpoint_seconds": seconds,
-            "bytes": meta["bytes"] + sum(r["bytes"] for r in out)}
+            "bytes": meta_bytes + sum(r["bytes"] for r in out)}
 
 
 def _read_local(s: Session, name: str, offset: int) -> dict[str, Any]:
