@@ -49,9 +49,12 @@ def backup_cmd(dest: str, timeout: float, data_dir: str, coordinator: str | None
 @click.command("restore")
 @click.option("--from", "src", required=True, type=click.Path(exists=True, file_okay=False),
               help="A directory written by `rangetable backup`.")
+@click.option("--meta", default="", metavar="etcd://HOST:PORT/PREFIX",
+              help="Write the meta store into this empty etcd prefix (for coordinators run with --meta) instead of "
+                   "NEW/coordinator.")
 @data_dir_option
 @json_option
-def restore_cmd(src: str, data_dir: str, as_json: bool) -> None:
+def restore_cmd(src: str, meta: str, data_dir: str, as_json: bool) -> None:
     """Make a new data root from a backup; then `rangetable up --data-dir NEW` serves it.
 
     Every file is checked against the manifest (size and SHA-256) before anything is written; an incomplete or
@@ -60,12 +63,13 @@ def restore_cmd(src: str, data_dir: str, as_json: bool) -> None:
     so the restored cluster starts at full strength with `rangetable up` (3 servers, 3 replicas; more
     --servers are filled by the balancer); a `--replicas 1` backup gets the one-copy layout (NEW/ranges/…).
     SST files are hard-linked from the backup (copied across filesystems), everything else copied, so the
-    backup stays usable for another restore.
+    backup stays usable for another restore. With --meta the catalog and map go into an empty etcd prefix and
+    NEW holds the servers' directories only (NEW/servers/<id>/: each server's --data-dir).
     """
     from cli.restore import RestoreError, restore
 
     try:
-        res = restore(os.path.abspath(src), os.path.abspath(data_dir))
+        res = restore(os.path.abspath(src), os.path.abspath(data_dir), meta)
     except RestoreError as exc:
         raise click.ClickException(f"InvalidInput: {exc}") from None
     if as_json:
@@ -79,4 +83,7 @@ def restore_cmd(src: str, data_dir: str, as_json: bool) -> None:
     flags = "" if res["replicas"] == 3 else f" --replicas {res['replicas']}"
     if len(res["servers"]) > 3:
         flags += f" --servers {len(res['servers'])}"
+    if meta:
+        click.echo(f"meta store: {res['etcd_keys']} keys written into {meta}")
+        flags += f" --meta {meta}"
     click.echo(f"start it with: rangetable up --data-dir {data_dir}{flags}")

@@ -13,6 +13,11 @@ ran is laid out:
   again is declared dead after its lease and its replicas are rebuilt elsewhere (``--rereplicate-after-s``);
 * a ``--replicas 1`` cluster: the one-copy layout under the shared root, ``R/ranges/<range id>``.
 
+With ``--meta etcd://HOST:PORT/PREFIX`` the meta store is written into that etcd prefix, which must be empty, in
+transactions that each require that no coordinator has won a term there yet (one that fails removes what was
+put), and ``R`` holds only ``servers/<id>/``: each partition server's directory, for ``rangetable up --meta`` on
+one host or to copy to the server's own host.
+
 SST files are immutable in RocksDB, so they are hard-linked from the backup (copied when the backup lies on
 another filesystem); every other file is copied, because RocksDB and rocksdict may write those in place and the
 backup must stay as it was. The restored meta store keeps the map, the catalog, ACLs and client keys, but
@@ -146,15 +151,72 @@ def _fix_meta(data_dir: str, in_sync: bool) -> int:
         meta.close()
 
 
-def restore(src: str, data_dir: str) -> dict[str, Any]:
-    """Lay the backup at ``src`` out as the data root ``data_dir`` (absent or empty); returns a summary.
+ETCD_BATCH = 100  # puts per etcd transaction (etcd's default --max-txn-ops is 128)
 
-    Raises RestoreError before writing anything when the backup is incomplete or damaged or ``data_dir`` is in
-    use; a failure while writing removes what was written.
+
+def _etcd_target(meta_url: str) -> tuple[Any, str]:
+    """The etcd client and prefix of ``--meta``; RestoreError unless etcd answers and the prefix is empty."""
+    from coordinator.etcd_client import EtcdClient, parse_url
+
+    try:
+        base, prefix = parse_url(meta_url)
+    except ValueError as exc:
+        raise RestoreError(str(exc)) from None
+    client = EtcdClient(base, timeout_s=10.0)
+    try:
+        kvs, _ = client.scan(f"{prefix}/".encode())
+    except Exception as exc:  # unreachable, refused: say so before anything is written
+        raise RestoreError(f"cannot read etcd at {meta_url}: {exc}") from None
+    if kvs:
+        raise RestoreError(f"the etcd prefix {prefix!r} at {base} is not empty ({len(kvs)} keys): restore needs a new "
+                           "prefix (a cluster's state lives there)")
+    return client, prefix
+
+
+def _seed_etcd(client: Any, prefix: str, data_dir: str) -> int:
+    """Copy the restored meta store into ``<prefix>/meta/`` (as ``coordinator/meta_etcd.py`` keeps it), in
+    transactions that each require that no coordinator has won a term on the prefix yet; returns the keys."""
+    import msgpack
+
+    from coordinator.etcd_client import absent, delete_op, put_op
+    from coordinator.etcd_election import term_key
+    from coordinator.meta_store import MetaStore
+
+    meta = MetaStore(data_dir)
+    try:
+        items = meta.items(b"")
+    finally:
+        meta.close()
+    root = f"{prefix}/meta/".encode()
+    ops = [put_op(root + k, msgpack.packb(v, use_bin_type=True)) for k, v in items]
+    done = 0
+    try:
+        for i in range(0, len(ops), ETCD_BATCH):
+            ok, _ = client.txn([absent(term_key(prefix))], ops[i:i + ETCD_BATCH])
+            if not ok:
+                raise RestoreError(f"a coordinator won a term on the etcd prefix {prefix!r} during the restore: "
+                                   "start the coordinators only once restore is done")
+            done = i + ETCD_BATCH
+    except BaseException:
+        keys = [root + k for k, _ in items[:done]]
+        for i in range(0, len(keys), ETCD_BATCH):  # nothing half-written: remove what this restore put there
+            client.txn([], [delete_op(k) for k in keys[i:i + ETCD_BATCH]])
+        raise
+    return len(items)
+
+
+def restore(src: str, data_dir: str, meta_url: str = "") -> dict[str, Any]:
+    """Lay the backup at ``src`` out as the data root ``data_dir`` (absent or empty); returns a summary. With
+    ``meta_url`` (``etcd://host:port/prefix``, an empty prefix) the meta store goes into etcd instead of
+    ``data_dir/coordinator``, for coordinators started with ``--meta``.
+
+    Raises RestoreError before writing anything when the backup is incomplete or damaged or ``data_dir`` (or
+    the etcd prefix) is in use; a failure while writing removes what was written.
     """
     manifest = read_manifest(src)
     if os.path.lexists(data_dir) and (not os.path.isdir(data_dir) or os.listdir(data_dir)):
         raise RestoreError(f"{data_dir} exists and is not empty: restore needs a new data root")
+    etcd = _etcd_target(meta_url) if meta_url else None
     t0 = time.monotonic()
     bad = missing_files(src, manifest)
     if bad:
@@ -174,6 +236,10 @@ def restore(src: str, data_dir: str) -> dict[str, Any]:
                     copied += 1
         many = replicated(manifest)
         servers = _fix_meta(data_dir, many)
+        keys = 0
+        if etcd is not None:
+            keys = _seed_etcd(etcd[0], etcd[1], data_dir)
+            shutil.rmtree(os.path.join(data_dir, "coordinator"))  # coordinators on etcd keep nothing here
     except BaseException:
         if created:
             shutil.rmtree(data_dir, ignore_errors=True)
@@ -185,5 +251,6 @@ def restore(src: str, data_dir: str) -> dict[str, Any]:
     return {"from": src, "data_dir": data_dir, "tables": manifest["tables"], "ranges": len(manifest["ranges"]),
             "replicas": int(manifest.get("replicas", 1)) if many else 1, "servers": replica_servers,
             "copies": len(plan) - 1, "linked": linked, "copied": copied, "known_servers": servers,
+            "meta": meta_url or os.path.join(data_dir, "coordinator"), "etcd_keys": keys,
             "backup_created": manifest["created"], "verified_seconds": round(verified_s, 3),
             "seconds": round(time.monotonic() - t0, 3)}
