@@ -205,6 +205,7 @@ def test_restore_onto_four_servers_with_meta_in_etcd(source: dict[str, Any], clu
         etcd: str | None = request.getfixturevalue("etcd")
     except pytest.skip.Exception:  # no etcd here: the same restore with the meta store in the data root
         etcd = None
+    print(f"the restored coordinators keep their meta store in {'etcd' if etcd else 'the data root'}")
     extra = [*DEFAULT]
     if etcd is None:
         assert restore(source["bk"], str(tmp_path / "r4"))["copies"] == 9
