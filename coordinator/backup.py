@@ -10,8 +10,9 @@ frontends and client keys are refused, because a backup reads every table.
    refused with ``ServerBusy`` while a split or merge runs, or when a range has no serving primary): under the
    coordinator's lock, the map and table list are copied and the meta store (catalog, map, ACLs, client keys,
    table settings, events) is checkpointed into ``<data-dir>/backups/coordinator-<id>``; then every range's
-   primary checkpoints it (``backup_open``, all at once), answering once the batch the checkpoint holds is
-   committed. The answer is the *plan*: every store's files and sizes.
+   primary checkpoints it (``backup_open``, all at once; the batch it holds must be committed before a byte of
+   it leaves the primary, see :mod:`partition_server.backup_source`). The answer is the *plan*: every store's
+   files and sizes.
 2. ``backup_chunk {backup, range, file, offset}`` (``range`` "" for the meta store): one chunk of at most 1 MiB
    with its CRC-32, read here or relayed to the range's primary; relayed on a thread of its own (a second
    :class:`~coordinator.controller.Controller`), so chunks never wait behind a split.

@@ -8,10 +8,14 @@ only the coordinator's CURVE key may send them; the coordinator takes them from 
 * ``backup_open {range, epoch, backup}``: the primary (or, at ``--replicas 1``, the owner) of a serving range
   checkpoints it into ``<data-dir>/backups/`` on its loop, between two requests, with the
   :class:`~partition_server.snapshot.Source` that serves rebuilding followers (flush + hard links), without a
-  log pin. The checkpoint holds the store's batch ``seq`` (``META_REPL``); the server's loop holds the answer
-  until that batch is committed (every in-sync replica has it), so a backup holds committed batches only.
+  log pin. The checkpoint holds the store's batch ``seq`` (``META_REPL``).
 * ``backup_chunk {range, backup, id, file, offset}``: at most :data:`~partition_server.snapshot.CHUNK` bytes
-  with their CRC-32.
+  with their CRC-32. While this server leads the range, the loop holds the answer until every batch written so
+  far is committed (every in-sync replica has it), as it holds a write's acknowledgement: no byte of a
+  checkpoint leaves before the batch it holds is committed, so a backup holds committed batches only (a primary
+  that lost its place first answers nothing and the backup fails). One that no longer leads the range handed it
+  over at a seal or split, which waits until its followers hold its last batch. The controller thread of the
+  coordinator never waits for a commit (it would hold up the in-sync changes a commit may need).
 * ``backup_close {backup}``: delete every checkpoint of that backup. A backup abandoned half-way is deleted
   after :data:`IDLE_S` without a chunk request.
 """

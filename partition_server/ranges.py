@@ -303,8 +303,7 @@ class RangeSet(ReplicaRanges):
 
     def backup_open(self, rid: str, epoch: int, backup: str) -> dict:
         """Checkpoint a range this server serves as its primary (or only copy) for a backup
-        (:mod:`partition_server.backup_source`); the server's loop holds the answer until the batch it holds is
-        committed."""
+        (:mod:`partition_server.backup_source`; its chunks leave once the batch it holds is committed)."""
         served = self._served(rid, epoch)
         if served.state != "serving":
             code = "NotOwner" if served.state == "following" else "ServerBusy"

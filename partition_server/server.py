@@ -257,8 +257,8 @@ class PartitionServer:
         try:
             rid, req = protocol.parse_request(frames[1:])
             self._nbytes = len(frames[-1])
-            if repl is not None and (req["op"] in DATA_OPS or req["op"] == "backup_open"):  # without replicas no
-                self._range = req.get("range")  # reply is held; a backup's checkpoint waits for its batch's commit
+            if repl is not None and (req["op"] in DATA_OPS or req["op"] == "backup_chunk"):  # without replicas
+                self._range = req.get("range")  # no reply is held; a backup's files leave once their batch commits
             result = self.handle(req, peer)
             if isinstance(result, Deferred):
                 self.deferred.append((ident, rid, result))

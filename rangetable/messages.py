@@ -375,7 +375,7 @@ class BackupOpenCommand(TypedDict):
 
 
 class BackupOpenAnswer(TypedDict):
-    """A partition server's answer to :class:`BackupOpenCommand` (sent once batch ``seq`` is committed)."""
+    """A partition server's answer to :class:`BackupOpenCommand` (its chunks leave once batch ``seq`` is committed)."""
 
     id: str
     files: list[list[Any]]  # [name, size]
