@@ -132,3 +132,24 @@ def test_restore_checks_every_file_before_it_writes(tmp_path: Path) -> None:
     (bk / "backup.json").write_text('{"format": 2, "ranges": [')  # torn
     with pytest.raises(RestoreError, match="cannot read"):
         read_manifest(str(bk))
+
+
+def test_a_backup_is_refused_while_a_split_merge_or_move_runs_or_a_primary_is_dead() -> None:
+    import threading
+    from types import SimpleNamespace
+
+    from coordinator.backup import refuse_busy
+
+    def co(*ranges: dict, dead: tuple[str, ...] = ()) -> SimpleNamespace:
+        return SimpleNamespace(lock=threading.RLock(), pmap=SimpleNamespace(ranges={r["id"]: r for r in ranges}),
+                               is_alive=lambda s: s not in dead)
+
+    ok = {"id": "r1", "state": "serving", "owner": "ps-1"}
+    refuse_busy(co(ok))  # type: ignore[arg-type]
+    for bad, dead, why in [({**ok, "state": "splitting"}, (), "r1 is splitting"),
+                           ({**ok, "state": "merging"}, (), "r1 is merging"),
+                           ({**ok, "move": {"source": "ps-1", "target": "ps-4"}}, (), "replica move under way"),
+                           (ok, ("ps-1",), "no live primary (ps-1 is dead)")]:
+        with pytest.raises(TableError) as e:
+            refuse_busy(co(bad, dead=dead))  # type: ignore[arg-type]
+        assert e.value.error_code == "ServerBusy" and why in e.value.message, e.value
