@@ -66,6 +66,20 @@ def range_hashes(native: str, ranges: list[dict]) -> dict[str, tuple[str, int, s
     return out
 
 
+def still(ranges: list[dict]) -> list[dict]:
+    """The ranges of the tables nothing writes to after the hashes are taken (not Log)."""
+    return [r for r in ranges if r["table"] != "Log"]
+
+
+def check_log(native: str, source: dict[str, Any]) -> int:
+    """Log, restored, holds exactly a prefix of the writes acknowledged to it, including every write acknowledged
+    before the backup was asked for (the range's checkpoint fell between two of its committed batches)."""
+    got = sorted((rk, ts) for (_, rk), (ts, _) in dump(native, "Log").items())
+    assert got == source["acked"][: len(got)]
+    assert source["asked"] <= len(got) < len(source["acked"]), (source["asked"], len(got), len(source["acked"]))
+    return len(got)
+
+
 def fully_replicated(c: Cluster, copies: int = 3) -> list[dict] | None:
     """The ranges when every one serves on a live primary with ``copies`` replicas all in sync, else None."""
     st = c.status()
@@ -106,6 +120,7 @@ def source(tmp_path_factory: pytest.TempPathFactory, cluster_factory: ClusterFac
                                                     "who": "azure-sdk", "ratio": r / 7})
                                         for r in range(50)])
         call(c.native, {"op": "create_table", "table": "Typed"})
+        call(c.native, {"op": "create_table", "table": "Log"})  # appended to while the backup runs
         for p in range(6):  # 240 entities carrying every EDM type
             ops = [{"op": "insert_or_replace", "pk": f"p{p}", "rk": f"r{r:03d}", "props": typed_props(p * 40 + r),
                     "if_match": None} for r in range(40)]
@@ -136,12 +151,36 @@ def source(tmp_path_factory: pytest.TempPathFactory, cluster_factory: ClusterFac
         assert used.returncode != 0 and "InvalidInput" in used.stderr and "not empty" in used.stderr
         assert os.listdir(root / "used") == ["mine"]
 
-        hashes = range_hashes(c.native, before)
+        hashes = range_hashes(c.native, still(before))
+        # A writer appends to Log while the backup runs: each acknowledged write is on 2+ replicas' disks.
+        acked: list[tuple[str, int]] = []
+        stop = threading.Event()
+        errors: list[Exception] = []
+
+        def writer() -> None:
+            n = 0
+            try:
+                while not stop.is_set():
+                    rk = f"w{n:06d}"
+                    acked.append((rk, put(c.native, "Log", "a", rk, {"n": [INT32, n]})))
+                    n += 1
+            except Exception as exc:  # surfaced by the assertion below
+                errors.append(exc)
+
+        w = threading.Thread(target=writer)
+        w.start()
+        c.wait(lambda: len(acked) >= 20, what="the writer to get going")
+        asked = len(acked)
         t0 = time.monotonic()
         out = rangetable("backup", "--to", str(root / "bk"), "--data-dir", c.data_dir)
         backup_s = time.monotonic() - t0
+        done = len(acked)
+        c.wait(lambda: len(acked) >= done + 20, what="writes after the backup")
+        stop.set()
+        w.join(30)
+        assert not errors, errors
         assert out.returncode == 0, out.stderr
-        assert "3 ranges (of a cluster keeping 3 replicas)" in out.stdout, out.stdout
+        assert "4 ranges (of a cluster keeping 3 replicas)" in out.stdout, out.stdout
         # A write after the backup is not in it.
         late = put(c.native, "Typed", "p0", "late", {"x": [INT32, 1]})
         events = call(c.coordinator, {"op": "events", "since": 0})
@@ -149,13 +188,13 @@ def source(tmp_path_factory: pytest.TempPathFactory, cluster_factory: ClusterFac
         leftovers = [p for p in Path(c.data_dir).rglob("*") if p.is_dir() and p.parent.name == "backups"]
         assert leftovers == [], leftovers  # every host's checkpoints are deleted once the backup is pulled
     return {"root": root, "bk": str(root / "bk"), "hashes": hashes, "ranges": before, "late": late,
-            "stdout": out.stdout, "backup_s": backup_s}
+            "stdout": out.stdout, "backup_s": backup_s, "acked": acked, "asked": asked}
 
 
 def test_backup_manifest(source: dict[str, Any]) -> None:
     manifest = read_manifest(source["bk"])
     assert manifest["format"] == 2 and manifest["replicas"] == 3
-    assert manifest["tables"] == ["sdk", "Typed"]
+    assert manifest["tables"] == ["Log", "sdk", "Typed"]
     assert {r["id"] for r in manifest["ranges"]} == {r["id"] for r in source["ranges"]}
     for r in manifest["ranges"]:
         assert len(r["replicas"]) == 3 and r["owner"] in r["replicas"]
@@ -170,7 +209,7 @@ def test_restore_serves_at_default_replication(source: dict[str, Any], cluster_f
                                                tmp_path: Path) -> None:
     res = rangetable("restore", "--from", source["bk"], "--data-dir", str(tmp_path / "r"))
     assert res.returncode == 0, res.stderr
-    assert "restored 3 ranges of 2 tables (9 copies on servers ps-1, ps-2, ps-3)" in res.stdout, res.stdout
+    assert "restored 4 ranges of 3 tables (12 copies on servers ps-1, ps-2, ps-3)" in res.stdout, res.stdout
     assert "start it with: rangetable up --data-dir" in res.stdout and "--replicas" not in res.stdout
     for r in source["ranges"]:
         for s in r["replicas"]:
@@ -180,8 +219,11 @@ def test_restore_serves_at_default_replication(source: dict[str, Any], cluster_f
         ranges = c.wait(lambda: fully_replicated(c), timeout=30, what="every range on 3 in-sync replicas")
         assert {r["id"]: (r["low"], r["high"]) for r in ranges} == {
             r["id"]: (r["low"], r["high"]) for r in source["ranges"]}
-        after = range_hashes(c.native, ranges)
+        after = range_hashes(c.native, still(ranges))
         assert after == source["hashes"]
+        kept = check_log(c.native, source)
+        print(f"Log: {source['asked']} writes acknowledged before the backup was asked for, {kept} in the backup, "
+              f"{len(source['acked'])} acknowledged in all")
         assert sum(n for t, n, _ in after.values() if t == "sdk") == 200
         assert sum(n for t, n, _ in after.values() if t == "Typed") == 240
         typed = dump(c.native, "Typed")
@@ -208,7 +250,7 @@ def test_restore_onto_four_servers_with_meta_in_etcd(source: dict[str, Any], clu
     print(f"the restored coordinators keep their meta store in {'etcd' if etcd else 'the data root'}")
     extra = [*DEFAULT]
     if etcd is None:
-        assert restore(source["bk"], str(tmp_path / "r4"))["copies"] == 9
+        assert restore(source["bk"], str(tmp_path / "r4"))["copies"] == 12
     else:
         meta = f"{etcd}/restored"
         res = rangetable("restore", "--from", source["bk"], "--data-dir", str(tmp_path / "r4"), "--meta", meta)
@@ -222,7 +264,8 @@ def test_restore_onto_four_servers_with_meta_in_etcd(source: dict[str, Any], clu
     with cluster_factory(servers=4, extra=extra, data_dir=tmp_path / "r4") as c:
         ranges = c.wait(lambda: fully_replicated(c), timeout=30, what="every range on 3 in-sync replicas")
         assert {s["id"] for s in c.status()["servers"] if s["alive"]} == {"ps-1", "ps-2", "ps-3", "ps-4"}
-        assert range_hashes(c.native, ranges) == source["hashes"]
+        assert range_hashes(c.native, still(ranges)) == source["hashes"]
+        check_log(c.native, source)
         # ps-4 started empty: a replica moved onto it (by hand here, or already by the balancer's rule 7) is rebuilt
         # from the primary's checkpoint, and the range stays equal.
         rec = next((r for r in ranges if "ps-4" not in r["replicas"]), None)
@@ -238,7 +281,7 @@ def test_restore_onto_four_servers_with_meta_in_etcd(source: dict[str, Any], clu
             return rs if rs is not None and any("ps-4" in r["replicas"] for r in rs) else None
 
         c.wait(on_four, timeout=30, what="a replica on ps-4, rebuilt and in sync")
-        assert range_hashes(c.native, c.status()["ranges"]) == source["hashes"]
+        assert range_hashes(c.native, still(c.status()["ranges"])) == source["hashes"]
     assert not (tmp_path / "r4" / "coordinator").exists() or etcd is None  # on etcd the data root holds no meta store
 
 
@@ -261,7 +304,7 @@ def test_restore_refuses_bad_input(source: dict[str, Any], tmp_path: Path) -> No
     # A corrupted file of the same size: its SHA-256 differs; nothing is written.
     bad = tmp_path / "bad"
     shutil.copytree(bk, bad)
-    r = manifest["ranges"][1]
+    r = next(r for r in manifest["ranges"] if r["table"] == "Typed")
     sst = next(f["name"] for f in r["files"] if f["name"].endswith(".sst"))
     path = bad / "ranges" / r["id"] / sst
     data = bytearray(path.read_bytes())
