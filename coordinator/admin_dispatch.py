@@ -2,7 +2,8 @@
 
 Quick questions (status, events, the map, tables) are answered at once in the loop thread; every
 multi-step change (create or delete a table, move, split, merge, backup) goes to the controller
-thread, which answers when it is done (:mod:`coordinator.operations`).
+thread, which answers when it is done (:mod:`coordinator.operations`); a backup's chunks go to a relay
+thread of their own (:mod:`coordinator.backup`).
 """
 
 from __future__ import annotations
@@ -30,7 +31,6 @@ JOBS: dict[str, tuple[Callable[..., Any], Callable[[dict], tuple]]] = {  # op ->
     "move": (ops.move, lambda r: (text(r, "range", str), text(r, "server", str))),
     "split": (ops.split, lambda r: (text(r, "range", str), text(r, "key", str, None))),
     "merge": (ops.merge, lambda r: (text(r, "range", str),)),
-    "backup": (backup.backup, lambda r: (text(r, "dir", str),)),
     "replica_move": (replica_move.start, lambda r: (text(r, "range", str), text(r, "source", str), text(r, "target", str),
                                                     text(r, "timeout_s", (int, float), None))),
 }
@@ -44,7 +44,7 @@ def handle(co: AdminHost, ident: bytes, rid: bytes, req: dict, role: str | None)
     """
     op = req["op"]
     kind = ("heartbeat" if op == "heartbeat" else "keys_list" if op == "keys_list"
-            else "keys_admin" if op in client_keys.OPS else "admin")
+            else "keys_admin" if op in client_keys.OPS else "backup" if op in backup.OPS else "admin")
     if not curve.may("coordinator", kind, role):
         raise TableError("AuthorizationPermissionMismatch", f"{op!r} is not accepted from a {role or 'client'} key")
     if op in client_keys.OPS:
@@ -86,6 +86,14 @@ def handle(co: AdminHost, ident: bytes, rid: bytes, req: dict, role: str | None)
             return protocol.ok({"table": name, **co.table_settings.show(name)})
     if op in acl.OPS:
         return protocol.ok(acl.handle(co, op, req))
+
+    def reply(res: Any, err: TableError | None) -> None:
+        """Send the job's answer to the requester (through the loop thread)."""
+        co.notify([b"reply", ident, rid, protocol.error(err) if err else protocol.ok(res)])
+
+    if op in backup.OPS:  # the admin key only: a backup reads every table (coordinator/backup.py)
+        backup.dispatch(co, req, reply)
+        return None
     if op not in JOBS:
         raise TableError("InvalidInput", f"unknown op {op!r}")
     fn, args = JOBS[op]
@@ -93,11 +101,6 @@ def handle(co: AdminHost, ident: bytes, rid: bytes, req: dict, role: str | None)
         argv = args(req)
     except KeyError as exc:
         raise TableError("InvalidInput", f"missing field {exc}") from None
-
-    def reply(res: Any, err: TableError | None) -> None:
-        """Send the job's answer to the requester (through the loop thread)."""
-        co.notify([b"reply", ident, rid, protocol.error(err) if err else protocol.ok(res)])
-
     co.controller.submit(fn, co, co.controller, *argv, reply=reply)
     return None
 

@@ -37,6 +37,7 @@ if TYPE_CHECKING:
 
     import zmq
 
+    from coordinator.backup import BackupSessions
     from coordinator.etcd_election import EtcdLeadership
     from coordinator.etcd_follower import EtcdFollower
     from coordinator.leadership import Leadership
@@ -285,6 +286,8 @@ class BalancerHost(MapWriter, Protocol):
 
 class AdminHost(LeaseHolder, KeyRegistry, Protocol):
     """What the request dispatch uses (it hands the coordinator on to the op it runs)."""
+
+    backups: BackupSessions
 
     deltas: DeltaLog
     published: int

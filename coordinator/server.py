@@ -31,6 +31,7 @@ import zmq
 
 from coordinator import admin_dispatch, leases, replica_move, replica_ops, takeover
 from coordinator import operations as ops
+from coordinator.backup import BackupSessions
 from coordinator.balancer_loop import BalancerLoop
 from coordinator.controller import Controller
 from coordinator.etcd_election import EtcdLeadership, leadership_for
@@ -83,6 +84,7 @@ class Coordinator:
         self.known_servers: dict[str, dict] = {}  # servers in the meta store when this leader took over
         self.follower: WarmFollower | EtcdFollower | None = None  # a standby's warm copy of the leader's store (takeover.follow)
         self.controller = Controller(self)
+        self.backups = BackupSessions(cfg.data_dir)  # backups under way and their chunk relay (coordinator/backup.py)
         self.balancer_loop = BalancerLoop(self)
         self.pub_endpoint = ""
         self.endpoint = ""
@@ -265,6 +267,7 @@ class Coordinator:
         self.controller.stopping = True
         if self.controller.is_alive():
             self.controller.join(timeout=5)
+        self.backups.stop()
         self.balancer_loop.join(timeout=5)
         for s in (router, pull, self.pub):
             s.close(0)

@@ -20,6 +20,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from partition_server.backup_source import BackupSource
 from partition_server.data_requests import DATA_OPS
 from partition_server.metrics import RangeTotals
 from partition_server.range_store import RangeStore
@@ -41,7 +42,7 @@ class RangeSet(ReplicaRanges):
     """Ranges open in this process, keyed by range id (the replicated ranges' commands: :class:`ReplicaRanges`)."""
 
     CONTROL_OPS = frozenset({"load", "unload", "prepare", "split", "split_key", "merge", "destroy", "status",
-                             "checkpoint", "table_settings", "seal"})
+                             "backup_open", "backup_chunk", "backup_close", "table_settings", "seal"})
 
     def __init__(self, data_dir: str, *, sync: bool = False, scan_budget_ms: int = 200,
                  partition_target: float = 0.0, request_window: tuple[float, int, int] = (600.0, 100_000, 64 << 20)) -> None:
@@ -63,6 +64,7 @@ class RangeSet(ReplicaRanges):
         self._sent: dict[str, dict] = {}  # the last load report sent per range
         self._full_at = float("-inf")  # when every range's report was last sent
         self.repl: Replicator | None = None  # this server's replicated ranges (a cluster with --replicas > 1)
+        self.backups = BackupSource(data_dir)  # checkpoints of backups under way (rangetable backup)
 
     def report_all_next(self) -> None:
         """Send every range's load report with the next heartbeat (a new coordinator leads)."""
@@ -103,8 +105,13 @@ class RangeSet(ReplicaRanges):
             # only has a small memtable to flush and replay.
             self._served(req["range"], int(req.get("epoch", -1))).store.flush()
             return None
-        if op == "checkpoint":  # rangetable backup: a consistent copy while the range keeps serving
-            return self.checkpoint(req["range"], int(req.get("epoch", -1)), req["path"])
+        if op == "backup_open":  # rangetable backup: a consistent copy while the range keeps serving
+            return self.backup_open(str(req["range"]), int(req["epoch"]), str(req["backup"]))
+        if op == "backup_chunk":
+            return self.backups.chunk(str(req["range"]), str(req["backup"]), str(req["id"]), str(req["file"]),
+                                      int(req["offset"]))
+        if op == "backup_close":
+            return self.backups.close(str(req["backup"]))
         if op == "split_key":
             return self._served(req["range"], int(req.get("epoch", -1))).store.split_key()
         return self.report()
@@ -294,21 +301,18 @@ class RangeSet(ReplicaRanges):
         self.tables.apply(out["id"], self.open[out["id"]])
         return {"ms": round((time.monotonic() - t0) * 1e3, 2)}
 
-    def checkpoint(self, rid: str, epoch: int, path: str) -> dict:
-        """Checkpoint a served range into ``path`` (absolute, or relative to the data root)."""
+    def backup_open(self, rid: str, epoch: int, backup: str) -> dict:
+        """Checkpoint a range this server serves as its primary (or only copy) for a backup
+        (:mod:`partition_server.backup_source`; its chunks leave once the batch it holds is committed)."""
         served = self._served(rid, epoch)
         if served.state != "serving":
-            raise TableError("RangeBusy", f"range {rid} is {served.state}")
-        target = os.path.join(self.data_dir, path)
-        try:
-            info = served.store.checkpoint(target)
-        except FileExistsError as exc:
-            raise TableError("InvalidInput", str(exc)) from None
-        except OSError as exc:
-            raise TableError("InternalError", f"checkpoint of {rid} into {target}: {exc}") from None
-        log.info("checkpoint of %s into %s in %.1f ms (%d files, %d linked)", rid, target, info["ms"],
-                 len(info["files"]), info["linked"])
-        return info
+            code = "NotOwner" if served.state == "following" else "ServerBusy"
+            raise TableError(code, f"range {rid} is {served.state} here: a backup copies a serving primary")
+        if rid in self.splits:
+            raise TableError("ServerBusy", f"range {rid} is being split: retry the backup once the split is done")
+        if self.repl is not None and "primary" in served.record and rid not in self.repl.primaries:
+            raise TableError("NotOwner", f"range {rid} is not led here")
+        return self.backups.open(rid, backup, served.store)
 
     def destroy(self, record: dict) -> None:
         """Delete a range's directory (after the coordinator dropped it from the map); a split parent

@@ -366,6 +366,7 @@ class Replicator:
         elif op == "snap":
             try:
                 answer = self.source.start(rid, follower, p.store, p.outbox.log)
+                answer.pop("info", None)  # the checkpoint's figures stay here (the follower needs the files)
             except Exception as exc:  # a full disk, a closed store: the follower asks again
                 log.warning("snapshot of %s for %s failed: %s", rid, follower, exc)
                 return

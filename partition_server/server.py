@@ -161,6 +161,7 @@ class PartitionServer:
         if len(self._hb_sent) > 64:  # answers that never came
             for k in sorted(self._hb_sent, key=self._hb_sent.__getitem__)[:32]:
                 del self._hb_sent[k]
+        self.ranges.backups.expire(time.monotonic())
         body = {
             "op": "heartbeat",
             "server": self.server_id,
@@ -256,8 +257,8 @@ class PartitionServer:
         try:
             rid, req = protocol.parse_request(frames[1:])
             self._nbytes = len(frames[-1])
-            if repl is not None and req["op"] in DATA_OPS:  # without replicas no reply is ever held
-                held = req.get("range")
+            if repl is not None and (req["op"] in DATA_OPS or req["op"] == "backup_chunk"):  # without replicas
+                held = req.get("range")  # no reply is held; a backup's files leave once their batch commits
                 self._range = held if isinstance(held, str) else None  # a malformed id holds nothing back
             result = self.handle(req, peer)
             if isinstance(result, Deferred):
@@ -418,6 +419,7 @@ class PartitionServer:
         """Close every store and socket."""
         self.reclaimer.stop()
         self.ranges.unload_all()
+        self.ranges.backups.close_all()
         if self.repl is not None:
             self.repl.close()
         for s in (getattr(self, "router", None), getattr(self, "coord", None)):

@@ -53,7 +53,7 @@ class Session:
     path: str
     files: dict[str, int]
     seq: int  # the log is pinned here: every batch after it is kept until the follower has it
-    log: ReplicaLog
+    log: ReplicaLog | None  # None: a backup's checkpoint (nothing pinned)
     used_at: float = field(default_factory=time.monotonic)
 
 
@@ -65,25 +65,28 @@ class Source:
         self.sessions: dict[tuple[str, str], Session] = {}
         self.served = 0  # bytes served since the process started
 
-    def start(self, rid: str, follower: str, store: RangeStore, rlog: ReplicaLog) -> dict[str, Any]:
-        """Checkpoint ``store`` for ``follower`` (replacing an earlier checkpoint of it) and pin the log;
-        returns the ``snap_files`` answer."""
+    def start(self, rid: str, follower: str, store: RangeStore, rlog: ReplicaLog | None) -> dict[str, Any]:
+        """Checkpoint ``store`` for ``follower`` (replacing an earlier checkpoint of it) and pin the log
+        (``rlog`` None: a backup's checkpoint, no log to pin); returns the ``snap_files`` answer, with the
+        checkpoint's figures under ``info``."""
         self.drop(rid, follower)
         sid = f"{rid}-{follower}-{time.time_ns()}".replace("/", "_").replace(":", "_")
         path = os.path.join(self.root, sid)
-        seq = rlog.last_seq
-        rlog.pin(sid, seq)  # before the checkpoint: it holds every batch up to seq, maybe a few more
+        seq = rlog.last_seq if rlog is not None else store.position()[1]
+        if rlog is not None:
+            rlog.pin(sid, seq)  # before the checkpoint: it holds every batch up to seq, maybe a few more
         try:
             info = store.checkpoint(path)
         except Exception:
-            rlog.unpin(sid)
+            if rlog is not None:
+                rlog.unpin(sid)
             shutil.rmtree(path, ignore_errors=True)
             raise
         files = {f["name"]: int(f["size"]) for f in info["files"]}
         self.sessions[(rid, follower)] = Session(sid, rid, follower, path, files, seq, rlog)
         log.info("snapshot %s of %s for %s: %d files, %.1f MB, from batch %d (checkpoint %.1f ms)", sid, rid,
                  follower, len(files), sum(files.values()) / 1e6, seq, info["ms"])
-        return {"op": "snap_files", "range": rid, "id": sid, "seq": seq, "files": sorted(files.items())}
+        return {"op": "snap_files", "range": rid, "id": sid, "seq": seq, "files": sorted(files.items()), "info": info}
 
     def chunk(self, rid: str, follower: str, sid: str, name: str, offset: int) -> dict[str, Any]:
         """The ``snap_data`` answer to a chunk request (an ``error`` one when the session is gone)."""
@@ -108,13 +111,15 @@ class Source:
         """Delete a follower's checkpoint and unpin the log."""
         s = self.sessions.pop((rid, follower), None)
         if s is not None:
-            s.log.unpin(s.id)
+            if s.log is not None:
+                s.log.unpin(s.id)
             shutil.rmtree(s.path, ignore_errors=True)
 
-    def expire(self, now: float, primaries: set[str]) -> None:
-        """Drop checkpoints idle past :data:`SESSION_IDLE_S` or of ranges this server no longer leads."""
+    def expire(self, now: float, primaries: set[str] | None, idle_s: float = SESSION_IDLE_S) -> None:
+        """Drop checkpoints idle past ``idle_s`` or of ranges this server no longer leads (``primaries``
+        None: keep those, as a backup's checkpoint stays valid after a move or split)."""
         for rid, follower in [k for k, s in self.sessions.items()
-                              if now - s.used_at > SESSION_IDLE_S or s.rid not in primaries]:
+                              if now - s.used_at > idle_s or (primaries is not None and s.rid not in primaries)]:
             self.drop(rid, follower)
 
     def close(self) -> None:

@@ -15,7 +15,7 @@ first start or ``rangetable keys init``. Native clients carry a key registered t
   connection info (``cluster.json``) registered with :func:`remember_cluster`.
 * What an authenticated peer may ask for is :func:`may`: only the coordinator sends control
   commands to a partition server, only frontends (and the coordinator) data requests, only
-  partition servers heartbeat, only the admin key manages client keys.
+  partition servers heartbeat, only the admin key manages client keys and takes backups.
 """
 
 from __future__ import annotations
@@ -57,6 +57,7 @@ _MAY: dict[tuple[str, str], frozenset[str]] = {
     ("coordinator", "keys_admin"): frozenset({"admin"}),
     ("coordinator", "keys_list"): frozenset({"admin", "frontend"}),
     ("coordinator", "admin"): frozenset({"admin", "frontend"}),
+    ("coordinator", "backup"): frozenset({"admin"}),  # a backup reads every table: the operator's key only
     ("frontend", "request"): frozenset({"admin", "client"}),
 }
 

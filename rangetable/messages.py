@@ -364,37 +364,52 @@ class DestroyCommand(TypedDict):
     term: NotRequired[int]
 
 
-class CheckpointCommand(TypedDict):
-    """Sent by the coordinator (a backup job) to a range's owner: a RocksDB checkpoint at ``path``."""
+class BackupOpenCommand(TypedDict):
+    """Sent by the coordinator (a backup job) to a range's primary: checkpoint it for backup ``backup``."""
 
-    op: Literal["checkpoint"]
+    op: Literal["backup_open"]
     range: str
     epoch: int
-    path: str
+    backup: str
     term: NotRequired[int]
 
 
-class CheckpointFile(TypedDict):
-    """One file of a checkpoint."""
+class BackupOpenAnswer(TypedDict):
+    """A partition server's answer to :class:`BackupOpenCommand` (its chunks leave once batch ``seq`` is committed)."""
 
-    name: str
-    size: int
-
-
-class CheckpointAnswer(TypedDict):
-    """A partition server's answer to :class:`CheckpointCommand`, received by the coordinator."""
-
+    id: str
+    files: list[list[Any]]  # [name, size]
+    seq: int
+    store_epoch: int
     ms: float
-    files: list[CheckpointFile]
     bytes: int
-    linked: int
     last_ts: int
     entities_estimate: int
 
 
+class BackupChunkCommand(TypedDict):
+    """Relayed by the coordinator for ``rangetable backup``: one chunk of a backup's checkpoint file."""
+
+    op: Literal["backup_chunk"]
+    range: str
+    backup: str
+    id: str
+    file: str
+    offset: int
+    term: NotRequired[int]
+
+
+class BackupCloseCommand(TypedDict):
+    """Sent by the coordinator when a backup ends: delete its checkpoints."""
+
+    op: Literal["backup_close"]
+    backup: str
+    term: NotRequired[int]
+
+
 ControlCommand = (
-    LoadCommand | UnloadCommand | RangeCommand | SplitCommand | MergeCommand | DestroyCommand | CheckpointCommand
-    | TableSettingsCommand | SealCommand
+    LoadCommand | UnloadCommand | RangeCommand | SplitCommand | MergeCommand | DestroyCommand | BackupOpenCommand
+    | BackupChunkCommand | BackupCloseCommand | TableSettingsCommand | SealCommand
 )
 """What the coordinator sends a partition server (only the coordinator's key may)."""
 
