@@ -58,7 +58,7 @@ if ((${#missing_cmds[@]} == 0)); then
     write_stamp
     exit 0
 fi
-echo "tools: ${missing_cmds[*]} missing: installing ${specs[*]} (tests/tools.lock), once"
+echo "tools: ${missing_cmds[*]} missing from PATH: ${specs[*]} to install (tests/tools.lock)"
 [[ $(id -u) == 0 ]] || cannot "not root: could not install ${specs[*]} (run make tools as root once)"
 command -v apt-get >/dev/null 2>&1 || cannot "no apt-get: install ${specs[*]} by hand (tests/tools.lock)"
 
