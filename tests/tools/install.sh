@@ -65,7 +65,6 @@ command -v apt-get >/dev/null 2>&1 || cannot "no apt-get: install ${specs[*]} by
 export DEBIAN_FRONTEND=noninteractive
 apt=(apt-get -q -o DPkg::Lock::Timeout=600 -o Acquire::Retries=2 -o Acquire::http::Timeout=30)
 started=$SECONDS
-used_before=$(df -Pm / | awk 'NR == 2 { print $3 }')
 # no service starts during the install (etcd-server would start a system etcd on 2379 where PID 1 is systemd)
 policy=/usr/sbin/policy-rc.d
 if [[ ! -e $policy ]]; then
@@ -84,5 +83,5 @@ if ((${#missing_cmds[@]} > 0)); then
     cannot "apt-get could not install ${specs[*]} ($(grep -E '^E:' "$log" | tail -n 1); log: $log)"
 fi
 write_stamp
-used_after=$(df -Pm / | awk 'NR == 2 { print $3 }')
-echo "tools: installed in $((SECONDS - started)) s, $((used_after - used_before)) MB on disk: $(grep -v '^#' "$stamp" | awk '{ printf "%s%s %s", sep, $1, $3; sep = ", " }')"
+sizes=$(sed -n -e 's/^Need to get \(.*\) of archives\.$/\1 downloaded/p' -e 's/^After this operation, \(.*\) of additional disk space will be used\.$/\1 on disk/p' "$log" | awk '{ printf "%s%s", sep, $0; sep = ", " }')
+echo "tools: installed in $((SECONDS - started)) s (${sizes:-see $log}): $(grep -v '^#' "$stamp" | awk '{ printf "%s%s %s", sep, $1, $3; sep = ", " }')"
