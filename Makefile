@@ -9,7 +9,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 # System tools some tests need (etcd, Chromium, the Azure CLI, node/npm): tests/tools.lock pins them and
 # tests/tools/install.sh installs the missing ones from Debian's archive when run as root, once (the stamp;
-# about 4 minutes and 1.1 GB the first time). Where it cannot, it says why and those tests skip, which the
+# about 5 to 8 minutes and 1.1 GB the first time). Where it cannot, it says why and those tests skip, which the
 # end of the run counts. `make test TOOLS=no` leaves the machine as it is.
 TOOLS ?= yes
 TOOLS_STAMP := $(VENV)/.tools
