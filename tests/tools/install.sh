@@ -72,6 +72,8 @@ if [[ ! -e $policy ]]; then
 fi
 : >"$log"
 "${apt[@]}" update >>"$log" 2>&1 || cannot "apt-get update failed ($(tail -n 1 "$log"))"
+# apt-get update exits 0 when it reached no archive at all: then installing would only time out again
+grep -qE '^(Hit|Get):' "$log" || cannot "no package archive reachable (apt-get update: $(grep -m 1 -E '^(W|E):' "$log"))"
 if ! "${apt[@]}" install -y --no-install-recommends "${specs[@]}" >>"$log" 2>&1; then
     # one at a time, so that a package the archive no longer has does not keep the others out
     for spec in "${specs[@]}"; do
