@@ -9,6 +9,8 @@
 * Test ids are the same in every pytest-xdist worker, and the files with slow tests are handed out first.
 * ``@pytest.mark.serial`` tests (wall-clock bounds) are left out of the parallel run and run alone after
   it (see ``make test``).
+* The run ends with one line that counts the skipped tests by reason, and says why ``make tools`` could not
+  install what they need (``tests/tools.lock``) when it could not.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import os
 import platform
 import re
 import subprocess
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -25,6 +28,7 @@ import pytest
 from tests.cluster import Cluster, ClusterFactory, one_copy_named
 
 UNIT = Path(__file__).resolve().parent / "unit"
+TOOLS_NOTE = Path(__file__).resolve().parents[1] / ".venv" / ".tools.note"  # tests/tools/install.sh's reason
 ADDRESS = re.compile(r" at 0x[0-9a-f]+")
 
 # The Azure SDK's user agent asks `platform`, which runs `uname -p` once per process and caches it: ask it
@@ -102,3 +106,17 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         slow[item.path] = slow.get(item.path, 0) + (item.get_closest_marker("slow") is not None)
     items.sort(key=lambda item: (-slow[item.path], UNIT in item.path.parents))
+
+
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> Iterator[None]:
+    """After pytest's own summary (``-rs`` lists each skip): one line with the skip count by reason."""
+    yield
+    skipped = [r for r in terminalreporter.stats.get("skipped", []) if isinstance(r.longrepr, tuple)]
+    if not skipped:
+        return
+    reasons = Counter(str(r.longrepr[2]).removeprefix("Skipped: ") for r in skipped)  # type: ignore[index]
+    line = f"{len(skipped)} skipped: " + "; ".join(f"{n} x {why}" for why, n in reasons.most_common())
+    if TOOLS_NOTE.exists():
+        line += f" (make tools: {TOOLS_NOTE.read_text().strip()})"
+    terminalreporter.write_line(line, yellow=True, bold=True)

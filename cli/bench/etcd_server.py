@@ -25,7 +25,7 @@ QUOTA_BACKEND_BYTES = 4 * 1024 ** 3
 def etcd_missing() -> str | None:
     """Why etcd cannot be started here (None: it can)."""
     if shutil.which("etcd") is None:
-        return "etcd not installed: apt-get install etcd-server (Debian/Ubuntu), or put etcd 3.4+ on PATH"
+        return "etcd not installed: `make tools` as root, or apt-get install etcd-server, or etcd 3.4+ on PATH"
     return None
 
 

@@ -124,7 +124,7 @@ def test_dashboard_shows_a_hot_key_range(tmp_path: Path, cluster_factory: Cluste
         assert b"<script src" not in page and b"<link" not in page  # self-contained: nothing to fetch
 
         if not Path(CHROMIUM).exists():
-            pytest.skip(f"the API checks passed; the Chromium part needs {CHROMIUM} (apt-get install -y chromium)")
+            pytest.skip(f"the API checks passed; the Chromium part needs {CHROMIUM} (`make tools` as root installs it)")
         dom = chromium(dash + "?window=60", "--dump-dom", tmp=tmp_path)
         assert dom.returncode == 0, dom.stderr[-2000:]
         for r in state["ranges"]:

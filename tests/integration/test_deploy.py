@@ -26,6 +26,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from cli.bench.etcd_server import etcd_missing
 from tests.cluster import ROOT
 from tests.three_hosts import read_env_file
 from tests.unit.test_deploy import DEPLOY, UNITS
@@ -56,7 +57,7 @@ def test_etcd_settings_are_flags_of_the_installed_etcd() -> None:
     `etcd --help` (etcd 3.4 here; the image is 3.5, whose flags are a superset of these)."""
     etcd = shutil.which("etcd")
     if etcd is None:
-        pytest.skip("etcd not installed: apt-get install etcd-server")
+        pytest.skip(str(etcd_missing()))
     out = subprocess.run([etcd, "--help"], capture_output=True, text=True, timeout=30)
     known = set(re.findall(r"^\s+(--[a-z0-9-]+)", out.stdout + out.stderr, flags=re.M))
     assert "--max-txn-ops" in known and "--initial-cluster" in known

@@ -16,13 +16,14 @@ from pathlib import Path
 
 import pytest
 
+from cli.bench.etcd_server import etcd_missing
 from tests.three_hosts import HOSTS, Hosts
 
 
 @pytest.fixture
 def hosts(tmp_path: Path) -> Iterator[Hosts]:
     if shutil.which("etcd") is None:
-        pytest.skip("etcd not installed: apt-get install etcd-server")
+        pytest.skip(str(etcd_missing()))
     hs = Hosts(tmp_path)
     try:
         hs.install()
