@@ -134,7 +134,7 @@ def pull_backup(endpoint: str, dest: str, timeout: float,
             "coordinator": {"files": written["coordinator"], "bytes": plan["coordinator"]["bytes"]},
             "ranges": ranges,
             "bytes": total,
-            "entities_estimate": sum(int(r["entities_estimate"]) for r in ranges),  # RocksDB's estimates: rough
+            "entities_estimate": sum(int(r["entities_estimate"]) for r in ranges),  # exact counts, under the old name
             "checkpoint_seconds": plan["checkpoint_seconds"],
             "pull_seconds": round(pull_s, 3),
             "seconds": round(time.monotonic() - t0, 3),

@@ -47,7 +47,7 @@ def ranges_cmd(table: str | None, data_dir: str, coordinator: str | None, as_jso
                    f"{str(r['owner']):8} {r['epoch']:>5} {r['state']:9} {ld.get('entities', 0):>9} "
                    f"{human_size(ld.get('bytes', 0)):>9} {rps:>8.1f} {_copies(r):>6}")
     click.echo("")
-    _print_servers(st["servers"], st["ranges"])
+    _print_servers(st["servers"])
 
 
 def _copies(r: dict) -> str:
@@ -58,22 +58,22 @@ def _copies(r: dict) -> str:
     return f"{len(r['insync'])}/{len(r['replicas'])}" + ("*" if len(r["insync"]) < len(r["replicas"]) else "")
 
 
-def _held(server: str, ranges: list[dict]) -> str:
-    """What a server holds: ``ranges N`` (the ranges it serves), and on a replicated cluster ``primary of N,
-    follower of M`` instead (``ranges`` counts primaries only)."""
-    replicated = [r for r in ranges if "replicas" in r]
-    if not replicated:
-        return ""
-    follows = sum(1 for r in replicated if server in r["replicas"] and r["owner"] != server)
-    return f"primary of {sum(1 for r in ranges if r['owner'] == server)}, follower of {follows}"
+def _held(s: dict) -> str:
+    """What a server holds, as the coordinator's status decided it (``holds``, :mod:`coordinator.holdings`):
+    ``primary of N (entities, size), follower of M (entities, size)``; ``ranges N`` when the answer has no
+    ``holds`` (``rangetable servers``)."""
+    holds = s.get("holds")
+    if not holds:
+        return f"ranges {s['ranges']}"
+    return ", ".join(f"{role} of {h['ranges']} ({h['entities']} entities, {human_size(h['bytes'])})"
+                     for role, h in holds.items())
 
 
-def _print_servers(servers: list[dict], ranges: list[dict] | None = None) -> None:
+def _print_servers(servers: list[dict]) -> None:
     for s in servers:
         state = "alive" if s["alive"] else "DEAD"
-        held = _held(s["id"], ranges or []) or f"ranges {s['ranges']}"
         zone = f"zone {s['zone']:6} " if s.get("zone") else ""
-        click.echo(f"server {s['id']:8} {state:5} {s['endpoint']:24} pid {s['pid']:<7} {zone}{held}")
+        click.echo(f"server {s['id']:8} {state:5} {s['endpoint']:24} pid {s['pid']:<7} {zone}{_held(s)}")
         for rid, p in sorted((s.get("rebuilding") or {}).items()):
             click.echo(f"  rebuilding {rid} from {p['primary']}: {human_size(p['bytes'])} of "
                        f"{human_size(p['total'])} at {p['mb_s']} MB/s")
@@ -122,7 +122,7 @@ def status_cmd(data_dir: str, as_json: bool) -> None:
     moving = [f"{r['id']} {r['move']['source']}->{r['move']['target']}" for r in st["ranges"] if r.get("move")]
     if moving:
         click.echo(f"{len(moving)} replica moves under way: {', '.join(moving[:10])}" + (" …" if len(moving) > 10 else ""))
-    _print_servers(st["servers"], st["ranges"])
+    _print_servers(st["servers"])
 
 
 @click.command("events")

@@ -10,20 +10,18 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
-import os
 from collections.abc import Callable
 from typing import Any
 
 import click
 
 from rangetable.config import env_name
+from rangetable.data_dir import DATA_DIR_ENV, FALLBACK_DATA_DIR, default_data_dir
 from rangetable.errors import TableError
 
-DATA_DIR_ENV = "RANGETABLE_DATA_DIR"
-
 json_option = click.option("--json", "as_json", is_flag=True, help="Machine-readable JSON output.")
-data_dir_option = click.option("--data-dir", default=lambda: os.environ.get(DATA_DIR_ENV, "./rangetable-data"),
-                               show_default="./rangetable-data", help=f"Data root [env {DATA_DIR_ENV}].")
+data_dir_option = click.option("--data-dir", default=default_data_dir, show_default=FALLBACK_DATA_DIR,
+                               help=f"Data root [env {DATA_DIR_ENV}].")
 endpoint_option = click.option("--endpoint", default=None, help="Native endpoint (default: from cluster.json).")
 coordinator_option = click.option("--coordinator", default=None, help="Coordinator endpoint (default: cluster.json).")
 

@@ -8,6 +8,7 @@ import os
 import click
 
 from cli.options import data_dir_option, json_option
+from rangetable.data_dir import default_data_dir
 from rangetable.files import write_json_atomic
 
 
@@ -17,8 +18,7 @@ def cert_group() -> None:
 
 
 @cert_group.command("create")
-@click.option("--dir", "directory", default=lambda: os.path.join(os.environ.get("RANGETABLE_DATA_DIR", "./rangetable-data"),
-                                                                  "tls"),
+@click.option("--dir", "directory", default=lambda: os.path.join(default_data_dir(), "tls"),
               show_default="<data-dir>/tls", help="Where to write cert.pem and key.pem.")
 @click.option("--days", default=825, show_default=True, help="Validity in days.")
 @click.option("--force", is_flag=True, help="Replace an existing certificate.")

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from coordinator import acl, backup, client_keys, leases, replica_move, sync_time
 from coordinator import operations as ops
+from coordinator.holdings import holdings, range_reports
 from coordinator.server_info import live_endpoints
 from rangetable import curve, protocol
 from rangetable.errors import TableError
@@ -118,16 +119,19 @@ def status(co: AdminHost) -> dict:
 
 
 def server_list(co: AdminHost, now: float | None = None, loads: bool = True) -> list[dict]:
-    """Every registered server with its state (and its ranges' latest load reports)."""
+    """Every registered server with its state (and with ``loads``, its ranges' latest load reports and
+    what it holds as primary and as follower: :func:`coordinator.holdings.holdings`)."""
     now = time.monotonic() if now is None else now
     with co.lock:
         out = []
+        held = holdings(co.pmap.ranges.values(), range_reports(co.servers.values()), co.servers) if loads else {}
         for s in sorted(co.servers.values(), key=lambda s: s.id):
             row = {"id": s.id, "endpoint": s.endpoint, "alive": s.alive, "pid": s.pid,
                    "incarnation": s.incarnation, "last_seen_s": round(now - s.last_seen, 2),
                    "ranges": co.pmap.owned_count(s.id), "pending": s.pending, "zone": s.zone}
             if loads:
                 row["load"] = s.load
+                row["holds"] = held[s.id]  # ranges, entities, bytes as primary and as follower (holdings.py)
             rebuilding = {rid: rep for rid, rep in s.repl.items() if rep.get("rebuilding")}
             if rebuilding:
                 row["rebuilding"] = rebuilding

@@ -9,6 +9,8 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING
 
+from coordinator.holdings import ROLES, holdings, range_reports
+
 if TYPE_CHECKING:
     from coordinator.interfaces import MetricsSource
 
@@ -31,6 +33,7 @@ def collect(co: MetricsSource) -> list:
         unsynced = sum(1 for r in repl if len(r["insync"]) < len(r["replicas"]))
         rebuilding = sum(1 for s in co.servers.values() for rep in s.repl.values() if rep.get("rebuilding"))
         moving = sum(1 for r in repl if r.get("move"))
+        held = holdings(co.pmap.ranges.values(), range_reports(co.servers.values()), co.servers)
     fams: list = []
     g = GaugeMetricFamily("rangetable_coordinator_term", "The term this coordinator leads (0: a standby).")
     g.add_metric([], co.term)
@@ -64,6 +67,16 @@ def collect(co: MetricsSource) -> list:
         seen.add_metric([sid], round(age, 3))
         reported.add_metric([sid], n)
     fams += [alive, seen, reported]
+    for what, text in (("ranges", "Ranges the server holds a replica of, by role (primary or follower)."),
+                       ("entities", "Entities in the ranges the server holds, by role (exact, as each range's "
+                        "primary last reported them)."),
+                       ("bytes", "Bytes of entity data (keys and stored values) in the ranges the server holds, "
+                        "by role.")):
+        g = GaugeMetricFamily(f"rangetable_server_held_{what}", text, labels=["server", "role"])
+        for sid, roles in sorted(held.items()):
+            for role in ROLES:
+                g.add_metric([sid, role], roles[role][what])
+        fams.append(g)
     ops = CounterMetricFamily("rangetable_coordinator_events_total",
                               "Splits, merges, moves, failovers, dead servers, hot-key warnings and backups since the "
                               "coordinator started, by kind.", labels=["kind"])

@@ -306,7 +306,7 @@ def split(co: MapWriter, ctl: Commands, rid: str, key: str | None, reason: str =
         raise
     crash_point("split.after_split", co.cfg.data_dir)
     if is_replicated(rec):  # the followers split their copies at the parent's last batch, then all commit
-        replica_ops.split_followers(co, ctl, rec, key, left, right, int(done["seq"]))
+        replica_ops.split_followers(co, ctl, rec, key, left, right, int(done["seq"]), done.get("counts"))
         clock.step("followers")
     with co.lock:  # the commit point
         old = co.pmap.ranges[rid]

@@ -31,7 +31,7 @@ from rangetable.errors import TableError
 
 if TYPE_CHECKING:
     from coordinator.interfaces import Commands, MapWriter
-    from rangetable.messages import ControlCommand, RangeRecord
+    from rangetable.messages import ControlCommand, RangeRecord, SplitCommand
 
 log = logging.getLogger("rangetable.coordinator")
 
@@ -260,15 +260,19 @@ def adjust_insync(co: MapWriter, ctl: Commands, server: str) -> None:
             log.info("destroy the stale copy of %s on %s: %s", rid, s, exc)
 
 
-def split_followers(co: MapWriter, ctl: Commands, rec: dict, key: str, left: dict, right: dict, seq: int) -> None:
+def split_followers(co: MapWriter, ctl: Commands, rec: dict, key: str, left: dict, right: dict, seq: int,
+                    counts: list[list[int]] | None = None) -> None:
     """Have the followers of ``rec`` split their copies at ``key`` where the primary did: after the parent's
-    last batch ``seq``, which every in-sync follower holds (the primary answered once it was committed).
+    last batch ``seq``, which every in-sync follower holds (the primary answered once it was committed), with
+    the halves' exact ``counts`` at that batch as the primary counted them (so no follower scans its copy).
     Fills in the halves' replica sets (before the commit): the followers that split, and those of them that
     were in sync; one that could not split is left out and loses its copy of the parent."""
     followers = [s for s in rec["replicas"] if s != rec["owner"] and co.is_alive(s)]
-    calls: list[tuple[str, ControlCommand]] = [
-        (s, {"op": "split", "range": rec["id"], "epoch": rec["epoch"], "key": key, "left": command(co, left),
-             "right": command(co, right), "seq": seq, "version": co.pmap.version}) for s in followers]
+    cmd: SplitCommand = {"op": "split", "range": rec["id"], "epoch": rec["epoch"], "key": key, "left": command(co, left),
+                         "right": command(co, right), "seq": seq, "version": co.pmap.version}
+    if counts is not None:
+        cmd["counts"] = counts
+    calls: list[tuple[str, ControlCommand]] = [(s, cmd) for s in followers]
     split = [rec["owner"]]
     for server, res in zip(followers, ctl.call_many(calls), strict=True):
         if isinstance(res, TableError):

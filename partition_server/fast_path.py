@@ -24,7 +24,6 @@ and requires the same answers, bytes, stored data and errors.
 from __future__ import annotations
 
 import struct
-from collections import deque
 from collections.abc import Callable
 from functools import partial
 from itertools import repeat, zip_longest
@@ -35,6 +34,7 @@ import rocksdict
 from zmq.backend import Socket as _RawSocket
 
 from partition_server import range_ops
+from partition_server.tee import put_all
 from rangetable import protocol, write_conditions
 from rangetable.edm import (
     BINARY,
@@ -374,7 +374,7 @@ def _upsert_all(keys: list[bytes], rkbs: list[bytes], curs: list[bytes | None], 
         values = list(map(protocol.pack, zip(repeat(ts), props)))  # a tuple packs as a list does
     if sum(map(len, keys)) + sum(map(len, values)) > range_ops.MAX_BATCH_BYTES:
         return None  # the op loop finds which op's error comes first
-    deque(map(wb.put, keys, values), maxlen=0)
+    put_all(wb, keys, values)
     return ([] if prefix is None else entities(prefix, rkbs, values)), props
 
 

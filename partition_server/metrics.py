@@ -29,8 +29,8 @@ COUNTERS = {  # Load field -> (metric name, help)
     "busy": ("rangetable_range_busy_total", "Requests the range refused (RangeBusy while offline, ServerBusy throttling)."),
 }
 GAUGES = {  # load report field -> (metric name, help)
-    "entities": ("rangetable_range_entities", "Entities in the range (RocksDB's estimate, as `rangetable ranges` shows)."),
-    "bytes": ("rangetable_range_size_bytes", "Bytes of entity data in the range (estimate)."),
+    "entities": ("rangetable_range_entities", "Entities in the range, exact (as `rangetable ranges` shows)."),
+    "bytes": ("rangetable_range_size_bytes", "Bytes of entity data in the range: keys and stored values, exact."),
     "reads_s": ("rangetable_range_reads_per_second", "Reads per second over the last load report (as `top` shows)."),
     "writes_s": ("rangetable_range_writes_per_second", "Writes per second over the last load report (as `top` shows)."),
     "busy_s": ("rangetable_range_busy_per_second", "Refusals per second over the last load report."),

@@ -18,7 +18,16 @@ import rocksdict
 from partition_server.range_split import checkpoint_halves, merge_stores, split_store
 from partition_server.replica_log import pack_position, unpack_position, write_batch
 from partition_server.request_records import Window, unpack_meta
-from partition_server.store_keys import DROP_KEY, META_REPL, META_TS
+from partition_server.store_counts import (
+    Counts,
+    count_span,
+    delta,
+    half_counts,
+    left_share,
+    pack_counts,
+    read_counts,
+)
+from partition_server.store_keys import DROP_KEY, META_COUNT, META_REPL, META_TS
 from partition_server.tee import Ops, Shipper, Tee
 from rangetable import protocol
 
@@ -33,6 +42,7 @@ class StoreCopies:
         _wo: rocksdict.WriteOptions
         _last_ts: int
         _window: Window
+        _counts: Counts
         _drop_pending: bool
         sync: bool
         request_window_s: float
@@ -42,16 +52,32 @@ class StoreCopies:
     # --- split / merge (see range_split.py) ---------------------------------------------------
 
     def split(self, split_pk: str, left_path: str | os.PathLike[str], right_path: str | os.PathLike[str], *,
-              compact: bool = True) -> None:
+              compact: bool = True, counts: tuple[Counts, Counts] | None = None) -> None:
         """Write two new stores: ``left_path`` holds pks < ``split_pk``, ``right_path`` the rest.
 
         Hard-linked checkpoints, then a delete_range of the other half in each, compacted away unless
-        ``compact=False`` (then RocksDB's background compaction reclaims it later and entity estimates
-        stay high until then). Meta (last Timestamp, request records) is kept in both. This store
-        stays open and unchanged. Safe to re-run after a crash (leftover outputs are removed first).
+        ``compact=False`` (then RocksDB's background compaction frees the space later). Meta (last
+        Timestamp, request records) is kept in both; each half gets its exact counts: ``counts`` when
+        given (a follower splitting where its primary did, which knows them), else counted
+        (:func:`~partition_server.store_counts.half_counts`). This store stays open and unchanged. Safe to
+        re-run after a crash (leftover outputs are removed first).
         """
         with self._lock:
-            split_store(self._db, split_pk, os.fspath(left_path), os.fspath(right_path), compact=compact)
+            split_store(self._db, split_pk, os.fspath(left_path), os.fspath(right_path), compact=compact,
+                        counts=counts)
+
+    def count_half(self, split_key: bytes, left: bool, left_is_smaller: bool) -> None:
+        """Set this store's counts to those of its ``left`` (or right) half of ``split_key``: it is a split's
+        half, a checkpoint of the whole range before the other half is dropped (see
+        :func:`~partition_server.store_counts.half_counts`)."""
+        with self._lock:
+            counts = half_counts(self._db, split_key, left, left_is_smaller)
+            self._db.put(META_COUNT, pack_counts(counts), self._wo)
+            self._counts = counts
+
+    def left_share(self, split_key: bytes) -> float:
+        """The share of this store's entity bytes below ``split_key``, from its SST files' metadata."""
+        return left_share(self._db.live_files(), split_key)
 
     def limits(self) -> dict[str, Any]:
         """The keyword arguments of :meth:`open` this store was opened with (for its split halves)."""
@@ -99,15 +125,29 @@ class StoreCopies:
         with self._lock:
             self._db.write(wb, self._wo)
 
-    def write_raw(self, wb: rocksdict.WriteBatch) -> None:
-        """Write a batch of raw keys as it is (a split replaying its parent's writes)."""
+    def write_raw(self, wb: rocksdict.WriteBatch, writes: list[tuple[bytes, bytes | None]] | None = None,
+                  recount: bool = False) -> None:
+        """Write a batch of raw keys as it is (a split replaying its parent's writes into a half), with the
+        counts changed by its entity ``writes`` (key, value or None, in order; the batch must not put
+        ``META_COUNT`` itself). ``recount``: the batch also deletes a span of entity keys, so the counts
+        are taken afresh by a pass over the store (a rare case: no write of a range deletes entities)."""
         with self._lock:
+            final = dict(writes or ())  # the last value each key gets is what the counts see
+            counts = self._counts.plus(*delta(final.items(), self._db.get))
+            if counts != self._counts and not recount:
+                wb.put(META_COUNT, pack_counts(counts))
             self._db.write(wb, self._wo)
+            if recount:
+                counts = count_span(self._db)
+                self._db.put(META_COUNT, pack_counts(counts), self._wo)
+            self._counts = counts
 
     def reload_meta(self) -> None:
-        """Read the last Timestamp and the request window again (after :meth:`write_raw`)."""
+        """Read the last Timestamp, the request window and the counts again (after :meth:`write_raw`, or
+        when a follower that applied its primary's batches becomes primary)."""
         with self._lock:
             self._last_ts, self._window = unpack_meta(self._db.get(META_TS))
+            self._counts, _ = read_counts(self._db)
 
     def drop_span(self, lo: bytes, hi: bytes) -> None:
         """Delete the entity keys ``[lo, hi)`` (one range tombstone, atomically with a note of the

@@ -1,9 +1,9 @@
 """Split and merge of range stores (the disk side; the coordinator commits the map change).
 
 Split: hard-linked checkpoints of the live store, then in each copy a ``delete_range`` of the other
-half plus a compaction of that span, so the deleted data really goes and key estimates recover.
-Merge: a checkpoint of the left store, then the right store's entities and request records copied
-in. Both only ever write their output directories and remove leftovers of an earlier attempt first,
+half plus a compaction of that span, so the deleted data really goes, and each half's exact counts
+(:mod:`partition_server.store_counts`). Merge: a checkpoint of the left store, then the right store's
+entities and request records copied in; the counts are the sum of both. Both only ever write their output directories and remove leftovers of an earlier attempt first,
 so a crash at any step is repaired by running the step again.
 """
 
@@ -11,13 +11,15 @@ from __future__ import annotations
 
 import os
 import shutil
+from collections.abc import Callable
 
 import msgpack
 import rocksdict
 
 from partition_server.expiry import MARK_KEY, merged_mark
 from partition_server.request_records import REQT_END, REQT_PREFIX, Window, pack_meta, unpack_meta
-from partition_server.store_keys import DROP_KEY, META_TS
+from partition_server.store_counts import Counts, half_counts, left_share, pack_counts, read_counts
+from partition_server.store_keys import DROP_KEY, META_COUNT, META_TS
 from rangetable.checkpoint import create_checkpoint
 from rangetable.keys import META_PREFIX
 from rangetable.storage import open_range_db
@@ -40,11 +42,13 @@ def _prepare_output(path: str) -> None:
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
 
 
-def _drop_span(path: str, lo: bytes, hi: bytes, compact: bool) -> None:
+def _drop_span(path: str, lo: bytes, hi: bytes, compact: bool, counts: Callable[[rocksdict.Rdict], Counts]) -> None:
     """Delete the keys ``[lo, hi)`` from the store at ``path`` and compact that span away, or
-    (``compact=False``) note it under ``DROP_KEY`` for a later ``RangeStore.compact_pending``."""
+    (``compact=False``) note it under ``DROP_KEY`` for a later ``RangeStore.compact_pending``; the store's
+    ``META_COUNT`` becomes ``counts(db)``, taken before the delete."""
     db = open_range_db(path, create=False)
     try:
+        db.put(META_COUNT, pack_counts(counts(db)))
         if lo < hi:
             db.delete_range(lo, hi)
             if compact:
@@ -70,16 +74,22 @@ def checkpoint_halves(db: rocksdict.Rdict, left_path: str, right_path: str) -> N
 
 
 def split_store(
-    db: rocksdict.Rdict, split_pk: str, left_path: str, right_path: str, *, compact: bool = True
+    db: rocksdict.Rdict, split_pk: str, left_path: str, right_path: str, *, compact: bool = True,
+    counts: tuple[Counts, Counts] | None = None,
 ) -> None:
     """Checkpoint ``db`` into ``left_path`` (pks < split_pk) and ``right_path`` (pks >= split_pk).
 
-    Meta keys (last Timestamp, request records) stay in both halves. ``db`` itself is not changed.
+    Meta keys (last Timestamp, request records) stay in both halves; each half's ``META_COUNT`` is its
+    own: ``counts`` (left, right) when given, else counted in each copy (the smaller side scanned).
+    ``db`` itself is not changed.
     """
     checkpoint_halves(db, left_path, right_path)
     spk = split_pk.encode("utf-8")
-    _drop_span(left_path, spk, META_PREFIX, compact)
-    _drop_span(right_path, b"", spk, compact)
+    smaller = left_share(db.live_files(), spk) <= 0.5
+    for path, lo, hi, left in ((left_path, spk, META_PREFIX, True), (right_path, b"", spk, False)):
+        given = None if counts is None else Counts(*counts[0 if left else 1])
+        _drop_span(path, lo, hi, compact,
+                   lambda d, g=given, le=left: g if g is not None else half_counts(d, spk, le, smaller))
 
 
 def _request_window(db: rocksdict.Rdict) -> Window:
@@ -106,6 +116,7 @@ def merge_stores(left_path: str, right_path: str, out_path: str) -> None:
     _prepare_output(out_path)
     ldb = open_range_db(left_path, create=False)
     try:
+        left_counts = read_counts(ldb)[0]
         left_ts = unpack_meta(ldb.get(META_TS))[0]
         left_mark = ldb.get(MARK_KEY)
         create_checkpoint(ldb, out_path)
@@ -116,6 +127,7 @@ def merge_stores(left_path: str, right_path: str, out_path: str) -> None:
         rdb = open_range_db(right_path, create=False)
         try:
             right_ts = unpack_meta(rdb.get(META_TS))[0]
+            counts = left_counts.plus(*read_counts(rdb)[0])
             mark = merged_mark(left_mark, rdb.get(MARK_KEY))
             wo = rocksdict.WriteOptions()
             wo.disable_wal = True  # flushed below; a crash before that is repaired by re-running
@@ -124,7 +136,7 @@ def merge_stores(left_path: str, right_path: str, out_path: str) -> None:
             it = rdb.items()
             try:
                 for k, v in it:
-                    if k == META_TS or k == MARK_KEY:
+                    if k == META_TS or k == MARK_KEY or k == META_COUNT:
                         continue
                     wb.put(k, v)
                     size += len(k) + len(v)
@@ -139,6 +151,7 @@ def merge_stores(left_path: str, right_path: str, out_path: str) -> None:
         finally:
             rdb.close()
         odb.put(META_TS, pack_meta(max(left_ts, right_ts), _request_window(odb)), wo)
+        odb.put(META_COUNT, pack_counts(counts), wo)
         if mark is not None:
             odb.put(MARK_KEY, mark, wo)
         odb.flush(True)

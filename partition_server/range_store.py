@@ -9,13 +9,15 @@ Layout (all raw bytes, opened only through :func:`rangetable.storage.open_range_
   carried a request id (``kind`` "w" or "b"), so a retry gets the same answer without re-applying it;
 * ``REQT_PREFIX + >Q ts + request_id`` → ``>I size``, the same records ordered oldest first for purging
   (both in :mod:`partition_server.request_records`);
+* ``META_COUNT`` → ``>QQ``: the entities the store holds and their bytes, exact, put by every batch that
+  changes them (:mod:`partition_server.store_counts`);
 * ``DROP_KEY`` → ``msgpack([lo, hi])`` after ``split(compact=False)``: the span deleted but not yet
-  compacted (size and count estimates stay too high until :meth:`RangeStore.compact_pending`);
+  compacted (disk space is freed by :meth:`RangeStore.compact_pending`);
 * while the table has a TTL, the expiry index (:mod:`partition_server.expiry`): one entry per write,
   in Timestamp order, and ``MARK_KEY``. Expired entities read as absent everywhere (:meth:`RangeStore.set_ttl`).
 
-Every write is one WriteBatch that carries the entity change, the new ``META_TS`` and any request
-record, so Timestamps stay strictly increasing across restarts and retries stay exactly-once.
+Every write is one WriteBatch that carries the entity change, the new ``META_TS``, the new counts and any
+request record, so Timestamps stay strictly increasing across restarts and retries stay exactly-once.
 The store is a library: the partition server process drives it. Writes are serialised by a lock;
 reads need none.
 """
@@ -53,17 +55,24 @@ from partition_server.request_records import (
 from partition_server.request_records import REQ_PREFIX as REQ_PREFIX  # re-exported (layout above)
 from partition_server.request_records import pack_meta as pack_meta  # re-exported: META_TS's encoding
 from partition_server.request_records import unpack_meta as unpack_meta
-from partition_server.store_keys import DROP_KEY
+from partition_server.store_counts import Counts, capture, delta, pack_counts, read_counts, unpack_counts
+from partition_server.store_keys import DROP_KEY, META_COUNT
 from partition_server.store_keys import META_TS as META_TS  # re-exported (layout above)
-from partition_server.store_size import data_bytes
-from partition_server.tee import Tee
+from partition_server.tee import Ops, Tee
 from rangetable import protocol
 from rangetable.checkpoint import checkpoint_db
 from rangetable.edm import UNIX_EPOCH_TICKS, Entity
 from rangetable.errors import TableError
 from rangetable.filter import Predicate
-from rangetable.keys import encode_key
+from rangetable.keys import META_PREFIX, encode_key
 from rangetable.storage import open_range_db
+
+
+def _probe(db: rocksdict.Rdict, held: list[bool], lo: bytes, hi: bytes) -> bool:
+    """:func:`span_may_hold`, its answer noted in ``held``."""
+    answer = span_may_hold(db, lo, hi)
+    held.append(answer)
+    return answer
 
 
 def wall_ticks() -> int:
@@ -112,8 +121,9 @@ class RangeStore(StoreCopies):
         self._closing = False
         self._req_writes = 0
         self._tee = Tee()  # a split's record of this store's writes (split_job.py)
-        self._ops_total = 0  # WriteBatch entries since open, and how many of them were meta keys:
-        self._ops_meta = 0  # used to discount META_TS rewrites still counted in the memtables
+        self._counts, counted = read_counts(db)  # exact; counted once for a store written before META_COUNT
+        if counted:
+            db.put(META_COUNT, pack_counts(self._counts), self._wo)
         self.expiry = Expiry(db)  # the table's TTL and its expiry index
 
     @classmethod
@@ -204,7 +214,7 @@ class RangeStore(StoreCopies):
         with self._lock:  # no write of this store lands between the flush and the links
             self._db.flush(True)
             info = checkpoint_db(self._db, path)
-        return {**info, "last_ts": self._last_ts, "entities_estimate": self.stats()["entities"]}
+        return {**info, "last_ts": self._last_ts, "entities_estimate": self.counts().entities}  # exact now
 
     def __enter__(self) -> RangeStore:
         return self
@@ -214,10 +224,11 @@ class RangeStore(StoreCopies):
 
     # --- reads -------------------------------------------------------------------------------
 
-    def _read(self) -> Callable[[Any], Any]:
+    def _read(self, seen: dict[bytes, bytes | None] | None = None) -> Callable[[Any], Any]:
         """The DB's get (one key or a list), hiding expired entities: every read of a current entity
-        goes through it."""
-        return self.expiry.reader(self._db.get, self.clock())
+        goes through it. With ``seen``, every stored value it read (expired or not) is noted there."""
+        get = self._db.get if seen is None else capture(self._db.get, seen)
+        return self.expiry.reader(get, self.clock())
 
     def get(self, pk: str, rk: str) -> Entity | None:
         """The entity at (pk, rk), or None (also when expired)."""
@@ -246,26 +257,24 @@ class RangeStore(StoreCopies):
         return scan_span(self._db, lo, hi, predicate, select, limit, budget_s, wire=wire, needs_ts=needs_ts,
                          needs_props=needs_props, oldest=self.expiry.oldest(self.clock()), points=points)
 
-    def stats(self) -> dict[str, int]:
-        """Approximate ``{"entities", "bytes", "compaction_pending", "pending_compaction_bytes"}``;
-        cheap (DB properties only). ``pending_compaction_bytes`` is RocksDB's estimate of the bytes
-        compaction must still rewrite to bring every level under its target.
+    def counts(self) -> Counts:
+        """The entities this store holds and their bytes (key + stored value), exact, as of its last
+        batch: read from ``META_COUNT``, so a follower's figure is the one its primary's last applied batch
+        carried. Entities a TTL expired count until they are reclaimed."""
+        return unpack_counts(self._db.get(META_COUNT)) or self._counts
 
-        While ``compaction_pending`` is true (a split half not yet compacted) both figures still
-        include the dropped half. ``bytes`` leaves out the request records (both halves of a split
-        keep all of them), so it measures entity data.
+    def stats(self) -> dict[str, int]:
+        """``{"entities", "bytes", "compaction_pending", "pending_compaction_bytes"}``; cheap (one get and a
+        DB property). ``entities`` and ``bytes`` are exact (:meth:`counts`; bytes: the uncompressed entity
+        data, request records and other meta keys left out, so it is what size splits are about).
+        ``pending_compaction_bytes`` is RocksDB's estimate of the bytes compaction must still rewrite to
+        bring every level under its target.
         """
         db = self._db
-        keys = db.property_int_value("rocksdb.estimate-num-keys") or 0
-        meta = 1 + 2 * self._window.count
-        if self._ops_total:
-            mem = (db.property_int_value("rocksdb.num-entries-active-mem-table") or 0) + (
-                db.property_int_value("rocksdb.num-entries-imm-mem-tables") or 0
-            )
-            meta += mem * self._ops_meta // self._ops_total
+        c = self.counts()
         return {
-            "entities": max(0, keys - meta),
-            "bytes": data_bytes(db, self._window.nbytes),  # what size splits are about
+            "entities": c.entities,
+            "bytes": c.bytes,
             "compaction_pending": self._drop_pending,
             "pending_compaction_bytes": db.property_int_value("rocksdb.estimate-pending-compaction-bytes") or 0,
         }
@@ -300,22 +309,32 @@ class RangeStore(StoreCopies):
             raise TableError("InvalidInput", "This request id was already used by a different kind of request.")
         return rid, stale, prev
 
+    def _batch_change(self, ops: Ops, seen: dict[bytes, bytes | None], empty: bool) -> tuple[int, int]:
+        """How a batch's ``ops`` change the counts: ``seen`` holds the stored values it read; an entity key
+        it wrote without reading (a blind upsert) is read here, all in one multi-get, unless ``empty`` (its
+        partition held no key)."""
+        missing = [k for k, _ in ops if k < META_PREFIX and k not in seen]
+        if missing:
+            seen.update(zip(missing, [None] * len(missing) if empty else self._db.get(missing), strict=True))
+        return delta(ops, seen.__getitem__)
+
     def _commit(self, wb: Any, ts: int, rid: bytes | None, kind: bytes,
-                answer: bytes, stale: tuple[bytes, int] | None) -> None:
-        """Add meta (and the record of request ``rid``: ``kind`` and the packed ``answer``) to ``wb``
-        and write it atomically."""
+                answer: bytes, stale: tuple[bytes, int] | None, change: tuple[int, int]) -> None:
+        """Add meta (the counts changed by ``change``, entities and bytes; the record of request ``rid``:
+        ``kind`` and the packed ``answer``) to ``wb`` and write it atomically."""
+        counts = self._counts.plus(*change)
+        if counts != self._counts:
+            wb.put(META_COUNT, pack_counts(counts))
         w = self._window
         if rid is not None:
             self._req_writes += 1
             w = add_record(self._db, wb, w, rid, ts, kind, answer, stale, self._cutoff,
                            (self.request_window_max, self.request_window_bytes), self._req_writes % PURGE_EVERY == 0)
         wb.put(META_TS, pack_meta(ts, w))
-        n = len(wb)
         self._tee.write(self._db, wb, self._wo)
-        self._ops_total += n
-        self._ops_meta += 1
         self._last_ts = ts
         self._window = w
+        self._counts = counts
 
     def write(self, op: dict, request_id: str | None = None, *, wire: bool = False) -> Entity | None | bytes:
         """Apply one entity operation ``{"op", "pk", "rk", "props", "if_match"}``.
@@ -335,8 +354,11 @@ class RangeStore(StoreCopies):
                 answer = stored_answer(prev)
                 return packed_answer(answer) if wire else answer
             ts = self._next_ts()
-            key, props = prepare_op(self._read(), op)
+            seen: dict[bytes, bytes | None] = {}
+            key, props = prepare_op(self._read(seen), op)
             wb = self._tee.new_batch()
+            old = seen[key] if key in seen else self._db.get(key)  # a blind upsert reads it for the counts only
+            change = (-1, -len(key) - len(old)) if old is not None else (0, 0)
             if props is None:
                 wb.delete(key)
                 packed = fast_path.NIL
@@ -345,7 +367,8 @@ class RangeStore(StoreCopies):
                 wb.put(key, value)
                 self.expiry.note_write(wb, ts, [key])
                 packed = fast_path.entity_bytes(key, value) if wire or rid is not None else b""
-            self._commit(wb, ts, rid, WRITE, packed, stale)
+                change = (change[0] + 1, change[1] + len(key) + len(value))
+            self._commit(wb, ts, rid, WRITE, packed, stale, change)
         if wire:
             return packed
         return None if props is None else Entity(op["pk"], op["rk"], ts, props)
@@ -377,10 +400,13 @@ class RangeStore(StoreCopies):
                 return replayed_batch(stored_answer(prev), answer)
             check_batch_shape(ops)
             ts = self._next_ts()
-            wb = self._tee.new_batch()
+            wb = self._tee.new_batch(record=True)  # its operations give the counts
             db = self._db
             want_items = echo and (answer == "wire" or rid is not None)
-            items, written = fast_path.prepare_batch(self._read(), ops, ts, wb, want_items, partial(span_may_hold, db))
+            seen: dict[bytes, bytes | None] = {}
+            held: list[bool] = []  # the probe's answers: [False] when the partition holds no key
+            items, written = fast_path.prepare_batch(self._read(seen), ops, ts, wb, want_items,
+                                                     partial(_probe, db, held))
             if written:
                 if self.expiry.indexing:
                     self.expiry.note_write(wb, ts, [encode_key(op["pk"], op["rk"])
@@ -391,7 +417,7 @@ class RangeStore(StoreCopies):
                     record = fast_path.array_header(len(items)) + b"".join(items)
                 else:
                     record = protocol.pack(ts)
-                self._commit(wb, ts, rid, BATCH, record, stale)
+                self._commit(wb, ts, rid, BATCH, record, stale, self._batch_change(wb.ops, seen, held == [False]))
         if answer == "wire":
             return items
         if answer == "timestamp":
@@ -419,8 +445,12 @@ class RangeStore(StoreCopies):
                 return 0, 0
             wb = self._tee.new_batch()
             done = self.expiry.step(self._db, wb, self.clock(), max_keys)
+            counts = self._counts.plus(-done[0], -done[1])  # the entities it deleted and their bytes
+            if counts != self._counts:
+                wb.put(META_COUNT, pack_counts(counts))
             if len(wb):
                 self._tee.write(self._db, wb, self._wo)
+            self._counts = counts
             return done
 
     def memory(self) -> dict[str, int]:

@@ -91,7 +91,8 @@ class RangeSet(ReplicaRanges):
         if op == "split":  # answered when the job is ready: see Deferred
             rid, epoch = req["range"], int(req["epoch"])
             if self.repl is not None and rid in self.repl.following:
-                return self.split_follower(rid, epoch, req["key"], req["left"], req["right"], int(req["seq"]))
+                return self.split_follower(rid, epoch, req["key"], req["left"], req["right"], int(req["seq"]),
+                                           req.get("counts"))
             job = self.split_start(rid, epoch, req["key"], req["left"], req["right"])
             return Deferred(self._split_ready(rid, job), lambda: self.split_finish(rid, epoch, req["left"], req["right"]))
         if op == "merge":
@@ -271,7 +272,7 @@ class RangeSet(ReplicaRanges):
         log.info("split %s at %r into %s and %s: offline %.1f ms (%s)", rid, job.split_key.decode(), left["id"],
                  right["id"], offline, ", ".join(f"{k} {v:.1f}" for k, v in steps.items()))
         return {"ms": round(sum(steps.values()), 2), "offline_ms": offline, "steps": steps,
-                "seq": p.outbox.seq if p is not None else 0}
+                "seq": p.outbox.seq if p is not None else 0, "counts": [list(h.counts()) for h in halves]}
 
     def split(self, rid: str, epoch: int, key: str, left: dict, right: dict) -> dict:
         """Split a served range at ``key`` into two pending ranges, waiting for the preparation (for

@@ -17,6 +17,7 @@ from partition_server.range_store import RangeStore
 from partition_server.replicator import Replicator
 from partition_server.served import Deferred, Served
 from partition_server.split_job import SplitJob
+from partition_server.store_counts import Counts
 from partition_server.table_config import TableConfig
 from rangetable.errors import TableError
 from rangetable.keys import range_bounds
@@ -131,9 +132,12 @@ class ReplicaRanges:
 
         return ready
 
-    def split_follower(self, rid: str, epoch: int, key: str, left: dict, right: dict, seq: int) -> dict:
+    def split_follower(self, rid: str, epoch: int, key: str, left: dict, right: dict, seq: int,
+                       counts: list[list[int]] | None = None) -> dict:
         """Split a followed range's copy at ``key`` after its batch ``seq`` (where the primary split): two
-        pending halves at that position, the parent closed (the coordinator destroys it after the commit)."""
+        pending halves at that position, the parent closed (the coordinator destroys it after the commit).
+        ``counts``: the halves' entities and bytes at that batch, as the primary counted them (without
+        them each half is counted here)."""
         served = self._served(rid, epoch)
         f = self._replicator().following.get(rid)
         if f is None or f.applied != seq:
@@ -142,7 +146,8 @@ class ReplicaRanges:
         for rec in (left, right):
             if rec["id"] in self.open:
                 self.unload(rec["id"])
-        served.store.split(key, self._path(left), self._path(right), compact=False)
+        halves = None if counts is None else (Counts(*counts[0]), Counts(*counts[1]))
+        served.store.split(key, self._path(left), self._path(right), compact=False, counts=halves)
         self.unload(rid)
         self.tables.inherit([rid], [left["id"], right["id"]])
         for rec in (left, right):

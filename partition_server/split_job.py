@@ -11,7 +11,10 @@ from then until the coordinator has committed the split and loaded the halves.
 Replaying a record that the checkpoint already holds is harmless: records are blind puts, deletes and
 range deletes of whole values, replayed in commit order, so the halves end as they would after a
 checkpoint taken at the switch-over. Each entity key goes to the half whose span holds it; meta keys (the last
-Timestamp, the request-id window and its records) go to both, as a plain split keeps them in both.
+Timestamp, the request-id window and its records) go to both, as a plain split keeps them in both — except the
+parent's counts: each half counts itself once from its checkpoint (the smaller side scanned, on the background
+thread) and then follows what each replayed write changes in it (:meth:`RangeStore.write_raw`), which is just
+as harmless to repeat.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from collections.abc import Callable
 import rocksdict
 
 from partition_server.range_store import RangeStore
+from partition_server.store_keys import META_COUNT
 from partition_server.tee import Ops, RangeEnd
 from rangetable.errors import TableError
 from rangetable.keys import META_PREFIX
@@ -35,28 +39,36 @@ CATCH_UP_ENOUGH = 256  # operations: fewer left over than this and the switch-ov
 def replay(records: list[Ops], split_key: bytes,
            left: RangeStore, right: RangeStore) -> int:
     """Write recorded batches into the halves: an entity key into the half that holds it (left below
-    ``split_key``), a meta key into both. Returns how many operations were replayed."""
+    ``split_key``), a meta key into both (not the parent's counts: each half keeps its own). Returns how
+    many operations were replayed."""
     if not records:
         return 0
     batches = (rocksdict.WriteBatch(raw_mode=True), rocksdict.WriteBatch(raw_mode=True))
+    writes: tuple[list[tuple[bytes, bytes | None]], list[tuple[bytes, bytes | None]]] = ([], [])
+    recount = False
     n = 0
     for ops in records:
         for key, value in ops:
             n += 1
             if type(value) is RangeEnd:
+                recount = recount or key < META_PREFIX
                 _replay_range(batches, key, value.end, split_key)
                 continue
             if key < META_PREFIX:
-                targets = batches[:1] if key < split_key else batches[1:]
+                side = 0 if key < split_key else 1
+                writes[side].append((key, value))  # type: ignore[arg-type]  # not a RangeEnd here
+                targets = batches[side:side + 1]
+            elif key == META_COUNT:
+                continue
             else:
                 targets = batches
             for wb in targets:
                 if value is None:
                     wb.delete(key)
                 else:
-                    wb.put(key, value)
-    left.write_raw(batches[0])
-    right.write_raw(batches[1])
+                    wb.put(key, value)  # type: ignore[arg-type]
+    left.write_raw(batches[0], writes[0], recount)
+    right.write_raw(batches[1], writes[1], recount)
     return n
 
 
@@ -105,6 +117,10 @@ class SplitJob:
                 raise
             self.halves = (left, right)
             clock.step("open")
+            smaller = left.left_share(self.split_key) <= 0.5
+            left.count_half(self.split_key, True, smaller)
+            right.count_half(self.split_key, False, smaller)
+            clock.step("count")
             left.drop_span(self.split_key, META_PREFIX)
             right.drop_span(b"", self.split_key)
             clock.step("drop")

@@ -7,3 +7,4 @@ from rangetable.keys import META_PREFIX
 META_TS = META_PREFIX + b"ts"  # >QQQQ: the last Timestamp and the request-record window (request_records.pack_meta)
 DROP_KEY = META_PREFIX + b"drop"  # msgpack [lo, hi]: a span a split dropped but did not compact yet
 META_REPL = META_PREFIX + b"repl"  # >QQ: the epoch and sequence of the last replicated batch (replica_log.py)
+META_COUNT = META_PREFIX + b"count"  # >QQ: the entities the store holds and their bytes, exact (store_counts.py)

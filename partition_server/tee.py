@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from collections import deque
 from typing import Any, NamedTuple, Protocol
 
 import rocksdict
@@ -31,6 +32,11 @@ class RecordingBatch:
         """Put ``key`` (and record it)."""
         self.wb.put(key, value)
         self.ops.append((key, value))
+
+    def put_all(self, keys: list[bytes], values: list[bytes]) -> None:
+        """Put each key with its value (and record them), at C level."""
+        deque(map(self.wb.put, keys, values), maxlen=0)
+        self.ops.extend(zip(keys, values, strict=True))
 
     def delete(self, key: bytes) -> None:
         """Delete ``key`` (and record it)."""
@@ -66,9 +72,10 @@ class Tee:
         self.records: list[Ops] | None = None  # None: not recording
         self.log: Shipper | None = None  # None: not replicated (or not primary)
 
-    def new_batch(self) -> Any:
-        """A batch for one write: a :class:`RecordingBatch` while recording or replicating."""
-        if self.records is None and self.log is None:
+    def new_batch(self, record: bool = False) -> Any:
+        """A batch for one write: a :class:`RecordingBatch` while recording or replicating, or when the caller
+        wants its operations (``record``: an entity group transaction's, for the store's counts)."""
+        if self.records is None and self.log is None and not record:
             return rocksdict.WriteBatch(raw_mode=True)
         return RecordingBatch()
 
@@ -99,3 +106,11 @@ class Tee:
         """The batches recorded since the last take; recording stops."""
         out, self.records = self.records or [], None
         return out
+
+
+def put_all(wb: Any, keys: list[bytes], values: list[bytes]) -> None:
+    """Put each key with its value into ``wb``, a WriteBatch or a :class:`RecordingBatch`, at C level."""
+    if type(wb) is RecordingBatch:
+        wb.put_all(keys, values)
+    else:
+        deque(map(wb.put, keys, values), maxlen=0)

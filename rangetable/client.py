@@ -34,7 +34,6 @@ if TYPE_CHECKING:
 
 __all__ = ["TableServiceClient", "TableClient"]
 
-DEFAULT_DATA_DIR = "./rangetable-data"
 T = TypeVar("T")
 
 
@@ -111,8 +110,9 @@ class TableServiceClient(_Client):
         super().__init__(endpoint, retry_policy=retry_policy, timeout=timeout)
 
     @classmethod
-    def from_cluster(cls, data_dir: str | os.PathLike[str] = DEFAULT_DATA_DIR, **kwargs: Any) -> TableServiceClient:
-        """A client for the local cluster whose ``cluster.json`` lives in ``data_dir``."""
+    def from_cluster(cls, data_dir: str | os.PathLike[str] | None = None, **kwargs: Any) -> TableServiceClient:
+        """A client for the local cluster whose ``cluster.json`` lives in ``data_dir`` (a directory or the file;
+        default: ``$RANGETABLE_DATA_DIR``, else ``./rangetable-data``, as every CLI command)."""
         return cls(cluster_endpoint(data_dir), **kwargs)
 
     def get_table_client(self, table_name: str) -> TableClient:
@@ -172,9 +172,10 @@ class TableClient(_Client):
 
     @classmethod
     def from_cluster(
-        cls, table_name: str, data_dir: str | os.PathLike[str] = DEFAULT_DATA_DIR, **kwargs: Any
+        cls, table_name: str, data_dir: str | os.PathLike[str] | None = None, **kwargs: Any
     ) -> TableClient:
-        """A client for ``table_name`` on the local cluster whose ``cluster.json`` is in ``data_dir``."""
+        """A client for ``table_name`` on the local cluster whose ``cluster.json`` is in ``data_dir`` (default:
+        ``$RANGETABLE_DATA_DIR``, else ``./rangetable-data``)."""
         return cls(cluster_endpoint(data_dir), table_name, **kwargs)
 
     # --- tables ---------------------------------------------------------------------------------

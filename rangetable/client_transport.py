@@ -32,16 +32,18 @@ from zmq.utils.monitor import parse_monitor_message
 
 from rangetable import curve, protocol
 from rangetable.client_models import specific_error
+from rangetable.data_dir import resolve_data_dir
 from rangetable.errors import TableError
 
 if TYPE_CHECKING:
     from rangetable.messages import HelloAnswer, NativeRequest
 
 
-def cluster_endpoint(data_dir: str | os.PathLike[str]) -> str:
+def cluster_endpoint(data_dir: str | os.PathLike[str] | None = None) -> str:
     """The native endpoint recorded in ``<data_dir>/cluster.json`` (or in a connection file from
-    ``rangetable keys add --out``); its CURVE keys are remembered for the connection."""
-    path = os.fspath(data_dir)
+    ``rangetable keys add --out``); its CURVE keys are remembered for the connection. ``data_dir``
+    None: the default data root (:func:`rangetable.data_dir.default_data_dir`, as the CLI's)."""
+    path = resolve_data_dir(data_dir)
     if os.path.isdir(path):
         path = os.path.join(path, "cluster.json")
     try:

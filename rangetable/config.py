@@ -10,6 +10,8 @@ import os
 from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from rangetable.data_dir import FALLBACK_DATA_DIR
+
 if TYPE_CHECKING:
     from _typeshed import DataclassInstance
 
@@ -20,7 +22,7 @@ T = TypeVar("T", bound="DataclassInstance")  # a config class (a dataclass)
 class CoordinatorConfig:
     """Settings of the coordinator (partition manager)."""
 
-    data_dir: str = "./rangetable-data"
+    data_dir: str = FALLBACK_DATA_DIR
     bind: str = "tcp://127.0.0.1:10010"  # ROUTER: heartbeats, admin, map snapshots
     pub_bind: str = "tcp://127.0.0.1:10011"  # PUB: partition-map updates (Clone pattern)
     advertise: str = ""  # the ROUTER's address for other hosts (tcp://HOST[:PORT]); empty = --bind
@@ -47,7 +49,7 @@ class CoordinatorConfig:
 class PartitionServerConfig:
     """Settings of a partition server."""
 
-    data_dir: str = "./rangetable-data"
+    data_dir: str = FALLBACK_DATA_DIR
     coordinator: str = "tcp://127.0.0.1:10010"  # every coordinator's endpoint, comma-separated
     bind: str = "tcp://127.0.0.1:0"  # 0 = any free port; the server reports its endpoint
     advertise: str = ""  # the address other hosts reach it at (tcp://HOST[:PORT]); empty = --bind
@@ -90,14 +92,14 @@ class FrontendConfig:
     cert: str = ""  # PEM certificate: the REST endpoint speaks HTTPS (with --key; Azurite's flag names)
     key: str = ""  # PEM private key of --cert
     oauth: str = ""  # "basic": accept well-formed bearer tokens for the storage audience (HTTPS only; Azurite's flag)
-    keys_dir: str = "./rangetable-data/keys"  # CURVE keys (rangetable/curve.py): this role's pair, the others' public keys
+    keys_dir: str = FALLBACK_DATA_DIR + "/keys"  # CURVE keys (rangetable/curve.py): this role's pair, the others' public keys
 
 
 @dataclass
 class DashboardConfig:
     """Settings of the web dashboard (``rangetable dashboard``)."""
 
-    data_dir: str = "./rangetable-data"  # where cluster.json names the coordinator, when --coordinator is empty
+    data_dir: str = FALLBACK_DATA_DIR  # where cluster.json names the coordinator, when --coordinator is empty
     coordinator: str = ""  # empty = the coordinator of cluster.json in --data-dir
     dashboard: str = "127.0.0.1:10081"  # HOST:PORT of the page (0 = any free port; browsers refuse 10080)
     interval_s: float = 1.0  # how often it polls the coordinator's status, events and load reports

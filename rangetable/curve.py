@@ -33,6 +33,8 @@ import zmq
 import zmq.auth
 from zmq.utils.monitor import parse_monitor_message
 
+from rangetable.data_dir import default_data_dir
+
 log = logging.getLogger("rangetable.curve")
 
 ROLES = ("coordinator", "partition-server", "frontend", "admin")
@@ -256,7 +258,7 @@ def keys_for(endpoint: str) -> tuple[bytes, KeyPair] | None:
     if found is None:
         import json
 
-        path = os.path.join(os.environ.get("RANGETABLE_DATA_DIR", "./rangetable-data"), "cluster.json")
+        path = os.path.join(default_data_dir(), "cluster.json")
         try:
             with open(path) as f:
                 remember_cluster(json.load(f))

@@ -335,6 +335,7 @@ class SplitCommand(TypedDict):
     right: RangeRecord
     version: int  # the map version the split commits (a partition server takes it from any command)
     seq: NotRequired[int]  # to a follower of a replicated range: split after this batch (the primary's last)
+    counts: NotRequired[list[list[int]]]  # with seq: the halves' [entities, bytes] at that batch, as the primary counted them
     term: NotRequired[int]
 
 

@@ -25,7 +25,8 @@ MAX_EVENTS = 200  # recent coordinator events kept for the page
 
 
 def state_view(status: Mapping[str, Any], lease_s: float) -> dict[str, Any]:
-    """Servers (alive, lease, ranges, load) and ranges (owner, state, size, load) of a status answer.
+    """Servers (alive, lease, load, what each holds as primary and as follower) and ranges (owner, state,
+    size, load) of a status answer.
 
     A server holds its lease when it is alive and its last heartbeat is younger than ``lease_s``
     (the lease is counted from when the heartbeat was sent, so this is a close, slightly generous view).
@@ -47,14 +48,16 @@ def state_view(status: Mapping[str, Any], lease_s: float) -> dict[str, Any]:
         })
     servers = []
     for s in status.get("servers", []):
-        own = [r for r in ranges if r["owner"] == s["id"]]
         seen = float(s.get("last_seen_s", 0.0))
+        holds = s.get("holds") or {}
         servers.append({
             "id": s["id"], "endpoint": s.get("endpoint"), "pid": s.get("pid"), "alive": bool(s.get("alive")),
             "lease": "held" if s.get("alive") and seen <= lease_s else "lapsed", "last_seen_s": seen,
-            "ranges": s.get("ranges", len(own)), "pending": s.get("pending", 0),
+            "pending": s.get("pending", 0),
             "ops_s": round(sum(ops_per_second(ld) for ld in (s.get("load") or {}).values()), 1),
-            "entities": sum(r["entities"] for r in own), "bytes": sum(r["bytes"] for r in own),
+            # what it holds as primary and as follower, as the coordinator decided it (coordinator/holdings.py)
+            **{role: {k: int((holds.get(role) or {}).get(k, 0) or 0) for k in ("ranges", "entities", "bytes")}
+               for role in ("primary", "follower")},
         })
     return {"version": status.get("version"), "tables": list(status.get("tables", [])),
             "servers": servers, "ranges": ranges, "replication": replication_summary(status, ranges, want)}

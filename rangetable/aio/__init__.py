@@ -3,7 +3,7 @@
     from rangetable import UpdateMode
     from rangetable.aio import TableServiceClient
 
-    async with TableServiceClient.from_cluster("./rangetable-data") as service:
+    async with TableServiceClient.from_cluster() as service:   # $RANGETABLE_DATA_DIR, else ./rangetable-data
         table = await service.create_table_if_not_exists("orders")
         await table.upsert_entity({"PartitionKey": "p", "RowKey": "1", "Total": 9.5})
         async for entity in table.query_entities("Total gt @t", parameters={"t": 5.0}):

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Self, TypeVar
 from rangetable import client_calls as calls
 from rangetable.aio.paging import AsyncItemPaged
 from rangetable.aio.transport import AsyncTransport, call_with_retry
-from rangetable.client import DEFAULT_DATA_DIR, ClientBase
+from rangetable.client import ClientBase
 from rangetable.client_models import TableItem, UpdateMode
 from rangetable.client_transport import cluster_endpoint
 from rangetable.errors import TableError
@@ -81,8 +81,9 @@ class TableServiceClient(_AsyncClient):
         super().__init__(endpoint, retry_policy=retry_policy, timeout=timeout)
 
     @classmethod
-    def from_cluster(cls, data_dir: str | os.PathLike[str] = DEFAULT_DATA_DIR, **kwargs: Any) -> TableServiceClient:
-        """A client for the local cluster whose ``cluster.json`` lives in ``data_dir``."""
+    def from_cluster(cls, data_dir: str | os.PathLike[str] | None = None, **kwargs: Any) -> TableServiceClient:
+        """A client for the local cluster whose ``cluster.json`` lives in ``data_dir`` (default:
+        ``$RANGETABLE_DATA_DIR``, else ``./rangetable-data``, as every CLI command)."""
         return cls(cluster_endpoint(data_dir), **kwargs)
 
     def get_table_client(self, table_name: str) -> TableClient:
@@ -126,9 +127,10 @@ class TableClient(_AsyncClient):
         super().__init__(endpoint, retry_policy=retry_policy, timeout=timeout, _transport=_transport)
 
     @classmethod
-    def from_cluster(cls, table_name: str, data_dir: str | os.PathLike[str] = DEFAULT_DATA_DIR,
+    def from_cluster(cls, table_name: str, data_dir: str | os.PathLike[str] | None = None,
                      **kwargs: Any) -> TableClient:
-        """A client for ``table_name`` on the local cluster whose ``cluster.json`` is in ``data_dir``."""
+        """A client for ``table_name`` on the local cluster whose ``cluster.json`` is in ``data_dir`` (default:
+        ``$RANGETABLE_DATA_DIR``, else ``./rangetable-data``)."""
         return cls(cluster_endpoint(data_dir), table_name, **kwargs)
 
     async def create_table(self, *, ttl: str | int | None = None) -> TableItem:

@@ -193,7 +193,9 @@ def test_state_view_servers_and_ranges() -> None:
         "ranges": [rng("r1", "", "m"), {**rng("r2", "m", None), "owner": "ps-2", "state": "moving"}],
         "servers": [
             {"id": "ps-1", "endpoint": "tcp://a", "alive": True, "pid": 1, "last_seen_s": 0.3, "ranges": 1,
-             "pending": 0, "load": {"r1": {"reads_s": 3, "writes_s": 4, "busy_s": 1, "entities": 5, "bytes": 50}}},
+             "pending": 0, "load": {"r1": {"reads_s": 3, "writes_s": 4, "busy_s": 1, "entities": 5, "bytes": 50}},
+             "holds": {"primary": {"ranges": 1, "entities": 5, "bytes": 50},
+                       "follower": {"ranges": 2, "entities": 7, "bytes": 70}}},
             {"id": "ps-2", "endpoint": "tcp://b", "alive": False, "pid": 2, "last_seen_s": 9.0, "ranges": 1,
              "pending": 0, "load": {}},
         ],
@@ -201,8 +203,11 @@ def test_state_view_servers_and_ranges() -> None:
     v = state_view(status, lease_s=2.0)
     assert v["version"] == 7
     s1, s2 = v["servers"]
-    assert (s1["lease"], s1["ops_s"], s1["entities"], s1["bytes"]) == ("held", 8.0, 5, 50)
+    assert (s1["lease"], s1["ops_s"]) == ("held", 8.0)
+    assert s1["primary"] == {"ranges": 1, "entities": 5, "bytes": 50}  # as the coordinator's status says
+    assert s1["follower"] == {"ranges": 2, "entities": 7, "bytes": 70}
     assert (s2["alive"], s2["lease"], s2["ops_s"]) == (False, "lapsed", 0.0)
+    assert s2["primary"] == s2["follower"] == {"ranges": 0, "entities": 0, "bytes": 0}  # no holds: nothing shown
     r1, r2 = v["ranges"]
     assert (r1["ops_s"], r1["entities"], r1["reported"]) == (8.0, 5, True)
     assert (r2["state"], r2["owner"], r2["reported"], r2["ops_s"]) == ("moving", "ps-2", False, 0.0)

@@ -42,7 +42,7 @@ def test_split_does_not_wait_for_the_parent_to_close(tmp_path, monkeypatch) -> N
     t0 = time.monotonic()
     out = rs.split("r1", 1, "p10", half("r2", "", "p10"), half("r3", "p10", None))
     assert time.monotonic() - t0 < 5  # returned while the parent still closes
-    assert set(out["steps"]) == {"checkpoint", "open", "drop", "catch_up", "switch", "retire"}
+    assert set(out["steps"]) == {"checkpoint", "open", "count", "drop", "catch_up", "switch", "retire"}
     assert out["offline_ms"] == round(out["steps"]["switch"] + out["steps"]["retire"], 2)
     assert "r1" not in rs.open and "r1" in rs.closing
     assert sorted(rs.open) == ["r2", "r3"]
