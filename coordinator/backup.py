@@ -32,15 +32,15 @@ import threading
 import time
 import uuid
 import zlib
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol, cast
 
-from coordinator.controller import Controller
 from rangetable import protocol
 from rangetable.checkpoint import listing
 from rangetable.errors import TableError
 
 if TYPE_CHECKING:
-    from coordinator.interfaces import AdminHost, Commands, CommandSource, JobReply, MapWriter
+    from coordinator.interfaces import AdminHost, Commands, JobReply, MapWriter
     from rangetable.messages import BackupOpenAnswer
 
 log = logging.getLogger("rangetable.coordinator")
@@ -74,14 +74,26 @@ class Session:
         return {s for s, _, _ in self.ranges.values()}
 
 
+class Relay(Protocol):
+    """The thread that runs the relay's jobs one at a time (a :class:`~coordinator.controller.Controller`)."""
+
+    stopping: bool
+
+    def submit(self, fn: Callable[..., Any], *args: Any, reply: JobReply | None = None) -> bool: ...
+    def start(self) -> None: ...
+    def is_alive(self) -> bool: ...
+    def join(self, timeout: float | None = None) -> None: ...
+
+
 class BackupSessions:
     """The backups under way on this coordinator, and the relay thread that reads their chunks."""
 
-    def __init__(self, data_dir: str) -> None:
+    def __init__(self, data_dir: str, make_relay: Callable[[], Relay]) -> None:
         self.root = os.path.join(data_dir, DIR)
         self.live: dict[str, Session] = {}
         self.lock = threading.Lock()
-        self.relay: Controller | None = None
+        self.make_relay = make_relay
+        self.relay: Relay | None = None
         self._remove_stale(time.time())
 
     def _remove_stale(self, now: float) -> None:
@@ -97,11 +109,10 @@ class BackupSessions:
             except OSError:
                 pass
 
-    def relay_for(self, co: CommandSource) -> Controller:
+    def relay_for(self) -> Relay:
         """The relay thread (started on first use)."""
         if self.relay is None:
-            self.relay = Controller(co)
-            self.relay.name = "backup-relay"
+            self.relay = self.make_relay()
             self.relay.start()
         return self.relay
 
@@ -266,7 +277,7 @@ def dispatch(co: AdminHost, req: dict, reply: JobReply) -> None:
         refuse_busy(co)
         co.controller.submit(start, co, co.controller, reply=reply)
         return
-    relay = host.backups.relay_for(cast("CommandSource", co))
+    relay = host.backups.relay_for()
     bid = protocol.field(req, "backup", str)
     if op == "backup_chunk":
         relay.submit(chunk, co, relay, bid, protocol.field(req, "range", str, ""), protocol.field(req, "file", str),

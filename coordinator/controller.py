@@ -33,8 +33,8 @@ log = logging.getLogger("rangetable.coordinator")
 class Controller(threading.Thread):
     """Runs jobs sequentially against the partition map and the partition servers."""
 
-    def __init__(self, coord: CommandSource) -> None:
-        super().__init__(name="controller", daemon=True)
+    def __init__(self, coord: CommandSource, name: str = "controller") -> None:
+        super().__init__(name=name, daemon=True)
         self.coord = coord
         self.jobs: queue.Queue = queue.Queue()
         self.pending_keys: set[str] = set()

@@ -37,7 +37,6 @@ if TYPE_CHECKING:
 
     import zmq
 
-    from coordinator.backup import BackupSessions
     from coordinator.etcd_election import EtcdLeadership
     from coordinator.etcd_follower import EtcdFollower
     from coordinator.leadership import Leadership
@@ -286,8 +285,6 @@ class BalancerHost(MapWriter, Protocol):
 
 class AdminHost(LeaseHolder, KeyRegistry, Protocol):
     """What the request dispatch uses (it hands the coordinator on to the op it runs)."""
-
-    backups: BackupSessions
 
     deltas: DeltaLog
     published: int

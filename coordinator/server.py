@@ -84,7 +84,8 @@ class Coordinator:
         self.known_servers: dict[str, dict] = {}  # servers in the meta store when this leader took over
         self.follower: WarmFollower | EtcdFollower | None = None  # a standby's warm copy of the leader's store (takeover.follow)
         self.controller = Controller(self)
-        self.backups = BackupSessions(cfg.data_dir)  # backups under way and their chunk relay (coordinator/backup.py)
+        # backups under way and their chunk relay, a controller thread of its own (coordinator/backup.py)
+        self.backups = BackupSessions(cfg.data_dir, make_relay=lambda: Controller(self, name="backup-relay"))
         self.balancer_loop = BalancerLoop(self)
         self.pub_endpoint = ""
         self.endpoint = ""
