@@ -124,7 +124,7 @@ def server_list(co: AdminHost, now: float | None = None, loads: bool = True) -> 
     now = time.monotonic() if now is None else now
     with co.lock:
         out = []
-        held = holdings(co.pmap.ranges.values(), range_reports(co.servers.values()), co.servers) if loads else {}
+        held = holdings(co.pmap.ranges.values(), range_reports(co.pmap.ranges.values(), co.servers), co.servers) if loads else {}
         for s in sorted(co.servers.values(), key=lambda s: s.id):
             row = {"id": s.id, "endpoint": s.endpoint, "alive": s.alive, "pid": s.pid,
                    "incarnation": s.incarnation, "last_seen_s": round(now - s.last_seen, 2),

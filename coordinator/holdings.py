@@ -41,6 +41,13 @@ def holdings(ranges: Iterable[Mapping[str, Any]], loads: Mapping[str, Mapping[st
     return out
 
 
-def range_reports(servers: Iterable[Any]) -> dict[str, Mapping[str, Any]]:
-    """Each range's latest load report, from the servers' ``load`` (range id → report; only primaries report)."""
-    return {rid: ld for s in servers for rid, ld in (s.load or {}).items()}
+def range_reports(ranges: Iterable[Mapping[str, Any]], servers: Mapping[str, Any]) -> dict[str, Mapping[str, Any]]:
+    """Each range's latest load report from its primary (range id → report), from the servers' ``load``: a
+    follower may report its copy too (its size), never what the primary decides the figures by."""
+    out: dict[str, Mapping[str, Any]] = {}
+    for r in ranges:
+        info = servers.get(r.get("owner") or "")
+        ld = (getattr(info, "load", None) or {}).get(r["id"]) if info is not None else None
+        if ld is not None:
+            out[r["id"]] = ld
+    return out

@@ -33,7 +33,7 @@ def collect(co: MetricsSource) -> list:
         unsynced = sum(1 for r in repl if len(r["insync"]) < len(r["replicas"]))
         rebuilding = sum(1 for s in co.servers.values() for rep in s.repl.values() if rep.get("rebuilding"))
         moving = sum(1 for r in repl if r.get("move"))
-        held = holdings(co.pmap.ranges.values(), range_reports(co.servers.values()), co.servers)
+        held = holdings(co.pmap.ranges.values(), range_reports(co.pmap.ranges.values(), co.servers), co.servers)
     fams: list = []
     g = GaugeMetricFamily("rangetable_coordinator_term", "The term this coordinator leads (0: a standby).")
     g.add_metric([], co.term)

@@ -83,13 +83,3 @@ def test_up_defaults_to_three_servers_and_three_replicas_and_refuses_fewer_serve
     out = CliRunner().invoke(up_cmd, ["--servers", "2", "--data-dir", str(data)])
     assert out.exit_code == 2 and "--servers 2 is fewer than --replicas 3" in out.output
     assert not data.exists()  # refused before anything was written or started
-
-
-def test_servers_say_what_they_hold_on_a_replicated_cluster() -> None:
-    from cli.cluster_commands import _held
-
-    ranges = [{"id": "r1", "owner": "ps-1", "replicas": ["ps-1", "ps-2", "ps-3"]},
-              {"id": "r2", "owner": "ps-2", "replicas": ["ps-2", "ps-3", "ps-1"]}]
-    assert _held("ps-1", ranges) == "primary of 1, follower of 1"
-    assert _held("ps-3", ranges) == "primary of 0, follower of 2"
-    assert _held("ps-1", [{"id": "r1", "owner": "ps-1"}]) == ""  # one copy: the plain count is printed

@@ -29,8 +29,11 @@ def test_holdings_by_role() -> None:
 
 
 def test_range_reports_come_from_the_servers_loads() -> None:
-    servers = [SimpleNamespace(load={"r1": {"entities": 1}}), SimpleNamespace(load={}), SimpleNamespace(load=None)]
-    assert range_reports(servers) == {"r1": {"entities": 1}}
+    servers = {"ps-1": SimpleNamespace(load={"r1": {"entities": 1}}), "ps-2": SimpleNamespace(load={"r1": {"bytes": 9}}),
+               "ps-3": SimpleNamespace(load=None)}
+    ranges = [{"id": "r1", "owner": "ps-1", "replicas": ["ps-1", "ps-2", "ps-3"]}, {"id": "r2", "owner": "ps-3"},
+              {"id": "r3", "owner": "ps-9"}]
+    assert range_reports(ranges, servers) == {"r1": {"entities": 1}}  # the primary's, not a follower's
 
 
 def test_cli_prints_the_holds_it_is_given() -> None:
