@@ -8,6 +8,13 @@ each written key held from the reads it makes anyway (:func:`capture`); only key
 half once, on the split's background thread (:func:`half_counts`); a merge adds both counts; a store
 written before this key existed is counted once when opened (:func:`read_counts`).
 
+What it costs the store's write path (valgrind's instruction count per entity written, on a store alone;
+the request's whole path through frontend, sockets and replicas costs several times more): a single blind
+upsert 81.6k -> 99.4k (+22 %: the read of the row it replaces and one more put), a transaction of 100 upserts
+into a new partition 28.9k -> 33.3k (+15 %: no read, the probe shows the partition empty), 100 upserts over
+existing rows 34.2k -> 45.2k (+32 %: one multi-get of the rows). Writes that read their row anyway (insert,
+merge, replace, delete, conditions) pay only the bookkeeping and the put.
+
 RocksDB's ``estimate-num-keys`` is not this: it counts every version and tombstone not yet compacted,
 so a split's halves (hard-linked checkpoints less a range delete) both reported the whole parent.
 """
