@@ -100,6 +100,7 @@ class PartitionServer:
             self.repl.on_rebuilt = self.ranges.rebuilt
         self.leaders = LeaderTracker(cfg.coordinator)
         self.term = 0  # the highest coordinator term seen (lease grants and commands of a lower one are refused)
+        self._granted_term = 0  # the term of the last lease grant: a new one gets every range's load report
         self._answered = float("-inf")  # when the last lease grant arrived
         self._resend = False  # a NotLeader answer named another coordinator: heartbeat it at once
         self.watchdog = LeaseWatchdog(cfg.alive_file)  # systemd WatchdogSec / an alive file: the fencing rule
@@ -207,6 +208,8 @@ class PartitionServer:
             if self.term:
                 log.info("coordinator term %d (was %d)", term, self.term)
             self.term = term
+        if term != self._granted_term:  # the first grant of a new leader (whose commands may have come first)
+            self._granted_term = term
             self.ranges.report_all_next()  # the new leader has no load reports yet
         self._answered = time.monotonic()
         # The lease counts from when the heartbeat was sent, so it lapses here no later than the

@@ -141,6 +141,20 @@ class Cluster:
                     problems.append(f"range {r['id']} is not open on {r['owner']}")
         return problems
 
+    def wait_map(self, timeout: float = 20.0, what: str = "a valid, fully served map") -> None:
+        """Wait until :meth:`check_map` finds nothing; the failure names what it found last."""
+        deadline = time.monotonic() + timeout
+        problems: list[str] | str = []
+        while time.monotonic() < deadline:
+            try:
+                problems = self.check_map()
+                if not problems:
+                    return
+            except Exception as exc:  # the cluster may be mid-restart
+                problems = repr(exc)
+            time.sleep(0.1)
+        raise AssertionError(f"timed out waiting for {what}: {problems}")
+
     def logs(self) -> str:
         """The tail of every log, for failure messages."""
         out = []

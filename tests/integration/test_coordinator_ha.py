@@ -62,7 +62,7 @@ def test_leader_failover_under_load(cluster: Cluster, mode: str) -> None:
     # the takeover reassigned nothing: every server kept its lease and its ranges
     new = [e for e in cluster.admin({"op": "events", "limit": 1000}) if e["seq"] not in events_before]
     assert not [e for e in new if e["kind"] in ("server_dead", "failover")], new
-    cluster.wait(lambda: not cluster.check_map(), timeout=10, what="every range served and reported")
+    cluster.wait_map(timeout=10, what="every range served and reported")
     # the old leader came back (re-run in place when paused, restarted by the supervisor when killed)
     # as a standby, and partition servers refuse a command of its term
     cluster.wait(lambda: len(_standbys(cluster)) == 2 and all(

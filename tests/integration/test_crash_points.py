@@ -60,7 +60,7 @@ def _converges(tmp_path, point: str, cluster_factory: ClusterFactory, **kw: obje
         except TableError:
             pass  # the coordinator or a server died mid-operation; recovery is what we check
         assert os.path.exists(tmp_path / "run" / f"crashed-{point}"), f"crash point {point} never fired"
-        c.wait(lambda: not c.check_map(), timeout=30, what=f"a valid, fully served map after {point}")
+        c.wait_map(timeout=30, what=f"a valid, fully served map after {point}")
         got = c.wait(lambda: {(e["PartitionKey"], e["RowKey"]): e["v"] for e in t.list_entities()},
                      timeout=20, what="reads")
         assert got == {(f"p{p}", str(r)): p * 100 + r for p in range(6) for r in range(N // 6)}

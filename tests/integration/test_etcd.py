@@ -95,7 +95,7 @@ def test_a_cluster_on_etcd_serves_writes_and_survives_a_leader_kill(etcd: str, t
         assert r["lost_writes"] == 0, r["lost_detail"]
         assert r["client_errors"] == 0, r["client"]["errors"]
         assert r["worst_gap_s"] < MAX_GAP_S
-        c.wait(lambda: not c.check_map(), timeout=15, what="every range served and reported")
+        c.wait_map(timeout=15, what="every range served and reported")
         after = c.status()["takeover"]
         assert after["meta"] == "etcd"
         # The standby followed etcd's watch (coordinator/etcd_follower.py): it took its warm copy, as of

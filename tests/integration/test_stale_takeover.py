@@ -70,7 +70,7 @@ def test_a_standby_whose_warm_copy_missed_a_change_takes_over_with_the_durable_m
         c.kill(before["id"])
         c.wait(lambda: c.status()["term"] > before["term"], timeout=20, what="a new leader")
         assert c.status()["takeover"]["warm"], c.status()["takeover"]  # the warm path, not a cold load
-        c.wait(lambda: not c.check_map(), timeout=45, what="a valid, fully served map")
+        c.wait_map(timeout=45, what="a valid, fully served map")
         got = c.wait(lambda: [_values(t)], timeout=20, what="reads")[0]
         wrong = {k: got.get(k, "not found") for k in keys if got.get(k) != 2}
         assert not wrong, f"{len(wrong)} of {len(keys)} keys do not read their acknowledged value 2: {wrong}"
