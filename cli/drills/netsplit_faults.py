@@ -73,9 +73,13 @@ def primary(d: Drill) -> dict:
     last_owned = t_cut
     ids = {r["id"] for r in watched}
     while time.monotonic() - t_cut < d.fault_seconds:
+        # A map that names the victim was the map at some instant after the question was asked, and the owner
+        # changes once: so the victim surely owned its ranges when the question was asked, not when the answer
+        # came (a slow answer would count the new primary's acknowledgements as the cut server's).
+        asked = time.monotonic()
         st = d.status(0.5)
         if st and any(r["id"] in ids and r["owner"] == victim for r in st["ranges"]):
-            last_owned = time.monotonic()
+            last_owned = asked
         time.sleep(0.1)
     rounds = probe.finish()
     t_heal = d.heal(victim)
