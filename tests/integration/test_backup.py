@@ -34,6 +34,36 @@ from tests.typed_samples import dump, same_props, typed_props
 DEFAULT = ["--replicas", "3", "--no-dashboard"]
 
 
+
+class Appender(threading.Thread):
+    """Appends ``w000000``, ``w000001``, … to table Log under each PartitionKey of ``pks`` in turn, keeping each
+    acknowledged (RowKey, Timestamp) per PartitionKey in ``acked``, until :meth:`finish`."""
+
+    def __init__(self, native: str, pks: tuple[str, ...]) -> None:
+        super().__init__(daemon=True)
+        self.native, self.pks = native, pks
+        self.acked: dict[str, list[tuple[str, int]]] = {pk: [] for pk in pks}
+        self.errors: list[Exception] = []
+        self.halt = threading.Event()
+        self.start()
+
+    def run(self) -> None:
+        n = 0
+        try:
+            while not self.halt.is_set():
+                for pk in self.pks:
+                    rk = f"w{n:06d}"
+                    self.acked[pk].append((rk, put(self.native, "Log", pk, rk, {"n": [INT32, n]})))
+                n += 1
+        except Exception as exc:  # surfaced by finish()
+            self.errors.append(exc)
+
+    def finish(self) -> None:
+        """Stop appending; every append so far was acknowledged."""
+        self.halt.set()
+        self.join(30)
+        assert not self.errors, self.errors
+
 def rangetable(*args: str) -> subprocess.CompletedProcess:
     """Run the CLI; returns the completed process (output as text)."""
     return subprocess.run([sys.executable, "-m", "cli.main", *args], cwd=ROOT, capture_output=True, text=True,
@@ -153,22 +183,8 @@ def source(tmp_path_factory: pytest.TempPathFactory, cluster_factory: ClusterFac
 
         hashes = range_hashes(c.native, still(before))
         # A writer appends to Log while the backup runs: each acknowledged write is on 2+ replicas' disks.
-        acked: list[tuple[str, int]] = []
-        stop = threading.Event()
-        errors: list[Exception] = []
-
-        def writer() -> None:
-            n = 0
-            try:
-                while not stop.is_set():
-                    rk = f"w{n:06d}"
-                    acked.append((rk, put(c.native, "Log", "a", rk, {"n": [INT32, n]})))
-                    n += 1
-            except Exception as exc:  # surfaced by the assertion below
-                errors.append(exc)
-
-        w = threading.Thread(target=writer)
-        w.start()
+        w = Appender(c.native, ("a",))
+        acked = w.acked["a"]
         c.wait(lambda: len(acked) >= 20, what="the writer to get going")
         asked = len(acked)
         t0 = time.monotonic()
@@ -176,9 +192,7 @@ def source(tmp_path_factory: pytest.TempPathFactory, cluster_factory: ClusterFac
         backup_s = time.monotonic() - t0
         done = len(acked)
         c.wait(lambda: len(acked) >= done + 20, what="writes after the backup")
-        stop.set()
-        w.join(30)
-        assert not errors, errors
+        w.finish()
         assert out.returncode == 0, out.stderr
         assert "4 ranges (of a cluster keeping 3 replicas)" in out.stdout, out.stdout
         # A write after the backup is not in it.
@@ -328,30 +342,13 @@ def test_one_copy_backup_under_writes(tmp_path: Path, cluster_factory: ClusterFa
         call(c.native, {"op": "create_table", "table": "Log"})
         log_rid = next(r["id"] for r in c.status()["ranges"] if r["table"] == "Log")
         c.admin({"op": "split", "range": log_rid, "key": "m"})
-        acked: dict[str, list[tuple[str, int]]] = {"a": [], "z": []}
-        stop = threading.Event()
-        errors: list[Exception] = []
-
-        def writer() -> None:
-            n = 0
-            try:
-                while not stop.is_set():
-                    for pk in ("a", "z"):
-                        rk = f"w{n:06d}"
-                        acked[pk].append((rk, put(c.native, "Log", pk, rk, {"n": [INT32, n]})))
-                    n += 1
-            except Exception as exc:  # surfaced by the assertion below
-                errors.append(exc)
-
-        t = threading.Thread(target=writer)
-        t.start()
+        t = Appender(c.native, ("a", "z"))
+        acked = t.acked
         c.wait(lambda: len(acked["z"]) >= 30, what="the writer to get going")
         before = {pk: len(v) for pk, v in acked.items()}
         out = rangetable("backup", "--to", str(tmp_path / "bk"), "--data-dir", c.data_dir, "--json")
         c.wait(lambda: len(acked["z"]) >= before["z"] + 30, what="writes after the backup")
-        stop.set()
-        t.join(30)
-        assert not errors, errors
+        t.finish()
         assert out.returncode == 0, out.stderr
         assert json.loads(out.stdout)["replicas"] == 1
     res = rangetable("restore", "--from", str(tmp_path / "bk"), "--data-dir", str(tmp_path / "new"))
