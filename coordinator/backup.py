@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING, Any, Protocol, cast
 from rangetable import protocol
 from rangetable.checkpoint import listing
 from rangetable.errors import TableError
+from rangetable.files import remove_stale
 
 if TYPE_CHECKING:
     from coordinator.interfaces import AdminHost, Commands, JobReply, MapWriter
@@ -94,20 +95,7 @@ class BackupSessions:
         self.lock = threading.Lock()
         self.make_relay = make_relay
         self.relay: Relay | None = None
-        self._remove_stale(time.time())
-
-    def _remove_stale(self, now: float) -> None:
-        try:
-            names = [n for n in os.listdir(self.root) if n.startswith("coordinator-")]
-        except OSError:
-            return
-        for name in names:
-            path = os.path.join(self.root, name)
-            try:
-                if now - os.stat(path).st_mtime > STALE_S:
-                    shutil.rmtree(path, ignore_errors=True)
-            except OSError:
-                pass
+        remove_stale(self.root, STALE_S, time.time(), prefix="coordinator-")
 
     def relay_for(self) -> Relay:
         """The relay thread (started on first use)."""

@@ -24,13 +24,13 @@ from __future__ import annotations
 
 import logging
 import os
-import shutil
 import time
 from typing import Any
 
 from partition_server.range_store import RangeStore
 from partition_server.snapshot import Source
 from rangetable.errors import TableError
+from rangetable.files import remove_stale
 
 log = logging.getLogger("rangetable.partition_server")
 
@@ -44,20 +44,7 @@ class BackupSource:
 
     def __init__(self, data_dir: str) -> None:
         self.source = Source(os.path.join(data_dir, DIR))
-        self._remove_stale(time.time())
-
-    def _remove_stale(self, now: float) -> None:
-        try:
-            names = os.listdir(self.source.root)
-        except OSError:
-            return
-        for name in names:
-            path = os.path.join(self.source.root, name)
-            try:
-                if now - os.stat(path).st_mtime > STALE_S:
-                    shutil.rmtree(path, ignore_errors=True)
-            except OSError:
-                pass
+        remove_stale(self.source.root, STALE_S, time.time())
 
     def open(self, rid: str, backup: str, store: RangeStore) -> dict[str, Any]:
         """Checkpoint ``store`` for backup ``backup``; returns the files, the batch it holds and its figures."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 from typing import Any
 
 
@@ -24,3 +25,19 @@ def write_json_atomic(path: str, doc: Any, *, private: bool = False, indent: int
             f.flush()
             os.fsync(f.fileno())
     os.replace(tmp, path)
+
+
+def remove_stale(root: str, older_than_s: float, now: float, prefix: str = "") -> None:
+    """Delete the entries of ``root`` whose name starts with ``prefix`` and that were last changed more than
+    ``older_than_s`` before ``now`` (leftovers of a process that died); a missing ``root`` is nothing to do."""
+    try:
+        names = [n for n in os.listdir(root) if n.startswith(prefix)]
+    except OSError:
+        return
+    for name in names:
+        path = os.path.join(root, name)
+        try:
+            if now - os.stat(path).st_mtime > older_than_s:
+                shutil.rmtree(path, ignore_errors=True)
+        except OSError:
+            pass
