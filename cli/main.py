@@ -2,64 +2,100 @@
 bench it and drill it.
 
 This is the one module that registers commands: every command module defines plain click commands
-and groups (importing only :mod:`cli.options` for shared options), and ``main`` adds them here.
+and groups (importing only :mod:`cli.options` for shared options), and ``main`` names them here. A command's
+module is imported when the command runs (click's lazy group), so a partition server or ``rangetable entity
+get`` does not import the benches and drills: each process of a local cluster starts in about half the CPU.
 """
 
 from __future__ import annotations
 
+import importlib
+
 import click
 
-from cli import (
-    backup,
-    balance,
-    cluster_commands,
-    local_cluster,
-    observe,
-    processes,
-    replica_commands,
-    security,
-    tables,
-    transfer,
-)
-from cli.bench import commands as bench
-from cli.bench.stress import stress_cmd
-from cli.dashboard.command import dashboard_cmd
-from cli.drills import chaos, disk_loss, failover, netsplit, rebalance
-from cli.drills.group import drill_group
-from cli.drills.verify import verify_group
 from cli.options import TableErrorGroup
 
+COMMANDS: dict[str, str] = {
+    # processes and the local cluster
+    "coordinator": "cli.processes:coordinator_cmd",
+    "partition-server": "cli.processes:partition_server_cmd",
+    "frontend": "cli.processes:frontend_cmd",
+    "http-frontend": "cli.processes:http_frontend_cmd",
+    "up": "cli.local_cluster:up_cmd",
+    "down": "cli.local_cluster:down_cmd",
+    "dashboard": "cli.dashboard.command:dashboard_cmd",
+    # tables and entities
+    "table": "cli.tables:table_group",
+    "entity": "cli.tables:entity_group",
+    "query": "cli.tables:query_cmd",
+    "export": "cli.transfer:export_cmd",
+    "import": "cli.transfer:import_cmd",
+    # administration
+    "ranges": "cli.cluster_commands:ranges_cmd",
+    "servers": "cli.cluster_commands:servers_cmd",
+    "status": "cli.cluster_commands:status_cmd",
+    "events": "cli.cluster_commands:events_cmd",
+    "split": "cli.cluster_commands:split_cmd",
+    "move": "cli.cluster_commands:move_cmd",
+    "merge": "cli.cluster_commands:merge_cmd",
+    "replica": "cli.replica_commands:replica_group",
+    "balancer": "cli.balance:balancer_cmd",
+    "top": "cli.balance:top_cmd",
+    "backup": "cli.backup:backup_cmd",
+    "restore": "cli.backup:restore_cmd",
+    "metrics": "cli.observe:metrics_cmd",
+    "cert": "cli.security:cert_group",
+    "keys": "cli.security:keys_group",
+    # tools
+    "bench": "cli.bench.commands:bench_group",
+    "stress": "cli.bench.stress:stress_cmd",
+    "drill": "cli.drills.group:drill_group",
+    "verify": "cli.drills.verify:verify_group",
+}
+"""Each top-level command's name and where it is defined (``module:attribute``), in the order help lists them."""
 
-@click.group(cls=TableErrorGroup, context_settings={"help_option_names": ["-h", "--help"]})
+SUBCOMMANDS: dict[str, list[str]] = {
+    "bench": ["cli.bench.commands:" + f for f in (
+        "bench_store", "bench_http", "bench_soak", "bench_scale", "bench_frontends", "bench_control_plane",
+        "bench_takeover", "bench_ttl", "bench_capacity", "bench_aio", "bench_stock", "bench_point_or",
+        "bench_replicas")],
+    "drill": ["cli.drills.failover:drill_failover", "cli.drills.chaos:drill_chaos",
+              "cli.drills.rebalance:drill_rebalance", "cli.drills.netsplit:drill_netsplit",
+              "cli.drills.disk_loss:drill_disk_loss"],
+}
+"""The commands of the groups whose modules do not add them themselves (benches and drills)."""
+
+
+def load(path: str) -> click.Command:
+    """The click command at ``module:attribute``."""
+    module, _, attr = path.partition(":")
+    cmd = getattr(importlib.import_module(module), attr)
+    assert isinstance(cmd, click.Command), path
+    return cmd
+
+
+class LazyGroup(TableErrorGroup):
+    """The top-level group: imports a command's module only when that command is looked up."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        """Every command's name, in :data:`COMMANDS`' order."""
+        return list(COMMANDS)
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        """The command named ``cmd_name`` (its module imported now), or None."""
+        if cmd_name not in self.commands and cmd_name in COMMANDS:
+            cmd = load(COMMANDS[cmd_name])
+            if isinstance(cmd, click.Group):
+                for sub in SUBCOMMANDS.get(cmd_name, []):
+                    cmd.add_command(load(sub))
+            self.add_command(cmd, cmd_name)
+        return self.commands.get(cmd_name)
+
+
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
 def main() -> None:
     """rangetable: a sharded table store with the semantics of Azure Table Storage."""
 
-
-for command in (
-    # processes and the local cluster
-    processes.coordinator_cmd, processes.partition_server_cmd, processes.frontend_cmd, processes.http_frontend_cmd,
-    local_cluster.up_cmd, local_cluster.down_cmd, dashboard_cmd,
-    # tables and entities
-    tables.table_group, tables.entity_group, tables.query_cmd, transfer.export_cmd, transfer.import_cmd,
-    # administration
-    cluster_commands.ranges_cmd, cluster_commands.servers_cmd, cluster_commands.status_cmd,
-    cluster_commands.events_cmd, cluster_commands.split_cmd, cluster_commands.move_cmd, cluster_commands.merge_cmd,
-    replica_commands.replica_group,
-    balance.balancer_cmd, balance.top_cmd, backup.backup_cmd, backup.restore_cmd, observe.metrics_cmd,
-    security.cert_group, security.keys_group,
-    # tools
-    bench.bench_group, stress_cmd, drill_group, verify_group,
-):
-    main.add_command(command)
-
-for command in (bench.bench_store, bench.bench_http, bench.bench_soak, bench.bench_scale, bench.bench_frontends,
-                bench.bench_control_plane, bench.bench_takeover, bench.bench_ttl, bench.bench_capacity,
-                bench.bench_aio, bench.bench_stock, bench.bench_point_or, bench.bench_replicas):
-    bench.bench_group.add_command(command)
-
-for command in (failover.drill_failover, chaos.drill_chaos, rebalance.drill_rebalance, netsplit.drill_netsplit,
-                disk_loss.drill_disk_loss):
-    drill_group.add_command(command)
 
 if __name__ == "__main__":
     main()

@@ -155,8 +155,9 @@ def hot_range_compaction(path: str, n: int, settle_s: float = 30.0, **kw: Any) -
 
 
 def run_options_bench(n: int = 1_000_000, probes: int = 50_000, data_dir: str | None = None,
-                      echo: Callable[[str], None] = print) -> dict[str, dict[str, Any]]:
-    """Every variant of :data:`VARIANTS` on ``n`` entities; prints a table, returns the figures."""
+                      echo: Callable[[str], None] = print, queue: int | None = None) -> dict[str, dict[str, Any]]:
+    """Every variant of :data:`VARIANTS` on ``n`` entities, and the queue pattern on ``queue`` entities
+    (default: ``n`` / 10, at least 60,000); prints a table, returns the figures."""
     base = tempfile.mkdtemp(prefix="rt-bench-options-", dir=data_dir)
     out: dict[str, dict[str, Any]] = {}
     echo(f"{n:,} entities per variant, {probes:,} gets of present and of missing keys")
@@ -167,7 +168,7 @@ def run_options_bench(n: int = 1_000_000, probes: int = 50_000, data_dir: str | 
             echo(f"{name:<58} {r['load_entities_s']:>8,} {r['compact_s']:>9} {r['get_ops_s']:>8,} "
                  f"{r['missing_get_ops_s']:>8,} {r['data_blocks_per_missing_get']:>11} {r['disk_mib']:>8}")
             shutil.rmtree(os.path.join(base, f"v{i}"), ignore_errors=True)
-        q = max(60_000, n // 10)
+        q = queue or max(60_000, n // 10)
         echo(f"queue pattern: {q:,} inserted, the oldest 95 % deleted in key order, then the head read")
         for flag, name in ((True, "with the compact-on-deletion collector (ours)"), (False, "without it")):
             r = out[f"queue {name}"] = queue_scan(os.path.join(base, f"q{int(flag)}"), q, flag)

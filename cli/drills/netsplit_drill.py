@@ -171,25 +171,12 @@ class Drill:
         return table, ranges, client
 
     def _spread(self, table: str, keys: list[str]) -> list[dict]:
-        """Split ``table`` at ``keys`` and give range ``i`` to the ``i``-th live server (for a replicated range:
-        its primary), skipping what is done already, so a retry after an error goes on where it stopped."""
-        from cli.workload.layout import table_ranges
+        """Split ``table`` at ``keys`` and spread its primaries, skipping what is done already, so a retry
+        after an error goes on where it stopped."""
+        from cli.workload.layout import split_at, spread_primaries
 
-        coord = self.s.coordinator
-        for k in keys:
-            r = next(r for r in table_ranges(coord, table) if r["low"] <= k and (r["high"] is None or k < r["high"]))
-            if r["low"] != k:
-                call(coord, {"op": "split", "range": r["id"], "key": k}, timeout=60)
-        servers = sorted(s["id"] for s in call(coord, {"op": "status"})["servers"] if s["alive"])
-        primaries = {sid: 0 for sid in servers}
-        for i, r in enumerate(table_ranges(coord, table)):
-            choices = [x for x in r.get("insync", servers) if x in primaries]  # a primary moves to an in-sync replica
-            want = servers[i % len(servers)]
-            to = want if want in choices else min(choices, key=lambda x: (primaries[x], x))
-            primaries[to] += 1
-            if r["owner"] != to:
-                call(coord, {"op": "move", "range": r["id"], "server": to}, timeout=60)
-        return table_ranges(coord, table)
+        split_at(self.s.coordinator, table, keys)
+        return spread_primaries(self.s.coordinator, table)
 
     def _create(self, table: str) -> None:
         try:

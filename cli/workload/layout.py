@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import time
+
 from cli.coordinator_client import call
+from rangetable.errors import TableError
 
 
 def table_ranges(coordinator: str, table: str) -> list[dict]:
@@ -11,15 +14,52 @@ def table_ranges(coordinator: str, table: str) -> list[dict]:
 
 
 def spread_table(coordinator: str, native: str, table: str, keys: list[str]) -> list[dict]:
-    """Create ``table``, split it at ``keys`` and give range ``i`` to the ``i``-th live server (round robin;
-    for a replicated range that moves its primary). Returns its ranges."""
+    """Create ``table``, split it at ``keys`` and spread its ranges' primaries over the live servers.
+    Returns its ranges."""
     call(native, {"op": "create_table", "table": table})
-    servers = sorted(s["id"] for s in call(coordinator, {"op": "status"})["servers"] if s["alive"])
+    split_at(coordinator, table, keys)
+    return spread_primaries(coordinator, table)
+
+
+def split_at(coordinator: str, table: str, keys: list[str]) -> None:
+    """Split ``table`` at each of ``keys`` not a range boundary already (so a retry goes on where it stopped)."""
     for k in keys:
-        r = next(r for r in table_ranges(coordinator, table) if r["low"] < k and (r["high"] is None or k < r["high"]))
-        call(coordinator, {"op": "split", "range": r["id"], "key": k}, timeout=60)
-    for i, r in enumerate(table_ranges(coordinator, table)):
-        target = servers[i % len(servers)]
-        if r["owner"] != target:
-            call(coordinator, {"op": "move", "range": r["id"], "server": target}, timeout=60)
-    return table_ranges(coordinator, table)
+        r = next(r for r in table_ranges(coordinator, table) if r["low"] <= k and (r["high"] is None or k < r["high"]))
+        if r["low"] != k:
+            call(coordinator, {"op": "split", "range": r["id"], "key": k}, timeout=60)
+
+
+def primary_targets(ranges: list[dict], servers: list[str]) -> dict[str, str]:
+    """Where each range's primary goes: range ``i`` to the ``i``-th server round robin. A replicated range's
+    primary moves only to an in-sync replica: when that server is not one, to its in-sync member with the
+    fewest primaries so far. A one-copy range may go anywhere."""
+    primaries = {sid: 0 for sid in servers}
+    out: dict[str, str] = {}
+    for i, r in enumerate(ranges):
+        choices = [x for x in r.get("insync", servers) if x in primaries] or [r["owner"]]
+        want = servers[i % len(servers)]
+        to = want if want in choices else min(choices, key=lambda x: (primaries.get(x, 0), x))
+        primaries[to] = primaries.get(to, 0) + 1
+        out[r["id"]] = to
+    return out
+
+
+def spread_primaries(coordinator: str, table: str, timeout: float = 60.0) -> list[dict]:
+    """Move the primaries of ``table``'s ranges as :func:`primary_targets` says. A move the coordinator
+    turns down because the range is busy or its replica fell out of sync meanwhile is planned again from
+    a fresh map until ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while True:
+        servers = sorted(s["id"] for s in call(coordinator, {"op": "status"})["servers"] if s["alive"])
+        ranges = table_ranges(coordinator, table)
+        targets = primary_targets(ranges, servers)
+        moves = [(r["id"], targets[r["id"]]) for r in ranges if r["owner"] != targets[r["id"]]]
+        if not moves:
+            return ranges
+        try:
+            for rid, to in moves:
+                call(coordinator, {"op": "move", "range": rid, "server": to}, timeout=60)
+        except TableError as exc:
+            if exc.error_code not in ("InvalidInput", "ServerBusy") or time.monotonic() > deadline:
+                raise
+            time.sleep(0.5)

@@ -62,7 +62,7 @@ def test_headers_edge_cases(block: bytes) -> None:
     same(fastpath.headers_of, batch.read_headers, block)
 
 
-@settings(max_examples=1500, deadline=None)
+@settings(max_examples=500, deadline=None)
 @given(st.lists(HEADER_LINE, max_size=7), st.sampled_from(["\n", "\r\n"]))
 def test_headers_match_the_old_loop(lines: list[str], eol: str) -> None:
     block = eol.join(lines).encode("latin-1")
@@ -94,7 +94,7 @@ CONTENT_LINE = st.one_of(st.sampled_from(["", "A: 1", "body", "--c", "\r"]), st.
                                                                                      max_size=5))
 
 
-@settings(max_examples=1500, deadline=None)
+@settings(max_examples=500, deadline=None)
 @given(st.lists(st.one_of(DELIM_LINE, CONTENT_LINE), max_size=12), st.booleans(),
        st.sampled_from(["b", "b\nx", "b\n", "\n", "-", "b b"]))
 def test_split_parts_matches_the_scan(lines: list[str], trailing_lf: bool, boundary: str) -> None:
@@ -125,7 +125,7 @@ PART_LINE = st.one_of(
 )
 
 
-@settings(max_examples=2000, deadline=None)
+@settings(max_examples=600, deadline=None)
 @given(st.lists(PART_LINE, max_size=12), st.sampled_from(["", "\n", "\n\n"]))
 def test_sub_request_fast_matches_plain(lines: list[str], end: str) -> None:
     part = ("\n".join(lines) + end).encode("latin-1")
@@ -161,7 +161,7 @@ EDIT = st.tuples(st.integers(0, len(SAMPLE)), st.integers(0, 4),
                                   "x", "\xe9", "Content-Length: 1\r\n"]))
 
 
-@settings(max_examples=1500, deadline=None)
+@settings(max_examples=500, deadline=None)
 @given(st.lists(EDIT, max_size=4), st.sampled_from(["multipart/mixed; boundary=batch_x", "multipart/mixed; boundary=changeset_y"]))
 def test_parse_batch_fast_matches_plain(edits: list[tuple[int, int, str]], ctype: str) -> None:
     body = SAMPLE
@@ -184,7 +184,7 @@ def test_parse_batch_reads_the_sdk_sample() -> None:
     assert got.changeset[4].headers["if-match"] == "*" and got.changeset[0].headers["prefer"] == "return-no-content"
 
 
-@settings(max_examples=1000, deadline=None)
+@settings(max_examples=300, deadline=None)
 @given(st.binary(max_size=40).map(lambda b: b.translate(bytes(b"\r\na "[i % 4] for i in range(256)))))
 def test_crlf_normalisation(body: bytes) -> None:
     assert fastpath.lf(body) == batch.lf_plain(body) == body.replace(b"\r\n", b"\n")
@@ -204,7 +204,7 @@ URL = st.one_of(
 )
 
 
-@settings(max_examples=1500, deadline=None)
+@settings(max_examples=500, deadline=None)
 @given(URL)
 def test_absolute_urls_split_like_urlsplit(url: str) -> None:
     m = fastpath.PLAIN_URL.fullmatch(url)

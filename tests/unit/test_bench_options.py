@@ -10,7 +10,7 @@ from cli.bench.rocksdb_options import HOT_VARIANTS, VARIANTS, run_options_bench
 
 @pytest.mark.slow
 def test_options_bench_measures_every_variant(tmp_path):
-    res = run_options_bench(3000, 1000, str(tmp_path), echo=lambda s: None)
+    res = run_options_bench(3000, 1000, str(tmp_path), echo=lambda s: None, queue=6000)  # the queue: test below
     assert list(res)[: len(VARIANTS)] == list(VARIANTS)
     assert len(res) == len(VARIANTS) + 2 + len(HOT_VARIANTS)  # + the queue, + the hot range
     ours, no_bloom = res[next(iter(VARIANTS))], res["no bloom filter"]

@@ -215,7 +215,7 @@ LINE = st.one_of(st.sampled_from(["Content-Type: application/http", " X-A : y ",
                  st.text(st.characters(max_codepoint=255, exclude_characters="\n"), max_size=12))
 
 
-@settings(max_examples=500, deadline=None)
+@settings(max_examples=200, deadline=None)
 @given(st.lists(LINE, max_size=6))
 def test_batch_headers_fast_match_plain(lines: list[str]) -> None:
     block = "\n".join(lines).encode("latin-1")

@@ -209,7 +209,7 @@ PATH = st.builds("/{}/{}{}{}".format, st.sampled_from(["devstoreaccount1", "devs
                  st.sampled_from(["", "/", "x", " "]))
 
 
-@settings(max_examples=500, deadline=None)
+@settings(max_examples=200, deadline=None)
 @given(PATH, st.sampled_from([None, "127.0.0.1:10002", "acct.table.core.windows.net"]))
 def test_remembered_parses_equal_fresh_ones_generated(path: str, host: str | None) -> None:
     def outcome(parse: Any) -> Any:

@@ -84,7 +84,7 @@ tiny_op = st.tuples(
 
 
 @pytest.mark.slow
-@settings(max_examples=600, deadline=None)
+@settings(max_examples=200, deadline=None)
 @given(
     specs=st.lists(tiny_op, min_size=1, max_size=7),
     initial=st.sampled_from([None, "w0"]),

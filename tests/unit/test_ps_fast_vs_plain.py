@@ -58,7 +58,7 @@ def test_sdk_batch_takes_the_fast_path():
     assert a[0] == "ok" and a == b
 
 
-@settings(max_examples=1500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.randoms(use_true_random=False), st.integers(0, 10_000), st.booleans(), st.booleans())
 def test_generated_batches_fast_equals_plain(rng, case, wire_, probe):
     ops, stored = make_batch(rng, case)

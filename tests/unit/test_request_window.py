@@ -20,7 +20,7 @@ from rangetable.edm import INT32, STRING
 from rangetable.storage import db_options, open_range_db
 
 WINDOW = 200
-WRITES = 30_000
+WRITES = 20_000
 PART = 1000
 
 

@@ -204,7 +204,7 @@ def with_guards(rng: random.Random, ops: list) -> list:
     return ops
 
 
-@settings(max_examples=600, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.randoms(use_true_random=False), st.integers(0, 10_000), st.booleans(), st.booleans())
 def test_guarded_batches_fast_equals_plain(rng, case, wire_, probe):
     ops, stored = make_batch(rng, case)
