@@ -6,7 +6,8 @@
   cluster wrap it in a module-scoped fixture; a test that needs a cluster of its own uses it as a context
   manager (``with cluster_factory() as c:``), which stops it at the end of the block.
 * Tests under ``tests/unit/`` start no process: an autouse guard makes any attempt fail loudly.
-* Test ids are the same in every pytest-xdist worker, and the files with slow tests are handed out first.
+* Test ids are the same in every pytest-xdist worker, and the longest files are handed out first (their
+  seconds in ``tests/file_seconds.json``; ``pytest -n 4 --record-file-seconds`` writes it anew).
 * ``@pytest.mark.serial`` tests (wall-clock bounds) are left out of the parallel run and run alone after
   it (see ``make test``).
 * The run ends with one line that counts the skipped tests by reason, and says why ``make tools`` could not
@@ -15,6 +16,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import platform
 import re
@@ -30,6 +32,8 @@ from tests.cluster import Cluster, ClusterFactory, one_copy_named
 UNIT = Path(__file__).resolve().parent / "unit"
 TOOLS_NOTE = Path(__file__).resolve().parents[1] / ".venv" / ".tools.note"  # tests/tools/install.sh's reason
 ADDRESS = re.compile(r" at 0x[0-9a-f]+")
+FILE_SECONDS = Path(__file__).resolve().parent / "file_seconds.json"
+ROOT = Path(__file__).resolve().parents[1]
 
 # The Azure SDK's user agent asks `platform`, which runs `uname -p` once per process and caches it: ask it
 # here, before any test, so whether a unit test "started a process" does not depend on the tests before it.
@@ -89,8 +93,9 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Make the ids the same in every xdist worker, and hand out the heaviest files first.
 
     An id that prints an object's address (``<object object at 0x7f…>``) differs between workers, which
-    then refuse to run. Files are kept whole and in order, but those with slow tests (then the other
-    integration files) come first, so ``--dist loadfile`` does not leave one long file for the end.
+    then refuse to run. Files are kept whole, longest first (seconds measured in a full parallel run, or
+    10 s per slow test for a file not measured yet), so ``--dist loadfile`` does not leave one long file for
+    the end: the longest-processing-time-first rule.
     """
     seen: set[str] = set()
     for item in items:
@@ -102,10 +107,35 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
                 nodeid = f"{base[:-1]}-{n}]"
             item._id = type(item._id).parse(nodeid)  # pytest 9 keeps the id as a NodeId
         seen.add(item.nodeid)
-    slow: dict[Path, int] = {}
+    measured: dict[str, float] = json.loads(FILE_SECONDS.read_text()) if FILE_SECONDS.exists() else {}
+    seconds: dict[Path, float] = {}
     for item in items:
-        slow[item.path] = slow.get(item.path, 0) + (item.get_closest_marker("slow") is not None)
-    items.sort(key=lambda item: (-slow[item.path], UNIT in item.path.parents))
+        seconds[item.path] = seconds.get(item.path, 0.0) + 10.0 * (item.get_closest_marker("slow") is not None)
+    for path in seconds:
+        seconds[path] = measured.get(path.relative_to(ROOT).as_posix(), seconds[path])
+    items.sort(key=lambda item: (-seconds[item.path], UNIT in item.path.parents))
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--record-file-seconds", action="store_true",
+                     help=f"after a run without failures, write each file's seconds to {FILE_SECONDS.name}")
+
+
+_file_seconds: Counter[str] = Counter()
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    """Add a test phase's duration to its file's (on the xdist controller too: workers forward reports)."""
+    _file_seconds[report.nodeid.split("::", 1)[0]] += report.duration
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """With ``--record-file-seconds``, a run that passed rewrites ``tests/file_seconds.json`` (files of 3 s
+    or more, longest first)."""
+    if session.config.getoption("record_file_seconds") and exitstatus == 0 and not hasattr(session.config,
+                                                                                             "workerinput"):
+        longest = {f: round(s) for f, s in _file_seconds.most_common() if s >= 3}
+        FILE_SECONDS.write_text(json.dumps(longest, indent=0) + "\n")
 
 
 @pytest.hookimpl(wrapper=True, tryfirst=True)
