@@ -7,8 +7,8 @@ import time
 
 import click
 
-from cli.coordinator_client import call
-from cli.options import coordinator_endpoint, coordinator_option, data_dir_option
+from cli.coordinator_client import call, range_loads
+from cli.options import coordinator_endpoint, coordinator_option, data_dir_option, json_option
 
 
 @click.command("balancer")
@@ -17,7 +17,7 @@ from cli.options import coordinator_endpoint, coordinator_option, data_dir_optio
 @click.argument("value", required=False)
 @data_dir_option
 @coordinator_option
-@click.option("--json", "as_json", is_flag=True)
+@json_option
 def balancer_cmd(action: str, key: str | None, value: str | None, data_dir: str, coordinator: str | None,
                  as_json: bool) -> None:
     """Show or change the balancer: status, on, off, dry-run, or `set KEY VALUE` (e.g. `set hot-rps 800`)."""
@@ -45,25 +45,35 @@ def server_loads(status: dict) -> dict[str, float]:
             for s in status["servers"] if s["alive"]}
 
 
-def render_top(status: dict) -> str:
-    """One frame of ``rangetable top``."""
-    lines = [f"map version {status['version']}   {time.strftime('%H:%M:%S')}", "",
-             f"{'server':10} {'alive':5} {'ranges':>6} {'load/s':>9} {'queued':>6}"]
+def top_frame(status: dict, limit: int = 30) -> dict:
+    """What one frame of ``rangetable top`` shows: each server's range count and load, and the busiest
+    ranges (their primaries' reports), busiest first."""
     loads = server_loads(status)
-    for s in status["servers"]:
-        lines.append(f"{s['id']:10} {'yes' if s['alive'] else 'NO':5} {s['ranges']:>6} {loads.get(s['id'], 0):>9.1f} "
-                     f"{s.get('pending', 0):>6}")
-    per_range: dict[str, dict] = {}
-    for s in status["servers"]:
-        per_range.update(s.get("load", {}))
+    per_range = range_loads(status)
+    servers = [{"id": s["id"], "alive": s["alive"], "ranges": s["ranges"], "load_s": loads.get(s["id"], 0.0),
+                "queued": s.get("pending", 0)} for s in status["servers"]]
+    ranges = []
+    for r in sorted(status["ranges"], key=lambda r: -_score(per_range.get(r["id"], {})))[:limit]:
+        ld = per_range.get(r["id"], {})
+        ranges.append({"id": r["id"], "table": r["table"], "low": r["low"], "owner": r["owner"],
+                       **{k: ld.get(k, 0) for k in ("reads_s", "writes_s", "busy_s", "lat_p99_ms", "bytes_s",
+                                                    "entities")}})
+    return {"version": status["version"], "time": time.strftime("%H:%M:%S"), "servers": servers, "ranges": ranges}
+
+
+def render_top(frame: dict) -> str:
+    """One frame of ``rangetable top`` as text."""
+    lines = [f"map version {frame['version']}   {frame['time']}", "",
+             f"{'server':10} {'alive':5} {'ranges':>6} {'load/s':>9} {'queued':>6}"]
+    for s in frame["servers"]:
+        lines.append(f"{s['id']:10} {'yes' if s['alive'] else 'NO':5} {s['ranges']:>6} {s['load_s']:>9.1f} "
+                     f"{s['queued']:>6}")
     lines += ["", f"{'range':8} {'table':14} {'low':>10} {'owner':6} {'reads/s':>8} {'writes/s':>8} {'busy/s':>7} "
                   f"{'p99ms':>6} {'KiB/s':>7} {'entities':>9}"]
-    rows = sorted(status["ranges"], key=lambda r: -_score(per_range.get(r["id"], {})))
-    for r in rows[:30]:
-        ld = per_range.get(r["id"], {})
+    for r in frame["ranges"]:
         lines.append(f"{r['id']:8} {r['table'][:14]:14} {repr(r['low'])[:10]:>10} {str(r['owner'])[:6]:6} "
-                     f"{ld.get('reads_s', 0):>8.1f} {ld.get('writes_s', 0):>8.1f} {ld.get('busy_s', 0):>7.1f} "
-                     f"{ld.get('lat_p99_ms', 0):>6.1f} {ld.get('bytes_s', 0) / 1024:>7.1f} {ld.get('entities', 0):>9}")
+                     f"{r['reads_s']:>8.1f} {r['writes_s']:>8.1f} {r['busy_s']:>7.1f} "
+                     f"{r['lat_p99_ms']:>6.1f} {r['bytes_s'] / 1024:>7.1f} {r['entities']:>9}")
     return "\n".join(lines)
 
 
@@ -72,14 +82,20 @@ def render_top(status: dict) -> str:
 @click.option("--interval", default=1.0, show_default=True)
 @data_dir_option
 @coordinator_option
-def top_cmd(once: bool, interval: float, data_dir: str, coordinator: str | None) -> None:
-    """A live per-server and per-range load view (Ctrl-C to quit)."""
+@json_option
+def top_cmd(once: bool, interval: float, data_dir: str, coordinator: str | None, as_json: bool) -> None:
+    """A live per-server and per-range load view (Ctrl-C to quit). With --json: one JSON object per frame, a
+    line each."""
     ep = coordinator_endpoint(data_dir, coordinator)
     while True:
-        frame = render_top(call(ep, {"op": "status"}))
+        frame = top_frame(call(ep, {"op": "status"}))
+        if as_json:
+            click.echo(json.dumps(frame))
+        elif once:
+            click.echo(render_top(frame))
+        else:
+            click.clear()
+            click.echo(render_top(frame))
         if once:
-            click.echo(frame)
             return
-        click.clear()
-        click.echo(frame)
         time.sleep(interval)

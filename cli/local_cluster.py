@@ -11,7 +11,7 @@ import time
 
 import click
 
-from cli.options import data_dir_option
+from cli.options import data_dir_option, emit, json_option
 
 
 def check_replicas(servers: int, replicas: int) -> None:
@@ -191,12 +191,14 @@ def up_cmd(data_dir: str, servers: int, coordinators: int, frontends: int, nativ
 
 @click.command("down")
 @data_dir_option
-def down_cmd(data_dir: str) -> None:
+@json_option
+def down_cmd(data_dir: str, as_json: bool) -> None:
     """Stop the local cluster running on a data dir."""
     from cli.cluster_file import down, read_cluster
 
     if read_cluster(data_dir) is None:
-        click.echo(f"no cluster is running on {data_dir}")
+        emit({"data_dir": data_dir, "stopped": False, "killed": 0}, as_json, f"no cluster is running on {data_dir}")
         return
     killed = down(data_dir)
-    click.echo("stopped" + (f" (killed {len(killed)} stragglers)" if killed else ""))
+    emit({"data_dir": data_dir, "stopped": True, "killed": len(killed)}, as_json,
+         "stopped" + (f" (killed {len(killed)} stragglers)" if killed else ""))

@@ -7,7 +7,7 @@ import os
 
 import click
 
-from cli.options import data_dir_option, json_option
+from cli.options import data_dir_option, emit, json_option
 from rangetable.data_dir import default_data_dir
 from rangetable.files import write_json_atomic
 
@@ -193,9 +193,10 @@ def keys_list(data_dir: str, coordinator: str | None, as_json: bool) -> None:
 @click.argument("name")
 @data_dir_option
 @coordinator_option
-def keys_revoke(name: str, data_dir: str, coordinator: str | None) -> None:
+@json_option
+def keys_revoke(name: str, data_dir: str, coordinator: str | None, as_json: bool) -> None:
     """Revoke client key NAME: frontends refuse it within about a second, also on open connections."""
     from cli.coordinator_client import call
 
     call(_cluster_doc(data_dir, coordinator)["coordinator"], {"op": "keys_revoke", "name": name})
-    click.echo(f"revoked {name}")
+    emit({"revoked": name}, as_json, f"revoked {name}")

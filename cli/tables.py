@@ -51,14 +51,17 @@ def _settings(ttl: str | None, reads: int | None, writes: int | None) -> dict:
 @click.option("--ttl", default=None, help=TTL_HELP)
 @data_dir_option
 @endpoint_option
-def table_create(name: str, ttl: str | None, data_dir: str, endpoint: str | None) -> None:
+@json_option
+def table_create(name: str, ttl: str | None, data_dir: str, endpoint: str | None, as_json: bool) -> None:
     """Create a table."""
     req: dict = {"op": "create_table", "table": name}
     settings = _settings(ttl, None, None)
     if settings:
         req["settings"] = settings
     call(native_endpoint(data_dir, endpoint), req)
-    click.echo(f"created table {name}" + (f" (ttl {format_ttl(settings['ttl_s'])})" if settings else ""))
+    ttl_text = format_ttl(settings["ttl_s"]) if settings else None
+    emit({"table": name, "created": True, "ttl": ttl_text or "none"}, as_json,
+         f"created table {name}" + (f" (ttl {ttl_text})" if ttl_text else ""))
 
 
 @table_group.command("set")
@@ -100,10 +103,11 @@ def table_show(name: str, data_dir: str, endpoint: str | None, as_json: bool) ->
 @click.argument("name")
 @data_dir_option
 @endpoint_option
-def table_delete(name: str, data_dir: str, endpoint: str | None) -> None:
+@json_option
+def table_delete(name: str, data_dir: str, endpoint: str | None, as_json: bool) -> None:
     """Delete a table and all its entities."""
     call(native_endpoint(data_dir, endpoint), {"op": "delete_table", "table": name})
-    click.echo(f"deleted table {name}")
+    emit({"table": name, "deleted": True}, as_json, f"deleted table {name}")
 
 
 @table_group.command("list")
@@ -226,8 +230,10 @@ def entity_merge(ctx: click.Context, table: str, entity_json: str, if_match: str
 @click.argument("row_key")
 @data_dir_option
 @endpoint_option
-def entity_get(table: str, partition_key: str, row_key: str, data_dir: str, endpoint: str | None) -> None:
-    """Print one entity as JSON."""
+@json_option
+def entity_get(table: str, partition_key: str, row_key: str, data_dir: str, endpoint: str | None,
+               as_json: bool) -> None:
+    """Print one entity as JSON (with or without --json)."""
     res = call(native_endpoint(data_dir, endpoint), {"op": "get", "table": table, "pk": partition_key, "rk": row_key})
     click.echo(json.dumps(_entity_json(res), indent=2))
 
@@ -240,12 +246,13 @@ def entity_get(table: str, partition_key: str, row_key: str, data_dir: str, endp
 @click.option("--if", "condition", default=None, help=_IF_HELP)
 @data_dir_option
 @endpoint_option
+@json_option
 def entity_delete(table: str, partition_key: str, row_key: str, if_match: str, condition: str | None,
-                  data_dir: str, endpoint: str | None) -> None:
+                  data_dir: str, endpoint: str | None, as_json: bool) -> None:
     """Delete one entity."""
     _write(native_endpoint(data_dir, endpoint), table,
            {"op": "delete", "pk": partition_key, "rk": row_key, "if_match": if_match}, condition, None)
-    click.echo("deleted")
+    emit({"table": table, "PartitionKey": partition_key, "RowKey": row_key, "deleted": True}, as_json, "deleted")
 
 
 @click.command("query")

@@ -6,7 +6,9 @@ beyond what RocksDB's WAL already holds. Each point fires once per data dir (a m
 ``<data-dir>/run/`` remembers it), so the supervisor's restart of the process carries on normally. On a
 replicated cluster every partition server has a data dir of its own: ``RANGETABLE_CRASH_DIR`` names one
 directory for the markers of every process, so a point fires once in the whole cluster (one process crashes,
-as one would), not once on each replica.
+as one would), not once on each replica. With ``RANGETABLE_CRASH_ARMED=1`` a named point fires only while
+``<crash dir>/arm-<point>`` exists, so one cluster started with every point named can take one crash after
+another, each at the instant a test picks (``tests/integration/test_crash_points.py``).
 
 Points, by process: coordinator ``move.after_intent``, ``move.after_unload``, ``move.after_commit``,
 ``split.after_intent``, ``split.after_split``, ``split.after_commit``, ``merge.after_intent``,
@@ -46,12 +48,15 @@ def _named(variable: str, name: str) -> bool:
 
 
 def crash_point(name: str, data_dir: str) -> None:
-    """Exit the process right here if ``RANGETABLE_CRASH_AT`` names this point (once per data dir)."""
+    """Exit the process right here if ``RANGETABLE_CRASH_AT`` names this point (once per crash dir; only
+    while armed, with ``RANGETABLE_CRASH_ARMED``)."""
     if not _named("RANGETABLE_CRASH_AT", name):
         return
     run = os.environ.get("RANGETABLE_CRASH_DIR") or os.path.join(data_dir, "run")
     marker = os.path.join(run, f"crashed-{name}")
     if os.path.exists(marker):
+        return
+    if os.environ.get("RANGETABLE_CRASH_ARMED") and not os.path.exists(os.path.join(run, f"arm-{name}")):
         return
     os.makedirs(run, exist_ok=True)
     with open(marker, "w") as f:

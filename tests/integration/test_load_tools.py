@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from cli.balance import render_top
+from cli.balance import render_top, top_frame
 from cli.bench.stress import run_stress
 from cli.coordinator_client import call
 from cli.drills.rebalance import run_rebalance_drill
@@ -40,5 +40,7 @@ def test_rebalance_drill_reports_splits_and_no_client_errors(cluster: Cluster) -
 
 
 def test_top_renders_servers_and_ranges(cluster: Cluster) -> None:
-    frame = render_top(call(cluster.coordinator, {"op": "status"}))
+    data = top_frame(call(cluster.coordinator, {"op": "status"}))
+    assert [s["id"] for s in data["servers"]] == ["ps-1", "ps-2", "ps-3"]
+    frame = render_top(data)
     assert "ps-1" in frame and "ps-2" in frame and "ps-3" in frame and "range" in frame

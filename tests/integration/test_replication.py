@@ -18,11 +18,25 @@ from rangetable import TableServiceClient
 from tests.cluster import Cluster
 
 
+@pytest.fixture(scope="module")
+def cluster(cluster_factory: Any) -> Cluster:
+    c = cluster_factory(extra=["--no-dashboard"])
+    c.admin({"op": "balancer", "action": "off"})  # one range per table: the tests split, move and merge it
+    return c
+
+
 @pytest.fixture
-def replicated(cluster_factory: Any) -> Iterator[Cluster]:
-    with cluster_factory(extra=["--no-dashboard"]) as c:
-        c.admin({"op": "balancer", "action": "off"})  # one range per table: the tests split, move and merge it
-        yield c
+def replicated(cluster: Cluster) -> Iterator[Cluster]:
+    """The module's cluster, each test on tables of its own, once it is whole again after the test before:
+    every server alive, every range served and every replica in sync."""
+    def whole() -> bool:
+        st = cluster.status()
+        return all(s["alive"] for s in st["servers"]) and all(
+            sorted(r["insync"]) == sorted(r["replicas"]) and len(r["replicas"]) == 3 for r in st["ranges"])
+
+    cluster.wait_map(timeout=60, what="a valid, fully served map before the test")
+    cluster.wait(whole, timeout=60, what="every replica in sync before the test")
+    yield cluster
 
 
 class Writer(threading.Thread):

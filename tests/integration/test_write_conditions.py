@@ -173,3 +173,19 @@ def test_cli_if_expect_add(cluster, table):
     assert out.exit_code != 0 and "ConditionCheckFailed" in out.output
     assert run("entity", "delete", t, "p", "r", "--if", "stock eq 1").exit_code != 0
     assert run("entity", "delete", t, "p", "r", "--if", "stock eq 0").exit_code == 0
+
+
+def test_cli_table_and_entity_commands_answer_json(cluster):
+    def run(*args: str) -> dict:
+        out = CliRunner().invoke(main, [*args, "--data-dir", cluster.data_dir, "--json"])
+        assert out.exit_code == 0, out.output
+        return json.loads(out.output)
+
+    assert run("table", "create", "JsonOut", "--ttl", "1d") == {"table": "JsonOut", "created": True, "ttl": "1d"}
+    run("entity", "put", "JsonOut", '{"PartitionKey":"p","RowKey":"r","n":1}')
+    assert run("entity", "get", "JsonOut", "p", "r")["n"] == 1
+    assert run("entity", "delete", "JsonOut", "p", "r") == {"table": "JsonOut", "PartitionKey": "p", "RowKey": "r",
+                                                            "deleted": True}
+    frame = run("top", "--once")
+    assert [s["id"] for s in frame["servers"]] == ["ps-1", "ps-2", "ps-3"]
+    assert run("table", "delete", "JsonOut") == {"table": "JsonOut", "deleted": True}
