@@ -19,12 +19,12 @@ import hashlib
 import os
 import shutil
 import time
-import zlib
 from collections.abc import Callable
 from typing import Any
 
 from cli.coordinator_client import call
 from coordinator.backup import FORMAT, MANIFEST
+from rangetable.chunks import intact
 from rangetable.errors import TableError
 from rangetable.files import write_json_atomic
 
@@ -79,11 +79,11 @@ def pull_file(endpoint: str, bid: str, rid: str, name: str, size: int, path: str
         while offset < size:
             ans = call(endpoint, {"op": "backup_chunk", "backup": bid, "range": rid, "file": name, "offset": offset},
                        timeout=CHUNK_TIMEOUT_S)
-            data = bytes(ans["data"])
-            if (int(ans["offset"]) != offset or not data or offset + len(data) > size
-                    or zlib.crc32(data) != int(ans["crc"])):
+            data = intact(ans, offset, size) if int(ans["offset"]) == offset else None
+            if data is None:
                 raise TableError("InternalError", f"a damaged chunk of {rid or 'the meta store'}'s {name} at offset "
-                                                  f"{offset} ({len(data)} bytes, CRC mismatch or wrong length)")
+                                                  f"{offset} ({len(bytes(ans['data']))} bytes, CRC mismatch or wrong "
+                                                  "length)")
             fh.write(data)
             digest.update(data)
             offset += len(data)

@@ -31,12 +31,12 @@ import shutil
 import threading
 import time
 import uuid
-import zlib
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from rangetable import protocol
 from rangetable.checkpoint import listing
+from rangetable.chunks import chunk_fields
 from rangetable.errors import TableError
 from rangetable.files import remove_stale
 
@@ -220,7 +220,7 @@ def _read_local(s: Session, name: str, offset: int) -> dict[str, Any]:
     with open(os.path.join(s.path, name), "rb") as fh:
         fh.seek(offset)
         data = fh.read(min(CHUNK, size - offset))
-    return {"data": data, "crc": zlib.crc32(data), "offset": offset}
+    return {**chunk_fields(data), "offset": offset}
 
 
 def chunk(co: MapWriter, ctl: Commands, bid: str, rid: str, name: str, offset: int) -> dict[str, Any]:

@@ -27,12 +27,12 @@ import math
 import os
 import shutil
 import time
-import zlib
 from dataclasses import dataclass, field
 from typing import Any
 
 from partition_server.range_store import RangeStore
 from partition_server.replica_log import ReplicaLog
+from rangetable.chunks import chunk_fields, intact
 
 log = logging.getLogger("rangetable.partition_server")
 
@@ -98,8 +98,7 @@ class Source:
             fh.seek(offset)
             data = fh.read(min(CHUNK, s.files[name] - offset))
         self.served += len(data)
-        return {"op": "snap_data", "range": rid, "id": sid, "file": name, "offset": offset, "data": data,
-                "crc": zlib.crc32(data)}
+        return {"op": "snap_data", "range": rid, "id": sid, "file": name, "offset": offset, **chunk_fields(data)}
 
     def acked(self, rid: str, follower: str, seq: int) -> None:
         """A follower acknowledged ``seq``: once that is at least its checkpoint's position, drop it."""
@@ -219,8 +218,8 @@ class Pull:
         name, size = self.files[self.idx]
         if msg["file"] != name or int(msg["offset"]) != self.offset:
             return False  # an answer to an earlier (resent) request
-        data = bytes(msg["data"])
-        if zlib.crc32(data) != int(msg["crc"]) or not data or self.offset + len(data) > size:
+        data = intact(msg, self.offset, size)
+        if data is None:
             log.warning("rebuild of %s: a bad chunk of %s at %d; starting over", self.rid, name, self.offset)
             self._restart()
             return False

@@ -122,7 +122,8 @@ def follower(d: Drill) -> dict:
 
 
 def coordinator(d: Drill) -> dict:
-    """Cut the leading coordinator's host: the standby on another host must lead within a lease, and no range
+    """Cut the leading coordinator's host: the standby on another host must lead within a lease (and 1 s to take
+    over), and no range
     may go unserved longer than 3 s."""
     _table, ranges, client = d.start_table()
     st = d.until(lambda: call(d.s.coordinator, {"op": "status"}, timeout=2), "the coordinator's status")

@@ -92,6 +92,11 @@ def test_good_faults_pass_and_report_ends_with_pass() -> None:
     assert set(PROFILES["short"]) <= set(PROFILES["full"]) == {f["fault"] for f in ALL}
 
 
+def test_a_standby_leads_within_the_lease_and_its_takeover() -> None:
+    assert fault_problems({**COORD, "standby_led_after_s": 3.2}) == []  # lease 3 s + the takeover's second
+    assert fault_problems({**COORD, "standby_led_after_s": 4.1}) != []
+
+
 def test_each_broken_promise_fails_its_fault() -> None:
     cases = [
         ({**PS, "lost_writes": 2}, "acknowledged writes lost"),
@@ -106,7 +111,7 @@ def test_each_broken_promise_fails_its_fault() -> None:
         ({**FOLLOWER, "client_errors": 2, "client": {**BASE["client"], "errors": {"ServerBusy": 2}}}, "clients saw 2"),
         ({**FOLLOWER, "primaries_on_target": 1}, "still primary"),
         ({**FOLLOWER, "caught_up_after_heal_s": None}, "did not catch up"),
-        ({**COORD, "standby_led_after_s": 3.2}, "did not lead within the lease"),
+        ({**COORD, "standby_led_after_s": 4.1}, "did not lead within the lease"),
         ({**COORD, "standby_led_after_s": None}, "did not lead within the lease"),
         ({**COORD, "range_gap_s": 3.1}, "went unserved for 3.1 s"),
         ({**COORD, "old_leader_standby_after_heal_s": None}, "as a standby"),
