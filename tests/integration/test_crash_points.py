@@ -69,7 +69,10 @@ def _converges(c: Cluster, point: str) -> None:
         for p in range(6):
             t.submit_transaction([("upsert", {"PartitionKey": f"p{p}", "RowKey": str(r), "v": p * 100 + r})
                                   for r in range(N // 6)])
-        rng = [r for r in c.status()["ranges"] if r["table"] == name]
+        # the point may have fired already (the balancer moves and splits too): then the coordinator may be
+        # restarting, and its status is asked again until it answers
+        rng = c.wait(lambda: [r for r in c.status()["ranges"] if r["table"] == name], timeout=30,
+                     what=f"the ranges of {name}")
         op = _op_for(point)
         try:
             if op == "split":
