@@ -16,6 +16,11 @@ TOOLS_STAMP := $(VENV)/.tools
 
 .PHONY: up test lint bench clean down tools
 
+# Python writes its bytecode caches here even where the environment turns them off (PYTHONDONTWRITEBYTECODE, as
+# some CI images do): the suite starts about 1,500 Python processes, and compiling the project's sources in each
+# of them, and pytest re-rewriting every test module in each worker, cost a fifth of the suite's CPU (docs/testing.md).
+unexport PYTHONDONTWRITEBYTECODE
+
 $(STAMP): requirements.lock pyproject.toml
 	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "need $(PYTHON) on PATH (set PYTHON=...)"; exit 1; }
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
