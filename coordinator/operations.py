@@ -19,7 +19,7 @@ from coordinator.acl import acl_key
 from coordinator.partition_map import range_key
 from coordinator.placement import place_orphans
 from coordinator.replica_sets import choose_replicas, is_replicated
-from rangetable.crash import crash_point
+from rangetable.crash import crash_point, fault_armed
 from rangetable.errors import TableError
 from rangetable.stats import StepClock
 from rangetable.table_settings import check_settings, describe
@@ -289,6 +289,8 @@ def split(co: MapWriter, ctl: Commands, rid: str, key: str | None, reason: str =
         co.commit((puts, dels))
         epoch = rec["epoch"]
         crash_point("split.after_intent", co.cfg.data_dir)
+    while fault_armed("split.hold", co.cfg.data_dir):  # a test holds the split here, past its intent
+        time.sleep(0.05)
     steps: dict[str, float] = {}
     clock = StepClock(steps)
     try:

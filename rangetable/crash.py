@@ -22,7 +22,9 @@ Fault points are the same idea for a misbehaviour rather than an exit: ``RANGETA
 names the fault, and it acts from the moment a test creates ``<data-dir>/run/arm-warm.freeze`` (so the
 test picks the instant). ``warm.freeze``: a standby coordinator's warm copy of the leader's meta store
 stops taking in the leader's writes while still reporting the store's sequence number, as rocksdict's
-secondary instance was seen doing (issue 24; ``tests/integration/test_stale_takeover.py``).
+secondary instance was seen doing (issue 24; ``tests/integration/test_stale_takeover.py``). ``split.hold``: the
+coordinator's split waits past its intent (the map says "splitting") for as long as the arm file exists, so a test
+meets a split under way at an instant it chooses rather than by winning a race (``tests/integration/test_backup.py``).
 """
 
 from __future__ import annotations

@@ -142,7 +142,7 @@ def source(tmp_path_factory: pytest.TempPathFactory, cluster_factory: ClusterFac
     from azure.data.tables import TableServiceClient
 
     root = tmp_path_factory.mktemp("bk")
-    with cluster_factory(servers=3, extra=DEFAULT) as c:
+    with cluster_factory(servers=3, extra=DEFAULT, env={"RANGETABLE_FAULT_AT": "split.hold"}) as c:
         with TableServiceClient.from_connection_string(c.connection_string) as svc:
             sdk = svc.create_table("sdk")
             for p in range(4):  # 200 entities in 4 entity group transactions
@@ -157,13 +157,20 @@ def source(tmp_path_factory: pytest.TempPathFactory, cluster_factory: ClusterFac
             call(c.native, {"op": "batch", "table": "Typed", "ops": ops})
         typed_rid = next(r["id"] for r in c.status()["ranges"] if r["table"] == "Typed")
 
-        # A backup asked while the split runs is refused at once (ServerBusy), and nothing is written.
+        # A backup asked while the split runs is refused at once (ServerBusy), and nothing is written. The split
+        # is held past its intent (fault point split.hold) until the backup has been refused.
         split: dict[str, Any] = {}
+        hold = Path(c.data_dir) / "run" / "arm-split.hold"
+        hold.parent.mkdir(exist_ok=True)
+        hold.touch()
         t = threading.Thread(target=lambda: split.update(c.admin({"op": "split", "range": typed_rid, "key": "p3"})))
         t.start()
-        c.wait(lambda: any(r["state"] == "splitting" for r in c.status()["ranges"]), timeout=10, what="the split")
-        with pytest.raises(TableError) as e:  # what `rangetable backup` runs, in-process to meet the split
-            pull_backup(c.coordinator, str(root / "during"), timeout=30)
+        try:
+            c.wait(lambda: any(r["state"] == "splitting" for r in c.status()["ranges"]), timeout=10, what="the split")
+            with pytest.raises(TableError) as e:  # what `rangetable backup` runs, in-process to meet the split
+                pull_backup(c.coordinator, str(root / "during"), timeout=30)
+        finally:
+            hold.unlink()
         t.join(60)
         assert e.value.error_code == "ServerBusy" and "splitting" in e.value.message, e.value
         assert not (root / "during").exists()
