@@ -23,6 +23,9 @@ json_option = click.option("--json", "as_json", is_flag=True, help="Machine-read
 data_dir_option = click.option("--data-dir", default=default_data_dir, show_default=FALLBACK_DATA_DIR,
                                help=f"Data root [env {DATA_DIR_ENV}].")
 endpoint_option = click.option("--endpoint", default=None, help="Native endpoint (default: from cluster.json).")
+rate_option = click.option("--rate", type=float, default=None,
+                           help="Operations per second of the whole workload (default: every client thread as fast "
+                                "as the cluster answers).")
 coordinator_option = click.option("--coordinator", default=None, help="Coordinator endpoint (default: cluster.json).")
 
 

@@ -25,6 +25,11 @@ ONE_COPY = ["--replicas", "1"]
 """The one-copy lane (every range once under the shared data root): for a test about that mode, which says so in
 its name (``one_copy``); every other test runs `rangetable up`'s defaults (3 servers, 3 replicas, min-insync 2)."""
 
+WORKLOAD_RATE = 200.0
+"""Operations per second of a drill's verifying workload in the suite (``--rate``): thousands of operations around
+each fault, while four test files share two cores. Unpaced, a drill's client threads take whatever CPU is free
+and the suite's other clusters wait for it (a 15 s chaos run: 19.5 core-s unpaced, 12.9 at this rate)."""
+
 
 def one_copy_named(extra: list[str], name: str) -> None:
     """Refuse ``--replicas 1`` for a test whose name (module or test) does not say ``one_copy``."""

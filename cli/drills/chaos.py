@@ -29,7 +29,7 @@ from cli.coordinator_client import call
 from cli.drills.chaos_replicas import REPL_FAULTS, ReplicaFaults, replica_count, wait_restored
 from cli.drills.coordinator_failover import leader_process
 from cli.drills.drill_table import prepare_table
-from cli.options import data_dir_option
+from cli.options import data_dir_option, rate_option
 from cli.workload.generator import SABOTAGE, Workload
 from cli.workload.verify.explain import failure_lines, slow_op_lines
 from cli.workload.verify.history import dump_history
@@ -136,7 +136,7 @@ def _fault(kind: str, rnd: random.Random, data_dir: str, coord: str, table: str,
 def run_chaos(data_dir: str, *, seed: int, duration: float = 40.0, interval: float = 1.5, threads: int = 4,
               lease_s: float = 2.0, echo: Any = None, kinds: tuple[str, ...] = FAULTS,
               history_dir: str | None = None, sabotage: str | None = None,
-              restore_timeout: float = 90.0) -> dict[str, Any]:
+              restore_timeout: float = 90.0, rate: float | None = None) -> dict[str, Any]:
     """Run seeded chaos for ``duration`` seconds; returns the report (``passed`` says it all).
 
     A failed run keeps the workload's history in ``history_dir`` (default: ``<data_dir>/histories``).
@@ -166,7 +166,7 @@ def run_chaos(data_dir: str, *, seed: int, duration: float = 40.0, interval: flo
     say(f"chaos seed {seed}: table {table}")
     watcher = MapWatcher(coord)
     watcher.start()
-    wl = Workload(native, table, threads=threads, seed=seed, history_dir=history_dir)
+    wl = Workload(native, table, threads=threads, seed=seed, history_dir=history_dir, rate=rate)
     wl.start()
     faults: list[dict] = []
     t0 = wl.t0  # fault times on the history's clock, so a violation's window finds its faults
@@ -248,10 +248,11 @@ def chaos_failure_lines(r: dict[str, Any]) -> list[str]:
                    "rogue-write halfway, lost-write before the check.")
 @click.option("--restore-timeout", default=90.0, show_default=True,
               help="Replicated cluster: seconds after the last fault for every range to have N in-sync replicas.")
+@rate_option
 @data_dir_option
 @click.option("--json", "as_json", is_flag=True)
-def drill_chaos(seed: int | None, duration: float, sabotage: str | None, restore_timeout: float, data_dir: str,
-                as_json: bool) -> None:
+def drill_chaos(seed: int | None, duration: float, sabotage: str | None, restore_timeout: float, rate: float | None,
+                data_dir: str, as_json: bool) -> None:
     """Random kills, pauses, splits, moves and merges under a verifying workload (needs `rangetable up`);
     on a replicated cluster also disk wipes and pauses of primaries and followers, and every range must be
     back at N in-sync replicas at the end.
@@ -261,7 +262,7 @@ def drill_chaos(seed: int | None, duration: float, sabotage: str | None, restore
     Operations slower than 3 s are listed with the faults that overlapped them."""
     seed = int(time.time()) if seed is None else seed
     r = run_chaos(data_dir, seed=seed, duration=duration, echo=None if as_json else click.echo, sabotage=sabotage,
-                  restore_timeout=restore_timeout)
+                  restore_timeout=restore_timeout, rate=rate)
     if as_json:
         click.echo(json.dumps(r, indent=2))
     else:

@@ -69,7 +69,7 @@ def leader_process(doc: dict) -> dict:
 
 
 def run_coordinator_drill(data_dir: str, *, mode: str = "pause", pause_s: float = 12.0, threads: int = 6,
-                          seed: int | None = None, echo: Any = None) -> dict[str, Any]:
+                          seed: int | None = None, echo: Any = None, rate: float | None = None) -> dict[str, Any]:
     """Pause (or kill) the leading coordinator of ``data_dir``'s cluster under load; returns the report."""
     doc = read_cluster(data_dir)
     if doc is None:
@@ -85,7 +85,7 @@ def run_coordinator_drill(data_dir: str, *, mode: str = "pause", pause_s: float 
     leader = leader_process(doc)
     say(f"table {table}: {len(ranges)} ranges; leader {leader['id']} (pid {leader['pid']}, term {leader['term']}); "
         f"seed {seed}")
-    wl = Workload(native, table, threads=threads, seed=seed, history_dir=os.path.join(data_dir, "histories"))
+    wl = Workload(native, table, threads=threads, seed=seed, history_dir=os.path.join(data_dir, "histories"), rate=rate)
     prober = GapProber(native, table, ranges)
     wl.start()
     prober.start()

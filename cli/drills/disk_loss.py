@@ -24,7 +24,7 @@ import click
 from cli.cluster_file import read_cluster
 from cli.coordinator_client import call
 from cli.drills.drill_table import pick_victim, prepare_table
-from cli.options import data_dir_option
+from cli.options import data_dir_option, rate_option
 from cli.workload.disk_loss_watch import RestoreWatch, events_since, served_again
 from cli.workload.generator import Workload
 from cli.workload.verify.explain import failure_lines
@@ -49,7 +49,8 @@ def preload(native: str, table: str, mb: float) -> int:
 
 def run_disk_loss_drill(data_dir: str, *, server: str | None = None, duration: float = 30.0, threads: int = 6,
                         seed: int | None = None, pieces: int = 4, restore_timeout: float = 60.0,
-                        require_restore: bool = True, preload_mb: float = 0.0, echo: Any = None) -> dict[str, Any]:
+                        require_restore: bool = True, preload_mb: float = 0.0, echo: Any = None,
+                        rate: float | None = None) -> dict[str, Any]:
     """Run one disk-loss drill against the (replicated) cluster of ``data_dir``; returns the report."""
     doc = read_cluster(data_dir)
     if doc is None:
@@ -73,7 +74,7 @@ def run_disk_loss_drill(data_dir: str, *, server: str | None = None, duration: f
     loaded = preload(native, table, preload_mb) if preload_mb > 0 else 0
     say(f"table {table}: {len(ranges)} range(s), {n} replicas each; victim {victim} (pid {info['pid']}) is primary "
         f"of {sum(r['owner'] == victim for r in ranges)}; seed {seed}" + (f"; preloaded {loaded / 1e6:.1f} MB" if loaded else ""))
-    wl = Workload(native, table, threads=threads, seed=seed, history_dir=os.path.join(data_dir, "histories"))
+    wl = Workload(native, table, threads=threads, seed=seed, history_dir=os.path.join(data_dir, "histories"), rate=rate)
     wl.start()
     warmup = min(2.0, duration / 4)
     time.sleep(warmup)
@@ -193,17 +194,18 @@ def format_report(r: dict[str, Any]) -> str:
               help="PASS only if every range is back at N in-sync replicas within --restore-timeout.")
 @click.option("--preload-mb", default=0.0, show_default=True,
               help="MB of rows to write before the kill, so re-replication has data to copy (MB/s).")
+@rate_option
 @data_dir_option
 @click.option("--json", "as_json", is_flag=True)
 def drill_disk_loss(server: str | None, duration: float, threads: int, seed: int | None, pieces: int,
-                    restore_timeout: float, require_restore: bool, preload_mb: float, data_dir: str,
-                    as_json: bool) -> None:
+                    restore_timeout: float, require_restore: bool, preload_mb: float, rate: float | None,
+                    data_dir: str, as_json: bool) -> None:
     """Kill -9 a partition server and delete its data directory under a verifying workload (needs
     `rangetable up --servers 3 --replicas 3`); reports per range when clients were served again, lost
     acknowledged writes, linearizability and the time until N in-sync replicas again."""
     report = run_disk_loss_drill(data_dir, server=server, duration=duration, threads=threads, seed=seed,
                                  pieces=pieces, restore_timeout=restore_timeout, require_restore=require_restore,
-                                 preload_mb=preload_mb, echo=None if as_json else click.echo)
+                                 preload_mb=preload_mb, echo=None if as_json else click.echo, rate=rate)
     click.echo(json.dumps(report, indent=2) if as_json else format_report(report))
     if not report["passed"]:
         raise SystemExit(1)

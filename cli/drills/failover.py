@@ -26,7 +26,7 @@ from cli.cluster_file import pid_alive, read_cluster
 from cli.coordinator_client import call
 from cli.drills import coordinator_failover as dc
 from cli.drills.drill_table import Prober, pick_victim, prepare_table
-from cli.options import data_dir_option
+from cli.options import data_dir_option, rate_option
 from cli.workload.generator import Workload
 from cli.workload.layout import table_ranges
 from cli.workload.verify.explain import failure_lines
@@ -64,7 +64,8 @@ def last_event_seq(coord: str) -> int:
 
 
 def run_failover_drill(data_dir: str, *, mode: str = "kill", server: str | None = None, duration: float = 10.0,
-                       threads: int = 6, seed: int | None = None, echo: Any = None) -> dict[str, Any]:
+                       threads: int = 6, seed: int | None = None, echo: Any = None,
+                       rate: float | None = None) -> dict[str, Any]:
     """Run one failover drill against the cluster of ``data_dir``; returns the report."""
     doc = read_cluster(data_dir)
     if doc is None:
@@ -77,7 +78,7 @@ def run_failover_drill(data_dir: str, *, mode: str = "kill", server: str | None 
     victim, info = pick_victim(coord, ranges, server)
     watched = [r for r in ranges if r["owner"] == victim]
     say(f"table {table}: {len(ranges)} ranges; victim {victim} (pid {info['pid']}) owns {len(watched)}; seed {seed}")
-    wl = Workload(native, table, threads=threads, seed=seed, history_dir=os.path.join(data_dir, "histories"))
+    wl = Workload(native, table, threads=threads, seed=seed, history_dir=os.path.join(data_dir, "histories"), rate=rate)
     wl.start()
     warmup = min(2.0, duration / 4)
     time.sleep(warmup)
@@ -175,21 +176,22 @@ def format_report(r: dict[str, Any]) -> str:
 @click.option("--duration", default=10.0, show_default=True, help="Seconds of workload.")
 @click.option("--threads", default=6, show_default=True, help="Client threads.")
 @click.option("--seed", type=int, default=None, help="Workload seed (printed, for replay).")
+@rate_option
 @data_dir_option
 @click.option("--json", "as_json", is_flag=True)
 def drill_failover(mode: str, coordinator: bool, pause_s: float, server: str | None, duration: float, threads: int,
-                   seed: int | None, data_dir: str, as_json: bool) -> None:
+                   seed: int | None, rate: float | None, data_dir: str, as_json: bool) -> None:
     """Kill (or pause) a partition server — or with --coordinator the leading coordinator — under a
     verifying workload and report how the cluster coped."""
     if coordinator:
         rep = dc.run_coordinator_drill(data_dir, mode=mode, pause_s=pause_s, threads=threads, seed=seed,
-                                       echo=None if as_json else click.echo)
+                                       echo=None if as_json else click.echo, rate=rate)
         click.echo(json.dumps(rep, indent=2) if as_json else dc.format_report(rep))
         if not rep["passed"]:
             raise SystemExit(1)
         return
     report = run_failover_drill(data_dir, mode=mode, server=server, duration=duration, threads=threads, seed=seed,
-                                echo=None if as_json else click.echo)
+                                echo=None if as_json else click.echo, rate=rate)
     click.echo(json.dumps(report, indent=2) if as_json else format_report(report))
     if not report["passed"]:
         raise SystemExit(1)

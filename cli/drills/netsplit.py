@@ -27,7 +27,7 @@ from cli.drills.netns import NetnsUnavailable, unavailable_reason
 from cli.drills.netsplit_drill import Drill
 from cli.drills.netsplit_faults import FAULTS
 from cli.drills.netsplit_report import PROFILES, format_report, verdict
-from cli.options import json_option
+from cli.options import json_option, rate_option
 from rangetable.errors import TableError
 
 
@@ -46,7 +46,8 @@ def run_faults(drill: Drill, kinds: list[str]) -> list[dict]:
 
 
 def run_netsplit(fault_seconds: float = 6.0, lease_s: float = 3.0, threads: int = 4, seed: int | None = None,
-                 profile: str = "full", echo: Any = None, leader_timeout_s: float = 1.5) -> dict[str, Any]:
+                 profile: str = "full", echo: Any = None, leader_timeout_s: float = 1.5,
+                 rate: float | None = None) -> dict[str, Any]:
     """Run the drill; returns the report (``passed`` says it all). Raises NetnsUnavailable when it cannot."""
     reason = unavailable_reason()
     if reason:
@@ -54,7 +55,7 @@ def run_netsplit(fault_seconds: float = 6.0, lease_s: float = 3.0, threads: int 
     if shutil.which("etcd") is None:
         raise NetnsUnavailable("the `etcd` binary is not installed (the drill runs a 3-member etcd cluster)")
     seed = int(time.time()) % 10**6 if seed is None else seed
-    drill = Drill(fault_seconds, lease_s, threads, seed, echo or (lambda _m: None), leader_timeout_s)
+    drill = Drill(fault_seconds, lease_s, threads, seed, echo or (lambda _m: None), leader_timeout_s, rate)
 
     def on_term(signum: int, frame: Any) -> None:
         raise KeyboardInterrupt
@@ -99,16 +100,17 @@ def run_netsplit(fault_seconds: float = 6.0, lease_s: float = 3.0, threads: int 
                    "must outlast an etcd leader election and stay below the lease minus a takeover.")
 @click.option("--threads", default=4, show_default=True, help="Client threads (spread over both frontends).")
 @click.option("--seed", type=int, default=None, help="Workload seed (printed, for replay).")
+@rate_option
 @json_option
 def drill_netsplit(profile: str, fault_seconds: float, lease_s: float, leader_timeout_s: float, threads: int,
-                   seed: int | None, as_json: bool) -> None:
+                   seed: int | None, rate: float | None, as_json: bool) -> None:
     """Cut network links of a replicated cluster spread over network namespaces, with etcd as its control
     plane (needs root, `ip` and `etcd`).
 
     Exit status: 0 PASS, 1 FAIL, 2 when network namespaces or etcd cannot be used here."""
     try:
         r = run_netsplit(fault_seconds, lease_s, threads, seed, profile, echo=None if as_json else click.echo,
-                         leader_timeout_s=leader_timeout_s)
+                         leader_timeout_s=leader_timeout_s, rate=rate)
     except NetnsUnavailable as exc:
         click.echo(f"rangetable drill netsplit cannot run here: {exc}", err=True)
         raise SystemExit(2) from None

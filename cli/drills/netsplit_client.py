@@ -24,6 +24,7 @@ def main(argv: list[str]) -> int:
     from cli.workload.generator import Workload
 
     data_dir, table, seed, threads, out, history_dir = argv[0], argv[1], int(argv[2]), int(argv[3]), argv[4], argv[5]
+    rate = float(argv[6]) or None  # 0: unpaced
     doc = read_cluster(data_dir)
     if doc is None:
         print(f"no cluster.json in {data_dir}", file=sys.stderr)
@@ -31,7 +32,7 @@ def main(argv: list[str]) -> int:
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     wl = Workload(doc["frontends"][0], table, threads=threads, seed=seed, endpoints=doc["frontends"],
-                  history_dir=history_dir)
+                  history_dir=history_dir, rate=rate)
     wl.start()
     with open(out + ".started", "w") as f:
         f.write(str(os.getpid()))

@@ -33,13 +33,14 @@ from rangetable.errors import TableError
 class ClientRun:
     """The workload process in the client namespace for one fault."""
 
-    def __init__(self, net: Network, client_dir: str, table: str, seed: int, threads: int, history_dir: str) -> None:
+    def __init__(self, net: Network, client_dir: str, table: str, seed: int, threads: int, history_dir: str,
+                 rate: float | None) -> None:
         self.out = os.path.join(client_dir, f"client-{table}.json")
         log_path = os.path.join(client_dir, "logs", f"client-{table}.log")
         log = open(log_path, "ab")
         self.proc = subprocess.Popen(
             net.argv("client", [sys.executable, "-m", "cli.drills.netsplit_client", client_dir, table, str(seed),
-                                str(threads), self.out, history_dir]), stdout=log, stderr=subprocess.STDOUT,
+                                str(threads), self.out, history_dir, str(rate or 0)]), stdout=log, stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL, start_new_session=True)
         log.close()
         deadline = time.monotonic() + 30
@@ -84,8 +85,9 @@ class Drill:
     """One run: the network, the cluster, and the faults."""
 
     def __init__(self, fault_seconds: float, lease_s: float, threads: int, seed: int, echo: Any,
-                 leader_timeout_s: float = 1.5) -> None:
+                 leader_timeout_s: float = 1.5, rate: float | None = None) -> None:
         self.fault_seconds, self.lease_s, self.threads, self.seed = fault_seconds, lease_s, threads, seed
+        self.rate = rate
         self.leader_timeout_s = leader_timeout_s
         # A cut server's replicas stay in their ranges for the cut (it rejoins and catches up); the host-lost
         # fault waits this long before its replicas are rebuilt elsewhere.
@@ -165,7 +167,7 @@ class Drill:
         except TableError:
             self.event_seq = 0
         client = ClientRun(self.net, self.s.host_dir("client"), table, self.seed + self.n, self.threads,
-                           self.history_dir)
+                           self.history_dir, self.rate)
         self.clients.append(client)
         time.sleep(2.0)  # warm-up
         return table, ranges, client

@@ -90,8 +90,10 @@ class Workload:
 
     def __init__(self, endpoint: str, table: str, *, threads: int = 6, partitions: int = 8, rows: int = 4,
                  seed: int = 0, timeout: float = 3.0, batches: bool = True,
-                 endpoints: list[str] | None = None, history_dir: str | None = None) -> None:
+                 endpoints: list[str] | None = None, history_dir: str | None = None,
+                 rate: float | None = None) -> None:
         self.endpoint = endpoint
+        self.rate = rate  # steps per second of all threads together; None: each thread as fast as answers come
         self.endpoints = list(endpoints or [endpoint])  # thread i goes through endpoints[i % len]
         self.acks: list[tuple[float, str, str]] = []  # (monotonic time, endpoint, PartitionKey) of each acked write
         self._local = threading.local()
@@ -190,8 +192,14 @@ class Workload:
         rnd = random.Random(self.seed * 1000 + tid)
         self._local.endpoint = self.endpoints[tid % len(self.endpoints)]
         c = self.client(self._local.endpoint)
+        gap = self.threads / self.rate if self.rate else 0.0
+        due = time.monotonic() + gap * tid / self.threads  # paced threads start spread over one gap
         n = 0
         while not self._stop.is_set():
+            if gap:  # an open schedule: a thread that fell behind goes on at once, without a burst to catch up
+                if self._stop.wait(max(0.0, due - time.monotonic())):
+                    break
+                due = max(due + gap, time.monotonic())
             n += 1
             self._step(c, rnd, tid, n)
 

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 import pytest
 
 from cli.drills.chaos import chaos_failure_lines, run_chaos
-from tests.cluster import Cluster, ClusterFactory
+from tests.cluster import WORKLOAD_RATE, Cluster, ClusterFactory
 
 
 @pytest.fixture(scope="module")
@@ -25,7 +25,7 @@ def replicated(cluster_factory: ClusterFactory) -> Iterator[Cluster]:
 def test_replicated_chaos(replicated: Cluster) -> None:
     seed = int(os.environ.get("RANGETABLE_CHAOS_SEED", "11"))
     print(f"chaos seed {seed} (replay with RANGETABLE_CHAOS_SEED={seed})")
-    r = run_chaos(replicated.data_dir, seed=seed, duration=25.0, echo=print, restore_timeout=60.0)
+    r = run_chaos(replicated.data_dir, seed=seed, duration=25.0, echo=print, restore_timeout=60.0, rate=WORKLOAD_RATE)
     why = "\n".join(chaos_failure_lines(r))
     kinds = {f["fault"] for f in r["faults"]}
     assert r["replicas"] == 3

@@ -19,7 +19,7 @@ from cli.drills.chaos import FAULTS, HA_FAULTS, run_chaos
 from cli.drills.coordinator_failover import MAX_GAP_S, format_report, leader_process, run_coordinator_drill
 from rangetable import curve
 from rangetable.errors import TableError
-from tests.cluster import Cluster, ClusterFactory
+from tests.cluster import WORKLOAD_RATE, Cluster, ClusterFactory
 
 
 @pytest.fixture(scope="module")
@@ -48,7 +48,7 @@ def test_one_leader_and_standbys_that_name_it(cluster: Cluster) -> None:
 def test_leader_failover_under_load(cluster: Cluster, mode: str) -> None:
     before = leader_process(cluster.refresh())
     events_before = {e["seq"] for e in cluster.admin({"op": "events", "limit": 1000})}
-    r = run_coordinator_drill(cluster.data_dir, mode=mode, pause_s=5.0, threads=4, seed=7)
+    r = run_coordinator_drill(cluster.data_dir, mode=mode, pause_s=5.0, threads=4, seed=7, rate=WORKLOAD_RATE)
     print(format_report(r))
     assert r["took_over_s"] is not None and r["new_term"] > before["term"]
     assert r["worst_gap_s"] < MAX_GAP_S
@@ -97,7 +97,7 @@ def test_seeded_chaos_pauses_and_kills_leaders(cluster: Cluster) -> None:
     seed = int(os.environ.get("RANGETABLE_CHAOS_SEED", random.randrange(10**6)))
     print(f"chaos seed {seed} (replay with RANGETABLE_CHAOS_SEED={seed})")
     kinds = FAULTS + HA_FAULTS + ("pause_leader", "kill_coordinator")  # leader faults twice as likely
-    r = run_chaos(cluster.data_dir, seed=seed, duration=20.0, echo=print, kinds=kinds)
+    r = run_chaos(cluster.data_dir, seed=seed, duration=20.0, echo=print, kinds=kinds, rate=WORKLOAD_RATE)
     assert any(f["fault"] in ("pause_leader", "kill_coordinator") for f in r["faults"]), r["faults"]
     assert r["converged"], f"seed {seed}: the cluster did not converge"
     assert not r["map_violations"], f"seed {seed}: {r['map_violations'][:3]}"

@@ -10,7 +10,7 @@ import pytest
 from click.testing import CliRunner
 
 from cli.main import main
-from tests.cluster import ONE_COPY, Cluster, ClusterFactory
+from tests.cluster import ONE_COPY, WORKLOAD_RATE, Cluster, ClusterFactory
 
 
 @pytest.fixture(scope="module")
@@ -20,7 +20,7 @@ def replicated(cluster_factory: ClusterFactory) -> Iterator[Cluster]:
 
 
 def test_disk_loss_drill_loses_nothing(replicated: Cluster) -> None:
-    out = CliRunner().invoke(main, ["drill", "disk-loss", "--duration", "8", "--threads", "4", "--seed", "7",
+    out = CliRunner().invoke(main, ["drill", "disk-loss", "--duration", "8", "--threads", "4", "--seed", "7", "--rate", str(WORKLOAD_RATE),
                                     "--restore-timeout", "10", "--no-require-restore", "--data-dir",
                                     replicated.data_dir])
     text = out.output

@@ -11,7 +11,7 @@ from click.testing import CliRunner
 from cli.drills.chaos import run_chaos
 from cli.drills.failover import format_report, run_failover_drill
 from cli.main import main
-from tests.cluster import Cluster, ClusterFactory
+from tests.cluster import WORKLOAD_RATE, Cluster, ClusterFactory
 
 
 @pytest.fixture(scope="module")
@@ -22,7 +22,7 @@ def cluster(cluster_factory: ClusterFactory):
 
 @pytest.mark.parametrize("mode", ["kill", "pause"])
 def test_failover_drill(cluster: Cluster, mode: str) -> None:
-    r = run_failover_drill(cluster.data_dir, mode=mode, duration=7.0, threads=4, seed=11)
+    r = run_failover_drill(cluster.data_dir, mode=mode, duration=7.0, threads=4, seed=11, rate=WORKLOAD_RATE)
     print(format_report(r))
     assert r["lost_writes"] == 0, r["lost_detail"]
     assert r["duplicate_applications"] == 0
@@ -37,7 +37,7 @@ def test_failover_drill(cluster: Cluster, mode: str) -> None:
 def test_seeded_chaos(cluster: Cluster) -> None:
     seed = int(os.environ.get("RANGETABLE_CHAOS_SEED", random.randrange(10**6)))
     print(f"chaos seed {seed} (replay with RANGETABLE_CHAOS_SEED={seed})")
-    r = run_chaos(cluster.data_dir, seed=seed, duration=30.0, echo=print)
+    r = run_chaos(cluster.data_dir, seed=seed, duration=30.0, echo=print, rate=WORKLOAD_RATE)
     assert r["converged"], f"seed {seed}: the cluster did not converge"
     assert not r["map_violations"], f"seed {seed}: {r['map_violations'][:3]}"
     assert r["lost_writes"] == 0, f"seed {seed}: {r['lost_detail']}"
@@ -47,7 +47,7 @@ def test_seeded_chaos(cluster: Cluster) -> None:
 
 @pytest.mark.parametrize(("sabotage", "seed"), [("rogue-write", 5), ("lost-write", 6)])
 def test_a_sabotaged_chaos_run_fails_and_explains_itself(cluster: Cluster, sabotage: str, seed: int) -> None:
-    out = CliRunner().invoke(main, ["drill", "chaos", "--seed", str(seed), "--duration", "6", "--sabotage", sabotage,
+    out = CliRunner().invoke(main, ["drill", "chaos", "--seed", str(seed), "--duration", "6", "--sabotage", sabotage, "--rate", str(WORKLOAD_RATE),
                                     "--data-dir", cluster.data_dir])
     print(out.output)
     assert out.exit_code == 1, out.output

@@ -10,7 +10,7 @@ import pytest
 from cli.drills.coordinator_failover import MAX_GAP_S, run_coordinator_drill
 from cli.drills.coordinator_failover import format_report as format_coordinator_report
 from cli.drills.failover import format_report, run_failover_drill
-from tests.cluster import Cluster, ClusterFactory
+from tests.cluster import WORKLOAD_RATE, Cluster, ClusterFactory
 
 
 @pytest.fixture(scope="module")
@@ -25,7 +25,7 @@ def _in_sync(cluster: Cluster, table: str) -> bool:
 
 
 def test_failover_drill_promotes_in_sync_replicas(cluster: Cluster) -> None:
-    r = run_failover_drill(cluster.data_dir, mode="kill", duration=7.0, threads=4, seed=12)
+    r = run_failover_drill(cluster.data_dir, mode="kill", duration=7.0, threads=4, seed=12, rate=WORKLOAD_RATE)
     print(format_report(r))
     assert r["replicas"] == 3
     assert r["lost_writes"] == 0, r["lost_detail"]
@@ -43,7 +43,7 @@ def test_failover_drill_promotes_in_sync_replicas(cluster: Cluster) -> None:
 
 
 def test_coordinator_kill_leaves_the_in_sync_sets_whole(cluster: Cluster) -> None:
-    r = run_coordinator_drill(cluster.data_dir, mode="kill", threads=4, seed=13)
+    r = run_coordinator_drill(cluster.data_dir, mode="kill", threads=4, seed=13, rate=WORKLOAD_RATE)
     print(format_coordinator_report(r))
     assert r["took_over_s"] is not None
     assert r["worst_gap_s"] < MAX_GAP_S

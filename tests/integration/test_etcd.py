@@ -16,7 +16,7 @@ from coordinator.etcd_client import EtcdClient, b64
 from coordinator.etcd_election import EtcdLeadership, term_key
 from coordinator.meta_etcd import open_etcd_for_term
 from rangetable.errors import TableError
-from tests.cluster import ClusterFactory
+from tests.cluster import WORKLOAD_RATE, ClusterFactory
 
 
 def _win(le: EtcdLeadership, within: float) -> float:
@@ -89,7 +89,7 @@ def test_a_cluster_on_etcd_serves_writes_and_survives_a_leader_kill(etcd: str, t
         assert before["takeover"]["meta"] == "etcd"
         for name in ("coordinator", "election"):  # neither meta store nor election files on the data root
             assert not (tmp_path / "c" / name).exists(), name
-        r = run_coordinator_drill(c.data_dir, mode="kill", pause_s=3.0, threads=2, seed=3)
+        r = run_coordinator_drill(c.data_dir, mode="kill", pause_s=3.0, threads=2, seed=3, rate=WORKLOAD_RATE)
         print(format_report(r))
         assert r["took_over_s"] is not None and r["new_term"] > before["term"]
         assert r["lost_writes"] == 0, r["lost_detail"]

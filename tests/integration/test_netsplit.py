@@ -19,6 +19,7 @@ from cli.drills import netns, netsplit
 from cli.drills.netsplit import run_netsplit
 from cli.drills.netsplit_report import PROFILES, fault_problems, format_report
 from cli.main import main
+from tests.cluster import WORKLOAD_RATE
 
 REASON = netns.unavailable_reason() or (None if shutil.which("etcd") else "the `etcd` binary is not installed")
 
@@ -40,7 +41,8 @@ def test_netsplit_drill_short_profile_passes_and_cleans_up(monkeypatch: pytest.M
         real(self)
 
     monkeypatch.setattr(netns.Network, "create", create)
-    r = run_netsplit(fault_seconds=4.0, lease_s=3.0, threads=4, seed=7, profile="short", echo=print)
+    r = run_netsplit(fault_seconds=4.0, lease_s=3.0, threads=4, seed=7, profile="short", echo=print,
+                     rate=WORKLOAD_RATE)
     print(format_report(r))
     assert [f["fault"] for f in r["faults"]] == PROFILES["short"]
     for f in r["faults"]:
