@@ -17,14 +17,16 @@ TOOLS_STAMP := $(VENV)/.tools
 .PHONY: up test lint bench clean down tools
 
 # Python writes its bytecode caches here even where the environment turns them off (PYTHONDONTWRITEBYTECODE, as
-# some CI images do): the suite starts about 1,500 Python processes, and compiling the project's sources in each
-# of them, and pytest re-rewriting every test module in each worker, cost a fifth of the suite's CPU (docs/testing.md).
+# some CI images do): the suite starts a Python process for every server, frontend and command of about 100
+# clusters, and compiling the project's sources in each of them, and pytest rewriting every test module again in
+# each worker, cost a tenth of the suite's CPU on a fresh clone and a fifth on the next run (docs/testing.md).
 unexport PYTHONDONTWRITEBYTECODE
+# pip leaves the compiling to those first imports (--no-compile): the venv is ready 10 s sooner (27 s against 37 s).
 
 $(STAMP): requirements.lock pyproject.toml
 	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "need $(PYTHON) on PATH (set PYTHON=...)"; exit 1; }
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install -q --disable-pip-version-check -r requirements.lock
+	$(BIN)/pip install -q --no-compile --disable-pip-version-check -r requirements.lock
 	$(BIN)/pip install -q --disable-pip-version-check --no-deps --no-build-isolation -e .
 	@touch $(STAMP)
 
