@@ -12,16 +12,15 @@ from __future__ import annotations
 
 import pytest
 
-from tests.cluster import ClusterFactory
+from tests.cluster import Cluster
 from tests.js_cases import install, run_cases
 from tests.rest_helpers import DEV_ACCOUNT, DEV_KEY
 
 
 @pytest.fixture(scope="module")
-def cluster(cluster_factory: ClusterFactory):
+def cluster(shared_cluster: Cluster) -> Cluster:
     install()
-    with cluster_factory() as c:
-        yield c
+    return shared_cluster
 
 
 @pytest.mark.slow
