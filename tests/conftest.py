@@ -5,10 +5,6 @@
   SIGKILL of anything left) when the test module ends, even when the test failed. Tests that share one
   cluster wrap it in a module-scoped fixture; a test that needs a cluster of its own uses it as a context
   manager (``with cluster_factory() as c:``), which stops it at the end of the block.
-* ``shared_cluster`` — one default cluster per pytest worker, for the files whose tests only create and use
-  tables of their own through the APIs (SDKs, REST, the native client): a cluster start costs about 3.5 s of
-  CPU. A file that kills, pauses or reconfigures processes, moves ranges or counts what the whole cluster
-  holds starts its own with ``cluster_factory``.
 * Tests under ``tests/unit/`` start no process: an autouse guard makes any attempt fail loudly.
 * Test ids are the same in every pytest-xdist worker, and the longest files are handed out first (their
   seconds in ``tests/file_seconds.json``; ``pytest -n 4 --record-file-seconds`` writes it anew).
@@ -42,17 +38,6 @@ ROOT = Path(__file__).resolve().parents[1]
 # The Azure SDK's user agent asks `platform`, which runs `uname -p` once per process and caches it: ask it
 # here, before any test, so whether a unit test "started a process" does not depend on the tests before it.
 platform.platform()
-
-
-@pytest.fixture(scope="session")
-def shared_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    """One cluster at `rangetable up`'s defaults for every file of this worker that asks for it (see the module's
-    docstring), stopped when the worker ends."""
-    cluster = Cluster(tmp_path_factory.mktemp("shared"))
-    try:
-        yield cluster.start()
-    finally:
-        cluster.stop()
 
 
 @pytest.fixture(scope="module")

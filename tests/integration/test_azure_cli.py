@@ -22,18 +22,19 @@ from typing import Any
 
 import pytest
 
-from tests.cluster import Cluster
+from tests.cluster import ClusterFactory
 from tests.rest_helpers import DEV_ACCOUNT, DEV_KEY
 
 GUID = "3f2a8f7e-1c2d-4e5f-8a9b-0c1d2e3f4a5b"
 
 
 @pytest.fixture(scope="module")
-def cluster(shared_cluster: Cluster) -> Cluster:
+def cluster(cluster_factory: ClusterFactory):
     if shutil.which("az") is None:
         print("skipping the Azure CLI cases: az is not installed")
         pytest.skip("az is not installed (`make tools` as root installs Debian's azure-cli)")
-    return shared_cluster
+    with cluster_factory() as c:
+        yield c
 
 
 class AzSession:

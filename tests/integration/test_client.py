@@ -2,8 +2,8 @@
 queries, SDK compatibility (transactions, retries and threads: ``test_client_transactions.py``).
 
 Every test runs on both clients, the blocking one and ``rangetable.aio`` (the ``clients`` fixture of
-``client_fixtures.py``). They run on the worker's shared default cluster (``shared_cluster``,
-``tests/conftest.py``); each test uses its own table.
+``client_fixtures.py``). One cluster (coordinator, two partition servers, a frontend) is started for the
+module; each test uses its own table.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from rangetable import (
     UpdateMode,
 )
 from rangetable.edm import datetime_to_ticks, ticks_from_etag
-from tests.cluster import Cluster
+from tests.cluster import ClusterFactory
 from tests.integration.aio_blocking import Clients
 from tests.integration.client_fixtures import (  # noqa: F401  (fixtures)
     aio_loop_fixture,
@@ -39,8 +39,9 @@ from tests.integration.client_fixtures import (  # noqa: F401  (fixtures)
 
 
 @pytest.fixture(scope="module")
-def cluster(shared_cluster: Cluster) -> Cluster:
-    return shared_cluster
+def cluster(cluster_factory: ClusterFactory):
+    with cluster_factory() as c:
+        yield c
 
 
 # --- tables ------------------------------------------------------------------------------------

@@ -1,7 +1,7 @@
 """Integration tests of the native clients' transactions, retried writes and threads against a real
 cluster (``tests/cluster.py``), each on both clients (the blocking one and ``rangetable.aio``).
 
-They run on the worker's shared default cluster (``shared_cluster``, ``tests/conftest.py``); each test
+One cluster (coordinator, two partition servers, a frontend) is started for the module; each test
 uses its own table.
 """
 
@@ -25,7 +25,7 @@ from rangetable import (
 )
 from rangetable.aio.transport import AsyncTransport
 from rangetable.client_transport import Transport
-from tests.cluster import Cluster
+from tests.cluster import ClusterFactory
 from tests.integration.aio_blocking import Clients
 from tests.integration.client_fixtures import (  # noqa: F401  (fixtures)
     aio_loop_fixture,
@@ -36,8 +36,9 @@ from tests.integration.client_fixtures import (  # noqa: F401  (fixtures)
 
 
 @pytest.fixture(scope="module")
-def cluster(shared_cluster: Cluster) -> Cluster:
-    return shared_cluster
+def cluster(cluster_factory: ClusterFactory):
+    with cluster_factory() as c:
+        yield c
 
 
 # --- transactions ------------------------------------------------------------------------------

@@ -12,15 +12,16 @@ from __future__ import annotations
 
 import pytest
 
-from tests.cluster import Cluster
+from tests.cluster import ClusterFactory
 from tests.js_cases import install, run_cases
 from tests.rest_helpers import DEV_ACCOUNT, DEV_KEY
 
 
 @pytest.fixture(scope="module")
-def cluster(shared_cluster: Cluster) -> Cluster:
+def cluster(cluster_factory: ClusterFactory):
     install()
-    return shared_cluster
+    with cluster_factory() as c:
+        yield c
 
 
 @pytest.mark.slow

@@ -17,7 +17,7 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from tests.cluster import Cluster
+from tests.cluster import ClusterFactory
 from tests.rest_helpers import DEV_ACCOUNT, DEV_KEY
 
 pytest.importorskip("azure.cosmosdb.table")
@@ -32,8 +32,9 @@ _n = itertools.count()
 
 
 @pytest.fixture(scope="module")
-def cluster(shared_cluster: Cluster) -> Cluster:
-    return shared_cluster
+def cluster(cluster_factory: ClusterFactory):
+    with cluster_factory() as c:
+        yield c
 
 
 def service(cluster, mode: str, key: str = DEV_KEY, sas: str | None = None) -> TableService:

@@ -18,13 +18,14 @@ from azure.core.credentials import AzureNamedKeyCredential, AzureSasCredential
 from azure.core.exceptions import HttpResponseError, ResourceModifiedError
 from azure.data.tables import TableClient, TableSasPermissions, UpdateMode, generate_table_sas
 
-from tests.cluster import Cluster
+from tests.cluster import ClusterFactory
 from tests.rest_helpers import DEV_ACCOUNT, DEV_KEY, batch_body
 
 
 @pytest.fixture(scope="module")
-def cluster(shared_cluster: Cluster) -> Cluster:
-    return shared_cluster
+def cluster(cluster_factory: ClusterFactory):
+    with cluster_factory() as c:
+        yield c
 
 
 @pytest.fixture

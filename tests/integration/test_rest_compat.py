@@ -13,15 +13,16 @@ from urllib.parse import quote
 
 import pytest
 
-from tests.cluster import Cluster
+from tests.cluster import ClusterFactory
 from tests.rest_helpers import DEV_ACCOUNT, DEV_KEY, Raw, assert_secondary_refuses_writes, sign
 
 SECONDARY = f"/{DEV_ACCOUNT}-secondary"
 
 
 @pytest.fixture(scope="module")
-def cluster(shared_cluster: Cluster) -> Cluster:
-    return shared_cluster
+def cluster(cluster_factory: ClusterFactory):
+    with cluster_factory() as c:
+        yield c
 
 
 def _insert(raw: Raw, table: str, pk: str, rk: str, **props) -> str:

@@ -30,7 +30,7 @@ from azure.data.tables import (  # noqa: E402
     UpdateMode,
 )
 
-from tests.cluster import Cluster  # noqa: E402
+from tests.cluster import ClusterFactory  # noqa: E402
 from tests.rest_helpers import DEV_ACCOUNT  # noqa: E402
 
 _n = itertools.count()
@@ -41,8 +41,9 @@ def _name() -> str:
 
 
 @pytest.fixture(scope="module")
-def cluster(shared_cluster: Cluster) -> Cluster:
-    return shared_cluster
+def cluster(cluster_factory: ClusterFactory):
+    with cluster_factory(extra=["--http-port", "0"]) as c:
+        yield c
 
 
 @pytest.fixture(scope="module")

@@ -14,12 +14,13 @@ from rangetable.client import TableServiceClient
 from rangetable.client_models import ResourceNotFoundError
 from rangetable.errors import TableError
 from rangetable.retry import NoRetry
-from tests.cluster import Cluster
+from tests.cluster import ClusterFactory
 
 
 @pytest.fixture(scope="module")
-def cluster(shared_cluster: Cluster) -> Cluster:
-    return shared_cluster
+def cluster(cluster_factory: ClusterFactory):
+    with cluster_factory() as c:
+        yield c
 
 
 def _rows(t) -> list[str]:

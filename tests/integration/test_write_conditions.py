@@ -17,15 +17,16 @@ from cli.main import main
 from rangetable import ConditionCheckFailedError, EdmType, EntityProperty, TableServiceClient
 from rangetable.client_models import TableTransactionError
 from rangetable.errors import TableError
-from tests.cluster import Cluster
+from tests.cluster import ClusterFactory
 from tests.rest_helpers import Raw
 
 _n = itertools.count()
 
 
 @pytest.fixture(scope="module")
-def cluster(shared_cluster: Cluster) -> Cluster:
-    return shared_cluster
+def cluster(cluster_factory: ClusterFactory):
+    with cluster_factory() as c:
+        yield c
 
 
 @pytest.fixture
