@@ -11,7 +11,8 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -116,6 +117,19 @@ class Cluster:
         """One coordinator request."""
         return call(self.coordinator, body, timeout=timeout)
 
+    def balancer(self, on: bool) -> None:
+        """Turn the coordinator's balancer on or off (what `rangetable balance on|off` sends)."""
+        self.admin({"op": "balancer", "action": "on" if on else "off"})
+
+    @contextmanager
+    def balancer_off(self) -> Iterator[None]:
+        """The balancer off for a block in which the test moves ranges by hand, and on again after it."""
+        self.balancer(False)
+        try:
+            yield
+        finally:
+            self.balancer(True)
+
     def wait(self, predicate: Any, timeout: float = 20.0, what: str = "condition") -> Any:
         """Poll until predicate() is truthy (exceptions count as false)."""
         deadline = time.monotonic() + timeout
@@ -190,7 +204,8 @@ class Cluster:
 
 
 ClusterFactory = Callable[..., Cluster]
-"""The type of the ``cluster_factory`` fixture (tests/conftest.py): ``(servers, frontends, extra, env, data_dir)``."""
+"""The type of the ``cluster_factory`` fixture (tests/conftest.py): ``(servers, frontends, extra, env, data_dir,
+balancer)``."""
 
 
 def dev_cert(directory: Path) -> tuple[str, str]:

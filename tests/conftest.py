@@ -48,15 +48,20 @@ def cluster_factory(tmp_path_factory: pytest.TempPathFactory,
     stem = request.module.__name__.rsplit(".", 1)[-1].removeprefix("test_")
 
     def start(servers: int = 3, frontends: int = 1, extra: list[str] | None = None,
-              env: dict[str, str] | None = None, data_dir: str | os.PathLike | None = None) -> Cluster:
+              env: dict[str, str] | None = None, data_dir: str | os.PathLike | None = None,
+              balancer: bool = True) -> Cluster:
         """Start a cluster (in a new temporary dir unless ``data_dir`` is given) and wait until it serves: by default
-        what `rangetable up` starts (3 servers, 3 replicas); ``--replicas 1`` only for a test named ``one_copy``."""
+        what `rangetable up` starts (3 servers, 3 replicas); ``--replicas 1`` only for a test named ``one_copy``.
+        ``balancer=False``: its balancer is off from the start (a test that splits and moves ranges by hand)."""
         one_copy_named(extra or [], f"{request.module.__name__}::{os.environ.get('PYTEST_CURRENT_TEST', '')}")
         cluster = Cluster(data_dir or tmp_path_factory.mktemp(stem), servers=servers, frontends=frontends,
                           extra=extra, env=env)
         started.append(cluster)
         try:
-            return cluster.start()
+            cluster.start()
+            if not balancer:
+                cluster.balancer(False)
+            return cluster
         except BaseException:
             cluster.stop()  # half started: nothing may outlive the failure
             raise

@@ -345,10 +345,10 @@ def test_restore_refuses_bad_input(source: dict[str, Any], tmp_path: Path) -> No
 def test_one_copy_backup_under_writes(tmp_path: Path, cluster_factory: ClusterFactory) -> None:
     """`--replicas 1`: a backup taken while a writer appends holds a prefix of each range's acknowledged writes,
     and restores into the one-copy layout."""
-    with cluster_factory(servers=2, extra=["--replicas", "1", "--no-dashboard"], data_dir=tmp_path / "src") as c:
-        # no move of the balancer's while the backup is asked for (a backup during a move is refused at once,
-        # as the test of a split under way shows; the balancer moved a range at that instant in a CI run)
-        c.admin({"op": "balancer", "action": "off"})
+    # no move of the balancer's while the backup is asked for (a backup during a move is refused at once, as the
+    # test of a split under way shows; the balancer moved a range at that instant in a CI run)
+    with cluster_factory(servers=2, extra=["--replicas", "1", "--no-dashboard"], data_dir=tmp_path / "src",
+                         balancer=False) as c:
         call(c.native, {"op": "create_table", "table": "Log"})
         log_rid = next(r["id"] for r in c.status()["ranges"] if r["table"] == "Log")
         c.admin({"op": "split", "range": log_rid, "key": "m"})

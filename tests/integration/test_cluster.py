@@ -79,27 +79,26 @@ def test_split_move_merge_under_load_loses_nothing(cluster: Cluster) -> None:
 
     threads = [threading.Thread(target=writer, args=(w,)) for w in range(3)]
     # the ranges move by this test's hand only (the balancer moved the hot left half away in a loaded CI run)
-    cluster.admin({"op": "balancer", "action": "off"})
-    for th in threads:
-        th.start()
-    try:
-        time.sleep(0.5)
-        rid = ranges_of(cluster, "Busy")[0]["id"]
-        s = cluster.admin({"op": "split", "range": rid, "key": "k20"})
-        time.sleep(0.3)
-        home = {r["id"]: r["owner"] for r in ranges_of(cluster, "Busy")}[s["left"]]
-        other = "ps-2" if home == "ps-1" else "ps-1"
-        m = cluster.admin({"op": "move", "range": s["right"], "server": other})
-        owner = {r["id"]: r["owner"] for r in ranges_of(cluster, "Busy")}
-        assert owner[s["right"]] == other and owner[s["left"]] == home
-        time.sleep(0.3)
-        g = cluster.admin({"op": "merge", "range": s["left"]})
-        time.sleep(0.3)
-    finally:
-        stop.set()
+    with cluster.balancer_off():
         for th in threads:
-            th.join()
-        cluster.admin({"op": "balancer", "action": "on"})
+            th.start()
+        try:
+            time.sleep(0.5)
+            rid = ranges_of(cluster, "Busy")[0]["id"]
+            s = cluster.admin({"op": "split", "range": rid, "key": "k20"})
+            time.sleep(0.3)
+            home = {r["id"]: r["owner"] for r in ranges_of(cluster, "Busy")}[s["left"]]
+            other = "ps-2" if home == "ps-1" else "ps-1"
+            m = cluster.admin({"op": "move", "range": s["right"], "server": other})
+            owner = {r["id"]: r["owner"] for r in ranges_of(cluster, "Busy")}
+            assert owner[s["right"]] == other and owner[s["left"]] == home
+            time.sleep(0.3)
+            g = cluster.admin({"op": "merge", "range": s["left"]})
+            time.sleep(0.3)
+        finally:
+            stop.set()
+            for th in threads:
+                th.join()
     assert not errors, errors[:3]
     assert len(ranges_of(cluster, "Busy")) == 1
     for ev in (s, m, g):

@@ -67,7 +67,7 @@ def test_dashboard_shows_a_hot_key_range(tmp_path: Path, cluster_factory: Cluste
         assert any(p["role"] == "dashboard" and p["url"] == dash for p in cluster.doc["processes"])
         call(cluster.native, {"op": "create_table", "table": "orders"})
         call(cluster.native, {"op": "create_table", "table": "eventlog"})
-        cluster.admin({"op": "balancer", "action": "off"})  # keep the four ranges for the checks below
+        cluster.balancer(False)  # keep the four ranges for the checks below
         for key in ("k250", "k500", "k750"):
             split_at(cluster, "orders", key)
         hot = LoadGen(cluster.native, "orders", lambda rnd, _n: (f"k{rnd.randrange(500, 550)}", "r"),
@@ -190,7 +190,7 @@ def test_dashboard_shows_ranges_not_in_sync_and_under_replicated(tmp_path: Path,
                          data_dir=tmp_path / "data") as cluster:
         dash = cluster.doc["dashboard"]
         call(cluster.native, {"op": "create_table", "table": "copies"})
-        cluster.admin({"op": "balancer", "action": "off"})
+        cluster.balancer(False)
 
         def replication() -> dict:
             return json.loads(get(dash + "api/state")[1])["replication"]

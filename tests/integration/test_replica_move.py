@@ -44,8 +44,7 @@ def _moved(c: Cluster, rid: str, source: str, target: str) -> bool:
 
 
 def test_replica_moves_keep_zones_and_lose_no_write(cluster_factory: Any) -> None:
-    with cluster_factory(servers=4, extra=["--zones", "a,b,c,c", "--no-dashboard"]) as c:
-        c.admin({"op": "balancer", "action": "off"})
+    with cluster_factory(servers=4, extra=["--zones", "a,b,c,c", "--no-dashboard"], balancer=False) as c:
         c.wait(lambda: {s["id"]: s.get("zone") for s in c.status()["servers"] if s["alive"]} == ZONES, 20, "zones")
         for t in ("zone1", "zone2", "zone3"):
             c.admin({"op": "create_table", "table": t})
@@ -103,7 +102,7 @@ def test_replica_moves_keep_zones_and_lose_no_write(cluster_factory: Any) -> Non
         # the balancer fills the empty ps-4 from ps-3 (the only server whose replicas may go to zone c)
         for key, value in (("hot_rps", "1000000"), ("merge", "off"), ("interval_s", "0.5")):
             c.admin({"op": "balancer", "action": "set", "key": key, "value": value})
-        c.admin({"op": "balancer", "action": "on"})
+        c.balancer(True)
         t1 = time.monotonic()
 
         def balanced() -> bool:

@@ -20,9 +20,7 @@ from tests.cluster import Cluster
 
 @pytest.fixture(scope="module")
 def cluster(cluster_factory: Any) -> Cluster:
-    c = cluster_factory(extra=["--no-dashboard"])
-    c.admin({"op": "balancer", "action": "off"})  # one range per table: the tests split, move and merge it
-    return c
+    return cluster_factory(extra=["--no-dashboard"], balancer=False)  # one range per table: the tests split, move, merge it
 
 
 @pytest.fixture

@@ -47,16 +47,14 @@ def _rates(c: Cluster) -> list[str]:
 
 @pytest.fixture
 def four(cluster_factory: Any) -> Iterator[Cluster]:
-    with cluster_factory(servers=4, extra=["--no-dashboard", "--no-restart",
-                                           "--rereplicate-after-s", "2"]) as c:
-        c.admin({"op": "balancer", "action": "off"})  # one range per table: the tests split, move and merge it
+    with cluster_factory(servers=4, extra=["--no-dashboard", "--no-restart", "--rereplicate-after-s", "2"],
+                         balancer=False) as c:  # one range per table: the tests split, move and merge it
         yield c
 
 
 @pytest.fixture
 def three(cluster_factory: Any) -> Iterator[Cluster]:
-    with cluster_factory(extra=["--no-dashboard"]) as c:
-        c.admin({"op": "balancer", "action": "off"})  # one range per table: the tests split, move and merge it
+    with cluster_factory(extra=["--no-dashboard"], balancer=False) as c:  # the tests split, move and merge by hand
         yield c
 
 

@@ -28,8 +28,7 @@ CRED = AzureNamedKeyCredential(DEV_ACCOUNT, DEV_KEY)
 
 @pytest.fixture(scope="module")
 def replicated(cluster_factory: Any) -> Iterator[Cluster]:
-    with cluster_factory(extra=["--no-dashboard"]) as c:
-        c.admin({"op": "balancer", "action": "off"})  # the test splits the table itself
+    with cluster_factory(extra=["--no-dashboard"], balancer=False) as c:  # the test splits the table itself
         yield c
 
 
