@@ -98,6 +98,7 @@ class Supervisor:
         self.logs = os.path.join(self.data_dir, "logs")
         self.children: list[Child] = []
         self.stopping = False
+        self._conns: Any = None  # fence()'s kept socket to the coordinator (Connections), made by its first poll
 
     def _cmd(self, *args: str) -> list[str]:
         return [sys.executable, "-m", "cli.main", *args]
@@ -298,10 +299,11 @@ class Supervisor:
         its lease has lapsed, so it would answer nothing anyway. Killing it lets failover complete
         (what a multi-host deployment needs instead is described in deploy/README.md).
         """
-        from cli.coordinator_client import call
+        from cli.coordinator_client import Connections, call
 
+        self._conns = self._conns or Connections()
         try:
-            st = call(self.coordinator, {"op": "status"}, timeout=0.3)
+            st = call(self.coordinator, {"op": "status"}, timeout=0.3, conns=self._conns)
         except TableError:
             return []
         killed = []

@@ -60,6 +60,11 @@ class DriverCore:
         self._heard = time.monotonic()  # last message on the SUB socket (hugz come every second)
         self._map_due = False
 
+    def quiet(self) -> bool:
+        """Nothing for the sweep to look after: no sub-request in flight, no map asked for or due, and a map in
+        hand (a loop may then sleep until a message or a timer comes rather than wake every sweep)."""
+        return not self._sub and not self._map_due and not self._map_waiting and self.cache.version >= 0
+
     def _secure(self, sock: zmq.Socket, server_role: str) -> zmq.Socket:
         """Make ``sock`` a CURVE client with the frontend key, talking to a server of ``server_role``."""
         return curve.secure_client(sock, self.keys.pair("frontend"), self.keys.public(server_role))

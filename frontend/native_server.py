@@ -32,6 +32,7 @@ from rangetable.process import serve_until_signalled
 
 log = logging.getLogger("rangetable.frontend")
 SWEEP_S = 0.02
+QUIET_POLL_MS = 250  # the loop's longest sleep with nothing in flight (hugz still wake it every second)
 
 __all__ = ["Frontend", "run"]
 
@@ -158,7 +159,7 @@ class Frontend(DriverCore):
         self._keys_changed(0)
         next_sweep = 0.0
         while not self.stopping:
-            timeout = 20
+            timeout = QUIET_POLL_MS if self.quiet() else int(SWEEP_S * 1000)
             if self._timers:
                 timeout = max(0, min(timeout, int((self._timers[0][0] - time.monotonic()) * 1000) + 1))
             events = dict(self.poller.poll(timeout))

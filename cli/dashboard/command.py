@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import functools
 import signal
 import threading
 from typing import Any
@@ -29,7 +30,7 @@ def split_host_port(text: str) -> tuple[str, int]:
 def dashboard_cmd(**kw: Any) -> None:
     """Serve the web dashboard (servers, ranges, events, key-space heatmap) of a running cluster."""
     from cli.cluster_file import read_cluster
-    from cli.coordinator_client import call
+    from cli.coordinator_client import Connections, call
     from cli.dashboard.ports import browser_refuses
     from cli.dashboard.server import Dashboard
     from cli.dashboard.state import Watch, collect
@@ -56,7 +57,8 @@ def dashboard_cmd(**kw: Any) -> None:
         for ep in coordinator.split(","):
             curve.remember(ep, ring.public("coordinator"), ring.pair("admin"))
     setup_logging()
-    watch = Watch(coordinator, call, cfg.interval_s, cfg.history_s, cfg.lease_s)
+    # the poller thread asks over kept sockets (cli/coordinator_client.py, Connections)
+    watch = Watch(coordinator, functools.partial(call, conns=Connections()), cfg.interval_s, cfg.history_s, cfg.lease_s)
     try:
         dash = Dashboard(watch, host, port, cfg.history_s)
     except OSError as exc:

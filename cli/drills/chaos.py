@@ -25,7 +25,7 @@ from typing import Any
 import click
 
 from cli.cluster_file import pid_alive, read_cluster
-from cli.coordinator_client import call
+from cli.coordinator_client import Connections, call
 from cli.drills.chaos_replicas import REPL_FAULTS, ReplicaFaults, replica_count, wait_restored
 from cli.drills.coordinator_failover import leader_process
 from cli.drills.drill_table import prepare_table
@@ -52,9 +52,16 @@ class MapWatcher(threading.Thread):
 
     def run(self) -> None:
         """Poll and check until stopped."""
+        conns = Connections()
+        try:
+            self._watch(conns)
+        finally:
+            conns.close()
+
+    def _watch(self, conns: Connections) -> None:
         while not self.stop.is_set():
             try:
-                snap = call(self.coordinator, {"op": "map"}, timeout=0.5)
+                snap = call(self.coordinator, {"op": "map"}, timeout=0.5, conns=conns)
                 problems = PartitionMap.from_snapshot(snap).check()
                 self.checks += 1
                 if problems:
