@@ -19,7 +19,9 @@ class Server(threading.Thread):
     def __init__(self) -> None:
         super().__init__(daemon=True)
         pair = curve.KeyPair.generate()
-        self.sock = zmq.Context.instance().socket(zmq.ROUTER)
+        # a context of its own: a ZAP handler that another test left on the shared one would refuse the domain
+        self.ctx = zmq.Context()
+        self.sock = self.ctx.socket(zmq.ROUTER)
         self.sock.setsockopt(zmq.LINGER, 0)
         curve.secure_server(self.sock, pair, "test")
         self.endpoint = f"tcp://127.0.0.1:{self.sock.bind_to_random_port('tcp://127.0.0.1')}"
@@ -37,6 +39,7 @@ class Server(threading.Thread):
             if not self.silent:
                 self.sock.send_multipart([ident, rid, protocol.ok(len(self.peers))])
         self.sock.close(0)
+        self.ctx.term()
 
 
 @pytest.fixture
