@@ -76,7 +76,8 @@ def test_an_unanswered_request_drops_its_socket(server: Server) -> None:
 
 
 def test_an_endpoint_without_keys_is_refused(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("RANGETABLE_DATA_DIR", str(tmp_path))  # no cluster.json to find keys in
+    monkeypatch.setattr(curve, "_endpoints", {})  # no keys remembered by the tests before this one
+    monkeypatch.setenv("RANGETABLE_DATA_DIR", str(tmp_path))  # and no cluster.json to find keys in
     with pytest.raises(TableError) as e:
         call("tcp://127.0.0.1:9", {"op": "status"}, timeout=0.2, conns=Connections())
     assert e.value.error_code == "AuthenticationFailed"
