@@ -214,9 +214,9 @@ def run_http_bench(doc: dict, n: int = 2000, batches: int = 50, big: int = 50_00
     reports the servers' memory after it; ``max_pages`` (0: all) caps the paged scan. ``hold_balancer``
     (for a cluster the bench started) turns the balancer off once the preload has settled: a split the
     phases' load triggers would bill its background compaction to whichever phase runs then."""
-    import multiprocessing
-
     from azure.data.tables import TableServiceClient
+
+    from cli.bench.pools import fork_pool
 
     pids = server_pids(doc)
     fe_pids = server_pids(doc, ("http-frontend",))
@@ -225,7 +225,7 @@ def run_http_bench(doc: dict, n: int = 2000, batches: int = 50, big: int = 50_00
     name = "bench" + uuid.uuid4().hex[:10]
     table = svc.create_table(name)
     results: dict[str, Any] = {}
-    pool = multiprocessing.get_context("fork").Pool(procs, _init_worker, (doc["connection_string"], name, n))
+    pool = fork_pool(procs, _init_worker, (doc["connection_string"], name, n))
 
     def record(ph: Phase, ops: int, unit: str = "op") -> None:
         ms = ph.cpu / ops * 1000 if ops else 0.0

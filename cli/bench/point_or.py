@@ -77,10 +77,9 @@ def run_point_or_bench(doc: dict, sizes: list[int], queries: int = 200, procs: i
                        echo: Echo = print) -> dict[str, Any]:
     """Grow one table through ``sizes`` and measure the ``or`` query and a full scan at each (see the
     module docstring); returns ``{size: {"rest"|"native": {...}}}`` and prints a row per size and path."""
-    import multiprocessing
-
     from azure.data.tables import TableClient as RestClient
 
+    from cli.bench.pools import fork_pool
     from cli.coordinator_client import call
     from rangetable.client import TableClient
 
@@ -90,8 +89,7 @@ def run_point_or_bench(doc: dict, sizes: list[int], queries: int = 200, procs: i
     native = TableClient(doc["native"], table)
     native.create_table()
     rest = RestClient.from_connection_string(doc["connection_string"], table)
-    pool = multiprocessing.get_context("fork").Pool(procs, _init_worker, (doc["connection_string"], doc["native"],
-                                                                           table))
+    pool = fork_pool(procs, _init_worker, (doc["connection_string"], doc["native"], table))
     results: dict[str, Any] = {}
     loaded = 0
     echo(f"{'entities':>10} {'path':<7} {'or q/s':>8} {'or CPU ms/q':>12} {'(PS ms/q)':>10} {'scan s':>8} "

@@ -73,12 +73,13 @@ def parallel_load(native: str, table: str, lo: int, hi: int, loaders: int, windo
     returns the seconds it took."""
     import multiprocessing
 
+    from cli.bench.pools import fork_pool
+
     per = -(-(hi - lo) // loaders // ROWS_PER_PARTITION) * ROWS_PER_PARTITION
     chunks = [(native, table, a, min(hi, a + per), window) for a in range(lo, hi, per)]
-    ctx = multiprocessing.get_context("fork")
-    counter = ctx.Value("q", 0)
+    counter = multiprocessing.get_context("fork").Value("q", 0)
     t0 = time.perf_counter()
-    with ctx.Pool(len(chunks), _init_loader, (counter,)) as pool:
+    with fork_pool(len(chunks), _init_loader, (counter,)) as pool:
         pending = pool.map_async(_load_chunk, chunks)
         seen = 0
         while not pending.ready():
