@@ -33,10 +33,7 @@ class Connections:
         return self._socks.pop(endpoint, None)
 
     def keep(self, endpoint: str, sock: zmq.Socket) -> None:
-        """Keep ``sock`` for the next request to ``endpoint``."""
-        old = self._socks.pop(endpoint, None)
-        if old is not None:
-            old.close(0)
+        """Keep ``sock`` for the next request to ``endpoint`` (taken from here, so none is kept for it now)."""
         self._socks[endpoint] = sock
 
     def close(self) -> None:
