@@ -1,6 +1,7 @@
 # rangetable — two entry points: `make up` (local cluster) and `make test` (the suite).
 PYTHON ?= python3.11
-# The suite runs in parallel (pytest-xdist): one worker per file, so a module's cluster starts once.
+# The suite runs in parallel (pytest-xdist): one worker per file, so a module's cluster starts once; files are handed
+# out longest first (tests/conftest.py's order: xdist would reorder them by their count of tests).
 # Many integration tests wait on timers, so more workers than CI's 2 cores pay. Tests marked `serial`
 # (wall-clock bounds) run alone afterwards.
 TEST_WORKERS ?= 4
@@ -47,7 +48,7 @@ test: $(STAMP) $(if $(filter yes,$(TOOLS)),$(TOOLS_STAMP))
 	$(BIN)/mypy
 	# the few wall-clock tests first, alone; then everything else on $(TEST_WORKERS) workers (its summary ends the run)
 	$(BIN)/python -m pytest -m serial $(PYTEST_ARGS)
-	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile -m "not serial" --durations=15 $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder -m "not serial" --durations=15 $(PYTEST_ARGS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

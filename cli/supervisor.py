@@ -19,6 +19,7 @@ from typing import Any
 from cli.cluster_file import CLUSTER_FILE, connection_string, read_cluster
 from cli.dashboard.ports import BROWSER_BLOCKED_PORTS
 from cli.port_reservation import PortReservation
+from cli.prefork import ForkedProcess, Prefork
 from rangetable.errors import TableError
 from rangetable.files import write_json_atomic
 
@@ -37,19 +38,15 @@ class Child:
     argv: list[str]
     log_path: str
     extra: dict = field(default_factory=dict)
-    proc: subprocess.Popen | None = None
+    proc: subprocess.Popen | ForkedProcess | None = None
     restarts: int = 0
     started: float = 0.0
     backoff: float = 0.5
     due: float = 0.0
 
-    def start(self) -> None:
-        """Launch the process, appending to its log."""
-        log = open(self.log_path, "ab")
-        self.proc = subprocess.Popen(
-            self.argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True
-        )
-        log.close()
+    def start(self, prefork: Prefork) -> None:
+        """Launch the process (forked by ``prefork`` when it is a ``rangetable`` command), appending to its log."""
+        self.proc = prefork.start(self.argv, self.log_path)
         self.started = time.monotonic()
 
     def info(self) -> dict:
@@ -99,6 +96,7 @@ class Supervisor:
         self.children: list[Child] = []
         self.stopping = False
         self._conns: Any = None  # fence()'s kept socket to the coordinator (Connections), made by its first poll
+        self.prefork = Prefork()  # forks the Python children from one interpreter that imported them (its start)
 
     def _cmd(self, *args: str) -> list[str]:
         return [sys.executable, "-m", "cli.main", *args]
@@ -262,7 +260,7 @@ class Supervisor:
         curve.remember_cluster({"native": self.natives[0], "frontends": self.natives, "coordinator": self.coordinator,
                                 "pub": self.pub, "curve": self.keys.connection_info("admin")})
         for c in self.children:
-            c.start()
+            c.start(self.prefork)
         self.wait_ready()
         self.write_cluster_file()
 
@@ -286,7 +284,7 @@ class Supervisor:
             elif now >= c.due:
                 c.due = 0.0
                 c.restarts += 1
-                c.start()
+                c.start(self.prefork)
                 changed = True
                 self.echo(f"{c.id} restarted as pid {c.proc.pid}")
         if changed and os.path.exists(os.path.join(self.data_dir, CLUSTER_FILE)):
@@ -348,6 +346,7 @@ class Supervisor:
                 except subprocess.TimeoutExpired:
                     c.proc.kill()
                     c.proc.wait()
+        self.prefork.close()
         try:
             os.remove(os.path.join(self.data_dir, CLUSTER_FILE))
         except OSError:

@@ -100,7 +100,8 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     An id that prints an object's address (``<object object at 0x7f…>``) differs between workers, which
     then refuse to run. Files are kept whole, longest first (seconds measured in a full parallel run, or
     10 s per slow test for a file not measured yet), so ``--dist loadfile`` does not leave one long file for
-    the end: the longest-processing-time-first rule.
+    the end: the longest-processing-time-first rule (``--no-loadscope-reorder`` keeps xdist to this order
+    rather than its own, by count of tests, which put a one-test 30 s file last).
     """
     seen: set[str] = set()
     for item in items:

@@ -23,7 +23,7 @@ class FakeProc:
 def _supervisor(tmp_path, monkeypatch: pytest.MonkeyPatch) -> tuple[sv.Supervisor, sv.Child, list[float]]:
     pids = iter(range(100, 200))
 
-    def start(self: sv.Child) -> None:
+    def start(self: sv.Child, prefork: object = None) -> None:
         self.proc = FakeProc(next(pids))  # type: ignore[assignment]
         self.started = time.monotonic()
 
@@ -32,7 +32,7 @@ def _supervisor(tmp_path, monkeypatch: pytest.MonkeyPatch) -> tuple[sv.Superviso
     child = sv.Child("frontend", "fe-1", [], str(tmp_path / "fe-1.log"))
     child.start()
     said: list[str] = []
-    sup.children, sup.stopping, sup.echo = [child], False, said.append
+    sup.children, sup.stopping, sup.echo, sup.prefork = [child], False, said.append, None  # type: ignore[assignment]
     sup.spec = SimpleNamespace(restart=True)  # type: ignore[assignment]
     sup.data_dir = str(tmp_path)
     delays: list[float] = []
