@@ -52,10 +52,11 @@ def ranges_cmd(table: str | None, data_dir: str, coordinator: str | None, as_jso
 
 def _copies(r: dict) -> str:
     """A replicated range's in-sync/total replicas, ``*`` when some replica is not in sync (lagging or being
-    rebuilt); empty for a single copy."""
-    if "replicas" not in r:
+    rebuilt), as the coordinator judged its health; empty for a single copy."""
+    h = r.get("health")
+    if not h:
         return ""
-    return f"{len(r['insync'])}/{len(r['replicas'])}" + ("*" if len(r["insync"]) < len(r["replicas"]) else "")
+    return h["copies"] + ("*" if h["out_of_sync"] else "")
 
 
 def _held(s: dict) -> str:
@@ -115,7 +116,7 @@ def status_cmd(data_dir: str, as_json: bool) -> None:
             role += " (leads)" if p.get("endpoint") == st.get("leader") else " (standby)"
         click.echo(f"  {p['id']:14} {role:23} pid {p['pid']:<7} {up:8} restarts {p.get('restarts', 0)}"
                    + (f"   {p.get('metrics') or p['url']}" if p.get("metrics") or p.get("url") else ""))
-    short = [r["id"] for r in st["ranges"] if "replicas" in r and len(r["insync"]) < len(r["replicas"])]
+    short = [r["id"] for r in st["ranges"] if r.get("health") and r["health"]["out_of_sync"]]
     if short:
         click.echo(f"{len(short)} ranges with replicas not in sync: {', '.join(short[:10])}"
                    + (" …" if len(short) > 10 else ""))

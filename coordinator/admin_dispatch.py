@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, cast
 from coordinator import acl, backup, client_keys, leases, replica_move, sync_time
 from coordinator import operations as ops
 from coordinator.holdings import holdings, range_reports
+from coordinator.replica_sets import health, is_replicated
 from coordinator.server_info import live_endpoints
 from rangetable import curve, protocol
 from rangetable.errors import TableError
@@ -108,10 +109,14 @@ def handle(co: AdminHost, ident: bytes, rid: bytes, req: dict, role: str | None)
 
 def status(co: AdminHost) -> dict:
     """The map, the servers with their load, the term, the last takeover and the replicas each range should
-    have (``rangetable ranges``, ``servers``, the dashboard)."""
+    have (``rangetable ranges``, ``servers``, the dashboard); each replicated range with its health
+    (:func:`coordinator.replica_sets.health`)."""
     now = time.monotonic()
     with co.lock:
         snap = co.pmap.snapshot()
+        live = {s.id for s in co.servers.values() if s.alive}
+        snap["ranges"] = [{**r, "health": health(r, live, co.cfg.replicas)} if is_replicated(r) else r
+                          for r in snap["ranges"]]
         snap["pub"] = co.pub_endpoint
         snap["endpoints"] = live_endpoints(co.servers)
         return {**snap, "term": co.term, "leader": co.endpoint, "takeover": co.takeover,

@@ -10,6 +10,7 @@ import time
 from typing import TYPE_CHECKING
 
 from coordinator.holdings import ROLES, holdings, range_reports
+from coordinator.replica_sets import health, is_replicated
 
 if TYPE_CHECKING:
     from coordinator.interfaces import MetricsSource
@@ -27,10 +28,11 @@ def collect(co: MetricsSource) -> list:
         servers = [(s.id, s.alive, now - s.last_seen, len(s.ranges), s.pending) for s in co.servers.values()]
         events = dict(co.event_counts)
         want = co.cfg.replicas
-        repl = [r for r in co.pmap.ranges.values() if "replicas" in r]
+        repl = [r for r in co.pmap.ranges.values() if is_replicated(r)]
         live = {s.id for s in co.servers.values() if s.alive}
-        under = sum(1 for r in repl if len(r["replicas"]) < want or not live.issuperset(r["replicas"]))
-        unsynced = sum(1 for r in repl if len(r["insync"]) < len(r["replicas"]))
+        healths = [health(r, live, want) for r in repl]
+        under = sum(1 for h in healths if h["under_replicated"])
+        unsynced = sum(1 for h in healths if h["out_of_sync"])
         rebuilding = sum(1 for s in co.servers.values() for rep in s.repl.values() if rep.get("rebuilding"))
         moving = sum(1 for r in repl if r.get("move"))
         held = holdings(co.pmap.ranges.values(), range_reports(co.pmap.ranges.values(), co.servers), co.servers)
@@ -84,8 +86,8 @@ def collect(co: MetricsSource) -> list:
         ops.add_metric([kind], events.get(kind, 0))
     fams.append(ops)
     for name, text, value in (
-            ("rangetable_ranges_under_replicated", "Replicated ranges with fewer than --replicas replicas on live "
-             "servers.", under),
+            ("rangetable_ranges_under_replicated", "Replicated ranges with fewer than --replicas replicas, or one on a "
+             "server not alive.", under),
             ("rangetable_ranges_not_in_sync", "Replicated ranges with a replica outside the in-sync set (lagging "
              "or being rebuilt).", unsynced),
             ("rangetable_replicas_rebuilding", "Replicas being rebuilt from their primary's checkpoint.", rebuilding),

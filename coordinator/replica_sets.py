@@ -25,6 +25,29 @@ def is_replicated(rec: dict) -> bool:
     return "replicas" in rec
 
 
+def health(rec: Mapping[str, Any], live: set[str] | frozenset[str], want: int) -> dict[str, Any]:
+    """A replicated range's health: the one definition that the coordinator's status and metrics, ``rangetable
+    ranges`` and ``status``, the dashboard and the drills render (``live``: the servers alive; ``want``: the
+    replicas each range should have, ``--replicas``).
+
+    * ``copies``: in-sync replicas / replicas (``3/3``), as every view prints it;
+    * ``out_of_sync``: replicas outside the in-sync set (lagging, or being rebuilt);
+    * ``on_dead``: replicas on servers that are not alive;
+    * ``in_sync_live``: the in-sync replicas on live servers, the copies a write is safe on now;
+    * ``under_replicated``: fewer than ``want`` replicas, or one on a server not alive: what re-replication
+      (:func:`repair`) restores once the server has been missing for its grace;
+    * ``full_strength``: serving, with ``want`` in-sync replicas on live servers: what a drill waits to see again.
+    """
+    replicas = list(rec["replicas"])
+    insync = set(rec.get("insync") or [])
+    in_sync_live = [s for s in replicas if s in insync and s in live]
+    on_dead = [s for s in replicas if s not in live]
+    return {"copies": f"{len(insync.intersection(replicas))}/{len(replicas)}",
+            "out_of_sync": [s for s in replicas if s not in insync], "on_dead": on_dead,
+            "in_sync_live": in_sync_live, "under_replicated": len(replicas) < want or bool(on_dead),
+            "full_strength": rec.get("state", "serving") == "serving" and len(in_sync_live) >= want}
+
+
 def config_token(secret: bytes, rid: str, epoch: int) -> str:
     """The token of range ``rid``'s configuration at ``epoch``: every replication message between its
     replicas carries it, so a peer holding the (shared) partition-server key but not told the configuration

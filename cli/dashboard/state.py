@@ -32,7 +32,6 @@ def state_view(status: Mapping[str, Any], lease_s: float) -> dict[str, Any]:
     (the lease is counted from when the heartbeat was sent, so this is a close, slightly generous view).
     """
     loads = range_loads(status)
-    alive = {s["id"] for s in status.get("servers", []) if s.get("alive")}
     want = int(status.get("replicas", 1) or 1)
     ranges = []
     for r in status.get("ranges", []):
@@ -44,7 +43,7 @@ def state_view(status: Mapping[str, Any], lease_s: float) -> dict[str, Any]:
             "reads_s": float((ld or {}).get("reads_s", 0.0)), "writes_s": float((ld or {}).get("writes_s", 0.0)),
             "busy_s": float((ld or {}).get("busy_s", 0.0)), "ops_s": round(ops_per_second(ld or {}), 1),
             "lat_p99_ms": float((ld or {}).get("lat_p99_ms", 0.0) or 0.0),
-            **replica_view(r, alive, want),
+            **replica_view(r),
         })
     servers = []
     for s in status.get("servers", []):
@@ -63,17 +62,14 @@ def state_view(status: Mapping[str, Any], lease_s: float) -> dict[str, Any]:
             "servers": servers, "ranges": ranges, "replication": replication_summary(status, ranges, want)}
 
 
-def replica_view(r: Mapping[str, Any], alive: set[str], want: int) -> dict[str, Any]:
-    """A range's replicas for the page: ``copies`` (in-sync/replicas, as ``rangetable ranges`` shows it;
-    empty for a range of one copy), ``out_of_sync`` (replicas outside the in-sync set: lagging or being
-    rebuilt) and ``under_replicated`` (fewer replicas than ``want``, or one on a server that is not alive:
-    the coordinator's ``rangetable_ranges_under_replicated``)."""
-    if "replicas" not in r:
+def replica_view(r: Mapping[str, Any]) -> dict[str, Any]:
+    """A range's replicas for the page, as the coordinator judged them (its status' ``health``,
+    :func:`coordinator.replica_sets.health`): ``copies`` (empty for a range of one copy), ``out_of_sync`` and
+    ``under_replicated``."""
+    h = r.get("health")
+    if not h:
         return {"copies": "", "out_of_sync": [], "under_replicated": False}
-    replicas, insync = list(r["replicas"]), set(r.get("insync") or [])
-    return {"copies": f"{len(insync & set(replicas))}/{len(replicas)}",
-            "out_of_sync": [s for s in replicas if s not in insync],
-            "under_replicated": len(replicas) < want or not alive.issuperset(replicas)}
+    return {k: h[k] for k in ("copies", "out_of_sync", "under_replicated")}
 
 
 def replication_summary(status: Mapping[str, Any], ranges: list[dict[str, Any]], want: int) -> dict[str, Any]:

@@ -14,6 +14,7 @@ from typing import Any
 
 from cli.coordinator_client import call
 from cli.workload.verify.history import Op
+from coordinator.replica_sets import health
 from rangetable.errors import TableError
 
 
@@ -56,11 +57,11 @@ def live_servers(servers: list[dict], victim: str, old_incarnation: str) -> set[
 
 def restore_step(rec: dict, live: set[str], n: int, victim: str, lost_seen: bool) -> tuple[bool, bool]:
     """One observation of a range's record: (the victim's lost copy has been seen leaving the in-sync set,
-    the range has ``n`` in-sync replicas on live servers again). Restoration counts only after the loss
-    was seen: before the coordinator notices, the in-sync set still names the dead copy."""
+    the range is at full strength again: :func:`coordinator.replica_sets.health`, with this drill's ``live``).
+    Restoration counts only after the loss was seen: before the coordinator notices, the in-sync set still
+    names the dead copy."""
     lost_seen = lost_seen or victim not in rec.get("insync", [])
-    healthy = [s for s in rec.get("insync", []) if s in live]
-    return lost_seen, lost_seen and len(healthy) >= n
+    return lost_seen, lost_seen and health(rec, live, n)["full_strength"]
 
 
 def successors(span: dict, ranges: list[dict]) -> list[dict]:
@@ -163,7 +164,7 @@ class RestoreWatch(threading.Thread):
             if rec is None:  # split or merged since the kill: see the ranges now over its keys
                 self._observe_successors(rid, before, st["ranges"], live, now)
                 continue
-            healthy = [s for s in rec.get("insync", []) if s in live]
+            healthy = health(rec, live, self.n)["in_sync_live"]
             self.min_insync[rid] = min(self.min_insync[rid], len(healthy))
             seen, ok = restore_step(rec, live, self.n, self.victim, rid in self.lost_seen or rid in lost
                                     or self.rebuilt_in_place(rec, live))
@@ -179,8 +180,8 @@ class RestoreWatch(threading.Thread):
         """A range split or merged away since the kill: restored when every range now over its key span has
         ``n`` in-sync replicas on live servers (the victim's old incarnation counts for nothing)."""
         succ = successors(self.spans[rid], ranges)
-        healthy = {r["id"]: [s for s in r.get("insync", []) if s in live and (s != self.victim or self.rebuilt_in_place(r, live))]
-                   for r in succ}
+        healthy = {r["id"]: [s for s in health(r, live, self.n)["in_sync_live"]
+                             if s != self.victim or self.rebuilt_in_place(r, live)] for r in succ}
         self.lost_seen.setdefault(rid, now)
         if succ and all(len(h) >= self.n for h in healthy.values()):
             made = sorted({s for h in healthy.values() for s in new_copies(before, h, self.victim)})

@@ -16,8 +16,9 @@ from cli.workload.disk_loss_watch import (
 )
 from cli.workload.verify.history import Op
 
-RANGES = [{"id": "a", "low": "", "high": "p04", "insync": ["ps-1", "ps-2", "ps-3"], "path": "ranges/a"},
-          {"id": "b", "low": "p04", "high": None, "insync": ["ps-1", "ps-2", "ps-3"], "path": "ranges/b"}]
+ALL3 = ["ps-1", "ps-2", "ps-3"]
+RANGES = [{"id": "a", "low": "", "high": "p04", "replicas": ALL3, "insync": ALL3, "path": "ranges/a"},
+          {"id": "b", "low": "p04", "high": None, "replicas": ALL3, "insync": ALL3, "path": "ranges/b"}]
 
 
 def op(i: int, pk: str, kind: str, start: float, end: float | None, outcome: str = "ok") -> Op:
@@ -60,10 +61,11 @@ def test_live_servers_drop_the_victims_old_incarnation() -> None:
 
 def test_restore_counts_only_after_the_lost_copy_left_the_insync_set() -> None:
     live = {"ps-1", "ps-2", "ps-3"}
-    rec = {"insync": ["ps-1", "ps-2", "ps-3"]}
+    rec = {"replicas": ["ps-1", "ps-2", "ps-3"], "insync": ["ps-1", "ps-2", "ps-3"]}
     assert restore_step(rec, live, 3, "ps-1", False) == (False, False)  # not noticed yet
-    assert restore_step({"insync": ["ps-2", "ps-3"]}, live, 3, "ps-1", False) == (True, False)
-    assert restore_step({"insync": ["ps-2", "ps-3", "ps-4"]}, live | {"ps-4"}, 3, "ps-1", True) == (True, True)
+    assert restore_step({**rec, "insync": ["ps-2", "ps-3"]}, live, 3, "ps-1", False) == (True, False)
+    assert restore_step({"replicas": ["ps-2", "ps-3", "ps-4"], "insync": ["ps-2", "ps-3", "ps-4"]}, live | {"ps-4"},
+                        3, "ps-1", True) == (True, True)
     assert restore_step(rec, live, 3, "ps-1", True) == (True, True)  # the victim rebuilt and back in sync
     assert restore_step(rec, live - {"ps-3"}, 3, "ps-1", True) == (True, False)
 
@@ -88,8 +90,8 @@ def test_restore_watch_observes_a_rebuild(tmp_path: Path) -> None:
     w = RestoreWatch(lambda: {}, RANGES, 3, "ps-1", "i", 0.0, lambda s: str(tmp_path / s))
     w.observe({"servers": servers, "ranges": RANGES})
     assert not w.lost_seen and not w.restored and w.min_insync["a"] == 2
-    w.observe({"servers": servers, "ranges": [{**RANGES[0], "insync": ["ps-2", "ps-3", "ps-4"]},
-                                              {**RANGES[1], "insync": ["ps-2", "ps-3"]}]})
+    w.observe({"servers": servers, "ranges": [{**RANGES[0], "replicas": ["ps-2", "ps-3", "ps-4"], "insync": ["ps-2", "ps-3", "ps-4"]},
+                                              {**RANGES[1], "replicas": ["ps-2", "ps-3"], "insync": ["ps-2", "ps-3"]}]})
     assert set(w.lost_seen) == {"a", "b"}
     assert w.restored["a"]["new_copies"] == ["ps-4"] and w.restored["a"]["bytes"] == 1000
     assert "b" not in w.restored
@@ -97,7 +99,7 @@ def test_restore_watch_observes_a_rebuild(tmp_path: Path) -> None:
 
 def test_restore_watch_sees_a_copy_rebuilt_in_place_while_in_sync(tmp_path: Path) -> None:
     servers = [{"id": s, "alive": True, "incarnation": "i"} for s in ("ps-1", "ps-2", "ps-3")]
-    rec = {**RANGES[0], "insync": ["ps-1", "ps-2", "ps-3"]}
+    rec = {**RANGES[0], "replicas": ["ps-1", "ps-2", "ps-3"], "insync": ["ps-1", "ps-2", "ps-3"]}
     w = RestoreWatch(lambda: {}, [rec], 3, "ps-1", "i", 0.0, lambda s: str(tmp_path / s))
     (tmp_path / "ps-1" / "ranges" / "a").mkdir(parents=True)
     w.observe({"servers": servers, "ranges": [rec]})  # the old incarnation: its copy counts for nothing
@@ -145,12 +147,12 @@ def test_restore_watch_follows_a_range_that_split_after_the_kill(tmp_path: Path)
     its keys has N in-sync replicas on live servers; the victim's old incarnation counts for nothing."""
     servers = [{"id": s, "alive": True, "incarnation": "i"} for s in ("ps-1", "ps-2", "ps-3", "ps-4")]
     w = RestoreWatch(lambda: {}, [RANGES[0]], 3, "ps-1", "i", 0.0, lambda s: str(tmp_path / s))
-    left = {"id": "a1", "low": "", "high": "p02", "insync": ["ps-2", "ps-3", "ps-4"], "path": "ranges/a1"}
-    right = {"id": "a2", "low": "p02", "high": "p04", "insync": ["ps-1", "ps-2", "ps-3"], "path": "ranges/a2"}
-    other = {"id": "b", "low": "p04", "high": None, "insync": ["ps-2"], "path": "ranges/b"}
+    left = {"id": "a1", "low": "", "high": "p02", "replicas": ["ps-2", "ps-3", "ps-4"], "insync": ["ps-2", "ps-3", "ps-4"], "path": "ranges/a1"}
+    right = {"id": "a2", "low": "p02", "high": "p04", "replicas": ["ps-1", "ps-2", "ps-3"], "insync": ["ps-1", "ps-2", "ps-3"], "path": "ranges/a2"}
+    other = {"id": "b", "low": "p04", "high": None, "replicas": ["ps-2"], "insync": ["ps-2"], "path": "ranges/b"}
     w.observe({"servers": servers, "ranges": [left, right, other]})
     assert "a" in w.lost_seen and not w.restored  # a2 still counts the dead copy only
-    w.observe({"servers": servers, "ranges": [left, {**right, "insync": ["ps-2", "ps-3", "ps-4"]}, other]})
+    w.observe({"servers": servers, "ranges": [left, {**right, "replicas": ["ps-2", "ps-3", "ps-4"], "insync": ["ps-2", "ps-3", "ps-4"]}, other]})
     assert w.restored["a"]["new_copies"] == ["ps-4"] and w.restored["a"]["now"] == ["a1", "a2"]
 
 
