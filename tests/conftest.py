@@ -125,6 +125,14 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption("--record-file-seconds", action="store_true",
                      help=f"after a run without failures, write each file's seconds to {FILE_SECONDS.name}")
+    parser.addoption("--rewrite", action="store_true",
+                     help="data-driven tests (tests/testdata/) write the outputs the code gives now into their files")
+
+
+@pytest.fixture
+def rewrite(request: pytest.FixtureRequest) -> bool:
+    """True under ``pytest --rewrite`` (tests/datadriven.py)."""
+    return bool(request.config.getoption("rewrite"))
 
 
 _file_seconds: Counter[str] = Counter()

@@ -11,7 +11,6 @@ from coordinator.replica_sets import (
     after_promotion,
     choose_replicas,
     config_token,
-    health,
     insync_change,
     is_replicated,
     promotion,
@@ -146,39 +145,6 @@ def test_without(rec: dict, server: str, want: dict) -> None:
 ])
 def test_insync_change(rec: dict, lagging: list[str], joining: list[str], want: list[str] | None) -> None:
     assert insync_change(rec, lagging, joining) == want
-
-
-R = ["ps-1", "ps-2", "ps-3"]
-
-
-@pytest.mark.parametrize("rec, live, want, expect", [
-    # every replica in sync on a live server: full strength
-    ({"replicas": R, "insync": R}, set(R), 3,
-     {"copies": "3/3", "out_of_sync": [], "on_dead": [], "in_sync_live": R, "under_replicated": False,
-      "full_strength": True}),
-    # one replica lagging (or being rebuilt): not in sync, not under-replicated, not at full strength
-    ({"replicas": R, "insync": ["ps-1", "ps-3"]}, set(R), 3,
-     {"copies": "2/3", "out_of_sync": ["ps-2"], "on_dead": [], "in_sync_live": ["ps-1", "ps-3"],
-      "under_replicated": False, "full_strength": False}),
-    # a replica on a dead server, still in the in-sync set until it is dropped: under-replicated
-    ({"replicas": R, "insync": R}, {"ps-1", "ps-2"}, 3,
-     {"copies": "3/3", "out_of_sync": [], "on_dead": ["ps-3"], "in_sync_live": ["ps-1", "ps-2"],
-      "under_replicated": True, "full_strength": False}),
-    # a lost copy dropped: fewer replicas than wanted
-    ({"replicas": ["ps-1", "ps-2"], "insync": ["ps-1", "ps-2"]}, set(R), 3,
-     {"copies": "2/2", "out_of_sync": [], "on_dead": [], "in_sync_live": ["ps-1", "ps-2"],
-      "under_replicated": True, "full_strength": False}),
-    # all in sync, but the range is not serving (a split or move holds it): not at full strength
-    ({"replicas": R, "insync": R, "state": "splitting"}, set(R), 3,
-     {"copies": "3/3", "out_of_sync": [], "on_dead": [], "in_sync_live": R, "under_replicated": False,
-      "full_strength": False}),
-    # an in-sync member that is no replica does not count
-    ({"replicas": ["ps-1", "ps-2"], "insync": ["ps-1", "ps-2", "ps-3"]}, set(R), 2,
-     {"copies": "2/2", "out_of_sync": [], "on_dead": [], "in_sync_live": ["ps-1", "ps-2"],
-      "under_replicated": False, "full_strength": True}),
-])
-def test_health(rec: dict, live: set[str], want: int, expect: dict) -> None:
-    assert health({"id": "r1", "owner": "ps-1", **rec}, live, want) == expect
 
 
 def test_config_token() -> None:
