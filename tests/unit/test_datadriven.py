@@ -1,15 +1,20 @@
 """The pure cores as data-driven cases (tests/datadriven.py, files under tests/testdata/<core>/): ``$filter``
-parsing (``filter``), query planning (``planner``) and replica-set policy (``replica_sets``). ``pytest
+parsing (``filter``), query planning (``planner``), replica-set policy (``replica_sets``) and the HTTP
+frontend's mapping of a REST request to a native one (``rest``). ``pytest
 tests/unit/test_datadriven.py --rewrite`` writes each file again with the outputs the code gives now."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from coordinator import replica_sets
+from frontend.http.parse import Request, refuse_secondary_write
+from frontend.http.parse import parse as parse_request
+from frontend.http.routes import plan_for, route
 from rangetable.errors import TableError
 from rangetable.filter_syntax import count_comparisons, describe, parse_filter, properties_used
 from rangetable.planner import Plan, plan
@@ -103,8 +108,46 @@ def replica_sets_case(c: Case) -> str:
     raise ValueError(f"unknown command {c.command}")
 
 
+# --- rest: an HTTP request as the SDKs send it, and the native request the frontend maps it to --------------------
+
+def rest_case(c: Case) -> str:
+    """Input: the request line (``GET /account/table()?$filter=…``), ``Name: value`` header lines, then the JSON
+    body if any. Output: the resource the URL names, and the native request of a point operation or query (or
+    the handler that answers any other request), or Azure's error."""
+    if c.command != "request":
+        raise ValueError(f"unknown command {c.command}")
+    method, target = c.input[0].split(" ", 1)
+    path, _, query = target.partition("?")
+    headers, body = {"host": "127.0.0.1:10002"}, []
+    for line in c.input[1:]:
+        if body or line.startswith(("{", "[")):
+            body.append(line)
+        else:
+            name, _, value = line.partition(":")
+            headers[name.strip().lower()] = value.strip()
+    rq = Request(method, path, query, headers)
+    rq.body = "\n".join(body).encode()
+    try:
+        verb, comp = parse_request(rq, too_big=False)  # the stages of frontend/http/app.py, in its order
+        res = rq.res
+        assert res is not None
+        refuse_secondary_write(res, verb)
+        out = [f"resource: {res.kind}" + "".join(f" {k}={v!r}" for k, v in (
+            ("account", res.account), ("table", res.table), ("pk", res.pk), ("rk", res.rk)) if v is not None)
+            + (" (secondary)" if res.secondary else "")]
+        plan_of = plan_for(res, verb, comp)
+        if plan_of is None:
+            out.append(f"handler: {route(res, verb, comp).__name__}" + (f" comp={comp}" if comp else ""))
+        else:
+            native, _ = plan_of(rq)
+            out.append("native: " + json.dumps(native, sort_keys=True, default=repr))
+        return "\n".join(out)
+    except TableError as exc:
+        return _error(exc)
+
+
 HANDLERS: dict[str, Callable[[Case], str]] = {
-    "filter": filter_case, "planner": planner_case, "replica_sets": replica_sets_case}
+    "filter": filter_case, "planner": planner_case, "replica_sets": replica_sets_case, "rest": rest_case}
 
 CASES = [pytest.param(core, path, id=f"{core}/{path.name}") for core in HANDLERS for path in datadriven.files(core)]
 
