@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 import time
+from collections.abc import Mapping
 from typing import Any
 
 import zmq
@@ -80,7 +81,7 @@ def call(endpoint: str, body: dict, timeout: float = 10.0, conns: Connections | 
 
 def _connect(endpoint: str) -> zmq.Socket:
     """A DEALER socket connected to ``endpoint`` with the keys remembered for it."""
-    sock = zmq.Context.instance().socket(zmq.DEALER)
+    sock: zmq.Socket[bytes] = zmq.Context.instance().socket(zmq.DEALER)
     sock.setsockopt(zmq.LINGER, 0)
     try:
         return curve.connect(sock, endpoint)
@@ -109,7 +110,7 @@ def _call_one(endpoint: str, body: dict, timeout: float, conns: Connections | No
             sock.close(0)
 
 
-def range_loads(status: dict) -> dict[str, dict]:
+def range_loads(status: Mapping[str, Any]) -> dict[str, dict]:
     """Each range's last load report (range id → report) from its primary, from a coordinator ``status`` answer.
 
     A follower reports its replicas too (their size, a compaction), never the requests the primary serves: its

@@ -68,11 +68,11 @@ def _cluster_doc(data_dir: str, coordinator: str | None = None, natives: tuple[s
                "curve": ring.connection_info("admin")}
         curve.remember_cluster(doc)
         return doc
-    doc = read_cluster(data_dir)
-    if doc is None:
+    found = read_cluster(data_dir)
+    if found is None:
         raise click.ClickException(f"no cluster.json in {data_dir}: start one with `rangetable up`, "
                                    "pass --data-dir, or --coordinator for a cluster started role by role")
-    return doc
+    return found
 
 
 coordinator_option = click.option("--coordinator", default=None,
@@ -156,6 +156,7 @@ def keys_add(name: str, account: str, out: str | None, natives: tuple[str, ...],
     if not natives or not natives[0]:
         raise click.ClickException("give the native endpoint(s) clients use with --native")
     pair = curve.KeyPair.generate()
+    assert pair.secret is not None  # generate() makes both keys
     rec = call(doc["coordinator"], {"op": "keys_add", "name": name, "account": account, "public": pair.user_id})
     out = out or f"{name}.rangetable.json"
     conn = {"native": natives[0], "frontends": list(natives), "account": account,

@@ -336,16 +336,16 @@ class Supervisor:
         coordinators need it until they stop); SIGKILL stragglers."""
         self.stopping = True
         for role in ("dashboard", "http-frontend", "frontend", "partition-server", "coordinator", "etcd"):
-            group = [c for c in self.children if c.role == role and c.proc and c.proc.poll() is None]
-            for c in group:
-                c.proc.send_signal(signal.SIGTERM)
+            group = [c.proc for c in self.children if c.role == role and c.proc and c.proc.poll() is None]
+            for proc in group:
+                proc.send_signal(signal.SIGTERM)
             deadline = time.monotonic() + 10
-            for c in group:
+            for proc in group:
                 try:
-                    c.proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+                    proc.wait(timeout=max(0.1, deadline - time.monotonic()))
                 except subprocess.TimeoutExpired:
-                    c.proc.kill()
-                    c.proc.wait()
+                    proc.kill()
+                    proc.wait()
         self.prefork.close()
         try:
             os.remove(os.path.join(self.data_dir, CLUSTER_FILE))
@@ -359,6 +359,7 @@ def _http_ready(url: str) -> bool:
     from urllib.parse import urlsplit
 
     u = urlsplit(url)
+    assert u.hostname is not None  # the supervisor's own URLs: scheme://host:port/...
     if u.scheme == "https":  # only whether it answers: the certificate is the user's to trust
         import ssl
 

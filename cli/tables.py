@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -14,6 +14,9 @@ from rangetable.edm import etag_from_ticks
 from rangetable.errors import TableError
 from rangetable.rest_json import json_to_typed, typed_to_json
 from rangetable.table_settings import format_ttl, parse_ttl
+
+if TYPE_CHECKING:
+    from rangetable.messages import WriteKind, WriteOp
 
 
 def _entity_json(wire: list) -> dict:
@@ -149,7 +152,7 @@ def _counters(adds: tuple[str, ...]) -> dict[str, list] | None:
     return json_to_typed(doc, pk="", rk="")[2]
 
 
-def _write(endpoint: str, table: str, op: dict, condition: str | None, expect: str | None,
+def _write(endpoint: str, table: str, op: WriteOp, condition: str | None, expect: str | None,
            adds: tuple[str, ...] = ()) -> Any:
     """Send one write with rangetable's extension (condition, expectation, counters) added."""
     return call(endpoint, {"op": "write", "table": table, "write": with_extension(op, condition, expect, _counters(adds))})
@@ -188,12 +191,13 @@ def entity_put(table: str, entity_json: str, mode: str, if_match: str | None, co
     except ValueError as exc:
         raise click.ClickException(f"InvalidInput: not JSON: {exc}") from None
     pk, rk, props = json_to_typed(body)
+    op: WriteKind
     if mode == "insert":
         op = "insert"
-    elif if_match:
-        op = mode
-    else:
-        op = "insert_or_" + mode
+    elif mode == "merge":
+        op = "merge" if if_match else "insert_or_merge"
+    else:  # replace
+        op = "replace" if if_match else "insert_or_replace"
     res = _write(native_endpoint(data_dir, endpoint), table,
                  {"op": op, "pk": pk, "rk": rk, "props": props, "if_match": if_match}, condition, expect, adds)
     etag = etag_from_ticks(res[2])

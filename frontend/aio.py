@@ -97,8 +97,9 @@ class AioFrontend(DriverCore):
             self.fail(p, TableError("ServerBusy", "the frontend is shutting down"))
         self._sub.clear()
         for s in self._socks:
+            assert self.loop is not None  # start() set it: it made the sockets
             try:
-                self.loop.remove_reader(s.getsockopt(zmq.FD))
+                self.loop.remove_reader(s.fileno())
             except (OSError, ValueError, zmq.ZMQError):
                 pass
             s.close(0)
@@ -115,7 +116,8 @@ class AioFrontend(DriverCore):
 
     def _watch(self, s: zmq.Socket, handler: Any) -> None:
         self._handlers[s] = handler
-        self.loop.add_reader(s.getsockopt(zmq.FD), self._drain, s)
+        assert self.loop is not None  # start() set it
+        self.loop.add_reader(s.fileno(), self._drain, s)
 
     # --- the API for the HTTP app ---------------------------------------------------------------
 
@@ -132,6 +134,7 @@ class AioFrontend(DriverCore):
 
     async def request(self, req: dict, timeout: float | None = None) -> Any:
         """Run one native request and return its result; raises TableError."""
+        assert self.loop is not None  # start() set it
         fut = self.loop.create_future()
 
         def settle(result: Any, exc: TableError | None) -> None:
@@ -156,12 +159,14 @@ class AioFrontend(DriverCore):
         return s
 
     def _schedule(self, delay: float, p: Pending) -> None:
+        assert self.loop is not None  # start() set it
         self.loop.call_later(delay, self.start_request, p)
 
     def _sent(self, sock: zmq.Socket) -> None:
         self._touched.add(sock)
         if not self._kicked:  # = self._kick()
             self._kicked = True
+            assert self.loop is not None  # start() set it
             self.loop.call_soon(self._pump)
 
     def _map_installed(self) -> None:
@@ -207,6 +212,7 @@ class AioFrontend(DriverCore):
         or an unfinished drain may have consumed the edge that announced readable messages)."""
         if not self._kicked:
             self._kicked = True
+            assert self.loop is not None  # start() set it
             self.loop.call_soon(self._pump)
 
     def _pump(self) -> None:

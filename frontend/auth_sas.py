@@ -96,6 +96,19 @@ def _check_protocol(spr: str | None, scheme: str) -> None:
                    "AuthorizationProtocolMismatch")
 
 
+_Address = ipaddress.IPv4Address | ipaddress.IPv6Address
+
+
+def _within(lo: _Address, ip: _Address, hi: _Address) -> bool:
+    """``lo <= ip <= hi``; False when their IP versions differ (such addresses do not compare)."""
+    v4, v6 = ipaddress.IPv4Address, ipaddress.IPv6Address
+    if isinstance(lo, v4) and isinstance(ip, v4) and isinstance(hi, v4):
+        return lo <= ip <= hi
+    if isinstance(lo, v6) and isinstance(ip, v6) and isinstance(hi, v6):
+        return lo <= ip <= hi
+    return False
+
+
 def _check_ip(sip: str | None, client_ip: str | None) -> None:
     if not sip:
         return
@@ -103,7 +116,7 @@ def _check_ip(sip: str | None, client_ip: str | None) -> None:
         low, _, high = sip.partition("-")
         lo = ipaddress.ip_address(low.strip())
         hi = ipaddress.ip_address(high.strip()) if high else lo
-        ok = client_ip is not None and lo <= ipaddress.ip_address(client_ip) <= hi
+        ok = client_ip is not None and _within(lo, ipaddress.ip_address(client_ip), hi)
     except (ValueError, TypeError):
         ok = False
     if not ok:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import itertools
 import time
 import uuid
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from frontend.routing import MapCache, QueryCursor, Route, token_to_key
 from rangetable import protocol
@@ -78,7 +78,10 @@ class Driver(Protocol):
         """Ask the coordinator for what changed in the partition map."""
 
 
-def _require(req: dict, name: str, kind: type | tuple) -> Any:
+_T = TypeVar("_T")
+
+
+def _require(req: dict, name: str, kind: type[_T]) -> _T:
     v = req.get(name)
     if not isinstance(v, kind):
         raise TableError("InvalidInput", f"field {name!r} is missing or has the wrong type")
@@ -154,8 +157,8 @@ class Handler:
             pk = req.get("pk")
             rk = req.get("rk")
             if not (isinstance(pk, str) and isinstance(rk, str)):
-                _require(req, "pk", str)
-                _require(req, "rk", str)
+                pk = _require(req, "pk", str)
+                rk = _require(req, "rk", str)
             body = {"op": "get", "pk": pk, "rk": rk, "select": req.get("select")}
         elif op == "write":
             w = _require(req, "write", dict)

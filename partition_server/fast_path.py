@@ -24,10 +24,11 @@ and requires the same answers, bytes, stored data and errors.
 from __future__ import annotations
 
 import struct
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from functools import partial
 from itertools import repeat, zip_longest
 from operator import getitem, itemgetter
+from typing import Any, TypeGuard
 
 import msgpack
 import rocksdict
@@ -135,7 +136,8 @@ def entities(prefix: bytes, rkbs: list[bytes], values: list[bytes]) -> list[byte
     spliced at C level in the usual case."""
     if values and max(map(len, rkbs)) < 256 and bytes(map(_first, values)).count(STORED_HEADER) == len(values):
         hdrs = map(_STR_HEADERS.__getitem__, map(len, rkbs))
-        return list(map(_join, zip(repeat(prefix), hdrs, rkbs, map(getitem, values, repeat(_REST)))))
+        rests = map(getitem, values, repeat(_REST))  # bytes, where typeshed's getitem says Sequence[int]
+        return list(map(_join, zip(repeat(prefix), hdrs, rkbs, rests)))  # type: ignore[arg-type]  # see rests
     return list(map(entity, repeat(prefix), rkbs, values))
 
 
@@ -320,7 +322,7 @@ def _props_size(P: list) -> int | None:
 # --- entity group transactions -----------------------------------------------------------------
 
 
-def prefetch(get: Callable, ops: list[dict]) -> Callable[[bytes], bytes | None]:
+def prefetch(get: Callable, ops: Sequence[Mapping[str, Any]]) -> Callable[[bytes], bytes | None]:
     """A reader of the current values of every row the ops address, fetched with one multi-get.
 
     The rows of a batch are distinct and nothing is written before the commit, so each op sees
@@ -337,12 +339,17 @@ def prefetch(get: Callable, ops: list[dict]) -> Callable[[bytes], bytes | None]:
     return dict(zip(keys, get(keys), strict=True)).get
 
 
-def _plan(ops: list[dict]) -> tuple[list, list[str], list[str], list[dict | None]] | None:
+def _plain_dicts(ops: Sequence[Mapping[str, Any]]) -> TypeGuard[Sequence[dict]]:
+    """Whether every op is a plain dict (as msgpack decodes a map), which :func:`_plan`'s passes need."""
+    return set(map(type, ops)) == {dict}
+
+
+def _plan(ops: Sequence[Mapping[str, Any]]) -> tuple[list, list[str], list[str], list[dict | None]] | None:
     """(kinds, pks, rks, props) of a batch of known kinds in which every op passes
     ``validate_entity``, shown with a few C-level passes over the whole batch; None when that
     cannot be shown (then each op is validated on its own, which finds the error and its op)."""
     try:
-        if set(map(type, ops)) != {dict}:
+        if not _plain_dicts(ops):
             return None
         kinds = list(map(_get_op, ops))
         if not range_ops.KINDS.issuperset(kinds):
@@ -358,7 +365,7 @@ def _plan(ops: list[dict]) -> tuple[list, list[str], list[str], list[dict | None
     return kinds, pks, rks, props
 
 
-def _upsert_all(keys: list[bytes], rkbs: list[bytes], curs: list[bytes | None], props: list[dict],
+def _upsert_all(keys: list[bytes], rkbs: list[bytes], curs: list[bytes | None], props: list[dict | None],
                 names: tuple[bytes, ...] | None, ts: int, wb: rocksdict.WriteBatch,
                 prefix: bytes | None) -> tuple[list[bytes], list[dict | None]] | None:
     """The op loop of :func:`prepare_batch` at C level for valid insert_or_merge / insert_or_replace
@@ -366,8 +373,10 @@ def _upsert_all(keys: list[bytes], rkbs: list[bytes], curs: list[bytes | None], 
     ``names`` in that order (merging gives the new props, in their order). Else None, having
     written nothing. ``prefix`` is the wire prefix, or None for no wire answers."""
     present = list(filter(None, curs))  # an insert_or_replace reads nothing: None
-    if present and list(map(tuple, map(_second, map(_unpack_raw, present)))).count(names) != len(present):
-        return None
+    if present:
+        stored: list[tuple[bytes, ...] | None] = list(map(tuple, map(_second, map(_unpack_raw, present))))
+        if stored.count(names) != len(present):
+            return None
     try:
         values = list(map(_pack_exact, map(list, zip(repeat(ts), props))))
     except TypeError:  # see pack_value
@@ -379,7 +388,7 @@ def _upsert_all(keys: list[bytes], rkbs: list[bytes], curs: list[bytes | None], 
 
 
 def prepare_batch(
-    get: Callable, ops: list[dict], ts: int, wb: rocksdict.WriteBatch, wire: bool = True,
+    get: Callable, ops: Sequence[Mapping[str, Any]], ts: int, wb: rocksdict.WriteBatch, wire: bool = True,
     probe: Callable[[bytes, bytes], bool] | None = None,
 ) -> tuple[list[bytes], list[dict | None]]:
     """:func:`partition_server.range_ops.evaluate_batch`, fast: same answers, writes and errors.
@@ -420,7 +429,7 @@ def prepare_batch(
     return (list(map(answer, keys, values)) if wire else []), written
 
 
-def _prepare_valid(read: Callable[[bytes], bytes | None], op: dict) -> tuple[bytes, dict | None]:
+def _prepare_valid(read: Callable[[bytes], bytes | None], op: Mapping[str, Any]) -> tuple[bytes, dict | None]:
     """:func:`partition_server.range_ops.prepare_op` for an op whose entity is known valid: its
     conditions checked and the op evaluated, the entity not validated again."""
     valid = range_ops.read_op(op)

@@ -88,8 +88,12 @@ class RangeTotals:
 class ServedRanges(Protocol):
     """What a scrape reads of the ranges a server serves (a :class:`~partition_server.ranges.RangeSet`)."""
 
-    totals: RangeTotals
-    open: Sized
+    # read-only members, so that a narrower type matches: a RangeSet's ``open`` is a dict
+    @property
+    def totals(self) -> RangeTotals: ...
+
+    @property
+    def open(self) -> Sized: ...
 
 
 class ScrapedServer(Protocol):
@@ -98,7 +102,9 @@ class ScrapedServer(Protocol):
     server_id: str
     lease_until: float
     pending: int
-    ranges: ServedRanges  # also read by :func:`~partition_server.memory.server_memory`
+
+    @property
+    def ranges(self) -> ServedRanges: ...  # also read by :func:`~partition_server.memory.server_memory`
 
 
 def collect(ps: ScrapedServer) -> list:
@@ -115,10 +121,10 @@ def collect(ps: ScrapedServer) -> list:
             fam.add_metric([t.table, rid, server], t.counters[key])
         fams.append(fam)
     for key, (name, doc) in GAUGES.items():
-        fam = GaugeMetricFamily(name, doc, labels=labels)
+        gauge = GaugeMetricFamily(name, doc, labels=labels)
         for rid, t in totals.items():
-            fam.add_metric([t.table, rid, server], float(t.report.get(key, 0) or 0))
-        fams.append(fam)
+            gauge.add_metric([t.table, rid, server], float(t.report.get(key, 0) or 0))
+        fams.append(gauge)
     hist = HistogramMetricFamily("rangetable_range_request_seconds",
                                  "Time the partition server spent on the range's requests answered without an error "
                                  "(buckets estimated from 512 sampled latencies per 0.5 s when busier).", labels=labels)

@@ -17,7 +17,7 @@ same, faster, for the usual batch; ``tests/unit/test_ps_fast_vs_plain.py`` compa
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import msgpack
@@ -58,7 +58,7 @@ def check_if_match(if_match: Any) -> str | None:
     return if_match
 
 
-def read_op(op: dict) -> Op:
+def read_op(op: Mapping[str, Any]) -> Op:
     """The fields of op dict ``{"op", "pk", "rk", "props", "if_match"}``; InvalidInput when one of the
     first three is missing or the kind is unknown."""
     try:
@@ -73,7 +73,7 @@ def read_op(op: dict) -> Op:
     return kind, pk, rk, {} if props is None else props
 
 
-def condition(op: dict, kind: str) -> str | None:
+def condition(op: Mapping[str, Any], kind: str) -> str | None:
     """The ETag an op of ``kind`` is conditional on (None: unconditional); only replace, merge and
     delete take one."""
     return check_if_match(op.get("if_match")) if kind in CONDITIONAL else None
@@ -134,7 +134,7 @@ def decide(kind: str, pk: str, rk: str, props: dict, stored: list | None, etag: 
     return props
 
 
-def prepare_op(read: Callable[[bytes], bytes | None], op: dict) -> tuple[bytes, dict | None]:
+def prepare_op(read: Callable[[bytes], bytes | None], op: Mapping[str, Any]) -> tuple[bytes, dict | None]:
     """Validate one op dict (the entity, its If-Match, its extension fields) and evaluate it (see
     :func:`evaluate`)."""
     kind, pk, rk, props = valid = read_op(op)
@@ -163,7 +163,7 @@ def check_batch_size(size: int) -> None:
         raise TableError("RequestBodyTooLarge", "The batch request exceeds 4 MiB.")
 
 
-def check_batch_shape(ops: list[dict]) -> None:
+def check_batch_shape(ops: Sequence[Mapping[str, Any]]) -> None:
     """Count, single partition and unique rows; raises TableError naming the offending op."""
     if not isinstance(ops, list):
         raise TableError("InvalidInput", "A batch is a list of operations.")
@@ -199,9 +199,10 @@ def check_batch_shape(ops: list[dict]) -> None:
             )
 
 
-def evaluate_batch(read: Callable[[bytes], bytes | None], ops: list[dict], ts: int, wb: rocksdict.WriteBatch,
-                   pack: Callable[[int, dict], bytes] = pack_value,
-                   prepare: Callable[[Callable[[bytes], bytes | None], dict], tuple[bytes, dict | None]] = prepare_op,
+def evaluate_batch(read: Callable[[bytes], bytes | None], ops: Sequence[Mapping[str, Any]], ts: int,
+                   wb: rocksdict.WriteBatch, pack: Callable[[int, dict], bytes] = pack_value,
+                   prepare: Callable[[Callable[[bytes], bytes | None], Mapping[str, Any]],
+                                     tuple[bytes, dict | None]] = prepare_op,
                    ) -> tuple[list[bytes], list[bytes | None], list[dict | None]]:
     """Evaluate an entity group transaction (shape already checked) into ``wb``, op by op, reading
     the current rows through ``read``, deciding each op with ``prepare`` (:func:`prepare_op`; the fast

@@ -161,7 +161,7 @@ def scan_span(
         return [], None
     ro = rocksdict.ReadOptions()
     ro.set_iterate_upper_bound(upper)  # never set_iterate_lower_bound (rocksdict bug)
-    ro.fill_cache(fills_cache(lo, hi))
+    ro.fill_cache(fills_cache(lo, hi))  # type: ignore[call-arg]  # the stub is wrong: it takes a bool
     it = db.items(from_key=lo, read_opt=ro)
     try:
         with _gc_paused():

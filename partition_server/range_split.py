@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import os
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from typing import cast
 
 import msgpack
 import rocksdict
@@ -88,14 +89,18 @@ def split_store(
     smaller = left_share(db.live_files(), spk) <= 0.5
     for path, lo, hi, left in ((left_path, spk, META_PREFIX, True), (right_path, b"", spk, False)):
         given = None if counts is None else Counts(*counts[0 if left else 1])
-        _drop_span(path, lo, hi, compact,
-                   lambda d, g=given, le=left: g if g is not None else half_counts(d, spk, le, smaller))
+
+        def half(d: rocksdict.Rdict, g: Counts | None = given, le: bool = left) -> Counts:
+            return g if g is not None else half_counts(d, spk, le, smaller)
+
+        _drop_span(path, lo, hi, compact, half)
 
 
 def _request_window(db: rocksdict.Rdict) -> Window:
     """The request records of ``db`` counted afresh (the next purge walks the whole index)."""
     ro = rocksdict.ReadOptions()
     ro.set_iterate_upper_bound(REQT_END)
+    it: Iterator[bytes] | None
     it = db.values(from_key=REQT_PREFIX, read_opt=ro)
     count = nbytes = 0
     try:
@@ -130,10 +135,14 @@ def merge_stores(left_path: str, right_path: str, out_path: str) -> None:
             counts = left_counts.plus(*read_counts(rdb)[0])
             mark = merged_mark(left_mark, rdb.get(MARK_KEY))
             wo = rocksdict.WriteOptions()
-            wo.disable_wal = True  # flushed below; a crash before that is repaired by re-running
+            # flushed below; a crash before that is repaired by re-running.  rocksdict's stub has a
+            # disable_wal method; at run time it is a settable property
+            wo.disable_wal = True  # type: ignore[method-assign, assignment]
             wb = rocksdict.WriteBatch(raw_mode=True)
             size = 0
-            it = rdb.items()
+            it: Iterator[tuple[bytes, bytes]] | None
+            # raw mode: bytes keys and values (rocksdict's stub types the keys every mode allows)
+            it = cast("Iterator[tuple[bytes, bytes]]", rdb.items())
             try:
                 for k, v in it:
                     if k == META_TS or k == MARK_KEY or k == META_COUNT:
@@ -197,6 +206,7 @@ def _edge_pks(db: rocksdict.Rdict) -> tuple[bytes, bytes] | None:
     if first is None:
         return None
     last = next(iter(db.keys(backwards=True, from_key=META_PREFIX)), None)  # the last key <= META_PREFIX
+    assert isinstance(first, bytes) and (last is None or isinstance(last, bytes))  # a raw-mode store's keys
     return _pk(first), _pk(last if last is not None and last < META_PREFIX else first)
 
 
@@ -226,7 +236,9 @@ def scan_split_key(db: rocksdict.Rdict) -> str | None:
     n = 0
     ro = rocksdict.ReadOptions()
     ro.set_iterate_upper_bound(META_PREFIX)
-    it = db.keys(read_opt=ro)
+    it: Iterator[bytes] | None
+    # raw mode: bytes keys (rocksdict's stub types the keys every mode allows)
+    it = cast("Iterator[bytes]", db.keys(read_opt=ro))
     try:
         for k in it:
             if not k.startswith(prefix) or first is None:

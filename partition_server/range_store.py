@@ -27,9 +27,9 @@ from __future__ import annotations
 import os
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from functools import partial
-from typing import Any
+from typing import Any, Literal, overload
 
 import msgpack
 import rocksdict
@@ -243,6 +243,18 @@ class RangeStore(StoreCopies):
         expired)."""
         return self._read()(key)
 
+    @overload
+    def scan(self, lo: bytes, hi: bytes | None, predicate: Predicate | None = None,
+             select: list[str] | None = None, limit: int = 1000, budget_s: float | None = None, *,
+             wire: Literal[False] = False, needs_ts: bool = True, needs_props: bool = True,
+             points: list[bytes] | None = None) -> tuple[list[Entity], bytes | None]: ...
+
+    @overload
+    def scan(self, lo: bytes, hi: bytes | None, predicate: Predicate | None = None,
+             select: list[str] | None = None, limit: int = 1000, budget_s: float | None = None, *,
+             wire: Literal[True], needs_ts: bool = True, needs_props: bool = True,
+             points: list[bytes] | None = None) -> tuple[list[bytes], bytes | None]: ...
+
     def scan(self, lo: bytes, hi: bytes | None, predicate: Predicate | None = None,
              select: list[str] | None = None, limit: int = 1000, budget_s: float | None = None, *,
              wire: bool = False, needs_ts: bool = True, needs_props: bool = True,
@@ -336,7 +348,16 @@ class RangeStore(StoreCopies):
         self._window = w
         self._counts = counts
 
-    def write(self, op: dict, request_id: str | None = None, *, wire: bool = False) -> Entity | None | bytes:
+    @overload
+    def write(self, op: Mapping[str, Any], request_id: str | None = None, *,
+              wire: Literal[False] = False) -> Entity | None: ...
+
+    @overload
+    def write(self, op: Mapping[str, Any], request_id: str | None = None, *,
+              wire: Literal[True]) -> bytes: ...
+
+    def write(self, op: Mapping[str, Any], request_id: str | None = None, *,
+              wire: bool = False) -> Entity | None | bytes:
         """Apply one entity operation ``{"op", "pk", "rk", "props", "if_match"}``.
 
         ``op`` is insert | replace | merge | delete | insert_or_replace | insert_or_merge; ``props``
@@ -373,7 +394,19 @@ class RangeStore(StoreCopies):
             return packed
         return None if props is None else Entity(op["pk"], op["rk"], ts, props)
 
-    def batch(self, ops: list[dict], request_id: str | None = None, *,
+    @overload
+    def batch(self, ops: Sequence[Mapping[str, Any]], request_id: str | None = None, *,
+              answer: Literal["entities"] = "entities") -> list[Entity | None]: ...
+
+    @overload
+    def batch(self, ops: Sequence[Mapping[str, Any]], request_id: str | None = None, *,
+              answer: Literal["wire"]) -> list[bytes]: ...
+
+    @overload
+    def batch(self, ops: Sequence[Mapping[str, Any]], request_id: str | None = None, *,
+              answer: Literal["timestamp"]) -> int: ...
+
+    def batch(self, ops: Sequence[Mapping[str, Any]], request_id: str | None = None, *,
               answer: str = "entities") -> list[Entity | None] | list[bytes] | int:
         """Apply an entity group transaction atomically: every op or none.
 

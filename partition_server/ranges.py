@@ -344,6 +344,7 @@ class RangeSet(ReplicaRanges):
     def _serving(self, req: dict, pk: str | None, cost: int = 1, write: bool = False) -> Served:
         rid = req.get("range")
         served = self._served(rid, int(req.get("epoch", -2)))
+        assert isinstance(rid, str)  # a key of self.open, or _served raised NotOwner
         if served.state != "serving":
             if served.state != "following":
                 served.load.busy += 1
@@ -363,7 +364,7 @@ class RangeSet(ReplicaRanges):
                 except TableError:
                     served.load.busy += 1
                     raise
-        cap = self.tables.capacity.get(rid) if self.tables.capacity else None  # type: ignore[arg-type]
+        cap = self.tables.capacity.get(rid) if self.tables.capacity else None
         if cap is not None:
             try:
                 cap.admit(write, cost)

@@ -26,8 +26,8 @@ once for the record and the reply alike.
 from __future__ import annotations
 
 import struct
-from collections.abc import Callable
-from typing import Any, NamedTuple
+from collections.abc import Callable, Iterator
+from typing import Any, NamedTuple, cast
 
 import msgpack
 import rocksdict
@@ -56,7 +56,7 @@ class Window(NamedTuple):
     """The request records of a range: how many, their bytes, and the Timestamp the next purge starts
     at (every index key older than it is deleted already; 0 = walk the whole index)."""
 
-    count: int = 0
+    count: int = 0  # type: ignore[assignment]  # hides tuple.count, as meant; mypy flags any field so named
     nbytes: int = 0
     purge_from: int = 0
 
@@ -124,7 +124,9 @@ def purge(db: rocksdict.Rdict, wb: rocksdict.WriteBatch, w: Window, cutoff: int,
     deleted = 0
     ro = rocksdict.ReadOptions()
     ro.set_iterate_upper_bound(REQT_END)
-    it = db.items(from_key=first, read_opt=ro)
+    it: Iterator[tuple[bytes, bytes]] | None
+    # raw mode: bytes keys and values (rocksdict's stub types the keys every mode allows)
+    it = cast("Iterator[tuple[bytes, bytes]]", db.items(from_key=first, read_opt=ro))
     try:
         for k, v in it:
             if deleted >= PURGE_MAX_DELETES:

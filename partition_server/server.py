@@ -361,10 +361,10 @@ class PartitionServer:
                 frames, peer = protocol.recv_frames_peer(router, protocol.NOBLOCK)
                 burst = 1
             elif self._hb_due:  # wait on both sockets, so the answer is processed as soon as it comes
-                ready = zmq_poll(both, timeout)
-                if ready and ready[-1][0] is coord:
+                fired = zmq_poll(both, timeout)  # [(socket, events)] in ``both``'s order
+                if fired and fired[-1][0] is coord:
                     self._drain_coordinator()
-                if not ready or ready[0][0] is not router:
+                if not fired or fired[0][0] is not router:
                     continue
                 frames, peer = protocol.recv_frames_peer(router, protocol.NOBLOCK)
                 burst = 1

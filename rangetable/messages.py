@@ -36,7 +36,7 @@ class WriteOp(TypedDict):
     op: WriteKind
     pk: str
     rk: str
-    props: TypedProps
+    props: NotRequired[TypedProps]  # a delete may leave it out: the partition server reads none for one
     if_match: str | None  # None: unconditional; "*": the entity must exist; else its ETag
     # rangetable's extension (rangetable/write_conditions.py): checked with the write, atomically
     expect: NotRequired[str | None]  # "exists" | "absent" | "ignore"

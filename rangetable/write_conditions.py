@@ -102,7 +102,7 @@ def read_counters(incr: Any, props: Mapping[str, Any]) -> dict[str, list[Any]]:
     return {name: list(pair) for name, pair in incr.items()}
 
 
-def read_guard(op: dict, kind: str, props: Mapping[str, Any]) -> Guard | None:
+def read_guard(op: Mapping[str, Any], kind: str, props: Mapping[str, Any]) -> Guard | None:
     """The extension fields of op dict ``op`` (of ``kind``, writing ``props``) as a :class:`Guard`, or
     None when it has none; InvalidInput when one is malformed."""
     if FIELDS.isdisjoint(op):

@@ -93,6 +93,7 @@ def bench_http(count: int, batches: int, big: int, procs: int, entities: int, ma
         raise click.UsageError("--pid goes with --endpoint.")
     if frontends != 1 and (endpoint or data_dir):
         raise click.UsageError("--frontends is for the cluster bench http starts, not with --endpoint or --data-dir.")
+    target: contextlib.AbstractContextManager[tuple[dict, str | None]]  # (cluster.json, temporary data dir)
     if endpoint:
         if data_dir:
             raise click.UsageError("--endpoint and --data-dir exclude each other.")
@@ -133,7 +134,9 @@ def bench_soak(minutes: float, threads: int, mix: str, interval: float, preload:
     if minutes <= 0 or interval <= 0 or threads < 1 or preload < 0:
         raise click.UsageError("--minutes and --interval must be positive, --threads at least 1, --preload at least 0.")
     with bench_cluster(data_dir) as (doc, temp):
-        res = run_soak(doc, data_dir or temp, minutes=minutes, threads=threads, mix=mix, interval=interval,
+        work = data_dir or temp
+        assert work is not None  # without a data dir, bench_cluster started one in ``temp``
+        res = run_soak(doc, work, minutes=minutes, threads=threads, mix=mix, interval=interval,
                        http=use_http, background=preload, echo=(lambda s: None) if as_json else click.echo)
     if as_json:
         click.echo(json.dumps(res, indent=2))
@@ -177,6 +180,7 @@ def bench_scale(entities: int, moves: int, split_levels: int, split_mb: int, blo
         echo(f"starting a cluster in {data_dir} (block cache {block_cache_mb} MiB per partition server)")
         time_up(data_dir, up_args)
         doc = read_cluster(data_dir)
+        assert doc is not None  # time_up returned: the cluster is up, its cluster.json written
         with click.progressbar(length=entities, label="bulk load", file=sys.stderr) as bar:
             res = run_scale(doc, data_dir, entities=entities, moves=moves, split_levels=split_levels,
                             split_target=split_mb << 20, reps=reps,

@@ -162,7 +162,7 @@ class Bench:
             curve.remember(n, self.ring.public("frontend"), self.ring.pair("admin"))
         self.control = self._socket(zmq.ROUTER)
         self.control.bind("tcp://127.0.0.1:0")
-        control = self.control.getsockopt(zmq.LAST_ENDPOINT).decode()
+        control = self.control.getsockopt_string(zmq.LAST_ENDPOINT)
         owned: dict[str, list] = {s: [] for s in sids}
         for r in recs:
             owned[r["owner"]].append([r["id"], 1])
@@ -337,6 +337,7 @@ class Bench:
                     d = protocol.unpack(frames[1])
                     if rec["id"] in d["removed"]:
                         commit_v, t_commit = d["version"], time.monotonic()
+            assert t_commit is not None  # set with commit_v
             t_all = self.wait_frontends(0, commit_v, timeout=30)
             if not admin.poll(30000):
                 raise TimeoutError("the split did not finish")

@@ -79,7 +79,7 @@ def run_frontends_bench(max_frontends: int = 2, seconds: float = 30.0, connectio
             fe_pids = server_pids(doc, ("http-frontend",))
             each0 = {pid: cpu_seconds([pid]) for pid in pids}
             t0 = time.perf_counter()
-            r = parse_wrk(wrk(url, seconds, connections))
+            r: dict[str, Any] = parse_wrk(wrk(url, seconds, connections))  # and, below, the per-core lists
             wall = time.perf_counter() - t0
             each = {pid: cpu_seconds([pid]) - each0[pid] for pid in pids}
             cpu = sum(each.values())

@@ -57,7 +57,7 @@ while True:
 def pipelined(endpoint: str, bodies: Iterator[bytes], window: int = 64, secure: bool = True) -> dict[str, Any]:
     """Send every body with ``window`` in flight; returns ops/s, p50/p99 ms and error count
     (``secure``: with the CURVE keys remembered for ``endpoint``; the echo baseline is plain)."""
-    sock = zmq.Context.instance().socket(zmq.DEALER)
+    sock: zmq.Socket[bytes] = zmq.Context.instance().socket(zmq.DEALER)
     sock.setsockopt(zmq.LINGER, 0)
     if secure:
         curve.connect(sock, endpoint)
@@ -199,7 +199,7 @@ def run_native_bench(native: str, n: int = 20_000, *, echo: Callable[[str], None
 
 
 def _one(endpoint: str, body: dict) -> bytes:
-    sock = zmq.Context.instance().socket(zmq.DEALER)
+    sock: zmq.Socket[bytes] = zmq.Context.instance().socket(zmq.DEALER)
     sock.setsockopt(zmq.LINGER, 0)
     curve.connect(sock, endpoint)
     try:

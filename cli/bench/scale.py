@@ -190,7 +190,9 @@ def bloom_check(range_dir: str, pks: range, gets: int = 10_000) -> dict[str, Any
     open_s = time.perf_counter() - t0
 
     def ticker(name: str) -> int:
-        m = re.search(re.escape(name) + r" COUNT : (\d+)", opts.get_statistics())
+        stats = opts.get_statistics()
+        assert stats is not None  # statistics are enabled above
+        m = re.search(re.escape(name) + r" COUNT : (\d+)", stats)
         return int(m.group(1)) if m else 0
 
     names = ("rocksdb.block.cache.data.miss", "rocksdb.block.cache.data.hit", "rocksdb.bloom.filter.useful")

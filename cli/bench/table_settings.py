@@ -207,11 +207,15 @@ def run_capacity_bench(doc: dict, reserve: int, seconds: float, interval: float,
             echo(f"-- {phase}")
             echo(f"{'t_s':>6} " + " ".join(f"{t + ' ok/s':>16} {'% of N':>7} {'busy/s':>8}" for t in tables))
             rows = []
+
+            def pick(tables: tuple[str, ...] = tables) -> tuple[str, str]:
+                return rnd.choice(tables), _skewed(rnd)
+
             t0 = time.monotonic()
             while time.monotonic() - t0 < seconds:
                 counts: dict[str, list[int]] = {}
                 s0 = time.monotonic()
-                w.run(interval, lambda tables=tables: (rnd.choice(tables), _skewed(rnd)), counts)
+                w.run(interval, pick, counts)
                 dt = time.monotonic() - s0
                 row: dict[str, Any] = {"t_s": round(time.monotonic() - t0, 1)}
                 cells = []

@@ -115,7 +115,7 @@ def run_takeover_bench(servers: int = 1000, ranges: int = 100_000, echo: Any = p
     for e in eps[:2]:
         curve.remember(e, ring.public("coordinator"), ring.pair("admin"))
     procs = []
-    ctx = zmq.Context.instance()
+    ctx: zmq.Context[zmq.Socket[bytes]] = zmq.Context.instance()
     socks: list[zmq.Socket] = []
     try:
         for i in range(2):

@@ -66,6 +66,7 @@ class Dashboard:
     def url(self) -> str:
         """The page's URL."""
         host, port = self.httpd.server_address[:2]
+        assert isinstance(host, str)  # a bound socket's getsockname() names its host as a str
         return f"http://{host}:{port}/"
 
     def serve_forever(self) -> None:

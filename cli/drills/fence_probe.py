@@ -14,18 +14,23 @@ import signal
 import sys
 import threading
 import time
+from typing import TYPE_CHECKING
 
 import zmq
 
 from rangetable.files import write_json_atomic
 
+if TYPE_CHECKING:
+    from rangetable.curve import KeyPair
 
-def ask(ctx: zmq.Context, endpoint: str, pair: object, server: bytes, body: dict, timeout: float = 0.3) -> object:
+
+def ask(ctx: zmq.Context[zmq.Socket[bytes]], endpoint: str, pair: KeyPair, server: bytes, body: dict,
+        timeout: float = 0.3) -> object:
     """One request to the server; returns the result, a TableError code, or ``silence``."""
     from rangetable import curve, protocol
     from rangetable.errors import TableError
 
-    sock = ctx.socket(zmq.DEALER)
+    sock: zmq.Socket[bytes] = ctx.socket(zmq.DEALER)
     sock.setsockopt(zmq.LINGER, 0)
     try:
         curve.secure_client(sock, pair, server)
@@ -50,7 +55,7 @@ def main(argv: list[str]) -> int:
     pair, server = ring.pair("frontend"), ring.public("partition-server")
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    ctx = zmq.Context.instance()
+    ctx: zmq.Context[zmq.Socket[bytes]] = zmq.Context.instance()
     rounds = []
     while not stop.is_set():
         t = time.monotonic()

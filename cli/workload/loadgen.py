@@ -57,7 +57,7 @@ class LoadGen(threading.Thread):
 
     def run(self) -> None:
         """Drive the load; the result is in ``self.result``."""
-        sock = zmq.Context.instance().socket(zmq.DEALER)
+        sock: zmq.Socket[bytes] = zmq.Context.instance().socket(zmq.DEALER)
         sock.setsockopt(zmq.LINGER, 0)
         curve.connect(sock, self.native)
         ids = itertools.count(1)
@@ -68,6 +68,7 @@ class LoadGen(threading.Thread):
         def send() -> None:
             pk, rk = self.key_fn(self.rnd, next(n))
             kind = "get" if self.rnd.random() < self.get_share else "put"
+            body: dict[str, object]
             if kind == "get":
                 body = {"op": "get", "table": self.table, "pk": pk, "rk": rk}
             else:

@@ -61,7 +61,7 @@ class SimServer:
         self.router = make_socket(ctx, zmq.ROUTER)
         curve.secure_server(self.router, keys.pair("partition-server"), "partition-server")  # no ZAP: any keyed peer
         self.router.bind("tcp://127.0.0.1:0")
-        self.endpoint = self.router.getsockopt(zmq.LAST_ENDPOINT).decode()
+        self.endpoint = self.router.getsockopt_string(zmq.LAST_ENDPOINT)
         self.coord = make_socket(ctx, zmq.DEALER)
         curve.secure_client(self.coord, keys.pair("partition-server"), keys.public("coordinator"))
         self.coord.connect(coordinator)
@@ -139,6 +139,8 @@ class SimServer:
 class SimProcess:
     """The loop of one process of simulated servers."""
 
+    due: list[tuple[float, str]]  # (when, server id): the heartbeat schedule, a heap
+
     def __init__(self, spec: dict) -> None:
         self.ctx = zmq.Context()
         self.ctx.set(zmq.MAX_SOCKETS, 4 * len(spec["servers"]) + 64)
@@ -192,7 +194,7 @@ class SimProcess:
         """Heartbeat every server on schedule and answer whatever arrives, until told to quit."""
         protocol.send_frames(self.control, [b"ready", protocol.pack(
             {s.id: s.endpoint for s in self.servers.values()})])
-        self.due: list[tuple[float, str]] = []  # filled by the benchmark's "go"
+        self.due = []  # filled by the benchmark's "go"
         while not self.stopping:
             now = time.monotonic()
             due = self.due

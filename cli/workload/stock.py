@@ -89,7 +89,8 @@ def _rest_decrement(target: str, table: str, pk: str, mode: str) -> Callable[[],
         try:
             client.update_entity(key, headers=headers, raw_response_hook=hook)
         except HttpResponseError as exc:  # not a code the SDK knows: not a ResourceModifiedError
-            if exc.error_code != "ConditionCheckFailed":
+            # azure-data-tables sets error_code on the errors it raises; azure-core's class lacks it
+            if exc.error_code != "ConditionCheckFailed":  # type: ignore[attr-defined]
                 raise
             return None, 0
         return json.loads(seen["counters"])["stock"], 0

@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from frontend.http import cors, routes
 from frontend.http.parse import DRAIN_LIMIT, MAX_BODY, Request, parse, refuse_secondary_write
@@ -27,6 +27,9 @@ from frontend.http.render import Response, error_response, failure, finish
 from frontend.http.security import Security
 from frontend.metrics import Answers
 from rangetable.errors import TableError
+
+if TYPE_CHECKING:
+    from frontend.aio import Answer
 
 PROPS_TTL_S = 5.0
 SYNC_TTL_S = 1.0  # Get Service Stats asks the coordinator for LastSyncTime at most this often
@@ -42,7 +45,8 @@ class RestApp:
         self.security = Security(accounts or [], self.fetch_acl, oauth)
         self._props: tuple[float, dict] | None = None
         self._sync: tuple[float, float] | None = None  # (monotonic time asked, LastSyncTime)
-        self._submit = getattr(fe, "submit", None)  # AioFrontend.submit: the callback path of serve()
+        # AioFrontend.submit: the callback path of serve()
+        self._submit: Callable[[dict, Answer], None] | None = getattr(fe, "submit", None)
         self.answers = Answers()  # responses by (method, status code), for the Prometheus metrics
 
     # --- shared state ---------------------------------------------------------------------------
@@ -186,16 +190,19 @@ class RestApp:
         """
         try:
             method, comp = parse(rq, too_big)
+            res = rq.res
+            assert res is not None  # parse() set it
             plan = None
-            if (self._submit is not None and method != "OPTIONS" and "origin" not in rq.headers
-                    and self.security.acl_table(rq.query, rq.res.table) is None):  # type: ignore[union-attr]
-                plan = routes.plan_for(rq.res, method, comp)  # type: ignore[arg-type]
-            if plan is None:
+            submit = self._submit
+            if (submit is not None and method != "OPTIONS" and "origin" not in rq.headers
+                    and self.security.acl_table(rq.query, res.table) is None):
+                plan = routes.plan_for(res, method, comp)
+            if plan is None or submit is None:  # (plan is None whenever submit is)
                 asyncio.get_running_loop().create_task(self._complete(rq, method, comp, done))
                 return
             rq.auth = self.security.authenticate_now(rq.method, rq.raw_path, rq.query, rq.headers, rq.scheme,
                                                      rq.client_ip)
-            refuse_secondary_write(rq.res, method)  # type: ignore[arg-type]
+            refuse_secondary_write(res, method)
             req, finisher = plan(rq)
         except Exception as exc:
             done(finish(rq, failure(rq, exc), self.answers))
@@ -208,7 +215,7 @@ class RestApp:
                 resp = failure(rq, exc)
             done(finish(rq, resp, self.answers))
 
-        self._submit(req, answered)
+        submit(req, answered)
 
     async def _complete(self, rq: Request, method: str, comp: str | None,
                         done: Callable[[Response], None] | None = None) -> Response:

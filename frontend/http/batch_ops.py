@@ -56,6 +56,7 @@ def sub_resource(rq: Request, sub: SubRequest, fast: bool = True) -> Resource:
         path, _, qs = url.partition("?")
         host = rq.host
         if not path.startswith("/"):
+            assert rq.res is not None  # parse() set it: this is the batch URL's
             path = f"/{rq.res.account}/{path}"
         else:
             base = rq.raw_path[: rq.raw_path.rfind("/")]  # "/devstoreaccount1" path style, "" host style
@@ -98,6 +99,7 @@ async def _single_get(app: Services, rq: Request, sub: SubRequest) -> Response:
         res = sub_resource(rq, sub)
         if res.kind != "entity":
             raise TableError("InvalidInput", "A batch query must address one entity.")
+        assert res.table is not None  # an entity URL names its table
         check(rq.auth, "get", res.table, res.pk, res.rk)
         level = odata.metadata_level(sub.headers.get("accept"))
         ent = await app.fe.request({"op": "get", "table": res.table, "pk": res.pk, "rk": res.rk})
@@ -123,6 +125,7 @@ async def run_batch(app: Services, rq: Request) -> Response:
     meta: list[tuple[str | None, str, Resource]] = []  # (prefer, level, resource) per op
     table: str | None = None
     lower_table = ""
+    assert rq.res is not None  # parse() set it
     account = rq.res.account
     auth = rq.auth
     resources: dict[str, Resource] = {}  # by URL: the inserts of a batch share theirs (read-only)
@@ -138,6 +141,7 @@ async def run_batch(app: Services, rq: Request) -> Response:
                 res = resources[sub.url] = sub_resource(rq, sub)
             if res.kind != "entity" and res.kind != "entities":
                 raise TableError("InvalidInput", "A batch operation must address an entity or an entity set.")
+            assert res.table is not None  # an entity or entity-set URL names its table
             if res.account != account:
                 raise TableError("InvalidInput", "All batch operations must address the batch's account.")
             if table is None:
@@ -188,6 +192,7 @@ async def run_batch(app: Services, rq: Request) -> Response:
 
 def _insert_part(base: str, sub: SubRequest, pref: str | None, level: str, res: Resource, ent: Any) -> bytes:
     """The response part of an insert that succeeded."""
+    assert res.table is not None  # run_batch took only entity and entity-set URLs, which name their table
     link = f"{base}/{odata.edit_link(res.table, ent[0], ent[1])}"
     headers = f"{_HDRS_TEXT}\r\nETag: {odata.etag_of(ent[2])}\r\nLocation: {link}\r\nDataServiceId: {link}"
     if pref is not None:

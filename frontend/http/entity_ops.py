@@ -129,6 +129,7 @@ def azure_write_op(method: str, headers: dict[str, str], res: Resource, body: by
 def query_entities(rq: Request) -> tuple[dict, Finisher]:
     """GET /t() — Query Entities (a Plan: one native query, however many ranges it reads)."""
     res = rq.res
+    assert res is not None and res.table is not None  # parsed: an entity URL names its table
     check(rq.auth, "query", res.table)
     select = rq.ctx = parse_select(rq.param("$select"))
     req: dict[str, Any] = {"op": "query", "table": res.table, "filter": rq.param("$filter") or None,
@@ -144,6 +145,7 @@ def query_entities(rq: Request) -> tuple[dict, Finisher]:
 
 def _queried(rq: Request, out: dict) -> Response:
     res = rq.res
+    assert res is not None and res.table is not None  # parsed: an entity URL names its table
     ents = out["entities"]
     sas = getattr(rq.auth, "sas", None)
     if sas is not None and getattr(sas, "has_key_range", False):
@@ -160,9 +162,10 @@ def _queried(rq: Request, out: dict) -> Response:
 def get_entity(rq: Request) -> tuple[dict, Finisher]:
     """GET /t(PartitionKey='p',RowKey='r') (a Plan)."""
     res = rq.res
+    assert res is not None and res.table is not None  # parsed: an entity URL names its table
     check(rq.auth, "get", res.table, res.pk, res.rk)
     select = rq.ctx = parse_select(rq.param("$select")) if rq.query else None
-    req = {"op": "get", "table": res.table, "pk": res.pk, "rk": res.rk, "select": select}
+    req: dict[str, Any] = {"op": "get", "table": res.table, "pk": res.pk, "rk": res.rk, "select": select}
     if res.secondary:
         req["secondary"] = True
     return req, _got_entity
@@ -170,6 +173,7 @@ def get_entity(rq: Request) -> tuple[dict, Finisher]:
 
 def _got_entity(rq: Request, ent: list) -> Response:
     res = rq.res
+    assert res is not None and res.table is not None  # parsed: an entity URL names its table
     base = rq.base
     prefix = odata.element_prefix(rq.level, base, res.table)
     body = odata.entity_bytes(ent, rq.level, select=rq.ctx, prefix=prefix, base=base, account=res.account,
@@ -182,6 +186,7 @@ def _got_entity(rq: Request, ent: list) -> Response:
 def insert_entity(rq: Request) -> tuple[dict, Finisher]:
     """POST /t — Insert Entity (a Plan: 201 echo, or 204 with ``Prefer: return-no-content``)."""
     res = rq.res
+    assert res is not None and res.table is not None  # parsed: an entity URL names its table
     rq.ctx = prefer(rq.headers)
     op = write_op("POST", rq.headers, res, rq.body)
     check(rq.auth, "insert", res.table, op["pk"], op["rk"])
@@ -190,6 +195,7 @@ def insert_entity(rq: Request) -> tuple[dict, Finisher]:
 
 def _inserted(rq: Request, ent: list) -> Response:
     res = rq.res
+    assert res is not None and res.table is not None  # parsed: an entity URL names its table
     pref = rq.ctx
     base = rq.base
     link = f"{base}/{odata.edit_link(res.table, ent[0], ent[1])}".encode()
@@ -208,6 +214,7 @@ def _inserted(rq: Request, ent: list) -> Response:
 def _writer(method: str) -> Plan:
     def write_entity(rq: Request) -> tuple[dict, Finisher]:
         res = rq.res
+        assert res is not None and res.table is not None  # parsed: an entity URL names its table
         op = write_op(method, rq.headers, res, rq.body)
         check(rq.auth, op["op"], res.table, res.pk, res.rk)
         rq.ctx = op

@@ -182,7 +182,8 @@ def parse_resource(raw_path: str, query: dict[str, list[str]], host: str | None 
     if paren < 0:
         shape = _shapes.get((raw_path, host))
         if shape is not None:
-            return Resource(*shape, query=query)
+            kind, account, secondary, table, pk, rk = shape
+            return Resource(kind, account, secondary, table, pk, rk, query)
         res = _parse_resource(raw_path, query, host)
         _remember((raw_path, host), (res.kind, res.account, res.secondary, res.table, res.pk, res.rk))
         return res

@@ -104,17 +104,19 @@ async def _serve(app: RestApp, host: str, port: int, loop: asyncio.AbstractEvent
     from pathlib import Path
 
     from granian.constants import Interfaces
+    from granian.log import LogLevels
     from granian.server.embed import Server
 
-    certs = {"ssl_cert": Path(cfg.cert), "ssl_key": Path(cfg.key)} if tls and cfg else {}
     gserver = Server(app, address=host, port=port, interface=Interfaces.ASGI, log_access=False,
-                     log_level="warning", backlog=1024, websockets=False, **certs)
+                     log_level=LogLevels.warning, backlog=1024, websockets=False,
+                     ssl_cert=Path(cfg.cert) if tls and cfg else None,
+                     ssl_key=Path(cfg.key) if tls and cfg else None)
 
-    def stop() -> None:
+    def stop_granian() -> None:
         gserver.stop()
 
     for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop)
+        loop.add_signal_handler(sig, stop_granian)
     log.info("http frontend %s serving Azure Table REST on %s://%s:%d", app.fe.id, scheme, host, port)
     await gserver.serve()
 

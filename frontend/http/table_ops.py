@@ -30,6 +30,7 @@ async def query_tables(app: Services, rq: Request) -> Response:
     h = odata_headers(rq, True)
     if out.get("next"):
         h.append((b"x-ms-continuation-nexttablename", odata.encode_token(out["next"]).encode()))
+    assert rq.res is not None  # parse() set it
     return Response(200, h, odata.table_feed(out["tables"], rq.level, rq.base, rq.res.account))
 
 
@@ -55,23 +56,28 @@ async def create_table(app: Services, rq: Request) -> Response:
         h.append((b"preference-applied", pref.encode()))
     if no_content:
         return Response(204, h)
+    assert rq.res is not None  # parse() set it
     return Response(201, h, odata.table_single(name, rq.level, rq.base, rq.res.account))
 
 
 async def delete_table(app: Services, rq: Request) -> Response:
     """DELETE /Tables('t')."""
-    check(rq.auth, "delete_table", rq.res.table)
-    await app.fe.request({"op": "delete_table", "table": rq.res.table})
+    res = rq.res
+    assert res is not None  # parse() set it
+    check(rq.auth, "delete_table", res.table)
+    await app.fe.request({"op": "delete_table", "table": res.table})
     return Response(204, list(ODATA_HEADERS))
 
 
 async def get_table(app: Services, rq: Request) -> Response:
     """GET /Tables('t') — one table's entry."""
-    check(rq.auth, "get_table", rq.res.table)
-    out = await app.fe.request({"op": "get_table", "table": rq.res.table})
-    name = (out or {}).get("table") or rq.res.table
+    res = rq.res
+    assert res is not None and res.table is not None  # parsed: a /Tables('t') URL names its table
+    check(rq.auth, "get_table", res.table)
+    out = await app.fe.request({"op": "get_table", "table": res.table})
+    name = (out or {}).get("table") or res.table
     h = odata_headers(rq, True) + [(TTL_HEADER.encode(), str((out or {}).get("ttl", "none")).encode())]
-    return Response(200, h, odata.table_single(name, rq.level, rq.base, rq.res.account))
+    return Response(200, h, odata.table_single(name, rq.level, rq.base, res.account))
 
 
 # --- ACL, service properties, stats ------------------------------------------------------------------
@@ -79,17 +85,21 @@ async def get_table(app: Services, rq: Request) -> Response:
 
 async def get_acl(app: Services, rq: Request) -> Response:
     """GET/HEAD /t?comp=acl — Get Table ACL."""
-    check(rq.auth, "acl", rq.res.table)
-    acl = await app.fetch_acl(rq.res.table)
+    res = rq.res
+    assert res is not None and res.table is not None  # parsed: a /t URL names its table
+    check(rq.auth, "acl", res.table)
+    acl = await app.fetch_acl(res.table)
     return Response(200, [XML_TYPE], xmldocs.format_acl(acl))
 
 
 async def set_acl(app: Services, rq: Request) -> Response:
     """PUT /t?comp=acl — Set Table ACL."""
-    check(rq.auth, "acl", rq.res.table)
+    res = rq.res
+    assert res is not None and res.table is not None  # parsed: a /t URL names its table
+    check(rq.auth, "acl", res.table)
     acl = xmldocs.parse_acl(rq.body)
-    await app.fe.request({"op": "set_acl", "table": rq.res.table, "policies": acl})
-    app.security.forget_acl(rq.res.table)
+    await app.fe.request({"op": "set_acl", "table": res.table, "policies": acl})
+    app.security.forget_acl(res.table)
     return Response(204)
 
 
@@ -112,9 +122,11 @@ async def set_properties(app: Services, rq: Request) -> Response:
 async def get_stats(app: Services, rq: Request) -> Response:
     """GET /?restype=service&comp=stats — served on the ``-secondary`` account only, as Azure does (400
     InvalidQueryParameterValue on the primary)."""
-    if not rq.res.secondary:
+    res = rq.res
+    assert res is not None  # parse() set it
+    if not res.secondary:
         raise TableError("InvalidQueryParameterValue", "Get Service Stats is served on the secondary endpoint "
-                         f"({rq.res.account}-secondary) only.")
+                         f"({res.account}-secondary) only.")
     check(rq.auth, "service_read", None)
     last_sync = await app.last_sync_time()
     return Response(200, [XML_TYPE], xmldocs.format_stats(formatdate(int(last_sync), usegmt=True)))
