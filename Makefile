@@ -9,7 +9,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 # System tools some tests need (etcd, Chromium, the Azure CLI, node/npm): tests/tools.lock pins them and
-# tests/tools/install.sh installs the missing ones from Debian's archive when run as root, once (the stamp;
+# tests/setup/install.sh installs the missing ones from Debian's archive when run as root, once (the stamp;
 # about 5 to 8 minutes and 1.1 GB the first time). Where it cannot, it says why and those tests skip, which the
 # end of the run counts. `make test TOOLS=no` leaves the machine as it is.
 TOOLS ?= yes
@@ -31,8 +31,8 @@ $(STAMP): requirements.lock pyproject.toml
 	$(BIN)/pip install -q --disable-pip-version-check --no-deps --no-build-isolation -e .
 	@touch $(STAMP)
 
-$(TOOLS_STAMP): tests/tools.lock tests/tools/install.sh | $(STAMP)
-	@bash tests/tools/install.sh $@
+$(TOOLS_STAMP): tests/tools.lock tests/setup/install.sh | $(STAMP)
+	@bash tests/setup/install.sh $@
 
 tools: $(TOOLS_STAMP)
 

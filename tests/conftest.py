@@ -5,7 +5,8 @@
   SIGKILL of anything left) when the test module ends, even when the test failed. Tests that share one
   cluster wrap it in a module-scoped fixture; a test that needs a cluster of its own uses it as a context
   manager (``with cluster_factory() as c:``), which stops it at the end of the block.
-* Tests under ``tests/unit/`` start no process: an autouse guard makes any attempt fail loudly.
+* Tests under ``tests/unit/`` and ``tests/tools/unit/`` start no process: an autouse guard makes any attempt
+  fail loudly.
 * Test ids are the same in every pytest-xdist worker, and the longest files are handed out first (their
   seconds in ``tests/file_seconds.json``; ``pytest -n 4 --record-file-seconds`` writes it anew).
 * ``@pytest.mark.serial`` tests (wall-clock bounds) are left out of the parallel run and run alone after
@@ -29,8 +30,9 @@ import pytest
 
 from tests.cluster import Cluster, ClusterFactory, one_copy_named
 
-UNIT = Path(__file__).resolve().parent / "unit"
-TOOLS_NOTE = Path(__file__).resolve().parents[1] / ".venv" / ".tools.note"  # tests/tools/install.sh's reason
+UNITS = (Path(__file__).resolve().parent / "unit", Path(__file__).resolve().parent / "tools" / "unit")
+"""Where tests start no process: the product's unit tests and the tools' (bench, drills, workload)."""
+TOOLS_NOTE = Path(__file__).resolve().parents[1] / ".venv" / ".tools.note"  # tests/setup/install.sh's reason
 ADDRESS = re.compile(r" at 0x[0-9a-f]+")
 FILE_SECONDS = Path(__file__).resolve().parent / "file_seconds.json"
 ROOT = Path(__file__).resolve().parents[1]
@@ -79,14 +81,19 @@ def cluster_factory(tmp_path_factory: pytest.TempPathFactory,
             raise errors[0]
 
 
+def _is_unit(path: Path) -> bool:
+    return any(unit in path.parents for unit in UNITS)
+
+
 def _no_process(*args: object, **kwargs: object) -> None:
-    raise AssertionError("a test under tests/unit/ must not start a process (move it to tests/integration/)")
+    raise AssertionError("a test under tests/unit/ or tests/tools/unit/ must not start a process (move it to the "
+                         "integration/ beside it)")
 
 
 @pytest.fixture(autouse=True)
 def _unit_tests_start_no_process(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Under tests/unit/, starting a subprocess or forking fails the test."""
-    if UNIT not in Path(str(request.node.path)).resolve().parents:
+    """Under tests/unit/ and tests/tools/unit/, starting a subprocess or forking fails the test."""
+    if not _is_unit(Path(str(request.node.path)).resolve()):
         return
     monkeypatch.setattr(subprocess.Popen, "_execute_child", _no_process)
     monkeypatch.setattr(os, "fork", _no_process)
@@ -119,7 +126,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         seconds[item.path] = seconds.get(item.path, 0.0) + 10.0 * (item.get_closest_marker("slow") is not None)
     for path in seconds:
         seconds[path] = measured.get(path.relative_to(ROOT).as_posix(), seconds[path])
-    items.sort(key=lambda item: (-seconds[item.path], UNIT in item.path.parents))
+    items.sort(key=lambda item: (-seconds[item.path], _is_unit(item.path)))
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

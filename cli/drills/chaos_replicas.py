@@ -6,7 +6,7 @@ live servers again.
 A disk is wiped only while every range it holds keeps another in-sync copy that no earlier wipe destroyed
 (a copy of a wiped server counts again once that server, in a new incarnation, is back in the range's
 in-sync set, i.e. rebuilt): losing every copy of a range loses acknowledged writes by design, and the drill
-tests the protocol, not arithmetic. The decisions are pure and unit-tested (tests/unit/test_chaos_replicas.py).
+tests the protocol, not arithmetic. The decisions are pure and unit-tested (tests/tools/unit/test_chaos_replicas.py).
 """
 
 from __future__ import annotations

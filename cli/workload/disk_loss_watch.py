@@ -1,7 +1,7 @@
 """What the disk-loss drill and ``bench replicas`` measure: when each range answered clients again after
 the kill (from the workload's own history), and when each range had N in-sync replicas on live servers
 again (by polling the coordinator's status). The functions are pure and unit-tested
-(tests/unit/test_disk_loss_watch.py); :class:`RestoreWatch` is the thin thread that feeds them.
+(tests/tools/unit/test_disk_loss_watch.py); :class:`RestoreWatch` is the thin thread that feeds them.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 # Installs the system tools that some tests need (tests/tools.lock: etcd, the Azure CLI, Chromium, node/npm)
 # when their command is missing from PATH. `make tools` runs it, and `make test` runs `make tools` first.
 #
-#   tests/tools/install.sh STAMP
+#   tests/setup/install.sh STAMP
 #
 # * Every command of the lock on PATH: writes STAMP (what was found) and exits. No apt at all; make does not
 #   even run this script again while STAMP is newer than the lock and this script.
@@ -14,7 +14,7 @@
 # A command already on PATH is used as it is, whatever its version: nothing is upgraded or downgraded.
 set -uo pipefail
 
-stamp=${1:?usage: tests/tools/install.sh STAMP}
+stamp=${1:?usage: tests/setup/install.sh STAMP}
 cd "$(dirname "$0")/../.."
 lock=tests/tools.lock
 note=$stamp.note
@@ -39,7 +39,7 @@ scan() {
 write_stamp() {
     local cmd pkg version found
     {
-        echo "# written by tests/tools/install.sh: every command of tests/tools.lock is on PATH"
+        echo "# written by tests/setup/install.sh: every command of tests/tools.lock is on PATH"
         while read -r cmd pkg version; do
             found=$(dpkg-query -W -f='${Version}' "$pkg" 2>/dev/null || true)
             echo "$cmd $(command -v "$cmd") ${found:-not-from-$pkg}"

@@ -8,7 +8,7 @@ import pytest
 from click.testing import CliRunner
 
 from cli.main import main
-from tests.unit.test_bench_http_units import CONN
+from tests.tools.unit.test_bench_http_units import CONN
 
 
 @pytest.mark.parametrize(("args", "message"), [

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 
 from cli.workload.verify import Op, check_ack_loss, check_counters, combine
-from tests.unit.register_histories import CAS, DEL, INF, INS, UPD, R, W, build, simulate
+from tests.tools.unit.register_histories import CAS, DEL, INF, INS, UPD, R, W, build, simulate
 
 # name -> (op specs on key "k", final value of "k" (None: absent), lost kind or None if it must pass)
 CASES: dict[str, tuple[list[tuple], Any, str | None]] = {

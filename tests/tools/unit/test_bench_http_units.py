@@ -1,6 +1,6 @@
 """`rangetable bench http --endpoint … --pid …`: measuring another Table endpoint (e.g. Azurite).
 
-The tests that start no process; those that do are in tests/integration/test_bench_http_units.py.
+The tests that start no process; those that do are in tests/tools/integration/test_bench_http_units.py.
 """
 from __future__ import annotations
 

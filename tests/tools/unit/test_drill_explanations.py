@@ -16,7 +16,7 @@ from cli.workload.verify.explain import (
     slow_op_lines,
     timeout_sizes,
 )
-from tests.unit.register_histories import R, W, build
+from tests.tools.unit.register_histories import R, W, build
 
 # A stale read: 'b' was acknowledged at t=2.0, yet a read that began at t=3.0 returned 'a'.
 STALE = build(W(0.0, 1.0, "a"), W(1.5, 2.0, "b"), R(3.0, 3.5, "a"))

@@ -11,7 +11,7 @@ import threading
 import pytest
 
 from cli.workload.verify import Op, Recorder, check, check_key, dump_history, load_history
-from tests.unit.register_histories import CAS, DEL, INF, INS, UPD, R, W, build
+from tests.tools.unit.register_histories import CAS, DEL, INF, INS, UPD, R, W, build
 
 MUST_PASS = {
     "write then read": [W(0, 1, "a"), R(2, 3, "a")],

@@ -15,7 +15,7 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 
 from cli.workload.verify import Op, check
-from tests.unit.register_histories import simulate
+from tests.tools.unit.register_histories import simulate
 
 # --- cross-check against brute force on tiny arbitrary histories -------------------------------
 

@@ -1,6 +1,6 @@
 """``rangetable drill netsplit`` end to end: a cluster across network namespaces, links cut under load.
 
-The tests that start no process; those that do are in tests/integration/test_netsplit.py.
+The tests that start no process; those that do are in tests/tools/integration/test_netsplit.py.
 """
 from __future__ import annotations
 
