@@ -98,7 +98,7 @@ class Connection:
             sock.setsockopt(zmq.LINGER, 0)
             sock.setsockopt(zmq.MAXMSGSIZE, protocol.HARD_MAX_MESSAGE)
             # handshakes (read when a request goes unanswered, to say why) and dropped connections
-            self._monitor = sock.get_monitor_socket(MONITORED)
+            self._monitor = protocol.monitor_socket(sock, MONITORED)
             try:
                 curve.connect(sock, self.endpoint)
             except ValueError:

@@ -33,6 +33,7 @@ import zmq
 import zmq.auth
 from zmq.utils.monitor import parse_monitor_message
 
+from rangetable import protocol
 from rangetable.data_dir import default_data_dir
 
 log = logging.getLogger("rangetable.curve")
@@ -350,7 +351,7 @@ class Guard:
 
     def watch(self, sock: zmq.Socket, what: str) -> None:
         """Log refused handshakes on a server socket (call before bind)."""
-        mon = sock.get_monitor_socket(zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL | zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL)
+        mon = protocol.monitor_socket(sock, zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL | zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL)
         with self._lock:
             self._new.append((mon, what))
 

@@ -19,6 +19,8 @@ fields and types are :mod:`rangetable.messages`.
 
 from __future__ import annotations
 
+import itertools
+import os
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -100,6 +102,16 @@ def peer_key(frame: zmq.Frame | None) -> str | None:
     except zmq.ZMQError:  # no CURVE on this connection
         return None
     return user_id if isinstance(user_id, str) else None  # a str property (the stubs say int | str)
+
+
+_monitors = itertools.count(1)
+
+
+def monitor_socket(sock: zmq.Socket, events: int) -> zmq.Socket:
+    """A PAIR socket that receives ``sock``'s ``events``, on an inproc endpoint no other monitor in this process
+    uses. (pyzmq's default endpoint is named after the socket's descriptor: a new socket given the number of
+    one just closed, whose monitor the context has not unbound yet, failed with "Address already in use".)"""
+    return sock.get_monitor_socket(events, addr=f"inproc://rangetable-monitor-{os.getpid()}-{next(_monitors)}")
 
 
 def readable(sock: zmq.Socket) -> bool:

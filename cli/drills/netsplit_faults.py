@@ -20,7 +20,15 @@ from cli.coordinator_client import call
 from cli.drills.drill_table import Prober, most_owned
 from cli.drills.netsplit_drill import Drill, FenceProbe
 from cli.drills.netsplit_hosts import COORDINATORS, ETCD, PORTS
-from cli.drills.netsplit_report import ack_times, fence_summary, first_after, in_ranges, longest_gap, outage
+from cli.drills.netsplit_report import (
+    ack_times,
+    acked_while_owned,
+    fence_summary,
+    first_after,
+    in_ranges,
+    longest_gap,
+    outage,
+)
 from cli.workload.disk_loss_watch import RestoreWatch
 from rangetable.errors import TableError
 
@@ -70,16 +78,16 @@ def primary(d: Drill) -> dict:
     t_cut = d.cut(victim)
     prober = Prober(d.s.natives[0], table, watched, t_cut)
     prober.start()
-    last_owned = t_cut
-    ids = {r["id"] for r in watched}
+    owned_until = {r["id"]: t_cut for r in watched}  # range id -> the last time the map named the victim its primary
     while time.monotonic() - t_cut < d.fault_seconds:
         # A map that names the victim was the map at some instant after the question was asked, and the owner
-        # changes once: so the victim surely owned its ranges when the question was asked, not when the answer
+        # changes once: so the victim surely owned the range when the question was asked, not when the answer
         # came (a slow answer would count the new primary's acknowledgements as the cut server's).
         asked = time.monotonic()
         st = d.status(0.5)
-        if st and any(r["id"] in ids and r["owner"] == victim for r in st["ranges"]):
-            last_owned = asked
+        for r in (st or {}).get("ranges", []):
+            if r["id"] in owned_until and r["owner"] == victim:
+                owned_until[r["id"]] = asked
         time.sleep(0.1)
     rounds = probe.finish()
     t_heal = d.heal(victim)
@@ -87,7 +95,7 @@ def primary(d: Drill) -> dict:
     prober.stop.set()
     row, res, t_end = _settle_and_finish(d, "primary", victim, ranges, client, t_cut, t_heal)
     served = max(prober.served.values()) if prober.served and not prober.pending else None
-    late = [t for t, _ep, pk in res["acks"] if in_ranges(pk, watched) and t_cut + d.lease_s < t <= last_owned]
+    late = acked_while_owned(res["acks"], watched, owned_until, t_cut + d.lease_s)
     return {**row, "ranges_on_target": len(watched), "fence": fence_summary(rounds, t_cut, d.lease_s),
             "acked_by_cut_server": len(late), "served_after_cut_s": served,
             "served_after_lease_s": None if served is None else round(max(0.0, served - d.lease_s), 3),

@@ -8,6 +8,7 @@ import copy
 from cli.drills.netsplit_report import (
     PROFILES,
     ack_times,
+    acked_while_owned,
     client_errors,
     coordinator_events,
     fault_problems,
@@ -66,6 +67,14 @@ def test_ack_times_filters_by_endpoint_and_ranges() -> None:
     assert ack_times(acks, endpoint="a") == [1.0, 3.0]
     assert ack_times(acks, ranges=[{"low": "p02", "high": "p04"}]) == [2.0]
     assert first_after([1.0, 2.0, 3.0], 1.5) == 0.5 and first_after([1.0], 2.0) is None
+
+
+def test_writes_count_against_the_cut_server_only_while_the_map_names_it_their_range_s_primary() -> None:
+    a, b = {"id": "a", "low": "", "high": "p05"}, {"id": "b", "low": "p05", "high": None}
+    acks = [[3.2, "fe", "p01"], [3.4, "fe", "p07"], [3.9, "fe", "p02"], [2.0, "fe", "p03"]]
+    # a moved at 3.3 s, b at 4.0 s: the ack on a at 3.9 s is its new primary's, though b still named the cut one
+    assert acked_while_owned(acks, [a, b], {"a": 3.3, "b": 4.0}, since=3.0) == [3.2, 3.4]
+    assert acked_while_owned(acks, [a, b], {}, since=3.0) == []  # never named after the cut: none
 
 
 def test_fence_summary_finds_the_lapse_and_answers_after_the_lease() -> None:
