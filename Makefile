@@ -45,13 +45,18 @@ down: $(STAMP)
 
 test: $(STAMP) $(if $(filter yes,$(TOOLS)),$(TOOLS_STAMP))
 	$(BIN)/ruff check .
-	$(BIN)/mypy
-	# the few wall-clock tests first, alone; then everything else on $(TEST_WORKERS) workers (its summary ends the run)
+	# the few wall-clock tests first, alone; then everything else on $(TEST_WORKERS) workers with mypy beside them
+	# (it needs one core for about 12 s; its verdict follows pytest's summary, and either failing fails the run)
 	$(BIN)/python -m pytest -m serial $(PYTEST_ARGS)
-	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder -m "not serial" --durations=15 $(PYTEST_ARGS)
+	$(BIN)/mypy > $(VENV)/mypy.log 2>&1 & types=$$!; \
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder -m "not serial" --durations=15 $(PYTEST_ARGS); \
+	tests=$$?; wait $$types; typed=$$?; \
+	if [ $$typed -eq 0 ]; then echo "mypy: $$(tail -1 $(VENV)/mypy.log)"; else cat $(VENV)/mypy.log; fi; \
+	[ $$tests -eq 0 ] && [ $$typed -eq 0 ]
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
+	$(BIN)/mypy
 
 bench: $(STAMP)
 	$(BIN)/rangetable bench store

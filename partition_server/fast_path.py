@@ -6,7 +6,7 @@ steps; the plain versions are the readable definitions:
 * **spliced replies** — an entity is stored as ``msgpack([ts, props])`` and travels as
   ``msgpack([pk, rk, ts, props])``, so its wire form is a hand-written array header, the two keys as
   msgpack strings, then the stored value without its own header: no decode, no re-encode. Plain
-  version: ``protocol.pack(entity_to_wire(entity))`` (:func:`partition_server.range_ops.wire_answer`).
+  version: ``protocol.pack(entity_to_wire(entity))`` (``wire_answer`` in ``tests/oracles.py``).
   Speeds up point reads, scan pages and write answers: one entity's answer costs 0.2 µs of CPU
   spliced, 2.7 µs decoded and packed.
 * **whole-batch validation and C-level upserts** — the usual entity group transaction (one schema:
@@ -143,7 +143,7 @@ def entities(prefix: bytes, rkbs: list[bytes], values: list[bytes]) -> list[byte
 
 def answer(key: bytes, value: bytes | None) -> bytes:
     """An op's answer in wire form: the entity at ``key`` spliced from its stored ``value``, or nil
-    for a delete (:func:`partition_server.range_ops.wire_answer` packs the same bytes)."""
+    for a delete (``wire_answer`` in ``tests/oracles.py`` packs the same bytes)."""
     return NIL if value is None else entity_bytes(key, value)
 
 

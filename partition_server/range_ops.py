@@ -24,11 +24,10 @@ import msgpack
 import rocksdict
 
 from rangetable import protocol, write_conditions
-from rangetable.edm import Entity, etag_matches, is_weak_etag
+from rangetable.edm import etag_matches, is_weak_etag
 from rangetable.entity import validate_entity
 from rangetable.errors import TableError
 from rangetable.keys import encode_key
-from rangetable.protocol import entity_to_wire
 from rangetable.write_conditions import Guard, read_guard
 
 MAX_BATCH_OPS = 100
@@ -147,16 +146,6 @@ def pack_value(ts: int, props: dict) -> bytes:
     return protocol.pack([ts, props])
 
 
-def wire_answer(key: bytes, value: bytes | None) -> bytes:
-    """An op's answer in wire form, packed from the decoded entity: ``msgpack([pk, rk, ts, props])``,
-    or nil for a delete (:func:`partition_server.fast_path.entity_bytes` splices the same bytes)."""
-    if value is None:
-        return protocol.pack(None)
-    pkb, _, rkb = key.partition(b"\x00")
-    ts, props = msgpack.unpackb(value, strict_map_key=False)  # a pair may be a map (see validate_props)
-    return protocol.pack(entity_to_wire(Entity(pkb.decode(), rkb.decode(), ts, props)))
-
-
 def check_batch_size(size: int) -> None:
     """RequestBodyTooLarge once a batch's keys and values pass 4 MiB."""
     if size > MAX_BATCH_BYTES:
@@ -210,7 +199,7 @@ def evaluate_batch(read: Callable[[bytes], bytes | None], ops: Sequence[Mapping[
     with ``pack``.
 
     Returns each op's key, stored value (None for a delete) and props written (None for a delete);
-    :func:`wire_answer` of a key and value is the op's answer. A failure raises TableError with
+    ``fast_path.answer`` of a key and value is the op's answer. A failure raises TableError with
     ``index`` set to the failing op (except RequestBodyTooLarge, which concerns the whole request).
     """
     keys: list[bytes] = []

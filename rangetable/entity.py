@@ -157,12 +157,14 @@ def _check_value(name: str, code: Any, v: Any) -> int:
 
 
 def _check_props(props: dict[str, Any]) -> int:
-    """Validate typed props and return their share of the entity size (see :func:`entity_size`).
+    """Validate typed props and return their share of the entity size (Azure's estimate: ``4 + 2·len(PK+RK) +
+    Σ(8 + 2·len(name) + value size)``, lengths in UTF-16 code units; ``entity_size`` in ``tests/oracles.py``).
 
     The loop accepts the usual valid pairs by the value's type first (a few comparisons each); any
     other pair goes through :func:`_check_value`, which applies every rule in order and raises the
-    first error, so the outcome is exactly that of checking every pair with it: :func:`props_size_plain`,
-    the plain version (``tests/unit/test_ps_write_fastpath.py`` compares the two on generated props).
+    first error, so the outcome is exactly that of checking every pair with it: ``props_size_plain`` in
+    ``tests/oracles.py``, the plain version (``tests/unit/test_ps_write_fastpath.py`` compares the two on
+    generated props).
     """
     if type(props) is not dict:
         raise TableError("InvalidInput", "Properties must be a dict of name to [code, value].")
@@ -215,23 +217,6 @@ def _check_props(props: dict[str, Any]) -> int:
     return size
 
 
-def props_size_plain(props: dict[str, Any]) -> int:
-    """The plain version of :func:`_check_props`: every pair through the whole rule chain."""
-    if type(props) is not dict:
-        raise TableError("InvalidInput", "Properties must be a dict of name to [code, value].")
-    if len(props) > MAX_CUSTOM_PROPERTIES:
-        raise TableError("TooManyProperties")
-    size = 0
-    for name, pair in props.items():
-        _check_name(name)
-        try:
-            code, v = pair
-        except (TypeError, ValueError):
-            raise TableError("InvalidInput", f"Property {name!r} is not a [code, value] pair.") from None
-        size += 8 + 2 * len(name) + _check_value(name, code, v)
-    return size
-
-
 def validate_props(props: dict[str, Any]) -> None:
     """Check typed props: count, names, and each value's type, range and size.
 
@@ -242,20 +227,11 @@ def validate_props(props: dict[str, Any]) -> None:
     _check_props(props)
 
 
-def entity_size(pk: str, rk: str, props: dict[str, Any]) -> int:
-    """Azure's size estimate of an entity in bytes.
-
-    ``4 + 2·len(PK+RK) + Σ(8 + 2·len(name) + value size)`` with value sizes string 2·len+4, binary
-    n+4, DateTime/Int64/Double 8, Guid 16, Int32 4, Boolean 1; lengths in UTF-16 code units. The props
-    must be valid (:func:`props_size_plain` computes their share and raises on an invalid one).
-    """
-    return 4 + 2 * (_u16(pk) + _u16(rk)) + props_size_plain(props)
-
-
 def validate_entity(pk: str, rk: str, props: dict[str, Any]) -> None:
     """Validate both keys and the typed props, then the 1 MiB entity size (EntityTooLarge).
 
-    Both valid keys are recognised at once (the usual case); :func:`validate_entity_plain` is the plain version.
+    Both valid keys are recognised at once (the usual case); ``validate_entity_plain`` in ``tests/oracles.py``
+    is the plain version.
     """
     bad = BAD_KEY_CHARS.search
     short = KEY_CHARS_ALWAYS_SHORT
@@ -268,14 +244,6 @@ def validate_entity(pk: str, rk: str, props: dict[str, Any]) -> None:
         keys = _u16(pk) + _u16(rk)
     size = 4 + 2 * keys + _check_props(props)
     if size > MAX_ENTITY_SIZE:
-        raise TableError("EntityTooLarge")
-
-
-def validate_entity_plain(pk: str, rk: str, props: dict[str, Any]) -> None:
-    """The plain version of :func:`validate_entity`: each key, then every property, then the size."""
-    validate_key("PartitionKey", pk)
-    validate_key("RowKey", rk)
-    if entity_size(pk, rk, props) > MAX_ENTITY_SIZE:
         raise TableError("EntityTooLarge")
 
 

@@ -30,6 +30,7 @@ from rangetable.edm import (
 )
 from rangetable.errors import TableError
 from rangetable.keys import encode_key
+from tests import oracles
 
 _pack = protocol.pack
 
@@ -38,7 +39,7 @@ def plain_batch(get: Callable, ops: list[dict], ts: int, wb: Any, wire_: bool = 
     """The product's plain evaluation, reading row by row (no multi-get, no probe), answers packed
     from the decoded entities."""
     keys, values, written = range_ops.evaluate_batch(get, ops, ts, wb)
-    return ([range_ops.wire_answer(k, v) for k, v in zip(keys, values, strict=True)] if wire_ else []), written
+    return ([oracles.wire_answer(k, v) for k, v in zip(keys, values, strict=True)] if wire_ else []), written
 
 
 # --- random batches -----------------------------------------------------------------------------

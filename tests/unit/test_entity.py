@@ -17,13 +17,13 @@ from rangetable.edm import (
     STRING,
 )
 from rangetable.entity import (
-    entity_size,
     validate_entity,
     validate_key,
     validate_props,
     validate_table_name,
 )
 from rangetable.errors import TableError
+from tests.oracles import entity_size
 
 GUID_TEXT = "c9da6455-213d-42c9-9a79-3e9149a57833"
 

@@ -36,6 +36,7 @@ from rangetable.edm import (
 )
 from rangetable.errors import TableError
 from rangetable.keys import encode_key
+from tests import oracles
 from tests.unit.batch_cases import (
     StrSub,
     _pack,
@@ -227,7 +228,7 @@ def test_stores_fast_and_plain_byte_for_byte(tmp_path, monkeypatch):
     def run(store: RangeStore, reference: bool, fn: Callable) -> Any:
         if reference:
             monkeypatch.setattr(fast_path, "prepare_batch", plain_batch)
-            monkeypatch.setattr(fast_path, "entity_bytes", range_ops.wire_answer)
+            monkeypatch.setattr(fast_path, "entity_bytes", oracles.wire_answer)
         else:
             monkeypatch.undo()
         try:
