@@ -79,7 +79,10 @@ def test_no_endpoint_answers_a_peer_without_a_key(cluster: Cluster) -> None:
         wrong = _dealer(endpoint, stranger, keys.public(role))  # CURVE, but a key nobody registered
         socks += [plain, wrong]
         for s in (plain, wrong):
-            s.send_multipart([b"1", protocol.pack(body)])
+            try:
+                s.send_multipart([b"1", protocol.pack(body)], zmq.NOBLOCK)
+            except zmq.Again:  # a refused handshake tore the connection down before the send: no peer to queue to
+                pass
     time.sleep(1.5)
     try:
         assert [s.poll(0) for s in socks] == [0] * len(socks)
