@@ -53,7 +53,10 @@ class ForkedProcess:
     def poll(self) -> int | None:
         """The exit code (negative: killed by that signal), or None while it runs."""
         if self.returncode is None:
-            pid, status = os.waitpid(self.pid, os.WNOHANG)
+            try:
+                pid, status = os.waitpid(self.pid, os.WNOHANG)
+            except ChildProcessError:  # waited for elsewhere: gone, its status unknown (as Popen.poll takes it)
+                pid, status = self.pid, 0
             if pid:
                 self.returncode = os.waitstatus_to_exitcode(status)
         return self.returncode
@@ -98,7 +101,7 @@ class Prefork:
                 try:
                     return ForkedProcess(self._ask(args, log_path), argv)
                 except (BrokenPipeError, EOFError):
-                    self.close()
+                    self._stop_server()
                     if attempt == 2:
                         raise
         with open(log_path, "ab") as log:
@@ -122,8 +125,11 @@ class Prefork:
 
     def close(self) -> None:
         """Stop the fork server (its stdin closes; it exits), and stop adopting orphans."""
-        server, self._server = self._server, None
+        self._stop_server()
         _set_subreaper(False)
+
+    def _stop_server(self) -> None:
+        server, self._server = self._server, None
         if server is None:
             return
         assert server.stdin is not None and server.stdout is not None
