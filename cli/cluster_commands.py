@@ -60,7 +60,7 @@ def _copies(r: dict) -> str:
 
 
 def _held(s: dict) -> str:
-    """What a server holds, as the coordinator's status decided it (``holds``, :mod:`coordinator.holdings`):
+    """What a server holds, as the coordinator's status decided it (``holds``, :mod:`coordinator.map.holdings`):
     ``primary of N (entities, size), follower of M (entities, size)``; ``ranges N`` when the answer has no
     ``holds`` (``rangetable servers``)."""
     holds = s.get("holds")

@@ -14,9 +14,9 @@ from typing import TYPE_CHECKING, Any, cast
 
 from coordinator import acl, backup, client_keys, leases, replica_move, sync_time
 from coordinator import operations as ops
-from coordinator.holdings import holdings, range_reports
-from coordinator.replica_sets import health, is_replicated
-from coordinator.server_info import live_endpoints
+from coordinator.map.holdings import holdings, range_reports
+from coordinator.map.server_info import live_endpoints
+from coordinator.replicas.sets import health, is_replicated
 from rangetable import curve, protocol
 from rangetable.errors import TableError
 
@@ -110,7 +110,7 @@ def handle(co: AdminHost, ident: bytes, rid: bytes, req: dict, role: str | None)
 def status(co: AdminHost) -> dict:
     """The map, the servers with their load, the term, the last takeover and the replicas each range should
     have (``rangetable ranges``, ``servers``, the dashboard); each replicated range with its health
-    (:func:`coordinator.replica_sets.health`)."""
+    (:func:`coordinator.replicas.sets.health`)."""
     now = time.monotonic()
     with co.lock:
         snap = co.pmap.snapshot()
@@ -125,7 +125,7 @@ def status(co: AdminHost) -> dict:
 
 def server_list(co: AdminHost, now: float | None = None, loads: bool = True) -> list[dict]:
     """Every registered server with its state (and with ``loads``, its ranges' latest load reports and
-    what it holds as primary and as follower: :func:`coordinator.holdings.holdings`)."""
+    what it holds as primary and as follower: :func:`coordinator.map.holdings.holdings`)."""
     now = time.monotonic() if now is None else now
     with co.lock:
         out = []

@@ -1,7 +1,7 @@
 """The balancer's process side: feeds load reports to the pure policy and carries out its actions.
 
 :class:`BalancerLoop` collects every heartbeat's load report into a
-:class:`~coordinator.load_history.LoadHistory`, runs :func:`~coordinator.balancer.plan_actions`
+:class:`~coordinator.balancer.load_history.LoadHistory`, runs :func:`~coordinator.balancer.policy.plan_actions`
 every ``interval_s``, and hands splits, moves and merges to the controller (one job per range at a
 time); hot-key and append-hotspot warnings become events. In dry-run mode every action is only an
 event. Settings are persisted in the meta store and changed at run time with the ``balancer`` admin
@@ -17,10 +17,10 @@ from typing import TYPE_CHECKING, Any
 
 from coordinator import operations as ops
 from coordinator import replica_move
-from coordinator.balancer import plan_actions
-from coordinator.balancer_round import Action
-from coordinator.balancer_settings import Settings
-from coordinator.load_history import LoadHistory
+from coordinator.balancer.load_history import LoadHistory
+from coordinator.balancer.policy import plan_actions
+from coordinator.balancer.rounds import Action
+from coordinator.balancer.settings import Settings
 from rangetable.errors import TableError
 
 if TYPE_CHECKING:

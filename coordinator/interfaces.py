@@ -40,10 +40,10 @@ if TYPE_CHECKING:
     from coordinator.etcd_election import EtcdLeadership
     from coordinator.etcd_follower import EtcdFollower
     from coordinator.leadership import Leadership
-    from coordinator.map_deltas import DeltaLog, PendingChanges
-    from coordinator.partition_map import PartitionMap
-    from coordinator.server_info import ServerInfo
-    from coordinator.table_settings import TableSettings
+    from coordinator.map.deltas import DeltaLog, PendingChanges
+    from coordinator.map.partition_map import PartitionMap
+    from coordinator.map.server_info import ServerInfo
+    from coordinator.map.table_settings import TableSettings
     from coordinator.warm_standby import WarmFollower
     from rangetable.config import CoordinatorConfig
     from rangetable.curve import KeyRing

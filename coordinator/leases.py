@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 
 from coordinator import operations as ops
 from coordinator import replica_ops
-from coordinator.server_info import ServerInfo
+from coordinator.map.server_info import ServerInfo
 
 if TYPE_CHECKING:
     from coordinator.interfaces import LeaseHolder

@@ -16,7 +16,7 @@ import threading
 from operator import itemgetter
 from typing import TYPE_CHECKING, cast
 
-from coordinator.server_info import live_endpoints
+from coordinator.map.server_info import live_endpoints
 from rangetable import protocol
 from rangetable.errors import TableError
 

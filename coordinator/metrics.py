@@ -9,8 +9,8 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING
 
-from coordinator.holdings import ROLES, holdings, range_reports
-from coordinator.replica_sets import health, is_replicated
+from coordinator.map.holdings import ROLES, holdings, range_reports
+from coordinator.replicas.sets import health, is_replicated
 
 if TYPE_CHECKING:
     from coordinator.interfaces import MetricsSource

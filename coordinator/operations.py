@@ -16,9 +16,9 @@ from typing import TYPE_CHECKING, Any
 
 from coordinator import replica_ops
 from coordinator.acl import acl_key
-from coordinator.partition_map import range_key
-from coordinator.placement import place_orphans
-from coordinator.replica_sets import choose_replicas, is_replicated
+from coordinator.map.partition_map import range_key
+from coordinator.replicas.placement import place_orphans
+from coordinator.replicas.sets import choose_replicas, is_replicated
 from rangetable.crash import crash_point, fault_armed
 from rangetable.errors import TableError
 from rangetable.stats import StepClock
@@ -122,7 +122,7 @@ def _load(co: MapWriter, ctl: Commands, server: str, rec: dict) -> bool:
 def assign_orphans(co: MapWriter, ctl: Commands, reason: str = "owner not alive") -> list[str]:
     """Give every serving range without a live owner to a live server, all in one map change.
 
-    The new owners are chosen by :func:`coordinator.placement.place_orphans` (least-loaded first),
+    The new owners are chosen by :func:`coordinator.replicas.placement.place_orphans` (least-loaded first),
     committed in one meta-store write (one map version, one delta to the frontends), then every
     target is told to load its ranges at once (``Controller.call_many``), so a dead server's 100
     ranges fail over in about one round trip instead of 100. Returns the ids reassigned.

@@ -10,7 +10,7 @@ configuration committed to the meta store before any replica hears of it.
    primary's checkpoint exactly like a re-replicated replica (``"rebuild": true``).
 2. The primary reports B caught up; :func:`coordinator.replica_ops.adjust_insync` adds it to the in-sync set.
 3. :func:`advance` (a controller job the coordinator loop queues every second while a move is pending) asks
-   :func:`coordinator.replica_sets.move_step` what to do: once B is in sync, A leaves the configuration
+   :func:`coordinator.replicas.sets.move_step` what to do: once B is in sync, A leaves the configuration
    (committed first; the primary stops waiting for A's acknowledgements) and deletes its copy; if B died or
    did not catch up before the deadline, B leaves instead and A stays. The in-sync set never drops below
    ``--min-insync``: B joined it before A leaves it.
@@ -26,7 +26,7 @@ import time
 from typing import TYPE_CHECKING
 
 from coordinator import replica_ops
-from coordinator.replica_sets import abandoned, check_move, finished, move_step, new_leader
+from coordinator.replicas.sets import abandoned, check_move, finished, move_step, new_leader
 from rangetable.errors import TableError
 
 if TYPE_CHECKING:
@@ -108,7 +108,7 @@ def start(co: MapWriter, ctl: Commands, rid: str, source: str, target: str,
 
 
 def advance(co: MapWriter, ctl: Commands) -> list[str]:
-    """Carry every pending replica move one step on (:func:`~coordinator.replica_sets.move_step`); returns the
+    """Carry every pending replica move one step on (:func:`~coordinator.replicas.sets.move_step`); returns the
     ranges whose move ended (finished, abandoned or moot)."""
     now = time.time()
     with co.lock:

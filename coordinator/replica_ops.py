@@ -1,6 +1,6 @@
 """The coordinator's jobs on replica sets (run by the controller thread, one at a time): open a replicated
 range on its replicas, fail over a dead or restarted primary, drop dead followers, and move followers in
-and out of the in-sync set on the primaries' reports. The policy is in :mod:`coordinator.replica_sets`;
+and out of the in-sync set on the primaries' reports. The policy is in :mod:`coordinator.replicas.sets`;
 the protocol between replicas in :mod:`partition_server.replication`.
 
 The coordinator is the configuration master of Vertical Paxos II: each change is committed to the meta
@@ -16,7 +16,7 @@ import logging
 import time
 from typing import TYPE_CHECKING, Any
 
-from coordinator.replica_sets import (
+from coordinator.replicas.sets import (
     after_promotion,
     config_token,
     insync_change,
@@ -39,7 +39,7 @@ log = logging.getLogger("rangetable.coordinator")
 def command(co: MapWriter, rec: dict, dropped: list[str] | None = None, create: bool = False) -> RangeRecord:
     """A range record as control commands carry it; for a replicated range with its configuration:
     ``primary``, ``replicas``, ``insync``, ``min_insync``, each replica's replication endpoint and the
-    configuration's token (:func:`~coordinator.replica_sets.config_token`)."""
+    configuration's token (:func:`~coordinator.replicas.sets.config_token`)."""
     out: RangeRecord = {"id": rec["id"], "table": rec["table"], "low": rec["low"], "high": rec["high"],
                         "epoch": rec["epoch"], "path": rec["path"]}
     if is_replicated(rec):

@@ -5,7 +5,7 @@ The loop only moves messages:
 * ROUTER at ``bind`` — heartbeats from partition servers (answered at once with a lease: the
   ZeroMQ guide's *Paranoid Pirate* pattern), map snapshots for frontends, admin requests;
 * PUB at ``pub_bind`` — every map change as a numbered delta holding only what changed
-  (:mod:`coordinator.map_deltas`), plus ``hugz`` carrying the current version every second (the
+  (:mod:`coordinator.map.deltas`), plus ``hugz`` carrying the current version every second (the
   guide's *Clone* pattern: a subscriber that sees a gap, or a hugz newer than its map, asks for
   ``map {since}`` and gets the missed deltas folded into one, or a snapshot when they are too old);
 * an inproc PULL — answers and publish requests from the controller thread, which runs every
@@ -38,11 +38,11 @@ from coordinator.etcd_election import EtcdLeadership, leadership_for
 from coordinator.etcd_follower import EtcdFollower
 from coordinator.interfaces import MetaStoreLike
 from coordinator.leadership import Leadership
-from coordinator.map_deltas import DeltaLog, PendingChanges, build_delta
+from coordinator.map.deltas import DeltaLog, PendingChanges, build_delta
+from coordinator.map.partition_map import PartitionMap
+from coordinator.map.server_info import MAX_EVENTS, ServerInfo
+from coordinator.map.table_settings import TableSettings
 from coordinator.map_snapshots import MapSnapshots
-from coordinator.partition_map import PartitionMap
-from coordinator.server_info import MAX_EVENTS, ServerInfo
-from coordinator.table_settings import TableSettings
 from coordinator.warm_standby import WarmFollower
 from rangetable import curve, protocol
 from rangetable.addresses import advertised

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
-from coordinator.server_info import ServerInfo
+from coordinator.map.server_info import ServerInfo
 
 CACHE_S = 1.0  # frontends ask at most this often (the answer is a second old at most)
 

@@ -34,11 +34,11 @@ from coordinator import operations as ops
 from coordinator.etcd_election import META_NAME, EtcdLeadership
 from coordinator.etcd_follower import EtcdFollower
 from coordinator.leadership import BEAT_S, TermRecord, lock_free, meta_dir_for, stale_meta_dirs
+from coordinator.map.partition_map import PartitionMap
+from coordinator.map.server_info import MAX_EVENTS, ServerInfo
+from coordinator.map.table_settings import PREFIX as TABLE_SETTINGS
 from coordinator.meta_etcd import open_etcd_for_term
 from coordinator.meta_store import MetaStore, open_for_term
-from coordinator.partition_map import PartitionMap
-from coordinator.server_info import MAX_EVENTS, ServerInfo
-from coordinator.table_settings import PREFIX as TABLE_SETTINGS
 from coordinator.warm_standby import WarmFollower
 
 if TYPE_CHECKING:

@@ -25,8 +25,8 @@ from typing import Any
 
 import msgpack
 
+from coordinator.map.partition_map import PartitionMap
 from coordinator.meta_store import open_secondary
-from coordinator.partition_map import PartitionMap
 from rangetable.crash import fault_armed
 
 log = logging.getLogger("rangetable.coordinator")

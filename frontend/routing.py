@@ -62,7 +62,7 @@ def secondary_order(rec: dict, servers: dict[str, str], primary: str | None, pic
 
 class MapCache:
     """A frontend's copy of the partition map: installed from a snapshot, kept by numbered deltas
-    (``coordinator.map_deltas``: the ZeroMQ guide's *Clone* pattern)."""
+    (``coordinator.map.deltas``: the ZeroMQ guide's *Clone* pattern)."""
 
     def __init__(self) -> None:
         self.version = -1

@@ -1,7 +1,7 @@
 """A range's share of its table's reserved throughput (``rangetable table set --reads N --writes N``).
 
 The coordinator splits a table's reserved entities/s over its ranges by their observed demand
-(:mod:`coordinator.capacity`) and sends each server its ranges' shares with the lease. Here each
+(:mod:`coordinator.map.capacity`) and sends each server its ranges' shares with the lease. Here each
 share is a token bucket refilled at the share per second and holding one second of it: an operation
 costs one token per entity it touches; a request that finds too few tokens is refused with
 ``ServerBusy`` (503), whose message says how long until the bucket holds enough (the retry hint).

@@ -23,7 +23,7 @@ together (:meth:`Replicator._settle`), and acknowledges each range once.
 
 Every partition server holds the same key pair, so CURVE alone cannot tell the primary from any other
 keyed peer: each message also carries its configuration's ``token``, which only the coordinator's load
-command gives the replicas (:func:`coordinator.replica_sets.config_token`). A message that is not one of
+command gives the replicas (:func:`coordinator.replicas.sets.config_token`). A message that is not one of
 these, or whose token is wrong (a bug, a fuzzer holding a partition-server key), is counted and dropped:
 it never stops the loop nor reaches a store, and no forged acknowledgement moves a commit point.
 

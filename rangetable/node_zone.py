@@ -8,7 +8,7 @@ as an initContainer (the same image) under a ServiceAccount allowed to ``get`` n
 It reads ``/api/v1/nodes/NAME`` from the API server with the pod's ServiceAccount token and writes the
 node's ``topology.kubernetes.io/zone`` label (the older ``failure-domain.beta.kubernetes.io/zone`` when
 that is all there is) to the file, which the partition-server container passes as ``--zone``. A node without
-a zone label gives an empty file (the server is then a zone of its own, coordinator/replica_sets.py).
+a zone label gives an empty file (the server is then a zone of its own, coordinator/replicas/sets.py).
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ requests on one socket and match replies by id. ``body`` is a msgpack map:
 The same framing is used on every hop: client → frontend, frontend → partition server,
 coordinator → partition server, partition server → coordinator (heartbeats), frontend →
 coordinator. The coordinator also publishes partition-map updates on a PUB socket as
-``[b"delta", body]`` and ``[b"hugz", body]`` (see ``coordinator/map_deltas.py``: the ZeroMQ guide's
+``[b"delta", body]`` and ``[b"hugz", body]`` (see ``coordinator/map/deltas.py``: the ZeroMQ guide's
 *Clone* pattern). The full description, with every op, is in ``docs/protocol.md``; the bodies'
 fields and types are :mod:`rangetable.messages`.
 """

@@ -146,7 +146,7 @@ class Cluster:
 
     def check_map(self) -> list[str]:
         """Violations of the map invariants, plus ranges without a live serving owner."""
-        from coordinator.partition_map import PartitionMap
+        from coordinator.map.partition_map import PartitionMap
 
         st = self.status()
         problems = PartitionMap.from_snapshot(st).check()

@@ -55,7 +55,7 @@ def range_layout(servers: int, ranges: int) -> tuple[list[str], list[dict]]:
 
 def seed_puts(sids: list[str], recs: list[dict]) -> dict[bytes, Any]:
     """The meta-store keys of the catalog, the map and the servers of a seeded cluster."""
-    from coordinator.partition_map import range_key, table_key
+    from coordinator.map.partition_map import range_key, table_key
 
     puts: dict[bytes, Any] = {table_key(TABLE): TABLE, b"meta/version": 1, b"meta/next_id": len(recs) + 1}
     puts.update({range_key(r["id"]): r for r in recs})

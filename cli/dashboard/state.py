@@ -54,7 +54,7 @@ def state_view(status: Mapping[str, Any], lease_s: float) -> dict[str, Any]:
             "lease": "held" if s.get("alive") and seen <= lease_s else "lapsed", "last_seen_s": seen,
             "pending": s.get("pending", 0),
             "ops_s": round(sum(ops_per_second(ld) for ld in (s.get("load") or {}).values()), 1),
-            # what it holds as primary and as follower, as the coordinator decided it (coordinator/holdings.py)
+            # what it holds as primary and as follower, as the coordinator decided it (coordinator/map/holdings.py)
             **{role: {k: int((holds.get(role) or {}).get(k, 0) or 0) for k in ("ranges", "entities", "bytes")}
                for role in ("primary", "follower")},
         })
@@ -64,7 +64,7 @@ def state_view(status: Mapping[str, Any], lease_s: float) -> dict[str, Any]:
 
 def replica_view(r: Mapping[str, Any]) -> dict[str, Any]:
     """A range's replicas for the page, as the coordinator judged them (its status' ``health``,
-    :func:`coordinator.replica_sets.health`): ``copies`` (empty for a range of one copy), ``out_of_sync`` and
+    :func:`coordinator.replicas.sets.health`): ``copies`` (empty for a range of one copy), ``out_of_sync`` and
     ``under_replicated``."""
     h = r.get("health")
     if not h:

@@ -33,7 +33,7 @@ from cli.options import data_dir_option, rate_option
 from cli.workload.generator import SABOTAGE, Workload
 from cli.workload.verify.explain import failure_lines, slow_op_lines
 from cli.workload.verify.history import dump_history
-from coordinator.partition_map import PartitionMap
+from coordinator.map.partition_map import PartitionMap
 from rangetable.errors import TableError
 
 FAULTS = ("kill_ps", "kill_coordinator", "kill_frontend", "pause_ps", "split", "move", "merge")

@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from coordinator.replica_sets import health
+from coordinator.replicas.sets import health
 from rangetable.errors import TableError
 
 REPL_FAULTS = ("wipe_ps", "pause_replica")  # added when the cluster keeps N >= 2 copies of each range
@@ -65,7 +65,7 @@ def heal_wiped(status: dict, wiped: dict[str, str]) -> dict[str, str]:
 
 def under_replicated(status: dict, n: int) -> list[str]:
     """The replicated ranges not at full strength: fewer than ``n`` in-sync replicas on live servers, or not
-    serving (:func:`coordinator.replica_sets.health`)."""
+    serving (:func:`coordinator.replicas.sets.health`)."""
     live = {s["id"] for s in status["servers"] if s["alive"]}
     return [r["id"] for r in status["ranges"] if len(r.get("replicas", [])) > 1
             and not health(r, live, n)["full_strength"]]

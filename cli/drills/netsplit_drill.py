@@ -214,7 +214,7 @@ class Drill:
 
     def converge(self, since: float, timeout: float = 30.0) -> float | None:
         """Seconds from ``since`` until the map is valid with every range serving on a live server, or None."""
-        from coordinator.partition_map import PartitionMap
+        from coordinator.map.partition_map import PartitionMap
 
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:

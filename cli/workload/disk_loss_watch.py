@@ -14,7 +14,7 @@ from typing import Any
 
 from cli.coordinator_client import call
 from cli.workload.verify.history import Op
-from coordinator.replica_sets import health
+from coordinator.replicas.sets import health
 from rangetable.errors import TableError
 
 
@@ -57,7 +57,7 @@ def live_servers(servers: list[dict], victim: str, old_incarnation: str) -> set[
 
 def restore_step(rec: dict, live: set[str], n: int, victim: str, lost_seen: bool) -> tuple[bool, bool]:
     """One observation of a range's record: (the victim's lost copy has been seen leaving the in-sync set,
-    the range is at full strength again: :func:`coordinator.replica_sets.health`, with this drill's ``live``).
+    the range is at full strength again: :func:`coordinator.replicas.sets.health`, with this drill's ``live``).
     Restoration counts only after the loss was seen: before the coordinator notices, the in-sync set still
     names the dead copy."""
     lost_seen = lost_seen or victim not in rec.get("insync", [])

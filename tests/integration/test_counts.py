@@ -1,7 +1,7 @@
 """True counts on a replicated cluster (3 servers, 3 replicas): exact entities and bytes per range in
 `rangetable ranges --json` after a split and a merge, and what each server holds as primary and as follower
 in `rangetable status --json` and the coordinator's metrics, all from the one decision in
-coordinator/holdings.py."""
+coordinator/map/holdings.py."""
 
 from __future__ import annotations
 

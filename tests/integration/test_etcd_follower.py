@@ -13,8 +13,8 @@ from cli.bench.etcd_server import LocalEtcd
 from coordinator.etcd_client import EtcdClient
 from coordinator.etcd_election import META_NAME, EtcdLeadership
 from coordinator.etcd_follower import EtcdFollower
+from coordinator.map.partition_map import PartitionMap
 from coordinator.meta_etcd import EtcdMetaStore, open_etcd_for_term
-from coordinator.partition_map import PartitionMap
 from tests.unit.test_warm_standby import _same_map
 
 

@@ -15,8 +15,8 @@ import textwrap
 from pathlib import Path
 
 from coordinator.leadership import BASE_META
+from coordinator.map.partition_map import PartitionMap
 from coordinator.meta_store import MetaStore, open_for_term
-from coordinator.partition_map import PartitionMap
 from coordinator.warm_standby import WarmFollower
 from tests.unit.test_warm_standby import _same_map
 
@@ -27,7 +27,7 @@ LEADER = textwrap.dedent("""
     import sys
     sys.path.insert(0, {root!r})
     from coordinator.meta_store import MetaStore
-    from coordinator.partition_map import PartitionMap
+    from coordinator.map.partition_map import PartitionMap
     m = MetaStore({data!r})
     pm = PartitionMap()
     for t in ("alpha", "beta", "gamma"):

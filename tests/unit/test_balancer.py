@@ -10,11 +10,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from coordinator.balancer import plan_actions
-from coordinator.balancer_round import Action
-from coordinator.balancer_settings import Settings
-from coordinator.balancer_splits import append_pattern, load_median
-from coordinator.load_history import LoadHistory, load_score
+from coordinator.balancer.load_history import LoadHistory, load_score
+from coordinator.balancer.policy import plan_actions
+from coordinator.balancer.rounds import Action
+from coordinator.balancer.settings import Settings
+from coordinator.balancer.splits import append_pattern, load_median
 from tests.unit.balancer_scenarios import MODULES, MiB, R
 from tests.unit.balancer_scenarios.sim import Sim
 

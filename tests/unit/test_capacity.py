@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from coordinator.capacity import FLOOR, smooth, split_reservation
-from coordinator.partition_map import PartitionMap
-from coordinator.server_info import ServerInfo
-from coordinator.table_settings import TableSettings, settings_key
+from coordinator.map.capacity import FLOOR, smooth, split_reservation
+from coordinator.map.partition_map import PartitionMap
+from coordinator.map.server_info import ServerInfo
+from coordinator.map.table_settings import TableSettings, settings_key
 from partition_server.capacity import RangeCapacity
 from partition_server.table_config import TableConfig
 from rangetable.errors import TableError

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import msgpack
 
-from coordinator.load_history import LoadHistory
-from coordinator.map_deltas import DeltaLog, PendingChanges, build_delta, fold
-from coordinator.partition_map import PartitionMap
-from coordinator.placement import place_orphans
+from coordinator.balancer.load_history import LoadHistory
+from coordinator.map.deltas import DeltaLog, PendingChanges, build_delta, fold
+from coordinator.map.partition_map import PartitionMap
+from coordinator.replicas.placement import place_orphans
 from frontend.routing import MapCache
 from partition_server.served import only_changed
 
@@ -144,8 +144,8 @@ def test_load_history_shares_unchanged_reports() -> None:
 
 
 def test_a_confirmed_report_stays_current_for_the_balancer() -> None:
-    from coordinator.balancer import plan_actions
-    from coordinator.balancer_settings import Settings
+    from coordinator.balancer.policy import plan_actions
+    from coordinator.balancer.settings import Settings
 
     h = LoadHistory(window_s=180)
     big = {"bytes": 300 << 20, "entities": 10}

@@ -11,12 +11,13 @@ from types import SimpleNamespace
 
 import pytest
 
-from coordinator import leases, load_history
-from coordinator.load_history import LoadHistory
+from coordinator import leases
+from coordinator.balancer import load_history
+from coordinator.balancer.load_history import LoadHistory
+from coordinator.map.partition_map import PartitionMap
+from coordinator.map.server_info import ServerInfo
+from coordinator.map.table_settings import TableSettings
 from coordinator.map_snapshots import MapSnapshots
-from coordinator.partition_map import PartitionMap
-from coordinator.server_info import ServerInfo
-from coordinator.table_settings import TableSettings
 from rangetable import protocol
 from rangetable.gc_tuning import GcPauses
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from coordinator.partition_map import PartitionMap, creator_key, table_key
+from coordinator.map.partition_map import PartitionMap, creator_key, table_key
 from rangetable.errors import TableError
 
 

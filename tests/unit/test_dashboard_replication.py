@@ -1,13 +1,13 @@
 """The dashboard's replication view (cli/dashboard/state.py): ranges under-replicated or not in sync, and
 rebuilds under way, from a coordinator ``status`` answer (each replicated range's ``health`` judged by
-:func:`coordinator.replica_sets.health`, as the coordinator's status does)."""
+:func:`coordinator.replicas.sets.health`, as the coordinator's status does)."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from cli.dashboard.state import replica_view, replication_summary, state_view
-from coordinator.replica_sets import health
+from coordinator.replicas.sets import health
 
 
 def rng(rid: str, replicas: list[str] | None = None, insync: list[str] | None = None) -> dict:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from coordinator import replica_sets
+from coordinator.replicas import sets as replica_sets
 from frontend.http.parse import Request, refuse_secondary_write
 from frontend.http.parse import parse as parse_request
 from frontend.http.routes import plan_for, route

@@ -19,7 +19,7 @@ from coordinator.etcd_watch import (
     ready,
     watch_request,
 )
-from coordinator.partition_map import PartitionMap
+from coordinator.map.partition_map import PartitionMap
 from coordinator.warm_standby import WarmState, decode
 from tests.unit.test_warm_standby import _same_map
 

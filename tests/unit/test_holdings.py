@@ -1,4 +1,4 @@
-"""What each partition server holds as primary and as follower (coordinator/holdings.py), and how
+"""What each partition server holds as primary and as follower (coordinator/map/holdings.py), and how
 `rangetable ranges` / `status` print it."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 from cli.cluster_commands import _held
-from coordinator.holdings import empty_holds, holdings, range_reports
+from coordinator.map.holdings import empty_holds, holdings, range_reports
 
 
 def test_holdings_by_role() -> None:

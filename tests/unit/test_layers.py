@@ -3,7 +3,9 @@
 Layers, bottom up (``docs/architecture.md``, "Layers"):
 
     rangetable                                   core model, wire protocol, native client, RocksDB opener
-    partition_server   coordinator   frontend    the three server processes (no arrows among them)
+    partition_server   coordinator   frontend    the three server processes (no arrows among them); inside
+                                                 coordinator, the sub-packages map and replicas, then balancer,
+                                                 below its top-level modules
     cli                                          process entry points, supervisor, admin client, commands
     cli.workload                                 workload and load generators, verifiers, simulated servers
     cli.bench          cli.drills                benchmarks and drills (no arrows between them)
@@ -23,15 +25,19 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ("rangetable", "partition_server", "coordinator", "frontend", "cli")
 
-# component -> its layer; a component may import its own layer's modules and every lower layer's,
-# except its peers on the same layer.
-LAYERS = {
-    "rangetable": 0,
-    "partition_server": 1, "coordinator": 1, "frontend": 1,
-    "cli": 2,
-    "cli.workload": 3,
-    "cli.bench": 4, "cli.drills": 4,
-    "cli.main": 5,
+# component -> its layer, (layer, rank inside its package); a component may import its own modules and every
+# lower layer's, never a peer's on the same layer. Inside a package, its sub-packages are libraries of its own
+# top-level modules: each ranks below them, may import only lower-ranked sub-packages of its package (and lower
+# layers), and no other package of the same layer may import it.
+LAYERS: dict[str, tuple[int, int]] = {
+    "rangetable": (0, 0),
+    "partition_server": (1, 9), "coordinator": (1, 9), "frontend": (1, 9),
+    "coordinator.map": (1, 0), "coordinator.replicas": (1, 0),  # the partition map and the replica-set policy
+    "coordinator.balancer": (1, 1),  # the balancer's pure policy (its process side: coordinator.balancer_loop)
+    "cli": (2, 0),
+    "cli.workload": (3, 0),
+    "cli.bench": (4, 0), "cli.drills": (4, 0),
+    "cli.main": (5, 0),
 }
 
 
@@ -141,9 +147,15 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
     return found
 
 
+def _package(comp: str) -> str:
+    return comp.split(".")[0] if LAYERS[comp][0] == 1 else comp
+
+
 def wrong_way(edges: Counter[tuple[str, str]]) -> list[tuple[str, str]]:
-    """Arrows that point up a layer or sideways between peers of one layer."""
-    return sorted((a, b) for a, b in edges if LAYERS[b] >= LAYERS[a])
+    """Arrows that point up a layer, sideways between peers of one layer, up inside a package, or into another
+    package's sub-package."""
+    return sorted((a, b) for a, b in edges
+                  if LAYERS[b] >= LAYERS[a] or (LAYERS[b][0] == LAYERS[a][0] and _package(a) != _package(b)))
 
 
 def report(graph: dict[str, set[str]]) -> str:
@@ -153,7 +165,8 @@ def report(graph: dict[str, set[str]]) -> str:
     for comp in sorted(LAYERS, key=lambda c: (LAYERS[c], c)):
         outs = sorted(((b, n) for (a, b), n in edges.items() if a == comp), key=lambda x: (LAYERS[x[0]], x[0]))
         arrows = ", ".join(f"{b} ({n})" for b, n in outs) or "-"
-        lines.append(f"  L{LAYERS[comp]} {comp:<17} -> {arrows}")
+        layer, rank = LAYERS[comp]
+        lines.append(f"  L{layer}{'.' + str(rank) if layer == 1 else ''} {comp:<21} -> {arrows}")
     lines.append(f"wrong-way arrows: {len(wrong_way(edges))}; import cycles between modules: {len(cycles(graph))}")
     return "\n".join(lines)
 
@@ -176,6 +189,14 @@ def test_no_import_cycle_between_modules():
 
 def test_no_product_module_imports_the_tests():
     assert sorted(m for m, ts in import_graph().items() for t in ts if t == "tests" or t.startswith("tests.")) == []
+
+
+def test_sub_packages_serve_only_their_package_from_below():
+    edges = Counter({("coordinator.map", "coordinator"): 1, ("partition_server", "coordinator.map"): 1,
+                     ("coordinator.balancer", "coordinator.replicas"): 1, ("coordinator.replicas", "coordinator.balancer"): 1,
+                     ("coordinator", "coordinator.balancer"): 1, ("cli", "coordinator.map"): 1})
+    assert wrong_way(edges) == [("coordinator.map", "coordinator"), ("coordinator.replicas", "coordinator.balancer"),
+                                ("partition_server", "coordinator.map")]
 
 
 def test_the_cycle_finder_finds_cycles():

@@ -1,5 +1,5 @@
-"""Replica moves: the pure decisions of coordinator/replica_sets.py (check_move, move_step, new_leader, finished,
-abandoned), balancer rules 7 and 8 (coordinator/balancer_replicas.py, through plan_actions), and --zones for
+"""Replica moves: the pure decisions of coordinator/replicas/sets.py (check_move, move_step, new_leader, finished,
+abandoned), balancer rules 7 and 8 (coordinator/balancer/replica_rules.py, through plan_actions), and --zones for
 local clusters (cli/local_cluster.py, cli/supervisor.py)."""
 
 from __future__ import annotations
@@ -9,10 +9,10 @@ import pytest
 
 from cli.local_cluster import parse_zones
 from cli.supervisor import ClusterSpec, Supervisor
-from coordinator.balancer import plan_actions
-from coordinator.balancer_settings import Settings
-from coordinator.load_history import LoadHistory
-from coordinator.replica_sets import abandoned, check_move, finished, move_step, new_leader
+from coordinator.balancer.load_history import LoadHistory
+from coordinator.balancer.policy import plan_actions
+from coordinator.balancer.settings import Settings
+from coordinator.replicas.sets import abandoned, check_move, finished, move_step, new_leader
 from rangetable.errors import TableError
 
 

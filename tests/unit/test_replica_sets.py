@@ -1,4 +1,4 @@
-"""coordinator/replica_sets.py: where replicas go, who is promoted, and how the replica and in-sync sets
+"""coordinator/replicas/sets.py: where replicas go, who is promoted, and how the replica and in-sync sets
 change. Pure functions over plain data, so the tests are tables."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import itertools
 
 import pytest
 
-from coordinator.replica_sets import (
+from coordinator.replicas.sets import (
     after_promotion,
     choose_replicas,
     config_token,

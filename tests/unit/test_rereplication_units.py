@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from coordinator.replica_sets import repair
+from coordinator.replicas.sets import repair
 from partition_server.range_store import RangeStore
 from partition_server.replica_log import PIN_FACTOR, ReplicaLog
 from partition_server.snapshot import CHUNK, Pull, Source

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from coordinator.server_info import ServerInfo
+from coordinator.map.server_info import ServerInfo
 from coordinator.sync_time import last_sync
 from frontend.routing import Route, secondary_order
 from partition_server.ranges import RangeSet

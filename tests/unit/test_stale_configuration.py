@@ -12,7 +12,7 @@ import pytest
 import zmq
 
 from coordinator.operations import replica_ahead
-from coordinator.replica_sets import next_epoch
+from coordinator.replicas.sets import next_epoch
 from partition_server.range_store import RangeStore
 from partition_server.ranges import RangeSet
 from partition_server.replica_log import encode_ops

@@ -4,7 +4,7 @@ The tests that start no process; those that do are in tests/integration/test_war
 """
 from __future__ import annotations
 
-from coordinator.partition_map import PartitionMap
+from coordinator.map.partition_map import PartitionMap
 from coordinator.warm_standby import diff_raw
 
 

@@ -8,8 +8,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from coordinator.leadership import BASE_META
+from coordinator.map.partition_map import PartitionMap
 from coordinator.meta_store import MetaStore
-from coordinator.partition_map import PartitionMap
 from coordinator.warm_standby import WarmFollower
 from tests.unit.test_warm_standby import _same_map
 

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from coordinator.balancer import plan_actions
-from coordinator.balancer_round import Action
-from coordinator.balancer_settings import Settings
-from coordinator.load_history import LoadHistory
+from coordinator.balancer.load_history import LoadHistory
+from coordinator.balancer.policy import plan_actions
+from coordinator.balancer.rounds import Action
+from coordinator.balancer.settings import Settings
 from tests.unit.balancer_scenarios import R
 
 Workload = Callable[[float], dict[str, float]]

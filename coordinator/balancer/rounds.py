@@ -1,7 +1,7 @@
 """What one balancer round works on: the actions it returns and its view of each range.
 
-Pure data shared by the rules (:mod:`coordinator.balancer_splits`, :mod:`coordinator.balancer_moves`,
-:mod:`coordinator.balancer_merges`); :func:`coordinator.balancer.plan_actions` builds them.
+Pure data shared by the rules (:mod:`coordinator.balancer.splits`, :mod:`coordinator.balancer.moves`,
+:mod:`coordinator.balancer.merges`); :func:`coordinator.balancer.policy.plan_actions` builds them.
 """
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from coordinator.balancer_settings import Settings
-from coordinator.load_history import LoadHistory
+from coordinator.balancer.load_history import LoadHistory
+from coordinator.balancer.settings import Settings
 
 
 @dataclass(frozen=True)

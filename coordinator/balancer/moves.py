@@ -1,10 +1,10 @@
-"""Balancer rule 5 (see :mod:`coordinator.balancer`): move a range from the hottest live server to
+"""Balancer rule 5 (see :mod:`coordinator.balancer.policy`): move a range from the hottest live server to
 the coldest while they are out of balance. Pure: no I/O, no clock.
 """
 
 from __future__ import annotations
 
-from coordinator.balancer_round import Action, RangeView, Round
+from coordinator.balancer.rounds import Action, RangeView, Round
 
 
 def plan_moves(views: list[RangeView], loads: dict[str, float], rd: Round, budget: int) -> list[Action]:

@@ -1,11 +1,11 @@
-"""Balancer rule 6 (see :mod:`coordinator.balancer`): merge adjacent ranges that are old, cold and
+"""Balancer rule 6 (see :mod:`coordinator.balancer.policy`): merge adjacent ranges that are old, cold and
 small together. Pure: no I/O, no clock.
 """
 
 from __future__ import annotations
 
-from coordinator.balancer_round import Action, RangeView, Round
-from coordinator.balancer_settings import MiB
+from coordinator.balancer.rounds import Action, RangeView, Round
+from coordinator.balancer.settings import MiB
 
 
 def _cold(v: RangeView, rd: Round) -> bool:

@@ -9,7 +9,7 @@ answer whenever a heartbeat reports an older version.
 
 The capacity part: once a second (at most), while some table has reserved throughput,
 :meth:`TableSettings.refresh` splits each reservation over the table's ranges by their demand
-(:mod:`coordinator.capacity`) and the lease answers carry each server its ranges' shares. The same
+(:mod:`coordinator.map.capacity`) and the lease answers carry each server its ranges' shares. The same
 pass sums each table's used and refused entities/s: the per-table metrics.
 """
 
@@ -18,12 +18,12 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Any
 
-from coordinator.capacity import smooth, split_reservation
+from coordinator.map.capacity import smooth, split_reservation
 from rangetable.table_settings import describe
 
 if TYPE_CHECKING:
-    from coordinator.partition_map import PartitionMap
-    from coordinator.server_info import ServerInfo
+    from coordinator.map.partition_map import PartitionMap
+    from coordinator.map.server_info import ServerInfo
 
 PREFIX = b"tableset/"
 REFRESH_S = 1.0

@@ -6,13 +6,13 @@ their times in ``recent`` and logs each one as an event (or only logs them when
 ``settings.dry_run``). Nothing here does I/O or reads a clock. Anchor numbers refer to sections of
 ``shared/reference/partition-layer-anchors.md``.
 
-The rules live in :mod:`coordinator.balancer_splits` (1-4), :mod:`coordinator.balancer_moves` (5),
-:mod:`coordinator.balancer_replicas` (7, 8)
-and :mod:`coordinator.balancer_merges` (6); the settings in :mod:`coordinator.balancer_settings`,
-the actions and each range's view in :mod:`coordinator.balancer_round`.
+The rules live in :mod:`coordinator.balancer.splits` (1-4), :mod:`coordinator.balancer.moves` (5),
+:mod:`coordinator.balancer.replica_rules` (7, 8)
+and :mod:`coordinator.balancer.merges` (6); the settings in :mod:`coordinator.balancer.settings`,
+the actions and each range's view in :mod:`coordinator.balancer.rounds`.
 
 **Load.** A range's load is its *score* = reads_s + writes_s + busy_s + entities_s / 100 (requests/s
-plus refused requests plus one unit per 100 entities; see ``coordinator.load_history``). Its
+plus refused requests plus one unit per 100 entities; see ``coordinator.balancer.load_history``). Its
 *current* load is the mean score over the last ``max(hot_window_s, 2 × interval_s)`` seconds;
 reports older than that are stale and count as no load — unless a heartbeat confirmed the latest
 one since (partition servers leave out unchanged reports; ``LoadHistory.confirm``): then the
@@ -81,18 +81,18 @@ Rules, in the order they are applied (defaults in brackets):
 then moves (rule 5, else rule 8), then merges (table and key order), then replica moves; equal inputs give
 equal outputs.
 
-7-8. **Replica balance and primary spread** (replicated ranges only): :mod:`coordinator.balancer_replicas`.
+7-8. **Replica balance and primary spread** (replicated ranges only): :mod:`coordinator.balancer.replica_rules`.
 """
 
 from __future__ import annotations
 
-from coordinator.balancer_merges import plan_merges
-from coordinator.balancer_moves import plan_moves
-from coordinator.balancer_replicas import moves_in_flight, plan_primary_spread, plan_replica_moves
-from coordinator.balancer_round import Action, RangeView, Recent, Round
-from coordinator.balancer_settings import Settings
-from coordinator.balancer_splits import plan_splits
-from coordinator.load_history import LoadHistory
+from coordinator.balancer.load_history import LoadHistory
+from coordinator.balancer.merges import plan_merges
+from coordinator.balancer.moves import plan_moves
+from coordinator.balancer.replica_rules import moves_in_flight, plan_primary_spread, plan_replica_moves
+from coordinator.balancer.rounds import Action, RangeView, Recent, Round
+from coordinator.balancer.settings import Settings
+from coordinator.balancer.splits import plan_splits
 
 
 def plan_actions(

@@ -1,6 +1,6 @@
 """The balancer's settings: defaults, and parsing the values ``rangetable balancer set`` sends.
 
-Pure: the policy (:mod:`coordinator.balancer`) reads them, the balancer loop
+Pure: the policy (:mod:`coordinator.balancer.policy`) reads them, the balancer loop
 (:mod:`coordinator.balancer_loop`) keeps them in the meta store.
 """
 

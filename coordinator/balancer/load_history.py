@@ -6,7 +6,7 @@ range's samples (one C-level ``tuple()``, atomic under the GIL) before walking t
 Pure data: time is always passed in, nothing runs by itself. The coordinator calls ``add`` with
 every heartbeat's load report (``partition_server.ranges.RangeSet.load_report``: per range
 ``reads_s, writes_s, entities_s, busy_s, lat_avg_ms, lat_max_ms, entities, bytes, sample``) and
-hands the history to ``coordinator.balancer.plan_actions``.
+hands the history to ``coordinator.balancer.policy.plan_actions``.
 
 **Load score.** One number per range and report, used for every load threshold::
 

@@ -1,4 +1,4 @@
-"""Balancer rules 7 and 8 (see :mod:`coordinator.balancer`), for replicated ranges. Pure: no I/O, no clock.
+"""Balancer rules 7 and 8 (see :mod:`coordinator.balancer.policy`), for replicated ranges. Pure: no I/O, no clock.
 
 7. **Replica balance** (balancing data): while the live server holding the most replicas holds at least
    ``replica_move_min_gap`` more than the one holding the fewest (a new, empty server joined; a server
@@ -19,8 +19,8 @@
 
 from __future__ import annotations
 
-from coordinator.balancer_round import Action, RangeView, Round
-from coordinator.replica_sets import zone_clash
+from coordinator.balancer.rounds import Action, RangeView, Round
+from coordinator.replicas.sets import zone_clash
 
 
 def _replicated(v: RangeView) -> bool:

@@ -1,4 +1,4 @@
-"""Balancer rules 1-4 (see :mod:`coordinator.balancer`): load splits, hot-key and append-hotspot
+"""Balancer rules 1-4 (see :mod:`coordinator.balancer.policy`): load splits, hot-key and append-hotspot
 warnings, size splits. Pure: no I/O, no clock.
 """
 
@@ -7,8 +7,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from coordinator.balancer_round import Action, RangeView, Round
-from coordinator.balancer_settings import MiB
+from coordinator.balancer.rounds import Action, RangeView, Round
+from coordinator.balancer.settings import MiB
 
 HOT_KEY_ADVICE = (
     "one PartitionKey carries most of this range's load and a range cannot be split inside a "
