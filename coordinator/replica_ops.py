@@ -1,7 +1,7 @@
 """The coordinator's jobs on replica sets (run by the controller thread, one at a time): open a replicated
 range on its replicas, fail over a dead or restarted primary, drop dead followers, and move followers in
 and out of the in-sync set on the primaries' reports. The policy is in :mod:`coordinator.replicas.sets`;
-the protocol between replicas in :mod:`partition_server.replication`.
+the protocol between replicas in :mod:`partition_server.replication.protocol`.
 
 The coordinator is the configuration master of Vertical Paxos II: each change is committed to the meta
 store before any replica hears of it, a new primary is chosen only among replicas sealed at the new

@@ -4,7 +4,7 @@ Every write made before ``LastSyncTime`` is readable on the secondary endpoint (
 RA-GRS). The secondary reads a range from an in-sync follower (the primary when it has none), so a range is
 synced up to ``t - sync_lag``, where ``t`` is when its primary's last heartbeat arrived here and
 ``sync_lag`` is the age, at that heartbeat, of the oldest batch some in-sync follower lacks
-(:meth:`partition_server.replication.Primary.sync_lag`; 0 when they hold every batch). The account's
+(:meth:`partition_server.replication.protocol.Primary.sync_lag`; 0 when they hold every batch). The account's
 ``LastSyncTime`` is the earliest of those over every replicated range, and now when there is none
 (without replication the secondary reads the primaries). Times are the coordinator's clock: the heartbeat's
 travel time (milliseconds) is the only overestimate. A primary that stopped reporting (dead, paused) holds

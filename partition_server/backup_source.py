@@ -7,9 +7,9 @@ only the coordinator's CURVE key may send them; the coordinator takes them from 
 
 * ``backup_open {range, epoch, backup}``: the primary (or, at ``--replicas 1``, the owner) of a serving range
   checkpoints it into ``<data-dir>/backups/`` on its loop, between two requests, with the
-  :class:`~partition_server.snapshot.Source` that serves rebuilding followers (flush + hard links), without a
+  :class:`~partition_server.replication.snapshot.Source` that serves rebuilding followers (flush + hard links), without a
   log pin. The checkpoint holds the store's batch ``seq`` (``META_REPL``).
-* ``backup_chunk {range, backup, id, file, offset}``: at most :data:`~partition_server.snapshot.CHUNK` bytes
+* ``backup_chunk {range, backup, id, file, offset}``: at most :data:`~partition_server.replication.snapshot.CHUNK` bytes
   with their CRC-32. While this server leads the range, the loop holds the answer until every batch written so
   far is committed (every in-sync replica has it), as it holds a write's acknowledgement: no byte of a
   checkpoint leaves before the batch it holds is committed, so a backup holds committed batches only (a primary
@@ -27,8 +27,8 @@ import os
 import time
 from typing import Any
 
-from partition_server.range_store import RangeStore
-from partition_server.snapshot import Source
+from partition_server.replication.snapshot import Source
+from partition_server.store.range_store import RangeStore
 from rangetable.errors import TableError
 from rangetable.files import remove_stale
 

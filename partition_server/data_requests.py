@@ -16,9 +16,9 @@ from collections.abc import Callable
 from functools import lru_cache
 from typing import Any, NamedTuple
 
-from partition_server import fast_path
-from partition_server.range_scan import is_point_span
 from partition_server.served import Served
+from partition_server.store import fast_path
+from partition_server.store.range_scan import is_point_span
 from rangetable.errors import TableError
 from rangetable.filter import CACHED_FILTER_CHARS, Predicate, compile_cached, properties_used
 from rangetable.keys import encode_key

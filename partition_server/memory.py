@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any, Protocol
 
-from partition_server.replica_log import ReplicaLog
+from partition_server.store.replica_log import ReplicaLog
 
 
 class _Store(Protocol):

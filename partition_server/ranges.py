@@ -23,11 +23,11 @@ from typing import Any
 from partition_server.backup_source import BackupSource
 from partition_server.data_requests import DATA_OPS
 from partition_server.metrics import RangeTotals
-from partition_server.range_store import RangeStore
 from partition_server.replica_ranges import DRAIN_S, ReplicaRanges
-from partition_server.replicator import Replicator
+from partition_server.replication.replicator import Replicator
 from partition_server.served import FULL_REPORT_S, LAT_SAMPLES, Deferred, Load, Served, only_changed
 from partition_server.split_job import SplitJob
+from partition_server.store.range_store import RangeStore
 from partition_server.table_config import TableConfig
 from partition_server.throttle import PartitionThrottle
 from rangetable.crash import crash_point

@@ -1,7 +1,7 @@
 """The background thread that reclaims the space of expired entities (table TTL).
 
 Each round visits the open ranges whose table has a TTL and runs bounded steps of
-:meth:`~partition_server.range_store.RangeStore.expire_step` (backfilling a new index, else deleting
+:meth:`~partition_server.store.range_store.RangeStore.expire_step` (backfilling a new index, else deleting
 what the expiry index says has expired) until a step finds nothing or the round's time is up; each
 step holds the store's write lock for one batch only, so writes go on between steps. The work is
 paced: at most ``DUTY`` of the time, so a large expiry spreads out instead of starving requests.
@@ -18,7 +18,7 @@ import threading
 import time
 from collections.abc import Callable
 
-from partition_server.range_store import RangeStore
+from partition_server.store.range_store import RangeStore
 from rangetable.keys import META_PREFIX
 
 log = logging.getLogger("rangetable.partition_server")

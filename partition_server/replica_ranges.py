@@ -1,5 +1,5 @@
 """The commands a partition server runs on replicated ranges: seal, a follower's split, a primary's
-split drain and the rebuild of a lost replica (the protocol is in :mod:`partition_server.replication`).
+split drain and the rebuild of a lost replica (the protocol is in :mod:`partition_server.replication.protocol`).
 
 A mixin of :class:`partition_server.ranges.RangeSet`, which provides the attributes and methods declared
 below for the type checker.
@@ -13,11 +13,11 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from partition_server.range_store import RangeStore
-from partition_server.replicator import Replicator
+from partition_server.replication.replicator import Replicator
 from partition_server.served import Deferred, Served
 from partition_server.split_job import SplitJob
-from partition_server.store_counts import Counts
+from partition_server.store.counts import Counts
+from partition_server.store.range_store import RangeStore
 from partition_server.table_config import TableConfig
 from rangetable.errors import TableError
 from rangetable.keys import range_bounds

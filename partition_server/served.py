@@ -8,7 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from partition_server.range_store import RangeStore
+from partition_server.store.range_store import RangeStore
 from rangetable.keys import range_bounds
 
 SAMPLE_SIZE = 64  # PartitionKeys in a range's reservoir sample (the balancer's split points)

@@ -1,7 +1,7 @@
 """The partition server process: serves the ranges the coordinator assigns to it.
 
 One thread, one loop over two sockets (the loop only moves messages; the work is in
-:class:`~partition_server.range_store.RangeStore` and :mod:`partition_server.ranges`):
+:class:`~partition_server.store.range_store.RangeStore` and :mod:`partition_server.ranges`):
 
 * a ROUTER bound at ``bind`` — data requests from frontends and control commands
   (load / unload / split / merge / destroy) from the coordinator;
@@ -43,11 +43,11 @@ import zmq
 from zmq.backend import zmq_poll
 
 from partition_server.data_requests import DATA_OPS
-from partition_server.fast_path import set_socket_option
 from partition_server.ranges import RangeSet
 from partition_server.reclaimer import Reclaimer
-from partition_server.replicator import TICK_S, Replicator
+from partition_server.replication.replicator import TICK_S, Replicator
 from partition_server.served import Deferred
+from partition_server.store.fast_path import set_socket_option
 from rangetable import curve, protocol
 from rangetable.addresses import advertised
 from rangetable.config import PartitionServerConfig
@@ -435,7 +435,7 @@ class PartitionServer:
 
 def run(cfg: PartitionServerConfig) -> None:
     """Entry point for ``rangetable partition-server``."""
-    from partition_server.replica_log import configure_budget
+    from partition_server.store.replica_log import configure_budget
     from rangetable import malloc_trim, storage
 
     storage.configure(cfg.block_cache_mb << 20, cfg.memtable_budget_mb << 20)

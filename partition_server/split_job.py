@@ -3,7 +3,7 @@
 The slow parts of a split — checkpointing the store into two directories and opening both (RocksDB
 writes and syncs a MANIFEST per open: 4 ms on a quiet disk, 15–275 ms on a busy one, measured) — run
 on a background thread while the parent range keeps serving. From just before the checkpoint on,
-every batch the parent writes is also recorded (the store's *tee*: :class:`partition_server.tee.RecordingBatch`), and the
+every batch the parent writes is also recorded (the store's *tee*: :class:`partition_server.store.tee.RecordingBatch`), and the
 thread replays the records into the halves until few remain. The switch-over, on the server's loop
 (so no write is in flight), replays the rest and hands the halves over; the range is offline only
 from then until the coordinator has committed the split and loaded the halves.
@@ -25,9 +25,9 @@ from collections.abc import Callable
 
 import rocksdict
 
-from partition_server.range_store import RangeStore
-from partition_server.store_keys import META_COUNT
-from partition_server.tee import Ops, RangeEnd
+from partition_server.store.keys import META_COUNT
+from partition_server.store.range_store import RangeStore
+from partition_server.store.tee import Ops, RangeEnd
 from rangetable.errors import TableError
 from rangetable.keys import META_PREFIX
 from rangetable.stats import StepClock

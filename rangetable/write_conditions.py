@@ -17,7 +17,7 @@ The partition server checks the expectation and the condition against the entity
 change, in the same step as the write (the range store's lock), then Azure's rules of the operation's
 kind, then adds the counters. A failed expectation or condition is ``ConditionCheckFailed`` (412),
 whose message names the condition; inside an entity group transaction it names the operation's index
-and nothing is written (:func:`partition_server.range_ops.evaluate_batch`).
+and nothing is written (:func:`partition_server.store.range_ops.evaluate_batch`).
 """
 
 from __future__ import annotations

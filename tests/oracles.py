@@ -4,7 +4,7 @@ property tests compare each fast path with, on the same generated inputs (answer
 * :func:`props_size_plain`, :func:`entity_size` and :func:`validate_entity_plain` — ``rangetable.entity``'s
   ``_check_props`` and ``validate_entity`` (Azure's property and entity limits), every pair through the whole
   rule chain (``tests/unit/test_ps_write_fastpath.py``, ``test_entity.py``);
-* :func:`wire_answer` — ``partition_server.fast_path.entity_bytes``/``answer``, which splice the stored bytes
+* :func:`wire_answer` — ``partition_server.store.fast_path.entity_bytes``/``answer``, which splice the stored bytes
   into the wire form instead of decoding and packing them (``tests/unit/test_ps_fastpath.py``,
   ``test_ps_fast_vs_plain.py``).
 """
@@ -66,7 +66,7 @@ def validate_entity_plain(pk: str, rk: str, props: dict[str, Any]) -> None:
 
 def wire_answer(key: bytes, value: bytes | None) -> bytes:
     """An op's answer in wire form, packed from the decoded entity: ``msgpack([pk, rk, ts, props])``,
-    or nil for a delete (:func:`partition_server.fast_path.entity_bytes` splices the same bytes)."""
+    or nil for a delete (:func:`partition_server.store.fast_path.entity_bytes` splices the same bytes)."""
     if value is None:
         return protocol.pack(None)
     pkb, _, rkb = key.partition(b"\x00")

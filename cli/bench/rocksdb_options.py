@@ -45,7 +45,7 @@ def measure_variant(path: str, n: int, probes: int, **kw: Any) -> dict[str, Any]
     """Load, compact and probe one store at ``path`` opened with ``db_options(**kw)``."""
     from cli.bench.scale import ROWS_PER_PARTITION, typed_entity
     from cli.bench.soak import disk_bytes
-    from partition_server.range_store import RangeStore
+    from partition_server.store.range_store import RangeStore
     from rangetable.storage import db_options, open_range_db
 
     opts = db_options(**kw)
@@ -88,7 +88,7 @@ def queue_scan(path: str, n: int, compact_deletions: bool, settle_s: float = 5.0
     """The queue pattern: ``n`` entities inserted, the oldest 95 % deleted in key order, flushed; after
     ``settle_s`` for background compaction, the cost of reading the head of the queue (a 100-entity
     scan from the start) in keys stepped over and milliseconds."""
-    from partition_server.range_store import RangeStore
+    from partition_server.store.range_store import RangeStore
     from rangetable.keys import encode_key
     from rangetable.storage import db_options, open_range_db
 
@@ -131,7 +131,7 @@ def hot_range_compaction(path: str, n: int, settle_s: float = 30.0, **kw: Any) -
     compactions the writes caused have finished (at most ``settle_s`` more), and the writes' rate."""
     import uuid
 
-    from partition_server.range_store import RangeStore
+    from partition_server.store.range_store import RangeStore
     from rangetable.storage import db_options, open_range_db
 
     store = RangeStore(open_range_db(path, options=db_options(**kw)), path)

@@ -179,7 +179,7 @@ def partitions_of(record: dict, partitions: int) -> range:
 def bloom_check(range_dir: str, pks: range, gets: int = 10_000) -> dict[str, Any]:
     """Open a range store in this process with RocksDB statistics: its open time, and the data blocks
     that ``gets`` point reads of missing RowKeys in its partitions ``pks`` touch (bloom filters skip them)."""
-    from partition_server.range_store import RangeStore
+    from partition_server.store.range_store import RangeStore
     from rangetable.keys import encode_key
     from rangetable.storage import db_options, open_range_db
 

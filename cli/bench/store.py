@@ -49,7 +49,7 @@ def run_store_bench(n: int = 50_000, data_dir: str | None = None) -> dict[str, A
     """
     import msgpack
 
-    from partition_server.range_store import RangeStore
+    from partition_server.store.range_store import RangeStore
     from rangetable.filter import compile_cached
 
     n = max(100, n)

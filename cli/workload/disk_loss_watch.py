@@ -147,7 +147,7 @@ class RestoreWatch(threading.Thread):
         """The victim's wiped copy was rebuilt while staying in the in-sync set (a follower that restarts
         without its directory is rebuilt from its primary, in sync, before its primary reports it lagging):
         the victim is back in a new incarnation, in sync, and the range's directory exists on it again; a
-        rebuild renames the pulled checkpoint into place only once complete (partition_server/snapshot.py)."""
+        rebuild renames the pulled checkpoint into place only once complete (partition_server/replication/snapshot.py)."""
         return (self.victim in live and self.victim in rec.get("insync", [])
                 and os.path.isdir(os.path.join(self.server_dir(self.victim), rec["path"])))
 

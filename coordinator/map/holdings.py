@@ -1,7 +1,7 @@
 """What each partition server holds, as primary and as follower: ranges, entities and bytes.
 
 Decided here once, from the map (each range's owner and replicas) and each range's latest load report
-(sent by its primary, exact at its last batch: :mod:`partition_server.store_counts`); the coordinator's
+(sent by its primary, exact at its last batch: :mod:`partition_server.store.counts`); the coordinator's
 ``status`` carries it per server as ``holds`` and ``/metrics`` exports it, and ``rangetable ranges``,
 ``rangetable status`` and the dashboard show that, computing nothing of their own. A follower holds what
 its range's primary reports (the same batches, once in sync: a lagging one holds a few batches fewer).

@@ -10,14 +10,14 @@ from pathlib import Path
 
 import pytest
 
-from partition_server.range_store import RangeStore
+from partition_server.store.range_store import RangeStore
 
 REPO = Path(__file__).resolve().parents[2]
 BATCH = 50
 
 CHILD = r"""
 import sys, time
-from partition_server.range_store import RangeStore
+from partition_server.store.range_store import RangeStore
 path, sync, n, nb = sys.argv[1], sys.argv[2] == "1", int(sys.argv[3]), int(sys.argv[4])
 s = RangeStore.open(path, sync=sync)
 out = sys.stdout

@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from partition_server.range_store import RangeStore
+from partition_server.store.range_store import RangeStore
 from tests.unit.test_range_store import REPO, err, ins
 
 
@@ -31,7 +31,7 @@ def test_close_releases_lock_in_process_and_for_a_subprocess(tmp_path):
     s.scan(b"", None, limit=5)
     s.close()
     code = (
-        "import sys; from partition_server.range_store import RangeStore;"
+        "import sys; from partition_server.store.range_store import RangeStore;"
         "s = RangeStore.open(sys.argv[1]); print(len(s.scan(b'', None)[0])); s.close()"
     )
     out = subprocess.run(

@@ -14,7 +14,7 @@ from typing import Any
 import msgpack
 import zmq
 
-from partition_server.replica_log import encode_ops
+from partition_server.store.replica_log import encode_ops
 from rangetable import TableServiceClient, curve
 from rangetable.keys import encode_key
 from rangetable.storage import open_range_db

@@ -13,7 +13,7 @@ from typing import Any
 
 import msgpack
 
-from partition_server import range_ops
+from partition_server.store import range_ops
 from rangetable import protocol
 from rangetable.edm import (
     BINARY,

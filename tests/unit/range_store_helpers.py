@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from partition_server.range_store import RangeStore
+from partition_server.store.range_store import RangeStore
 from rangetable.edm import INT32, STRING
 
 

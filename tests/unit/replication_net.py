@@ -6,9 +6,9 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from partition_server.range_store import RangeStore
-from partition_server.replica_log import ReplicaLog, RingBudget
-from partition_server.replication import Following, Primary
+from partition_server.replication.protocol import Following, Primary
+from partition_server.store.range_store import RangeStore
+from partition_server.store.replica_log import ReplicaLog, RingBudget
 from tests.unit.range_store_helpers import P
 
 PEERS = {"a": "ea", "b": "eb", "c": "ec"}

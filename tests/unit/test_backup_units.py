@@ -14,7 +14,7 @@ import pytest
 
 from cli.restore import RestoreError, missing_files, placements, read_manifest, restore
 from partition_server.backup_source import IDLE_S, BackupSource
-from partition_server.range_store import RangeStore
+from partition_server.store.range_store import RangeStore
 from rangetable import curve
 from rangetable.edm import STRING
 from rangetable.errors import TableError

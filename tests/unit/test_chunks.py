@@ -1,4 +1,4 @@
-"""The one check of a file chunk, for re-replication (partition_server/snapshot.py) and backups
+"""The one check of a file chunk, for re-replication (partition_server/replication/snapshot.py) and backups
 (cli/backup_pull.py)."""
 
 from rangetable.chunks import chunk_fields, intact

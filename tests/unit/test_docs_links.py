@@ -1,7 +1,7 @@
 """The docs cite only what the repository has: every relative link in README.md and docs/*.md points to a
 file inside the repository, every repository path quoted in backticks (``coordinator/backup.py``,
 ``tests/integration/test_x.py``, ``cli/drills/netsplit*.py``) exists, and every backtick-quoted module path
-(``rangetable.aio``, ``partition_server.store_counts``, ``rangetable.ExponentialRetry``) names a module that
+(``rangetable.aio``, ``partition_server.store.counts``, ``rangetable.ExponentialRetry``) names a module that
 exists (and, past the module, a name it defines). ``python -m tests.unit.test_docs_links`` lists what is wrong."""
 
 from __future__ import annotations

@@ -5,7 +5,8 @@ Layers, bottom up (``docs/architecture.md``, "Layers"):
     rangetable                                   core model, wire protocol, native client, RocksDB opener
     partition_server   coordinator   frontend    the three server processes (no arrows among them); inside
                                                  coordinator, the sub-packages map and replicas, then balancer,
-                                                 below its top-level modules
+                                                 below its top-level modules; inside partition_server, store,
+                                                 then replication
     cli                                          process entry points, supervisor, admin client, commands
     cli.workload                                 workload and load generators, verifiers, simulated servers
     cli.bench          cli.drills                benchmarks and drills (no arrows between them)
@@ -34,6 +35,8 @@ LAYERS: dict[str, tuple[int, int]] = {
     "partition_server": (1, 9), "coordinator": (1, 9), "frontend": (1, 9),
     "coordinator.map": (1, 0), "coordinator.replicas": (1, 0),  # the partition map and the replica-set policy
     "coordinator.balancer": (1, 1),  # the balancer's pure policy (its process side: coordinator.balancer_loop)
+    "partition_server.store": (1, 0),  # the range store: RocksDB, its write path, its records, its log
+    "partition_server.replication": (1, 1),  # the replication protocol, the replicator, snapshots
     "cli": (2, 0),
     "cli.workload": (3, 0),
     "cli.bench": (4, 0), "cli.drills": (4, 0),
@@ -166,7 +169,7 @@ def report(graph: dict[str, set[str]]) -> str:
         outs = sorted(((b, n) for (a, b), n in edges.items() if a == comp), key=lambda x: (LAYERS[x[0]], x[0]))
         arrows = ", ".join(f"{b} ({n})" for b, n in outs) or "-"
         layer, rank = LAYERS[comp]
-        lines.append(f"  L{layer}{'.' + str(rank) if layer == 1 else ''} {comp:<21} -> {arrows}")
+        lines.append(f"  L{layer}{'.' + str(rank) if layer == 1 else ''} {comp:<29} -> {arrows}")
     lines.append(f"wrong-way arrows: {len(wrong_way(edges))}; import cycles between modules: {len(cycles(graph))}")
     return "\n".join(lines)
 

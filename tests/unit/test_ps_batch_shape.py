@@ -1,5 +1,5 @@
 """The entity-group rules a batch is checked against before any data is read
-(:func:`partition_server.range_ops.check_batch_shape`): a list of at most 100 ops, one PartitionKey,
+(:func:`partition_server.store.range_ops.check_batch_shape`): a list of at most 100 ops, one PartitionKey,
 each row once, and only TableErrors, naming the op, for whatever is sent."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from partition_server import range_ops
+from partition_server.store import range_ops
 from rangetable.errors import TableError
 from tests.unit.batch_cases import StrSub
 

@@ -1,4 +1,4 @@
-"""The partition server's spliced replies (:mod:`partition_server.fast_path`) decode to, and are
+"""The partition server's spliced replies (:mod:`partition_server.store.fast_path`) decode to, and are
 byte-identical with, the product's plain path: entities decoded by ``RangeStore.scan`` / ``get`` and packed."""
 
 from __future__ import annotations
@@ -11,11 +11,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from partition_server import fast_path, range_ops, range_scan
-from partition_server import fast_path as wire
 from partition_server.data_requests import scan_filter
-from partition_server.range_store import RangeStore
 from partition_server.ranges import RangeSet
+from partition_server.store import fast_path, range_ops, range_scan
+from partition_server.store import fast_path as wire
+from partition_server.store.range_store import RangeStore
 from rangetable import protocol
 from rangetable.edm import BINARY, BOOLEAN, DATETIME, DOUBLE, GUID, INT32, INT64, STRING
 from rangetable.errors import TableError

@@ -19,9 +19,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from partition_server import fast_path
-from partition_server.range_store import REQ_PREFIX, RangeStore
 from partition_server.ranges import RangeSet
+from partition_server.store import fast_path
+from partition_server.store.range_store import REQ_PREFIX, RangeStore
 from rangetable import entity as ent
 from rangetable import protocol
 from rangetable.edm import BINARY, BOOLEAN, DATETIME, DOUBLE, GUID, INT32, INT64, STRING, etag_from_ticks

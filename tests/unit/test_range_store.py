@@ -11,8 +11,8 @@ from urllib.parse import unquote
 import pytest
 import rocksdict
 
-from partition_server import range_store
-from partition_server.range_store import REQ_PREFIX, RangeStore
+from partition_server.store import range_store
+from partition_server.store.range_store import REQ_PREFIX, RangeStore
 from rangetable.edm import BINARY, INT32, STRING, etag_from_ticks
 from rangetable.errors import TableError
 from rangetable.storage import StorageConfigError, open_range_db, repair_config

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from partition_server.range_store import RangeStore
+from partition_server.store.range_store import RangeStore
 from rangetable.edm import BINARY
 from rangetable.keys import encode_key
 from tests.unit.range_store_helpers import ins, store_fixture  # noqa: F401  (the store fixture)
@@ -57,7 +57,7 @@ def test_scan_resumes_without_gaps_or_duplicates(filled, kw):
 
 
 def test_only_scans_within_one_partition_fill_the_block_cache() -> None:
-    from partition_server.range_scan import fills_cache
+    from partition_server.store.range_scan import fills_cache
     from rangetable.keys import encode_key, partition_bounds
 
     lo, hi = partition_bounds("p1")

@@ -11,7 +11,7 @@ import hypothesis.strategies as st
 from hypothesis import HealthCheck, settings
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from partition_server.range_store import RangeStore, wall_ticks
+from partition_server.store.range_store import RangeStore, wall_ticks
 from rangetable.edm import INT32, STRING, etag_from_ticks
 from rangetable.errors import TableError
 

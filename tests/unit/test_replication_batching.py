@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 import zmq
 
-from partition_server.range_store import RangeStore
-from partition_server.replica_log import ReplicaLog
-from partition_server.replication import Following
-from partition_server.replicator import Replicator
+from partition_server.replication.protocol import Following
+from partition_server.replication.replicator import Replicator
+from partition_server.store.range_store import RangeStore
+from partition_server.store.replica_log import ReplicaLog
 from rangetable import protocol
 from rangetable.curve import KeyRing
 from tests.unit.range_store_helpers import P

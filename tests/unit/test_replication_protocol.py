@@ -1,4 +1,4 @@
-"""partition_server/replication.py without sockets: a Primary on a real RocksDB store and two Followings on
+"""partition_server/replication/protocol.py without sockets: a Primary on a real RocksDB store and two Followings on
 their own stores, with the messages moved by hand (lost, duplicated, reordered) and an explicit clock."""
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from partition_server.range_store import RangeStore
-from partition_server.replica_log import ReplicaLog, encode_ops
-from partition_server.replication import RESEND_S, Following, Primary
+from partition_server.replication.protocol import RESEND_S, Following, Primary
+from partition_server.store.range_store import RangeStore
+from partition_server.store.replica_log import ReplicaLog, encode_ops
 from tests.unit.range_store_helpers import P
 from tests.unit.replication_net import PEERS, Net
 
@@ -270,9 +270,9 @@ def test_randomized_loss_duplication_reordering_converge(tmp_path: Path, seed: i
 
 
 def test_a_follower_silent_since_the_primary_started_is_reported_lagging(tmp_path) -> None:
-    from partition_server.range_store import RangeStore
-    from partition_server.replica_log import ReplicaLog
-    from partition_server.replication import Primary
+    from partition_server.replication.protocol import Primary
+    from partition_server.store.range_store import RangeStore
+    from partition_server.store.replica_log import ReplicaLog
 
     store = RangeStore.open(tmp_path / "p")
     try:
@@ -288,9 +288,9 @@ def test_a_follower_silent_since_the_primary_started_is_reported_lagging(tmp_pat
 def test_an_insync_follower_that_lost_acknowledged_batches_is_reported(tmp_path) -> None:
     """A follower back from a restart with less than it had acknowledged (its disk was wiped) may not stay
     in the in-sync set, even on a range that takes no writes: every in-sync member holds every committed batch."""
-    from partition_server.range_store import RangeStore
-    from partition_server.replica_log import ReplicaLog
-    from partition_server.replication import Primary
+    from partition_server.replication.protocol import Primary
+    from partition_server.store.range_store import RangeStore
+    from partition_server.store.replica_log import ReplicaLog
 
     store = RangeStore.open(tmp_path / "p")
     try:
@@ -333,7 +333,7 @@ def test_a_followers_primary_endpoint_survives_a_configuration_that_does_not_kno
     keeps the endpoint the follower acknowledges to; a new primary without one leaves it unknown."""
     import zmq
 
-    from partition_server.replicator import Replicator
+    from partition_server.replication.replicator import Replicator
     from rangetable import curve
 
     keys = curve.KeyRing.create(str(tmp_path / "keys"))

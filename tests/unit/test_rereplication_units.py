@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from coordinator.replicas.sets import repair
-from partition_server.range_store import RangeStore
-from partition_server.replica_log import PIN_FACTOR, ReplicaLog
-from partition_server.snapshot import CHUNK, Pull, Source
+from partition_server.replication.snapshot import CHUNK, Pull, Source
+from partition_server.store.range_store import RangeStore
+from partition_server.store.replica_log import PIN_FACTOR, ReplicaLog
 from tests.unit.range_store_helpers import P
 
 REC = {"owner": "a", "replicas": ["a", "b", "c"], "insync": ["a", "b", "c"]}

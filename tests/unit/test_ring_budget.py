@@ -1,4 +1,4 @@
-"""The server-wide budget of the replica-log rings (partition_server/replica_log.py: RingBudget)."""
+"""The server-wide budget of the replica-log rings (partition_server/store/replica_log.py: RingBudget)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,14 @@ from pathlib import Path
 from hypothesis import given
 from hypothesis import strategies as st
 
-from partition_server.replica_log import ReplicaLog, RingBudget, budget_limit, budget_share, configure_budget
-from partition_server.replication import RESEND_S
+from partition_server.replication.protocol import RESEND_S
+from partition_server.store.replica_log import (
+    ReplicaLog,
+    RingBudget,
+    budget_limit,
+    budget_share,
+    configure_budget,
+)
 from tests.unit.replication_net import Net
 
 KB = 1024
@@ -112,7 +118,7 @@ def test_the_running_total_matches_the_rings() -> None:
 def test_configure_budget_refuses_under_a_mib() -> None:
     import pytest
 
-    from partition_server import replica_log
+    from partition_server.store import replica_log
 
     before = replica_log.SERVER_BUDGET.max_bytes
     with pytest.raises(ValueError, match="at least 1 MiB"):

@@ -1,5 +1,5 @@
 """The -secondary endpoint's pure parts: which replica a secondary read goes to (frontend/routing.py), the
-coordinator's LastSyncTime (coordinator/sync_time.py) and a primary's sync lag (partition_server/replication.py)."""
+coordinator's LastSyncTime (coordinator/sync_time.py) and a primary's sync lag (partition_server/replication/protocol.py)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from coordinator.map.server_info import ServerInfo
 from coordinator.sync_time import last_sync
 from frontend.routing import Route, secondary_order
 from partition_server.ranges import RangeSet
-from partition_server.replication import RESEND_S
+from partition_server.replication.protocol import RESEND_S
 from rangetable.errors import TableError
 from tests.unit.replication_net import Net
 

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from partition_server.range_split import choose_split_key, pick_split_pk, scan_split_key
-from partition_server.range_store import RangeStore
+from partition_server.store.range_split import choose_split_key, pick_split_pk, scan_split_key
+from partition_server.store.range_store import RangeStore
 from rangetable.edm import STRING
 from rangetable.storage import db_options, open_range_db
 
@@ -26,7 +26,7 @@ def test_a_boundary_must_leave_entities_on_both_sides():
 
 
 def test_large_range_is_split_at_a_file_boundary_without_a_scan(tmp_path, monkeypatch):
-    from partition_server import range_split
+    from partition_server.store import range_split
 
     opts = db_options(write_buffer_size=256 << 10)  # small memtables: several files
     store = RangeStore(open_range_db(str(tmp_path / "r"), options=opts), str(tmp_path / "r"))
@@ -79,7 +79,7 @@ def test_close_cancels_a_running_compaction_and_the_next_open_finishes_it(tmp_pa
 
 
 def test_compaction_slices_cover_the_span_exactly():
-    from partition_server.range_split import compaction_slices
+    from partition_server.store.range_split import compaction_slices
 
     files = [{"start_key": k, "size": 40} for k in (b"a", b"c", b"e", b"g", b"i", b"z")]
     assert compaction_slices(files, b"b", b"j", slice_bytes=70) == [(b"b", b"g"), (b"g", b"j")]

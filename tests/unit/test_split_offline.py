@@ -6,8 +6,8 @@ import os
 import threading
 import time
 
-from partition_server.range_store import RangeStore
 from partition_server.ranges import RangeSet
+from partition_server.store.range_store import RangeStore
 from rangetable.edm import INT32
 from rangetable.errors import TableError
 
@@ -114,7 +114,7 @@ def test_writes_during_the_preparation_reach_the_half_that_holds_them(tmp_path, 
 
 
 def rs_last_ts(store: RangeStore) -> int:
-    from partition_server.range_store import META_TS, unpack_meta
+    from partition_server.store.range_store import META_TS, unpack_meta
 
     return unpack_meta(store._db.get(META_TS))[0]
 
@@ -148,7 +148,7 @@ def test_frontends_route_a_splitting_range_to_its_owner_but_not_a_moving_one() -
 
 def test_a_recorded_range_delete_reaches_each_half_clipped_to_its_span(tmp_path) -> None:
     from partition_server.split_job import replay
-    from partition_server.tee import RangeEnd
+    from partition_server.store.tee import RangeEnd
     from rangetable.keys import META_PREFIX
 
     left, right = (RangeStore.open(tmp_path / name) for name in ("l", "r"))

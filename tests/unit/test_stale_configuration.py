@@ -13,10 +13,10 @@ import zmq
 
 from coordinator.operations import replica_ahead
 from coordinator.replicas.sets import next_epoch
-from partition_server.range_store import RangeStore
 from partition_server.ranges import RangeSet
-from partition_server.replica_log import encode_ops
-from partition_server.replicator import Replicator
+from partition_server.replication.replicator import Replicator
+from partition_server.store.range_store import RangeStore
+from partition_server.store.replica_log import encode_ops
 from rangetable.curve import KeyRing
 from rangetable.errors import TableError
 

@@ -1,4 +1,4 @@
-"""The exact entity counts of a range store (partition_server/store_counts.py): the pure parts, and every
+"""The exact entity counts of a range store (partition_server/store/counts.py): the pure parts, and every
 path that changes entities checked against a pass over the store."""
 
 from __future__ import annotations
@@ -8,11 +8,11 @@ import random
 import pytest
 import rocksdict
 
-from partition_server.range_store import RangeStore
 from partition_server.split_job import SplitJob
-from partition_server.store_counts import Counts, count_span, delta, left_share, pack_counts, unpack_counts
-from partition_server.store_keys import META_COUNT
-from partition_server.tee import Ops
+from partition_server.store.counts import Counts, count_span, delta, left_share, pack_counts, unpack_counts
+from partition_server.store.keys import META_COUNT
+from partition_server.store.range_store import RangeStore
+from partition_server.store.tee import Ops
 from rangetable.keys import META_PREFIX, encode_key
 from rangetable.table_settings import ttl_ticks
 from tests.unit.range_store_helpers import P, ins, store_fixture  # noqa: F401  (the store fixture)

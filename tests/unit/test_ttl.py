@@ -1,13 +1,13 @@
 """Table TTL: the pure rules (``rangetable.table_settings``) and a range store on a real RocksDB that
 hides expired entities from every read and reclaims them through its expiry index
-(``partition_server.expiry``), on the plain and the fast path alike."""
+(``partition_server.store.expiry``), on the plain and the fast path alike."""
 
 from __future__ import annotations
 
 import pytest
 
-from partition_server.expiry import INDEX_PREFIX, MARK_KEY, index_stats
-from partition_server.range_store import RangeStore
+from partition_server.store.expiry import INDEX_PREFIX, MARK_KEY, index_stats
+from partition_server.store.range_store import RangeStore
 from rangetable.errors import TableError
 from rangetable.keys import encode_key
 from rangetable.table_settings import (

@@ -12,8 +12,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from partition_server import fast_path, range_ops
-from partition_server.range_store import RangeStore
+from partition_server.store import fast_path, range_ops
+from partition_server.store.range_store import RangeStore
 from rangetable import write_conditions as wc
 from rangetable.edm import DOUBLE, INT32, INT32_MAX, INT64, INT64_MAX, INT64_MIN, STRING
 from rangetable.errors import TableError

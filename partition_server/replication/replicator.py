@@ -1,5 +1,5 @@
 """A partition server's replication endpoint: the ranges it is primary or follower of, and the messages
-between replicas (the protocol is in :mod:`partition_server.replication`).
+between replicas (the protocol is in :mod:`partition_server.replication.protocol`).
 
 Sockets: one ROUTER bound at the server's replication endpoint, CURVE-authenticated with its own ZAP
 domain that admits partition-server keys only (no frontend, client or coordinator key may send to it),
@@ -28,7 +28,7 @@ these, or whose token is wrong (a bug, a fuzzer holding a partition-server key),
 it never stops the loop nor reaches a store, and no forged acknowledgement moves a commit point.
 
 Rebuilding a lost replica (``snap``, ``snap_chunk`` follower → primary; ``snap_files``, ``snap_data``
-primary → follower) is in :mod:`partition_server.snapshot`.
+primary → follower) is in :mod:`partition_server.replication.snapshot`.
 """
 
 from __future__ import annotations
@@ -42,10 +42,10 @@ from typing import Any
 import msgpack
 import zmq
 
-from partition_server.range_store import RangeStore
-from partition_server.replica_log import ReplicaLog
-from partition_server.replication import Following, Primary
-from partition_server.snapshot import Pull, Source
+from partition_server.replication.protocol import Following, Primary
+from partition_server.replication.snapshot import Pull, Source
+from partition_server.store.range_store import RangeStore
+from partition_server.store.replica_log import ReplicaLog
 from rangetable import curve, protocol
 from rangetable.addresses import advertised
 from rangetable.errors import TableError

@@ -9,7 +9,7 @@ etcd — numbers each range's configurations by *epoch* and records its replicas
   with it, ``META_REPL``) and is shipped to every follower (:class:`Outbox`, many batches in flight);
 * a follower applies the batches in sequence order to its own store (WAL written, fsynced under
   ``--sync``) and acknowledges the highest one it holds; a gap or a restart makes it acknowledge what it
-  has, and the primary sends again from there out of its :class:`~partition_server.replica_log.ReplicaLog`;
+  has, and the primary sends again from there out of its :class:`~partition_server.store.replica_log.ReplicaLog`;
 * a batch is *committed* once every member of the in-sync set holds it, and no answer that depends on a
   batch — a write's acknowledgement, or a read that saw it — leaves the primary before it is committed
   (:meth:`Primary.hold`). So every acknowledged write, and every value a client read, is on every
@@ -33,10 +33,10 @@ from dataclasses import dataclass, field
 
 import rocksdict
 
-from partition_server.range_store import RangeStore
-from partition_server.replica_log import ReplicaLog, decode_ops, encode_ops, pack_position
-from partition_server.store_keys import META_REPL
-from partition_server.tee import Ops
+from partition_server.store.keys import META_REPL
+from partition_server.store.range_store import RangeStore
+from partition_server.store.replica_log import ReplicaLog, decode_ops, encode_ops, pack_position
+from partition_server.store.tee import Ops
 
 RESEND_S = 0.3  # a follower that acknowledged nothing for this long while batches were outstanding is sent them again
 MAX_IN_FLIGHT = 4096  # batches sent to one follower and not yet acknowledged
@@ -47,7 +47,7 @@ class Outbox:
     """The primary's side of a range's log: stamps each batch with the next sequence number as the store
     writes it, and keeps it (with the time it was written) until the followers hold it.
 
-    Called by whatever thread writes the store, under the store's lock (:class:`~partition_server.tee.Tee`)."""
+    Called by whatever thread writes the store, under the store's lock (:class:`~partition_server.store.tee.Tee`)."""
 
     def __init__(self, epoch: int, log: ReplicaLog) -> None:
         self.epoch = epoch

@@ -2,7 +2,7 @@
 
 Split: hard-linked checkpoints of the live store, then in each copy a ``delete_range`` of the other
 half plus a compaction of that span, so the deleted data really goes, and each half's exact counts
-(:mod:`partition_server.store_counts`). Merge: a checkpoint of the left store, then the right store's
+(:mod:`partition_server.store.counts`). Merge: a checkpoint of the left store, then the right store's
 entities and request records copied in; the counts are the sum of both. Both only ever write their output directories and remove leftovers of an earlier attempt first,
 so a crash at any step is repaired by running the step again.
 """
@@ -17,10 +17,10 @@ from typing import cast
 import msgpack
 import rocksdict
 
-from partition_server.expiry import MARK_KEY, merged_mark
-from partition_server.request_records import REQT_END, REQT_PREFIX, Window, pack_meta, unpack_meta
-from partition_server.store_counts import Counts, half_counts, left_share, pack_counts, read_counts
-from partition_server.store_keys import DROP_KEY, META_COUNT, META_TS
+from partition_server.store.counts import Counts, half_counts, left_share, pack_counts, read_counts
+from partition_server.store.expiry import MARK_KEY, merged_mark
+from partition_server.store.keys import DROP_KEY, META_COUNT, META_TS
+from partition_server.store.request_records import REQT_END, REQT_PREFIX, Window, pack_meta, unpack_meta
 from rangetable.checkpoint import create_checkpoint
 from rangetable.keys import META_PREFIX
 from rangetable.storage import open_range_db

@@ -1,6 +1,6 @@
 """Request-id records of a range store: the stored answers that make retried writes exactly-once.
 
-Layout (meta keys, see :mod:`partition_server.range_store`):
+Layout (meta keys, see :mod:`partition_server.store.range_store`):
 
 * ``REQ_PREFIX + request_id`` → ``msgpack([ts, kind, result])``: the answer of a write (``kind``
   "w", ``result`` the wire entity or nil) or of a batch (``kind`` "b", a list of them);
@@ -32,7 +32,7 @@ from typing import Any, NamedTuple, cast
 import msgpack
 import rocksdict
 
-from partition_server.fast_path import request_record
+from partition_server.store.fast_path import request_record
 from rangetable import protocol
 from rangetable.edm import Entity
 from rangetable.keys import META_PREFIX
@@ -90,7 +90,7 @@ def unpack_meta(v: bytes | None) -> tuple[int, Window]:
 
 
 def record_puts(wb: rocksdict.WriteBatch, rid: bytes, ts: int, rec: bytes) -> None:
-    """Add request ``rid``'s (UTF-8) record ``rec`` (see :func:`~partition_server.fast_path.request_record`) and its index key to ``wb``."""
+    """Add request ``rid``'s (UTF-8) record ``rec`` (see :func:`~partition_server.store.fast_path.request_record`) and its index key to ``wb``."""
     wb.put(REQ_PREFIX + rid, rec)
     wb.put(REQT_PREFIX + _TS.pack(ts) + rid, _SIZE.pack(len(rec)))
 
@@ -153,7 +153,7 @@ def purge(db: rocksdict.Rdict, wb: rocksdict.WriteBatch, w: Window, cutoff: int,
 def add_record(db: rocksdict.Rdict, wb: rocksdict.WriteBatch, w: Window, rid: bytes, ts: int, kind: bytes,
                answer: bytes, stale: tuple[bytes, int] | None, cutoff: Callable[[], int], bounds: tuple[int, int],
                purge_now: bool) -> Window:
-    """Add request ``rid``'s record (see :func:`~partition_server.fast_path.request_record`) to ``wb``, with the delete of its ``stale``
+    """Add request ``rid``'s record (see :func:`~partition_server.store.fast_path.request_record`) to ``wb``, with the delete of its ``stale``
     expired record (see :func:`lookup`) and a purge when the window overflows ``bounds`` (records,
     bytes) or ``purge_now`` (the periodic age purge: records older than ``cutoff()``, asked only
     then); returns the window after the batch."""

@@ -3,7 +3,7 @@
 Hiding needs nothing stored: :func:`live_get` wraps the store's reads so that an entity whose
 Timestamp fails :func:`rangetable.table_settings.expired` reads as absent (a get, the current entity a
 write or transaction looks at), and scans skip it (``oldest`` in
-:func:`partition_server.range_scan.scan_span`). So a TTL set, changed or removed takes effect on the
+:func:`partition_server.store.range_scan.scan_span`). So a TTL set, changed or removed takes effect on the
 next read, and conditions and counters see exactly what a get sees.
 
 Reclaiming must cost in proportion to what expired, not to the table, and rocksdict has no
@@ -33,7 +33,7 @@ from typing import Any
 import msgpack
 import rocksdict
 
-from partition_server.fast_path import stored_ts
+from partition_server.store.fast_path import stored_ts
 from rangetable import protocol
 from rangetable.keys import META_PREFIX
 from rangetable.table_settings import oldest_live

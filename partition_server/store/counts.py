@@ -27,7 +27,7 @@ from typing import Any, NamedTuple
 
 import rocksdict
 
-from partition_server.store_keys import META_COUNT
+from partition_server.store.keys import META_COUNT
 from rangetable.keys import META_PREFIX
 
 _COUNTS = struct.Struct(">QQ")

@@ -11,7 +11,7 @@ One op goes through three steps, each once:
    props (None to delete) with the counters added, stored as ``msgpack([ts, props])``.
 
 :func:`evaluate_batch` runs an entity group transaction op by op after :func:`check_batch_shape`
-(the rules that do not need the data). :func:`partition_server.fast_path.prepare_batch` computes the
+(the rules that do not need the data). :func:`partition_server.store.fast_path.prepare_batch` computes the
 same, faster, for the usual batch; ``tests/unit/test_ps_fast_vs_plain.py`` compares the two.
 """
 

@@ -6,7 +6,7 @@ empty. The new replica pulls, over the replication endpoints (one way each, as e
 
 * follower → primary ``{"op": "snap", "range", "epoch", "from"}``: the primary takes a RocksDB checkpoint
   of the range (flush + hard links, under the store's lock) into ``<data-dir>/snapshots/``, pins its
-  :class:`~partition_server.replica_log.ReplicaLog` at the batch it had written before (so every batch after
+  :class:`~partition_server.store.replica_log.ReplicaLog` at the batch it had written before (so every batch after
   the checkpoint stays available) and answers ``{"op": "snap_files", "id", "files": [[name, size], …], "seq"}``;
 * follower → primary ``{"op": "snap_chunk", "id", "file", "offset"}`` → ``{"op": "snap_data", "id", "file",
   "offset", "data", "crc"}``: at most :data:`CHUNK` bytes, one request outstanding at a time, paced by the
@@ -30,8 +30,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from partition_server.range_store import RangeStore
-from partition_server.replica_log import ReplicaLog
+from partition_server.store.range_store import RangeStore
+from partition_server.store.replica_log import ReplicaLog
 from rangetable.chunks import chunk_fields, intact
 
 log = logging.getLogger("rangetable.partition_server")

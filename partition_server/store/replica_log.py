@@ -2,11 +2,11 @@
 
 Every replica of a replicated range keeps the batches it wrote (as primary) or applied (as follower) in
 a bounded ring, so that whichever of them is primary can bring a follower up to date after a gap, a
-restart or a change of primary without copying the store (:mod:`partition_server.replication`). A
+restart or a change of primary without copying the store (:mod:`partition_server.replication.protocol`). A
 follower further behind than the ring reaches is rebuilt from a checkpoint instead.
 
 A batch is the list of operations the store wrote in one RocksDB WriteBatch — the same record the split
-tee keeps (:mod:`partition_server.tee`) — so replicas stay logically identical: same keys, values,
+tee keeps (:mod:`partition_server.store.tee`) — so replicas stay logically identical: same keys, values,
 Timestamps, request records and expiry index, whatever their files look like. Its position is stored
 in the replica's own store with it (``META_REPL``: the epoch it was applied in and its sequence), in
 the same WriteBatch, so a replica's position survives a crash exactly as its data does.
@@ -22,7 +22,7 @@ from collections import deque
 import msgpack
 import rocksdict
 
-from partition_server.tee import Ops, RangeEnd
+from partition_server.store.tee import Ops, RangeEnd
 
 _REPL = struct.Struct(">QQ")
 PIN_FACTOR = 4  # a pinned log may grow to this many times its byte bound before the pin is dropped  # META_REPL: (epoch, seq)
@@ -98,7 +98,7 @@ class RingBudget:
     """The bytes every replica-log ring of one partition server may hold together — the shape of
     CockroachDB's Raft entry cache: one memory bound per store (16 MiB there too) shared by the recent log
     entries of all its ranges. Past the bound CockroachDB reads entries back from its on-disk log; we keep
-    none, so a follower beyond its ring is rebuilt from a checkpoint (:mod:`partition_server.snapshot`).
+    none, so a follower beyond its ring is rebuilt from a checkpoint (:mod:`partition_server.replication.snapshot`).
 
     Each ring keeps its own bounds; once the rings together hold more than :attr:`max_bytes`, the ring that
     grew, then every other ring beyond its share (the budget over the number of rings), drops its oldest

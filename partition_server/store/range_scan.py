@@ -1,7 +1,7 @@
 """Forward scans over a range store's entity keys (used by :meth:`RangeStore.scan`).
 
 One loop serves both forms of a page: decoded :class:`~rangetable.edm.Entity` tuples, or each
-entity already in wire form (``msgpack([pk, rk, ts, props])``, see :mod:`partition_server.fast_path`).
+entity already in wire form (``msgpack([pk, rk, ts, props])``, see :mod:`partition_server.store.fast_path`).
 The wire form decodes a stored value only as far as the filter and ``$select`` need: nothing for
 no filter or a filter on PartitionKey/RowKey, the Timestamp alone for a filter on it, everything
 otherwise, and it splices the stored bytes into the reply unless ``$select`` changes them.
@@ -18,8 +18,8 @@ from typing import Any
 import msgpack
 import rocksdict
 
-from partition_server.fast_path import entity as wire_entity
-from partition_server.fast_path import key_prefix, stored_ts
+from partition_server.store.fast_path import entity as wire_entity
+from partition_server.store.fast_path import key_prefix, stored_ts
 from rangetable import protocol
 from rangetable.edm import Entity
 from rangetable.filter import Predicate

@@ -4,16 +4,16 @@ Layout (all raw bytes, opened only through :func:`rangetable.storage.open_range_
 
 * entity ``encode_key(pk, rk)`` → ``msgpack([ts_ticks, typed_props])``;
 * ``META_TS`` → ``>QQQQ`` (last Timestamp handed out; the request records' count, the Timestamp the
-  next purge of them starts from and their bytes: a :class:`~partition_server.request_records.Window`);
+  next purge of them starts from and their bytes: a :class:`~partition_server.store.request_records.Window`);
 * ``REQ_PREFIX + request_id`` → ``msgpack([ts, kind, result])``, the answer of a write or batch that
   carried a request id (``kind`` "w" or "b"), so a retry gets the same answer without re-applying it;
 * ``REQT_PREFIX + >Q ts + request_id`` → ``>I size``, the same records ordered oldest first for purging
-  (both in :mod:`partition_server.request_records`);
+  (both in :mod:`partition_server.store.request_records`);
 * ``META_COUNT`` → ``>QQ``: the entities the store holds and their bytes, exact, put by every batch that
-  changes them (:mod:`partition_server.store_counts`);
+  changes them (:mod:`partition_server.store.counts`);
 * ``DROP_KEY`` → ``msgpack([lo, hi])`` after ``split(compact=False)``: the span deleted but not yet
   compacted (disk space is freed by :meth:`RangeStore.compact_pending`);
-* while the table has a TTL, the expiry index (:mod:`partition_server.expiry`): one entry per write,
+* while the table has a TTL, the expiry index (:mod:`partition_server.store.expiry`): one entry per write,
   in Timestamp order, and ``MARK_KEY``. Expired entities read as absent everywhere (:meth:`RangeStore.set_ttl`).
 
 Every write is one WriteBatch that carries the entity change, the new ``META_TS``, the new counts and any
@@ -34,13 +34,16 @@ from typing import Any, Literal, overload
 import msgpack
 import rocksdict
 
-from partition_server import fast_path
-from partition_server.expiry import Expiry
-from partition_server.range_copies import StoreCopies
-from partition_server.range_ops import check_batch_shape, prepare_op
-from partition_server.range_scan import scan_span, span_may_hold
-from partition_server.range_split import choose_split_key, compaction_slices
-from partition_server.request_records import (
+from partition_server.store import fast_path
+from partition_server.store.counts import Counts, capture, delta, pack_counts, read_counts, unpack_counts
+from partition_server.store.expiry import Expiry
+from partition_server.store.keys import DROP_KEY, META_COUNT
+from partition_server.store.keys import META_TS as META_TS  # re-exported (layout above)
+from partition_server.store.range_copies import StoreCopies
+from partition_server.store.range_ops import check_batch_shape, prepare_op
+from partition_server.store.range_scan import scan_span, span_may_hold
+from partition_server.store.range_split import choose_split_key, compaction_slices
+from partition_server.store.request_records import (
     BATCH,
     BATCH_ANSWERS,
     MISSING,
@@ -52,13 +55,10 @@ from partition_server.request_records import (
     replayed_batch,
     stored_answer,
 )
-from partition_server.request_records import REQ_PREFIX as REQ_PREFIX  # re-exported (layout above)
-from partition_server.request_records import pack_meta as pack_meta  # re-exported: META_TS's encoding
-from partition_server.request_records import unpack_meta as unpack_meta
-from partition_server.store_counts import Counts, capture, delta, pack_counts, read_counts, unpack_counts
-from partition_server.store_keys import DROP_KEY, META_COUNT
-from partition_server.store_keys import META_TS as META_TS  # re-exported (layout above)
-from partition_server.tee import Ops, Tee
+from partition_server.store.request_records import REQ_PREFIX as REQ_PREFIX  # re-exported (layout above)
+from partition_server.store.request_records import pack_meta as pack_meta  # re-exported: META_TS's encoding
+from partition_server.store.request_records import unpack_meta as unpack_meta
+from partition_server.store.tee import Ops, Tee
 from rangetable import protocol
 from rangetable.checkpoint import checkpoint_db
 from rangetable.edm import UNIX_EPOCH_TICKS, Entity
@@ -92,7 +92,7 @@ _CLOSED = _Closed()
 
 class RangeStore(StoreCopies):
     """A range's entities in one RocksDB directory; see the module docstring for the layout (splits, merges
-    and replication: :class:`~partition_server.range_copies.StoreCopies`)."""
+    and replication: :class:`~partition_server.store.range_copies.StoreCopies`)."""
 
     def __init__(
         self,
@@ -260,7 +260,7 @@ class RangeStore(StoreCopies):
              wire: bool = False, needs_ts: bool = True, needs_props: bool = True,
              points: list[bytes] | None = None) -> tuple[list[Entity], bytes | None] | tuple[list[bytes], bytes | None]:
         """Forward scan of entity keys in ``[lo, hi)`` (``hi`` None: to the end of the entities): the
-        matching entities and the key to resume from (see :func:`~partition_server.range_scan.scan_span`).
+        matching entities and the key to resume from (see :func:`~partition_server.store.range_scan.scan_span`).
 
         With ``wire`` each match is the bytes of its wire form ``[pk, rk, ts, props]``, spliced from
         the stored value when possible; ``needs_ts`` / ``needs_props`` then say what ``predicate`` reads.
@@ -295,7 +295,7 @@ class RangeStore(StoreCopies):
         """A PartitionKey near the median entity that leaves both halves non-empty (None if < 2 pks).
 
         Taken from the SST files' metadata after a flush, so it costs no scan however large the
-        range (see :func:`partition_server.range_split.choose_split_key`).
+        range (see :func:`partition_server.store.range_split.choose_split_key`).
         """
         return choose_split_key(self._db)
 

@@ -53,7 +53,7 @@ class RecordingBatch:
 
 
 class Shipper(Protocol):
-    """Where a replicated range's primary sends each batch it writes (:class:`partition_server.replication.Outbox`)."""
+    """Where a replicated range's primary sends each batch it writes (:class:`partition_server.replication.protocol.Outbox`)."""
 
     def stamp(self, wb: rocksdict.WriteBatch) -> None:
         """Add the batch's log position to ``wb`` (written atomically with it)."""

@@ -1,4 +1,4 @@
-"""The meta keys of a range store (see :mod:`partition_server.range_store` for the whole layout)."""
+"""The meta keys of a range store (see :mod:`partition_server.store.range_store` for the whole layout)."""
 
 from __future__ import annotations
 

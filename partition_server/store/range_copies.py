@@ -1,10 +1,10 @@
 """The copies a range store makes of itself: split halves, merges and replicas.
 
-A mixin of :class:`partition_server.range_store.RangeStore` (which provides the attributes declared below
+A mixin of :class:`partition_server.store.range_store.RangeStore` (which provides the attributes declared below
 for the type checker): the split's hard-linked halves and the record of the writes made while they are
-built (:mod:`partition_server.range_split`, :mod:`partition_server.split_job`), merges, and the
+built (:mod:`partition_server.store.range_split`, :mod:`partition_server.split_job`), merges, and the
 replication side of the store — a primary's writes stamped and shipped, a follower's batches applied
-with their log position (``META_REPL``; Vertical Paxos II's primary-backup, :mod:`partition_server.replication`).
+with their log position (``META_REPL``; Vertical Paxos II's primary-backup, :mod:`partition_server.replication.protocol`).
 """
 
 from __future__ import annotations
@@ -15,10 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import rocksdict
 
-from partition_server.range_split import checkpoint_halves, merge_stores, split_store
-from partition_server.replica_log import pack_position, unpack_position, write_batch
-from partition_server.request_records import Window, unpack_meta
-from partition_server.store_counts import (
+from partition_server.store.counts import (
     Counts,
     count_span,
     delta,
@@ -27,13 +24,16 @@ from partition_server.store_counts import (
     pack_counts,
     read_counts,
 )
-from partition_server.store_keys import DROP_KEY, META_COUNT, META_REPL, META_TS
-from partition_server.tee import Ops, Shipper, Tee
+from partition_server.store.keys import DROP_KEY, META_COUNT, META_REPL, META_TS
+from partition_server.store.range_split import checkpoint_halves, merge_stores, split_store
+from partition_server.store.replica_log import pack_position, unpack_position, write_batch
+from partition_server.store.request_records import Window, unpack_meta
+from partition_server.store.tee import Ops, Shipper, Tee
 from rangetable import protocol
 
 
 class StoreCopies:
-    """Splits, merges and replication of a range store, mixed into :class:`~partition_server.range_store.RangeStore`."""
+    """Splits, merges and replication of a range store, mixed into :class:`~partition_server.store.range_store.RangeStore`."""
 
     if TYPE_CHECKING:
         _db: Any
@@ -59,7 +59,7 @@ class StoreCopies:
         ``compact=False`` (then RocksDB's background compaction frees the space later). Meta (last
         Timestamp, request records) is kept in both; each half gets its exact counts: ``counts`` when
         given (a follower splitting where its primary did, which knows them), else counted
-        (:func:`~partition_server.store_counts.half_counts`). This store stays open and unchanged. Safe to
+        (:func:`~partition_server.store.counts.half_counts`). This store stays open and unchanged. Safe to
         re-run after a crash (leftover outputs are removed first).
         """
         with self._lock:
@@ -69,7 +69,7 @@ class StoreCopies:
     def count_half(self, split_key: bytes, left: bool, left_is_smaller: bool) -> None:
         """Set this store's counts to those of its ``left`` (or right) half of ``split_key``: it is a split's
         half, a checkpoint of the whole range before the other half is dropped (see
-        :func:`~partition_server.store_counts.half_counts`)."""
+        :func:`~partition_server.store.counts.half_counts`)."""
         with self._lock:
             counts = half_counts(self._db, split_key, left, left_is_smaller)
             self._db.put(META_COUNT, pack_counts(counts), self._wo)

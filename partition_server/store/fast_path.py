@@ -12,7 +12,7 @@ steps; the plain versions are the readable definitions:
 * **whole-batch validation and C-level upserts** — the usual entity group transaction (one schema:
   the same names, codes and value types in every op) is validated column by column with a few
   C-level passes, and a batch of upserts is packed and written at C level. Plain version: each op
-  validated and evaluated on its own (:func:`partition_server.range_ops.evaluate_batch`), to which
+  validated and evaluated on its own (:func:`partition_server.store.range_ops.evaluate_batch`), to which
   whatever these passes cannot vouch for falls back. A batch of 100 upserts of ~400-byte entities
   costs ~200 µs of CPU here, ~600 µs on the plain path (``rangetable bench store``: EGT of 100).
 * **method aliases** bound once at import (an attribute lookup less per call in the server's loop).
@@ -34,8 +34,8 @@ import msgpack
 import rocksdict
 from zmq.backend import Socket as _RawSocket
 
-from partition_server import range_ops
-from partition_server.tee import put_all
+from partition_server.store import range_ops
+from partition_server.store.tee import put_all
 from rangetable import protocol, write_conditions
 from rangetable.edm import (
     BINARY,
@@ -391,7 +391,7 @@ def prepare_batch(
     get: Callable, ops: Sequence[Mapping[str, Any]], ts: int, wb: rocksdict.WriteBatch, wire: bool = True,
     probe: Callable[[bytes, bytes], bool] | None = None,
 ) -> tuple[list[bytes], list[dict | None]]:
-    """:func:`partition_server.range_ops.evaluate_batch`, fast: same answers, writes and errors.
+    """:func:`partition_server.store.range_ops.evaluate_batch`, fast: same answers, writes and errors.
 
     ``get`` reads one key or, given a list, several; ``probe(lo, hi)``, if given, is False only when
     no key lies in ``[lo, hi)``, so that a batch into an empty partition need not read its rows one
@@ -430,7 +430,7 @@ def prepare_batch(
 
 
 def _prepare_valid(read: Callable[[bytes], bytes | None], op: Mapping[str, Any]) -> tuple[bytes, dict | None]:
-    """:func:`partition_server.range_ops.prepare_op` for an op whose entity is known valid: its
+    """:func:`partition_server.store.range_ops.prepare_op` for an op whose entity is known valid: its
     conditions checked and the op evaluated, the entity not validated again."""
     valid = range_ops.read_op(op)
     kind = valid[0]
