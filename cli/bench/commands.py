@@ -60,7 +60,7 @@ def bench_store(count: int, options: bool, data_dir: str | None, as_json: bool) 
     else:
         from cli.bench.store import run_store_bench
 
-        res = run_store_bench(count, data_dir)
+        res = run_store_bench(count, data_dir, echo=(lambda s: None) if as_json else click.echo)
     if as_json:
         click.echo(json.dumps(res, indent=2))
 

@@ -12,6 +12,7 @@ import random
 import shutil
 import tempfile
 import time
+from collections.abc import Callable
 from typing import Any
 
 from rangetable.edm import BINARY, BOOLEAN, DATETIME, DOUBLE, GUID, INT32, INT64, STRING, UNIX_EPOCH_TICKS
@@ -41,8 +42,10 @@ def _rate(count: int, seconds: float) -> float:
     return count / seconds if seconds > 0 else float("inf")
 
 
-def run_store_bench(n: int = 50_000, data_dir: str | None = None) -> dict[str, Any]:
-    """Run the store benchmark on ``n`` entities in a fresh store under ``data_dir`` (temp if None).
+def run_store_bench(n: int = 50_000, data_dir: str | None = None,
+                    echo: Callable[[str], None] = print) -> dict[str, Any]:
+    """Run the store benchmark on ``n`` entities in a fresh store under ``data_dir`` (temp if None); ``echo``
+    prints the table (``--json`` passes one that prints nothing, so stdout is the JSON alone).
 
     Returns ``{"write_ops_s", "read_ops_s", "egt_entities_s", "egt_batches_s", "scan_entities_s",
     "scan_matches", "n"}``.
@@ -121,14 +124,14 @@ def run_store_bench(n: int = 50_000, data_dir: str | None = None) -> dict[str, A
     finally:
         shutil.rmtree(base, ignore_errors=True)
 
-    print(f"store bench: n={n}, ~{results['entity_bytes']} B/entity (10 typed props)")
-    print(f"  point write (insert_or_replace): {results['write_ops_s']:>10,.0f} ops/s")
-    print(f"  point read (get, random):        {results['read_ops_s']:>10,.0f} ops/s")
-    print(
+    echo(f"store bench: n={n}, ~{results['entity_bytes']} B/entity (10 typed props)")
+    echo(f"  point write (insert_or_replace): {results['write_ops_s']:>10,.0f} ops/s")
+    echo(f"  point read (get, random):        {results['read_ops_s']:>10,.0f} ops/s")
+    echo(
         f"  EGT of 100 (insert_or_replace):  {results['egt_entities_s']:>10,.0f} entities/s"
         f" ({results['egt_batches_s']:,.0f} batches/s)"
     )
-    print(
+    echo(
         f"  filtered scan (qty ge 50):       {results['scan_entities_s']:>10,.0f} entities scanned/s"
         f" ({results['scan_matches']:,} matches)"
     )
