@@ -124,7 +124,7 @@ def up_cmd(data_dir: str, servers: int, coordinators: int, frontends: int, nativ
     if coordinators < 1:
         raise click.BadParameter("at least 1", param_hint="--coordinators")
     if meta:
-        from coordinator.etcd_client import parse_url
+        from coordinator.etcd.client import parse_url
 
         try:
             parse_url(meta)

@@ -135,7 +135,7 @@ def _place(src: str, dst: str) -> bool:
 def _fix_meta(data_dir: str, in_sync: bool) -> int:
     """In the restored meta store: blank the source cluster's server endpoints and (``in_sync``) name every
     replica of a range in sync, since every copy now holds the same batch; returns how many servers it knew."""
-    from coordinator.meta_store import MetaStore
+    from coordinator.meta.store import MetaStore
 
     meta = MetaStore(data_dir)
     try:
@@ -156,7 +156,7 @@ ETCD_BATCH = 100  # puts per etcd transaction (etcd's default --max-txn-ops is 1
 
 def _etcd_target(meta_url: str) -> tuple[Any, str]:
     """The etcd client and prefix of ``--meta``; RestoreError unless etcd answers and the prefix is empty."""
-    from coordinator.etcd_client import EtcdClient, parse_url
+    from coordinator.etcd.client import EtcdClient, parse_url
 
     try:
         base, prefix = parse_url(meta_url)
@@ -174,13 +174,13 @@ def _etcd_target(meta_url: str) -> tuple[Any, str]:
 
 
 def _seed_etcd(client: Any, prefix: str, data_dir: str) -> int:
-    """Copy the restored meta store into ``<prefix>/meta/`` (as ``coordinator/meta_etcd.py`` keeps it), in
+    """Copy the restored meta store into ``<prefix>/meta/`` (as ``coordinator/meta/etcd_store.py`` keeps it), in
     transactions that each require that no coordinator has won a term on the prefix yet; returns the keys."""
     import msgpack
 
-    from coordinator.etcd_client import absent, delete_op, put_op
-    from coordinator.etcd_election import term_key
-    from coordinator.meta_store import MetaStore
+    from coordinator.etcd.client import absent, delete_op, put_op
+    from coordinator.leadership.etcd_election import term_key
+    from coordinator.meta.store import MetaStore
 
     meta = MetaStore(data_dir)
     try:

@@ -199,7 +199,7 @@ def start(co: MapWriter, ctl: Commands) -> dict[str, Any]:
                     "owner": r["owner"], "replicas": list(r.get("replicas") or []), "seq": ans["seq"],
                     "store_epoch": ans["store_epoch"], "files": files, "bytes": ans["bytes"], "ms": ans["ms"],
                     "last_ts": ans["last_ts"], "entities_estimate": ans["entities_estimate"]})
-    # etcd's store is copied into a RocksDB store (coordinator/meta_etcd.py), which lists no files: list them here
+    # etcd's store is copied into a RocksDB store (coordinator/meta/etcd_store.py), which lists no files: list them here
     meta_list = meta["files"] if isinstance(meta.get("files"), list) else listing(path)
     meta_files = {f["name"]: int(f["size"]) for f in meta_list}
     meta_bytes = sum(meta_files.values())

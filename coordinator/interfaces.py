@@ -37,14 +37,14 @@ if TYPE_CHECKING:
 
     import zmq
 
-    from coordinator.etcd_election import EtcdLeadership
-    from coordinator.etcd_follower import EtcdFollower
-    from coordinator.leadership import Leadership
+    from coordinator.leadership.etcd_election import EtcdLeadership
+    from coordinator.leadership.lock_election import Leadership
     from coordinator.map.deltas import DeltaLog, PendingChanges
     from coordinator.map.partition_map import PartitionMap
     from coordinator.map.server_info import ServerInfo
     from coordinator.map.table_settings import TableSettings
-    from coordinator.warm_standby import WarmFollower
+    from coordinator.standby.etcd_follower import EtcdFollower
+    from coordinator.standby.warm import WarmFollower
     from rangetable.config import CoordinatorConfig
     from rangetable.curve import KeyRing
     from rangetable.errors import TableError
@@ -57,7 +57,7 @@ JobReply = Callable[[Any, "TableError | None"], None]  # how a controller job's 
 
 
 class MetaStoreLike(Protocol):
-    """The meta store (RocksDB: :mod:`coordinator.meta_store`, or etcd: :mod:`coordinator.meta_etcd`)."""
+    """The meta store (RocksDB: :mod:`coordinator.meta.store`, or etcd: :mod:`coordinator.meta.etcd_store`)."""
 
     name: str
 

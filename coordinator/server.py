@@ -34,16 +34,16 @@ from coordinator import operations as ops
 from coordinator.backup import BackupSessions
 from coordinator.balancer_loop import BalancerLoop
 from coordinator.controller import Controller
-from coordinator.etcd_election import EtcdLeadership, leadership_for
-from coordinator.etcd_follower import EtcdFollower
 from coordinator.interfaces import MetaStoreLike
-from coordinator.leadership import Leadership
+from coordinator.leadership.etcd_election import EtcdLeadership, leadership_for
+from coordinator.leadership.lock_election import Leadership
 from coordinator.map.deltas import DeltaLog, PendingChanges, build_delta
 from coordinator.map.partition_map import PartitionMap
 from coordinator.map.server_info import MAX_EVENTS, ServerInfo
 from coordinator.map.table_settings import TableSettings
 from coordinator.map_snapshots import MapSnapshots
-from coordinator.warm_standby import WarmFollower
+from coordinator.standby.etcd_follower import EtcdFollower
+from coordinator.standby.warm import WarmFollower
 from rangetable import curve, protocol
 from rangetable.addresses import advertised
 from rangetable.config import CoordinatorConfig

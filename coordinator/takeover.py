@@ -6,7 +6,7 @@ partition server's lease lasts 2 s from its heartbeat, and detecting a paused le
 0.8 s of that. So the new leader renews leases *first*:
 
 0. :func:`follow` (loop thread, while standby): keep a warm copy of the leader's meta store and
-   map (:mod:`coordinator.warm_standby` on RocksDB, :mod:`coordinator.etcd_follower` on etcd).
+   map (:mod:`coordinator.standby.warm` on RocksDB, :mod:`coordinator.standby.etcd_follower` on etcd).
 1. :func:`begin` (loop thread): the term is ours; a beat thread starts, and a loader thread opens
    (or copies) the meta store and takes the warm map when it is exactly the durable store (same
    sequence number; on etcd: the follower has applied the revision at which the term was won), or
@@ -31,15 +31,15 @@ from typing import TYPE_CHECKING, cast
 
 from coordinator import client_keys
 from coordinator import operations as ops
-from coordinator.etcd_election import META_NAME, EtcdLeadership
-from coordinator.etcd_follower import EtcdFollower
-from coordinator.leadership import BEAT_S, TermRecord, lock_free, meta_dir_for, stale_meta_dirs
+from coordinator.leadership.etcd_election import META_NAME, EtcdLeadership
+from coordinator.leadership.lock_election import BEAT_S, TermRecord, lock_free, meta_dir_for, stale_meta_dirs
 from coordinator.map.partition_map import PartitionMap
 from coordinator.map.server_info import MAX_EVENTS, ServerInfo
 from coordinator.map.table_settings import PREFIX as TABLE_SETTINGS
-from coordinator.meta_etcd import open_etcd_for_term
-from coordinator.meta_store import MetaStore, open_for_term
-from coordinator.warm_standby import WarmFollower
+from coordinator.meta.etcd_store import open_etcd_for_term
+from coordinator.meta.store import MetaStore, open_for_term
+from coordinator.standby.etcd_follower import EtcdFollower
+from coordinator.standby.warm import WarmFollower
 
 if TYPE_CHECKING:
     from coordinator.interfaces import MetaStoreLike, TakeoverHost

@@ -65,7 +65,7 @@ def seed_puts(sids: list[str], recs: list[dict]) -> dict[bytes, Any]:
 
 def seed_meta(data_dir: str, sids: list[str], recs: list[dict]) -> None:
     """Write the catalog, the map and the servers into a fresh coordinator meta store."""
-    from coordinator.meta_store import MetaStore
+    from coordinator.meta.store import MetaStore
 
     meta = MetaStore(data_dir)
     try:

@@ -14,7 +14,7 @@ import subprocess
 import time
 
 from cli.port_reservation import PortReservation
-from coordinator.etcd_client import EtcdClient
+from coordinator.etcd.client import EtcdClient
 from rangetable.errors import TableError
 
 MAX_TXN_OPS = 10_000

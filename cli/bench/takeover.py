@@ -2,7 +2,7 @@
 
 Seeds a meta store with ``--ranges`` ranges on ``--servers`` servers (as ``bench control-plane``
 does), starts two real coordinators on it, heartbeats both every 50 ms as one partition server would,
-lets the standby follow the leader's meta store for ``follow_s`` (``coordinator/warm_standby.py``),
+lets the standby follow the leader's meta store for ``follow_s`` (``coordinator/standby/warm.py``),
 pauses the leader (SIGSTOP) and reports: when the first lease of the new term came, and how long the
 new leader took to copy the paused leader's meta store and load the map (which it does after it
 started granting leases, see ``coordinator/takeover.py``), and whether it took its warm copy.
@@ -10,7 +10,7 @@ With ``mode="kill"`` the leader is killed instead, and the new leader reopens it
 
 With ``meta="etcd"`` the bench starts a real etcd of its own (``cli/bench/etcd_server.py``, ephemeral
 ports, a temporary directory), seeds the same keys under ``/bench/meta/`` and runs both coordinators
-with ``--meta etcd://…/bench``: the standby follows etcd's watch (``coordinator/etcd_follower.py``),
+with ``--meta etcd://…/bench``: the standby follows etcd's watch (``coordinator/standby/etcd_follower.py``),
 and the bench waits until it has read its snapshot before the follow time starts. ``cold=True`` runs
 both with ``--cold-takeover`` (no warm copy), the figure to compare with.
 """
@@ -33,7 +33,7 @@ from cli.bench.control_plane import range_layout, seed_meta, seed_puts
 from cli.bench.etcd_server import LocalEtcd
 from cli.coordinator_client import call
 from cli.port_reservation import PortReservation
-from coordinator.etcd_client import EtcdClient, put_op
+from coordinator.etcd.client import EtcdClient, put_op
 from rangetable import curve, protocol
 from rangetable.errors import TableError
 

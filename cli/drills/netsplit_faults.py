@@ -166,7 +166,7 @@ def coordinator(d: Drill) -> dict:
 
 def _etcd_leader(d: Drill) -> str:
     """The etcd member that leads the etcd cluster now (asked through each member's maintenance status)."""
-    from coordinator.etcd_client import EtcdClient
+    from coordinator.etcd.client import EtcdClient
 
     ids = {}
     leader = None

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from coordinator.etcd_client import EtcdClient, b64, parse_url, prefix_end
+from coordinator.etcd.client import EtcdClient, b64, parse_url, prefix_end
 from tests.three_hosts import HOSTS, Hosts
 
 ROLES = ("coordinator", "partition-server", "frontend", "http-frontend")

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from coordinator.etcd_client import EtcdClient, b64
-from coordinator.etcd_election import EtcdLeadership, term_key
-from coordinator.meta_etcd import open_etcd_for_term
+from coordinator.etcd.client import EtcdClient, b64
+from coordinator.leadership.etcd_election import EtcdLeadership, term_key
+from coordinator.meta.etcd_store import open_etcd_for_term
 from rangetable.errors import TableError
 from tests.cluster import WORKLOAD_RATE, ClusterFactory
 
@@ -98,7 +98,7 @@ def test_a_cluster_on_etcd_serves_writes_and_survives_a_leader_kill(etcd: str, t
         c.wait_map(timeout=15, what="every range served and reported")
         after = c.status()["takeover"]
         assert after["meta"] == "etcd"
-        # The standby followed etcd's watch (coordinator/etcd_follower.py): it took its warm copy, as of
+        # The standby followed etcd's watch (coordinator/standby/etcd_follower.py): it took its warm copy, as of
         # the revision of the transaction that won its term (the term key's mod_revision).
         assert after["warm"] is True, after
         base = etcd.replace("etcd://", "http://")

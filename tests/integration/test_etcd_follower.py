@@ -1,4 +1,4 @@
-"""A standby following the meta store in etcd (coordinator/etcd_follower.py), on a real etcd: the watch
+"""A standby following the meta store in etcd (coordinator/standby/etcd_follower.py), on a real etcd: the watch
 keeps it equal to the store through writes and deletes, a compaction that outran it makes it read a
 new snapshot, an etcd restart makes it resume where it was, and a takeover gets the copy as of the
 revision at which the term was won. Skipped with the reason printed when ``etcd`` is absent."""
@@ -10,11 +10,11 @@ import time
 from typing import Any
 
 from cli.bench.etcd_server import LocalEtcd
-from coordinator.etcd_client import EtcdClient
-from coordinator.etcd_election import META_NAME, EtcdLeadership
-from coordinator.etcd_follower import EtcdFollower
+from coordinator.etcd.client import EtcdClient
+from coordinator.leadership.etcd_election import META_NAME, EtcdLeadership
 from coordinator.map.partition_map import PartitionMap
-from coordinator.meta_etcd import EtcdMetaStore, open_etcd_for_term
+from coordinator.meta.etcd_store import EtcdMetaStore, open_etcd_for_term
+from coordinator.standby.etcd_follower import EtcdFollower
 from tests.unit.test_warm_standby import _same_map
 
 

@@ -1,5 +1,5 @@
-"""Coordinator leader election (``coordinator/leadership.py``), leader discovery
-(``rangetable/coordinators.py``) and the new leader's meta store (``coordinator/meta_store.py``).
+"""Coordinator leader election (``coordinator/leadership/lock_election.py``), leader discovery
+(``rangetable/coordinators.py``) and the new leader's meta store (``coordinator/meta/store.py``).
 
 fcntl locks belong to a process, so every contender other than the test itself is a real child
 process; nothing is mocked.
@@ -15,14 +15,14 @@ import textwrap
 import time
 from pathlib import Path
 
-from coordinator.leadership import (
+from coordinator.leadership.lock_election import (
     BASE_META,
     Leadership,
     TermRecord,
     lock_free,
     term_path,
 )
-from coordinator.meta_store import open_for_term
+from coordinator.meta.store import open_for_term
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -30,7 +30,7 @@ ROOT = Path(__file__).resolve().parents[2]
 CONTENDER = textwrap.dedent("""
     import sys, time
     sys.path.insert(0, {root!r})
-    from coordinator.leadership import Leadership
+    from coordinator.leadership.lock_election import Leadership
     le = Leadership({data!r}, "tcp://child:1", "tcp://child:2", timeout_s=0.8)
     while le.poll() is None:
         time.sleep(0.02)
@@ -127,7 +127,7 @@ def test_a_won_term_stays_used_after_its_holder_dies(tmp_path: Path) -> None:
 HOLDER = textwrap.dedent("""
     import sys, time
     sys.path.insert(0, {root!r})
-    from coordinator.meta_store import MetaStore
+    from coordinator.meta.store import MetaStore
     m = MetaStore({data!r})
     m.commit({{b"range/a": {{"n": 1}}, b"range/b": {{"n": 2}}}})
     print("open", flush=True)

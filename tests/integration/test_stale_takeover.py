@@ -1,7 +1,7 @@
 """Issue 24's cause, scripted: a standby takes over with a warm map that missed the leader's last writes.
 
 A standby coordinator follows the leader's meta store through a RocksDB secondary instance
-(``coordinator/warm_standby.py``). rocksdict's secondary was seen answering old items while it reported
+(``coordinator/standby/warm.py``). rocksdict's secondary was seen answering old items while it reported
 the store's latest sequence number, so a standby that took over trusted a map without the leader's last
 changes. On a shared root (one directory per range) the new leader then rolled a finished merge back:
 it reloaded the two merged-away ranges — their directories were gone, so they opened empty — and

@@ -1,4 +1,4 @@
-"""A standby's warm copy of the leader's meta store (coordinator/warm_standby.py), on real RocksDB.
+"""A standby's warm copy of the leader's meta store (coordinator/standby/warm.py), on real RocksDB.
 
 The leader writes from its own process, as in a cluster; the standby follows through a secondary
 instance; its map must equal the map loaded from the durable store, and at takeover it is handed
@@ -14,10 +14,10 @@ import sys
 import textwrap
 from pathlib import Path
 
-from coordinator.leadership import BASE_META
+from coordinator.leadership.lock_election import BASE_META
 from coordinator.map.partition_map import PartitionMap
-from coordinator.meta_store import MetaStore, open_for_term
-from coordinator.warm_standby import WarmFollower
+from coordinator.meta.store import MetaStore, open_for_term
+from coordinator.standby.warm import WarmFollower
 from tests.unit.test_warm_standby import _same_map
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -26,7 +26,7 @@ ROOT = Path(__file__).resolve().parents[2]
 LEADER = textwrap.dedent("""
     import sys
     sys.path.insert(0, {root!r})
-    from coordinator.meta_store import MetaStore
+    from coordinator.meta.store import MetaStore
     from coordinator.map.partition_map import PartitionMap
     m = MetaStore({data!r})
     pm = PartitionMap()

@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 
 from cli.port_reservation import PortReservation
-from coordinator.etcd_client import parse_url, prefix_end
-from coordinator.etcd_election import EtcdLeadership
+from coordinator.etcd.client import parse_url, prefix_end
+from coordinator.leadership.etcd_election import EtcdLeadership
 from rangetable.errors import TableError
 
 
@@ -37,7 +37,7 @@ def test_a_client_fails_over_to_the_member_that_answers_and_stays_there() -> Non
     import json
     import threading
 
-    from coordinator.etcd_client import EtcdClient
+    from coordinator.etcd.client import EtcdClient
 
     seen: list[str] = []
 

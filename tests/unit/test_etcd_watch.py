@@ -1,4 +1,4 @@
-"""Following etcd, pure parts (coordinator/etcd_watch.py): parsing the watch stream, folding events,
+"""Following etcd, pure parts (coordinator/etcd/watch.py): parsing the watch stream, folding events,
 revision bookkeeping, compaction and the takeover check; and the follower's state kept by them."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ import json
 import msgpack
 import pytest
 
-from coordinator.etcd_client import b64, unb64
-from coordinator.etcd_watch import (
+from coordinator.etcd.client import b64, unb64
+from coordinator.etcd.watch import (
     Position,
     WatchBatch,
     WatchEvent,
@@ -20,7 +20,7 @@ from coordinator.etcd_watch import (
     watch_request,
 )
 from coordinator.map.partition_map import PartitionMap
-from coordinator.warm_standby import WarmState, decode
+from coordinator.standby.warm import WarmState, decode
 from tests.unit.test_warm_standby import _same_map
 
 ROOT = b"/rt/meta/"

@@ -1,4 +1,4 @@
-"""Coordinator leader election (``coordinator/leadership.py``), leader discovery.
+"""Coordinator leader election (``coordinator/leadership/lock_election.py``), leader discovery.
 
 The tests that start no process; those that do are in tests/integration/test_leadership.py.
 """
@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from cli.coordinator_client import call
-from coordinator.leadership import (
+from coordinator.leadership.lock_election import (
     BASE_META,
     Leadership,
     TermRecord,
@@ -24,7 +24,7 @@ from coordinator.leadership import (
     stale_meta_dirs,
     term_path,
 )
-from coordinator.meta_store import MetaStore
+from coordinator.meta.store import MetaStore
 from coordinator.server import Coordinator
 from rangetable import curve
 from rangetable.config import CoordinatorConfig

@@ -1,11 +1,11 @@
-"""A standby's warm copy of the leader's meta store (coordinator/warm_standby.py), on real RocksDB.
+"""A standby's warm copy of the leader's meta store (coordinator/standby/warm.py), on real RocksDB.
 
 The tests that start no process; those that do are in tests/integration/test_warm_standby.py.
 """
 from __future__ import annotations
 
 from coordinator.map.partition_map import PartitionMap
-from coordinator.warm_standby import diff_raw
+from coordinator.standby.warm import diff_raw
 
 
 def _same_map(a: PartitionMap, b: PartitionMap) -> None:

@@ -7,10 +7,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from coordinator.leadership import BASE_META
+from coordinator.leadership.lock_election import BASE_META
 from coordinator.map.partition_map import PartitionMap
-from coordinator.meta_store import MetaStore
-from coordinator.warm_standby import WarmFollower
+from coordinator.meta.store import MetaStore
+from coordinator.standby.warm import WarmFollower
 from tests.unit.test_warm_standby import _same_map
 
 

@@ -12,7 +12,7 @@ meta write of the previous leader (they came before W; later ones are refused by
 comparison). That is the check a new leader makes at takeover (:func:`ready`).
 
 Nothing here does I/O: lines of the JSON gateway's ``/v3/watch`` stream come in, decisions come out
-(:mod:`coordinator.etcd_follower` is the thread that moves the bytes).
+(:mod:`coordinator.standby.etcd_follower` is the thread that moves the bytes).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 
-from coordinator.etcd_client import b64, prefix_end, unb64
+from coordinator.etcd.client import b64, prefix_end, unb64
 
 
 @dataclass(frozen=True)

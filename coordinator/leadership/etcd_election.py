@@ -1,5 +1,5 @@
 """Leader election through etcd (``--meta etcd://host:port[/prefix]``): the optional alternative to
-the lock on the data root (:mod:`coordinator.leadership`), with the same interface.
+the lock on the data root (:mod:`coordinator.leadership.lock_election`), with the same interface.
 
 * **Winning term n + 1** is one etcd transaction: *if* ``<prefix>/leader`` does not exist and
   ``<prefix>/term`` still holds ``n``, put the leader's record (bound to a lease of this process)
@@ -11,7 +11,7 @@ the lock on the data root (:mod:`coordinator.leadership`), with the same interfa
 * **Fencing.** A leader is deposed as soon as the leader key no longer names its term (read at most
   every ``CHECK_EVERY_S``: the loop asks on every turn), or when no keep-alive got through for a
   whole TTL. Every write
-  to the meta store in etcd (:mod:`coordinator.meta_etcd`) is a transaction that compares the
+  to the meta store in etcd (:mod:`coordinator.meta.etcd_store`) is a transaction that compares the
   term key, so a deposed leader's commit is refused by etcd itself.
 """
 
@@ -25,8 +25,8 @@ import threading
 import time
 from dataclasses import asdict
 
-from coordinator.etcd_client import EtcdClient, absent, parse_url, put_op, value_is
-from coordinator.leadership import Leadership, TermRecord, parse_record
+from coordinator.etcd.client import EtcdClient, absent, parse_url, put_op, value_is
+from coordinator.leadership.lock_election import Leadership, TermRecord, parse_record
 from rangetable.config import CoordinatorConfig
 from rangetable.errors import TableError
 

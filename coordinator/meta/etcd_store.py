@@ -17,8 +17,8 @@ from typing import Any
 
 import msgpack
 
-from coordinator.etcd_client import EtcdClient, delete_op, put_op, value_is
-from coordinator.etcd_election import META_NAME, EtcdLeadership, term_key
+from coordinator.etcd.client import EtcdClient, delete_op, put_op, value_is
+from coordinator.leadership.etcd_election import META_NAME, EtcdLeadership, term_key
 from rangetable.errors import TableError
 
 
@@ -55,7 +55,7 @@ class EtcdMetaStore:
 
     def checkpoint(self, path: str) -> dict[str, Any]:
         """A consistent copy of the store as a RocksDB meta store at ``path`` (for backups)."""
-        from coordinator.meta_store import MetaStore
+        from coordinator.meta.store import MetaStore
 
         t0 = time.monotonic()
         items = self.items()
@@ -74,7 +74,7 @@ def open_etcd_for_term(leadership: EtcdLeadership, guard: Callable[[], None]) ->
     """The meta store a leader elected in etcd writes, as ``meta_store.open_for_term`` answers
     (nothing to copy: a paused leader's writes are refused by etcd). ``seq`` is the revision at which
     the term was won: the meta store is as of it until this leader writes (the previous leader's
-    later writes are refused), so a warm copy at that revision is exact (:mod:`coordinator.etcd_watch`);
+    later writes are refused), so a warm copy at that revision is exact (:mod:`coordinator.etcd.watch`);
     ``revision`` is etcd's revision when the store was opened."""
     t0 = time.monotonic()
     store = EtcdMetaStore(leadership.client, leadership.prefix, leadership.term, guard)

@@ -26,7 +26,7 @@ from typing import Any
 import msgpack
 
 from coordinator.map.partition_map import PartitionMap
-from coordinator.meta_store import open_secondary
+from coordinator.meta.store import open_secondary
 from rangetable.crash import fault_armed
 
 log = logging.getLogger("rangetable.coordinator")

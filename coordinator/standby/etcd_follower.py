@@ -1,11 +1,11 @@
 """A standby's warm copy of the meta store in etcd (``--meta etcd://``), so a takeover is not a cold load.
 
 The ZeroMQ guide's *Clone* pattern, with etcd's revision as the sequence number
-(:mod:`coordinator.etcd_watch` holds the pure parts): a thread reads every key under
+(:mod:`coordinator.etcd.watch` holds the pure parts): a thread reads every key under
 ``<prefix>/meta/`` once at one revision R (the snapshot), then watches ``<prefix>/`` from R + 1
 through the JSON gateway's streaming ``/v3/watch`` (one HTTP POST, one JSON line per message) and
 applies each change to a decoded copy of every item and to a :class:`PartitionMap`, exactly as the
-RocksDB follower does (:class:`coordinator.warm_standby.WarmState`).
+RocksDB follower does (:class:`coordinator.standby.warm.WarmState`).
 
 Why a watch, not polling: a range request with ``min_mod_revision`` finds keys put since R, but never
 the keys deleted (a split or merge deletes ranges, events are pruned); a watch delivers both, in order.
@@ -28,9 +28,9 @@ import time
 import urllib.request
 from typing import Any
 
-from coordinator.etcd_client import EtcdClient
-from coordinator.etcd_watch import Position, after_cancel, fold, parse_watch, ready, watch_request
-from coordinator.warm_standby import WarmState, decode
+from coordinator.etcd.client import EtcdClient
+from coordinator.etcd.watch import Position, after_cancel, fold, parse_watch, ready, watch_request
+from coordinator.standby.warm import WarmState, decode
 from rangetable.errors import TableError
 
 log = logging.getLogger("rangetable.coordinator")
