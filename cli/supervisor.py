@@ -11,7 +11,6 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -19,7 +18,7 @@ from typing import Any
 from cli.cluster_file import CLUSTER_FILE, connection_string, read_cluster
 from cli.dashboard.ports import BROWSER_BLOCKED_PORTS
 from cli.port_reservation import PortReservation
-from cli.prefork import ForkedProcess, Prefork
+from cli.prefork import RANGETABLE, ForkedProcess, Prefork
 from rangetable.errors import TableError
 from rangetable.files import write_json_atomic
 
@@ -99,7 +98,8 @@ class Supervisor:
         self.prefork = Prefork()  # forks the Python children from one interpreter that imported them (its start)
 
     def _cmd(self, *args: str) -> list[str]:
-        return [sys.executable, "-m", "cli.main", *args]
+        """A ``rangetable`` command line in this interpreter: the prefix prefork recognises and forks."""
+        return [*RANGETABLE, *args]
 
     def server_dir(self, sid: str) -> str:
         """The data directory of partition server ``sid`` in a replicated cluster (its own disk on a real host)."""
