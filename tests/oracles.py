@@ -6,15 +6,22 @@ property tests compare each fast path with, on the same generated inputs (answer
   rule chain (``tests/unit/test_ps_write_fastpath.py``, ``test_entity.py``);
 * :func:`wire_answer` — ``partition_server.store.fast_path.entity_bytes``/``answer``, which splice the stored bytes
   into the wire form instead of decoding and packing them (``tests/unit/test_ps_fastpath.py``,
-  ``test_ps_fast_vs_plain.py``).
+  ``test_ps_fast_vs_plain.py``);
+* :func:`read_headers` and :func:`lf` — ``frontend.http.fastpath.headers_of`` and ``lf``, a ``$batch`` part's
+  header block and its line ends; :func:`plain_batch` runs the ``$batch`` parser with only these and the
+  product's own fallbacks (``tests/unit/test_batch_speed.py``, ``test_conversion_speed.py``).
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
+from unittest import mock
 
 import msgpack
 
+from frontend.http import fastpath
 from rangetable import protocol
 from rangetable.edm import Entity
 from rangetable.entity import (
@@ -72,3 +79,31 @@ def wire_answer(key: bytes, value: bytes | None) -> bytes:
     pkb, _, rkb = key.partition(b"\x00")
     ts, props = msgpack.unpackb(value, strict_map_key=False)  # a pair may be a map (see validate_props)
     return protocol.pack(entity_to_wire(Entity(pkb.decode(), rkb.decode(), ts, props)))
+
+
+def read_headers(block: bytes) -> dict[str, str]:
+    """The plain version of :func:`frontend.http.fastpath.headers_of`: a batch part's ``Name: value`` lines,
+    read line by line without remembering anything (blank lines ignored; 400 InvalidInput on other lines)."""
+    out: dict[str, str] = {}
+    for line in block.decode("latin-1").split("\n"):
+        name, colon, value = line.partition(":")
+        name = name.strip(" \t")
+        if colon and name and name[0] not in "\r\x0b\x0c":
+            out[name.lower()] = value.lstrip(" \t").rstrip(" \t\r")
+        elif line.strip():
+            raise TableError("InvalidInput", f"Malformed header line in a batch part: {line[:80]!r}")
+    return out
+
+
+def lf(body: bytes) -> bytes:
+    """The plain version of :func:`frontend.http.fastpath.lf`: every CRLF turned into LF."""
+    return body.replace(b"\r\n", b"\n")
+
+
+@contextmanager
+def plain_batch() -> Iterator[None]:
+    """The ``$batch`` parser with its fast paths replaced by the plain versions: :func:`read_headers`, :func:`lf`,
+    and the product's fallbacks for cutting parts (``split_scan``) and splitting URLs (``split_url_plain``)."""
+    with mock.patch.multiple(fastpath, headers_of=read_headers, lf=lf, split_plain=lambda *_: None,
+                             split_url=lambda _: None):
+        yield

@@ -10,15 +10,14 @@ InvalidInput.
 A changeset holds up to 100 operations, so the per-operation work is kept small: the fast paths of
 :mod:`frontend.http.fastpath` remember header blocks and lines, cut parts by ``split`` when the
 delimiter lines are plain and normalise line ends in one pass; sub-requests are read by offsets;
-response parts are written as one string each (:func:`http_part`). The plain versions are here
-(:func:`read_headers`, :func:`split_scan`, :func:`lf_plain`; :func:`parse_batch` with ``fast=False``
-uses only them), and ``tests/unit/test_batch_speed.py`` runs both on generated input.
+response parts are written as one string each (:func:`http_part`). :func:`split_scan` cuts the parts
+where ``split`` cannot (a delimiter line with trailing blanks); the plain versions that only check the
+fast paths are in ``tests/oracles.py``, and ``tests/unit/test_batch_speed.py`` runs both on generated input.
 """
 
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from http import HTTPStatus
 
@@ -77,10 +76,10 @@ def boundary_of(content_type: str | None) -> str:
     raise _bad("The multipart Content-Type has no boundary.")
 
 
-def _split_parts(body: bytes, boundary: str, fast: bool = True) -> list[bytes]:
+def _split_parts(body: bytes, boundary: str) -> list[bytes]:
     """The parts between ``--boundary`` delimiter lines (body already LF-normalised)."""
     delim = b"--" + boundary.encode("latin-1")
-    if fast and 10 not in delim:
+    if 10 not in delim:
         parts = fastpath.split_plain(body, delim, MAX_PARTS)
         if parts is not None:
             return parts
@@ -88,8 +87,8 @@ def _split_parts(body: bytes, boundary: str, fast: bool = True) -> list[bytes]:
 
 
 def split_scan(body: bytes, delim: bytes) -> list[bytes]:
-    """The parts between the delimiter lines ``delim`` of a body, found line by line (the plain version of
-    :func:`frontend.http.fastpath.split_plain`)."""
+    """The parts between the delimiter lines ``delim`` of a body, found line by line (where
+    :func:`frontend.http.fastpath.split_plain` declines)."""
     n = len(delim)
     marks: list[tuple[int, int, bool]] = []  # (line start, line end, closing)
     i = body.find(delim)
@@ -121,20 +120,6 @@ def _headers(block: bytes) -> dict[str, str]:
     return fastpath.headers_of(block).copy()
 
 
-def read_headers(block: bytes) -> dict[str, str]:
-    """:func:`_headers`, read line by line without remembering anything (the plain version of
-    :func:`frontend.http.fastpath.headers_of`)."""
-    out: dict[str, str] = {}
-    for line in block.decode("latin-1").split("\n"):
-        name, colon, value = line.partition(":")
-        name = name.strip(" \t")
-        if colon and name and name[0] not in "\r\x0b\x0c":
-            out[name.lower()] = value.lstrip(" \t").rstrip(" \t\r")
-        elif line.strip():
-            raise _bad(f"Malformed header line in a batch part: {line[:80]!r}")
-    return out
-
-
 def _head_body(part: bytes) -> tuple[bytes, bytes]:
     i = part.find(b"\n\n")
     if i < 0:
@@ -142,9 +127,9 @@ def _head_body(part: bytes) -> tuple[bytes, bytes]:
     return part[:i], part[i + 2:]
 
 
-def _sub_request(part: bytes, headers_of: Callable[[bytes], dict[str, str]] = fastpath.headers_of) -> SubRequest:
-    """One ``application/http`` part as a :class:`SubRequest` (``headers_of``: how header blocks are
-    read, :func:`frontend.http.fastpath.headers_of` or the plain :func:`read_headers`)."""
+def _sub_request(part: bytes) -> SubRequest:
+    """One ``application/http`` part as a :class:`SubRequest`."""
+    headers_of = fastpath.headers_of
     i = part.find(b"\n\n")
     if i < 0:
         ph = headers_of(part)
@@ -190,27 +175,22 @@ def _sub_request(part: bytes, headers_of: Callable[[bytes], dict[str, str]] = fa
     return SubRequest(words[0].upper(), words[1], headers, body, ph.get("content-id"))
 
 
-def lf_plain(body: bytes) -> bytes:
-    """``body`` with every CRLF turned into LF (the plain version of :func:`frontend.http.fastpath.lf`)."""
-    return body.replace(b"\r\n", b"\n")
-
-
-def parse_batch(content_type: str | None, body: bytes, fast: bool = True) -> Batch:
-    """Parse a ``$batch`` request body (``fast=False``: with the plain versions of the fast paths only)."""
+def parse_batch(content_type: str | None, body: bytes) -> Batch:
+    """Parse a ``$batch`` request body."""
     boundary = boundary_of(content_type)
-    text = fastpath.lf(body) if fast else lf_plain(body)
-    headers_of = fastpath.headers_of if fast else read_headers
+    text = fastpath.lf(body)
+    headers_of = fastpath.headers_of
     out = Batch()
-    for part in _split_parts(text, boundary, fast):
+    for part in _split_parts(text, boundary):
         head, payload = _head_body(part)
         ph = headers_of(head)
         ctype = ph.get("content-type", "")
         if ctype.split(";")[0].strip().lower() == "multipart/mixed":
             if out.changeset is not None:
                 raise _bad("A batch request may contain only one changeset.")
-            out.changeset = [_sub_request(p, headers_of) for p in _split_parts(payload, boundary_of(ctype), fast)]
+            out.changeset = [_sub_request(p) for p in _split_parts(payload, boundary_of(ctype))]
         else:
-            out.singles.append(_sub_request(part, headers_of))
+            out.singles.append(_sub_request(part))
     if out.changeset is None and not out.singles:
         raise _bad("The batch request contains no operation.")
     if out.changeset is not None and out.singles:

@@ -36,21 +36,20 @@ _HDRS_TEXT = header_text(_HDRS)
 
 
 def split_url_plain(url: str) -> tuple[str, str, str]:
-    """``(netloc, path, query)`` of an absolute URL (the plain version of :func:`frontend.http.fastpath.split_url`)."""
+    """``(netloc, path, query)`` of an absolute URL (where :func:`frontend.http.fastpath.split_url` declines)."""
     parts = urlsplit(url)
     return parts.netloc, parts.path, parts.query
 
 
-def sub_resource(rq: Request, sub: SubRequest, fast: bool = True) -> Resource:
-    """The resource a batch operation's URL (absolute or relative) addresses (``fast=False``: without
-    the fast path of :func:`frontend.http.fastpath.split_url`).
+def sub_resource(rq: Request, sub: SubRequest) -> Resource:
+    """The resource a batch operation's URL (absolute or relative) addresses.
 
     A path without the batch URL's account segment (``POST /mytable`` in a batch sent to
     ``/devstoreaccount1/$batch``, what the legacy ``azure-cosmosdb-table`` SDK writes: right for
     Azure's host-style URLs) is resolved against the batch URL's base, as a relative one is."""
     url = sub.url
     if "://" in url:
-        split = fastpath.split_url(url) if fast else None
+        split = fastpath.split_url(url)
         host, path, qs = split if split is not None else split_url_plain(url)
     else:
         path, _, qs = url.partition("?")

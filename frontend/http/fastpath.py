@@ -1,16 +1,17 @@
 """FAST PATHS of the HTTP frontend process — the one module where speed, not reading order, shapes the code.
 
-What each speeds up, and the plain version beside it in the product (``tests/unit/test_batch_speed.py``,
-``test_conversion_speed.py`` and ``test_http_fastpath.py`` run both on the same generated input and
-assert the same result, errors included):
+What each speeds up, and its plain version: the product's own fallback where the fast one declines an
+input, or, where it declines none, the readable definition in ``tests/oracles.py`` (``tests/unit/
+test_batch_speed.py``, ``test_conversion_speed.py`` and ``test_http_fastpath.py`` run both on the same
+generated input and assert the same result, errors included):
 
 * :func:`headers_of` — ``$batch`` header blocks: the SDK sends the same few blocks (and lines) in every
   part of every batch, so both are remembered in small tables emptied when full. Plain:
-  :func:`frontend.http.batch.read_headers`.
+  ``tests.oracles.read_headers``.
 * :func:`split_plain` — cutting a multipart body at its delimiter lines with one ``bytes.split`` when
   they are bare (what clients send). Plain: :func:`frontend.http.batch.split_scan`.
 * :func:`lf` — CRLF → LF of a batch body by deleting every CR (one ``memchr`` pass) when no CR stands
-  alone. Plain: :func:`frontend.http.batch.lf_plain`.
+  alone. Plain: ``tests.oracles.lf``.
 * :func:`split_url` — the (netloc, path, query) of a batch operation's absolute URL by one regex and a
   memo, instead of ``urllib.parse.urlsplit``. Plain: :func:`frontend.http.batch_ops.split_url_plain`.
 * :func:`parse_json_fast` — an entity body decoded by orjson when it provably gives what the stdlib

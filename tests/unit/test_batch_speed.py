@@ -1,10 +1,10 @@
-"""The ``$batch`` fast paths give exactly what their plain versions in the product give, errors included.
+"""The ``$batch`` fast paths give exactly what their plain versions give, errors included.
 
-Each property runs the fast path (:mod:`frontend.http.fastpath`) and the plain version beside it on the
-same edge cases and generated input: header blocks (remembered blocks and lines against
-:func:`batch.read_headers`), delimiter splitting (``split`` against :func:`batch.split_scan`), whole
-bodies and sub-requests (``parse_batch(fast=False)``), the CRLF normalisation, absolute URLs without
-``urlsplit``; responses, written as one string per part, are read back part by part.
+Each property runs the fast path (:mod:`frontend.http.fastpath`) and the plain version (``tests/oracles.py``,
+or the product's fallback) on the same edge cases and generated input: header blocks (remembered blocks and
+lines against ``oracles.read_headers``), delimiter splitting (``split`` against :func:`batch.split_scan`),
+whole bodies and sub-requests (the parser under ``oracles.plain_batch()``), the CRLF normalisation, absolute
+URLs without ``urlsplit``; responses, written as one string per part, are read back part by part.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from hypothesis import strategies as st
 from frontend.http import batch, batch_ops, fastpath, odata
 from frontend.http.parse import Request, parse_resource
 from rangetable.errors import TableError
+from tests import oracles
 
 
 def outcome(f: Any, *args: Any) -> Any:
@@ -58,16 +59,16 @@ HEADER_LINE = st.one_of(
     b"Content-Type: application/http\nContent-Transfer-Encoding: binary\nContent-ID: 0",
 ])
 def test_headers_edge_cases(block: bytes) -> None:
-    same(batch._headers, batch.read_headers, block)
-    same(fastpath.headers_of, batch.read_headers, block)
+    same(batch._headers, oracles.read_headers, block)
+    same(fastpath.headers_of, oracles.read_headers, block)
 
 
 @settings(max_examples=500, deadline=None)
 @given(st.lists(HEADER_LINE, max_size=7), st.sampled_from(["\n", "\r\n"]))
 def test_headers_match_the_old_loop(lines: list[str], eol: str) -> None:
     block = eol.join(lines).encode("latin-1")
-    same(batch._headers, batch.read_headers, block)
-    same(fastpath.headers_of, batch.read_headers, block)
+    same(batch._headers, oracles.read_headers, block)
+    same(fastpath.headers_of, oracles.read_headers, block)
 
 
 def test_headers_dicts_are_not_shared() -> None:
@@ -105,7 +106,8 @@ def test_split_parts_matches_the_scan(lines: list[str], trailing_lf: bool, bound
 
 
 def _split_plainly(body: bytes, boundary: str) -> list[bytes]:
-    return batch._split_parts(body, boundary, fast=False)
+    with oracles.plain_batch():
+        return batch._split_parts(body, boundary)
 
 
 @pytest.mark.parametrize("n", [batch.MAX_PARTS - 1, batch.MAX_PARTS, batch.MAX_PARTS + 1])
@@ -129,7 +131,12 @@ PART_LINE = st.one_of(
 @given(st.lists(PART_LINE, max_size=12), st.sampled_from(["", "\n", "\n\n"]))
 def test_sub_request_fast_matches_plain(lines: list[str], end: str) -> None:
     part = ("\n".join(lines) + end).encode("latin-1")
-    same(batch._sub_request, lambda p: batch._sub_request(p, batch.read_headers), part)
+    same(batch._sub_request, _sub_request_plainly, part)
+
+
+def _sub_request_plainly(part: bytes) -> batch.SubRequest:
+    with oracles.plain_batch():
+        return batch._sub_request(part)
 
 
 SDK_PART = ("--changeset_y\r\nContent-Type: application/http\r\nContent-Transfer-Encoding: binary\r\nContent-ID: {i}\r\n"
@@ -173,7 +180,8 @@ def test_parse_batch_fast_matches_plain(edits: list[tuple[int, int, str]], ctype
 
 
 def _parse_plainly(content_type: str, body: bytes) -> batch.Batch:
-    return batch.parse_batch(content_type, body, fast=False)
+    with oracles.plain_batch():
+        return batch.parse_batch(content_type, body)
 
 
 def test_parse_batch_reads_the_sdk_sample() -> None:
@@ -187,7 +195,7 @@ def test_parse_batch_reads_the_sdk_sample() -> None:
 @settings(max_examples=300, deadline=None)
 @given(st.binary(max_size=40).map(lambda b: b.translate(bytes(b"\r\na "[i % 4] for i in range(256)))))
 def test_crlf_normalisation(body: bytes) -> None:
-    assert fastpath.lf(body) == batch.lf_plain(body) == body.replace(b"\r\n", b"\n")
+    assert fastpath.lf(body) == oracles.lf(body) == body.replace(b"\r\n", b"\n")
 
 
 # --- URLs -----------------------------------------------------------------------------------------------
@@ -216,7 +224,12 @@ def test_absolute_urls_split_like_urlsplit(url: str) -> None:
     rq.res = parse_resource("/devstoreaccount1/$batch", {}, "127.0.0.1:10002")
     for u in (url, url.partition("://")[2], url.partition("://")[2].lstrip("/")):
         sub = batch.SubRequest("PUT", u, {}, b"")
-        same(batch_ops.sub_resource, lambda r, s: batch_ops.sub_resource(r, s, fast=False), rq, sub)
+        same(batch_ops.sub_resource, _sub_resource_plainly, rq, sub)
+
+
+def _sub_resource_plainly(rq: Request, sub: batch.SubRequest) -> Any:
+    with oracles.plain_batch():
+        return batch_ops.sub_resource(rq, sub)
 
 
 # --- responses ------------------------------------------------------------------------------------------
@@ -244,7 +257,7 @@ def read_back(content_type: str, body: bytes) -> list[tuple[int, str, dict[str, 
     parts = outer
     if len(outer) == 1 and outer[0].startswith(b"Content-Type: multipart/mixed"):
         head, _, rest = outer[0].partition(b"\r\n\r\n")
-        inner_type = batch.read_headers(head).get("content-type", "")
+        inner_type = oracles.read_headers(head).get("content-type", "")
         assert batch.boundary_of(inner_type).startswith("changesetresponse_")
         pre, parts = _cut(rest, batch.boundary_of(inner_type))
         assert pre == b""
@@ -304,7 +317,8 @@ def test_run_batch_response_parts(cid: bool) -> None:
                                                           "content-type": "multipart/mixed; boundary=batch_x"})
     rq.body = body
     rq.res = parse_resource("/devstoreaccount1/$batch", {}, "127.0.0.1:10002")
-    subs = batch.parse_batch(rq.headers["content-type"], body, fast=False).changeset
+    with oracles.plain_batch():
+        subs = batch.parse_batch(rq.headers["content-type"], body).changeset
     assert subs is not None
     results: list = [[s.url[-3:], "r\u00e9 /x", 638500000001234567 + i, {"A": [1, i]}] for i, s in enumerate(subs)]
     results[-1] = None

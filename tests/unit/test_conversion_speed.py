@@ -4,7 +4,7 @@
 (orjson plus a duplicate check, :func:`frontend.http.fastpath.parse_json_fast`) against its plain
 version :func:`~frontend.http.odata.parse_json_plain` and the stdlib decoder, ``entity_feed``/``entity_text``
 (orjson) against ``json.dumps`` of ``typed_to_json``, and the remembered ``$batch`` header parser
-against its plain version :func:`~frontend.http.batch.read_headers`.
+against its plain version :func:`~frontend.http.oracles.read_headers`.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from rangetable.edm import MAX_DATETIME_TICKS, MIN_DATETIME_TICKS, iso_to_ticks,
 from rangetable.errors import TableError
 from rangetable.rest_json import json_to_typed, typed_to_json
 from rangetable.values import EntityProperty, to_typed
+from tests import oracles
 
 # --- json_to_typed ------------------------------------------------------------------------------------
 
@@ -205,7 +206,7 @@ def test_edit_link_matches_entity_path(pk: str, rk: str) -> None:
 
 def _plain_headers(block: bytes) -> dict[str, str] | str:
     try:
-        return batch.read_headers(block)
+        return oracles.read_headers(block)
     except TableError as exc:
         return exc.error_code
 
