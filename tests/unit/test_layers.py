@@ -5,7 +5,7 @@ Layers, bottom up (``docs/architecture.md``, "Layers"):
     rangetable                                   core model, wire protocol, native client, RocksDB opener
     partition_server   coordinator   frontend    the three server processes (no arrows among them); inside
                                                  coordinator, the sub-packages map, replicas and etcd, then
-                                                 balancer and leadership, meta, standby, below its top-level
+                                                 balancer and leadership, meta, standby and state, below its top-level
                                                  modules; inside partition_server, store, then replication
     cli                                          process entry points, supervisor, admin client, commands
     cli.workload                                 workload and load generators, verifiers, simulated servers
@@ -39,6 +39,7 @@ LAYERS: dict[str, tuple[int, int]] = {
     "coordinator.leadership": (1, 1),  # elections: a lock per term on the data root, or etcd
     "coordinator.meta": (1, 2),  # the durable meta store: RocksDB, or etcd fenced by the term
     "coordinator.standby": (1, 3),  # a standby's warm copy of the meta store (RocksDB secondary, etcd watch)
+    "coordinator.state": (1, 3),  # the state objects: the map service, the server registry, the event log
     "partition_server.store": (1, 0),  # the range store: RocksDB, its write path, its records, its log
     "partition_server.replication": (1, 1),  # the replication protocol, the replicator, snapshots
     "cli": (2, 0),
