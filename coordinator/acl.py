@@ -17,7 +17,7 @@ answer):
 Both on a missing table → 404 ``TableNotFound``. Stored in the meta store under ``acl/<table lower>``
 and ``service/properties``; read through from it on every request (a RocksDB point read), so a
 restarted coordinator has them at once. Deleting a table deletes its ACL in the same commit
-(:func:`acl_key`, used by :func:`coordinator.operations.delete_table`).
+(:func:`~coordinator.map.acl_keys.acl_key`, used by :func:`coordinator.control.operations.delete_table`).
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 import msgpack
 
+from coordinator.map.acl_keys import acl_key
 from rangetable.edm import parse_time, ticks_to_iso
 from rangetable.errors import TableError
 
@@ -39,11 +40,6 @@ POLICY_PERMISSIONS = "raud"
 MAX_CORS_RULES = 5
 MAX_PROPERTIES_BYTES = 64 * 1024
 SERVICE_KEY = b"service/properties"
-
-
-def acl_key(table: str) -> bytes:
-    """Meta-store key of a table's ACL (case-insensitive)."""
-    return b"acl/" + table.lower().encode()
 
 
 def _bad_xml(message: str) -> TableError:

@@ -2,7 +2,7 @@
 
 Quick questions (status, events, the map, tables) are answered at once in the loop thread; every
 multi-step change (create or delete a table, move, split, merge, backup) goes to the controller
-thread, which answers when it is done (:mod:`coordinator.operations`); a backup's chunks go to a relay
+thread, which answers when it is done (:mod:`coordinator.control.operations`); a backup's chunks go to a relay
 thread of their own (:mod:`coordinator.backup`).
 """
 
@@ -12,8 +12,9 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, cast
 
-from coordinator import acl, backup, client_keys, leases, replica_move, sync_time
-from coordinator import operations as ops
+from coordinator import acl, backup, client_keys, leases, sync_time
+from coordinator.control import operations as ops
+from coordinator.control import replica_move
 from coordinator.map.holdings import holdings, range_reports
 from coordinator.map.server_info import live_endpoints
 from coordinator.replicas.sets import health, is_replicated

@@ -15,7 +15,7 @@ frontends and client keys are refused, because a backup reads every table.
    files and sizes.
 2. ``backup_chunk {backup, range, file, offset}`` (``range`` "" for the meta store): one chunk of at most 1 MiB
    with its CRC-32, read here or relayed to the range's primary; relayed on a thread of its own (a second
-   :class:`~coordinator.controller.Controller`), so chunks never wait behind a split.
+   :class:`~coordinator.control.controller.Controller`), so chunks never wait behind a split.
 3. ``backup_end {backup, ok}``: the checkpoints are deleted everywhere; ``ok`` records a ``backup`` event.
    A backup abandoned half-way is deleted after :data:`IDLE_S` without a chunk request (on the coordinator at
    its next backup op, on a partition server by its heartbeat loop).
@@ -41,7 +41,7 @@ from rangetable.errors import TableError
 from rangetable.files import remove_stale
 
 if TYPE_CHECKING:
-    from coordinator.controller import Controller, JobReply
+    from coordinator.control.controller import Controller, JobReply
     from coordinator.state.cluster import Cluster
     from rangetable.messages import BackupOpenAnswer
 

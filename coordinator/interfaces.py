@@ -19,8 +19,8 @@ from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
     from coordinator.backup import BackupSessions
-    from coordinator.balancer_loop import BalancerLoop
-    from coordinator.controller import Controller
+    from coordinator.control.balancer_loop import BalancerLoop
+    from coordinator.control.controller import Controller
     from coordinator.leadership.etcd_election import EtcdLeadership
     from coordinator.leadership.lock_election import Leadership
     from coordinator.map_snapshots import MapSnapshots

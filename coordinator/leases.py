@@ -17,13 +17,13 @@ import logging
 import time
 from typing import TYPE_CHECKING
 
-from coordinator import operations as ops
-from coordinator import replica_ops
+from coordinator.control import operations as ops
+from coordinator.control import replica_ops
 from coordinator.map.server_info import ServerInfo
 
 if TYPE_CHECKING:
-    from coordinator.balancer_loop import BalancerLoop
-    from coordinator.controller import Controller
+    from coordinator.control.balancer_loop import BalancerLoop
+    from coordinator.control.controller import Controller
     from coordinator.state.cluster import Cluster
     from rangetable.messages import Heartbeat, LeaseAnswer
 

@@ -9,7 +9,7 @@ The loop only moves messages:
   guide's *Clone* pattern: a subscriber that sees a gap, or a hugz newer than its map, asks for
   ``map {since}`` and gets the missed deltas folded into one, or a snapshot when they are too old);
 * an inproc PULL — answers and publish requests from the controller thread, which runs every
-  multi-step change (see :mod:`coordinator.operations`).
+  multi-step change (see :mod:`coordinator.control.operations`).
 
 The state is in objects that own it (:mod:`coordinator.state`): the map and its commits
 (:class:`~coordinator.state.maps.MapService`), the registered servers
@@ -34,11 +34,12 @@ from typing import TYPE_CHECKING
 
 import zmq
 
-from coordinator import admin_dispatch, leases, replica_move, replica_ops, takeover
-from coordinator import operations as ops
+from coordinator import admin_dispatch, leases, takeover
 from coordinator.backup import BackupSessions
-from coordinator.balancer_loop import BalancerLoop
-from coordinator.controller import Controller
+from coordinator.control import operations as ops
+from coordinator.control import replica_move, replica_ops
+from coordinator.control.balancer_loop import BalancerLoop
+from coordinator.control.controller import Controller
 from coordinator.leadership.etcd_election import EtcdLeadership, leadership_for
 from coordinator.leadership.lock_election import Leadership
 from coordinator.map_snapshots import MapSnapshots

@@ -30,7 +30,7 @@ import time
 from typing import TYPE_CHECKING, cast
 
 from coordinator import client_keys
-from coordinator import operations as ops
+from coordinator.control import operations as ops
 from coordinator.leadership.etcd_election import META_NAME, EtcdLeadership
 from coordinator.leadership.lock_election import BEAT_S, TermRecord, lock_free, meta_dir_for, stale_meta_dirs
 from coordinator.map.partition_map import PartitionMap

@@ -30,7 +30,7 @@ from rangetable.crash import crash_point
 from rangetable.errors import TableError
 
 if TYPE_CHECKING:
-    from coordinator.controller import Controller
+    from coordinator.control.controller import Controller
     from coordinator.state.cluster import Cluster
     from rangetable.messages import ControlCommand, RangeRecord, SplitCommand
 

@@ -5,10 +5,10 @@ adds the new replicas, waits for them to join the ISR, then drops the old ones):
 configuration committed to the meta store before any replica hears of it.
 
 1. :func:`start` (a controller job): if A is the primary, its leadership goes first to another in-sync
-   replica (:func:`coordinator.replica_ops.transfer`); then B joins ``replicas`` (not ``insync``) with the
+   replica (:func:`coordinator.control.replica_ops.transfer`); then B joins ``replicas`` (not ``insync``) with the
    intent ``move = {source, target, deadline}`` in the range's record, and rebuilds its copy from the
    primary's checkpoint exactly like a re-replicated replica (``"rebuild": true``).
-2. The primary reports B caught up; :func:`coordinator.replica_ops.adjust_insync` adds it to the in-sync set.
+2. The primary reports B caught up; :func:`coordinator.control.replica_ops.adjust_insync` adds it to the in-sync set.
 3. :func:`advance` (a controller job the coordinator loop queues every second while a move is pending) asks
    :func:`coordinator.replicas.sets.move_step` what to do: once B is in sync, A leaves the configuration
    (committed first; the primary stops waiting for A's acknowledgements) and deletes its copy; if B died or
@@ -25,12 +25,12 @@ import logging
 import time
 from typing import TYPE_CHECKING
 
-from coordinator import replica_ops
+from coordinator.control import replica_ops
 from coordinator.replicas.sets import abandoned, check_move, finished, move_step, new_leader
 from rangetable.errors import TableError
 
 if TYPE_CHECKING:
-    from coordinator.controller import Controller
+    from coordinator.control.controller import Controller
     from coordinator.state.cluster import Cluster
     from rangetable.messages import ControlCommand
 

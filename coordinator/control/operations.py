@@ -14,8 +14,8 @@ import shutil
 import time
 from typing import TYPE_CHECKING, Any
 
-from coordinator import replica_ops
-from coordinator.acl import acl_key
+from coordinator.control import replica_ops
+from coordinator.map.acl_keys import acl_key
 from coordinator.map.partition_map import range_key
 from coordinator.replicas.placement import place_orphans
 from coordinator.replicas.sets import choose_replicas, is_replicated
@@ -25,7 +25,7 @@ from rangetable.stats import StepClock
 from rangetable.table_settings import check_settings, describe
 
 if TYPE_CHECKING:
-    from coordinator.controller import Controller
+    from coordinator.control.controller import Controller
     from coordinator.state.cluster import Cluster
     from rangetable.messages import RangeRecord, TableSettingsCommand
 
@@ -272,7 +272,7 @@ def split(cl: Cluster, ctl: Controller, rid: str, key: str | None, reason: str =
         owner = rec["owner"]
         if rec["state"] != "serving" or not cl.registry.is_alive(owner):
             raise TableError("ServerBusy", f"range {rid} is not serving")
-        if rec.get("move"):  # its replica set is changing (coordinator/replica_move.py)
+        if rec.get("move"):  # its replica set is changing (coordinator/control/replica_move.py)
             raise TableError("ServerBusy", f"range {rid} is moving a replica to {rec['move']['target']}")
     if key is None:
         key = ctl.call(owner, {"op": "split_key", "range": rid, "epoch": rec["epoch"]})
@@ -347,7 +347,7 @@ def merge(cl: Cluster, ctl: Controller, rid: str, reason: str = "manual", target
         if i + 1 >= len(rs):
             raise TableError("InvalidInput", f"range {rid} is the last of its table; merge its left neighbour")
         right = rs[i + 1]
-        if rec.get("move") or right.get("move"):  # a replica set is changing (coordinator/replica_move.py)
+        if rec.get("move") or right.get("move"):  # a replica set is changing (coordinator/control/replica_move.py)
             raise TableError("ServerBusy", f"range {rid} or {right['id']} is moving a replica")
         if is_replicated(rec) and set(rec["replicas"]) != set(right["replicas"]):
             raise TableError("InvalidInput", f"ranges {rid} and {right['id']} are replicated on different servers "

@@ -15,16 +15,16 @@ import threading
 import time
 from typing import TYPE_CHECKING, Any
 
-from coordinator import operations as ops
-from coordinator import replica_move
 from coordinator.balancer.load_history import LoadHistory
 from coordinator.balancer.policy import plan_actions
 from coordinator.balancer.rounds import Action
 from coordinator.balancer.settings import Settings
+from coordinator.control import operations as ops
+from coordinator.control import replica_move
 from rangetable.errors import TableError
 
 if TYPE_CHECKING:
-    from coordinator.controller import Controller
+    from coordinator.control.controller import Controller
     from coordinator.state.cluster import Cluster
 
 log = logging.getLogger("rangetable.coordinator")
