@@ -8,7 +8,7 @@ frontends and client keys are refused, because a backup reads every table.
 
 1. ``backup`` (a controller job, so no split, merge, move or failover runs while it takes the checkpoints; it is
    refused with ``ServerBusy`` while a split or merge runs, or when a range has no serving primary): under the
-   coordinator's lock, the map and table list are copied and the meta store (catalog, map, ACLs, client keys,
+   map's lock, the map and table list are copied and the meta store (catalog, map, ACLs, client keys,
    table settings, events) is checkpointed into ``<data-dir>/backups/coordinator-<id>``; then every range's
    primary checkpoints it (``backup_open``, all at once; the batch it holds must be committed before a byte of
    it leaves the primary, see :mod:`partition_server.backup_source`). The answer is the *plan*: every store's

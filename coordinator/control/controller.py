@@ -43,7 +43,11 @@ class Leader(Protocol):
 
 
 class Controller(threading.Thread):
-    """Runs jobs sequentially against the partition map and the partition servers."""
+    """Runs jobs sequentially against the partition map and the partition servers.
+
+    It reaches each server at the endpoint ``cl.registry`` has for it, with the coordinator's keys, and sends
+    every command with ``leader``'s term, fenced (:meth:`Leader.fence`) before it leaves.
+    """
 
     def __init__(self, cl: Cluster, leader: Leader, ctx: zmq.Context, name: str = "controller") -> None:
         super().__init__(name=name, daemon=True)
