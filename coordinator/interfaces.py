@@ -38,7 +38,6 @@ class Process(Protocol):
     cluster: Cluster
     term: int  # the term this coordinator leads (0: a standby)
     takeover: dict  # how the last takeover went (status, logs)
-    keys_version: int  # the client keys' version, sent on every hugz
 
     def notify(self, frames: list[bytes]) -> None:
         """Hand frames to the loop thread (replies, ``publish``, ``hugz``, ``led``)."""
@@ -51,6 +50,7 @@ class TakeoverHost(Process, Protocol):
 
     follower: WarmFollower | EtcdFollower | None
     stopping: bool
+    keys_version: int  # the client keys' version (sent on every hugz), loaded with the meta store
 
     def election(self) -> Leadership | EtcdLeadership:
         """The election this coordinator takes part in; raises RuntimeError before it serves."""
