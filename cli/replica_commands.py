@@ -1,7 +1,7 @@
 """``rangetable replica move``: move one replica of a range to another partition server (balancing data).
 
 The coordinator adds the new replica (rebuilt from the primary's checkpoint), waits until it is in sync and
-then drops the old one (:mod:`coordinator.replica_move`); this command waits for that end by polling the map.
+then drops the old one (:mod:`coordinator.control.replica_move`); this command waits for that end by polling the map.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Coordinator ops for table ACLs (stored access policies) and the table service's properties.
 
-Ops (answered on the coordinator loop under ``co.lock``; a write is committed, synced, before the
+Ops (answered on the coordinator loop under ``maps.lock``; a write is committed, synced, before the
 answer):
 
 * ``get_acl {table}`` → ``{"policies": {id: {"start": iso|None, "expiry": iso|None, "permission": str|None}}}``
@@ -17,7 +17,7 @@ answer):
 Both on a missing table → 404 ``TableNotFound``. Stored in the meta store under ``acl/<table lower>``
 and ``service/properties``; read through from it on every request (a RocksDB point read), so a
 restarted coordinator has them at once. Deleting a table deletes its ACL in the same commit
-(:func:`acl_key`, used by :func:`coordinator.operations.delete_table`).
+(:func:`~coordinator.map.acl_keys.acl_key`, used by :func:`coordinator.control.operations.delete_table`).
 """
 
 from __future__ import annotations
@@ -26,11 +26,12 @@ from typing import TYPE_CHECKING, Any
 
 import msgpack
 
+from coordinator.map.acl_keys import acl_key
 from rangetable.edm import parse_time, ticks_to_iso
 from rangetable.errors import TableError
 
 if TYPE_CHECKING:
-    from coordinator.interfaces import MetaAccess
+    from coordinator.state.maps import MapService
 
 OPS = frozenset({"get_acl", "set_acl", "get_service_properties", "set_service_properties"})
 MAX_POLICIES = 5
@@ -41,17 +42,12 @@ MAX_PROPERTIES_BYTES = 64 * 1024
 SERVICE_KEY = b"service/properties"
 
 
-def acl_key(table: str) -> bytes:
-    """Meta-store key of a table's ACL (case-insensitive)."""
-    return b"acl/" + table.lower().encode()
-
-
 def _bad_xml(message: str) -> TableError:
     return TableError("InvalidXmlDocument", message)
 
 
-def _get(co: MetaAccess, key: bytes) -> Any:
-    for k, v in co.meta_store().items(key):
+def _get(maps: MapService, key: bytes) -> Any:
+    for k, v in maps.meta_store().items(key):
         if k == key:
             return v
         break
@@ -127,26 +123,26 @@ def _table_field(req: dict) -> str:
     return table
 
 
-def handle(co: MetaAccess, op: str, req: dict) -> Any:
+def handle(maps: MapService, op: str, req: dict) -> Any:
     """Run one of :data:`OPS` and return its result (a write is durable when this returns)."""
-    with co.lock:
+    with maps.lock:
         if op == "get_acl":
-            table = co.pmap.table_name(_table_field(req))  # TableNotFound
-            stored = _get(co, acl_key(table)) or {}
+            table = maps.pmap.table_name(_table_field(req))  # TableNotFound
+            stored = _get(maps, acl_key(table)) or {}
             return {"policies": stored.get("policies", {})}
         if op == "set_acl":
-            table = co.pmap.table_name(_table_field(req))
+            table = maps.pmap.table_name(_table_field(req))
             policies = validate_policies(req.get("policies"))
             if policies:
-                co.meta_store().commit({acl_key(table): {"policies": policies}})
+                maps.meta_store().commit({acl_key(table): {"policies": policies}})
             else:
-                co.meta_store().commit({}, [acl_key(table)])
+                maps.meta_store().commit({}, [acl_key(table)])
             return None
         if op == "get_service_properties":
-            return {"properties": _get(co, SERVICE_KEY) or {}}
+            return {"properties": _get(maps, SERVICE_KEY) or {}}
         if op == "set_service_properties":
             props = validate_properties(req.get("properties"))
-            merged = {**(_get(co, SERVICE_KEY) or {}), **props}
-            co.meta_store().commit({SERVICE_KEY: merged})
+            merged = {**(_get(maps, SERVICE_KEY) or {}), **props}
+            maps.meta_store().commit({SERVICE_KEY: merged})
             return None
     raise TableError("InvalidInput", f"unknown op {op!r}")

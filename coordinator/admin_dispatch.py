@@ -2,7 +2,7 @@
 
 Quick questions (status, events, the map, tables) are answered at once in the loop thread; every
 multi-step change (create or delete a table, move, split, merge, backup) goes to the controller
-thread, which answers when it is done (:mod:`coordinator.operations`); a backup's chunks go to a relay
+thread, which answers when it is done (:mod:`coordinator.control.operations`); a backup's chunks go to a relay
 thread of their own (:mod:`coordinator.backup`).
 """
 
@@ -12,8 +12,9 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, cast
 
-from coordinator import acl, backup, client_keys, leases, replica_move, sync_time
-from coordinator import operations as ops
+from coordinator import acl, backup, client_keys, leases, sync_time
+from coordinator.control import operations as ops
+from coordinator.control import replica_move
 from coordinator.map.holdings import holdings, range_reports
 from coordinator.map.server_info import live_endpoints
 from coordinator.replicas.sets import health, is_replicated
@@ -22,6 +23,7 @@ from rangetable.errors import TableError
 
 if TYPE_CHECKING:
     from coordinator.interfaces import AdminHost
+    from coordinator.state.cluster import Cluster
     from rangetable.messages import Heartbeat, MapDelta
 
 text = protocol.field
@@ -49,16 +51,17 @@ def handle(co: AdminHost, ident: bytes, rid: bytes, req: dict, role: str | None)
             else "keys_admin" if op in client_keys.OPS else "backup" if op in backup.OPS else "admin")
     if not curve.may("coordinator", kind, role):
         raise TableError("AuthorizationPermissionMismatch", f"{op!r} is not accepted from a {role or 'client'} key")
+    cl = co.cluster
+    maps = cl.map
     if op in client_keys.OPS:
-        return protocol.ok(client_keys.handle(co, op, req))
-    if op == "heartbeat":
-        return protocol.ok(leases.heartbeat(co, cast("Heartbeat", req)))  # from a partition-server key
+        return protocol.ok(client_keys.handle(cl, co.keys_changed, op, req))
+    if op == "heartbeat":  # from a partition-server key
+        return protocol.ok(leases.heartbeat(cl, co.controller, co.balancer_loop, co.term, cast("Heartbeat", req)))
     if op == "map":
         since = req.get("since")
         if isinstance(since, int) and not isinstance(since, bool):
             co.publish()  # changes committed but not yet published go out first
-            with co.lock:
-                delta = co.deltas.since(since, co.published)
+            delta = maps.delta_since(since)
             if delta is not None:
                 answer: MapDelta = {**delta, "pub": co.pub_endpoint}
                 return protocol.ok(answer)
@@ -66,35 +69,35 @@ def handle(co: AdminHost, ident: bytes, rid: bytes, req: dict, role: str | None)
     if op in ("status", "ranges"):
         return protocol.ok(status(co))
     if op == "sync_time":  # the -secondary endpoint's LastSyncTime (Get Service Stats)
-        with co.lock:
-            return protocol.ok(sync_time.last_sync(co.pmap.ranges.values(), co.servers, time.monotonic(), time.time()))
+        with maps.lock:
+            return protocol.ok(sync_time.last_sync(maps.pmap.ranges.values(), cl.registry.servers, time.monotonic(),
+                                                   time.time()))
     if op == "servers":  # the server list alone: cheap with a large map (no ranges, no loads)
-        return protocol.ok({"version": co.pmap.version, "servers": server_list(co, loads=False),
+        return protocol.ok({"version": maps.pmap.version, "servers": server_list(cl, loads=False),
                             "gc": co.gc.snapshot()})
     if op == "balancer":
-        with co.lock:
+        with maps.lock:
             return protocol.ok(co.balancer_loop.control(req))
     if op == "events":
         since = protocol.field(req, "since", int, 0)
         limit = protocol.field(req, "limit", int, 200)
-        with co.lock:
-            return protocol.ok([e for e in co.events if e["seq"] > since][-limit:] if limit > 0 else [])
+        return protocol.ok(cl.events.since(since, limit))
     if op == "list_tables":
-        with co.lock:
-            return protocol.ok({"tables": sorted(co.pmap.tables.values(), key=str.lower), "next": None})
+        with maps.lock:
+            return protocol.ok({"tables": sorted(maps.pmap.tables.values(), key=str.lower), "next": None})
     if op == "get_table":
-        with co.lock:
-            name = co.pmap.table_name(protocol.field(req, "table", str))
-            return protocol.ok({"table": name, **co.table_settings.show(name)})
+        with maps.lock:
+            name = maps.pmap.table_name(protocol.field(req, "table", str))
+            return protocol.ok({"table": name, **maps.table_settings.show(name)})
     if op in acl.OPS:
-        return protocol.ok(acl.handle(co, op, req))
+        return protocol.ok(acl.handle(maps, op, req))
 
     def reply(res: Any, err: TableError | None) -> None:
         """Send the job's answer to the requester (through the loop thread)."""
         co.notify([b"reply", ident, rid, protocol.error(err) if err else protocol.ok(res)])
 
     if op in backup.OPS:  # the admin key only: a backup reads every table (coordinator/backup.py)
-        backup.dispatch(co, req, reply)
+        backup.dispatch(cl, co.controller, co.backups, req, reply)
         return None
     if op not in JOBS:
         raise TableError("InvalidInput", f"unknown op {op!r}")
@@ -103,7 +106,7 @@ def handle(co: AdminHost, ident: bytes, rid: bytes, req: dict, role: str | None)
         argv = args(req)
     except KeyError as exc:
         raise TableError("InvalidInput", f"missing field {exc}") from None
-    co.controller.submit(fn, co, co.controller, *argv, reply=reply)
+    co.controller.submit(fn, cl, co.controller, *argv, reply=reply)
     return None
 
 
@@ -112,28 +115,31 @@ def status(co: AdminHost) -> dict:
     have (``rangetable ranges``, ``servers``, the dashboard); each replicated range with its health
     (:func:`coordinator.replicas.sets.health`)."""
     now = time.monotonic()
-    with co.lock:
-        snap = co.pmap.snapshot()
-        live = {s.id for s in co.servers.values() if s.alive}
+    cl = co.cluster
+    servers = cl.registry.servers
+    with cl.map.lock:
+        snap = cl.map.pmap.snapshot()
+        live = {s.id for s in servers.values() if s.alive}
         snap["ranges"] = [{**r, "health": health(r, live, co.cfg.replicas)} if is_replicated(r) else r
                           for r in snap["ranges"]]
         snap["pub"] = co.pub_endpoint
-        snap["endpoints"] = live_endpoints(co.servers)
+        snap["endpoints"] = live_endpoints(servers)
         return {**snap, "term": co.term, "leader": co.endpoint, "takeover": co.takeover,
-                "servers": server_list(co, now), "replicas": co.cfg.replicas}
+                "servers": server_list(cl, now), "replicas": co.cfg.replicas}
 
 
-def server_list(co: AdminHost, now: float | None = None, loads: bool = True) -> list[dict]:
+def server_list(cl: Cluster, now: float | None = None, loads: bool = True) -> list[dict]:
     """Every registered server with its state (and with ``loads``, its ranges' latest load reports and
     what it holds as primary and as follower: :func:`coordinator.map.holdings.holdings`)."""
     now = time.monotonic() if now is None else now
-    with co.lock:
+    with cl.map.lock:
+        pmap, servers = cl.map.pmap, cl.registry.servers
         out = []
-        held = holdings(co.pmap.ranges.values(), range_reports(co.pmap.ranges.values(), co.servers), co.servers) if loads else {}
-        for s in sorted(co.servers.values(), key=lambda s: s.id):
+        held = holdings(pmap.ranges.values(), range_reports(pmap.ranges.values(), servers), servers) if loads else {}
+        for s in sorted(servers.values(), key=lambda s: s.id):
             row = {"id": s.id, "endpoint": s.endpoint, "alive": s.alive, "pid": s.pid,
                    "incarnation": s.incarnation, "last_seen_s": round(now - s.last_seen, 2),
-                   "ranges": co.pmap.owned_count(s.id), "pending": s.pending, "zone": s.zone}
+                   "ranges": pmap.owned_count(s.id), "pending": s.pending, "zone": s.zone}
             if loads:
                 row["load"] = s.load
                 row["holds"] = held[s.id]  # ranges, entities, bytes as primary and as follower (holdings.py)

@@ -8,14 +8,14 @@ frontends and client keys are refused, because a backup reads every table.
 
 1. ``backup`` (a controller job, so no split, merge, move or failover runs while it takes the checkpoints; it is
    refused with ``ServerBusy`` while a split or merge runs, or when a range has no serving primary): under the
-   coordinator's lock, the map and table list are copied and the meta store (catalog, map, ACLs, client keys,
+   map's lock, the map and table list are copied and the meta store (catalog, map, ACLs, client keys,
    table settings, events) is checkpointed into ``<data-dir>/backups/coordinator-<id>``; then every range's
    primary checkpoints it (``backup_open``, all at once; the batch it holds must be committed before a byte of
    it leaves the primary, see :mod:`partition_server.backup_source`). The answer is the *plan*: every store's
    files and sizes.
 2. ``backup_chunk {backup, range, file, offset}`` (``range`` "" for the meta store): one chunk of at most 1 MiB
    with its CRC-32, read here or relayed to the range's primary; relayed on a thread of its own (a second
-   :class:`~coordinator.controller.Controller`), so chunks never wait behind a split.
+   :class:`~coordinator.control.controller.Controller`), so chunks never wait behind a split.
 3. ``backup_end {backup, ok}``: the checkpoints are deleted everywhere; ``ok`` records a ``backup`` event.
    A backup abandoned half-way is deleted after :data:`IDLE_S` without a chunk request (on the coordinator at
    its next backup op, on a partition server by its heartbeat loop).
@@ -32,7 +32,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Protocol, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from rangetable import protocol
 from rangetable.checkpoint import listing
@@ -41,7 +41,8 @@ from rangetable.errors import TableError
 from rangetable.files import remove_stale
 
 if TYPE_CHECKING:
-    from coordinator.interfaces import AdminHost, Commands, JobReply, MapWriter
+    from coordinator.control.controller import Controller, JobReply
+    from coordinator.state.cluster import Cluster
     from rangetable.messages import BackupOpenAnswer
 
 log = logging.getLogger("rangetable.coordinator")
@@ -75,29 +76,18 @@ class Session:
         return {s for s, _, _ in self.ranges.values()}
 
 
-class Relay(Protocol):
-    """The thread that runs the relay's jobs one at a time (a :class:`~coordinator.controller.Controller`)."""
-
-    stopping: bool
-
-    def submit(self, fn: Callable[..., Any], *args: Any, reply: JobReply | None = None) -> bool: ...
-    def start(self) -> None: ...
-    def is_alive(self) -> bool: ...
-    def join(self, timeout: float | None = None) -> None: ...
-
-
 class BackupSessions:
     """The backups under way on this coordinator, and the relay thread that reads their chunks."""
 
-    def __init__(self, data_dir: str, make_relay: Callable[[], Relay]) -> None:
+    def __init__(self, data_dir: str, make_relay: Callable[[], Controller]) -> None:
         self.root = os.path.join(data_dir, DIR)
         self.live: dict[str, Session] = {}
         self.lock = threading.Lock()
         self.make_relay = make_relay
-        self.relay: Relay | None = None
+        self.relay: Controller | None = None
         remove_stale(self.root, STALE_S, time.time(), prefix="coordinator-")
 
-    def relay_for(self) -> Relay:
+    def relay_for(self) -> Controller:
         """The relay thread (started on first use)."""
         if self.relay is None:
             self.relay = self.make_relay()
@@ -134,47 +124,40 @@ class BackupSessions:
             self.live.clear()
 
 
-class BackupHost(Protocol):
-    """What the backup ops use besides :class:`MapWriter`: the sessions, and the loop's reply channel."""
-
-    backups: BackupSessions
-
-
-def refuse_busy(co: MapWriter) -> None:
+def refuse_busy(cl: Cluster) -> None:
     """ServerBusy while a split, merge or move is under way or a range has no serving primary (checked when the
     request arrives, and again by the job)."""
-    with co.lock:
-        ranges = list(co.pmap.ranges.values())
+    with cl.map.lock:
+        ranges = list(cl.map.pmap.ranges.values())
         busy = [f"{r['id']} is {r['state']}" for r in ranges if r["state"] != "serving"]
         busy += [f"{r['id']} has a replica move under way" for r in ranges if r.get("move")]
         busy += [f"{r['id']} has no live primary ({r['owner']} is dead)" for r in ranges
-                 if r["state"] == "serving" and not co.is_alive(r["owner"])]
+                 if r["state"] == "serving" and not cl.registry.is_alive(r["owner"])]
     if busy:
         raise TableError("ServerBusy", "a backup needs every range served by a live primary and no split, merge "
                                        f"or move under way: {'; '.join(sorted(busy)[:5])}; retry the backup")
 
 
-def _close_everywhere(ctl: Commands, bid: str, servers: set[str]) -> None:
+def _close_everywhere(ctl: Controller, bid: str, servers: set[str]) -> None:
     if servers:
         ctl.call_many([(s, {"op": "backup_close", "backup": bid}) for s in sorted(servers)], timeout=10.0)
 
 
-def start(co: MapWriter, ctl: Commands) -> dict[str, Any]:
+def start(cl: Cluster, ctl: Controller, sessions: BackupSessions) -> dict[str, Any]:
     """The ``backup`` job: checkpoint the meta store and every range at a committed batch; returns the plan."""
-    sessions = cast("BackupHost", co).backups
     for old in sessions.expired(time.monotonic()):
         shutil.rmtree(old.path, ignore_errors=True)
         _close_everywhere(ctl, old.id, old.servers)
-    refuse_busy(co)
+    refuse_busy(cl)
     bid = time.strftime("%Y%m%dT%H%M%S", time.gmtime()) + "-" + uuid.uuid4().hex[:8]
     path = os.path.join(sessions.root, f"coordinator-{bid}")
     t0 = time.monotonic()
     try:
-        with co.lock:
-            ranges = sorted((dict(r) for r in co.pmap.ranges.values()), key=lambda r: r["id"])
-            tables = sorted(co.pmap.tables.values(), key=str.lower)
-            version = co.pmap.version
-            meta = co.meta_store().checkpoint(path)
+        with cl.map.lock:
+            ranges = sorted((dict(r) for r in cl.map.pmap.ranges.values()), key=lambda r: r["id"])
+            tables = sorted(cl.map.pmap.tables.values(), key=str.lower)
+            version = cl.map.pmap.version
+            meta = cl.map.meta_store().checkpoint(path)
     except OSError as exc:
         shutil.rmtree(path, ignore_errors=True)
         raise TableError("InternalError", f"checkpoint of the meta store into {path}: {exc}") from None
@@ -207,7 +190,7 @@ def start(co: MapWriter, ctl: Commands) -> dict[str, Any]:
         sessions.live[bid] = Session(bid, path, held, meta_files)
     seconds = round(time.monotonic() - t0, 3)
     log.info("backup %s: %d ranges checkpointed in %.2f s, ready to be pulled", bid, len(out), seconds)
-    return {"backup": bid, "format": FORMAT, "map_version": version, "tables": tables, "replicas": co.cfg.replicas,
+    return {"backup": bid, "format": FORMAT, "map_version": version, "tables": tables, "replicas": cl.cfg.replicas,
             "coordinator": {"files": sorted([n, sz] for n, sz in meta_files.items()), "bytes": meta_bytes},
             "ranges": out, "chunk": CHUNK, "checkpoint_seconds": seconds,
             "bytes": meta_bytes + sum(r["bytes"] for r in out)}
@@ -223,9 +206,9 @@ def _read_local(s: Session, name: str, offset: int) -> dict[str, Any]:
     return {**chunk_fields(data), "offset": offset}
 
 
-def chunk(co: MapWriter, ctl: Commands, bid: str, rid: str, name: str, offset: int) -> dict[str, Any]:
+def chunk(ctl: Controller, sessions: BackupSessions, bid: str, rid: str, name: str, offset: int) -> dict[str, Any]:
     """The ``backup_chunk`` relay job: one chunk of the meta store's checkpoint (``rid`` "") or of a range's."""
-    s = cast("BackupHost", co).backups.get(bid)
+    s = sessions.get(bid)
     if not rid:
         ans = _read_local(s, name, offset)
     else:
@@ -241,36 +224,34 @@ def chunk(co: MapWriter, ctl: Commands, bid: str, rid: str, name: str, offset: i
     return ans
 
 
-def end(co: MapWriter, ctl: Commands, bid: str, ok: bool, stats: dict) -> dict[str, Any]:
+def end(cl: Cluster, ctl: Controller, sessions: BackupSessions, bid: str, ok: bool, stats: dict) -> dict[str, Any]:
     """The ``backup_end`` relay job: delete the backup's checkpoints everywhere; ``ok`` records the event."""
-    sessions = cast("BackupHost", co).backups
     s = sessions.get(bid)
     with sessions.lock:
         sessions.live.pop(bid, None)
     shutil.rmtree(s.path, ignore_errors=True)
     _close_everywhere(ctl, bid, s.servers)
     if ok:
-        co.event("backup", backup=bid, ranges=len(s.ranges), bytes=s.bytes,
+        cl.events.record("backup", backup=bid, ranges=len(s.ranges), bytes=s.bytes,
                  duration_ms=round(float(stats.get("seconds", 0.0)) * 1e3, 1), to=str(stats.get("to", "")))
     log.info("backup %s %s: %d bytes relayed", bid, "complete" if ok else "abandoned", s.bytes)
     return {"backup": bid, "ok": ok, "bytes": s.bytes}
 
 
-def dispatch(co: AdminHost, req: dict, reply: JobReply) -> None:
+def dispatch(cl: Cluster, controller: Controller, sessions: BackupSessions, req: dict, reply: JobReply) -> None:
     """Queue a backup op: ``backup`` on the controller (after refusing a busy map at once), the chunk relay and
     the end on the relay thread."""
     op = req["op"]
-    host = cast("BackupHost", co)
     if op == "backup":
-        refuse_busy(co)
-        co.controller.submit(start, co, co.controller, reply=reply)
+        refuse_busy(cl)
+        controller.submit(start, cl, controller, sessions, reply=reply)
         return
-    relay = host.backups.relay_for()
+    relay = sessions.relay_for()
     bid = protocol.field(req, "backup", str)
     if op == "backup_chunk":
-        relay.submit(chunk, co, relay, bid, protocol.field(req, "range", str, ""), protocol.field(req, "file", str),
+        relay.submit(chunk, relay, sessions, bid, protocol.field(req, "range", str, ""), protocol.field(req, "file", str),
                      protocol.field(req, "offset", int), reply=reply)
     else:
-        relay.submit(end, co, relay, bid, bool(req.get("ok")), protocol.field(req, "stats", dict, {}), reply=reply)
+        relay.submit(end, cl, relay, sessions, bid, bool(req.get("ok")), protocol.field(req, "stats", dict, {}), reply=reply)
 
 

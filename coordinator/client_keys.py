@@ -17,13 +17,15 @@ from __future__ import annotations
 
 import re
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from rangetable.curve import valid_public_key
 from rangetable.errors import TableError
 
 if TYPE_CHECKING:
-    from coordinator.interfaces import KeyRegistry, MetaAccess
+    from coordinator.state.cluster import Cluster
+    from coordinator.state.maps import MapService
 
 OPS = frozenset({"keys_add", "keys_revoke", "keys_list"})
 PREFIX = b"clientkey/"
@@ -32,14 +34,14 @@ NAME = re.compile(r"[A-Za-z0-9._-]{1,64}")
 ACCOUNT = re.compile(r"[a-z0-9]{3,24}")
 
 
-def load(co: MetaAccess) -> tuple[int, dict[str, dict]]:
+def load(maps: MapService) -> tuple[int, dict[str, dict]]:
     """The stored version and records (name → record)."""
     version = 0
-    for k, v in co.meta_store().items(VERSION_KEY):
+    for k, v in maps.meta_store().items(VERSION_KEY):
         if k == VERSION_KEY:
             version = int(v)
         break
-    return version, {k[len(PREFIX):].decode(): v for k, v in co.meta_store().items(PREFIX)}
+    return version, {k[len(PREFIX):].decode(): v for k, v in maps.meta_store().items(PREFIX)}
 
 
 def validate(req: dict, records: dict[str, dict], reserved: set[str]) -> dict:
@@ -58,24 +60,24 @@ def validate(req: dict, records: dict[str, dict], reserved: set[str]) -> dict:
     return {"name": name, "account": account, "public": public, "created": time.time()}
 
 
-def handle(co: KeyRegistry, op: str, req: dict) -> Any:
-    """Run one of :data:`OPS` (a change is durable when this returns)."""
-    with co.lock:
-        version, records = load(co)
+def handle(cl: Cluster, changed: Callable[[int], None], op: str, req: dict) -> Any:
+    """Run one of :data:`OPS` (a change is durable when this returns, and ``changed`` is told the new version
+    before its event is recorded: the coordinator sends it on a ``hugz`` at once)."""
+    maps = cl.map
+    with maps.lock:
+        version, records = load(maps)
         if op == "keys_list":
             return {"version": version, "keys": sorted(records.values(), key=lambda r: r["name"])}
         if op == "keys_add":
-            rec = validate(req, records, {p.user_id for p in co.keys.pairs.values()})
-            co.meta_store().commit({PREFIX + rec["name"].encode(): rec, VERSION_KEY: version + 1})
-            co.keys_version = version + 1
-            co.notify([b"hugz"])
-            co.event("key_added", name=rec["name"], account=rec["account"], public=rec["public"])
+            rec = validate(req, records, {p.user_id for p in cl.keys.pairs.values()})
+            maps.meta_store().commit({PREFIX + rec["name"].encode(): rec, VERSION_KEY: version + 1})
+            changed(version + 1)
+            cl.events.record("key_added", name=rec["name"], account=rec["account"], public=rec["public"])
             return rec
         name = req.get("name")
         if not isinstance(name, str) or name not in records:
             raise TableError("ResourceNotFound", f"no client key named {name!r}")
-        co.meta_store().commit({VERSION_KEY: version + 1}, [PREFIX + name.encode()])
-        co.keys_version = version + 1
-        co.notify([b"hugz"])
-        co.event("key_revoked", name=name, account=records[name]["account"])
+        maps.meta_store().commit({VERSION_KEY: version + 1}, [PREFIX + name.encode()])
+        changed(version + 1)
+        cl.events.record("key_revoked", name=name, account=records[name]["account"])
         return None

@@ -6,8 +6,9 @@ the lease the reply). A server is declared dead when nothing was heard from it f
 ``lease_s + lease_grace_s``: its lease (counted from when it *sent* its last answered heartbeat) has
 surely lapsed by then, so its ranges can be reassigned without two servers ever serving one range.
 
-Functions here run in the coordinator's loop thread and take the coordinator as a
-:class:`~coordinator.interfaces.LeaseHolder`.
+Functions here run in the coordinator's loop thread; they take the cluster's state
+(:class:`~coordinator.state.cluster.Cluster`), the controller that runs what a heartbeat calls for, and
+the balancer loop fed with every load report.
 """
 
 from __future__ import annotations
@@ -16,35 +17,33 @@ import logging
 import time
 from typing import TYPE_CHECKING
 
-from coordinator import operations as ops
-from coordinator import replica_ops
+from coordinator.control import operations as ops
+from coordinator.control import replica_ops
 from coordinator.map.server_info import ServerInfo
 
 if TYPE_CHECKING:
-    from coordinator.interfaces import LeaseHolder
+    from coordinator.control.balancer_loop import BalancerLoop
+    from coordinator.control.controller import Controller
+    from coordinator.state.cluster import Cluster
     from rangetable.messages import Heartbeat, LeaseAnswer
 
 log = logging.getLogger("rangetable.coordinator")
 
 
-def heartbeat(co: LeaseHolder, req: Heartbeat) -> LeaseAnswer:
+def heartbeat(cl: Cluster, ctl: Controller, balancer: BalancerLoop, term: int, req: Heartbeat) -> LeaseAnswer:
     """Take one heartbeat (register the server when it is new or restarted, keep its ranges and
     load reports, ask the controller to reconcile it when its ranges differ from the map) and
-    return the lease."""
+    return the lease of ``term``."""
     sid = req["server"]
     now = time.monotonic()
-    with co.lock:
-        info = co.servers.get(sid)
+    maps, registry = cl.map, cl.registry
+    with maps.lock:
+        info = registry.servers.get(sid)
         known_repl = info.repl_endpoint if info is not None else None  # "": a takeover's placeholder
         fresh = info is None or info.incarnation != req["incarnation"] or not info.alive
         if info is None or fresh:
             info = ServerInfo(sid, req["endpoint"], req["incarnation"], now, int(req.get("pid", 0)))
-            co.servers[sid] = info
-            log.info("partition server %s registered at %s", sid, info.endpoint)
-            # Persisted with the other registrations of this batch, before any answer leaves
-            # (one synced write for hundreds of servers starting at once).
-            co.changes.servers.add(sid)
-            co.registrations[b"server/" + sid.encode()] = {"endpoint": info.endpoint, "pid": info.pid}
+            registry.register(info)  # persisted with this batch's registrations, before any answer leaves
         info.last_seen = now
         peers_moved = False
         if "repl_endpoint" in req:  # a replicated cluster: where its replicas reach it, and their progress
@@ -52,7 +51,7 @@ def heartbeat(co: LeaseHolder, req: Heartbeat) -> LeaseAnswer:
             info.repl_endpoint = req["repl_endpoint"]
             info.repl = req.get("repl") or {}
             info.zone = req.get("zone", "")
-            adjust = replica_ops.actionable(co, sid, info.repl)
+            adjust = replica_ops.actionable(cl, sid, info.repl)
         else:
             adjust = False
         ranges = req.get("ranges", [])
@@ -69,32 +68,32 @@ def heartbeat(co: LeaseHolder, req: Heartbeat) -> LeaseAnswer:
             open_ids = {r[0] for r in ranges}
             info.load = {rid: ld for rid, ld in info.load.items() if rid in open_ids}
         info.pending = int(req.get("pending", 0))
-        co.balancer_loop.on_heartbeat(sid, load, now)
-        settings = co.table_settings
-        settings.refresh(co.pmap, co.servers, now)
-        extra = settings.lease_fields(sid, req.get("settings_v"), co.pmap)
-        stamp = (co.pmap.owner_stamp(sid), co.pmap.owned_count(sid))
+        balancer.on_heartbeat(sid, load, now)
+        pmap, settings = maps.pmap, maps.table_settings
+        settings.refresh(pmap, registry.servers, now)
+        extra = settings.lease_fields(sid, req.get("settings_v"), pmap)
+        stamp = (pmap.owner_stamp(sid), pmap.owned_count(sid))
         if same and info.in_step == stamp:
             differs = False  # the same report as last time, and nothing of this server changed
         else:
-            differs, exact = mismatch(co, info)
+            differs, exact = mismatch(cl, ctl, info)
             info.in_step = stamp if exact else None
     if fresh:
-        co.controller.submit(ops.assign_orphans, co, co.controller, key="orphans")
+        ctl.submit(ops.assign_orphans, cl, ctl, key="orphans")
     if differs:
-        co.controller.submit(ops.reconcile, co, co.controller, sid, key=f"reconcile:{sid}")
+        ctl.submit(ops.reconcile, cl, ctl, sid, key=f"reconcile:{sid}")
     if adjust:
-        co.controller.submit(replica_ops.adjust_insync, co, co.controller, sid, key=f"insync:{sid}")
+        ctl.submit(replica_ops.adjust_insync, cl, ctl, sid, key=f"insync:{sid}")
     if peers_moved:  # its primaries were configured without its endpoint (a takeover) or an old one
-        co.controller.submit(replica_ops.refresh_peers, co, co.controller, sid, key=f"peers:{sid}")
-    answer: LeaseAnswer = {"lease_s": co.cfg.lease_s, "version": co.pmap.version, "term": co.term}
+        ctl.submit(replica_ops.refresh_peers, cl, ctl, sid, key=f"peers:{sid}")
+    answer: LeaseAnswer = {"lease_s": cl.cfg.lease_s, "version": maps.pmap.version, "term": term}
     answer.update(extra)  # type: ignore[typeddict-item]  # settings, settings_v, shares (see LeaseAnswer)
     return answer
 
 
-def mismatch(co: LeaseHolder, info: ServerInfo) -> tuple[bool, bool]:
+def mismatch(cl: Cluster, ctl: Controller, info: ServerInfo) -> tuple[bool, bool]:
     """(the server's open ranges differ from the map, they are exactly the map's)."""
-    pmap = co.pmap
+    pmap = cl.map.pmap
     reported = {(rid, epoch) for rid, epoch, state in info.ranges if state == "serving"}
     pending = {rid for rid, _, state in info.ranges if state not in ("serving", "following")}
     desired = {(r["id"], r["epoch"]) for r in pmap.owned_by(info.id) if r["state"] == "serving"}
@@ -106,38 +105,29 @@ def mismatch(co: LeaseHolder, info: ServerInfo) -> tuple[bool, bool]:
         return True, False
     stale_pending = {rid for rid in pending if rid in pmap.ranges or rid < f"r{pmap.next_id:06d}"}
     stale_pending -= busy
-    differs = bool(desired - reported or extra or (stale_pending and not co.controller.jobs.qsize()))
+    differs = bool(desired - reported or extra or (stale_pending and not ctl.jobs.qsize()))
     return differs, not pending and reported == desired
 
 
-def overdue(co: LeaseHolder, now: float) -> bool:
+def overdue(cl: Cluster, now: float) -> bool:
     """True when some live server has been silent past lease + grace."""
-    limit = co.cfg.lease_s + co.cfg.lease_grace_s
-    with co.lock:
-        return any(s.alive and now - s.last_seen > limit for s in co.servers.values())
+    return cl.registry.overdue(now, cl.cfg.lease_s + cl.cfg.lease_grace_s)
 
 
-def check_servers(co: LeaseHolder) -> None:
+def check_servers(cl: Cluster, ctl: Controller, balancer: BalancerLoop) -> None:
     """Declare every server silent past lease + grace dead, in one map change, and have the
     controller reassign their ranges."""
     now = time.monotonic()
-    limit = co.cfg.lease_s + co.cfg.lease_grace_s
-    dead = []
-    with co.lock:
-        for s in co.servers.values():
-            if s.alive and now - s.last_seen > limit:
-                s.alive = False
-                dead.append(s)
+    dead = cl.registry.declare_dead(now, cl.cfg.lease_s + cl.cfg.lease_grace_s)
     if not dead:
         return
     for s in dead:
         log.warning("partition server %s silent for %.1f s: declared dead", s.id, now - s.last_seen)
-        co.balancer_loop.on_server_dead(s.id)
+        balancer.on_server_dead(s.id)
     # one durable write for the events and one for the map version, however many died at once
-    co.record_events([{"kind": "server_dead", "server": s.id, "silent_s": round(now - s.last_seen, 2)}
+    cl.events.record_many([{"kind": "server_dead", "server": s.id, "silent_s": round(now - s.last_seen, 2)}
                       for s in dead])
-    with co.lock:
-        co.changes.servers.update(s.id for s in dead)
-        co.pmap.version += 1
-        co.commit(({b"meta/version": co.pmap.version}, []))
-    co.controller.submit(ops.assign_orphans, co, co.controller, key="orphans")
+    with cl.map.lock:
+        cl.map.changes.servers.update(s.id for s in dead)
+        cl.map.commit_version({})
+    ctl.submit(ops.assign_orphans, cl, ctl, key="orphans")

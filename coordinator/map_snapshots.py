@@ -4,7 +4,7 @@ A frontend that starts (or lost too many deltas) asks for the whole map: with 10
 is 10.7 MB to copy, sort and pack, about 0.15 s of CPU on an idle core and most of a second on a
 loaded host. Built in the coordinator's loop, that stalled every heartbeat answer behind it (the
 ZeroMQ guide's *Clone* pattern serves snapshots from a separate thread for the same reason). Here
-the loop only queues the request; the snapshot thread copies the records under the coordinator's
+the loop only queues the request; the snapshot thread copies the records under the map's
 lock (the controller changes records in place), sorts and packs them without it, and answers
 through the loop's inproc socket. One packed snapshot per map state serves every frontend asking.
 """
@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable
 from operator import itemgetter
 from typing import TYPE_CHECKING, cast
 
@@ -21,17 +22,26 @@ from rangetable import protocol
 from rangetable.errors import TableError
 
 if TYPE_CHECKING:
-    from coordinator.interfaces import SnapshotSource
+    from coordinator.state.maps import MapService
+    from coordinator.state.registry import ServerRegistry
     from rangetable.messages import MapSnapshot, RangeRecord
 
 log = logging.getLogger("rangetable.coordinator")
 
 
 class MapSnapshots:
-    """The packed ``map`` answer: served from a cache, or built by a thread and sent when ready."""
+    """The packed ``map`` answer: served from a cache, or built by a thread and sent when ready.
 
-    def __init__(self, co: SnapshotSource) -> None:
-        self.co = co
+    It reads the map of ``maps`` and the live servers' endpoints of ``registry``, and sends a late answer
+    through ``notify`` (the loop's inproc socket); :attr:`pub_endpoint` is set once the PUB socket is bound.
+    """
+
+    def __init__(self, maps: MapService, registry: ServerRegistry, notify: Callable[[list[bytes]], None]) -> None:
+        self.maps = maps
+        self.registry = registry
+        self.notify = notify
+        self.pub_endpoint = ""
+        self.stopping = False
         self._cond = threading.Condition()
         self._waiting: list[tuple[bytes, bytes]] = []  # (routing id, request id) of requests to answer
         self._cached: tuple[tuple[int, int], bytes] | None = None  # ((version, commits), packed answer)
@@ -39,8 +49,8 @@ class MapSnapshots:
 
     def answer(self, ident: bytes, rid: bytes) -> bytes | None:
         """The packed answer when the cached one is of the current map; else None (it is sent
-        later, through ``co.notify``)."""
-        key = self.co.map_key()
+        later, through ``notify``)."""
+        key = self.maps.map_key()
         with self._cond:
             if self._cached is not None and self._cached[0] == key:
                 return self._cached[1]
@@ -53,28 +63,32 @@ class MapSnapshots:
 
     def build(self) -> tuple[tuple[int, int], bytes]:
         """Pack the current map: ((version, commits), the ``map`` answer)."""
-        co = self.co
-        with co.lock:  # copies: the controller changes records in place
-            key = co.map_key()
-            ranges = cast("list[RangeRecord]", [r.copy() for r in co.pmap.ranges.values()])  # the map's records
+        maps = self.maps
+        with maps.lock:  # copies: the controller changes records in place
+            key = maps.map_key()
+            ranges = cast("list[RangeRecord]", [r.copy() for r in maps.pmap.ranges.values()])  # the map's records
             snap: MapSnapshot = {
-                "version": co.pmap.version, "tables": sorted(co.pmap.tables.values()), "ranges": ranges,
-                "servers": live_endpoints(co.servers),
-                "pub": co.pub_endpoint}
+                "version": maps.pmap.version, "tables": sorted(maps.pmap.tables.values()), "ranges": ranges,
+                "servers": live_endpoints(self.registry.servers),
+                "pub": self.pub_endpoint}
         ranges.sort(key=itemgetter("table", "low"))  # C-level key: ~0.1 s for 100,000 ranges, not ~1 s
         return key, protocol.ok(snap)
 
+    def stop(self) -> None:
+        """End the snapshot thread (within a second)."""
+        self.stopping = True
+
     def _run(self) -> None:
-        while not self.co.stopping:
+        while not self.stopping:
             with self._cond:
                 while not self._waiting:
                     self._cond.wait(1.0)
-                    if self.co.stopping:
+                    if self.stopping:
                         return
                 waiting, self._waiting = self._waiting, []
                 cached = self._cached
             try:
-                if cached is None or cached[0] != self.co.map_key():
+                if cached is None or cached[0] != self.maps.map_key():
                     cached = self.build()
                     with self._cond:
                         self._cached = cached
@@ -83,4 +97,4 @@ class MapSnapshots:
                 log.exception("packing a map snapshot failed")
                 body = protocol.error(TableError("InternalError", f"{type(exc).__name__}: {exc}"))
             for ident, rid in waiting:
-                self.co.notify([b"reply", ident, rid, body])
+                self.notify([b"reply", ident, rid, body])

@@ -1,7 +1,7 @@
 """The coordinator's Prometheus metrics: the map, the servers, and every change it made.
 
-Read under the coordinator's lock when ``/metrics`` is scraped; the loop keeps only
-``Coordinator.event_counts`` (events by kind since the process started) for them.
+Read under the map's lock when ``/metrics`` is scraped; the event log keeps only its counts by kind
+(:attr:`coordinator.state.events.EventLog.counts`, since the process started) for them.
 """
 
 from __future__ import annotations
@@ -13,32 +13,32 @@ from coordinator.map.holdings import ROLES, holdings, range_reports
 from coordinator.replicas.sets import health, is_replicated
 
 if TYPE_CHECKING:
-    from coordinator.interfaces import MetricsSource
+    from coordinator.state.cluster import Cluster
 
 
-def collect(co: MetricsSource) -> list:
-    """The metric families of the coordinator."""
+def collect(cl: Cluster, term: int) -> list:
+    """The metric families of the coordinator (``term``: the one it leads, 0 on a standby)."""
     from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
     now = time.monotonic()
-    with co.lock:
-        version = co.pmap.version
-        ranges = [(r["table"], r["id"], str(r["owner"]), r["state"], r["epoch"]) for r in co.pmap.ranges.values()]
-        tables = list(co.pmap.tables.values())
-        servers = [(s.id, s.alive, now - s.last_seen, len(s.ranges), s.pending) for s in co.servers.values()]
-        events = dict(co.event_counts)
-        want = co.cfg.replicas
-        repl = [r for r in co.pmap.ranges.values() if is_replicated(r)]
-        live = {s.id for s in co.servers.values() if s.alive}
+    with cl.map.lock:
+        version = cl.map.pmap.version
+        ranges = [(r["table"], r["id"], str(r["owner"]), r["state"], r["epoch"]) for r in cl.map.pmap.ranges.values()]
+        tables = list(cl.map.pmap.tables.values())
+        servers = [(s.id, s.alive, now - s.last_seen, len(s.ranges), s.pending) for s in cl.registry.servers.values()]
+        events = dict(cl.events.counts)
+        want = cl.cfg.replicas
+        repl = [r for r in cl.map.pmap.ranges.values() if is_replicated(r)]
+        live = {s.id for s in cl.registry.servers.values() if s.alive}
         healths = [health(r, live, want) for r in repl]
         under = sum(1 for h in healths if h["under_replicated"])
         unsynced = sum(1 for h in healths if h["out_of_sync"])
-        rebuilding = sum(1 for s in co.servers.values() for rep in s.repl.values() if rep.get("rebuilding"))
+        rebuilding = sum(1 for s in cl.registry.servers.values() for rep in s.repl.values() if rep.get("rebuilding"))
         moving = sum(1 for r in repl if r.get("move"))
-        held = holdings(co.pmap.ranges.values(), range_reports(co.pmap.ranges.values(), co.servers), co.servers)
+        held = holdings(cl.map.pmap.ranges.values(), range_reports(cl.map.pmap.ranges.values(), cl.registry.servers), cl.registry.servers)
     fams: list = []
     g = GaugeMetricFamily("rangetable_coordinator_term", "The term this coordinator leads (0: a standby).")
-    g.add_metric([], co.term)
+    g.add_metric([], term)
     fams.append(g)
     g = GaugeMetricFamily("rangetable_map_version", "Version of the partition map (grows on every change).")
     g.add_metric([], version)

@@ -9,12 +9,17 @@ The loop only moves messages:
   guide's *Clone* pattern: a subscriber that sees a gap, or a hugz newer than its map, asks for
   ``map {since}`` and gets the missed deltas folded into one, or a snapshot when they are too old);
 * an inproc PULL — answers and publish requests from the controller thread, which runs every
-  multi-step change (see :mod:`coordinator.operations`).
+  multi-step change (see :mod:`coordinator.control.operations`).
 
-Heartbeats, leases and dead servers are :mod:`coordinator.leases`; what each request gets is
-:mod:`coordinator.admin_dispatch`. Each part takes the narrow view of this class it uses (a
-``Protocol`` of :mod:`coordinator.interfaces`); this module composes them and is the only one that
-knows the concrete :class:`Coordinator`.
+The state is in objects that own it (:mod:`coordinator.state`): the map and its commits
+(:class:`~coordinator.state.maps.MapService`), the registered servers
+(:class:`~coordinator.state.registry.ServerRegistry`) and the event log
+(:class:`~coordinator.state.events.EventLog`), bundled with the configuration and keys as a
+:class:`~coordinator.state.cluster.Cluster`. The controller, the balancer loop, the map snapshots and
+the operations take those objects; the :class:`Coordinator` is the process around them: its sockets
+and loop, its leadership and term, the takeover. Heartbeats, leases and dead servers are
+:mod:`coordinator.leases`; what each request gets is :mod:`coordinator.admin_dispatch` (which, like
+:mod:`coordinator.takeover`, sees this class through a ``Protocol`` of :mod:`coordinator.interfaces`).
 """
 
 from __future__ import annotations
@@ -25,25 +30,25 @@ import os
 import sys
 import threading
 import time
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING
 
 import zmq
 
-from coordinator import admin_dispatch, leases, replica_move, replica_ops, takeover
-from coordinator import operations as ops
+from coordinator import admin_dispatch, leases, takeover
 from coordinator.backup import BackupSessions
-from coordinator.balancer_loop import BalancerLoop
-from coordinator.controller import Controller
-from coordinator.interfaces import MetaStoreLike
+from coordinator.control import operations as ops
+from coordinator.control import replica_move, replica_ops
+from coordinator.control.balancer_loop import BalancerLoop
+from coordinator.control.controller import Controller
 from coordinator.leadership.etcd_election import EtcdLeadership, leadership_for
 from coordinator.leadership.lock_election import Leadership
-from coordinator.map.deltas import DeltaLog, PendingChanges, build_delta
-from coordinator.map.partition_map import PartitionMap
-from coordinator.map.server_info import MAX_EVENTS, ServerInfo
-from coordinator.map.table_settings import TableSettings
 from coordinator.map_snapshots import MapSnapshots
 from coordinator.standby.etcd_follower import EtcdFollower
 from coordinator.standby.warm import WarmFollower
+from coordinator.state.cluster import Cluster
+from coordinator.state.events import EventLog
+from coordinator.state.maps import MapService
+from coordinator.state.registry import ServerRegistry
 from rangetable import curve, protocol
 from rangetable.addresses import advertised
 from rangetable.config import CoordinatorConfig
@@ -53,7 +58,7 @@ from rangetable.gc_tuning import GcPauses
 from rangetable.process import serve_until_signalled
 
 if TYPE_CHECKING:
-    from rangetable.messages import Hugz, RangeRecord
+    from rangetable.messages import Hugz
 
 log = logging.getLogger("rangetable.coordinator")
 BATCH = 64  # requests handled per loop turn before their answers go out (registrations commit once)
@@ -61,44 +66,32 @@ DRAIN_MAX_S = 2.0  # time spent handling queued requests before declaring a sile
 
 
 class Coordinator:
-    """State and loop of the coordinator."""
+    """The coordinator process: its sockets and loop, leadership and term, the takeover; it composes the
+    state objects (:attr:`cluster`) and the threads that work on them."""
 
     def __init__(self, cfg: CoordinatorConfig, ctx: zmq.Context | None = None) -> None:
         self.cfg = cfg
         self.ctx = ctx or zmq.Context.instance()
         self.keys = curve.KeyRing.load(curve.keys_dir(cfg.data_dir, cfg.keys_dir), own="coordinator")
-        self.lock = threading.RLock()
-        self.meta: MetaStoreLike | None = None  # opened when this coordinator wins a term (takeover._load)
-        self.pmap = PartitionMap.load([])
-        self.events: list[dict] = []
-        self.event_seq = 1
+        maps = MapService(self.notify)
+        self.cluster = Cluster(cfg, self.keys, maps, ServerRegistry(maps), EventLog(maps))
         self.keys_version = 0  # client keys (client_keys.py): loaded with the meta store at takeover
-        self.event_counts: dict[str, int] = {}  # events by kind since this process started (metrics)
-        self.servers: dict[str, ServerInfo] = {}
-        self.started = time.monotonic()
         self.stopping = False
         self.leadership: Leadership | EtcdLeadership | None = None
         self.term = 0  # the term this coordinator leads (0: standby)
-        self.quiet_until = 0.0  # no balancing move before the previous leader's leases surely lapsed
         self.takeover: dict = {}  # how the last takeover went (for status and the logs)
-        self.known_servers: dict[str, dict] = {}  # servers in the meta store when this leader took over
         self.follower: WarmFollower | EtcdFollower | None = None  # a standby's warm copy of the leader's store (takeover.follow)
-        self.controller = Controller(self)
+        self.controller = Controller(self.cluster, self, self.ctx)
         # backups under way and their chunk relay, a controller thread of its own (coordinator/backup.py)
-        self.backups = BackupSessions(cfg.data_dir, make_relay=lambda: Controller(self, name="backup-relay"))
-        self.balancer_loop = BalancerLoop(self)
+        self.backups = BackupSessions(cfg.data_dir,
+                                      make_relay=lambda: Controller(self.cluster, self, self.ctx, name="backup-relay"))
+        self.balancer_loop = BalancerLoop(self.cluster, self.controller)
+        self.map_snapshots = MapSnapshots(maps, self.cluster.registry, self.notify)  # packed off the loop thread
         self.pub_endpoint = ""
         self.endpoint = ""
         self._tls = threading.local()
         self._inproc = f"inproc://coordinator-{id(self)}"
-        self.changes = PendingChanges()  # what the next published delta carries
-        self.registrations: dict[bytes, dict] = {}  # server records to persist before answering
-        self.map_snapshots = MapSnapshots(self)  # map snapshots for frontends, packed off the loop thread
-        self._commits = 0
-        self.deltas = DeltaLog()
-        self.published = self.pmap.version
         self.gc = GcPauses()  # installed when this coordinator leads (its loop freezes survivors)
-        self.table_settings = TableSettings()  # TTLs and reserved throughput (loaded at takeover)
 
     # --- leadership ---------------------------------------------------------------------------
 
@@ -126,78 +119,7 @@ class Coordinator:
         self.stopping = True
         raise TableError("NotLeader", f"coordinator {self.endpoint} was deposed")
 
-    # --- shared helpers (called from both threads under self.lock) ------------------------------
-
-    def meta_store(self) -> MetaStoreLike:
-        """The meta store of the term this coordinator leads (opened at takeover, before any request
-        other than a heartbeat is handled); raises RuntimeError on a standby, which has none."""
-        meta = self.meta
-        if meta is None:
-            raise RuntimeError(f"coordinator {self.endpoint} leads no term: it has no meta store open")
-        return meta
-
-    def commit(self, writes: tuple[dict, list]) -> None:
-        """Persist a map change, then ask the loop to publish the new map."""
-        puts, deletes = writes
-        self.meta_store().commit(puts, deletes)
-        with self.lock:
-            self._commits += 1
-            self.changes.note_writes(puts, deletes)
-        self.notify([b"publish"])
-
-    def event(self, kind: str, **fields: Any) -> None:
-        """Record an event (split, move, merge, failover, hot key …) durably."""
-        self.record_events([{"kind": kind, **fields}])
-
-    def record_events(self, items: list[dict]) -> None:
-        """Record several events (each with its ``kind``) in one durable write."""
-        with self.lock:
-            puts, deletes = {}, []
-            evs = []
-            for fields in items:
-                ev = {"seq": self.event_seq, "time": time.time(), **fields}
-                self.event_seq += 1
-                self.events.append(ev)
-                self.event_counts[ev["kind"]] = self.event_counts.get(ev["kind"], 0) + 1
-                evs.append(ev)
-                puts[b"event/%012d" % ev["seq"]] = ev
-            while len(self.events) > MAX_EVENTS:
-                old = self.events.pop(0)
-                puts.pop(b"event/%012d" % old["seq"], None)
-                deletes.append(b"event/%012d" % old["seq"])
-            self.meta_store().commit(puts, deletes)
-        for ev in evs:
-            log.info("event %s", ev)
-
-    def is_alive(self, server: str | None) -> bool:
-        """True for a registered server that has not been declared dead."""
-        info = self.servers.get(server) if server else None
-        return info is not None and info.alive
-
-    def server_endpoint(self, server: str) -> str | None:
-        """The data endpoint of a registered server."""
-        info = self.servers.get(server)
-        return info.endpoint if info else None
-
-    def server_incarnation(self, server: str) -> str | None:
-        """The incarnation id a server registered with (changes when it restarts)."""
-        info = self.servers.get(server)
-        return info.incarnation if info else None
-
-    def pick_server(self) -> str | None:
-        """The live server with the fewest ranges (None when none is alive)."""
-        live = [s for s in self.servers.values() if s.alive and s.endpoint]
-        if not live:
-            return None
-        return min(live, key=lambda s: (self.pmap.owned_count(s.id), s.id)).id
-
-    def live_servers(self) -> list[str]:
-        """Ids of the registered servers that are alive."""
-        return [s.id for s in self.servers.values() if s.alive and s.endpoint]
-
-    def map_key(self) -> tuple[int, int]:
-        """What identifies the current map state (its version, and the commits without a new version)."""
-        return self.pmap.version, self._commits
+    # --- shared helpers (called from any thread) ---------------------------------------------
 
     def notify(self, frames: list[bytes]) -> None:
         """Hand frames to the loop thread through its inproc socket (from any thread)."""
@@ -209,28 +131,25 @@ class Coordinator:
             self._tls.push = sock
         sock.send_multipart(frames)
 
-    def start_balancer(self) -> None:
-        """Start the balancer loop with the settings of the loaded meta store (at takeover)."""
-        self.balancer_loop = BalancerLoop(self)
-        self.balancer_loop.start()
+    def keys_changed(self, version: int) -> None:
+        """The client keys changed (``client_keys.handle``): their version goes out on a ``hugz`` now."""
+        self.keys_version = version
+        self.notify([b"hugz"])
+
+    def lead(self, quiet_until: float) -> None:
+        """Start the balancer loop (with the settings of the loaded meta store; no round before
+        ``quiet_until``) and the controller: the map is loaded (``takeover.finish``)."""
+        self.balancer_loop = BalancerLoop(self.cluster, self.controller)
+        self.balancer_loop.start(quiet_until)
+        self.controller.start()
 
     # --- loop ---------------------------------------------------------------------------------
 
     def publish(self) -> None:
         """Send what changed since the last delta as the next delta (nothing when nothing did)."""
-        with self.lock:
-            if self.pmap.version == self.published and not (
-                    self.changes.ranges or self.changes.servers or self.changes.tables):
-                return
-            endpoints = {sid: (s.endpoint if s.alive and s.endpoint else None)
-                         for sid in self.changes.servers if (s := self.servers.get(sid)) is not None}
-            records = cast("dict[str, RangeRecord]", self.pmap.ranges)  # the map's records, as published
-            delta = build_delta(self.published, self.pmap.version, self.changes.take(), records,
-                                endpoints, sorted(self.pmap.tables.values()))
-            packed = protocol.pack(delta)
-            self.deltas.add(delta, packed)
-            self.published = self.pmap.version
-        self.pub.send_multipart([b"delta", packed])
+        packed = self.cluster.map.next_delta(self.cluster.registry.servers)
+        if packed is not None:
+            self.pub.send_multipart([b"delta", packed])
 
     def serve(self) -> None:
         """Run until SIGTERM/SIGINT: a standby until this coordinator wins a term, then the leader."""
@@ -247,6 +166,7 @@ class Coordinator:
         self.pub.bind(self.cfg.pub_bind)
         self.pub_endpoint = advertised(self.pub.getsockopt(zmq.LAST_ENDPOINT).decode(), self.cfg.pub_advertise)
         self.endpoint = advertised(router.getsockopt(zmq.LAST_ENDPOINT).decode(), self.cfg.advertise)
+        self.map_snapshots.pub_endpoint = self.pub_endpoint
         self.leadership = leadership_for(self.cfg, self.endpoint, self.pub_endpoint)  # lock files or etcd
         # The balancer and controller threads compute for a while at a time; a short GIL switch
         # interval lets the loop thread answer a heartbeat within ~0.5 ms of its arrival, instead
@@ -256,7 +176,7 @@ class Coordinator:
             from coordinator.metrics import collect
             from rangetable.metrics import serve_metrics
 
-            log.info("metrics on %s", serve_metrics(self.cfg.metrics, lambda: collect(self)))
+            log.info("metrics on %s", serve_metrics(self.cfg.metrics, lambda: collect(self.cluster, self.term)))
         log.info("coordinator on %s, map updates on %s: standby until it wins a term", self.endpoint,
                  self.pub_endpoint)
         poller = zmq.Poller()
@@ -265,6 +185,9 @@ class Coordinator:
         self._stand_by(router, poller)
         if not self.stopping:
             self._serve_as_leader(router, pull, poller)
+        self.stopping = True
+        self.balancer_loop.stop()
+        self.map_snapshots.stop()
         self.controller.stopping = True
         if self.controller.is_alive():
             self.controller.join(timeout=5)
@@ -275,8 +198,8 @@ class Coordinator:
         push = getattr(self._tls, "push", None)
         if push is not None:
             push.close(0)
-        if self.meta is not None:
-            self.meta.close()
+        if self.cluster.map.meta is not None:
+            self.cluster.map.meta.close()
         if self.follower is not None:
             self.follower.close()
 
@@ -350,24 +273,24 @@ class Coordinator:
             now = time.monotonic()
             if now >= next_tick:
                 next_tick = now + 0.1
-                if leases.overdue(self, now):
+                if leases.overdue(self.cluster, now):
                     # Never declare a server dead while its heartbeats may still wait in our own
                     # queue: a coordinator that fell behind (a burst of registrations, a busy host)
                     # would fail over servers that are fine. So what is queued is handled first
                     # (for up to DRAIN_MAX_S: the bound keeps a flooded loop turning).
                     self._drain(router, None, time.monotonic() + DRAIN_MAX_S)
-                    leases.check_servers(self)
+                    leases.check_servers(self.cluster, self.controller, self.balancer_loop)
             if now >= next_rerepl:  # lost replicas rebuilt elsewhere (replica_ops.rereplicate)
                 next_rerepl = now + 1.0
-                self.controller.submit(replica_ops.rereplicate, self, self.controller, key="rereplicate")
-                if self.pmap.moving_ids():  # pending replica moves go one step on
-                    self.controller.submit(replica_move.advance, self, self.controller, key="replica_moves")
+                self.controller.submit(replica_ops.rereplicate, self.cluster, self.controller, key="rereplicate")
+                if self.cluster.map.pmap.moving_ids():  # pending replica moves go one step on
+                    self.controller.submit(replica_move.advance, self.cluster, self.controller, key="replica_moves")
             if now >= next_gc:
                 next_gc = now + 30.0
-                self.controller.submit(ops.collect_garbage, self, self.controller, key="gc")
+                self.controller.submit(ops.collect_garbage, self.cluster, self.controller, key="gc")
             if now >= next_hugz:
                 next_hugz = now + 1.0
-                hugz: Hugz = {"version": self.pmap.version, "term": self.term, "keys": self.keys_version}
+                hugz: Hugz = {"version": self.cluster.map.pmap.version, "term": self.term, "keys": self.keys_version}
                 self.pub.send_multipart([b"hugz", protocol.pack(hugz)])
 
     def _freeze_map(self) -> None:
@@ -422,11 +345,7 @@ class Coordinator:
         self._answer(router, replies)
 
     def _answer(self, router: zmq.Socket, replies: list) -> None:
-        if self.registrations:
-            with self.lock:
-                puts, self.registrations = self.registrations, {}
-                self.pmap.version += 1
-                self.commit(({**puts, b"meta/version": self.pmap.version}, []))
+        self.cluster.registry.persist_registrations()  # before any answer leaves
         for reply in replies:
             if reply is not None:
                 router.send_multipart(reply)

@@ -30,11 +30,11 @@ import time
 from typing import TYPE_CHECKING, cast
 
 from coordinator import client_keys
-from coordinator import operations as ops
+from coordinator.control import operations as ops
 from coordinator.leadership.etcd_election import META_NAME, EtcdLeadership
 from coordinator.leadership.lock_election import BEAT_S, TermRecord, lock_free, meta_dir_for, stale_meta_dirs
 from coordinator.map.partition_map import PartitionMap
-from coordinator.map.server_info import MAX_EVENTS, ServerInfo
+from coordinator.map.server_info import MAX_EVENTS
 from coordinator.map.table_settings import PREFIX as TABLE_SETTINGS
 from coordinator.meta.etcd_store import open_etcd_for_term
 from coordinator.meta.store import MetaStore, open_for_term
@@ -42,7 +42,8 @@ from coordinator.standby.etcd_follower import EtcdFollower
 from coordinator.standby.warm import WarmFollower
 
 if TYPE_CHECKING:
-    from coordinator.interfaces import MetaStoreLike, TakeoverHost
+    from coordinator.interfaces import TakeoverHost
+    from coordinator.meta.store_like import MetaStoreLike
     from rangetable.messages import LeaseAnswer
 
 log = logging.getLogger("rangetable.coordinator")
@@ -116,13 +117,12 @@ def _load(co: TakeoverHost, rec: TermRecord) -> None:
         log.exception("taking over term %d failed", rec.term)
         co.step_down()
         return
-    with co.lock:
-        co.meta, co.pmap, co.events = meta, pmap, events
-        co.event_seq = (events[-1]["seq"] + 1) if events else 1
-        co.keys_version = client_keys.load(co)[0]
-        co.table_settings.load(meta.items(TABLE_SETTINGS))
-        co.published = pmap.version
-        co.known_servers = servers
+    cl = co.cluster
+    with cl.map.lock:
+        cl.map.take_over(meta, pmap, meta.items(TABLE_SETTINGS))
+        cl.events.load(events)
+        co.keys_version = client_keys.load(cl.map)[0]
+        cl.registry.take_over(servers)
         co.takeover.update({"meta": meta.name, "copied_keys": how["copied"], "meta_ms": how["ms"],
                             "warm": warm is not None, "seq": how["seq"],
                             **({"revision": how["revision"]} if "revision" in how else {}),
@@ -132,18 +132,17 @@ def _load(co: TakeoverHost, rec: TermRecord) -> None:
 
 def finish(co: TakeoverHost) -> None:
     """The map is loaded: act as the leader from now on (loop thread)."""
-    election, meta = co.election(), co.meta_store()
+    cl = co.cluster
+    election, meta = co.election(), cl.map.meta_store()
     now = time.monotonic()
     # Servers known before keep their ranges for a full lease: a takeover (or a restart) shorter
     # than the lease is invisible to clients; silent ones are then declared dead.
-    for sid, v in co.known_servers.items():
-        co.servers.setdefault(sid, ServerInfo(sid, v["endpoint"], "", now + co.cfg.startup_grace_s, v.get("pid", 0)))
-    co.quiet_until = now + co.cfg.lease_s + co.cfg.lease_grace_s
-    rolled = ops.recover(co)
+    cl.registry.keep_known(now + co.cfg.startup_grace_s)
+    quiet_until = now + co.cfg.lease_s + co.cfg.lease_grace_s  # no balancing move before old leases lapsed
+    rolled = ops.recover(cl)
     if rolled:
         log.warning("rolled back uncommitted operations on ranges %s", rolled)
-    co.start_balancer()  # its rounds wait for quiet_until (balancer_loop.py)
-    co.controller.start()
+    co.lead(quiet_until)  # the balancer's rounds wait for quiet_until (balancer_loop.py); the controller starts
     co.takeover["takeover_ms"] = round((time.monotonic() - co.takeover.pop("won_at")) * 1000, 1)
     log.info("leading term %d: %s", co.term, co.takeover)
     election.collect()

@@ -3,7 +3,7 @@
 7. **Replica balance** (balancing data): while the live server holding the most replicas holds at least
    ``replica_move_min_gap`` more than the one holding the fewest (a new, empty server joined; a server
    came back after its replicas were rebuilt elsewhere), move one replica from the fuller to the emptier
-   (:mod:`coordinator.replica_move`: add, catch up, remove). Each move narrows the gap by two, so with a gap
+   (:mod:`coordinator.control.replica_move`: add, catch up, remove). Each move narrows the gap by two, so with a gap
    of at least 2 no replica ever moves back (no ping-pong). A follower is preferred over a primary (a primary
    first hands its leadership over), then the smallest range (the cheapest copy). Replicas of a range stay in
    distinct zones when servers carry them. Never a range that is not serving (split, merge, failover), moving

@@ -1,7 +1,7 @@
 """The balancer's settings: defaults, and parsing the values ``rangetable balancer set`` sends.
 
 Pure: the policy (:mod:`coordinator.balancer.policy`) reads them, the balancer loop
-(:mod:`coordinator.balancer_loop`) keeps them in the meta store.
+(:mod:`coordinator.control.balancer_loop`) keeps them in the meta store.
 """
 
 from __future__ import annotations

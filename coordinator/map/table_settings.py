@@ -1,7 +1,7 @@
 """Table settings on the coordinator: TTL and reserved throughput (``rangetable table set``).
 
 Stored in the meta store under ``tableset/<table lower>`` (a table with nothing set has no key),
-changed by :func:`coordinator.operations.set_table`,
+changed by :func:`coordinator.control.operations.set_table`,
 committed with the table's creation and deleted with it. Partition servers learn them, with a
 version, from every ``load`` command, from a ``table_settings`` command sent to every live server
 when a user changes them (the change is answered once every server applied it), and from a lease

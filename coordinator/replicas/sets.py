@@ -1,6 +1,6 @@
 """Replica sets: where a range's replicas go and who becomes primary. Pure functions over plain data,
 unit-tested in ``tests/unit/test_replica_sets.py``; the jobs that act on them are in
-:mod:`coordinator.replica_ops`.
+:mod:`coordinator.control.replica_ops`.
 
 A replicated range's map record carries, besides ``owner`` (its primary) and ``epoch``:
 

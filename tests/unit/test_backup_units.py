@@ -141,8 +141,9 @@ def test_a_backup_is_refused_while_a_split_merge_or_move_runs_or_a_primary_is_de
     from coordinator.backup import refuse_busy
 
     def co(*ranges: dict, dead: tuple[str, ...] = ()) -> SimpleNamespace:
-        return SimpleNamespace(lock=threading.RLock(), pmap=SimpleNamespace(ranges={r["id"]: r for r in ranges}),
-                               is_alive=lambda s: s not in dead)
+        return SimpleNamespace(map=SimpleNamespace(lock=threading.RLock(),
+                                                   pmap=SimpleNamespace(ranges={r["id"]: r for r in ranges})),
+                               registry=SimpleNamespace(is_alive=lambda s: s not in dead))
 
     ok = {"id": "r1", "state": "serving", "owner": "ps-1"}
     refuse_busy(co(ok))  # type: ignore[arg-type]

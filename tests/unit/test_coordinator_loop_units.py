@@ -5,7 +5,6 @@ thread of their own (coordinator/map_snapshots.py), and unchanged range lists no
 from __future__ import annotations
 
 import gc
-import threading
 import time
 from types import SimpleNamespace
 
@@ -14,10 +13,10 @@ import pytest
 from coordinator import leases
 from coordinator.balancer import load_history
 from coordinator.balancer.load_history import LoadHistory
-from coordinator.map.partition_map import PartitionMap
 from coordinator.map.server_info import ServerInfo
-from coordinator.map.table_settings import TableSettings
 from coordinator.map_snapshots import MapSnapshots
+from coordinator.state.maps import MapService
+from coordinator.state.registry import ServerRegistry
 from rangetable import protocol
 from rangetable.gc_tuning import GcPauses
 
@@ -61,19 +60,27 @@ def test_load_history_sweeps_silent_ranges_a_chunk_per_report(monkeypatch) -> No
     assert h.servers() == ["s2"]
 
 
+class _Store:
+    """A meta store that only takes commits."""
+
+    name = "test"
+
+    def commit(self, puts: dict, deletes: list | tuple = ()) -> None:
+        pass
+
+
 def _coordinator(n: int) -> SimpleNamespace:
-    pm = PartitionMap()
-    pm.create_table("t", "s1")
-    co = SimpleNamespace(lock=threading.RLock(), pmap=pm, servers={}, pub_endpoint="tcp://p", stopping=False,
-                         commits=0, sent=[])
-    co.map_key = lambda: (co.pmap.version, co.commits)
-    co.notify = co.sent.append
-    return co
+    sent: list[list[bytes]] = []
+    maps = MapService(lambda frames: None)
+    maps.meta = _Store()  # type: ignore[assignment]
+    maps.pmap.create_table("t", "s1")
+    return SimpleNamespace(maps=maps, registry=ServerRegistry(maps), sent=sent, notify=sent.append)
 
 
 def test_snapshots_are_packed_by_their_thread_and_cached_per_map_state() -> None:
     co = _coordinator(1)
-    snaps = MapSnapshots(co)
+    snaps = MapSnapshots(co.maps, co.registry, co.notify)
+    snaps.pub_endpoint = "tcp://p"
     try:
         assert snaps.answer(b"fe1", b"q1") is None  # the loop does not wait for it
         deadline = time.monotonic() + 5
@@ -82,28 +89,28 @@ def test_snapshots_are_packed_by_their_thread_and_cached_per_map_state() -> None
         (frames,) = co.sent
         assert frames[:3] == [b"reply", b"fe1", b"q1"]
         snap = protocol.result(frames[3])
-        assert snap["version"] == co.pmap.version and [r["id"] for r in snap["ranges"]] == ["r000001"]
+        assert snap["version"] == co.maps.pmap.version and [r["id"] for r in snap["ranges"]] == ["r000001"]
         assert snaps.answer(b"fe2", b"q2") == frames[3]  # the same map state: the cached bytes at once
-        co.commits += 1  # a commit without a new version is a new state too
+        co.maps.commit(({}, []))  # a commit without a new version is a new state too
         assert snaps.answer(b"fe3", b"q3") is None
     finally:
-        co.stopping = True
+        snaps.stop()
 
 
 def test_an_unchanged_range_list_keeps_the_stored_one() -> None:
     info = ServerInfo("s1", "tcp://a", "i1", 0.0, ranges=[["r000001", 1, "serving"]])
     stored = info.ranges
-    pm = PartitionMap()
-    pm.create_table("t", "s1")
+    maps = MapService(lambda frames: None)
+    maps.pmap.create_table("t", "s1")
+    registry = ServerRegistry(maps)
+    registry.servers["s1"] = info
     calls = []
-    co = SimpleNamespace(lock=threading.RLock(), servers={"s1": info}, pmap=pm, changes=None, registrations={},
-                         balancer_loop=SimpleNamespace(on_heartbeat=lambda *a: None),
-                         controller=SimpleNamespace(submit=lambda *a, **k: calls.append(k),
-                                                    jobs=SimpleNamespace(qsize=lambda: 0)),
-                         cfg=SimpleNamespace(lease_s=2.0), term=1, table_settings=TableSettings())
+    cl = SimpleNamespace(map=maps, registry=registry, cfg=SimpleNamespace(lease_s=2.0))
+    balancer = SimpleNamespace(on_heartbeat=lambda *a: None)
+    controller = SimpleNamespace(submit=lambda *a, **k: calls.append(k), jobs=SimpleNamespace(qsize=lambda: 0))
     req = {"op": "heartbeat", "server": "s1", "endpoint": "tcp://a", "incarnation": "i1",
            "ranges": [["r000001", 1, "serving"]], "load": {}}
-    assert leases.heartbeat(co, req)["lease_s"] == 2.0
+    assert leases.heartbeat(cl, controller, balancer, 1, req)["lease_s"] == 2.0
     assert info.ranges is stored and not calls  # equal: the decoded list is dropped, nothing to reconcile
-    leases.heartbeat(co, {**req, "ranges": []})
+    leases.heartbeat(cl, controller, balancer, 1, {**req, "ranges": []})
     assert info.ranges == [] and calls  # changed: stored, and the server is reconciled

@@ -5,8 +5,8 @@ Layers, bottom up (``docs/architecture.md``, "Layers"):
     rangetable                                   core model, wire protocol, native client, RocksDB opener
     partition_server   coordinator   frontend    the three server processes (no arrows among them); inside
                                                  coordinator, the sub-packages map, replicas and etcd, then
-                                                 balancer and leadership, meta, standby, below its top-level
-                                                 modules; inside partition_server, store, then replication
+                                                 balancer and leadership, meta, standby and state, then control,
+                                                 below its top-level modules; inside partition_server, store, then replication
     cli                                          process entry points, supervisor, admin client, commands
     cli.workload                                 workload and load generators, verifiers, simulated servers
     cli.bench          cli.drills                benchmarks and drills (no arrows between them)
@@ -34,11 +34,13 @@ LAYERS: dict[str, tuple[int, int]] = {
     "rangetable": (0, 0),
     "partition_server": (1, 9), "coordinator": (1, 9), "frontend": (1, 9),
     "coordinator.map": (1, 0), "coordinator.replicas": (1, 0),  # the partition map and the replica-set policy
-    "coordinator.balancer": (1, 1),  # the balancer's pure policy (its process side: coordinator.balancer_loop)
+    "coordinator.balancer": (1, 1),  # the balancer's pure policy (its process side: coordinator.control.balancer_loop)
     "coordinator.etcd": (1, 0),  # the etcd client and the pure parts of a watch
     "coordinator.leadership": (1, 1),  # elections: a lock per term on the data root, or etcd
     "coordinator.meta": (1, 2),  # the durable meta store: RocksDB, or etcd fenced by the term
     "coordinator.standby": (1, 3),  # a standby's warm copy of the meta store (RocksDB secondary, etcd watch)
+    "coordinator.state": (1, 3),  # the state objects: the map service, the server registry, the event log
+    "coordinator.control": (1, 4),  # the controller, the operations and replica jobs it runs, the balancer loop
     "partition_server.store": (1, 0),  # the range store: RocksDB, its write path, its records, its log
     "partition_server.replication": (1, 1),  # the replication protocol, the replicator, snapshots
     "cli": (2, 0),

@@ -120,7 +120,7 @@ def test_a_deposed_leader_stops_before_answering_anything(tmp_path: Path) -> Non
         loop.join(timeout=5)
         assert not loop.is_alive()  # stepped down: the loop ended at its next turn
         with pytest.raises(TableError) as exc:
-            co.commit(({b"x": 1}, []))  # and every write is fenced
+            co.cluster.map.commit(({b"x": 1}, []))  # and every write is fenced
         assert exc.value.error_code == "NotLeader"
     finally:
         co.stopping = True

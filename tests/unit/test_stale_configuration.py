@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import zmq
 
-from coordinator.operations import replica_ahead
+from coordinator.control.operations import replica_ahead
 from coordinator.replicas.sets import next_epoch
 from partition_server.ranges import RangeSet
 from partition_server.replication.replicator import Replicator

@@ -30,13 +30,14 @@ from rangetable.crash import crash_point
 from rangetable.errors import TableError
 
 if TYPE_CHECKING:
-    from coordinator.interfaces import Commands, MapWriter
+    from coordinator.control.controller import Controller
+    from coordinator.state.cluster import Cluster
     from rangetable.messages import ControlCommand, RangeRecord, SplitCommand
 
 log = logging.getLogger("rangetable.coordinator")
 
 
-def command(co: MapWriter, rec: dict, dropped: list[str] | None = None, create: bool = False) -> RangeRecord:
+def command(cl: Cluster, rec: dict, dropped: list[str] | None = None, create: bool = False) -> RangeRecord:
     """A range record as control commands carry it; for a replicated range with its configuration:
     ``primary``, ``replicas``, ``insync``, ``min_insync``, each replica's replication endpoint and the
     configuration's token (:func:`~coordinator.replicas.sets.config_token`)."""
@@ -46,12 +47,12 @@ def command(co: MapWriter, rec: dict, dropped: list[str] | None = None, create: 
         out["primary"] = rec["owner"]
         out["replicas"] = list(rec["replicas"])
         out["insync"] = list(rec["insync"])
-        out["min_insync"] = co.cfg.min_insync
+        out["min_insync"] = cl.cfg.min_insync
         # An endpoint is "" until the server's first heartbeat to this coordinator (after a takeover): the
         # primary keeps that follower (its commits wait for it) but cannot send to it until refresh_peers
         # names it (an empty endpoint crashed the partition servers: chaos seed 302).
-        out["peers"] = {s: co.servers[s].repl_endpoint for s in rec["replicas"] if s in co.servers}
-        secret = co.keys.pair("coordinator").secret
+        out["peers"] = {s: cl.registry.servers[s].repl_endpoint for s in rec["replicas"] if s in cl.registry.servers}
+        secret = cl.keys.pair("coordinator").secret
         assert secret is not None  # KeyRing.pair checked it
         out["token"] = config_token(secret, rec["id"], rec["epoch"])
         if dropped:
@@ -61,37 +62,37 @@ def command(co: MapWriter, rec: dict, dropped: list[str] | None = None, create: 
     return out
 
 
-def _load_calls(co: MapWriter, recs: list[dict], only: set[str] | None = None,
+def _load_calls(cl: Cluster, recs: list[dict], only: set[str] | None = None,
                 dropped: dict[str, list[str]] | None = None, create: bool = False) -> list[tuple[str, ControlCommand]]:
     calls: list[tuple[str, ControlCommand]] = []
     for rec in recs:
-        cmd = command(co, rec, (dropped or {}).get(rec["id"]), create)
+        cmd = command(cl, rec, (dropped or {}).get(rec["id"]), create)
         for s in rec["replicas"]:
-            if (only is None or s in only) and co.is_alive(s):
-                calls.append((s, {"op": "load", "range": cmd, "version": co.pmap.version,
-                                  **co.table_settings.message()}))
+            if (only is None or s in only) and cl.registry.is_alive(s):
+                calls.append((s, {"op": "load", "range": cmd, "version": cl.map.pmap.version,
+                                  **cl.map.table_settings.message()}))
     return calls
 
 
-def open_replicas(co: MapWriter, ctl: Commands, recs: list[dict], only: set[str] | None = None,
+def open_replicas(cl: Cluster, ctl: Controller, recs: list[dict], only: set[str] | None = None,
                   dropped: dict[str, list[str]] | None = None, create: bool = False) -> None:
     """Send each replica (or only the servers in ``only``) of ``recs`` its configuration, all at once
     (``create``: new ranges, whose primary may start on an empty directory)."""
-    with co.lock:
-        calls = _load_calls(co, recs, only, dropped, create)
+    with cl.map.lock:
+        calls = _load_calls(cl, recs, only, dropped, create)
     for (server, _), res in zip(calls, ctl.call_many(calls), strict=True):
         if isinstance(res, TableError):
             log.warning("load of a replica on %s failed: %s", server, res)
 
 
-def _seal(co: MapWriter, ctl: Commands, recs: dict[str, dict], primaries: bool,
+def _seal(cl: Cluster, ctl: Controller, recs: dict[str, dict], primaries: bool,
           epochs: dict[str, list[int]] | None = None) -> dict[str, dict[str, int]]:
     """Seal the live primaries (``primaries``) or the live followers of ``recs`` at the next epoch; returns
     range → server → the last batch it holds, for those that answered (and appends the epochs they said
     they had adopted to ``epochs``)."""
-    with co.lock:
+    with cl.map.lock:
         targets = [(s, rid) for rid, rec in recs.items() for s in rec["replicas"]
-                   if (s == rec["owner"]) == primaries and co.is_alive(s)]
+                   if (s == rec["owner"]) == primaries and cl.registry.is_alive(s)]
     seals: list[tuple[str, ControlCommand]] = [
         (s, {"op": "seal", "range": rid, "epoch": recs[rid]["epoch"] + 1, "path": recs[rid]["path"]})
         for s, rid in targets]
@@ -106,7 +107,7 @@ def _seal(co: MapWriter, ctl: Commands, recs: dict[str, dict], primaries: bool,
     return positions
 
 
-def promote(co: MapWriter, ctl: Commands, rids: list[str], reason: str,
+def promote(cl: Cluster, ctl: Controller, rids: list[str], reason: str,
             prefer: dict[str, str] | None = None) -> list[str]:
     """Give each range of ``rids`` a new configuration at the next epoch: seal its primary if it is alive
     (it stops taking writes and answers once its in-sync followers hold its last batch), then its live
@@ -114,18 +115,18 @@ def promote(co: MapWriter, ctl: Commands, rids: list[str], reason: str,
     (``prefer``: a transfer's target, on a tie), drop the replicas that did not answer, and configure them
     all. Returns the ranges promoted; a range none of whose in-sync replicas answered keeps waiting."""
     t0 = time.monotonic()
-    with co.lock:
-        recs = {rid: dict(co.pmap.ranges[rid]) for rid in rids if rid in co.pmap.ranges}
+    with cl.map.lock:
+        recs = {rid: dict(cl.map.pmap.ranges[rid]) for rid in rids if rid in cl.map.pmap.ranges}
     adopted: dict[str, list[int]] = {}
-    positions = _seal(co, ctl, recs, primaries=True, epochs=adopted)
-    for rid, pos in _seal(co, ctl, recs, primaries=False, epochs=adopted).items():
+    positions = _seal(cl, ctl, recs, primaries=True, epochs=adopted)
+    for rid, pos in _seal(cl, ctl, recs, primaries=False, epochs=adopted).items():
         positions[rid].update(pos)
-    crash_point("promote.after_seal", co.cfg.data_dir)
+    crash_point("promote.after_seal", cl.cfg.data_dir)
     done, events = [], []
-    with co.lock:
+    with cl.map.lock:
         puts: dict[bytes, Any] = {}
         for rid, rec in recs.items():
-            cur = co.pmap.ranges.get(rid)
+            cur = cl.map.pmap.ranges.get(rid)
             if cur is None or cur["epoch"] != rec["epoch"]:
                 continue  # changed meanwhile
             pick = promotion(cur, positions[rid], (prefer or {}).get(rid))
@@ -134,70 +135,70 @@ def promote(co: MapWriter, ctl: Commands, rids: list[str], reason: str,
                 events.append({"kind": "unavailable", "range": rid, "table": cur["table"], "reason": reason,
                                "replicas": cur["replicas"], "answered": sorted(positions[rid])})
                 continue
-            old = co.servers.get(rec["owner"])
+            old = cl.registry.servers.get(rec["owner"])
             floor = int(old.repl.get(rid, {}).get("committed", -1)) if old is not None and old.repl else -1
             change = after_promotion(cur, pick, positions[rid], floor)
             epoch = next_epoch(cur["epoch"], adopted.get(rid, []))
-            puts.update(co.pmap.update(cur, **change, epoch=epoch, state="serving")[0])
+            puts.update(cl.map.pmap.update(cur, **change, epoch=epoch, state="serving")[0])
             done.append(rid)
             events.append({"kind": "promote", "range": rid, "table": cur["table"], "source": rec["owner"],
                            "target": pick, "reason": reason, "epoch": cur["epoch"], "batch": positions[rid][pick],
                            "dropped": sorted(set(rec["replicas"]) - set(change["replicas"]))})
         if puts:
-            co.commit((puts, []))
-            crash_point("promote.after_commit", co.cfg.data_dir)
-        promoted = [dict(co.pmap.ranges[rid]) for rid in done]
-    open_replicas(co, ctl, promoted)
+            cl.map.commit((puts, []))
+            crash_point("promote.after_commit", cl.cfg.data_dir)
+        promoted = [dict(cl.map.pmap.ranges[rid]) for rid in done]
+    open_replicas(cl, ctl, promoted)
     ms = round((time.monotonic() - t0) * 1000, 2)
     for e in events:
         e["duration_ms"] = ms
     if events:
-        co.record_events(events)
+        cl.events.record_many(events)
     return done
 
 
-def transfer(co: MapWriter, ctl: Commands, rid: str, target: str, reason: str) -> dict:
+def transfer(cl: Cluster, ctl: Controller, rid: str, target: str, reason: str) -> dict:
     """Move a replicated range's primary to ``target``, an in-sync replica: a leadership transfer, no data
     copied. The range is offline from the primary's seal (it drains its last batches to the followers)
     until the target serves: milliseconds."""
-    with co.lock:
-        rec = co.pmap.ranges[rid]
-        if target not in rec["insync"] or not co.is_alive(target):
+    with cl.map.lock:
+        rec = cl.map.pmap.ranges[rid]
+        if target not in rec["insync"] or not cl.registry.is_alive(target):
             raise TableError("InvalidInput", f"{target} is not a live in-sync replica of {rid}: "
                              f"its primary moves to one of {', '.join(s for s in rec['insync'] if s != rec['owner'])}")
         if rec["state"] != "serving":
             raise TableError("ServerBusy", f"range {rid} is {rec['state']}")
         source = rec["owner"]
-        co.commit(co.pmap.update(rec, state="moving"))
-        crash_point("transfer.after_intent", co.cfg.data_dir)
+        cl.map.commit(cl.map.pmap.update(rec, state="moving"))
+        crash_point("transfer.after_intent", cl.cfg.data_dir)
     t0 = time.monotonic()
     try:
-        promote(co, ctl, [rid], reason, prefer={rid: target})
+        promote(cl, ctl, [rid], reason, prefer={rid: target})
     finally:
-        with co.lock:
-            cur = co.pmap.ranges.get(rid)
+        with cl.map.lock:
+            cur = cl.map.pmap.ranges.get(rid)
             if cur is not None and cur["state"] != "serving":
-                co.commit(co.pmap.update(cur, state="serving"))
-    with co.lock:
-        owner = co.pmap.ranges[rid]["owner"]
+                cl.map.commit(cl.map.pmap.update(cur, state="serving"))
+    with cl.map.lock:
+        owner = cl.map.pmap.ranges[rid]["owner"]
     offline = round((time.monotonic() - t0) * 1000, 2)
-    co.event("move", range=rid, table=rec["table"], source=source, target=owner, reason=reason,
+    cl.events.record("move", range=rid, table=rec["table"], source=source, target=owner, reason=reason,
              offline_ms=offline, duration_ms=offline, ok=owner == target, transfer=True)
     if owner != target:
         raise TableError("ServerBusy", f"{target} had not caught up with {rid}'s primary; it stays on {owner}")
     return {"range": rid, "source": source, "target": target, "offline_ms": offline, "transfer": True}
 
 
-def fail_over(co: MapWriter, ctl: Commands, reason: str = "server not alive") -> list[str]:
+def fail_over(cl: Cluster, ctl: Controller, reason: str = "server not alive") -> list[str]:
     """Deal with every replicated range that has a replica on a server no longer alive: promote a new
     primary where the primary is gone, drop the gone followers elsewhere (one map change)."""
-    with co.lock:
-        affected = {rid for sid, info in co.servers.items() if not info.alive
-                    for rid in co.pmap.owned_ids(sid) + [r["id"] for r in co.pmap.followed_by(sid)]}
-        recs = [co.pmap.ranges[rid] for rid in sorted(affected)
-                if rid in co.pmap.ranges and is_replicated(co.pmap.ranges[rid])
-                and co.pmap.ranges[rid]["state"] == "serving"]
-        headless = [r["id"] for r in recs if not co.is_alive(r["owner"])]
+    with cl.map.lock:
+        affected = {rid for sid, info in cl.registry.servers.items() if not info.alive
+                    for rid in cl.map.pmap.owned_ids(sid) + [r["id"] for r in cl.map.pmap.followed_by(sid)]}
+        recs = [cl.map.pmap.ranges[rid] for rid in sorted(affected)
+                if rid in cl.map.pmap.ranges and is_replicated(cl.map.pmap.ranges[rid])
+                and cl.map.pmap.ranges[rid]["state"] == "serving"]
+        headless = [r["id"] for r in recs if not cl.registry.is_alive(r["owner"])]
         puts: dict[bytes, Any] = {}
         shrunk = []
         for rec in recs:
@@ -205,31 +206,31 @@ def fail_over(co: MapWriter, ctl: Commands, reason: str = "server not alive") ->
                 continue
             # A dead follower leaves the in-sync set but keeps its replica: back with its disk (a restart,
             # a pause), it catches up and rejoins; gone for good, it is rebuilt elsewhere.
-            insync = insync_change(rec, [s for s in rec["replicas"] if not co.is_alive(s)], [])
+            insync = insync_change(rec, [s for s in rec["replicas"] if not cl.registry.is_alive(s)], [])
             if insync is not None:
-                puts.update(co.pmap.update(rec, insync=insync)[0])
+                puts.update(cl.map.pmap.update(rec, insync=insync)[0])
                 shrunk.append(rec["id"])
         if puts:
-            co.commit((puts, []))
-        primaries = [dict(co.pmap.ranges[rid]) for rid in shrunk]
+            cl.map.commit((puts, []))
+        primaries = [dict(cl.map.pmap.ranges[rid]) for rid in shrunk]
     if primaries:
-        open_replicas(co, ctl, primaries, only={r["owner"] for r in primaries})
-        co.record_events([{"kind": "insync", "range": r["id"], "table": r["table"], "reason": reason,
+        open_replicas(cl, ctl, primaries, only={r["owner"] for r in primaries})
+        cl.events.record_many([{"kind": "insync", "range": r["id"], "table": r["table"], "reason": reason,
                            "replicas": r["replicas"], "insync": r["insync"]} for r in primaries])
-    return promote(co, ctl, headless, reason) if headless else []
+    return promote(cl, ctl, headless, reason) if headless else []
 
 
-def adjust_insync(co: MapWriter, ctl: Commands, server: str) -> None:
+def adjust_insync(cl: Cluster, ctl: Controller, server: str) -> None:
     """Act on a primary's replication report: followers that lag leave the in-sync set, caught-up ones
     join it, and ones that cannot catch up from its log (diverged, or too far behind) lose their copy."""
-    with co.lock:
-        info = co.servers.get(server)
+    with cl.map.lock:
+        info = cl.registry.servers.get(server)
         if info is None or not info.alive:
             return
         puts: dict[bytes, Any] = {}
         changed, dropped, destroy = [], {}, []
         for rid, rep in info.repl.items():
-            rec = co.pmap.ranges.get(rid)
+            rec = cl.map.pmap.ranges.get(rid)
             if rec is None or not is_replicated(rec) or rec["owner"] != server or rec["state"] != "serving":
                 continue
             lagging, rebuild = rep.get("lagging", []), rep.get("rebuild", [])
@@ -242,16 +243,16 @@ def adjust_insync(co: MapWriter, ctl: Commands, server: str) -> None:
                     change.update(without({**rec, **change}, s))
                     destroy.append((s, rid))
             if change:
-                puts.update(co.pmap.update(rec, **change)[0])
+                puts.update(cl.map.pmap.update(rec, **change)[0])
             if change or set(lagging) - set(rec["insync"]):
                 changed.append(rid)
                 dropped[rid] = sorted(set(lagging + rebuild))
         if puts:
-            co.commit((puts, []))
-        recs = [dict(co.pmap.ranges[rid]) for rid in changed]
+            cl.map.commit((puts, []))
+        recs = [dict(cl.map.pmap.ranges[rid]) for rid in changed]
     if recs:
-        open_replicas(co, ctl, recs, only={server}, dropped=dropped)
-        co.record_events([{"kind": "insync", "range": r["id"], "table": r["table"], "insync": r["insync"],
+        open_replicas(cl, ctl, recs, only={server}, dropped=dropped)
+        cl.events.record_many([{"kind": "insync", "range": r["id"], "table": r["table"], "insync": r["insync"],
                            "replicas": r["replicas"], "dropped": dropped.get(r["id"], [])} for r in recs])
     for s, rid in destroy:
         try:
@@ -260,16 +261,16 @@ def adjust_insync(co: MapWriter, ctl: Commands, server: str) -> None:
             log.info("destroy the stale copy of %s on %s: %s", rid, s, exc)
 
 
-def split_followers(co: MapWriter, ctl: Commands, rec: dict, key: str, left: dict, right: dict, seq: int,
+def split_followers(cl: Cluster, ctl: Controller, rec: dict, key: str, left: dict, right: dict, seq: int,
                     counts: list[list[int]] | None = None) -> None:
     """Have the followers of ``rec`` split their copies at ``key`` where the primary did: after the parent's
     last batch ``seq``, which every in-sync follower holds (the primary answered once it was committed), with
     the halves' exact ``counts`` at that batch as the primary counted them (so no follower scans its copy).
     Fills in the halves' replica sets (before the commit): the followers that split, and those of them that
     were in sync; one that could not split is left out and loses its copy of the parent."""
-    followers = [s for s in rec["replicas"] if s != rec["owner"] and co.is_alive(s)]
-    cmd: SplitCommand = {"op": "split", "range": rec["id"], "epoch": rec["epoch"], "key": key, "left": command(co, left),
-                         "right": command(co, right), "seq": seq, "version": co.pmap.version}
+    followers = [s for s in rec["replicas"] if s != rec["owner"] and cl.registry.is_alive(s)]
+    cmd: SplitCommand = {"op": "split", "range": rec["id"], "epoch": rec["epoch"], "key": key, "left": command(cl, left),
+                         "right": command(cl, right), "seq": seq, "version": cl.map.pmap.version}
     if counts is not None:
         cmd["counts"] = counts
     calls: list[tuple[str, ControlCommand]] = [(s, cmd) for s in followers]
@@ -284,23 +285,23 @@ def split_followers(co: MapWriter, ctl: Commands, rec: dict, key: str, left: dic
         half["insync"] = [s for s in split if s in rec["insync"]]
 
 
-def merge_replicas(co: MapWriter, ctl: Commands, left: dict, right: dict, out: dict) -> None:
+def merge_replicas(cl: Cluster, ctl: Controller, left: dict, right: dict, out: dict) -> None:
     """Merge two adjacent replicated ranges (same replicas, same primary) on every replica: both are sealed
     (the primary drains them, the followers stop at the same batches), then each replica that holds both
     ranges' last batches merges its copies. Fills in ``out``'s replica set (before the commit); raises
     ServerBusy when the primary could not merge."""
     recs = {left["id"]: left, right["id"]: right}
     adopted: dict[str, list[int]] = {}
-    positions = _seal(co, ctl, recs, primaries=True, epochs=adopted)
-    for rid, pos in _seal(co, ctl, recs, primaries=False, epochs=adopted).items():
+    positions = _seal(cl, ctl, recs, primaries=True, epochs=adopted)
+    for rid, pos in _seal(cl, ctl, recs, primaries=False, epochs=adopted).items():
         positions[rid].update(pos)
-    crash_point("promote.after_seal", co.cfg.data_dir)
+    crash_point("promote.after_seal", cl.cfg.data_dir)
     owner = left["owner"]
     lp, rp = positions[left["id"]], positions[right["id"]]
     if owner not in lp or owner not in rp:
         raise TableError("ServerBusy", f"the primary {owner} did not seal {left['id']} and {right['id']}")
     members = [s for s in left["replicas"] if lp.get(s) == lp[owner] and rp.get(s) == rp[owner]]
-    msg = {"left": command(co, left), "right": command(co, right), "out": command(co, out), "version": co.pmap.version}
+    msg = {"left": command(cl, left), "right": command(cl, right), "out": command(cl, out), "version": cl.map.pmap.version}
     calls: list[tuple[str, ControlCommand]] = [(s, {"op": "merge", **msg}) for s in members]  # type: ignore[misc]
     merged = [s for s, res in zip(members, ctl.call_many(calls), strict=True) if not isinstance(res, TableError)]
     if owner not in merged:
@@ -309,31 +310,31 @@ def merge_replicas(co: MapWriter, ctl: Commands, left: dict, right: dict, out: d
     out["insync"] = [s for s in out["replicas"] if s in left["insync"] and s in right["insync"]]
 
 
-def rereplicate(co: MapWriter, ctl: Commands) -> list[str]:
+def rereplicate(cl: Cluster, ctl: Controller) -> list[str]:
     """Bring every under-replicated range back to ``--replicas`` copies: replicas on servers dead past
     ``--rereplicate-after-s`` are dropped, and live servers without a copy are told to rebuild one from the
     primary's checkpoint (``"rebuild": true``; they join the in-sync set once the primary reports them caught
     up). One map change for all; returns the ranges changed."""
     now = time.monotonic()
-    with co.lock:
-        live = {sid: info for sid, info in co.servers.items() if info.alive and info.repl_endpoint}
-        counts = {sid: co.pmap.replica_count(sid) for sid in live}
+    with cl.map.lock:
+        live = {sid: info for sid, info in cl.registry.servers.items() if info.alive and info.repl_endpoint}
+        counts = {sid: cl.map.pmap.replica_count(sid) for sid in live}
         zones = {sid: info.zone for sid, info in live.items() if info.zone}
-        missing = {sid: now - info.last_seen for sid, info in co.servers.items() if not info.alive}
+        missing = {sid: now - info.last_seen for sid, info in cl.registry.servers.items() if not info.alive}
         puts: dict[bytes, Any] = {}
         plans: dict[str, list[str]] = {}
         events = []
-        for rec in list(co.pmap.ranges.values()):
+        for rec in list(cl.map.pmap.ranges.values()):
             if not is_replicated(rec) or rec["state"] != "serving":
                 continue
             gone = {s: missing.get(s, float("inf")) for s in rec["replicas"] if s not in live}
-            if len(rec["replicas"]) >= co.cfg.replicas and not gone:
+            if len(rec["replicas"]) >= cl.cfg.replicas and not gone:
                 continue
-            plan = repair(rec, co.cfg.replicas, gone, co.cfg.rereplicate_after_s, counts, zones)
+            plan = repair(rec, cl.cfg.replicas, gone, cl.cfg.rereplicate_after_s, counts, zones)
             if plan is None:
                 continue
             added = plan.pop("added")
-            puts.update(co.pmap.update(rec, **plan)[0])
+            puts.update(cl.map.pmap.update(rec, **plan)[0])
             for s in added:
                 counts[s] = counts.get(s, 0) + 1
             plans[rec["id"]] = added
@@ -342,47 +343,47 @@ def rereplicate(co: MapWriter, ctl: Commands) -> list[str]:
                            "replicas": plan["replicas"]})
         if not puts:
             return []
-        co.commit((puts, []))
-        recs = [dict(co.pmap.ranges[rid]) for rid in plans]
+        cl.map.commit((puts, []))
+        recs = [dict(cl.map.pmap.ranges[rid]) for rid in plans]
         calls: list[tuple[str, ControlCommand]] = []
         for rec in recs:
-            cmd = command(co, rec)
+            cmd = command(cl, rec)
             cmd["rebuild"] = True
-            calls += [(s, {"op": "load", "range": cmd, "version": co.pmap.version, **co.table_settings.message()})
+            calls += [(s, {"op": "load", "range": cmd, "version": cl.map.pmap.version, **cl.map.table_settings.message()})
                       for s in plans[rec["id"]]]
-    open_replicas(co, ctl, recs, only={r["owner"] for r in recs})  # the primaries learn the new peers first
+    open_replicas(cl, ctl, recs, only={r["owner"] for r in recs})  # the primaries learn the new peers first
     targets = [(s, rec["id"]) for rec in recs for s in plans[rec["id"]]]
     for (server, rid), res in zip(targets, ctl.call_many(calls) if calls else [], strict=True):
         if isinstance(res, TableError):
             log.warning("rebuild of %s on %s failed to start: %s", rid, server, res)
-    co.record_events(events)
+    cl.events.record_many(events)
     log.info("re-replicating %d ranges: %s", len(plans), ", ".join(f"{r}+{'+'.join(a)}" for r, a in plans.items()))
     return sorted(plans)
 
 
-def actionable(co: MapWriter, server: str, report: dict[str, dict]) -> bool:
+def actionable(cl: Cluster, server: str, report: dict[str, dict]) -> bool:
     """True when a primary's replication report asks for a change of some in-sync set."""
     for rid, rep in report.items():
         if "lagging" in rep or "rebuild" in rep:
-            rec = co.pmap.ranges.get(rid)
+            rec = cl.map.pmap.ranges.get(rid)
             if rec is not None and rec.get("owner") == server:
                 return True
         if "joining" in rep:
-            rec = co.pmap.ranges.get(rid)
+            rec = cl.map.pmap.ranges.get(rid)
             if rec is not None and rec.get("owner") == server and set(rep["joining"]) - set(rec.get("insync", ())):
                 return True
     return False
 
 
-def refresh_peers(co: MapWriter, ctl: Commands, server: str) -> None:
+def refresh_peers(cl: Cluster, ctl: Controller, server: str) -> None:
     """``server``'s replication endpoint became known or changed: send the configuration of every range it
     follows to their primaries again, so they can reach it, and of every range it leads to its followers, so
     their acknowledgements reach it (a follower configured while its primary's endpoint was unknown, as after
     a takeover, acknowledged nothing: its primary reported it lagging and it never rejoined the in-sync set)."""
-    with co.lock:
-        recs = [dict(r) for r in co.pmap.followed_by(server) if r["state"] == "serving"]
-        led = [dict(r) for r in co.pmap.owned_by(server) if r["state"] == "serving" and is_replicated(r)]
+    with cl.map.lock:
+        recs = [dict(r) for r in cl.map.pmap.followed_by(server) if r["state"] == "serving"]
+        led = [dict(r) for r in cl.map.pmap.owned_by(server) if r["state"] == "serving" and is_replicated(r)]
     if recs:
-        open_replicas(co, ctl, recs, only={r["owner"] for r in recs})
+        open_replicas(cl, ctl, recs, only={r["owner"] for r in recs})
     if led:
-        open_replicas(co, ctl, led, only={s for r in led for s in r["replicas"] if s != server})
+        open_replicas(cl, ctl, led, only={s for r in led for s in r["replicas"] if s != server})

@@ -5,7 +5,7 @@ Each one is logged (as a map state or an intent) and committed to the meta store
 is idempotent, so a crash at any step converges to one valid map on restart. The controller talks
 to partition servers over its own DEALER sockets; it hands replies and map publications back to the
 coordinator's loop through an inproc socket, because ZeroMQ sockets belong to one thread. Every
-command carries the leader's term and is preceded by the fencing check (``Coordinator.fence``).
+command carries the leader's term and is preceded by the fencing check (:meth:`Leader.fence`).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import queue
 import threading
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import zmq
 
@@ -24,20 +24,39 @@ from rangetable import curve, protocol
 from rangetable.errors import TableError
 
 if TYPE_CHECKING:
-    from coordinator.interfaces import CommandSource, JobReply
+    from coordinator.state.cluster import Cluster
     from rangetable.messages import ControlCommand
 
 log = logging.getLogger("rangetable.coordinator")
+JobReply = Callable[[Any, "TableError | None"], None]  # how a controller job's result is answered
+
+
+class Leader(Protocol):
+    """The leader a command is sent for (the coordinator process, which makes the controller): every
+    command carries its term, and it steps down before sending when a later term exists."""
+
+    term: int
+
+    def fence(self) -> None:
+        """Step down at once when a later term exists."""
+        ...
 
 
 class Controller(threading.Thread):
-    """Runs jobs sequentially against the partition map and the partition servers."""
+    """Runs jobs sequentially against the partition map and the partition servers.
 
-    def __init__(self, coord: CommandSource, name: str = "controller") -> None:
+    It reaches each server at the endpoint ``cl.registry`` has for it, with the coordinator's keys, and sends
+    every command with ``leader``'s term, fenced (:meth:`Leader.fence`) before it leaves.
+    """
+
+    def __init__(self, cl: Cluster, leader: Leader, ctx: zmq.Context, name: str = "controller") -> None:
         super().__init__(name=name, daemon=True)
-        self.coord = coord
+        self.cl = cl
+        self.leader = leader
+        self.ctx = ctx
         self.jobs: queue.Queue = queue.Queue()
         self.pending_keys: set[str] = set()
+        self._keys_lock = threading.Lock()  # pending_keys: submitted from any thread
         self._socks: dict[str, tuple[str, zmq.Socket]] = {}
         self._ids = itertools.count()
         self.stopping = False
@@ -47,7 +66,7 @@ class Controller(threading.Thread):
     def submit(self, fn: Callable[..., Any], *args: Any, reply: JobReply | None = None, key: str | None = None) -> bool:
         """Queue a job; with ``key``, at most one such job waits at a time (returns False if queued)."""
         if key is not None:
-            with self.coord.lock:
+            with self._keys_lock:
                 if key in self.pending_keys:
                     return False
                 self.pending_keys.add(key)
@@ -62,7 +81,7 @@ class Controller(threading.Thread):
             except queue.Empty:
                 continue
             if key is not None:
-                with self.coord.lock:
+                with self._keys_lock:
                     self.pending_keys.discard(key)
             try:
                 res, err = fn(*args), None
@@ -80,16 +99,16 @@ class Controller(threading.Thread):
 
     def _socket(self, server: str) -> zmq.Socket:
         """The DEALER connected to a server's endpoint (made anew when the endpoint changed)."""
-        endpoint = self.coord.server_endpoint(server)
+        endpoint = self.cl.registry.endpoint(server)
         if not endpoint:  # unknown, or remembered from the meta store of a restored backup (no endpoint)
             raise TableError("ServerBusy", f"partition server {server} is not registered")
         ent = self._socks.get(server)
         if ent is None or ent[0] != endpoint:
             if ent is not None:
                 ent[1].close(0)
-            s = self.coord.ctx.socket(zmq.DEALER)
+            s = self.ctx.socket(zmq.DEALER)
             s.setsockopt(zmq.LINGER, 0)
-            keys = self.coord.keys
+            keys = self.cl.keys
             curve.secure_client(s, keys.pair("coordinator"), keys.public("partition-server"))
             s.connect(endpoint)
             ent = self._socks[server] = (endpoint, s)
@@ -118,19 +137,19 @@ class Controller(threading.Thread):
                 out[i] = exc
                 continue
             socks[server] = sock
-            incarnations.setdefault(server, self.coord.server_incarnation(server))
+            incarnations.setdefault(server, self.cl.registry.incarnation(server))
             rid = b"c%d" % next(self._ids)
-            self.coord.fence()
-            sock.send_multipart([rid, protocol.pack({**body, "term": self.coord.term})])
+            self.leader.fence()
+            sock.send_multipart([rid, protocol.pack({**body, "term": self.leader.term})])
             pending[rid] = (i, server)
         poller = zmq.Poller()
         for sock in socks.values():
             poller.register(sock, zmq.POLLIN)
-        deadline = time.monotonic() + (timeout or self.coord.cfg.command_timeout_s)
+        deadline = time.monotonic() + (timeout or self.cl.cfg.command_timeout_s)
         while pending:
             left = deadline - time.monotonic()
-            gone = {s for s in socks if self.coord.server_incarnation(s) != incarnations[s]
-                    or not self.coord.is_alive(s)}
+            gone = {s for s in socks if self.cl.registry.incarnation(s) != incarnations[s]
+                    or not self.cl.registry.is_alive(s)}
             if left <= 0 or gone:
                 failed = {s for _, s in pending.values()} if left <= 0 else gone
                 for rid, (i, server) in list(pending.items()):
@@ -158,13 +177,13 @@ class Controller(threading.Thread):
         """Send one command to a partition server and wait for its answer (raises TableError)."""
         sock = self._socket(server)
         rid = b"c%d" % next(self._ids)
-        incarnation = self.coord.server_incarnation(server)
-        self.coord.fence()  # a deposed leader sends nothing; the term lets servers refuse it anyway
-        sock.send_multipart([rid, protocol.pack({**body, "term": self.coord.term})])
-        deadline = time.monotonic() + (timeout or self.coord.cfg.command_timeout_s)
+        incarnation = self.cl.registry.incarnation(server)
+        self.leader.fence()  # a deposed leader sends nothing; the term lets servers refuse it anyway
+        sock.send_multipart([rid, protocol.pack({**body, "term": self.leader.term})])
+        deadline = time.monotonic() + (timeout or self.cl.cfg.command_timeout_s)
         while True:
             left = deadline - time.monotonic()
-            gone = self.coord.server_incarnation(server) != incarnation or not self.coord.is_alive(server)
+            gone = self.cl.registry.incarnation(server) != incarnation or not self.cl.registry.is_alive(server)
             if left <= 0 or gone:
                 self._drop(server)
                 why = "died or restarted" if gone else "timed out"

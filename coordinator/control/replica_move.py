@@ -5,10 +5,10 @@ adds the new replicas, waits for them to join the ISR, then drops the old ones):
 configuration committed to the meta store before any replica hears of it.
 
 1. :func:`start` (a controller job): if A is the primary, its leadership goes first to another in-sync
-   replica (:func:`coordinator.replica_ops.transfer`); then B joins ``replicas`` (not ``insync``) with the
+   replica (:func:`coordinator.control.replica_ops.transfer`); then B joins ``replicas`` (not ``insync``) with the
    intent ``move = {source, target, deadline}`` in the range's record, and rebuilds its copy from the
    primary's checkpoint exactly like a re-replicated replica (``"rebuild": true``).
-2. The primary reports B caught up; :func:`coordinator.replica_ops.adjust_insync` adds it to the in-sync set.
+2. The primary reports B caught up; :func:`coordinator.control.replica_ops.adjust_insync` adds it to the in-sync set.
 3. :func:`advance` (a controller job the coordinator loop queues every second while a move is pending) asks
    :func:`coordinator.replicas.sets.move_step` what to do: once B is in sync, A leaves the configuration
    (committed first; the primary stops waiting for A's acknowledgements) and deletes its copy; if B died or
@@ -25,41 +25,42 @@ import logging
 import time
 from typing import TYPE_CHECKING
 
-from coordinator import replica_ops
+from coordinator.control import replica_ops
 from coordinator.replicas.sets import abandoned, check_move, finished, move_step, new_leader
 from rangetable.errors import TableError
 
 if TYPE_CHECKING:
-    from coordinator.interfaces import Commands, MapWriter
+    from coordinator.control.controller import Controller
+    from coordinator.state.cluster import Cluster
     from rangetable.messages import ControlCommand
 
 log = logging.getLogger("rangetable.coordinator")
 DEFAULT_TIMEOUT_S = 60.0  # how long the new replica may take to catch up before the move is abandoned
 
 
-def _live(co: MapWriter) -> set[str]:
+def _live(cl: Cluster) -> set[str]:
     """Live servers with a replication endpoint (those that can hold a replica)."""
-    return {sid for sid, info in co.servers.items() if info.alive and info.repl_endpoint}
+    return {sid for sid, info in cl.registry.servers.items() if info.alive and info.repl_endpoint}
 
 
-def _primaries(co: MapWriter) -> dict[str, int]:
-    return {sid: co.pmap.owned_count(sid) for sid in co.servers}
+def _primaries(cl: Cluster) -> dict[str, int]:
+    return {sid: cl.map.pmap.owned_count(sid) for sid in cl.registry.servers}
 
 
-def _hand_over(co: MapWriter, ctl: Commands, rid: str, leaving: str, reason: str) -> None:
+def _hand_over(cl: Cluster, ctl: Controller, rid: str, leaving: str, reason: str) -> None:
     """Transfer the primary of ``rid`` away from ``leaving`` (raises ServerBusy when no in-sync replica can
     take it, or the transfer did not happen)."""
-    with co.lock:
-        rec = co.pmap.ranges.get(rid)
+    with cl.map.lock:
+        rec = cl.map.pmap.ranges.get(rid)
         if rec is None:
             raise TableError("ResourceNotFound", f"no range {rid}")
-        target = new_leader(rec, leaving, _live(co), _primaries(co))
+        target = new_leader(rec, leaving, _live(cl), _primaries(cl))
     if target is None:
         raise TableError("ServerBusy", f"no other live in-sync replica of {rid} can take over as primary from {leaving}")
-    replica_ops.transfer(co, ctl, rid, target, reason=f"{reason}: {leaving} gives up its replica")
+    replica_ops.transfer(cl, ctl, rid, target, reason=f"{reason}: {leaving} gives up its replica")
 
 
-def start(co: MapWriter, ctl: Commands, rid: str, source: str, target: str,
+def start(cl: Cluster, ctl: Controller, rid: str, source: str, target: str,
           timeout_s: float | None = None, reason: str = "manual") -> dict:
     """Begin moving range ``rid``'s replica from ``source`` to ``target`` (the ``replica_move`` admin op and the
     balancer): checks, a leadership transfer if ``source`` leads, then ``target`` joins the replica set and
@@ -67,74 +68,74 @@ def start(co: MapWriter, ctl: Commands, rid: str, source: str, target: str,
     timeout = DEFAULT_TIMEOUT_S if timeout_s is None else float(timeout_s)
     if timeout <= 0:
         raise TableError("InvalidInput", f"the catch-up timeout must be > 0 s, got {timeout}")
-    with co.lock:
-        rec = co.pmap.ranges.get(rid)
+    with cl.map.lock:
+        rec = cl.map.pmap.ranges.get(rid)
         if rec is None:
             raise TableError("ResourceNotFound", f"no range {rid}")
-        if source not in co.servers:
+        if source not in cl.registry.servers:
             raise TableError("ResourceNotFound", f"no partition server {source}")
-        if target not in co.servers:
+        if target not in cl.registry.servers:
             raise TableError("ResourceNotFound", f"no partition server {target}")
-        zones = {sid: info.zone for sid, info in co.servers.items() if info.zone}
-        check_move(rec, source, target, _live(co), zones)
+        zones = {sid: info.zone for sid, info in cl.registry.servers.items() if info.zone}
+        check_move(rec, source, target, _live(cl), zones)
         leads = rec["owner"] == source
     if leads:
-        _hand_over(co, ctl, rid, source, reason)
-    with co.lock:
-        rec = co.pmap.ranges.get(rid)
+        _hand_over(cl, ctl, rid, source, reason)
+    with cl.map.lock:
+        rec = cl.map.pmap.ranges.get(rid)
         if rec is None:
             raise TableError("ResourceNotFound", f"range {rid} is gone (split, merged or deleted meanwhile)")
-        check_move(rec, source, target, _live(co), zones)  # the map may have changed meanwhile
+        check_move(rec, source, target, _live(cl), zones)  # the map may have changed meanwhile
         if rec["owner"] == source:
             raise TableError("ServerBusy", f"{source} still leads {rid}: its replica stays")
         now = time.time()  # wall clock: the deadline outlives this coordinator (a takeover carries it on)
         intent = {"source": source, "target": target, "started": now, "deadline": now + timeout, "reason": reason}
-        co.commit(co.pmap.update(rec, replicas=[*rec["replicas"], target], move=intent))
-        rec = dict(co.pmap.ranges[rid])
-        cmd = replica_ops.command(co, rec)
+        cl.map.commit(cl.map.pmap.update(rec, replicas=[*rec["replicas"], target], move=intent))
+        rec = dict(cl.map.pmap.ranges[rid])
+        cmd = replica_ops.command(cl, rec)
         cmd["rebuild"] = True
-        load: ControlCommand = {"op": "load", "range": cmd, "version": co.pmap.version, **co.table_settings.message()}
-    replica_ops.open_replicas(co, ctl, [rec], only={rec["owner"]})  # the primary learns its new peer first
+        load: ControlCommand = {"op": "load", "range": cmd, "version": cl.map.pmap.version, **cl.map.table_settings.message()}
+    replica_ops.open_replicas(cl, ctl, [rec], only={rec["owner"]})  # the primary learns its new peer first
     try:
         ctl.call(target, load)
     except TableError as exc:
         log.warning("replica move of %s: the rebuild on %s failed to start: %s", rid, target, exc)
-        _conclude(co, ctl, rid, "abandon")
+        _conclude(cl, ctl, rid, "abandon")
         raise TableError("ServerBusy", f"{target} could not start rebuilding {rid}: {exc}") from None
-    co.event("replica_move", range=rid, table=rec["table"], source=source, target=target, phase="adding",
+    cl.events.record("replica_move", range=rid, table=rec["table"], source=source, target=target, phase="adding",
              reason=reason, replicas=rec["replicas"], transfer=leads)
     return {"range": rid, "source": source, "target": target, "state": "catching up", "timeout_s": timeout,
             "transfer": leads}
 
 
-def advance(co: MapWriter, ctl: Commands) -> list[str]:
+def advance(cl: Cluster, ctl: Controller) -> list[str]:
     """Carry every pending replica move one step on (:func:`~coordinator.replicas.sets.move_step`); returns the
     ranges whose move ended (finished, abandoned or moot)."""
     now = time.time()
-    with co.lock:
-        alive = _live(co)
-        pending = [dict(r) for rid in co.pmap.moving_ids() if (r := co.pmap.ranges[rid])["state"] == "serving"]
+    with cl.map.lock:
+        alive = _live(cl)
+        pending = [dict(r) for rid in cl.map.pmap.moving_ids() if (r := cl.map.pmap.ranges[rid])["state"] == "serving"]
     ended = []
     for rec in pending:
-        step = move_step(rec, alive, now, co.cfg.min_insync)
+        step = move_step(rec, alive, now, cl.cfg.min_insync)
         if step == "wait":
             continue
         if step == "finish" and rec["owner"] == rec["move"]["source"]:  # it became primary again (a failover)
             try:
-                _hand_over(co, ctl, rec["id"], rec["move"]["source"], rec["move"].get("reason", "replica move"))
+                _hand_over(cl, ctl, rec["id"], rec["move"]["source"], rec["move"].get("reason", "replica move"))
             except TableError as exc:
                 log.info("replica move of %s waits: %s", rec["id"], exc)
                 continue
-        if _conclude(co, ctl, rec["id"], step):
+        if _conclude(cl, ctl, rec["id"], step):
             ended.append(rec["id"])
     return ended
 
 
-def _conclude(co: MapWriter, ctl: Commands, rid: str, step: str) -> bool:
+def _conclude(cl: Cluster, ctl: Controller, rid: str, step: str) -> bool:
     """Commit the end of a move (``finish``: the source leaves; ``abandon``: the target leaves; ``done``: only the
     intent goes), configure the replicas that stay, and have the one that left delete its copy."""
-    with co.lock:
-        rec = co.pmap.ranges.get(rid)
+    with cl.map.lock:
+        rec = cl.map.pmap.ranges.get(rid)
         if rec is None or not rec.get("move") or rec["state"] != "serving":
             return False
         m = rec["move"]
@@ -144,16 +145,16 @@ def _conclude(co: MapWriter, ctl: Commands, rid: str, step: str) -> bool:
             change, gone = {"move": None}, None
         if gone is not None and gone == rec["owner"]:
             return False  # never drop the primary: advance hands it over first
-        co.commit(co.pmap.update(rec, **change))
-        out = dict(co.pmap.ranges[rid])
-    replica_ops.open_replicas(co, ctl, [out], dropped={rid: [gone]} if gone else None)
-    if gone is not None and co.is_alive(gone):
+        cl.map.commit(cl.map.pmap.update(rec, **change))
+        out = dict(cl.map.pmap.ranges[rid])
+    replica_ops.open_replicas(cl, ctl, [out], dropped={rid: [gone]} if gone else None)
+    if gone is not None and cl.registry.is_alive(gone):
         try:
             ctl.call(gone, {"op": "destroy", "range": {"id": rid, "path": f"ranges/{rid}"}})
         except TableError as exc:
             log.info("replica move: deleting the copy of %s on %s: %s", rid, gone, exc)
     result = {"finish": "moved", "abandon": "abandoned", "done": "ended"}[step]
-    co.record_events([{"kind": "replica_move", "range": rid, "table": out["table"], "source": m["source"],
+    cl.events.record_many([{"kind": "replica_move", "range": rid, "table": out["table"], "source": m["source"],
                        "target": m["target"], "phase": result, "reason": m.get("reason", ""),
                        "duration_s": round(time.time() - m.get("started", time.time()), 2),
                        "replicas": out["replicas"], "insync": out["insync"]}])

@@ -15,16 +15,17 @@ import threading
 import time
 from typing import TYPE_CHECKING, Any
 
-from coordinator import operations as ops
-from coordinator import replica_move
 from coordinator.balancer.load_history import LoadHistory
 from coordinator.balancer.policy import plan_actions
 from coordinator.balancer.rounds import Action
 from coordinator.balancer.settings import Settings
+from coordinator.control import operations as ops
+from coordinator.control import replica_move
 from rangetable.errors import TableError
 
 if TYPE_CHECKING:
-    from coordinator.interfaces import BalancerHost
+    from coordinator.control.controller import Controller
+    from coordinator.state.cluster import Cluster
 
 log = logging.getLogger("rangetable.coordinator")
 SETTINGS_KEY = b"balancer/settings"
@@ -33,12 +34,18 @@ ROUND_SHARE = 10  # the pause between rounds is at least this many times the las
 
 
 class BalancerLoop:
-    """Load history, settings and the action loop of the balancer."""
+    """Load history, settings and the action loop of the balancer.
 
-    def __init__(self, co: BalancerHost) -> None:
-        self.co = co
+    It reads the map and the live servers of ``cl`` and hands its actions to ``controller``; its settings
+    are those stored in the meta store open when it is made (the defaults on a standby, which has none).
+    """
+
+    def __init__(self, cl: Cluster, controller: Controller) -> None:
+        self.cl = cl
+        self.controller = controller
         self.settings = Settings()
-        for k, v in co.meta.items(SETTINGS_KEY) if co.meta is not None else []:
+        meta = cl.map.meta
+        for k, v in meta.items(SETTINGS_KEY) if meta is not None else []:
             if k == SETTINGS_KEY:
                 for name, value in v.items():
                     try:
@@ -54,26 +61,33 @@ class BalancerLoop:
         self.last_run = 0.0
         self.last_actions: list[dict] = []
         self.round_ms = 0.0  # how long the last round took (plan_actions over the whole map)
+        self.quiet_until = 0.0  # no round before (a new leader moves nothing before old leases surely lapsed)
+        self.stopping = False
         self._thread: threading.Thread | None = None
 
-    def start(self) -> None:
+    def start(self, quiet_until: float) -> None:
         """Run rounds in a thread of their own, so a round over 100,000 ranges (about 0.3 s) never
-        holds up heartbeat answers in the coordinator's loop."""
+        holds up heartbeat answers in the coordinator's loop; none before ``quiet_until`` (monotonic)."""
+        self.quiet_until = quiet_until
         self._thread = threading.Thread(target=self._run, name="balancer", daemon=True)
         self._thread.start()
 
     def _run(self) -> None:
-        while not self.co.stopping:
+        while not self.stopping:
             try:
                 now = time.monotonic()
-                if now >= self.co.quiet_until:  # a new leader moves nothing before old leases lapsed
+                if now >= self.quiet_until:  # a new leader moves nothing before old leases lapsed
                     self.tick(now)
             except Exception:
                 log.exception("balancer round failed")
             time.sleep(0.1)
 
+    def stop(self) -> None:
+        """End the rounds (the thread ends within a tenth of a second, or at the end of a round)."""
+        self.stopping = True
+
     def join(self, timeout: float) -> None:
-        """Wait for the thread to end (after ``co.stopping`` is set)."""
+        """Wait for the thread to end (after :meth:`stop`)."""
         if self._thread is not None:
             self._thread.join(timeout)
 
@@ -101,13 +115,13 @@ class BalancerLoop:
         if not s.enabled or now - self.last_run < max(s.interval_s, ROUND_SHARE * self.round_ms / 1000):
             return []
         self.last_run = now
-        co = self.co
         t0 = time.perf_counter()
-        with co.lock:  # the records themselves are only read (operations re-check them under the lock)
-            ranges = list(co.pmap.ranges.values())
-            live = [sid for sid, info in co.servers.items() if info.alive and info.endpoint]
-            holders = [sid for sid, info in co.servers.items() if info.alive and info.endpoint and info.repl_endpoint]
-            zones = {sid: info.zone for sid, info in co.servers.items() if info.zone}
+        servers = self.cl.registry.servers
+        with self.cl.map.lock:  # the records themselves are only read (operations re-check them under the lock)
+            ranges = list(self.cl.map.pmap.ranges.values())
+            live = [sid for sid, info in servers.items() if info.alive and info.endpoint]
+            holders = [sid for sid, info in servers.items() if info.alive and info.endpoint and info.repl_endpoint]
+            zones = {sid: info.zone for sid, info in servers.items() if info.zone}
         busy, backoff = self.busy, self.backoff
         ranges = [r for r in ranges if r["id"] not in busy and backoff.get(r["id"], 0) <= now]
         actions = plan_actions(ranges, live, self.history, s, now, self.recent, self.in_flight, zones, holders,
@@ -120,9 +134,9 @@ class BalancerLoop:
         return actions
 
     def _act(self, a: Action, now: float) -> None:
-        co = self.co
+        events = self.cl.events
         if self.settings.dry_run:
-            co.event("balancer_dry_run", action=a.kind, range=a.range, key=a.key, target=a.target, reason=a.reason)
+            events.record("balancer_dry_run", action=a.kind, range=a.range, key=a.key, target=a.target, reason=a.reason)
             return
         if a.kind == "split" and a.key is None:
             last = self.history.latest(a.range)
@@ -130,7 +144,7 @@ class BalancerLoop:
                 return  # its size still counts the half a split dropped; wait for the compaction
         if a.kind in ("hot_key", "append_hotspot"):
             self.recent.setdefault(a.kind, {})[a.range] = now
-            co.event(a.kind, range=a.range, key=a.key, reason=a.reason, **a.detail)
+            events.record(a.kind, range=a.range, key=a.key, reason=a.reason, **a.detail)
             return
         ids = [a.range] + ([a.detail["right"]] if a.kind == "merge" else [])
         self.busy.update(ids)
@@ -139,30 +153,30 @@ class BalancerLoop:
             self.in_flight += 1
         if a.kind == "replica_move":
             self.replica_jobs += 1
-        co.controller.submit(self._job, a, ids, moving)
+        self.controller.submit(self._job, a, ids, moving)
 
     def _job(self, a: Action, ids: list[str], moving: bool) -> None:
-        co, ctl = self.co, self.co.controller
+        cl, ctl = self.cl, self.controller
         reason = f"balancer: {a.reason}"
         try:
             if a.kind == "split":
-                res = ops.split(co, ctl, a.range, a.key, reason=reason)
+                res = ops.split(cl, ctl, a.range, a.key, reason=reason)
                 t = time.monotonic()
                 for half in (res["left"], res["right"]):
                     self.recent.setdefault("split", {})[half] = t
             elif a.kind == "move":
                 if a.target is None:  # the move rule always names one (balancer_moves.py)
                     raise TableError("InvalidInput", f"a move of {a.range} names no target server")
-                ops.move(co, ctl, a.range, a.target, reason=reason)
+                ops.move(cl, ctl, a.range, a.target, reason=reason)
                 self.recent.setdefault("move", {})[a.range] = time.monotonic()
             elif a.kind == "merge":
-                res = ops.merge(co, ctl, a.range, reason=reason, target=a.target)
+                res = ops.merge(cl, ctl, a.range, reason=reason, target=a.target)
                 self.recent.setdefault("merge", {})[res["range"]] = time.monotonic()
             elif a.kind == "replica_move":  # rule 7: add a replica on the target, drop the source's once in sync
                 if a.target is None:
                     raise TableError("InvalidInput", f"a replica move of {a.range} names no target server")
                 self.recent.setdefault("replica_move", {})[a.range] = time.monotonic()
-                replica_move.start(co, ctl, a.range, a.detail["source"], a.target,
+                replica_move.start(cl, ctl, a.range, a.detail["source"], a.target,
                                    self.settings.replica_move_timeout_s, reason=reason)
         except TableError as exc:
             log.warning("balancer %s of %s failed: %s", a.kind, a.range, exc)
@@ -195,7 +209,7 @@ class BalancerLoop:
         elif action != "status":
             raise TableError("InvalidInput", f"unknown balancer action {action!r}")
         if action != "status":
-            self.co.meta_store().commit({SETTINGS_KEY: s.to_dict()})
+            self.cl.map.meta_store().commit({SETTINGS_KEY: s.to_dict()})
         return {"settings": s.to_dict(), "in_flight": self.in_flight, "busy_ranges": sorted(self.busy),
                 "round_ms": self.round_ms,
                 "last_actions": self.last_actions}
