@@ -55,7 +55,7 @@ def top_frame(status: dict, limit: int = 30) -> dict:
     ranges = []
     for r in sorted(status["ranges"], key=lambda r: -_score(per_range.get(r["id"], {})))[:limit]:
         ld = per_range.get(r["id"], {})
-        ranges.append({"id": r["id"], "table": r["table"], "low": r["low"], "owner": r["owner"],
+        ranges.append({"id": r["id"], "table": r["table"], "low": r["low"], "primary": r["primary"],
                        **{k: ld.get(k, 0) for k in ("reads_s", "writes_s", "busy_s", "lat_p99_ms", "bytes_s",
                                                     "entities")}})
     return {"version": status["version"], "time": time.strftime("%H:%M:%S"), "servers": servers, "ranges": ranges}
@@ -68,10 +68,10 @@ def render_top(frame: dict) -> str:
     for s in frame["servers"]:
         lines.append(f"{s['id']:10} {'yes' if s['alive'] else 'NO':5} {s['ranges']:>6} {s['load_s']:>9.1f} "
                      f"{s['queued']:>6}")
-    lines += ["", f"{'range':8} {'table':14} {'low':>10} {'owner':6} {'reads/s':>8} {'writes/s':>8} {'busy/s':>7} "
+    lines += ["", f"{'range':8} {'table':14} {'low':>10} {'primary':6} {'reads/s':>8} {'writes/s':>8} {'busy/s':>7} "
                   f"{'p99ms':>6} {'KiB/s':>7} {'entities':>9}"]
     for r in frame["ranges"]:
-        lines.append(f"{r['id']:8} {r['table'][:14]:14} {repr(r['low'])[:10]:>10} {str(r['owner'])[:6]:6} "
+        lines.append(f"{r['id']:8} {r['table'][:14]:14} {repr(r['low'])[:10]:>10} {str(r['primary'])[:6]:6} "
                      f"{r['reads_s']:>8.1f} {r['writes_s']:>8.1f} {r['busy_s']:>7.1f} "
                      f"{r['lat_p99_ms']:>6.1f} {r['bytes_s'] / 1024:>7.1f} {r['entities']:>9}")
     return "\n".join(lines)

@@ -115,9 +115,9 @@ def range_loads(status: Mapping[str, Any]) -> dict[str, dict]:
 
     A follower reports its replicas too (their size, a compaction), never the requests the primary serves: its
     report must not stand in for the primary's."""
-    owner = {r["id"]: r.get("owner") for r in status.get("ranges", [])}
+    primary = {r["id"]: r.get("primary") for r in status.get("ranges", [])}
     return {rid: ld for s in status.get("servers", []) for rid, ld in (s.get("load") or {}).items()
-            if owner.get(rid, s.get("id")) == s.get("id")}
+            if primary.get(rid, s.get("id")) == s.get("id")}
 
 
 def human_size(n: float) -> str:

@@ -60,9 +60,9 @@ def replica_move_cmd(range_id: str, source: str, target: str, timeout_s: float, 
     if target not in rec["replicas"] or source in rec["replicas"]:
         raise TableError("OperationTimedOut", f"{target} did not catch up with {range_id} in time: the move was "
                          f"abandoned, its replicas are {', '.join(rec['replicas'])}")
-    out = {**res, "state": "moved", "seconds": round(time.monotonic() - t0, 2), "primary": rec["owner"],
+    out = {**res, "state": "moved", "seconds": round(time.monotonic() - t0, 2), "primary": rec["primary"],
            "replicas": rec["replicas"], "insync": rec["insync"]}
-    lead = f", its primary handed over to {rec['owner']} first" if res.get("transfer") else ""
+    lead = f", its primary handed over to {rec['primary']} first" if res.get("transfer") else ""
     emit(out, as_json, f"moved {range_id}'s replica from {source} to {target} in {out['seconds']} s{lead}: "
-                       f"replicas {', '.join(rec['replicas'])} (primary {rec['owner']}, "
+                       f"replicas {', '.join(rec['replicas'])} (primary {rec['primary']}, "
                        f"{len(rec['insync'])} in sync)")

@@ -139,7 +139,7 @@ def server_list(cl: Cluster, now: float | None = None, loads: bool = True) -> li
         for s in sorted(servers.values(), key=lambda s: s.id):
             row = {"id": s.id, "endpoint": s.endpoint, "alive": s.alive, "pid": s.pid,
                    "incarnation": s.incarnation, "last_seen_s": round(now - s.last_seen, 2),
-                   "ranges": pmap.owned_count(s.id), "pending": s.pending, "zone": s.zone}
+                   "ranges": pmap.primary_count(s.id), "pending": s.pending, "zone": s.zone}
             if loads:
                 row["load"] = s.load
                 row["holds"] = held[s.id]  # ranges, entities, bytes as primary and as follower (holdings.py)

@@ -131,8 +131,8 @@ def refuse_busy(cl: Cluster) -> None:
         ranges = list(cl.map.pmap.ranges.values())
         busy = [f"{r['id']} is {r['state']}" for r in ranges if r["state"] != "serving"]
         busy += [f"{r['id']} has a replica move under way" for r in ranges if r.get("move")]
-        busy += [f"{r['id']} has no live primary ({r['owner']} is dead)" for r in ranges
-                 if r["state"] == "serving" and not cl.registry.is_alive(r["owner"])]
+        busy += [f"{r['id']} has no live primary ({r['primary']} is dead)" for r in ranges
+                 if r["state"] == "serving" and not cl.registry.is_alive(r["primary"])]
     if busy:
         raise TableError("ServerBusy", "a backup needs every range served by a live primary and no split, merge "
                                        f"or move under way: {'; '.join(sorted(busy)[:5])}; retry the backup")
@@ -161,15 +161,15 @@ def start(cl: Cluster, ctl: Controller, sessions: BackupSessions) -> dict[str, A
     except OSError as exc:
         shutil.rmtree(path, ignore_errors=True)
         raise TableError("InternalError", f"checkpoint of the meta store into {path}: {exc}") from None
-    calls: list[tuple[str, Any]] = [(r["owner"], {"op": "backup_open", "range": r["id"], "epoch": r["epoch"],
+    calls: list[tuple[str, Any]] = [(r["primary"], {"op": "backup_open", "range": r["id"], "epoch": r["epoch"],
                                                   "backup": bid}) for r in ranges]
     answers = ctl.call_many(calls, timeout=OPEN_TIMEOUT_S)
     failed = [(r["id"], a) for r, a in zip(ranges, answers, strict=True) if isinstance(a, TableError)]
     if failed:
         shutil.rmtree(path, ignore_errors=True)
-        _close_everywhere(ctl, bid, {r["owner"] for r in ranges})
+        _close_everywhere(ctl, bid, {r["primary"] for r in ranges})
         rid, first = failed[0]
-        code = "ServerBusy" if first.error_code in ("NotOwner", "RangeBusy", "OperationTimedOut") else first.error_code
+        code = "ServerBusy" if first.error_code in ("NotPrimary", "RangeBusy", "OperationTimedOut") else first.error_code
         raise TableError(code, f"backup refused: the checkpoint of {rid} failed ({first.error_code}: {first.message})"
                                + (f", and {len(failed) - 1} more" if len(failed) > 1 else "") + "; retry the backup")
     out = []
@@ -177,9 +177,9 @@ def start(cl: Cluster, ctl: Controller, sessions: BackupSessions) -> dict[str, A
     for r, a in zip(ranges, answers, strict=True):
         ans = cast("BackupOpenAnswer", a)
         files: list[tuple[str, int]] = [(str(n), int(sz)) for n, sz in ans["files"]]
-        held[r["id"]] = (r["owner"], ans["id"], dict(files))
+        held[r["id"]] = (r["primary"], ans["id"], dict(files))
         out.append({"id": r["id"], "table": r["table"], "low": r["low"], "high": r["high"], "epoch": r["epoch"],
-                    "owner": r["owner"], "replicas": list(r.get("replicas") or []), "seq": ans["seq"],
+                    "primary": r["primary"], "replicas": list(r.get("replicas") or []), "seq": ans["seq"],
                     "store_epoch": ans["store_epoch"], "files": files, "bytes": ans["bytes"], "ms": ans["ms"],
                     "last_ts": ans["last_ts"], "entities_estimate": ans["entities_estimate"]})
     # etcd's store is copied into a RocksDB store (coordinator/meta/etcd_store.py), which lists no files: list them here

@@ -72,7 +72,7 @@ def heartbeat(cl: Cluster, ctl: Controller, balancer: BalancerLoop, term: int, r
         pmap, settings = maps.pmap, maps.table_settings
         settings.refresh(pmap, registry.servers, now)
         extra = settings.lease_fields(sid, req.get("settings_v"), pmap)
-        stamp = (pmap.owner_stamp(sid), pmap.owned_count(sid))
+        stamp = (pmap.primary_stamp(sid), pmap.primary_count(sid))
         if same and info.in_step == stamp:
             differs = False  # the same report as last time, and nothing of this server changed
         else:
@@ -96,7 +96,7 @@ def mismatch(cl: Cluster, ctl: Controller, info: ServerInfo) -> tuple[bool, bool
     pmap = cl.map.pmap
     reported = {(rid, epoch) for rid, epoch, state in info.ranges if state == "serving"}
     pending = {rid for rid, _, state in info.ranges if state not in ("serving", "following")}
-    desired = {(r["id"], r["epoch"]) for r in pmap.owned_by(info.id) if r["state"] == "serving"}
+    desired = {(r["id"], r["epoch"]) for r in pmap.primary_ranges(info.id) if r["state"] == "serving"}
     following = {(rid, epoch) for rid, epoch, state in info.ranges if state == "following"}
     to_follow = {(r["id"], r["epoch"]) for r in pmap.followed_by(info.id) if r["state"] == "serving"}
     busy = pmap.busy_ids()

@@ -23,7 +23,7 @@ def collect(cl: Cluster, term: int) -> list:
     now = time.monotonic()
     with cl.map.lock:
         version = cl.map.pmap.version
-        ranges = [(r["table"], r["id"], str(r["owner"]), r["state"], r["epoch"]) for r in cl.map.pmap.ranges.values()]
+        ranges = [(r["table"], r["id"], str(r["primary"]), r["state"], r["epoch"]) for r in cl.map.pmap.ranges.values()]
         tables = list(cl.map.pmap.tables.values())
         servers = [(s.id, s.alive, now - s.last_seen, len(s.ranges), s.pending) for s in cl.registry.servers.values()]
         events = dict(cl.events.counts)
@@ -53,10 +53,10 @@ def collect(cl: Cluster, term: int) -> list:
     for table, n in sorted(counts.items()):
         per_table.add_metric([table], n)
     fams.append(per_table)
-    rng = GaugeMetricFamily("rangetable_range_epoch", "Each range of the map with its owner and state (value: its epoch).",
+    rng = GaugeMetricFamily("rangetable_range_epoch", "Each range of the map with its primary and state (value: its epoch).",
                             labels=["table", "range", "server", "state"])
-    for table, rid, owner, state, epoch in sorted(ranges, key=lambda r: r[1]):
-        rng.add_metric([table, rid, owner, state], epoch)
+    for table, rid, primary, state, epoch in sorted(ranges, key=lambda r: r[1]):
+        rng.add_metric([table, rid, primary, state], epoch)
     fams.append(rng)
     alive = GaugeMetricFamily("rangetable_server_alive", "1 for a live partition server, 0 for one declared dead.",
                               labels=["server"])

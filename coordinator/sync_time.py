@@ -31,7 +31,7 @@ def last_sync(ranges: Iterable[dict], servers: Mapping[str, ServerInfo], now: fl
     for rec in ranges:
         if "replicas" not in rec:
             continue  # not replicated: the secondary reads its primary
-        info = servers.get(rec.get("owner") or "")
+        info = servers.get(rec.get("primary") or "")
         if info is None:
             continue  # no primary yet: nothing was written through one
         count += 1

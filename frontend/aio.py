@@ -12,7 +12,7 @@ or, without a Future or a coroutine (the built-in HTTP listener's point operatio
 ``fe.submit(req, cb)``, which calls ``cb(result, None)`` or ``cb(None, error)`` as soon as the answer is
 read.
 
-The request logic (routing, retries on NotOwner/RangeBusy, query stitching, relaying table ops) is
+The request logic (routing, retries on NotPrimary/RangeBusy, query stitching, relaying table ops) is
 the Handler's; this module only moves messages. Sockets are plain ``zmq`` sockets watched with
 ``loop.add_reader`` on their ``ZMQ_FD`` and drained with ``NOBLOCK`` — the same mechanism
 ``zmq.asyncio`` uses internally, minus one Future per message (the stack notes measured

@@ -41,7 +41,7 @@ CREATE_TABLE = "c"
 DELETE_TABLE = "delete_table"
 SERVICE_READ = "service_read"  # get service properties / stats
 SERVICE_WRITE = "service_write"  # set service properties
-ACL = "acl"  # get/set table ACL: the account owner only (never a SAS)
+ACL = "acl"  # get/set table ACL: the account primary only (never a SAS)
 _OP_ALIASES = {"list_tables": LIST_TABLES, "create_table": CREATE_TABLE}
 # operation -> (account SAS resource type, account SAS permissions of which one suffices)
 _ACCOUNT_LEVEL_OPS = {

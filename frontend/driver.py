@@ -268,7 +268,7 @@ class DriverCore:
     def _resend_from_departed(self) -> None:
         """Re-run at once the requests waiting on a partition server the map no longer lists (the
         coordinator declared it dead and failed its ranges over), instead of waiting out their attempt
-        timeout: a failed-over range answers as soon as its new owner is in the map. Safe to repeat:
+        timeout: a failed-over range answers as soon as its new primary is in the map. Safe to repeat:
         writes carry their request id (exactly once), reads have no effect."""
         live = set(self.cache.servers.values())
         gone = [k for k, (_p, _s, _t, target) in self._sub.items() if target != "coordinator" and target not in live]

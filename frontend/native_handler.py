@@ -24,7 +24,7 @@ from rangetable.errors import TableError
 from rangetable.filter import compile_cached, parse_cached
 from rangetable.planner import plan
 
-RETRY_CODES = frozenset({"NotOwner", "RangeBusy"})
+RETRY_CODES = frozenset({"NotPrimary", "RangeBusy"})
 COORDINATOR_OPS = frozenset(
     {"create_table", "delete_table", "list_tables", "get_table", "set_table", "split", "move", "merge", "events", "servers",
      "status", "get_acl", "set_acl", "get_service_properties", "set_service_properties", "sync_time"}
@@ -179,7 +179,7 @@ class Handler:
         route = self.fe.cache.route(table, pk)
         endpoint = self._secondary(p, route, body) if op == "get" and req.get("secondary") else route.endpoint
         if endpoint is None:
-            self.fe.retry_later(p, f"range {route.range['id']} has no serving owner")
+            self.fe.retry_later(p, f"range {route.range['id']} has no serving primary")
             return
         body["range"] = route.range["id"]
         body["epoch"] = route.range["epoch"]
@@ -226,7 +226,7 @@ class Handler:
                 "budget_ms": left_ms}
         endpoint = self._secondary(p, route, body) if req.get("secondary") else route.endpoint
         if endpoint is None:
-            self.fe.retry_later(p, f"range {route.range['id']} has no serving owner")
+            self.fe.retry_later(p, f"range {route.range['id']} has no serving primary")
             return
         if more:
             body["spans"] = more

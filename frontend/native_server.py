@@ -7,7 +7,7 @@ Sockets (one thread, one poll loop that only moves messages):
 * a DEALER to the coordinator — map snapshots and table/admin requests, relayed;
 * a SUB to the coordinator's PUB — map updates and hugz (the ZeroMQ guide's *Clone* pattern).
 
-A sub-request answered ``NotOwner`` or ``RangeBusy``, or not answered within ``attempt_timeout_s``,
+A sub-request answered ``NotPrimary`` or ``RangeBusy``, or not answered within ``attempt_timeout_s``,
 is retried after a short back-off with a refreshed map until the request's deadline; only then does
 the client see ``ServerBusy``. Writes carry a request id (the client's, or one made here) so a retry
 is never applied twice.

@@ -16,13 +16,13 @@ from rangetable.errors import TableError
 from rangetable.keys import encode_key, range_bounds
 from rangetable.planner import Plan
 
-# A splitting range still serves on its owner while the halves are prepared (partition_server/split_job.py);
+# A splitting range still serves on its primary while the halves are prepared (partition_server/split_job.py);
 # a moving or merging one does not: requests for it wait for the next map.
 ROUTED_STATES = frozenset({"serving", "splitting"})
 
 
 class Route:
-    """Where a request goes: a range of the map and its owner's endpoint (None when not serving).
+    """Where a request goes: a range of the map and its primary's endpoint (None when not serving).
 
     The endpoint is looked up in the map's server table when asked, so a server that joins, moves
     or dies changes every route to it without touching the routes.
@@ -36,9 +36,9 @@ class Route:
 
     @property
     def endpoint(self) -> str | None:
-        """The owner's data endpoint, or None while the range is not serving or has no live owner."""
+        """The primary's data endpoint, or None while the range is not serving or has no live primary."""
         r = self.range
-        return self._servers.get(r["owner"]) if r["state"] in ROUTED_STATES else None
+        return self._servers.get(r["primary"]) if r["state"] in ROUTED_STATES else None
 
     def secondary_endpoint(self, attempt: int, pick: int = 0) -> str | None:
         """Where the ``attempt``-th try of a ``-secondary`` read goes (:func:`secondary_order`: an in-sync
@@ -47,17 +47,17 @@ class Route:
         return order[attempt % len(order)] if order else None
 
 
-def secondary_order(rec: dict, servers: dict[str, str], primary: str | None, pick: int) -> list[str]:
+def secondary_order(rec: dict, servers: dict[str, str], endpoint: str | None, pick: int) -> list[str]:
     """Where a read of the ``-secondary`` endpoint may go, best first: the range's in-sync followers that
     have a live endpoint (starting at the ``pick``-th, so reads spread over them), then the primary's
-    endpoint ``primary`` (None when it is not serving). Only the primary for a range that is not replicated
+    endpoint ``endpoint`` (None when it is not serving). Only the primary for a range that is not replicated
     or has no in-sync follower; empty when nothing can serve it now."""
-    owner = rec.get("owner")
-    followers = [servers[s] for s in sorted(rec.get("insync") or ()) if s != owner and s in servers]
+    primary = rec.get("primary")
+    followers = [servers[s] for s in sorted(rec.get("insync") or ()) if s != primary and s in servers]
     if followers:
         k = pick % len(followers)
         followers = followers[k:] + followers[:k]
-    return followers + ([primary] if primary is not None else [])
+    return followers + ([endpoint] if endpoint is not None else [])
 
 
 class MapCache:
@@ -161,7 +161,7 @@ class MapCache:
         return table.lower() in self.tables
 
     def route(self, table: str, pk: str) -> Route:
-        """The range holding PartitionKey ``pk`` and its owner's endpoint (None if unassigned)."""
+        """The range holding PartitionKey ``pk`` and its primary's endpoint (None if unassigned)."""
         lows, routes = self.by_table.get(table.lower(), ((), ()))
         i = bisect.bisect_right(lows, pk) - 1  # type: ignore[arg-type]
         if i < 0:

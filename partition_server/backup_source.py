@@ -5,7 +5,7 @@ checkpoint (``backup_open``), then relays the ``rangetable backup`` command's ch
 over its control socket, and finally ``backup_close`` drops the checkpoints. These are control commands, so
 only the coordinator's CURVE key may send them; the coordinator takes them from the admin key alone.
 
-* ``backup_open {range, epoch, backup}``: the primary (or, at ``--replicas 1``, the owner) of a serving range
+* ``backup_open {range, epoch, backup}``: the primary of a serving range (at ``--replicas 1``, its one copy)
   checkpoints it into ``<data-dir>/backups/`` on its loop, between two requests, with the
   :class:`~partition_server.replication.snapshot.Source` that serves rebuilding followers (flush + hard links), without a
   log pin. The checkpoint holds the store's batch ``seq`` (``META_REPL``).

@@ -4,7 +4,7 @@ A range record (from the coordinator) is ``{"id", "table", "low", "high", "epoch
 ``high`` is None for the last range of a table. A served range is open (its RocksDB directory
 locked by this process) in one of these states: ``serving``, ``pending`` — the two halves of a
 split waiting for the coordinator to commit them (they answer ``RangeBusy``) —, and for a replicated
-range ``following`` (a follower's copy: ``NotOwner``, except for a read marked ``"secondary": true``,
+range ``following`` (a follower's copy: ``NotPrimary``, except for a read marked ``"secondary": true``,
 which it serves from its copy as it is: eventually consistent) or ``draining`` (a primary being sealed:
 ``RangeBusy``).
 """
@@ -126,7 +126,7 @@ class RangeSet:
         self._await_close(rid)
         cur = self.open.get(rid)
         if cur is not None:
-            state = self._replicator().attach(rid, record, cur.store) if "primary" in record else None
+            state = self._replicator().attach(rid, record, cur.store) if "replicas" in record else None
             cur.reset(record)  # after attach, which refuses a stale configuration
             if state is not None:
                 cur.state = state
@@ -145,7 +145,7 @@ class RangeSet:
             raise TableError("RangeBusy", f"cannot open range {rid}: {exc}") from None
         lo, hi = range_bounds(record["low"], record["high"])
         state = "serving"
-        if "primary" in record:
+        if "replicas" in record:
             try:
                 state = self._replicator().attach(rid, record, store)
             except Exception:
@@ -250,7 +250,7 @@ class RangeSet:
         if job is None or served is None or served.store is not job.parent or served.epoch != epoch:
             if job is not None:
                 job.abort()  # the range was unloaded meanwhile (lease lapse, a newer command)
-            raise TableError("NotOwner", f"range {rid} epoch {epoch} stopped being served during its split")
+            raise TableError("NotPrimary", f"range {rid} epoch {epoch} stopped being served during its split")
         p = self.repl.primaries.get(rid) if self.repl is not None else None
         if p is not None and p.committed < p.outbox.seq:
             job.abort()
@@ -310,12 +310,12 @@ class RangeSet:
         (:mod:`partition_server.backup_source`; its chunks leave once the batch it holds is committed)."""
         served = self._served(rid, epoch)
         if served.state != "serving":
-            code = "NotOwner" if served.state == "following" else "ServerBusy"
+            code = "NotPrimary" if served.state == "following" else "ServerBusy"
             raise TableError(code, f"range {rid} is {served.state} here: a backup copies a serving primary")
         if rid in self.splits:
             raise TableError("ServerBusy", f"range {rid} is being split: retry the backup once the split is done")
-        if self.repl is not None and "primary" in served.record and rid not in self.repl.primaries:
-            raise TableError("NotOwner", f"range {rid} is not led here")
+        if self.repl is not None and "replicas" in served.record and rid not in self.repl.primaries:
+            raise TableError("NotPrimary", f"range {rid} is not led here")
         return self.backups.open(rid, backup, served.store)
 
     def destroy(self, record: dict) -> None:
@@ -341,26 +341,26 @@ class RangeSet:
     def _served(self, rid: Any, epoch: int) -> Served:
         served = self.open.get(rid)
         if served is None or (epoch >= 0 and served.epoch != epoch):
-            raise TableError("NotOwner", f"range {rid} epoch {epoch} is not served here")
+            raise TableError("NotPrimary", f"range {rid} epoch {epoch} is not served here")
         return served
 
     def _serving(self, req: dict, pk: str | None, cost: int = 1, write: bool = False) -> Served:
         rid = req.get("range")
         served = self._served(rid, int(req.get("epoch", -2)))
-        assert isinstance(rid, str)  # a key of self.open, or _served raised NotOwner
+        assert isinstance(rid, str)  # a key of self.open, or _served raised NotPrimary
         if served.state != "serving":
             if served.state != "following":
                 served.load.busy += 1
                 raise TableError("RangeBusy", f"range {served.record['id']} is {served.state}")
             if write or not req.get("secondary"):  # a follower's copy serves the -secondary endpoint's reads only
-                raise TableError("NotOwner", f"range {rid} is only followed here")
+                raise TableError("NotPrimary", f"range {rid} is only followed here")
         if write and self.repl is not None and not self.repl.writable(rid):
             served.load.busy += 1
             raise TableError("ServerBusy", f"range {rid} has fewer in-sync replicas than --min-insync: "
                              "a write would be held by too few disks")
         if pk is not None:
             if not served.contains_pk(pk):
-                raise TableError("NotOwner", f"PartitionKey {pk!r} is outside range {served.record['id']}")
+                raise TableError("NotPrimary", f"PartitionKey {pk!r} is outside range {served.record['id']}")
             if self.throttle.target > 0:
                 try:
                     self.throttle.admit(pk, cost)
@@ -494,7 +494,7 @@ class RangeSet:
         in-sync replica to answer after its primary died, be promoted with none of the acknowledged
         writes; being rebuilt, it answers no seal."""
         repl = self.repl
-        if "primary" not in record or repl is None or record["primary"] == repl.me:
+        if "replicas" not in record or repl is None or record["primary"] == repl.me:
             return False
         if record.get("rebuild") or record["id"] in repl.pulls:
             return True
@@ -508,10 +508,10 @@ class RangeSet:
         empty store, served reads of nothing, acknowledged writes on top of it and reported its real
         followers lagging — 1722 acknowledged writes lost. Refused, the range is promoted elsewhere."""
         repl = self.repl
-        if ("primary" not in record or repl is None or record["primary"] != repl.me or record.get("create")
+        if ("replicas" not in record or repl is None or record["primary"] != repl.me or record.get("create")
                 or os.path.isdir(self._path(record))):
             return
-        raise TableError("NotOwner", f"no copy of range {record['id']} here (its directory is gone: a lost disk?); "
+        raise TableError("NotPrimary", f"no copy of range {record['id']} here (its directory is gone: a lost disk?); "
                                      "a primary is never opened empty")
 
     def rebuilt(self, rid: str, record: dict) -> None:
@@ -536,13 +536,13 @@ class RangeSet:
         if rid in self.open:
             return repl.seal(rid, epoch)
         if rid in repl.pulls:
-            raise TableError("NotOwner", f"the replica of range {rid} here is being rebuilt")
+            raise TableError("NotPrimary", f"the replica of range {rid} here is being rebuilt")
         if not path:
-            raise TableError("NotOwner", f"range {rid} is not open here")
+            raise TableError("NotPrimary", f"range {rid} is not open here")
         try:
             store = RangeStore.open(os.path.join(self.data_dir, path), create=False, **self.store_kw)
         except Exception as exc:
-            raise TableError("NotOwner", f"no copy of range {rid} here: {exc}") from None
+            raise TableError("NotPrimary", f"no copy of range {rid} here: {exc}") from None
         try:
             applied_epoch, seq = store.position()
         finally:

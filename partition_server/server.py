@@ -17,7 +17,7 @@ a deposed leader can neither renew a lease nor command a range.
 
 Fencing: every data request checks the lease first. When the lease lapses (the coordinator is
 unreachable, or this process was paused), the server closes every range store and answers
-``NotOwner`` until the coordinator assigns ranges again — a paused server that wakes up never serves
+``NotPrimary`` until the coordinator assigns ranges again — a paused server that wakes up never serves
 or writes a single request with a stale lease.
 
 The loop waits on both sockets only while a heartbeat answer is due (normally for the millisecond
@@ -232,7 +232,7 @@ class PartitionServer:
         op = req["op"]
         if op in DATA_OPS:
             if not (time.monotonic() < self.lease_until or self.lease_valid()):
-                raise TableError("NotOwner", f"{self.server_id} holds no lease")
+                raise TableError("NotPrimary", f"{self.server_id} holds no lease")
             return self.ranges.data(op, req, self._nbytes)
         if op in RangeSet.CONTROL_OPS:
             self._authorize(peer, "control", op)

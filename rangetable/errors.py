@@ -101,7 +101,7 @@ _CODES = [
     ErrorCode("OperationTimedOut", 500, "The operation could not be completed within the permitted time.", True),
     ErrorCode("InternalError", 500, "The server encountered an internal error. Please retry the request.", True),
     # Internal routing answers between frontends and partition servers; never shown to clients.
-    ErrorCode("NotOwner", 503, "The partition server does not serve this range at this epoch.", True),
+    ErrorCode("NotPrimary", 503, "The partition server does not serve this range at this epoch.", True),
     ErrorCode("RangeBusy", 503, "The range is offline for a move, split or merge.", True),
     ErrorCode("NotLeader", 503, "This coordinator is a standby or was deposed; ask the leader.", True),
 ]

@@ -203,7 +203,7 @@ class RangeGetRequest(TypedDict):
 
 
 class RangeWriteRequest(TypedDict):
-    """Sent by a frontend to the owner of the key's range; answered with the entity written (or None)."""
+    """Sent by a frontend to the primary of the key's range; answered with the entity written (or None)."""
 
     op: Literal["write"]
     range: str
@@ -213,7 +213,7 @@ class RangeWriteRequest(TypedDict):
 
 
 class RangeBatchRequest(TypedDict):
-    """Sent by a frontend to the owner of the partition's range."""
+    """Sent by a frontend to the primary of the partition's range."""
 
     op: Literal["batch"]
     range: str
@@ -225,7 +225,7 @@ class RangeBatchRequest(TypedDict):
 
 class ScanRequest(TypedDict):
     """A page of a range's keys in ``[lo, hi)`` (and then in each of ``spans``, further spans of the
-    range in key order): sent by a frontend to the range's owner."""
+    range in key order): sent by a frontend to the range's primary."""
 
     op: Literal["scan"]
     range: str
@@ -258,11 +258,10 @@ class RangeRecord(TypedDict):
     high: str | None  # None: to the end of the key space
     epoch: int
     path: str
-    owner: NotRequired[str | None]  # in the map, not in control commands
+    primary: NotRequired[str | None]  # the server that serves it (in the map; in control commands, of a replicated range only)
     state: NotRequired[str]  # "serving" or the operation holding the range (in the map)
     replicas: NotRequired[list[str]]  # a replicated range: the servers holding a copy (primary included) …
-    insync: NotRequired[list[str]]  # … those every acknowledged write has reached …
-    primary: NotRequired[str]  # … (in control commands) which of them leads …
+    insync: NotRequired[list[str]]  # … those every acknowledged write has reached (one of them the primary) …
     min_insync: NotRequired[int]  # … how many must be in sync for a write …
     peers: NotRequired[dict[str, str]]  # … each replica's replication endpoint …
     dropped: NotRequired[list[str]]  # … followers just dropped from the in-sync set (no longer joining) …
@@ -304,7 +303,7 @@ class UnloadCommand(TypedDict):
 
 class RangeCommand(TypedDict):
     """``prepare`` (flush before a move or split) or ``split_key`` (a key near the median): sent by the
-    coordinator to the range's owner."""
+    coordinator to the range's primary."""
 
     op: Literal["prepare", "split_key"]
     range: str
@@ -325,7 +324,7 @@ class SealCommand(TypedDict):
 
 
 class SplitCommand(TypedDict):
-    """Sent by the coordinator to the owner of ``range``: write both halves, cut at ``key``."""
+    """Sent by the coordinator to the primary of ``range``: write both halves, cut at ``key``."""
 
     op: Literal["split"]
     range: str
@@ -340,7 +339,7 @@ class SplitCommand(TypedDict):
 
 
 class MergeCommand(TypedDict):
-    """Sent by the coordinator to the owner of two adjacent ranges: write them as ``out``."""
+    """Sent by the coordinator to the primary of two adjacent ranges: write them as ``out``."""
 
     op: Literal["merge"]
     left: RangeRecord

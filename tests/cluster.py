@@ -145,19 +145,19 @@ class Cluster:
         raise AssertionError(f"timed out waiting for {what}: {last}")
 
     def check_map(self) -> list[str]:
-        """Violations of the map invariants, plus ranges without a live serving owner."""
+        """Violations of the map invariants, plus ranges without a live serving primary."""
         from coordinator.map.partition_map import PartitionMap
 
         st = self.status()
         problems = PartitionMap.from_snapshot(st).check()
         alive = {s["id"] for s in st["servers"] if s["alive"]}
         for r in st["ranges"]:
-            if r["state"] != "serving" or r["owner"] not in alive:
-                problems.append(f"range {r['id']} is {r['state']} on {r['owner']}")
+            if r["state"] != "serving" or r["primary"] not in alive:
+                problems.append(f"range {r['id']} is {r['state']} on {r['primary']}")
             else:
-                loaded = next(s for s in st["servers"] if s["id"] == r["owner"]).get("load", {})
+                loaded = next(s for s in st["servers"] if s["id"] == r["primary"]).get("load", {})
                 if r["id"] not in loaded:
-                    problems.append(f"range {r['id']} is not open on {r['owner']}")
+                    problems.append(f"range {r['id']} is not open on {r['primary']}")
         return problems
 
     def wait_map(self, timeout: float = 20.0, what: str = "a valid, fully served map") -> None:

@@ -10,7 +10,7 @@ on the seeded map and ``frontends`` real frontend processes fetch it. Measured, 
 * (the balancer runs as usual, but with merges off: the seeded ranges are small and idle, and the
   map should keep its size while it is measured);
 * **split**: one split by the coordinator (prepare, split, commit, load, destroy against the
-  simulated owner); the bytes published for it and the time until all frontends have the map
+  simulated primary); the bytes published for it and the time until all frontends have the map
   version that holds it;
 * **memory**: each frontend's RSS with the whole map, and the coordinator's;
 * **failover**: one server is killed; the time until the coordinator declared it dead, and until
@@ -48,7 +48,7 @@ def range_layout(servers: int, ranges: int) -> tuple[list[str], list[dict]]:
     for j in range(ranges):
         rid = f"r{j + 1:06d}"
         recs.append({"id": rid, "table": TABLE, "low": "" if j == 0 else f"k{j:07d}",
-                     "high": None if j == ranges - 1 else f"k{j + 1:07d}", "owner": sids[j * servers // ranges],
+                     "high": None if j == ranges - 1 else f"k{j + 1:07d}", "primary": sids[j * servers // ranges],
                      "epoch": 1, "path": f"ranges/{rid}", "state": "serving"})
     return sids, recs
 
@@ -103,7 +103,7 @@ class Bench:
         self.procs: list[subprocess.Popen] = []
         self.sim_procs: list[subprocess.Popen] = []
         self.sim_idents: list[bytes] = []
-        self.owner_of_sim: dict[str, bytes] = {}
+        self.primary_of_sim: dict[str, bytes] = {}
         self._ids = 0
 
     # --- sockets and processes ------------------------------------------------------------------
@@ -165,7 +165,7 @@ class Bench:
         control = self.control.getsockopt_string(zmq.LAST_ENDPOINT)
         owned: dict[str, list] = {s: [] for s in sids}
         for r in recs:
-            owned[r["owner"]].append([r["id"], 1])
+            owned[r["primary"]].append([r["id"], 1])
         for k in range(self.n_sims):
             mine = sids[k::self.n_sims]
             spec = {"coordinator": self.coordinator, "control": control, "keys_dir": self.keys_dir,
@@ -184,7 +184,7 @@ class Bench:
             if kind == b"ready":
                 self.sim_idents.append(ident)
                 for sid in protocol.unpack(body):
-                    self.owner_of_sim[sid] = ident
+                    self.primary_of_sim[sid] = ident
         self.coord_proc = self._spawn("coordinator", ["-m", "cli.main", "coordinator", "--data-dir", data,
                                                       "--bind", self.coordinator, "--pub-bind", pub,
                                                       "--startup-grace-s", "300", "--keys-dir", self.keys_dir])
@@ -359,11 +359,11 @@ class Bench:
 
     def measure_failover(self) -> dict:
         """Kill one simulated server; time until it is declared dead and until all its ranges serve
-        elsewhere (each answered ``load`` on its new owner)."""
+        elsewhere (each answered ``load`` on its new primary)."""
         st = self.request(self.coordinator, {"op": "servers"}, timeout=30)
         victim = max((s for s in st["servers"] if s["alive"]), key=lambda s: (s["ranges"], s["id"]))["id"]
         self.sim_stats()
-        killed = self._sim_call(self.owner_of_sim[victim], {"op": "kill", "server": victim})
+        killed = self._sim_call(self.primary_of_sim[victim], {"op": "kill", "server": victim})
         lost = set(killed["ranges"])
         loaded: dict[str, list] = {}
         deadline = time.monotonic() + 60

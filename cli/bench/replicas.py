@@ -116,7 +116,7 @@ def run_setting(replicas: int, *, seconds: float, interval: float, threads: int,
         parts = table_partitions(bulk)
         table = f"benchrepl{uuid.uuid4().hex[:8]}"
         ranges = spread_table(coord, native, table, split_keys(parts))
-        primaries = sorted({r["owner"] for r in ranges})
+        primaries = sorted({r["primary"] for r in ranges})
         echo(f"replicas {replicas}: table {table}, {len(ranges)} ranges of {parts // RANGES} PartitionKeys, "
              f"primaries on {', '.join(primaries)}; {threads} threads upserting distinct rows for {seconds:g} s")
         ps, fe = server_pids(doc, ("partition-server",)), server_pids(doc, ("frontend",))
@@ -177,12 +177,12 @@ def run_rebuild(rebuild_mb_s: float, mb: float, timeout: float, echo: Echo) -> d
         load_s = time.monotonic() - t0
         st = call(coord, {"op": "status"})
         rec = next(r for r in st["ranges"] if r["table"] == table)
-        size = dir_bytes(os.path.join(root, "servers", rec["owner"], rec["path"]))
-        victim = next(s for s in rec["replicas"] if s != rec["owner"])
+        size = dir_bytes(os.path.join(root, "servers", rec["primary"], rec["path"]))
+        victim = next(s for s in rec["replicas"] if s != rec["primary"])
         info = next(s for s in st["servers"] if s["id"] == victim)
         rate = f"{rebuild_mb_s:g} MB/s" if rebuild_mb_s > 0 else "no limit"
         echo(f"re-replication ({rate}): range {rec['id']} of {rows:,} rows, {size / 1e6:.0f} MB on its primary "
-             f"{rec['owner']} (loaded in {load_s:.1f} s); killing follower {victim} and deleting its directory")
+             f"{rec['primary']} (loaded in {load_s:.1f} s); killing follower {victim} and deleting its directory")
         victim_dir = os.path.join(root, "servers", victim)
         last = call(coord, {"op": "events", "limit": 1})
         seq = last[-1]["seq"] if last else 0

@@ -308,8 +308,8 @@ def run_scale(doc: dict, data_dir: str, *, entities: int = 10_000_000, moves: in
     res["big_range_mib"] = round(big["bytes"] / MiB, 1)
     offs = []
     for _ in range(moves):
-        owner = table_ranges(coord, name)[0]["owner"]
-        target = next(s for s in servers if s != owner)
+        primary = table_ranges(coord, name)[0]["primary"]
+        target = next(s for s in servers if s != primary)
         offs.append(call(coord, {"op": "move", "range": big["id"], "server": target}, timeout=120)["offline_ms"])
     res["moves"] = offline_stats(offs)
     echo(f"moves of the {res['big_range_mib']:,.0f} MiB range: {res['moves']}")

@@ -196,8 +196,8 @@ def run_capacity_bench(doc: dict, reserve: int, seconds: float, interval: float,
         call(native, {"op": "create_table", "table": t}, timeout=60)
         _split_four(coord, t)
         call(native, {"op": "set_table", "table": t, "settings": {"writes": reserve}}, timeout=60)
-    owners = {r["owner"] for r in call(coord, {"op": "status"})["ranges"] if r["table"] in (a, b)}
-    echo(f"tables {a} and {b}: 4 ranges each on {len(owners)} servers, each reserved at {reserve} writes/s; "
+    primaries = {r["primary"] for r in call(coord, {"op": "status"})["ranges"] if r["table"] in (a, b)}
+    echo(f"tables {a} and {b}: 4 ranges each on {len(primaries)} servers, each reserved at {reserve} writes/s; "
          "load: 70/20/7/3 % over the ranges, offered above the reservation")
     rnd = random.Random(7)
     w = Writer(native)

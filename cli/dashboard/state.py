@@ -25,7 +25,7 @@ MAX_EVENTS = 200  # recent coordinator events kept for the page
 
 
 def state_view(status: Mapping[str, Any], lease_s: float) -> dict[str, Any]:
-    """Servers (alive, lease, load, what each holds as primary and as follower) and ranges (owner, state,
+    """Servers (alive, lease, load, what each holds as primary and as follower) and ranges (primary, state,
     size, load) of a status answer.
 
     A server holds its lease when it is alive and its last heartbeat is younger than ``lease_s``
@@ -37,7 +37,7 @@ def state_view(status: Mapping[str, Any], lease_s: float) -> dict[str, Any]:
     for r in status.get("ranges", []):
         ld = loads.get(r["id"])
         ranges.append({
-            "id": r["id"], "table": r["table"], "low": r["low"], "high": r["high"], "owner": r.get("owner"),
+            "id": r["id"], "table": r["table"], "low": r["low"], "high": r["high"], "primary": r.get("primary"),
             "epoch": r.get("epoch"), "state": r.get("state"), "reported": ld is not None,
             "entities": int((ld or {}).get("entities", 0) or 0), "bytes": int((ld or {}).get("bytes", 0) or 0),
             "reads_s": float((ld or {}).get("reads_s", 0.0)), "writes_s": float((ld or {}).get("writes_s", 0.0)),

@@ -130,7 +130,7 @@ def _fault(kind: str, rnd: random.Random, data_dir: str, coord: str, table: str,
             res = call(coord, {"op": "split", "range": r["id"]}, timeout=10)
             return f"split {r['id']} at {res['key']!r}"
         if kind == "move":  # of a replicated range: a leadership transfer, to an in-sync replica
-            pool = [s for s in r.get("insync") or servers if s != r["owner"]]
+            pool = [s for s in r.get("insync") or servers if s != r["primary"]]
             target = rnd.choice(pool or servers)
             call(coord, {"op": "move", "range": r["id"], "server": target}, timeout=10)
             return f"move {r['id']} to {target}"
@@ -204,7 +204,7 @@ def run_chaos(data_dir: str, *, seed: int, duration: float = 40.0, interval: flo
             snap = call(coord, {"op": "status"}, timeout=2)
             alive = {s["id"] for s in snap["servers"] if s["alive"]}
             converged = not PartitionMap.from_snapshot(snap).check() and all(
-                r["state"] == "serving" and r["owner"] in alive for r in snap["ranges"])
+                r["state"] == "serving" and r["primary"] in alive for r in snap["ranges"])
         except TableError:
             pass
         time.sleep(0.2)

@@ -27,7 +27,7 @@ REPL_FAULTS = ("wipe_ps", "pause_replica")  # added when the cluster keeps N >= 
 
 def replica_count(ranges: list[dict]) -> int:
     """The copies each of ``ranges`` keeps (the fewest; 1 for an unreplicated cluster)."""
-    return min((len(r.get("replicas") or [r.get("owner")]) for r in ranges), default=1)
+    return min((len(r.get("replicas") or [r.get("primary")]) for r in ranges), default=1)
 
 
 def holders(rec: dict, live: dict[str, str], wiped: dict[str, str]) -> list[str]:
@@ -42,7 +42,7 @@ def safe_to_wipe(status: dict, victim: str, wiped: dict[str, str]) -> str | None
     otherwise the reason not to (the first range that would lose its last copy)."""
     live = {s["id"]: str(s.get("incarnation")) for s in status["servers"] if s["alive"]}
     for r in status["ranges"]:
-        if victim not in r.get("replicas", []) and victim != r.get("owner"):
+        if victim not in r.get("replicas", []) and victim != r.get("primary"):
             continue
         others = [s for s in holders(r, live, wiped) if s != victim]
         if not others:
@@ -114,9 +114,9 @@ class ReplicaFaults:
         if not ranges:
             return "pause_replica: no range"
         r = rnd.choice(ranges)
-        followers = [s for s in r.get("replicas", []) if s != r["owner"]]
+        followers = [s for s in r.get("replicas", []) if s != r["primary"]]
         role = "primary" if not followers or rnd.random() < 0.5 else "follower"
-        victim = r["owner"] if role == "primary" else rnd.choice(followers)
+        victim = r["primary"] if role == "primary" else rnd.choice(followers)
         pid = self.pid_of(victim)
         if not pid or not self.pid_alive(pid):
             return f"pause_replica: {victim} not running"

@@ -73,7 +73,7 @@ def run_disk_loss_drill(data_dir: str, *, server: str | None = None, duration: f
                                    "directory (`rangetable up --replicas N` puts one per server there)")
     loaded = preload(native, table, preload_mb) if preload_mb > 0 else 0
     say(f"table {table}: {len(ranges)} range(s), {n} replicas each; victim {victim} (pid {info['pid']}) is primary "
-        f"of {sum(r['owner'] == victim for r in ranges)}; seed {seed}" + (f"; preloaded {loaded / 1e6:.1f} MB" if loaded else ""))
+        f"of {sum(r['primary'] == victim for r in ranges)}; seed {seed}" + (f"; preloaded {loaded / 1e6:.1f} MB" if loaded else ""))
     wl = Workload(native, table, threads=threads, seed=seed, history_dir=os.path.join(data_dir, "histories"), rate=rate)
     wl.start()
     warmup = min(2.0, duration / 4)
@@ -107,7 +107,7 @@ def run_disk_loss_drill(data_dir: str, *, server: str | None = None, duration: f
     per_range = []
     for r in ranges:
         rid = r["id"]
-        per_range.append({"range": rid, "low": r["low"], "high": r["high"], "primary_before": r["owner"],
+        per_range.append({"range": rid, "low": r["low"], "high": r["high"], "primary_before": r["primary"],
                           **served[rid], "lost_copy_dropped_s": watch.lost_seen.get(rid),
                           "min_insync": watch.min_insync[rid], "restored": in_time.get(rid),
                           "promotions": [{k: e.get(k) for k in ("target", "epoch", "duration_ms", "reason")}

@@ -41,21 +41,21 @@ class Prober(threading.Thread):
             time.sleep(0.05)
 
 
-def most_owned(ranges: list[dict]) -> str:
-    """The server that is owner (primary) of most of ``ranges`` (the first by name on a tie)."""
+def busiest_primary(ranges: list[dict]) -> str:
+    """The server that is primary of most of ``ranges`` (the first by name on a tie)."""
     owned: dict[str, int] = {}
     for r in ranges:
-        owned[r["owner"]] = owned.get(r["owner"], 0) + 1
+        owned[r["primary"]] = owned.get(r["primary"], 0) + 1
     return max(sorted(owned), key=lambda s: owned[s])
 
 
 def pick_victim(coordinator: str, ranges: list[dict], server: str | None = None) -> tuple[str, dict]:
-    """The partition server a drill breaks: ``server``, or the owner (primary) of most of ``ranges``; with its
+    """The partition server a drill breaks: ``server``, or the primary of most of ``ranges``; with its
     entry of the coordinator's status. ClickException when it is not alive."""
     import click
 
     st = call(coordinator, {"op": "status"})
-    victim = server or most_owned(ranges)
+    victim = server or busiest_primary(ranges)
     info = next((s for s in st["servers"] if s["id"] == victim), None)
     if info is None or not info["alive"] or not info.get("pid"):
         raise click.ClickException(f"partition server {victim} is not alive")

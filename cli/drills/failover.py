@@ -76,14 +76,14 @@ def run_failover_drill(data_dir: str, *, mode: str = "kill", server: str | None 
     table = f"drill{int(time.time() * 1000) % 10**9}"
     ranges = prepare_table(coord, native, table)
     victim, info = pick_victim(coord, ranges, server)
-    watched = [r for r in ranges if r["owner"] == victim]
+    watched = [r for r in ranges if r["primary"] == victim]
     say(f"table {table}: {len(ranges)} ranges; victim {victim} (pid {info['pid']}) owns {len(watched)}; seed {seed}")
     wl = Workload(native, table, threads=threads, seed=seed, history_dir=os.path.join(data_dir, "histories"), rate=rate)
     wl.start()
     warmup = min(2.0, duration / 4)
     time.sleep(warmup)
     since = last_event_seq(coord)
-    watched = [r for r in table_ranges(coord, table) if r["owner"] == victim]  # the balancer may have moved some
+    watched = [r for r in table_ranges(coord, table) if r["primary"] == victim]  # the balancer may have moved some
     t0, kill_wall = time.monotonic(), time.time()
     os.kill(info["pid"], signal.SIGKILL if mode == "kill" else signal.SIGSTOP)
     say(f"{'killed' if mode == 'kill' else 'paused'} {victim} (pid {info['pid']}), primary of {len(watched)} "
@@ -117,7 +117,7 @@ def run_failover_drill(data_dir: str, *, mode: str = "kill", server: str | None 
     report = {
         "drill": "failover", "mode": mode, "seed": seed, "table": table, "victim": victim,
         "victim_pid": info["pid"], "ranges_on_victim": len(watched),
-        "replicas": max((len(r.get("replicas") or [r["owner"]]) for r in ranges), default=1),
+        "replicas": max((len(r.get("replicas") or [r["primary"]]) for r in ranges), default=1),
         "timeline_s": {"killed": 0.0, "coordinator_noticed": noticed, "noticed_how": noticed_how,
                        "all_ranges_served": served, "per_range_served": prober.served,
                        "never_served": sorted(prober.pending)},

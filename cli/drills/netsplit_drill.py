@@ -222,7 +222,7 @@ class Drill:
             if st is not None:
                 alive = {s["id"] for s in st["servers"] if s["alive"]}
                 if not PartitionMap.from_snapshot(st).check() and all(
-                        r["state"] == "serving" and r["owner"] in alive for r in st["ranges"]):
+                        r["state"] == "serving" and r["primary"] in alive for r in st["ranges"]):
                     return round(time.monotonic() - since, 3)
             time.sleep(0.1)
         return None

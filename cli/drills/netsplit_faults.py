@@ -17,12 +17,12 @@ from collections.abc import Callable
 from typing import Any
 
 from cli.coordinator_client import call
-from cli.drills.drill_table import Prober, most_owned
+from cli.drills.drill_table import Prober, busiest_primary
 from cli.drills.netsplit_drill import Drill, FenceProbe
 from cli.drills.netsplit_hosts import COORDINATORS, ETCD, PORTS
 from cli.drills.netsplit_report import (
     ack_times,
-    acked_while_owned,
+    acked_while_primary,
     fence_summary,
     first_after,
     in_ranges,
@@ -67,8 +67,8 @@ def primary(d: Drill) -> dict:
     """Cut the partition server that is primary of most of the table's ranges; it must fence itself by its
     lease, its ranges must be served elsewhere, and it must rejoin and catch up once healed."""
     table, ranges, client = d.start_table()
-    victim = most_owned(ranges)
-    watched = [r for r in ranges if r["owner"] == victim]
+    victim = busiest_primary(ranges)
+    watched = [r for r in ranges if r["primary"] == victim]
     rng = watched[0]
     pk = (rng["low"] or "a") + "~fence"
     if not in_ranges(pk, [rng]):
@@ -78,16 +78,16 @@ def primary(d: Drill) -> dict:
     t_cut = d.cut(victim)
     prober = Prober(d.s.natives[0], table, watched, t_cut)
     prober.start()
-    owned_until = {r["id"]: t_cut for r in watched}  # range id -> the last time the map named the victim its primary
+    primary_until = {r["id"]: t_cut for r in watched}  # range id -> the last time the map named the victim its primary
     while time.monotonic() - t_cut < d.fault_seconds:
-        # A map that names the victim was the map at some instant after the question was asked, and the owner
+        # A map that names the victim was the map at some instant after the question was asked, and the primary
         # changes once: so the victim surely owned the range when the question was asked, not when the answer
         # came (a slow answer would count the new primary's acknowledgements as the cut server's).
         asked = time.monotonic()
         st = d.status(0.5)
         for r in (st or {}).get("ranges", []):
-            if r["id"] in owned_until and r["owner"] == victim:
-                owned_until[r["id"]] = asked
+            if r["id"] in primary_until and r["primary"] == victim:
+                primary_until[r["id"]] = asked
         time.sleep(0.1)
     rounds = probe.finish()
     t_heal = d.heal(victim)
@@ -95,7 +95,7 @@ def primary(d: Drill) -> dict:
     prober.stop.set()
     row, res, t_end = _settle_and_finish(d, "primary", victim, ranges, client, t_cut, t_heal)
     served = max(prober.served.values()) if prober.served and not prober.pending else None
-    late = acked_while_owned(res["acks"], watched, owned_until, t_cut + d.lease_s)
+    late = acked_while_primary(res["acks"], watched, primary_until, t_cut + d.lease_s)
     return {**row, "ranges_on_target": len(watched), "fence": fence_summary(rounds, t_cut, d.lease_s),
             "acked_by_cut_server": len(late), "served_after_cut_s": served,
             "served_after_lease_s": None if served is None else round(max(0.0, served - d.lease_s), 3),
@@ -110,10 +110,10 @@ def follower(d: Drill) -> dict:
     st = d.status(5.0) or {}
     mine = [r for r in st.get("ranges", []) if r["table"] == table]
     servers = sorted({x for r in mine for x in r.get("replicas", [])})
-    count = {s: sum(s in r.get("replicas", []) and s != r["owner"] for r in mine) for s in servers}
-    victim = max(sorted(count), key=lambda s: (count[s], -sum(r["owner"] == s for r in mine)))
+    count = {s: sum(s in r.get("replicas", []) and s != r["primary"] for r in mine) for s in servers}
+    victim = max(sorted(count), key=lambda s: (count[s], -sum(r["primary"] == s for r in mine)))
     for r in mine:
-        if r["owner"] == victim:
+        if r["primary"] == victim:
             to = next(s for s in r.get("insync", []) if s != victim)
             d.until(lambda r=r, to=to: call(d.s.coordinator, {"op": "move", "range": r["id"], "server": to},
                                           timeout=30), f"moving {r['id']}'s primary off {victim}", 60.0)
@@ -125,7 +125,7 @@ def follower(d: Drill) -> dict:
     t_heal = d.heal(victim)
     rejoined, caught_up = _rejoined(d, victim, table, t_heal)
     row, _res, _t = _settle_and_finish(d, "follower", victim, ranges, client, t_cut, t_heal)
-    return {**row, "ranges_followed": len(followed), "primaries_on_target": sum(r["owner"] == victim for r in ranges),
+    return {**row, "ranges_followed": len(followed), "primaries_on_target": sum(r["primary"] == victim for r in ranges),
             "rejoined_after_heal_s": rejoined, "caught_up_after_heal_s": caught_up}
 
 
@@ -242,7 +242,7 @@ def host_lost(d: Drill) -> dict:
     table, ranges, client = d.start_table()
     st = d.status(5.0) or {}
     ranges = [r for r in st.get("ranges", []) if r["table"] == table] or ranges
-    victim = most_owned(ranges)
+    victim = busiest_primary(ranges)
     info = next(s for s in st["servers"] if s["id"] == victim)
     n = min(len(r.get("replicas", [])) for r in ranges)
     t_cut = d.cut(victim)

@@ -34,13 +34,13 @@ def in_ranges(pk: str, ranges: list[dict]) -> bool:
     return any((r.get("low") or "") <= pk and (r.get("high") is None or pk < r["high"]) for r in ranges)
 
 
-def acked_while_owned(acks: list[list], ranges: list[dict], owned_until: dict[str, float], since: float) -> list[float]:
+def acked_while_primary(acks: list[list], ranges: list[dict], primary_until: dict[str, float], since: float) -> list[float]:
     """Times of acknowledged writes ``[t, endpoint, pk]`` after ``since`` into a range of ``ranges`` while the map
-    still named the cut server its primary (``owned_until``: range id → the last time it did): the writes the
+    still named the cut server its primary (``primary_until``: range id → the last time it did): the writes the
     cut server may have acknowledged after its lease. Judged per range: once one range is served elsewhere,
     its writes are the new primary's, whatever the cut server's other ranges still show."""
     return [t for t, _ep, pk in acks for r in ranges
-            if in_ranges(pk, [r]) and since < t <= owned_until.get(r["id"], since)]
+            if in_ranges(pk, [r]) and since < t <= primary_until.get(r["id"], since)]
 
 
 def ack_times(acks: list[list], *, endpoint: str | None = None, ranges: list[dict] | None = None) -> list[float]:

@@ -272,7 +272,7 @@ class Workload:
     def sabotage(self, kind: str) -> str:
         """Break the store behind the workload's back (the history does not see it); returns what it did.
 
-        ``rogue-write``: write a value no recorded operation wrote to one key, as a deposed owner
+        ``rogue-write``: write a value no recorded operation wrote to one key, as a deposed primary
         applying a stale write would (reads of it cannot be linearized). ``lost-write``: delete an
         acknowledged key, as a lost WAL would (call it after :meth:`stop`: the check finds it missing).
         """

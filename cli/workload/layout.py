@@ -36,7 +36,7 @@ def primary_targets(ranges: list[dict], servers: list[str]) -> dict[str, str]:
     primaries = {sid: 0 for sid in servers}
     out: dict[str, str] = {}
     for i, r in enumerate(ranges):
-        choices = [x for x in r.get("insync", servers) if x in primaries] or [r["owner"]]
+        choices = [x for x in r.get("insync", servers) if x in primaries] or [r["primary"]]
         want = servers[i % len(servers)]
         to = want if want in choices else min(choices, key=lambda x: (primaries.get(x, 0), x))
         primaries[to] = primaries.get(to, 0) + 1
@@ -53,7 +53,7 @@ def spread_primaries(coordinator: str, table: str, timeout: float = 60.0) -> lis
         servers = sorted(s["id"] for s in call(coordinator, {"op": "status"})["servers"] if s["alive"])
         ranges = table_ranges(coordinator, table)
         targets = primary_targets(ranges, servers)
-        moves = [(r["id"], targets[r["id"]]) for r in ranges if r["owner"] != targets[r["id"]]]
+        moves = [(r["id"], targets[r["id"]]) for r in ranges if r["primary"] != targets[r["id"]]]
         if not moves:
             return ranges
         try:

@@ -127,7 +127,7 @@ class SimServer:
             return None
         if op == "ping":
             return {"server": self.id, "lease": time.monotonic() < self.lease_until}
-        raise TableError("NotOwner", f"{self.id} is simulated and serves no data")
+        raise TableError("NotPrimary", f"{self.id} is simulated and serves no data")
 
     def close(self) -> None:
         """Fall silent like a killed process: both sockets closed."""
@@ -159,12 +159,12 @@ class SimProcess:
 
     def _rebuild(self) -> None:
         self.items = [(self.control, _POLLIN)]
-        self.owner: dict[Any, tuple[SimServer, bool]] = {}
+        self.primary: dict[Any, tuple[SimServer, bool]] = {}
         for s in self.servers.values():
             if s.alive:
                 self.items += [(s.router, _POLLIN), (s.coord, _POLLIN)]
-                self.owner[s.router] = (s, True)
-                self.owner[s.coord] = (s, False)
+                self.primary[s.router] = (s, True)
+                self.primary[s.coord] = (s, False)
 
     def _on_control(self, req: dict) -> Any:
         op = req["op"]
@@ -208,7 +208,7 @@ class SimProcess:
                     heapq.heappush(due, (max(t + s.heartbeat_s, now), sid))
             timeout = max(0, int((due[0][0] - time.monotonic()) * 1000) + 1) if due else 100
             for sock, _ in zmq_poll(self.items, timeout):
-                if sock is self.control or sock in self.owner:  # not closed by a kill just now
+                if sock is self.control or sock in self.primary:  # not closed by a kill just now
                     self._drain(sock)
 
     def _drain(self, sock: zmq.Socket) -> None:
@@ -220,7 +220,7 @@ class SimProcess:
                 if self.stopping:
                     return
                 continue
-            s, is_router = self.owner[sock]
+            s, is_router = self.primary[sock]
             if not is_router:
                 rtt = s.on_heartbeat_reply(frames, time.monotonic())
                 if rtt is not None:

@@ -117,7 +117,7 @@ class LoadHistory:
 
     def current_until(self, rid: str) -> float | None:
         """Until when the range's latest report is known to hold: its time, or the last heartbeat
-        of the server that sent it (a range that moved is reported by its new owner at once)."""
+        of the server that sent it (a range that moved is reported by its new primary at once)."""
         last = self.latest(rid)
         if last is None:
             return None

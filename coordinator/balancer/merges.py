@@ -40,7 +40,7 @@ def plan_merges(views: list[RangeView], loads: dict[str, float], rd: Round, budg
         rs, i = tables[name], 0
         while i + 1 < len(rs) and len(out) < st.max_merges_per_round:
             a, b = rs[i], rs[i + 1]
-            oa, ob = a.rec["owner"], b.rec["owner"]
+            oa, ob = a.rec["primary"], b.rec["primary"]
             if not _mergeable(a, b, rd) or (oa != ob and budget <= 0):
                 i += 1
                 continue

@@ -18,7 +18,7 @@ def plan_moves(views: list[RangeView], loads: dict[str, float], rd: Round, budge
         gap = loads[hot] - loads[cold]
         if loads[hot] <= st.server_imbalance * mean or gap < st.move_min_rps or gap <= 0:
             break
-        cands = [v for v in views if v.eligible and v.rec["owner"] == hot and v.id not in rd.acted
+        cands = [v for v in views if v.eligible and v.rec["primary"] == hot and v.id not in rd.acted
                  and 0 < v.score < gap and not rd.recently("move", v.id, st.move_cooldown_s)
                  and ("replicas" not in v.rec or cold in v.rec["insync"])]  # a primary moves to an in-sync replica
         if not cands:

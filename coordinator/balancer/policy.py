@@ -20,7 +20,7 @@ latest report is the current load. A server's load is the sum of the current
 loads of the ranges the *map* gives it (not its last report), so a move counts at once and does
 not make the next round move again.
 
-**Eligible ranges.** Only ranges in state ``serving`` whose owner is live are acted on; ranges of
+**Eligible ranges.** Only ranges in state ``serving`` whose primary is live are acted on; ranges of
 a dead server belong to failover, ranges in a move/split/merge to the operation holding them.
 At most one action per range per round (a merge names two ranges and takes both).
 
@@ -49,7 +49,7 @@ Rules, in the order they are applied (defaults in brackets):
    Warnings 2 and 3 are repeated at most every ``warn_interval_s`` [60 s] per range (``recent``);
    while a warning is suppressed the range is neither load-split nor warned, only rule 4 applies.
 4. **Size split** [split_size_bytes 256 MiB]. A range whose last report says ``bytes`` ≥
-   ``split_size_bytes`` is split at its data median (key None: the owner finds it). TiKV's region
+   ``split_size_bytes`` is split at its data median (key None: the primary finds it). TiKV's region
    split size is 256 MiB since v8.4, HBase's first split 256 MB (§2, §4).
    Splits per round are capped at ``max_splits_per_round`` [2], hottest (then largest) first: WAS
    picks "a small number" to split per 15 s pass (§1).
@@ -62,14 +62,14 @@ Rules, in the order they are applied (defaults in brackets):
    overloaded server "first sheds a range that was recently split off it" (§1). CockroachDB
    rebalances a store 25 % above the mean (§5). A range moved within ``move_cooldown_s`` is not
    moved again; moves in flight plus moves planned never exceed ``max_concurrent_moves`` (PD's
-   schedule limits, §4). Never to a dead server, never to the owner.
+   schedule limits, §4). Never to a dead server, never to the primary.
 6. **Merge** [merge_cold_rps 5/s, merge_max_bytes 32 MiB, merge_cooldown_s 60 s,
    max_merges_per_round 1]. Two adjacent ranges of one table (left.high == right.low), both
    eligible, both cold (score < ``merge_cold_rps`` in every report of the last ``merge_cooldown_s``
    (at least the stale bound), and reported for that long), together < ``merge_max_bytes``, and
    both older than ``merge_cooldown_s`` since their creation, split or merge, are merged (the
    range is the left one; ``key`` is the boundary that disappears, ``target`` the server that will hold the
-   result: the common owner, else the less loaded one). If they sit on different servers the
+   result: the common primary, else the less loaded one). If they sit on different servers the
    coordinator moves one first, so that merge uses one unit of the move budget. Anti-flapping:
    TiKV blocks merges for 1 h after a split (merge < 54 MiB), CockroachDB for 5 min after a load
    split (merge < 128 MiB), FoundationDB never merges a shard writing > 100 KB/s (§4, §5, §7). The
@@ -127,7 +127,7 @@ def plan_actions(
         # no report in the window but a heartbeat confirmed the latest one: it still holds
         score = (avg if avg is not None else last.score) if fresh and last is not None else 0.0
         size = int(last.load.get("bytes", 0) or 0) if last is not None else 0
-        eligible = r.get("state", "serving") == "serving" and r.get("owner") in live_set and not r.get("move")
+        eligible = r.get("state", "serving") == "serving" and r.get("primary") in live_set and not r.get("move")
         views.append(RangeView(r, score, size, fresh, eligible, last is not None and last.score > settings.hot_rps))
     out: list[Action] = []
     if settings.split:
@@ -135,8 +135,8 @@ def plan_actions(
     budget = settings.max_concurrent_moves - in_flight
     loads = {s: 0.0 for s in live}
     for v in views:
-        if v.rec.get("owner") in loads:
-            loads[v.rec["owner"]] += v.score
+        if v.rec.get("primary") in loads:
+            loads[v.rec["primary"]] += v.score
     if settings.move:
         moves = plan_moves(views, loads, rd, budget)
         budget -= len(moves)

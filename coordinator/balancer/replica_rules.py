@@ -66,7 +66,7 @@ def plan_replica_moves(views: list[RangeView], live: list[str], zones: dict[str,
             cands = [v for v in views if _movable(v, rd) and hot in v.rec["replicas"]
                      and cold not in v.rec["replicas"] and not zone_clash(v.rec, hot, cold, zones)]
             if cands:
-                best = min(cands, key=lambda v: (v.rec["owner"] == hot, v.bytes, v.order))
+                best = min(cands, key=lambda v: (v.rec["primary"] == hot, v.bytes, v.order))
                 planned = (hot, best)
                 break
         if planned is None:
@@ -75,8 +75,8 @@ def plan_replica_moves(views: list[RangeView], live: list[str], zones: dict[str,
         out.append(Action(
             "replica_move", best.id, target=cold,
             reason=f"server {hot} holds {counts[hot]} replicas, {cold} {counts[cold]}: move {best.id}'s replica "
-                   f"from {hot} to {cold}" + (" (its primary hands over first)" if best.rec["owner"] == hot else ""),
-            detail={"source": hot, "bytes": best.bytes, "primary": best.rec["owner"] == hot,
+                   f"from {hot} to {cold}" + (" (its primary hands over first)" if best.rec["primary"] == hot else ""),
+            detail={"source": hot, "bytes": best.bytes, "primary": best.rec["primary"] == hot,
                     "before": {hot: counts[hot], cold: counts[cold]}}))
         counts[hot] -= 1
         counts[cold] += 1
@@ -89,8 +89,8 @@ def plan_primary_spread(views: list[RangeView], live: list[str], rd: Round, budg
     st = rd.st
     led = dict.fromkeys(live, 0)
     for v in views:
-        if _replicated(v) and v.rec.get("owner") in led:
-            led[v.rec["owner"]] += 1
+        if _replicated(v) and v.rec.get("primary") in led:
+            led[v.rec["primary"]] += 1
     out: list[Action] = []
     while len(led) >= 2 and len(out) < budget:
         planned = None
@@ -100,7 +100,7 @@ def plan_primary_spread(views: list[RangeView], live: list[str], rd: Round, budg
                 if led[hot] - led[cold] < max(st.replica_move_min_gap, 2):
                     break
                 if mine is None:
-                    mine = [v for v in views if v.eligible and _replicated(v) and v.rec["owner"] == hot
+                    mine = [v for v in views if v.eligible and _replicated(v) and v.rec["primary"] == hot
                             and v.id not in rd.acted and v.score < st.move_min_rps
                             and not rd.recently("move", v.id, st.move_cooldown_s)]
                 cands = [v for v in mine if cold in v.rec.get("insync", [])]

@@ -37,7 +37,7 @@ def _ms(t0: float) -> float:
 
 
 def _public(rec: dict) -> RangeRecord:
-    """A map record as control commands carry it (without ``owner`` and ``state``)."""
+    """A map record as control commands carry it (without ``primary`` and ``state``)."""
     return {"id": rec["id"], "table": rec["table"], "low": rec["low"], "high": rec["high"], "epoch": rec["epoch"],
             "path": rec["path"]}
 
@@ -60,10 +60,10 @@ def create_table(cl: Cluster, ctl: Controller, name: str, settings: dict | None 
             live = cl.registry.live_servers()
             replicas = choose_replicas(cl.cfg.replicas, {s: cl.map.pmap.replica_count(s) for s in live},
                                        {s: cl.registry.servers[s].zone for s in live if cl.registry.servers[s].zone})
-            owner = replicas[0] if replicas else None
+            primary = replicas[0] if replicas else None
         else:
-            owner = cl.registry.pick_server()
-        rec, writes = cl.map.pmap.create_table(name, owner, rid)
+            primary = cl.registry.pick_server()
+        rec, writes = cl.map.pmap.create_table(name, primary, rid)
         if replicas:
             writes[0].update(cl.map.pmap.update(rec, replicas=replicas, insync=list(replicas))[0])
         puts, deletes = cl.map.table_settings.put(name, checked)
@@ -71,8 +71,8 @@ def create_table(cl: Cluster, ctl: Controller, name: str, settings: dict | None 
         rec = dict(cl.map.pmap.ranges[rec["id"]])
     if replicas:
         replica_ops.open_replicas(cl, ctl, [rec], create=True)
-    elif owner is not None:
-        _load(cl, ctl, owner, rec)
+    elif primary is not None:
+        _load(cl, ctl, primary, rec)
     return {"table": name}
 
 
@@ -102,7 +102,7 @@ def delete_table(cl: Cluster, ctl: Controller, name: str) -> None:
         writes[1].extend(cl.map.table_settings.put(name, {})[1])  # and its settings
         cl.map.commit(writes)
     for r in gone:
-        for server in r.get("replicas") or [r["owner"]]:
+        for server in r.get("replicas") or [r["primary"]]:
             if server and cl.registry.is_alive(server):
                 try:
                     ctl.call(server, {"op": "destroy", "range": _public(r)})
@@ -120,10 +120,10 @@ def _load(cl: Cluster, ctl: Controller, server: str, rec: dict) -> bool:
         return False
 
 
-def assign_orphans(cl: Cluster, ctl: Controller, reason: str = "owner not alive") -> list[str]:
-    """Give every serving range without a live owner to a live server, all in one map change.
+def assign_orphans(cl: Cluster, ctl: Controller, reason: str = "primary not alive") -> list[str]:
+    """Give every serving range without a live primary to a live server, all in one map change.
 
-    The new owners are chosen by :func:`coordinator.replicas.placement.place_orphans` (least-loaded first),
+    The new primaries are chosen by :func:`coordinator.replicas.placement.place_orphans` (least-loaded first),
     committed in one meta-store write (one map version, one delta to the frontends), then every
     target is told to load its ranges at once (``Controller.call_many``), so a dead server's 100
     ranges fail over in about one round trip instead of 100. Returns the ids reassigned.
@@ -131,17 +131,17 @@ def assign_orphans(cl: Cluster, ctl: Controller, reason: str = "owner not alive"
     t0 = time.monotonic()
     with cl.map.lock:
         live = cl.registry.live_servers()
-        orphans = sorted(rid for owner in cl.map.pmap.owners() if not cl.registry.is_alive(owner)
-                         for rid in cl.map.pmap.owned_ids(owner) if cl.map.pmap.ranges[rid]["state"] == "serving"
+        orphans = sorted(rid for primary in cl.map.pmap.primaries() if not cl.registry.is_alive(primary)
+                         for rid in cl.map.pmap.primary_ids(primary) if cl.map.pmap.ranges[rid]["state"] == "serving"
                          and not is_replicated(cl.map.pmap.ranges[rid]))
         replicated = cl.cfg.replicas > 1
         if not orphans or not live:
             return replica_ops.fail_over(cl, ctl, reason) if replicated else []
-        plan = place_orphans(orphans, {sid: cl.map.pmap.owned_count(sid) for sid in live})
-        sources = {rid: cl.map.pmap.ranges[rid]["owner"] for rid in orphans}
+        plan = place_orphans(orphans, {sid: cl.map.pmap.primary_count(sid) for sid in live})
+        sources = {rid: cl.map.pmap.ranges[rid]["primary"] for rid in orphans}
         puts: dict[bytes, Any] = {}
         for rid, target in plan.items():
-            puts.update(cl.map.pmap.update(cl.map.pmap.ranges[rid], owner=target)[0])
+            puts.update(cl.map.pmap.update(cl.map.pmap.ranges[rid], primary=target)[0])
         cl.map.commit((puts, []))
         recs = {rid: dict(cl.map.pmap.ranges[rid]) for rid in orphans}
         version = cl.map.pmap.version
@@ -165,7 +165,7 @@ def reconcile(cl: Cluster, ctl: Controller, server: str) -> None:
         if info is None or not info.alive:
             return
         reported = {rid: (epoch, state) for rid, epoch, state in info.ranges}
-        desired = {r["id"]: dict(r) for r in cl.map.pmap.owned_by(server) if r["state"] == "serving"}
+        desired = {r["id"]: dict(r) for r in cl.map.pmap.primary_ranges(server) if r["state"] == "serving"}
         followed = {r["id"]: dict(r) for r in cl.map.pmap.followed_by(server) if r["state"] == "serving"}
         known = set(cl.map.pmap.ranges)
         busy = set(cl.map.pmap.busy_ids())
@@ -211,7 +211,7 @@ def replica_ahead(rec: dict, reported: tuple[int, str] | None) -> bool:
 
 
 def _prepare(ctl: Controller, server: str | None, rid: str, epoch: int) -> None:
-    """Ask the owner to flush a range while it still serves (shortens the offline window)."""
+    """Ask the primary to flush a range while it still serves (shortens the offline window)."""
     if server is None:
         return
     try:
@@ -221,22 +221,22 @@ def _prepare(ctl: Controller, server: str | None, rid: str, epoch: int) -> None:
 
 
 def move(cl: Cluster, ctl: Controller, rid: str, target: str, reason: str = "manual") -> dict:
-    """Move a range: source closes it, the map records the new owner, the target opens it."""
+    """Move a range: source closes it, the map records the new primary, the target opens it."""
     with cl.map.lock:
         rec = cl.map.pmap.ranges.get(rid)
         if rec is None:
             raise TableError("ResourceNotFound", f"no range {rid}")
         if not cl.registry.is_alive(target):
             raise TableError("InvalidInput", f"server {target} is not alive")
-        if rec["owner"] == target:
+        if rec["primary"] == target:
             return {"range": rid, "offline_ms": 0.0}
-        source = rec["owner"]
+        source = rec["primary"]
     if is_replicated(rec):  # a primary moves to one of its in-sync replicas: a leadership transfer
         return replica_ops.transfer(cl, ctl, rid, target, reason)
     _prepare(ctl, source, rid, rec["epoch"])
     with cl.map.lock:
         rec = cl.map.pmap.ranges.get(rid)
-        if rec is None or rec["owner"] != source or rec["state"] != "serving":
+        if rec is None or rec["primary"] != source or rec["state"] != "serving":
             raise TableError("ServerBusy", f"range {rid} changed while preparing its move")
         cl.map.commit(cl.map.pmap.update(rec, state="moving"))
         epoch = rec["epoch"]
@@ -251,7 +251,7 @@ def move(cl: Cluster, ctl: Controller, rid: str, target: str, reason: str = "man
             raise TableError("ServerBusy", f"source {source} did not release {rid}: {exc}") from None
     crash_point("move.after_unload", cl.cfg.data_dir)
     with cl.map.lock:  # the commit point
-        cl.map.commit(cl.map.pmap.update(cl.map.pmap.ranges[rid], owner=target, state="serving"))
+        cl.map.commit(cl.map.pmap.update(cl.map.pmap.ranges[rid], primary=target, state="serving"))
         rec = dict(cl.map.pmap.ranges[rid])
         crash_point("move.after_commit", cl.cfg.data_dir)
     ok = _load(cl, ctl, target, rec)
@@ -269,23 +269,23 @@ def split(cl: Cluster, ctl: Controller, rid: str, key: str | None, reason: str =
         rec = cl.map.pmap.ranges.get(rid)
         if rec is None:
             raise TableError("ResourceNotFound", f"no range {rid}")
-        owner = rec["owner"]
-        if rec["state"] != "serving" or not cl.registry.is_alive(owner):
+        primary = rec["primary"]
+        if rec["state"] != "serving" or not cl.registry.is_alive(primary):
             raise TableError("ServerBusy", f"range {rid} is not serving")
         if rec.get("move"):  # its replica set is changing (coordinator/control/replica_move.py)
             raise TableError("ServerBusy", f"range {rid} is moving a replica to {rec['move']['target']}")
     if key is None:
-        key = ctl.call(owner, {"op": "split_key", "range": rid, "epoch": rec["epoch"]})
+        key = ctl.call(primary, {"op": "split_key", "range": rid, "epoch": rec["epoch"]})
         if key is None:
             raise TableError("InvalidInput", f"range {rid} holds fewer than two PartitionKeys")
     if not (rec["low"] < key and (rec["high"] is None or key < rec["high"])):
         raise TableError("InvalidInput", f"split key {key!r} is not strictly inside {rid}")
-    _prepare(ctl, owner, rid, rec["epoch"])
+    _prepare(ctl, primary, rid, rec["epoch"])
     with cl.map.lock:
         if cl.map.pmap.ranges.get(rid) is not rec or rec["state"] != "serving":
             raise TableError("ServerBusy", f"range {rid} changed while preparing its split")
-        left = cl.map.pmap.new_range(rec["table"], rec["low"], key, owner, rec["epoch"] + 1)
-        right = cl.map.pmap.new_range(rec["table"], key, rec["high"], owner, rec["epoch"] + 1)
+        left = cl.map.pmap.new_range(rec["table"], rec["low"], key, primary, rec["epoch"] + 1)
+        right = cl.map.pmap.new_range(rec["table"], key, rec["high"], primary, rec["epoch"] + 1)
         puts, dels = cl.map.pmap.update(rec, state="splitting")
         cl.map.commit((puts, dels))
         epoch = rec["epoch"]
@@ -295,17 +295,17 @@ def split(cl: Cluster, ctl: Controller, rid: str, key: str | None, reason: str =
     steps: dict[str, float] = {}
     clock = StepClock(steps)
     try:
-        # The owner prepares the halves while the range still serves (frontends route a splitting
-        # range to its owner) and answers after a short switch-over: the range is offline from that
+        # The primary prepares the halves while the range still serves (frontends route a splitting
+        # range to its primary) and answers after a short switch-over: the range is offline from that
         # switch-over (its "offline_ms") until both halves are loaded below.
-        done = ctl.call(owner, {"op": "split", "range": rid, "epoch": epoch, "key": key,
+        done = ctl.call(primary, {"op": "split", "range": rid, "epoch": epoch, "key": key,
                                 "left": _public(left), "right": _public(right), "version": cl.map.pmap.version})
         clock.step("split")
         t0 = time.monotonic()
     except TableError:
         with cl.map.lock:
             cl.map.commit(cl.map.pmap.update(cl.map.pmap.ranges[rid], state="serving"))
-        ctl.submit(reconcile, cl, ctl, owner, key=f"reconcile:{owner}")
+        ctl.submit(reconcile, cl, ctl, primary, key=f"reconcile:{primary}")
         raise
     crash_point("split.after_split", cl.cfg.data_dir)
     if is_replicated(rec):  # the followers split their copies at the parent's last batch, then all commit
@@ -320,23 +320,23 @@ def split(cl: Cluster, ctl: Controller, rid: str, key: str | None, reason: str =
         replica_ops.open_replicas(cl, ctl, [left, right])
     else:
         for r in (left, right):
-            _load(cl, ctl, owner, r)
+            _load(cl, ctl, primary, r)
     clock.step("load")
     offline = round(float(done["offline_ms"]) + _ms(t0), 2)
-    for server in rec.get("replicas") or [owner]:
+    for server in rec.get("replicas") or [primary]:
         try:
             ctl.call(server, {"op": "destroy", "range": _public(rec)})
         except TableError as exc:
             log.warning("destroy %s on %s after split: %s", rid, server, exc)
     cl.events.record("split", range=rid, table=rec["table"], key=key, left=left["id"], right=right["id"],
-             server=owner, reason=reason, offline_ms=offline, duration_ms=round(sum(steps.values()), 2),
-             steps=steps, owner_steps=done["steps"])
+             server=primary, reason=reason, offline_ms=offline, duration_ms=round(sum(steps.values()), 2),
+             steps=steps, primary_steps=done["steps"])
     return {"range": rid, "key": key, "left": left["id"], "right": right["id"], "offline_ms": offline,
             "steps": steps}
 
 
 def merge(cl: Cluster, ctl: Controller, rid: str, reason: str = "manual", target: str | None = None) -> dict:
-    """Merge a range with its right-hand neighbour on ``target`` (default: the left range's owner),
+    """Merge a range with its right-hand neighbour on ``target`` (default: the left range's primary),
     moving either range there first if needed."""
     with cl.map.lock:
         rec = cl.map.pmap.ranges.get(rid)
@@ -352,16 +352,16 @@ def merge(cl: Cluster, ctl: Controller, rid: str, reason: str = "manual", target
         if is_replicated(rec) and set(rec["replicas"]) != set(right["replicas"]):
             raise TableError("InvalidInput", f"ranges {rid} and {right['id']} are replicated on different servers "
                              f"({', '.join(rec['replicas'])} / {', '.join(right['replicas'])}): they cannot merge")
-    target = target or rec["owner"]
+    target = target or rec["primary"]
     for r in (rec, right):
-        if r["owner"] != target:
+        if r["primary"] != target:
             move(cl, ctl, r["id"], target, reason=f"merge of {rid} and {right['id']}")
     with cl.map.lock:
         left, right = dict(cl.map.pmap.ranges[rid]), dict(cl.map.pmap.ranges[right["id"]])
-        owner = left["owner"]
-        if left["state"] != "serving" or right["state"] != "serving" or not cl.registry.is_alive(owner):
+        primary = left["primary"]
+        if left["state"] != "serving" or right["state"] != "serving" or not cl.registry.is_alive(primary):
             raise TableError("ServerBusy", "ranges are not serving")
-        out = cl.map.pmap.new_range(left["table"], left["low"], right["high"], owner,
+        out = cl.map.pmap.new_range(left["table"], left["low"], right["high"], primary,
                                 max(left["epoch"], right["epoch"]) + 1)
         p1, _ = cl.map.pmap.update(cl.map.pmap.ranges[left["id"]], state="merging")
         p2, _ = cl.map.pmap.update(cl.map.pmap.ranges[right["id"]], state="merging")
@@ -372,7 +372,7 @@ def merge(cl: Cluster, ctl: Controller, rid: str, reason: str = "manual", target
         if is_replicated(left):  # every replica merges its copies, at the two ranges' last batches
             replica_ops.merge_replicas(cl, ctl, left, right, out)
         else:
-            ctl.call(owner, {"op": "merge", "left": _public(left), "right": _public(right), "out": _public(out),
+            ctl.call(primary, {"op": "merge", "left": _public(left), "right": _public(right), "out": _public(out),
                              "version": cl.map.pmap.version})
     except TableError:
         with cl.map.lock:
@@ -382,7 +382,7 @@ def merge(cl: Cluster, ctl: Controller, rid: str, reason: str = "manual", target
             cl.map.commit(({range_key(r["id"]): cl.map.pmap.ranges[r["id"]] for r in (left, right)}, []))
         if is_replicated(left):  # they were sealed at the next epoch: configure them past it
             replica_ops.promote(cl, ctl, [left["id"], right["id"]], reason="merge failed")
-        ctl.submit(reconcile, cl, ctl, owner, key=f"reconcile:{owner}")
+        ctl.submit(reconcile, cl, ctl, primary, key=f"reconcile:{primary}")
         raise
     crash_point("merge.after_merge", cl.cfg.data_dir)
     with cl.map.lock:  # the commit point
@@ -391,15 +391,15 @@ def merge(cl: Cluster, ctl: Controller, rid: str, reason: str = "manual", target
     if is_replicated(out):
         replica_ops.open_replicas(cl, ctl, [out])
     else:
-        _load(cl, ctl, owner, out)
+        _load(cl, ctl, primary, out)
     offline = _ms(t0)
     for r in (left, right):
-        for server in r.get("replicas") or [owner]:
+        for server in r.get("replicas") or [primary]:
             try:
                 ctl.call(server, {"op": "destroy", "range": _public(r)})
             except TableError as exc:
                 log.warning("destroy %s on %s after merge: %s", r["id"], server, exc)
-    cl.events.record("merge", range=out["id"], table=out["table"], left=left["id"], right=right["id"], server=owner,
+    cl.events.record("merge", range=out["id"], table=out["table"], left=left["id"], right=right["id"], server=primary,
              reason=reason, offline_ms=offline, duration_ms=offline)
     return {"range": out["id"], "left": left["id"], "right": right["id"], "offline_ms": offline}
 
@@ -439,7 +439,7 @@ def recover(cl: Cluster) -> list[str]:
 
     A range still ``moving``, ``splitting`` or ``merging`` was not committed (the commit point
     sets it back to ``serving`` or replaces it), so it returns to ``serving`` under its recorded
-    owner; reconciliation then reloads it there and discards any uncommitted halves.
+    primary; reconciliation then reloads it there and discards any uncommitted halves.
     """
     fixed: list[str] = []
     with cl.map.lock:

@@ -44,7 +44,7 @@ def _live(cl: Cluster) -> set[str]:
 
 
 def _primaries(cl: Cluster) -> dict[str, int]:
-    return {sid: cl.map.pmap.owned_count(sid) for sid in cl.registry.servers}
+    return {sid: cl.map.pmap.primary_count(sid) for sid in cl.registry.servers}
 
 
 def _hand_over(cl: Cluster, ctl: Controller, rid: str, leaving: str, reason: str) -> None:
@@ -78,7 +78,7 @@ def start(cl: Cluster, ctl: Controller, rid: str, source: str, target: str,
             raise TableError("ResourceNotFound", f"no partition server {target}")
         zones = {sid: info.zone for sid, info in cl.registry.servers.items() if info.zone}
         check_move(rec, source, target, _live(cl), zones)
-        leads = rec["owner"] == source
+        leads = rec["primary"] == source
     if leads:
         _hand_over(cl, ctl, rid, source, reason)
     with cl.map.lock:
@@ -86,7 +86,7 @@ def start(cl: Cluster, ctl: Controller, rid: str, source: str, target: str,
         if rec is None:
             raise TableError("ResourceNotFound", f"range {rid} is gone (split, merged or deleted meanwhile)")
         check_move(rec, source, target, _live(cl), zones)  # the map may have changed meanwhile
-        if rec["owner"] == source:
+        if rec["primary"] == source:
             raise TableError("ServerBusy", f"{source} still leads {rid}: its replica stays")
         now = time.time()  # wall clock: the deadline outlives this coordinator (a takeover carries it on)
         intent = {"source": source, "target": target, "started": now, "deadline": now + timeout, "reason": reason}
@@ -95,7 +95,7 @@ def start(cl: Cluster, ctl: Controller, rid: str, source: str, target: str,
         cmd = replica_ops.command(cl, rec)
         cmd["rebuild"] = True
         load: ControlCommand = {"op": "load", "range": cmd, "version": cl.map.pmap.version, **cl.map.table_settings.message()}
-    replica_ops.open_replicas(cl, ctl, [rec], only={rec["owner"]})  # the primary learns its new peer first
+    replica_ops.open_replicas(cl, ctl, [rec], only={rec["primary"]})  # the primary learns its new peer first
     try:
         ctl.call(target, load)
     except TableError as exc:
@@ -120,7 +120,7 @@ def advance(cl: Cluster, ctl: Controller) -> list[str]:
         step = move_step(rec, alive, now, cl.cfg.min_insync)
         if step == "wait":
             continue
-        if step == "finish" and rec["owner"] == rec["move"]["source"]:  # it became primary again (a failover)
+        if step == "finish" and rec["primary"] == rec["move"]["source"]:  # it became primary again (a failover)
             try:
                 _hand_over(cl, ctl, rec["id"], rec["move"]["source"], rec["move"].get("reason", "replica move"))
             except TableError as exc:
@@ -143,7 +143,7 @@ def _conclude(cl: Cluster, ctl: Controller, rid: str, step: str) -> bool:
         gone = m["source"] if step == "finish" else m["target"] if step == "abandon" else None
         if gone is not None and gone not in rec["replicas"]:  # dropped meanwhile (a failover, a rebuild)
             change, gone = {"move": None}, None
-        if gone is not None and gone == rec["owner"]:
+        if gone is not None and gone == rec["primary"]:
             return False  # never drop the primary: advance hands it over first
         cl.map.commit(cl.map.pmap.update(rec, **change))
         out = dict(cl.map.pmap.ranges[rid])

@@ -44,7 +44,7 @@ def command(cl: Cluster, rec: dict, dropped: list[str] | None = None, create: bo
     out: RangeRecord = {"id": rec["id"], "table": rec["table"], "low": rec["low"], "high": rec["high"],
                         "epoch": rec["epoch"], "path": rec["path"]}
     if is_replicated(rec):
-        out["primary"] = rec["owner"]
+        out["primary"] = rec["primary"]
         out["replicas"] = list(rec["replicas"])
         out["insync"] = list(rec["insync"])
         out["min_insync"] = cl.cfg.min_insync
@@ -92,7 +92,7 @@ def _seal(cl: Cluster, ctl: Controller, recs: dict[str, dict], primaries: bool,
     they had adopted to ``epochs``)."""
     with cl.map.lock:
         targets = [(s, rid) for rid, rec in recs.items() for s in rec["replicas"]
-                   if (s == rec["owner"]) == primaries and cl.registry.is_alive(s)]
+                   if (s == rec["primary"]) == primaries and cl.registry.is_alive(s)]
     seals: list[tuple[str, ControlCommand]] = [
         (s, {"op": "seal", "range": rid, "epoch": recs[rid]["epoch"] + 1, "path": recs[rid]["path"]})
         for s, rid in targets]
@@ -135,13 +135,13 @@ def promote(cl: Cluster, ctl: Controller, rids: list[str], reason: str,
                 events.append({"kind": "unavailable", "range": rid, "table": cur["table"], "reason": reason,
                                "replicas": cur["replicas"], "answered": sorted(positions[rid])})
                 continue
-            old = cl.registry.servers.get(rec["owner"])
+            old = cl.registry.servers.get(rec["primary"])
             floor = int(old.repl.get(rid, {}).get("committed", -1)) if old is not None and old.repl else -1
             change = after_promotion(cur, pick, positions[rid], floor)
             epoch = next_epoch(cur["epoch"], adopted.get(rid, []))
             puts.update(cl.map.pmap.update(cur, **change, epoch=epoch, state="serving")[0])
             done.append(rid)
-            events.append({"kind": "promote", "range": rid, "table": cur["table"], "source": rec["owner"],
+            events.append({"kind": "promote", "range": rid, "table": cur["table"], "source": rec["primary"],
                            "target": pick, "reason": reason, "epoch": cur["epoch"], "batch": positions[rid][pick],
                            "dropped": sorted(set(rec["replicas"]) - set(change["replicas"]))})
         if puts:
@@ -165,10 +165,10 @@ def transfer(cl: Cluster, ctl: Controller, rid: str, target: str, reason: str) -
         rec = cl.map.pmap.ranges[rid]
         if target not in rec["insync"] or not cl.registry.is_alive(target):
             raise TableError("InvalidInput", f"{target} is not a live in-sync replica of {rid}: "
-                             f"its primary moves to one of {', '.join(s for s in rec['insync'] if s != rec['owner'])}")
+                             f"its primary moves to one of {', '.join(s for s in rec['insync'] if s != rec['primary'])}")
         if rec["state"] != "serving":
             raise TableError("ServerBusy", f"range {rid} is {rec['state']}")
-        source = rec["owner"]
+        source = rec["primary"]
         cl.map.commit(cl.map.pmap.update(rec, state="moving"))
         crash_point("transfer.after_intent", cl.cfg.data_dir)
     t0 = time.monotonic()
@@ -180,12 +180,12 @@ def transfer(cl: Cluster, ctl: Controller, rid: str, target: str, reason: str) -
             if cur is not None and cur["state"] != "serving":
                 cl.map.commit(cl.map.pmap.update(cur, state="serving"))
     with cl.map.lock:
-        owner = cl.map.pmap.ranges[rid]["owner"]
+        primary = cl.map.pmap.ranges[rid]["primary"]
     offline = round((time.monotonic() - t0) * 1000, 2)
-    cl.events.record("move", range=rid, table=rec["table"], source=source, target=owner, reason=reason,
-             offline_ms=offline, duration_ms=offline, ok=owner == target, transfer=True)
-    if owner != target:
-        raise TableError("ServerBusy", f"{target} had not caught up with {rid}'s primary; it stays on {owner}")
+    cl.events.record("move", range=rid, table=rec["table"], source=source, target=primary, reason=reason,
+             offline_ms=offline, duration_ms=offline, ok=primary == target, transfer=True)
+    if primary != target:
+        raise TableError("ServerBusy", f"{target} had not caught up with {rid}'s primary; it stays on {primary}")
     return {"range": rid, "source": source, "target": target, "offline_ms": offline, "transfer": True}
 
 
@@ -194,11 +194,11 @@ def fail_over(cl: Cluster, ctl: Controller, reason: str = "server not alive") ->
     primary where the primary is gone, drop the gone followers elsewhere (one map change)."""
     with cl.map.lock:
         affected = {rid for sid, info in cl.registry.servers.items() if not info.alive
-                    for rid in cl.map.pmap.owned_ids(sid) + [r["id"] for r in cl.map.pmap.followed_by(sid)]}
+                    for rid in cl.map.pmap.primary_ids(sid) + [r["id"] for r in cl.map.pmap.followed_by(sid)]}
         recs = [cl.map.pmap.ranges[rid] for rid in sorted(affected)
                 if rid in cl.map.pmap.ranges and is_replicated(cl.map.pmap.ranges[rid])
                 and cl.map.pmap.ranges[rid]["state"] == "serving"]
-        headless = [r["id"] for r in recs if not cl.registry.is_alive(r["owner"])]
+        headless = [r["id"] for r in recs if not cl.registry.is_alive(r["primary"])]
         puts: dict[bytes, Any] = {}
         shrunk = []
         for rec in recs:
@@ -214,7 +214,7 @@ def fail_over(cl: Cluster, ctl: Controller, reason: str = "server not alive") ->
             cl.map.commit((puts, []))
         primaries = [dict(cl.map.pmap.ranges[rid]) for rid in shrunk]
     if primaries:
-        open_replicas(cl, ctl, primaries, only={r["owner"] for r in primaries})
+        open_replicas(cl, ctl, primaries, only={r["primary"] for r in primaries})
         cl.events.record_many([{"kind": "insync", "range": r["id"], "table": r["table"], "reason": reason,
                            "replicas": r["replicas"], "insync": r["insync"]} for r in primaries])
     return promote(cl, ctl, headless, reason) if headless else []
@@ -231,7 +231,7 @@ def adjust_insync(cl: Cluster, ctl: Controller, server: str) -> None:
         changed, dropped, destroy = [], {}, []
         for rid, rep in info.repl.items():
             rec = cl.map.pmap.ranges.get(rid)
-            if rec is None or not is_replicated(rec) or rec["owner"] != server or rec["state"] != "serving":
+            if rec is None or not is_replicated(rec) or rec["primary"] != server or rec["state"] != "serving":
                 continue
             lagging, rebuild = rep.get("lagging", []), rep.get("rebuild", [])
             change: dict = {}
@@ -268,13 +268,13 @@ def split_followers(cl: Cluster, ctl: Controller, rec: dict, key: str, left: dic
     the halves' exact ``counts`` at that batch as the primary counted them (so no follower scans its copy).
     Fills in the halves' replica sets (before the commit): the followers that split, and those of them that
     were in sync; one that could not split is left out and loses its copy of the parent."""
-    followers = [s for s in rec["replicas"] if s != rec["owner"] and cl.registry.is_alive(s)]
+    followers = [s for s in rec["replicas"] if s != rec["primary"] and cl.registry.is_alive(s)]
     cmd: SplitCommand = {"op": "split", "range": rec["id"], "epoch": rec["epoch"], "key": key, "left": command(cl, left),
                          "right": command(cl, right), "seq": seq, "version": cl.map.pmap.version}
     if counts is not None:
         cmd["counts"] = counts
     calls: list[tuple[str, ControlCommand]] = [(s, cmd) for s in followers]
-    split = [rec["owner"]]
+    split = [rec["primary"]]
     for server, res in zip(followers, ctl.call_many(calls), strict=True):
         if isinstance(res, TableError):
             log.warning("split of %s on follower %s: %s", rec["id"], server, res)
@@ -296,17 +296,17 @@ def merge_replicas(cl: Cluster, ctl: Controller, left: dict, right: dict, out: d
     for rid, pos in _seal(cl, ctl, recs, primaries=False, epochs=adopted).items():
         positions[rid].update(pos)
     crash_point("promote.after_seal", cl.cfg.data_dir)
-    owner = left["owner"]
+    primary = left["primary"]
     lp, rp = positions[left["id"]], positions[right["id"]]
-    if owner not in lp or owner not in rp:
-        raise TableError("ServerBusy", f"the primary {owner} did not seal {left['id']} and {right['id']}")
-    members = [s for s in left["replicas"] if lp.get(s) == lp[owner] and rp.get(s) == rp[owner]]
+    if primary not in lp or primary not in rp:
+        raise TableError("ServerBusy", f"the primary {primary} did not seal {left['id']} and {right['id']}")
+    members = [s for s in left["replicas"] if lp.get(s) == lp[primary] and rp.get(s) == rp[primary]]
     msg = {"left": command(cl, left), "right": command(cl, right), "out": command(cl, out), "version": cl.map.pmap.version}
     calls: list[tuple[str, ControlCommand]] = [(s, {"op": "merge", **msg}) for s in members]  # type: ignore[misc]
     merged = [s for s, res in zip(members, ctl.call_many(calls), strict=True) if not isinstance(res, TableError)]
-    if owner not in merged:
-        raise TableError("ServerBusy", f"the primary {owner} could not merge {left['id']} and {right['id']}")
-    out["replicas"] = [owner] + [s for s in merged if s != owner]
+    if primary not in merged:
+        raise TableError("ServerBusy", f"the primary {primary} could not merge {left['id']} and {right['id']}")
+    out["replicas"] = [primary] + [s for s in merged if s != primary]
     out["insync"] = [s for s in out["replicas"] if s in left["insync"] and s in right["insync"]]
 
 
@@ -351,7 +351,7 @@ def rereplicate(cl: Cluster, ctl: Controller) -> list[str]:
             cmd["rebuild"] = True
             calls += [(s, {"op": "load", "range": cmd, "version": cl.map.pmap.version, **cl.map.table_settings.message()})
                       for s in plans[rec["id"]]]
-    open_replicas(cl, ctl, recs, only={r["owner"] for r in recs})  # the primaries learn the new peers first
+    open_replicas(cl, ctl, recs, only={r["primary"] for r in recs})  # the primaries learn the new peers first
     targets = [(s, rec["id"]) for rec in recs for s in plans[rec["id"]]]
     for (server, rid), res in zip(targets, ctl.call_many(calls) if calls else [], strict=True):
         if isinstance(res, TableError):
@@ -366,11 +366,11 @@ def actionable(cl: Cluster, server: str, report: dict[str, dict]) -> bool:
     for rid, rep in report.items():
         if "lagging" in rep or "rebuild" in rep:
             rec = cl.map.pmap.ranges.get(rid)
-            if rec is not None and rec.get("owner") == server:
+            if rec is not None and rec.get("primary") == server:
                 return True
         if "joining" in rep:
             rec = cl.map.pmap.ranges.get(rid)
-            if rec is not None and rec.get("owner") == server and set(rep["joining"]) - set(rec.get("insync", ())):
+            if rec is not None and rec.get("primary") == server and set(rep["joining"]) - set(rec.get("insync", ())):
                 return True
     return False
 
@@ -382,8 +382,8 @@ def refresh_peers(cl: Cluster, ctl: Controller, server: str) -> None:
     a takeover, acknowledged nothing: its primary reported it lagging and it never rejoined the in-sync set)."""
     with cl.map.lock:
         recs = [dict(r) for r in cl.map.pmap.followed_by(server) if r["state"] == "serving"]
-        led = [dict(r) for r in cl.map.pmap.owned_by(server) if r["state"] == "serving" and is_replicated(r)]
+        led = [dict(r) for r in cl.map.pmap.primary_ranges(server) if r["state"] == "serving" and is_replicated(r)]
     if recs:
-        open_replicas(cl, ctl, recs, only={r["owner"] for r in recs})
+        open_replicas(cl, ctl, recs, only={r["primary"] for r in recs})
     if led:
         open_replicas(cl, ctl, led, only={s for r in led for s in r["replicas"] if s != server})

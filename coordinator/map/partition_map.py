@@ -1,8 +1,8 @@
 """The partition map and table catalog: pure data, with the invariants that must always hold.
 
-A range record is a dict ``{"id", "table", "low", "high", "owner", "epoch", "path", "state"}``:
+A range record is a dict ``{"id", "table", "low", "high", "primary", "epoch", "path", "state"}``:
 PartitionKey bounds ``[low, high)`` (``high`` None = unbounded), the owning server id (or None while
-unassigned), an epoch that grows on every change of owner or bounds, the range's directory relative
+unassigned), an epoch that grows on every change of primary or bounds, the range's directory relative
 to the data root, and ``state`` (``serving``, or ``moving`` / ``splitting`` / ``merging`` while an
 operation holds it). The map has a version that grows on every change.
 
@@ -19,6 +19,16 @@ from typing import Any
 from rangetable.errors import TableError
 
 Writes = tuple[dict[bytes, Any], list[bytes]]
+
+
+STORED_BEFORE = "own" + "er"  # the name of a range's primary in records stored before 2026-11-28 (up to 9e6edd7)
+
+
+def with_primary(rec: dict) -> dict:
+    """A range record as stored now: one written before the primary was named ``primary`` reads the same."""
+    if STORED_BEFORE in rec:
+        rec = {("primary" if k == STORED_BEFORE else k): v for k, v in rec.items()}
+    return rec
 
 
 def range_key(rid: str) -> bytes:
@@ -46,22 +56,22 @@ class PartitionMap:
     version: int = 0
     next_id: int = 1
     # Indexes kept by every mutation below, so per-heartbeat questions cost O(the server's ranges),
-    # not O(the map): range ids per owner, ids of ranges held by an operation (not serving), and ids of
+    # not O(the map): range ids per primary, ids of ranges held by an operation (not serving), and ids of
     # ranges with a replica move under way (asked about every second).
-    _owned: dict[str | None, set[str]] = field(default_factory=dict, repr=False, compare=False)
+    _as_primary: dict[str | None, set[str]] = field(default_factory=dict, repr=False, compare=False)
     _followed: dict[str, set[str]] = field(default_factory=dict, repr=False, compare=False)  # replicas, not primary
     _busy: set[str] = field(default_factory=set, repr=False, compare=False)
     _moving: set[str] = field(default_factory=set, repr=False, compare=False)
     _stamp: int = field(default=0, repr=False, compare=False)  # grows on every index change
-    _owner_stamp: dict[str | None, int] = field(default_factory=dict, repr=False, compare=False)
+    _primary_stamp: dict[str | None, int] = field(default_factory=dict, repr=False, compare=False)
 
     # --- indexes ------------------------------------------------------------------------------
 
     def _index(self, rec: dict) -> None:
-        self._touch(rec["owner"])
-        self._owned.setdefault(rec["owner"], set()).add(rec["id"])
+        self._touch(rec["primary"])
+        self._as_primary.setdefault(rec["primary"], set()).add(rec["id"])
         for sid in rec.get("replicas", ()):
-            if sid != rec["owner"]:
+            if sid != rec["primary"]:
                 self._touch(sid)
                 self._followed.setdefault(sid, set()).add(rec["id"])
         if rec["state"] != "serving":
@@ -69,22 +79,22 @@ class PartitionMap:
         if rec.get("move"):
             self._moving.add(rec["id"])
 
-    def _touch(self, owner: str | None) -> None:
+    def _touch(self, primary: str | None) -> None:
         self._stamp += 1
-        self._owner_stamp[owner] = self._stamp
+        self._primary_stamp[primary] = self._stamp
 
-    def owner_stamp(self, server: str | None) -> int:
+    def primary_stamp(self, server: str | None) -> int:
         """A number that changes whenever a range of this server (or one leaving it) changes, so a
         caller can tell "nothing changed for this server" without looking at its ranges."""
-        return self._owner_stamp.get(server, 0)
+        return self._primary_stamp.get(server, 0)
 
     def _unindex(self, rec: dict) -> None:
-        self._touch(rec["owner"])
-        ids = self._owned.get(rec["owner"])
+        self._touch(rec["primary"])
+        ids = self._as_primary.get(rec["primary"])
         if ids is not None:
             ids.discard(rec["id"])
             if not ids:
-                del self._owned[rec["owner"]]
+                del self._as_primary[rec["primary"]]
         for sid in rec.get("replicas", ()):
             followed = self._followed.get(sid)
             if followed is not None:
@@ -96,10 +106,10 @@ class PartitionMap:
         self._moving.discard(rec["id"])
 
     def reindex(self) -> None:
-        """Rebuild the owner, busy and moving indexes (after records were changed in place)."""
-        self._owned, self._busy, self._followed, self._moving = {}, set(), {}, set()
-        for owner in list(self._owner_stamp):
-            self._touch(owner)
+        """Rebuild the primary, busy and moving indexes (after records were changed in place)."""
+        self._as_primary, self._busy, self._followed, self._moving = {}, set(), {}, set()
+        for primary in list(self._primary_stamp):
+            self._touch(primary)
         for r in self.ranges.values():
             self._index(r)
 
@@ -125,29 +135,29 @@ class PartitionMap:
             raise TableError("TableNotFound")
         return rs[i]
 
-    def owned_by(self, server: str) -> list[dict]:
+    def primary_ranges(self, server: str) -> list[dict]:
         """Ranges assigned to a server."""
-        return [self.ranges[rid] for rid in self._owned.get(server, ())]
+        return [self.ranges[rid] for rid in self._as_primary.get(server, ())]
 
     def followed_by(self, server: str) -> list[dict]:
         """Replicated ranges a server holds a replica of without being their primary."""
         return [self.ranges[rid] for rid in self._followed.get(server, ())]
 
     def replica_count(self, server: str) -> int:
-        """How many ranges a server holds a copy of (as owner or follower; O(1))."""
-        return len(self._owned.get(server, ())) + len(self._followed.get(server, ()))
+        """How many ranges a server holds a copy of (as primary or follower; O(1))."""
+        return len(self._as_primary.get(server, ())) + len(self._followed.get(server, ()))
 
-    def owned_ids(self, server: str | None) -> list[str]:
+    def primary_ids(self, server: str | None) -> list[str]:
         """Ids of the ranges a server owns (None: the unassigned ones)."""
-        return list(self._owned.get(server, ()))
+        return list(self._as_primary.get(server, ()))
 
-    def owned_count(self, server: str | None) -> int:
+    def primary_count(self, server: str | None) -> int:
         """How many ranges a server owns (O(1))."""
-        return len(self._owned.get(server, ()))
+        return len(self._as_primary.get(server, ()))
 
-    def owners(self) -> list[str | None]:
-        """Every owner that holds at least one range (None: unassigned ranges)."""
-        return list(self._owned)
+    def primaries(self) -> list[str | None]:
+        """Every primary that holds at least one range (None: unassigned ranges)."""
+        return list(self._as_primary)
 
     def busy_ids(self) -> set[str]:
         """Ids of the ranges an operation holds (state other than ``serving``)."""
@@ -199,7 +209,7 @@ class PartitionMap:
         puts[b"meta/version"] = self.version
         puts[b"meta/next_id"] = self.next_id
 
-    def new_range(self, table: str, low: str, high: str | None, owner: str | None, epoch: int = 1) -> dict:
+    def new_range(self, table: str, low: str, high: str | None, primary: str | None, epoch: int = 1) -> dict:
         """A fresh range record with a new id (not yet in the map)."""
         rid = f"r{self.next_id:06d}"
         self.next_id += 1
@@ -208,19 +218,19 @@ class PartitionMap:
             "table": table,
             "low": low,
             "high": high,
-            "owner": owner,
+            "primary": primary,
             "epoch": epoch,
             "path": f"ranges/{rid}",
             "state": "serving",
         }
 
-    def create_table(self, name: str, owner: str | None, rid: str | None = None) -> tuple[dict, Writes]:
+    def create_table(self, name: str, primary: str | None, rid: str | None = None) -> tuple[dict, Writes]:
         """Add a table with one range covering the whole key space. ``rid``, the request's id, is kept
         with it, so a retry of the same request can be told from another creator (:meth:`created_by`)."""
         if name.lower() in self.tables:
             raise TableError("TableAlreadyExists")
         self.tables[name.lower()] = name
-        rec = self.new_range(name, "", None, owner)
+        rec = self.new_range(name, "", None, primary)
         self.ranges[rec["id"]] = rec
         self._index(rec)
         puts: dict[bytes, Any] = {table_key(name): name, range_key(rec["id"]): rec}
@@ -251,9 +261,9 @@ class PartitionMap:
         return gone, (puts, deletes)
 
     def update(self, rec: dict, **changes: Any) -> Writes:
-        """Change fields of a range; a new owner or new bounds bump its epoch (``epoch`` sets it)."""
+        """Change fields of a range; a new primary or new bounds bump its epoch (``epoch`` sets it)."""
         cur = self.ranges[rec["id"]]
-        if any(k in changes and changes[k] != cur[k] for k in ("owner", "low", "high")) and "epoch" not in changes:
+        if any(k in changes and changes[k] != cur[k] for k in ("primary", "low", "high")) and "epoch" not in changes:
             cur["epoch"] += 1
         self._unindex(cur)
         cur.update(changes)
@@ -297,7 +307,7 @@ class PartitionMap:
             elif k.startswith(b"tablerid/"):
                 pm.creators[k[9:].decode()] = v
             elif k.startswith(b"range/"):
-                pm.ranges[v["id"]] = v
+                pm.ranges[v["id"]] = with_primary(v)
             elif k == b"meta/version":
                 pm.version = v
             elif k == b"meta/next_id":
@@ -326,7 +336,7 @@ class PartitionMap:
                 old = self.ranges.get(v["id"])
                 if old is not None:
                     self._unindex(old)
-                self.ranges[v["id"]] = v
+                v = self.ranges[v["id"]] = with_primary(v)
                 self._index(v)
             elif k == b"meta/version":
                 self.version = v

@@ -25,7 +25,7 @@ class ServerInfo:
     ranges: list = field(default_factory=list)
     load: dict = field(default_factory=dict)
     pending: int = 0  # requests queued at the server in its last loop turn
-    in_step: tuple | None = None  # (owner stamp, range count) when its report last matched the map
+    in_step: tuple | None = None  # (primary stamp, range count) when its report last matched the map
     repl_endpoint: str = ""  # its replication endpoint (a cluster with --replicas > 1)
     repl: dict = field(default_factory=dict)  # its last replication report, per range (replicator.report)
     zone: str = ""  # its --zone: replicas of a range go to distinct zones

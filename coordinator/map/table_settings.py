@@ -81,7 +81,7 @@ class TableSettings:
         if known_version != self.version:
             out.update(self.message())
         if self.shares:
-            out["shares"] = {rid: self.shares[rid] for rid in pmap.owned_ids(server) if rid in self.shares}
+            out["shares"] = {rid: self.shares[rid] for rid in pmap.primary_ids(server) if rid in self.shares}
         return out
 
     def refresh(self, pmap: PartitionMap, servers: dict[str, ServerInfo], now: float | None = None) -> None:

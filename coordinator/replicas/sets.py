@@ -2,7 +2,7 @@
 unit-tested in ``tests/unit/test_replica_sets.py``; the jobs that act on them are in
 :mod:`coordinator.control.replica_ops`.
 
-A replicated range's map record carries, besides ``owner`` (its primary) and ``epoch``:
+A replicated range's map record carries, besides ``primary`` (its primary) and ``epoch``:
 
 * ``replicas``: the servers holding a copy, primary included, N of them when N servers are alive;
 * ``insync``: the replicas every acknowledged write has reached (primary included). Only the
@@ -87,7 +87,7 @@ def promotion(rec: dict, positions: dict[str, int], prefer: str | None = None) -
     candidates = [s for s in rec.get("insync", []) if s in positions]
     if not candidates:
         return None
-    return min(candidates, key=lambda s: (-positions[s], s != prefer, s != rec["owner"], s))
+    return min(candidates, key=lambda s: (-positions[s], s != prefer, s != rec["primary"], s))
 
 
 def next_epoch(epoch: int, answered: Iterable[int]) -> int:
@@ -106,7 +106,7 @@ def after_promotion(rec: dict, primary: str, positions: dict[str, int], committe
     replicas = [primary] + [s for s in rec["replicas"] if s != primary and s in positions]
     insync = [s for s in replicas
               if s == primary or (s in rec.get("insync", []) and positions[s] >= committed)]
-    return {"owner": primary, "replicas": replicas, "insync": insync}
+    return {"primary": primary, "replicas": replicas, "insync": insync}
 
 
 def without(rec: dict, server: str) -> dict:
@@ -119,7 +119,7 @@ def insync_change(rec: dict, lagging: list[str], joining: list[str]) -> list[str
     """The new in-sync set given the primary's report, or None when it does not change: lagging
     followers leave it, caught-up replicas join it; the primary always stays."""
     cur = rec.get("insync", [])
-    new = [s for s in cur if s not in lagging or s == rec["owner"]]
+    new = [s for s in cur if s not in lagging or s == rec["primary"]]
     for s in joining:
         if s in rec["replicas"] and s not in new and s not in lagging:
             new.append(s)
@@ -137,9 +137,9 @@ def repair(rec: dict, n: int, missing_s: dict[str, float], grace_s: float, count
     copy, fewest replicas first, distinct zones first) fill the set up to ``n``; they join the in-sync set
     only once caught up. A range whose primary is gone is left to the failover. The result has
     ``replicas``, ``insync`` and ``added`` (the servers to rebuild a copy on)."""
-    if rec["owner"] in missing_s or rec["owner"] not in counts:
+    if rec["primary"] in missing_s or rec["primary"] not in counts:
         return None
-    lost = [s for s in rec["replicas"] if s != rec["owner"] and missing_s.get(s, 0.0) >= grace_s]
+    lost = [s for s in rec["replicas"] if s != rec["primary"] and missing_s.get(s, 0.0) >= grace_s]
     keep = [s for s in rec["replicas"] if s not in lost]
     if len(keep) >= n and not lost:
         return None

@@ -52,7 +52,7 @@ class ServerRegistry:
         if not live:
             return None
         pmap = self._maps.pmap
-        return min(live, key=lambda s: (pmap.owned_count(s.id), s.id)).id
+        return min(live, key=lambda s: (pmap.primary_count(s.id), s.id)).id
 
     def live_servers(self) -> list[str]:
         """Ids of the registered servers that are alive."""

@@ -102,7 +102,7 @@ def finish(rq: Request, resp: Response, answers: Answers) -> Response:
 def error_response(rq: Request, exc: TableError, detail: str | None = None) -> Response:
     """An Azure error response (JSON ``odata.error`` or XML ``<Error>``)."""
     status = exc.status_code
-    if exc.error_code in ("NotOwner", "RangeBusy"):
+    if exc.error_code in ("NotPrimary", "RangeBusy"):
         exc, status = TableError("ServerBusy", exc.message), 503
     headers = [(b"x-ms-error-code", exc.error_code.encode())]
     if rq.xml_errors or exc.error_code.startswith(("Authentication", "Authorization")) \

@@ -170,7 +170,7 @@ class Replicator:
         epoch = int(record["epoch"])
         seen = self.adopted_epoch(rid, store)
         if epoch < seen:  # a coordinator acting on a stale map: two primaries if obeyed
-            raise TableError("NotOwner", f"stale configuration of {rid}: epoch {epoch} is below epoch {seen}, "
+            raise TableError("NotPrimary", f"stale configuration of {rid}: epoch {epoch} is below epoch {seen}, "
                                          "which this replica already serves or follows")
         peers: dict[str, str] = record.get("peers") or {}
         primary = record["primary"]
@@ -259,7 +259,7 @@ class Replicator:
         p = self.primaries.get(rid)
         if p is not None:  # a primary being replaced (a transfer, or it restarted): stop taking writes
             return {"seq": p.outbox.seq, "epoch": p.epoch}
-        raise TableError("NotOwner", f"range {rid} is not replicated here")
+        raise TableError("NotPrimary", f"range {rid} is not replicated here")
 
     def writable(self, rid: str) -> bool:
         """False when ``rid``'s primary has fewer in-sync replicas than ``--min-insync``."""

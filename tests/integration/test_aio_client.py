@@ -106,7 +106,7 @@ class CountsRetriable(AsyncTransport):
 
 @pytest.mark.slow
 def test_retries_carry_writes_through_a_failover_and_a_frontend_restart(cluster: Cluster) -> None:
-    """Inserts from 32 tasks while the owner of the table's range is killed (its range fails over), then
+    """Inserts from 32 tasks while the primary of the table's range is killed (its range fails over), then
     while the frontend is killed (the supervisor restarts it; the requests in flight are lost and retried):
     every insert succeeds once, none twice (a retried insert applied twice would answer EntityAlreadyExists)."""
     policy = FixedRetry(delay=0.2, max_attempts=100)
@@ -117,7 +117,7 @@ def test_retries_carry_writes_through_a_failover_and_a_frontend_restart(cluster:
                                _transport=transport) as table:
             await table.create_table()
             await table.create_entity({"PartitionKey": "f", "RowKey": "first"})
-            owner = next(r["owner"] for r in cluster.status()["ranges"] if r["table"] == table.table_name)
+            primary = next(r["primary"] for r in cluster.status()["ranges"] if r["table"] == table.table_name)
             n = 0
 
             async def inserter(k: int, stop: asyncio.Event) -> int:
@@ -127,7 +127,7 @@ def test_retries_carry_writes_through_a_failover_and_a_frontend_restart(cluster:
                     made += 1
                 return made
 
-            for victim in (owner, "fe-1"):
+            for victim in (primary, "fe-1"):
                 stop = asyncio.Event()
                 tasks = [asyncio.create_task(inserter(k + n, stop)) for k in range(32)]
                 await asyncio.sleep(0.5)

@@ -218,7 +218,7 @@ def test_backup_manifest(source: dict[str, Any]) -> None:
     assert manifest["tables"] == ["Log", "sdk", "Typed"]
     assert {r["id"] for r in manifest["ranges"]} == {r["id"] for r in source["ranges"]}
     for r in manifest["ranges"]:
-        assert len(r["replicas"]) == 3 and r["owner"] in r["replicas"]
+        assert len(r["replicas"]) == 3 and r["primary"] in r["replicas"]
         assert r["files"] and all(len(f["sha256"]) == 64 for f in r["files"])
     assert all(len(f["sha256"]) == 64 for f in manifest["coordinator"]["files"])
     assert missing_files(source["bk"], manifest) == []
@@ -291,7 +291,7 @@ def test_restore_onto_four_servers_with_meta_in_etcd(source: dict[str, Any], clu
         # from the primary's checkpoint, and the range stays equal.
         rec = next((r for r in ranges if "ps-4" not in r["replicas"]), None)
         if rec is not None:
-            follower = next(s for s in rec["replicas"] if s != rec["owner"])
+            follower = next(s for s in rec["replicas"] if s != rec["primary"])
             try:
                 c.admin({"op": "replica_move", "range": rec["id"], "source": follower, "target": "ps-4"})
             except TableError as exc:  # the balancer moved one there first

@@ -19,7 +19,7 @@ def cluster(cluster_factory: ClusterFactory):
 
 def test_hot_range_is_split_and_half_moved(cluster: Cluster) -> None:
     call(cluster.native, {"op": "create_table", "table": "HotRange"})
-    home = [r for r in cluster.status()["ranges"] if r["table"] == "HotRange"][0]["owner"]
+    home = [r for r in cluster.status()["ranges"] if r["table"] == "HotRange"][0]["primary"]
     since = max([e["seq"] for e in cluster.admin({"op": "events", "limit": 1})] or [0])
     gen = LoadGen(cluster.native, "HotRange", lambda rnd, _n: (f"k{rnd.randrange(60):03d}", str(rnd.randrange(100))),
                   window=48, duration=30, seed=3)
@@ -27,8 +27,8 @@ def test_hot_range_is_split_and_half_moved(cluster: Cluster) -> None:
     gen.start()
     try:
         def spread() -> bool:
-            owners = {r["owner"] for r in cluster.status()["ranges"] if r["table"] == "HotRange"}
-            return len(owners) == 2
+            primaries = {r["primary"] for r in cluster.status()["ranges"] if r["table"] == "HotRange"}
+            return len(primaries) == 2
 
         # about 5-10 s on a quiet machine (hot window, split, then a primary transfer); a figure, not a bound
         cluster.wait(spread, timeout=40, what="a split half moved to the other server")

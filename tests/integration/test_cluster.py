@@ -87,11 +87,11 @@ def test_split_move_merge_under_load_loses_nothing(cluster: Cluster) -> None:
             rid = ranges_of(cluster, "Busy")[0]["id"]
             s = cluster.admin({"op": "split", "range": rid, "key": "k20"})
             time.sleep(0.3)
-            home = {r["id"]: r["owner"] for r in ranges_of(cluster, "Busy")}[s["left"]]
+            home = {r["id"]: r["primary"] for r in ranges_of(cluster, "Busy")}[s["left"]]
             other = "ps-2" if home == "ps-1" else "ps-1"
             m = cluster.admin({"op": "move", "range": s["right"], "server": other})
-            owner = {r["id"]: r["owner"] for r in ranges_of(cluster, "Busy")}
-            assert owner[s["right"]] == other and owner[s["left"]] == home
+            primary = {r["id"]: r["primary"] for r in ranges_of(cluster, "Busy")}
+            assert primary[s["right"]] == other and primary[s["left"]] == home
             time.sleep(0.3)
             g = cluster.admin({"op": "merge", "range": s["left"]})
             time.sleep(0.3)
@@ -168,8 +168,8 @@ def test_partition_server_kill9_fails_over(cluster: Cluster) -> None:
     t = TableServiceClient(cluster.native).create_table("Fail")
     for i in range(50):
         t.upsert_entity({"PartitionKey": "p", "RowKey": str(i), "i": i})
-    owner = ranges_of(cluster, "Fail")[0]["owner"]
-    cluster.kill(owner)
+    primary = ranges_of(cluster, "Fail")[0]["primary"]
+    cluster.kill(primary)
     t0 = time.monotonic()
     t.upsert_entity({"PartitionKey": "p", "RowKey": "after", "i": -1})
     assert time.monotonic() - t0 < 10

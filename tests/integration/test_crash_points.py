@@ -3,7 +3,7 @@
 One cluster per lane is started with every crash point named (``RANGETABLE_CRASH_AT``) but none armed
 (``RANGETABLE_CRASH_ARMED``): each case arms its point (``<crash dir>/arm-<point>``; one process in the whole
 cluster crashes, ``RANGETABLE_CRASH_DIR``), writes a table of its own, runs the operation, lets the supervisor
-restart the crashed process, and then checks: the map invariant holds, every range is served by a live owner,
+restart the crashed process, and then checks: the map invariant holds, every range is served by a live primary,
 every acknowledged entity is readable, writes work. At the default (3 replicas) a move is a leadership
 transfer; the steps only a one-copy move takes (unload, load elsewhere) run in the one-copy lane.
 """
@@ -81,7 +81,7 @@ def _converges(c: Cluster, point: str) -> None:
                 s = c.admin({"op": "split", "range": rng[0]["id"], "key": "p3"}, timeout=4)
                 c.admin({"op": "merge", "range": s["left"]}, timeout=4)
             else:  # move (a transfer at replicas: transfer, promote), load, unload
-                other = "ps-2" if rng[0]["owner"] == "ps-1" else "ps-1"
+                other = "ps-2" if rng[0]["primary"] == "ps-1" else "ps-1"
                 c.admin({"op": "move", "range": rng[0]["id"], "server": other}, timeout=4)
         except TableError:
             pass  # the coordinator or a server died mid-operation; recovery is what we check

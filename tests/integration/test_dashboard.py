@@ -199,7 +199,7 @@ def test_dashboard_shows_ranges_not_in_sync_and_under_replicated(tmp_path: Path,
                                and not rp["not_in_sync"] and rp, timeout=20, what="a healthy replicated range")
         assert healthy["replicas"] == 3 and healthy["rebuilding"] == []
         (rec,) = [r for r in cluster.status()["ranges"] if r["table"] == "copies"]
-        follower = next(s for s in rec["replicas"] if s != rec["owner"])
+        follower = next(s for s in rec["replicas"] if s != rec["primary"])
         client = TableServiceClient.from_cluster(cluster.data_dir).get_table_client("copies")
         cluster.kill(follower, signal.SIGSTOP)  # it lags, and past its lease the supervisor kills it (--no-restart)
         n = 0

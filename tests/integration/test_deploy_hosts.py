@@ -76,5 +76,5 @@ def test_three_hosts_from_the_shipped_units(hosts: Hosts) -> None:
     got = json.loads(hosts.rangetable("entity", "get", "orders", "p1", "r1", *admin, "--endpoint", hosts.native("c")))
     assert got["qty"] == 3  # the write acknowledged before the loss is there
     ranges = _until(lambda: [r for r in json.loads(hosts.rangetable("ranges", "--json", *admin))["ranges"]
-                             if r["owner"] != "ps-a"], 30, "ranges served by host b or c")
-    assert all(r["owner"] in ("ps-b", "ps-c") for r in ranges), ranges
+                             if r["primary"] != "ps-a"], 30, "ranges served by host b or c")
+    assert all(r["primary"] in ("ps-b", "ps-c") for r in ranges), ranges

@@ -64,7 +64,7 @@ def test_a_deposed_leaders_commit_is_refused_by_etcd(etcd: str) -> None:
     _win(b, 5)
     meta_b, how = open_etcd_for_term(b, lambda: None)
     with pytest.raises(TableError) as exc:
-        meta_a.commit({b"range/r1": {"id": "r1", "owner": "stale"}})
+        meta_a.commit({b"range/r1": {"id": "r1", "primary": "stale"}})
     assert exc.value.error_code == "NotLeader"
     assert dict(meta_b.items()) == {b"range/r1": {"id": "r1"}, b"table/t": "T"}
     meta_b.commit({b"range/r2": {"id": "r2"}}, [b"range/r1"])

@@ -91,7 +91,7 @@ def test_lease_fencing_heartbeats_and_pipelining(cluster):
     get = {"op": "get", "range": "r1", "epoch": 1, "pk": "p", "rk": "r"}
     with pytest.raises(TableError) as ei:  # no lease yet
         call(client, get)
-    assert ei.value.error_code == "NotOwner"
+    assert ei.value.error_code == "NotPrimary"
     coord.delay_s = 0.2
     coord.answer.set()
     while not coord.answered:
@@ -131,7 +131,7 @@ def test_lease_lapse_closes_ranges(cluster):
     time.sleep(2.3)
     with pytest.raises(TableError) as ei:
         call(client, {"op": "get", "range": "r1", "epoch": 1, "pk": "p", "rk": "r"})
-    assert ei.value.error_code == "NotOwner" and not ps.ranges.open
+    assert ei.value.error_code == "NotPrimary" and not ps.ranges.open
 
 
 def test_stop_is_prompt(cluster):

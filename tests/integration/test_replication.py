@@ -119,7 +119,7 @@ def test_killing_the_primary_and_wiping_its_disk_loses_no_acknowledged_write(rep
     c = replicated
     writers = _writing(c, "diskloss", 3, writers=3)
     rec = _one_range(c, "diskloss")
-    victim = rec["owner"]
+    victim = rec["primary"]
     c.kill(victim)
     shutil.rmtree(os.path.join(c.data_dir, "servers", victim), ignore_errors=True)
     killed = time.monotonic()
@@ -128,7 +128,7 @@ def test_killing_the_primary_and_wiping_its_disk_loses_no_acknowledged_write(rep
     after = [g for w in writers for g in w.gaps]
     assert len(acked) > 100
     now = _one_range(c, "diskloss")
-    assert now["owner"] != victim and now["epoch"] > rec["epoch"]
+    assert now["primary"] != victim and now["epoch"] > rec["epoch"]
     # the victim left the in-sync set; restarted empty by the supervisor, it may be rebuilt and back already
     assert victim not in now["insync"] or now["insync"].index(victim) > 0
     assert max(after) < 10, f"a write waited {max(after):.1f} s (killed at {killed})"
@@ -139,7 +139,7 @@ def test_a_paused_follower_leaves_the_insync_set_and_rejoins(replicated: Cluster
     c = replicated
     (w,) = _writing(c, "paused", 1)
     rec = _one_range(c, "paused")
-    follower = next(s for s in rec["replicas"] if s != rec["owner"])
+    follower = next(s for s in rec["replicas"] if s != rec["primary"])
     pid = c.kill(follower, signal.SIGSTOP)
     try:
         c.wait(lambda: follower not in [r for r in _ranges(c) if r["table"] == "paused"][0]["insync"], timeout=10,
@@ -171,7 +171,7 @@ def test_a_replicated_range_splits_on_every_replica_under_writes(replicated: Clu
         for sid in h["replicas"]:
             assert os.path.isdir(os.path.join(c.data_dir, "servers", sid, "ranges", h["id"])), (sid, h["id"])
     # the halves' followers hold the same rows as their primary: promote one by killing the primary
-    c.kill(halves[0]["owner"])
+    c.kill(halves[0]["primary"])
     time.sleep(4)
     _stop_and_check(c, "splits", [w])
 
@@ -180,12 +180,12 @@ def test_a_primary_moves_to_an_insync_replica_in_milliseconds(replicated: Cluste
     c = replicated
     (w,) = _writing(c, "transfer", 1)
     rec = _one_range(c, "transfer")
-    target = next(s for s in rec["insync"] if s != rec["owner"])
+    target = next(s for s in rec["insync"] if s != rec["primary"])
     res = c.admin({"op": "move", "range": rec["id"], "server": target}, timeout=60)
     time.sleep(1)
     _stop_and_check(c, "transfer", [w])
     now = _one_range(c, "transfer")
-    assert now["owner"] == target and now["epoch"] > rec["epoch"]
+    assert now["primary"] == target and now["epoch"] > rec["epoch"]
     assert sorted(now["insync"]) == ["ps-1", "ps-2", "ps-3"]
     assert res["offline_ms"] < 2000, res
     print(f"transfer offline {res['offline_ms']} ms")
@@ -197,7 +197,7 @@ def test_replicated_halves_merge_back_on_every_replica(replicated: Cluster) -> N
     rec = _one_range(c, "merges")
     res = c.admin({"op": "split", "range": rec["id"], "key": "p3"}, timeout=60)
     right = next(r for r in _ranges(c) if r["id"] == res["right"])
-    other = next(s for s in right["insync"] if s != right["owner"])
+    other = next(s for s in right["insync"] if s != right["primary"])
     c.admin({"op": "move", "range": res["right"], "server": other}, timeout=60)  # the merge moves it back
     time.sleep(0.5)
     merged = c.admin({"op": "merge", "range": res["left"]}, timeout=60)
@@ -205,6 +205,6 @@ def test_replicated_halves_merge_back_on_every_replica(replicated: Cluster) -> N
     out = _one_range(c, "merges")
     assert out["id"] == merged["range"] and out["low"] == "" and out["high"] is None
     assert sorted(out["replicas"]) == ["ps-1", "ps-2", "ps-3"] and sorted(out["insync"]) == ["ps-1", "ps-2", "ps-3"]
-    c.kill(out["owner"])  # a follower of the merged range takes over with every row
+    c.kill(out["primary"])  # a follower of the merged range takes over with every row
     time.sleep(4)
     _stop_and_check(c, "merges", [w])

@@ -40,7 +40,7 @@ def _dump(c: Cluster, sid: str, rec: dict) -> dict[bytes, bytes]:
 
 
 def _messages(rng: random.Random, rec: dict, n: int) -> list[list[bytes]]:
-    rid, epoch, primary = rec["id"], rec["epoch"], rec["owner"]
+    rid, epoch, primary = rec["id"], rec["epoch"], rec["primary"]
     followers = [s for s in rec["replicas"] if s != primary]
     forged = encode_ops([(encode_key("fz", f"forged-{i}"), msgpack.packb([1, {}])) for i in range(3)])
 
@@ -124,7 +124,7 @@ def test_random_frames_to_replication_endpoints(cluster_factory: Any) -> None:
         st = c.status()
         assert all(s["alive"] for s in st["servers"]), st["servers"]
         (now,) = [r for r in st["ranges"] if r["table"] == "fuzzed"]
-        assert now["epoch"] == rec["epoch"] and now["owner"] == rec["owner"], now
+        assert now["epoch"] == rec["epoch"] and now["primary"] == rec["primary"], now
         assert sorted(now["insync"]) == list(SERVERS), now
         rows = {e["RowKey"] for e in client.list_entities()}
         want = ({f"before-{i:04d}" for i in range(100)} | {f"after-{i:04d}" for i in range(100)}
@@ -133,7 +133,7 @@ def test_random_frames_to_replication_endpoints(cluster_factory: Any) -> None:
         # every replica holds the same keys and values, and no forged one
         c.wait(lambda: len({frozenset(_dump(c, s, rec).items()) for s in SERVERS}) == 1, timeout=10,
                what="identical replicas")
-        dump = _dump(c, rec["owner"], rec)
+        dump = _dump(c, rec["primary"], rec)
         assert not [k for k in dump if b"forged" in k]
-        text = open(os.path.join(c.data_dir, "logs", f"{rec['owner']}.log"), errors="replace").read()
+        text = open(os.path.join(c.data_dir, "logs", f"{rec['primary']}.log"), errors="replace").read()
         assert "replication message refused" in text

@@ -52,7 +52,7 @@ def test_a_paused_primary_past_its_lease_is_replaced_without_losing_or_serving_s
     with cluster_factory(extra=["--no-dashboard"], balancer=False) as c:
         c.admin({"op": "create_table", "table": "pausedp"})
         (rec,) = [r for r in c.status()["ranges"] if r["table"] == "pausedp"]
-        victim = rec["owner"]
+        victim = rec["primary"]
         writers = [Writer(c.data_dir, "pausedp", f"w{i}") for i in range(2)]
         reg = Register(c.data_dir, "pausedp")
         for t in [*writers, reg]:
@@ -64,7 +64,7 @@ def test_a_paused_primary_past_its_lease_is_replaced_without_losing_or_serving_s
             os.kill(pid, signal.SIGCONT)
         except ProcessLookupError:  # declared dead and killed by the supervisor: expected
             pass
-        c.wait(lambda: [r for r in c.status()["ranges"] if r["table"] == "pausedp"][0]["owner"] != victim,
+        c.wait(lambda: [r for r in c.status()["ranges"] if r["table"] == "pausedp"][0]["primary"] != victim,
                timeout=20, what="a follower promoted")
         n = sum(len(w.acked) for w in writers)
         time.sleep(3)
@@ -76,7 +76,7 @@ def test_a_paused_primary_past_its_lease_is_replaced_without_losing_or_serving_s
         reg.reader.join(30)
 
         (now,) = [r for r in c.status()["ranges"] if r["table"] == "pausedp"]
-        assert now["owner"] != victim and now["epoch"] > rec["epoch"]
+        assert now["primary"] != victim and now["epoch"] > rec["epoch"]
         client = TableServiceClient.from_cluster(c.data_dir).get_table_client("pausedp")
         rows = {e["RowKey"] for e in client.list_entities()}
         acked = {rk for w in writers for rk in w.acked}

@@ -62,7 +62,7 @@ def test_a_replica_lost_with_its_disk_is_rebuilt_on_another_server(four: Cluster
     c = four
     _fill(c, "lost")
     (rec,) = [r for r in c.status()["ranges"] if r["table"] == "lost"]
-    victim = next(s for s in rec["replicas"] if s != rec["owner"])
+    victim = next(s for s in rec["replicas"] if s != rec["primary"])
     spare = next(s for s in ("ps-1", "ps-2", "ps-3", "ps-4") if s not in rec["replicas"])
     c.kill(victim)
     shutil.rmtree(os.path.join(c.data_dir, "servers", victim), ignore_errors=True)
@@ -84,7 +84,7 @@ def test_a_server_back_with_an_empty_disk_gets_its_replica_back(three: Cluster) 
     c = three
     _fill(c, "empty", 5_000)
     (rec,) = [r for r in c.status()["ranges"] if r["table"] == "empty"]
-    victim = next(s for s in rec["replicas"] if s != rec["owner"])
+    victim = next(s for s in rec["replicas"] if s != rec["primary"])
     before = {x["id"]: x["incarnation"] for x in c.status()["servers"]}[victim]
     c.kill(victim)  # the supervisor restarts it, with nothing on its disk
     shutil.rmtree(os.path.join(c.data_dir, "servers", victim, "ranges"), ignore_errors=True)

@@ -86,7 +86,7 @@ def test_secondary_reads_followers_and_refuses_writes(replicated: Cluster) -> No
         # The primary paused: reads of the secondary go on from its followers (within its lease: no failover).
         rec = _range_of(c, name)
         assert len(rec["insync"]) == 3, rec
-        pid = _pid_of(c, rec["owner"])
+        pid = _pid_of(c, rec["primary"])
         os.kill(pid, signal.SIGSTOP)
         try:
             t0 = time.monotonic()
@@ -124,7 +124,7 @@ def test_a_lagging_follower_holds_last_sync_time_back(replicated: Cluster) -> No
     c = replicated
     c.admin({"op": "create_table", "table": "lagging"})
     rec = _range_of(c, "lagging")
-    follower = next(s for s in rec["replicas"] if s != rec["owner"])
+    follower = next(s for s in rec["replicas"] if s != rec["primary"])
     client = TableServiceClient.from_cluster(c.data_dir).get_table_client("lagging")
     stop = threading.Event()
 

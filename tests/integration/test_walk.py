@@ -82,7 +82,7 @@ def walk(cluster: Cluster, directory: Path) -> list[tuple[str, str]]:
     docs, windows = _traces(cluster, directory, "walk")
     status = cluster.status()
     rec = next(r for r in status["ranges"] if r["table"] == "walk")
-    primary = rec["owner"]
+    primary = rec["primary"]
     by_pid = {p["pid"]: p["id"] for p in cluster.doc["processes"]}
     roles: dict[str, list[dict[str, list[int]]]] = {}
     for doc in docs:

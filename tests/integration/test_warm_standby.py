@@ -43,13 +43,13 @@ LEADER = textwrap.dedent("""
         step += 1
         for t in ("alpha", "gamma"):  # split every range of two tables at a fresh key
             for r in pm.ranges_of(t):
-                halves = [pm.new_range(t, r["low"], f"k{{step:03d}}", r["owner"], r["epoch"] + 1),
-                          pm.new_range(t, f"k{{step:03d}}", r["high"], r["owner"], r["epoch"] + 1)]
+                halves = [pm.new_range(t, r["low"], f"k{{step:03d}}", r["primary"], r["epoch"] + 1),
+                          pm.new_range(t, f"k{{step:03d}}", r["high"], r["primary"], r["epoch"] + 1)]
                 if r["low"] < f"k{{step:03d}}" and (r["high"] is None or f"k{{step:03d}}" < r["high"]):
                     m.commit(*pm.replace([r], halves))
         for i, r in enumerate(pm.ranges_of("alpha")):  # move every other range
             if i % 2 == step % 2:
-                m.commit(*pm.update(r, owner="s2", epoch=r["epoch"] + 1))
+                m.commit(*pm.update(r, primary="s2", epoch=r["epoch"] + 1))
         if step == 2:
             m.commit(*pm.delete_table("beta")[1])
         m.commit({{b"event/%012d" % (step + 1): {{"seq": step + 1}}}})

@@ -145,7 +145,7 @@ def test_a_backup_is_refused_while_a_split_merge_or_move_runs_or_a_primary_is_de
                                                    pmap=SimpleNamespace(ranges={r["id"]: r for r in ranges})),
                                registry=SimpleNamespace(is_alive=lambda s: s not in dead))
 
-    ok = {"id": "r1", "state": "serving", "owner": "ps-1"}
+    ok = {"id": "r1", "state": "serving", "primary": "ps-1"}
     refuse_busy(co(ok))  # type: ignore[arg-type]
     for bad, dead, why in [({**ok, "state": "splitting"}, (), "r1 is splitting"),
                            ({**ok, "state": "merging"}, (), "r1 is merging"),

@@ -264,9 +264,9 @@ def worlds(draw: st.DrawFn) -> dict:
         cuts = sorted(rng.sample(KEYSPACE[1:], rng.randint(0, 4)))
         bounds = [""] + cuts + [None]
         for low, high in zip(bounds, bounds[1:], strict=False):
-            owner = rng.choice(ALL_SERVERS[:2] * 3 + ALL_SERVERS[2:] + [None])
+            primary = rng.choice(ALL_SERVERS[:2] * 3 + ALL_SERVERS[2:] + [None])
             state = rng.choice(["serving"] * 4 + ["moving"])
-            ranges.append(R(f"{table}{len(ranges)}", low, high, owner, table=table, state=state))
+            ranges.append(R(f"{table}{len(ranges)}", low, high, primary, table=table, state=state))
     live = rng.choice([["s1", "s2"], ["s1", "s2", "s3"], ALL_SERVERS, rng.sample(ALL_SERVERS, rng.randint(0, 4))])
     end = rng.randint(1, 80)
     mood = rng.choice(["idle", "busy", "mixed"])  # idle clusters merge, busy ones split and move
@@ -276,11 +276,11 @@ def worlds(draw: st.DrawFn) -> dict:
                           rng.choice([None, rng.randint(0, end)]))
                 for r in ranges}
     h = LoadHistory()
-    owner_of = {r["id"]: r["owner"] for r in ranges}
+    primary_of = {r["id"]: r["primary"] for r in ranges}
     for t in range(0, end + 1, rng.choice([1, 2, 5])):
         for server in ALL_SERVERS:
             rep = {rid: {"reads_s": score if t != dip else 0, "bytes": size, "sample": ks}
-                   for rid, (score, ks, size, dip) in profiles.items() if owner_of[rid] == server}
+                   for rid, (score, ks, size, dip) in profiles.items() if primary_of[rid] == server}
             if rep:
                 h.add(t, server, rep)
     kinds = rng.sample(["split", "move", "merge", "created", "hot_key"], rng.randint(0, 5))
@@ -304,14 +304,14 @@ def test_actions_are_always_valid(w: dict) -> None:
     moves_used = 0
     for a in acts:
         r = by_id[a.range]
-        assert r["state"] == "serving" and r["owner"] in w["live"]
+        assert r["state"] == "serving" and r["primary"] in w["live"]
         touched.append(a.range)
         if a.kind == "split":
             assert a.key is None or (r["low"] < a.key and (r["high"] is None or a.key < r["high"]))
         elif a.kind in ("hot_key", "append_hotspot"):
             assert a.key is not None and a.key >= r["low"] and (r["high"] is None or a.key < r["high"])
         elif a.kind == "move":
-            assert a.target in w["live"] and a.target != r["owner"]
+            assert a.target in w["live"] and a.target != r["primary"]
             assert now - recent.get("move", {}).get(a.range, -1e9) >= s.move_cooldown_s
             moves_used += 1
         else:
@@ -319,11 +319,11 @@ def test_actions_are_always_valid(w: dict) -> None:
             b = by_id[a.detail["right"]]
             touched.append(b["id"])
             assert b["table"] == r["table"] and r["high"] == b["low"] == a.key
-            assert b["state"] == "serving" and b["owner"] in w["live"] and a.target in (r["owner"], b["owner"])
+            assert b["state"] == "serving" and b["primary"] in w["live"] and a.target in (r["primary"], b["primary"])
             for x in (r, b):
                 for kind in ("split", "merge", "created"):
                     assert now - recent.get(kind, {}).get(x["id"], -1e9) >= s.merge_cooldown_s
-            moves_used += r["owner"] != b["owner"]
+            moves_used += r["primary"] != b["primary"]
     assert len(touched) == len(set(touched))
     assert moves_used <= max(0, s.max_concurrent_moves - w["in_flight"])
     assert sum(a.kind == "split" for a in acts) <= s.max_splits_per_round

@@ -71,7 +71,7 @@ def test_coordinator_splits_each_table_by_its_ranges_demand():
     pm = PartitionMap()
     pm.tables = {"a": "a"}
     for i, (lo, hi) in enumerate((("", "m"), ("m", None))):
-        pm.ranges[f"r{i}"] = {"id": f"r{i}", "table": "a", "low": lo, "high": hi, "owner": "s1", "epoch": 1,
+        pm.ranges[f"r{i}"] = {"id": f"r{i}", "table": "a", "low": lo, "high": hi, "primary": "s1", "epoch": 1,
                               "path": f"r{i}", "state": "serving"}
     pm.reindex()
     ts = TableSettings()

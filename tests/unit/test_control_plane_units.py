@@ -7,7 +7,7 @@ import msgpack
 
 from coordinator.balancer.load_history import LoadHistory
 from coordinator.map.deltas import DeltaLog, PendingChanges, build_delta, fold
-from coordinator.map.partition_map import PartitionMap
+from coordinator.map.partition_map import PartitionMap, range_key
 from coordinator.replicas.placement import place_orphans
 from frontend.routing import MapCache
 from partition_server.served import only_changed
@@ -19,7 +19,7 @@ def _map(n: int = 4) -> PartitionMap:
     rec = pm.ranges["r000001"]
     for i in range(1, n):  # split the last range at k1, k2, …
         last = [r for r in pm.ranges.values() if r["high"] is None][0]
-        left = pm.new_range("t", last["low"], f"k{i:03d}", last["owner"], last["epoch"] + 1)
+        left = pm.new_range("t", last["low"], f"k{i:03d}", last["primary"], last["epoch"] + 1)
         right = pm.new_range("t", f"k{i:03d}", None, f"s{i % 2 + 1}", last["epoch"] + 1)
         pm.replace([last], [left, right])
     assert rec["id"] not in pm.ranges and not pm.check()
@@ -36,16 +36,16 @@ def _publish(pm: PartitionMap, prev: int, changes: PendingChanges, servers: dict
 
 def test_partition_map_indexes_follow_every_change() -> None:
     pm = _map(4)
-    assert {r["id"] for r in pm.owned_by("s1")} == {r["id"] for r in pm.ranges.values() if r["owner"] == "s1"}
-    some = pm.owned_by("s1")[0]
-    pm.update(some, owner="s3", state="moving")
-    assert pm.owned_count("s3") == 1 and some["id"] in pm.busy_ids()
+    assert {r["id"] for r in pm.primary_ranges("s1")} == {r["id"] for r in pm.ranges.values() if r["primary"] == "s1"}
+    some = pm.primary_ranges("s1")[0]
+    pm.update(some, primary="s3", state="moving")
+    assert pm.primary_count("s3") == 1 and some["id"] in pm.busy_ids()
     pm.update(some, state="serving")
     assert pm.busy_ids() == set()
     pm.delete_table("t")
-    assert pm.owners() == [] and pm.owned_by("s1") == []
+    assert pm.primaries() == [] and pm.primary_ranges("s1") == []
     rebuilt = PartitionMap.from_snapshot(_map(3).snapshot())
-    assert sum(rebuilt.owned_count(o) for o in rebuilt.owners()) == 3
+    assert sum(rebuilt.primary_count(o) for o in rebuilt.primaries()) == 3
 
 
 def test_delta_carries_only_the_change_and_applies_to_a_cache() -> None:
@@ -56,8 +56,8 @@ def test_delta_carries_only_the_change_and_applies_to_a_cache() -> None:
     v0 = pm.version
     # split one range: the commit removes it and adds two
     mid = pm.range_for("t", "k025")
-    left = pm.new_range("t", mid["low"], "k025m", mid["owner"], mid["epoch"] + 1)
-    right = pm.new_range("t", "k025m", mid["high"], mid["owner"], mid["epoch"] + 1)
+    left = pm.new_range("t", mid["low"], "k025m", mid["primary"], mid["epoch"] + 1)
+    right = pm.new_range("t", "k025m", mid["high"], mid["primary"], mid["epoch"] + 1)
     ch = PendingChanges()
     ch.note_writes(*pm.replace([mid], [left, right]))
     delta = _publish(pm, v0, ch, {})
@@ -73,7 +73,7 @@ def test_delta_carries_only_the_change_and_applies_to_a_cache() -> None:
     pm.version += 1
     ch = PendingChanges(servers={"s2"})
     assert cache.apply(_publish(pm, v1, ch, {"s2": None}))
-    assert all(rt.endpoint is None for rt in cache.by_table["t"][1] if rt.range["owner"] == "s2")
+    assert all(rt.endpoint is None for rt in cache.by_table["t"][1] if rt.range["primary"] == "s2")
     assert any(rt.endpoint == "tcp://a" for rt in cache.by_table["t"][1])
 
 
@@ -150,8 +150,21 @@ def test_a_confirmed_report_stays_current_for_the_balancer() -> None:
     h = LoadHistory(window_s=180)
     big = {"bytes": 300 << 20, "entities": 10}
     h.add(0.0, "s1", {"r000001": big})
-    rec = {"id": "r000001", "table": "t", "low": "", "high": None, "owner": "s1", "epoch": 1, "state": "serving"}
+    rec = {"id": "r000001", "table": "t", "low": "", "high": None, "primary": "s1", "epoch": 1, "state": "serving"}
     assert plan_actions([rec], ["s1"], h, Settings(), 20.0) == []  # stale: no report for 20 s
     h.confirm(19.5, "s1")  # its server still heartbeats: the latest report holds
     assert h.current_until("r000001") == 19.5
     assert [a.kind for a in plan_actions([rec], ["s1"], h, Settings(), 20.0)] == ["split"]
+
+
+def test_range_records_stored_before_the_rename_read_as_now() -> None:
+    """A meta store (or a backup of one) written before the primary was named ``primary`` loads and is followed
+    the same: the old field is read as ``primary`` and the indexes know it."""
+    old = {**_map(2).ranges["r000002"]}
+    old["own" + "er"] = old.pop("primary")
+    pm = PartitionMap.load([(range_key(old["id"]), old), (b"table/t", "t")])
+    assert pm.ranges[old["id"]]["primary"] == old["own" + "er"] and "own" + "er" not in pm.ranges[old["id"]]
+    assert pm.primary_ids(old["own" + "er"]) == [old["id"]]
+    follower = PartitionMap()
+    follower.apply({range_key(old["id"]): old}, [])
+    assert follower.ranges[old["id"]] == pm.ranges[old["id"]]

@@ -11,7 +11,7 @@ from coordinator.replicas.sets import health
 
 
 def rng(rid: str, replicas: list[str] | None = None, insync: list[str] | None = None) -> dict:
-    r = {"id": rid, "table": "t", "low": "", "high": None, "owner": "ps-1", "epoch": 3, "state": "serving"}
+    r = {"id": rid, "table": "t", "low": "", "high": None, "primary": "ps-1", "epoch": 3, "state": "serving"}
     if replicas is not None:
         r.update(replicas=replicas, insync=insync if insync is not None else replicas)
     return r

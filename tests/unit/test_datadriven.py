@@ -73,10 +73,10 @@ def planner_case(c: Case) -> str:
 # --- replica_sets: health, repair and promotion of one range's record -------------------------------------------
 
 def _record(c: Case) -> dict:
-    """The range record of a case's input: ``replicas=a,b,c insync=a,b state=serving owner=a``."""
+    """The range record of a case's input: ``replicas=a,b,c insync=a,b state=serving primary=a``."""
     fields = dict(w.partition("=")[::2] for w in " ".join(c.input).split())
     replicas = _names(fields["replicas"])
-    return {"id": "r1", "owner": fields.get("owner", replicas[0] if replicas else ""), "epoch": 3,
+    return {"id": "r1", "primary": fields.get("primary", replicas[0] if replicas else ""), "epoch": 3,
             "state": fields.get("state", "serving"), "replicas": replicas,
             "insync": _names(fields.get("insync", fields["replicas"]))}
 

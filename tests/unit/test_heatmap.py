@@ -26,7 +26,7 @@ from rangetable.errors import TableError
 
 
 def rng(rid: str, low: str, high: str | None, table: str = "t") -> dict:
-    return {"id": rid, "table": table, "low": low, "high": high, "owner": "ps-1", "epoch": 1, "state": "serving"}
+    return {"id": rid, "table": table, "low": low, "high": high, "primary": "ps-1", "epoch": 1, "state": "serving"}
 
 
 def load(ops: float, entities: int = 0) -> dict:
@@ -190,7 +190,7 @@ def test_heatmap_params() -> None:
 def test_state_view_servers_and_ranges() -> None:
     status = {
         "version": 7, "tables": ["t"],
-        "ranges": [rng("r1", "", "m"), {**rng("r2", "m", None), "owner": "ps-2", "state": "moving"}],
+        "ranges": [rng("r1", "", "m"), {**rng("r2", "m", None), "primary": "ps-2", "state": "moving"}],
         "servers": [
             {"id": "ps-1", "endpoint": "tcp://a", "alive": True, "pid": 1, "last_seen_s": 0.3, "ranges": 1,
              "pending": 0, "load": {"r1": {"reads_s": 3, "writes_s": 4, "busy_s": 1, "entities": 5, "bytes": 50}},
@@ -210,7 +210,7 @@ def test_state_view_servers_and_ranges() -> None:
     assert s2["primary"] == s2["follower"] == {"ranges": 0, "entities": 0, "bytes": 0}  # no holds: nothing shown
     r1, r2 = v["ranges"]
     assert (r1["ops_s"], r1["entities"], r1["reported"]) == (8.0, 5, True)
-    assert (r2["state"], r2["owner"], r2["reported"], r2["ops_s"]) == ("moving", "ps-2", False, 0.0)
+    assert (r2["state"], r2["primary"], r2["reported"], r2["ops_s"]) == ("moving", "ps-2", False, 0.0)
     assert state_view({}, 2.0) == {"version": None, "tables": [], "servers": [], "ranges": [], "replication": {
         "replicas": 1, "replicated": 0, "under_replicated": 0, "not_in_sync": 0, "rebuilding": []}}
 

@@ -11,10 +11,10 @@ from coordinator.map.holdings import empty_holds, holdings, range_reports
 
 def test_holdings_by_role() -> None:
     ranges = [
-        {"id": "r1", "owner": "ps-1", "replicas": ["ps-1", "ps-2", "ps-3"]},
-        {"id": "r2", "owner": "ps-2", "replicas": ["ps-2", "ps-1", "ps-3"]},
-        {"id": "r3", "owner": "ps-1"},  # one copy: its owner holds it as primary
-        {"id": "r4", "owner": "ps-3", "replicas": ["ps-3", "ps-1"]},  # not reported yet: empty
+        {"id": "r1", "primary": "ps-1", "replicas": ["ps-1", "ps-2", "ps-3"]},
+        {"id": "r2", "primary": "ps-2", "replicas": ["ps-2", "ps-1", "ps-3"]},
+        {"id": "r3", "primary": "ps-1"},  # one copy: its primary holds it as primary
+        {"id": "r4", "primary": "ps-3", "replicas": ["ps-3", "ps-1"]},  # not reported yet: empty
     ]
     loads = {"r1": {"entities": 1, "bytes": 70}, "r2": {"entities": 2, "bytes": 150}, "r3": {"entities": 5, "bytes": 9}}
     h = holdings(ranges, loads, ["ps-1", "ps-2", "ps-3", "ps-4"])
@@ -31,8 +31,8 @@ def test_holdings_by_role() -> None:
 def test_range_reports_come_from_the_servers_loads() -> None:
     servers = {"ps-1": SimpleNamespace(load={"r1": {"entities": 1}}), "ps-2": SimpleNamespace(load={"r1": {"bytes": 9}}),
                "ps-3": SimpleNamespace(load=None)}
-    ranges = [{"id": "r1", "owner": "ps-1", "replicas": ["ps-1", "ps-2", "ps-3"]}, {"id": "r2", "owner": "ps-3"},
-              {"id": "r3", "owner": "ps-9"}]
+    ranges = [{"id": "r1", "primary": "ps-1", "replicas": ["ps-1", "ps-2", "ps-3"]}, {"id": "r2", "primary": "ps-3"},
+              {"id": "r3", "primary": "ps-9"}]
     assert range_reports(ranges, servers) == {"r1": {"entities": 1}}  # the primary's, not a follower's
 
 

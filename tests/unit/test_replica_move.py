@@ -16,11 +16,11 @@ from coordinator.replicas.sets import abandoned, check_move, finished, move_step
 from rangetable.errors import TableError
 
 
-def rec(rid: str = "r1", owner: str = "a", replicas: tuple[str, ...] = ("a", "b", "c"),
+def rec(rid: str = "r1", primary: str = "a", replicas: tuple[str, ...] = ("a", "b", "c"),
         insync: tuple[str, ...] | None = None, move: dict | None = None, state: str = "serving",
         table: str = "t", low: str = "", high: str | None = None) -> dict:
     """A replicated range record as in the partition map."""
-    out = {"id": rid, "table": table, "low": low, "high": high, "owner": owner, "epoch": 3, "path": f"ranges/{rid}",
+    out = {"id": rid, "table": table, "low": low, "high": high, "primary": primary, "epoch": 3, "path": f"ranges/{rid}",
            "state": state, "replicas": list(replicas), "insync": list(replicas if insync is None else insync)}
     if move is not None:
         out["move"] = move
@@ -131,7 +131,7 @@ def plan(ranges: list[dict], servers: list[str], zones: dict[str, str] | None = 
 def three_by_three(n: int = 9, primaries: tuple[str, ...] = ("ps-1", "ps-2", "ps-3")) -> list[dict]:
     """``n`` ranges, each on ps-1..3, primaries round-robin."""
     servers = ("ps-1", "ps-2", "ps-3")
-    return [rec(f"r{i}", owner=primaries[i % len(primaries)], replicas=servers, low=f"k{i:02}",
+    return [rec(f"r{i}", primary=primaries[i % len(primaries)], replicas=servers, low=f"k{i:02}",
                 high=f"k{i + 1:02}" if i + 1 < n else None) for i in range(n)]
 
 
@@ -153,20 +153,20 @@ def test_followers_move_before_primaries_and_smallest_first() -> None:
     got = plan(rs, S4, max_replica_moves="1")
     (kind, rid, target, source) = got[0]
     r = next(r for r in rs if r["id"] == rid)
-    assert r["owner"] != source
+    assert r["primary"] != source
 
 
 def test_only_primaries_left_on_the_source_still_move() -> None:
-    rs = [rec("r1", owner="ps-1", replicas=("ps-1", "ps-2", "ps-3")),
-          rec("r2", owner="ps-1", replicas=("ps-1", "ps-2", "ps-3"), low="m")]
+    rs = [rec("r1", primary="ps-1", replicas=("ps-1", "ps-2", "ps-3")),
+          rec("r2", primary="ps-1", replicas=("ps-1", "ps-2", "ps-3"), low="m")]
     rs[0]["high"] = "m"
     got = plan(rs, S4, max_replica_moves="1", replica_move_min_gap="2", primary_spread="off")
     assert got == [("replica_move", "r1", "ps-4", "ps-1")]
 
 
 def test_no_move_when_balanced_or_gap_one() -> None:
-    rs = [rec("r1", owner="ps-1", replicas=("ps-1", "ps-2", "ps-3"), high="m"),
-          rec("r2", owner="ps-4", replicas=("ps-4", "ps-1", "ps-2"), low="m")]
+    rs = [rec("r1", primary="ps-1", replicas=("ps-1", "ps-2", "ps-3"), high="m"),
+          rec("r2", primary="ps-4", replicas=("ps-4", "ps-1", "ps-2"), low="m")]
     assert plan(rs, S4) == []  # counts 2,2,1,1
     assert plan(three_by_three(), ["ps-1", "ps-2", "ps-3"]) == []
 

@@ -19,8 +19,8 @@ from coordinator.replicas.sets import (
 
 
 def test_is_replicated() -> None:
-    assert is_replicated({"id": "r", "owner": "a", "replicas": ["a"]})
-    assert not is_replicated({"id": "r", "owner": "a"})
+    assert is_replicated({"id": "r", "primary": "a", "replicas": ["a"]})
+    assert not is_replicated({"id": "r", "primary": "a"})
 
 
 @pytest.mark.parametrize(("n", "counts", "zones", "keep", "want"), [
@@ -76,16 +76,16 @@ def test_choose_replicas_properties() -> None:
                             assert len({zones.get(s, s) for s in got}) == min(len(got), len(all_zones))
 
 
-REC = {"id": "r", "owner": "a", "epoch": 3, "replicas": ["a", "b", "c"], "insync": ["a", "b", "c"]}
+REC = {"id": "r", "primary": "a", "epoch": 3, "replicas": ["a", "b", "c"], "insync": ["a", "b", "c"]}
 
 
 @pytest.mark.parametrize(("rec", "positions", "want"), [
     (REC, {"b": 5, "c": 7}, "c"),  # the furthest
     (REC, {"a": 5, "b": 5, "c": 4}, "a"),  # a tie: the current primary (it restarted)
     (REC, {"b": 5, "c": 5}, "b"),  # a tie without it: the smaller id
-    ({**REC, "replicas": ["ps-1", "ps-10", "ps-2"], "insync": ["ps-1", "ps-10", "ps-2"], "owner": "ps-2"},
+    ({**REC, "replicas": ["ps-1", "ps-10", "ps-2"], "insync": ["ps-1", "ps-10", "ps-2"], "primary": "ps-2"},
      {"ps-1": 3, "ps-10": 3}, "ps-1"),
-    ({**REC, "replicas": ["ab", "a"], "insync": ["ab", "a"], "owner": "x"}, {"ab": 1, "a": 1}, "a"),
+    ({**REC, "replicas": ["ab", "a"], "insync": ["ab", "a"], "primary": "x"}, {"ab": 1, "a": 1}, "a"),
     ({**REC, "insync": ["a", "b"]}, {"b": 2, "c": 99}, "b"),  # an out-of-sync copy never wins
     ({**REC, "insync": ["a", "b"]}, {"c": 99}, None),  # no in-sync replica answered
     (REC, {}, None),
@@ -98,23 +98,23 @@ def test_promotion(rec: dict, positions: dict[str, int], want: str | None) -> No
 
 def test_promotion_does_not_depend_on_order() -> None:
     for perm in itertools.permutations(["a", "b", "c", "d"]):
-        rec = {"owner": "c", "replicas": list(perm), "insync": list(perm)}
+        rec = {"primary": "c", "replicas": list(perm), "insync": list(perm)}
         assert promotion(rec, {"a": 4, "b": 4, "d": 4}) == "a"
         assert promotion(rec, {"a": 4, "b": 4, "c": 4, "d": 4}) == "c"
         assert promotion(rec, dict(reversed(list({"a": 4, "b": 5, "d": 5}.items())))) == "b"
 
 
 @pytest.mark.parametrize(("rec", "primary", "positions", "want"), [
-    (REC, "b", {"b": 5, "c": 5}, {"owner": "b", "replicas": ["b", "c"], "insync": ["b", "c"]}),
-    (REC, "c", {"a": 4, "b": 5, "c": 6}, {"owner": "c", "replicas": ["c", "a", "b"], "insync": ["c", "a", "b"]}),
+    (REC, "b", {"b": 5, "c": 5}, {"primary": "b", "replicas": ["b", "c"], "insync": ["b", "c"]}),
+    (REC, "c", {"a": 4, "b": 5, "c": 6}, {"primary": "c", "replicas": ["c", "a", "b"], "insync": ["c", "a", "b"]}),
     # an out-of-sync replica that answered stays a replica, not in sync
     ({**REC, "insync": ["a", "b"]}, "b", {"b": 5, "c": 9},
-     {"owner": "b", "replicas": ["b", "c"], "insync": ["b"]}),
+     {"primary": "b", "replicas": ["b", "c"], "insync": ["b"]}),
     # one that did not answer is dropped (it may hold batches the new primary never had)
     ({**REC, "replicas": ["a", "b", "c", "d"], "insync": ["a", "b", "c", "d"]}, "d", {"d": 1, "b": 1},
-     {"owner": "d", "replicas": ["d", "b"], "insync": ["d", "b"]}),
+     {"primary": "d", "replicas": ["d", "b"], "insync": ["d", "b"]}),
     # the primary is always in sync and first
-    (REC, "a", {"a": 1}, {"owner": "a", "replicas": ["a"], "insync": ["a"]}),
+    (REC, "a", {"a": 1}, {"primary": "a", "replicas": ["a"], "insync": ["a"]}),
 ])
 def test_after_promotion(rec: dict, primary: str, positions: dict[str, int], want: dict) -> None:
     assert after_promotion(rec, primary, positions) == want
@@ -156,8 +156,8 @@ def test_config_token() -> None:
 
 
 def test_after_promotion_leaves_out_of_sync_a_replica_below_the_old_commit_point() -> None:
-    rec = {"owner": "a", "replicas": ["a", "b", "c"], "insync": ["a", "b", "c"]}
+    rec = {"primary": "a", "replicas": ["a", "b", "c"], "insync": ["a", "b", "c"]}
     # a's last report said batch 90 was committed; c answered the seal at 40: it lost committed batches
     assert after_promotion(rec, "b", {"b": 100, "c": 40}, committed=90) == {
-        "owner": "b", "replicas": ["b", "c"], "insync": ["b"]}
+        "primary": "b", "replicas": ["b", "c"], "insync": ["b"]}
     assert after_promotion(rec, "b", {"b": 100, "c": 95}, committed=90)["insync"] == ["b", "c"]

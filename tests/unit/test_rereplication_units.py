@@ -15,7 +15,7 @@ from partition_server.store.range_store import RangeStore
 from partition_server.store.replica_log import PIN_FACTOR, ReplicaLog
 from tests.unit.range_store_helpers import P
 
-REC = {"owner": "a", "replicas": ["a", "b", "c"], "insync": ["a", "b", "c"]}
+REC = {"primary": "a", "replicas": ["a", "b", "c"], "insync": ["a", "b", "c"]}
 LIVE = {"a": 1, "b": 1, "c": 1, "d": 0, "e": 3}
 
 
@@ -35,12 +35,12 @@ def test_a_follower_dead_past_the_grace_is_replaced_by_the_emptiest_live_server(
 
 
 def test_a_short_set_is_filled_at_once() -> None:
-    rec = {"owner": "a", "replicas": ["a", "b"], "insync": ["a", "b"]}
+    rec = {"primary": "a", "replicas": ["a", "b"], "insync": ["a", "b"]}
     assert repair(rec, 3, {}, 10, LIVE) == {"replicas": ["a", "b", "d"], "insync": ["a", "b"], "added": ["d"]}
 
 
 def test_a_waiting_follower_and_a_short_set() -> None:
-    rec = {"owner": "a", "replicas": ["a", "b"], "insync": ["a"]}
+    rec = {"primary": "a", "replicas": ["a", "b"], "insync": ["a"]}
     live = {"a": 1, "d": 0}
     assert repair(rec, 3, {"b": 1.0}, 10, live) == {"replicas": ["a", "b", "d"], "insync": ["a"], "added": ["d"]}
 
@@ -51,7 +51,7 @@ def test_no_spare_server_drops_the_lost_one_only() -> None:
 
 
 def test_nothing_to_do_without_spares_and_nothing_lost() -> None:
-    rec = {"owner": "a", "replicas": ["a", "b"], "insync": ["a", "b"]}
+    rec = {"primary": "a", "replicas": ["a", "b"], "insync": ["a", "b"]}
     assert repair(rec, 3, {}, 10, {"a": 1, "b": 1}) is None
 
 

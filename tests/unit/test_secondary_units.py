@@ -20,7 +20,7 @@ SERVERS = {"a": "tcp://a", "b": "tcp://b", "c": "tcp://c"}
 
 
 def rec(**kw: object) -> dict:
-    base = {"id": "r1", "table": "t", "low": "", "high": None, "owner": "a", "epoch": 3, "state": "serving"}
+    base = {"id": "r1", "table": "t", "low": "", "high": None, "primary": "a", "epoch": 3, "state": "serving"}
     return {**base, **kw}
 
 
@@ -67,14 +67,14 @@ def info(sid: str, seen: float, repl: dict) -> ServerInfo:
 
 
 def test_last_sync_without_replication_is_now() -> None:
-    got = last_sync([rec(), rec(id="r2", owner="b")], {"a": info("a", 90.0, {})}, 100.0, 5000.0)
+    got = last_sync([rec(), rec(id="r2", primary="b")], {"a": info("a", 90.0, {})}, 100.0, 5000.0)
     assert got == {"last_sync": 5000.0, "lag_s": 0.0, "replicated": 0, "behind": None}
 
 
 def test_last_sync_is_the_earliest_range_sync_point() -> None:
     ranges = [rec(replicas=["a", "b"], insync=["a", "b"]),
-              rec(id="r2", owner="b", replicas=["a", "b"], insync=["a", "b"]),
-              rec(id="r3", owner="a", replicas=["a", "b"], insync=["a"])]
+              rec(id="r2", primary="b", replicas=["a", "b"], insync=["a", "b"]),
+              rec(id="r3", primary="a", replicas=["a", "b"], insync=["a"])]
     servers = {"a": info("a", 99.5, {"r1": {"sync_lag": 0.25}, "r3": {"sync_lag": 0.0}}),
                "b": info("b", 99.0, {"r2": {"sync_lag": 2.0}})}
     got = last_sync(ranges, servers, 100.0, 5000.0)
@@ -83,8 +83,8 @@ def test_last_sync_is_the_earliest_range_sync_point() -> None:
 
 
 def test_last_sync_stalls_on_a_silent_primary_and_ignores_bad_reports() -> None:
-    ranges = [rec(replicas=["a", "b"], insync=["a", "b"]), rec(id="r2", owner="z", replicas=["z", "b"], insync=["b"]),
-              rec(id="r3", owner="b", replicas=["a", "b"], insync=["a", "b"])]
+    ranges = [rec(replicas=["a", "b"], insync=["a", "b"]), rec(id="r2", primary="z", replicas=["z", "b"], insync=["b"]),
+              rec(id="r3", primary="b", replicas=["a", "b"], insync=["a", "b"])]
     servers = {"a": info("a", 40.0, {"r1": {"sync_lag": 0.0}}),  # silent for 60 s (dead or paused)
                "b": info("b", 100.0, {"r3": {"sync_lag": "x"}})}  # garbage: counted as no lag
     got = last_sync(ranges, servers, 100.0, 5000.0)
@@ -139,7 +139,7 @@ def test_a_follower_serves_secondary_reads_and_nothing_else(tmp_path: Path) -> N
         for req in (get, scan):
             with pytest.raises(TableError) as ei:
                 rs.data(req["op"], req)
-            assert ei.value.error_code == "NotOwner"
+            assert ei.value.error_code == "NotPrimary"
         assert rs.data("get", {**get, "secondary": True}) is not None
         assert rs.data("scan", {**scan, "secondary": True}) is not None
         write = {"op": "write", "range": "r1", "epoch": 3, "rid": "w2", "secondary": True,
@@ -149,7 +149,7 @@ def test_a_follower_serves_secondary_reads_and_nothing_else(tmp_path: Path) -> N
         for req in (write, batch):
             with pytest.raises(TableError) as ei:
                 rs.data(req["op"], req)
-            assert ei.value.error_code == "NotOwner"
+            assert ei.value.error_code == "NotPrimary"
         assert rs.open["r1"].load.reads == 2
         assert "r1" not in rs.load_report() and rs.open["r1"].load.reads == 0  # not counted, not kept
         rs.open["r1"].state = "draining"  # a sealed primary: busy for secondary reads too

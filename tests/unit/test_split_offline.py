@@ -127,7 +127,7 @@ def test_a_range_unloaded_during_its_preparation_gives_the_split_up(tmp_path) ->
     try:
         rs.split_finish("r1", 1, half("r2", "", "p10"), half("r3", "p10", None))
     except TableError as exc:
-        assert exc.error_code in ("NotOwner", "RangeBusy")
+        assert exc.error_code in ("NotPrimary", "RangeBusy")
     else:
         raise AssertionError("the split of an unloaded range went through")
     assert "r2" not in rs.open and "r3" not in rs.open and rs.splits == {}
@@ -135,14 +135,14 @@ def test_a_range_unloaded_during_its_preparation_gives_the_split_up(tmp_path) ->
     rs.unload_all()
 
 
-def test_frontends_route_a_splitting_range_to_its_owner_but_not_a_moving_one() -> None:
+def test_frontends_route_a_splitting_range_to_its_primary_but_not_a_moving_one() -> None:
     from frontend.routing import MapCache
 
     cache = MapCache()
-    ranges = [{"id": "r1", "table": "t", "low": "", "high": "m", "owner": "ps-1", "epoch": 1, "state": "splitting"},
-              {"id": "r2", "table": "t", "low": "m", "high": None, "owner": "ps-1", "epoch": 1, "state": "moving"}]
+    ranges = [{"id": "r1", "table": "t", "low": "", "high": "m", "primary": "ps-1", "epoch": 1, "state": "splitting"},
+              {"id": "r2", "table": "t", "low": "m", "high": None, "primary": "ps-1", "epoch": 1, "state": "moving"}]
     cache.apply({"version": 1, "tables": ["t"], "ranges": ranges, "servers": {"ps-1": "tcp://a:1"}})
-    assert cache.route("t", "a").endpoint == "tcp://a:1"  # serves until the owner's switch-over
+    assert cache.route("t", "a").endpoint == "tcp://a:1"  # serves until the primary's switch-over
     assert cache.route("t", "x").endpoint is None  # waits for the next map
 
 

@@ -24,7 +24,8 @@ PEERS = {"a": "tcp://127.0.0.1:1", "b": "tcp://127.0.0.1:2"}
 
 
 def _record(epoch: int, primary: str) -> dict:
-    return {"id": "r", "epoch": epoch, "primary": primary, "peers": PEERS, "insync": ["a", "b"], "token": "t"}
+    return {"id": "r", "epoch": epoch, "primary": primary, "peers": PEERS, "replicas": ["a", "b"], "insync": ["a", "b"],
+            "token": "t"}
 
 
 @pytest.fixture
@@ -45,7 +46,7 @@ def test_a_follower_at_epoch_14_refuses_to_lead_at_13(replicator: Replicator, tm
         assert replicator.attach("r", _record(14, "a"), store) == "following"
         with pytest.raises(TableError) as exc:
             replicator.attach("r", _record(13, "b"), store)
-        assert exc.value.error_code == "NotOwner" and "stale configuration of r: epoch 13 is below epoch 14" in str(exc.value)
+        assert exc.value.error_code == "NotPrimary" and "stale configuration of r: epoch 13 is below epoch 14" in str(exc.value)
         assert "r" not in replicator.primaries and replicator.following["r"].epoch == 14
         assert replicator.attach("r", _record(14, "a"), store) == "following"  # the same configuration again
         assert replicator.attach("r", _record(15, "b"), store) == "serving"  # a later one
@@ -106,7 +107,7 @@ def test_a_primary_is_never_opened_on_an_empty_directory(replicator: Replicator,
     try:
         with pytest.raises(TableError) as exc:
             rs.load(_primary_record())
-        assert exc.value.error_code == "NotOwner" and "a primary is never opened empty" in str(exc.value)
+        assert exc.value.error_code == "NotPrimary" and "a primary is never opened empty" in str(exc.value)
         assert "r" not in rs.open and "r" not in replicator.primaries
         assert not os.path.exists(tmp_path / "ps" / "ranges" / "r")  # no empty store left behind
         rs.load(_primary_record(create=True))  # a new table's range: every replica starts empty

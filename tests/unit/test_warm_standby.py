@@ -10,8 +10,8 @@ from coordinator.standby.warm import diff_raw
 
 def _same_map(a: PartitionMap, b: PartitionMap) -> None:
     assert a == b  # tables, ranges, version, next_id
-    for owner in set(a.owners()) | set(b.owners()):
-        assert sorted(a.owned_ids(owner)) == sorted(b.owned_ids(owner))
+    for primary in set(a.primaries()) | set(b.primaries()):
+        assert sorted(a.primary_ids(primary)) == sorted(b.primary_ids(primary))
     assert a.busy_ids() == b.busy_ids()
     assert not a.check()
 

@@ -23,10 +23,10 @@ def test_a_stale_warm_copy_with_the_stores_sequence_number_is_corrected_from_the
     try:
         assert follower.refresh() is not None
         r = pm.ranges_of("orders")[0]
-        meta.commit(*pm.update(r, owner="ps-2", epoch=r["epoch"] + 1))  # the transfer the standbys missed
+        meta.commit(*pm.update(r, primary="ps-2", epoch=r["epoch"] + 1))  # the transfer the standbys missed
         seq = meta.db.latest_sequence_number()
         stale = follower.state
-        assert stale is not None and stale.pmap.ranges[r["id"]]["owner"] == "ps-3"
+        assert stale is not None and stale.pmap.ranges[r["id"]]["primary"] == "ps-3"
 
         def missed_tail() -> object:  # what the secondary instance answered: old items, the store's number
             stale.seq = seq
@@ -36,7 +36,7 @@ def test_a_stale_warm_copy_with_the_stores_sequence_number_is_corrected_from_the
         truth = {bytes(k): bytes(v) for k, v in meta.db.items()}
         warm = follower.take(BASE_META, seq, truth)
         assert warm is not None and warm.seq == seq
-        assert warm.pmap.ranges[r["id"]]["owner"] == "ps-2" and warm.pmap.ranges[r["id"]]["epoch"] == r["epoch"]
+        assert warm.pmap.ranges[r["id"]]["primary"] == "ps-2" and warm.pmap.ranges[r["id"]]["epoch"] == r["epoch"]
         assert warm.items == dict(meta.items())
         _same_map(warm.pmap, PartitionMap.load(meta.items()))
     finally:

@@ -10,15 +10,15 @@ def _srv(sid: str, inc: str = "i1", alive: bool = True) -> dict:
     return {"id": sid, "incarnation": inc, "alive": alive}
 
 
-def _rng(rid: str, insync: list[str], replicas: list[str] | None = None, owner: str | None = None,
+def _rng(rid: str, insync: list[str], replicas: list[str] | None = None, primary: str | None = None,
          state: str = "serving") -> dict:
     replicas = replicas or ["a", "b", "c"]
-    return {"id": rid, "owner": owner or insync[0], "replicas": replicas, "insync": insync, "state": state}
+    return {"id": rid, "primary": primary or insync[0], "replicas": replicas, "insync": insync, "state": state}
 
 
 def test_replica_count_is_the_fewest_copies() -> None:
     assert replica_count([_rng("r1", ["a"]), _rng("r2", ["a"], ["a", "b"])]) == 2
-    assert replica_count([{"id": "r1", "owner": "a"}]) == 1
+    assert replica_count([{"id": "r1", "primary": "a"}]) == 1
     assert replica_count([]) == 1
 
 
@@ -72,7 +72,7 @@ def test_heal_wiped_needs_a_new_incarnation_in_every_in_sync_set() -> None:
 def test_under_replicated_counts_live_in_sync_replicas_of_serving_ranges() -> None:
     st = {"servers": [_srv("a"), _srv("b"), _srv("c", alive=False)],
           "ranges": [_rng("r1", ["a", "b"]), _rng("r2", ["a", "b", "c"]), _rng("r3", ["a", "b", "c"], ["a", "b", "c"]),
-                     {"id": "r4", "owner": "a", "state": "serving"}]}
+                     {"id": "r4", "primary": "a", "state": "serving"}]}
     assert under_replicated(st, 2) == []
     assert under_replicated(st, 3) == ["r1", "r2", "r3"]
     st["servers"][2]["alive"] = True

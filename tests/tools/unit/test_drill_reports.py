@@ -14,7 +14,7 @@ from cli.drills.rebalance import timeline_rows
 from cli.local_cluster import check_replicas, up_cmd
 
 PROMOTE = {"kind": "promote", "range": "r1", "target": "ps-2", "epoch": 4, "duration_ms": 1.2,
-           "reason": "owner not alive", "time": 101.5}
+           "reason": "primary not alive", "time": 101.5}
 BALANCED = "balancer: server ps-2 hot"
 TRANSFER = [{"kind": "promote", "range": "r2", "target": "ps-3", "epoch": 5, "duration_ms": 9.0,
              "reason": BALANCED, "time": 102.0},
@@ -28,7 +28,7 @@ def test_recoveries_name_a_promotion_a_failover_and_a_transfer() -> None:
     other = {"kind": "split", "range": "r1", "time": 104.0}
     out = recoveries([PROMOTE, *TRANSFER, failover, other, {**PROMOTE, "range": "r9"}], {"r1", "r2", "r3"}, 100.0)
     assert out == {
-        "r1": [{"how": "promoted", "to": "ps-2", "at_s": 1.5, "took_ms": 1.2, "epoch": 4, "reason": "owner not alive"}],
+        "r1": [{"how": "promoted", "to": "ps-2", "at_s": 1.5, "took_ms": 1.2, "epoch": 4, "reason": "primary not alive"}],
         "r2": [{"how": "transferred", "to": "ps-3", "at_s": 2.0, "took_ms": 9.0, "epoch": 5, "reason": BALANCED}],
         "r3": [{"how": "failed over", "to": "ps-1", "at_s": 3.0, "took_ms": 30.0, "epoch": None, "reason": "ps-2 dead"}],
     }
@@ -50,7 +50,7 @@ def test_the_failover_report_says_promoted_on_replicas() -> None:
     text = format_report(report)
     assert "3 replicas each: a promotion of an in-sync replica" in text
     assert "coordinator noticed: restarted (a new incarnation)" in text
-    assert "promoted to ps-2 at 1.5 s in 1.2 ms (owner not alive)" in text
+    assert "promoted to ps-2 at 1.5 s in 1.2 ms (primary not alive)" in text
     text = format_report({**report, "replicas": 1, "recoveries": {}})
     assert "one copy each: a failover" in text and "promoted" not in text
 

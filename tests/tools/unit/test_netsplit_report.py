@@ -8,7 +8,7 @@ import copy
 from cli.drills.netsplit_report import (
     PROFILES,
     ack_times,
-    acked_while_owned,
+    acked_while_primary,
     client_errors,
     coordinator_events,
     fault_problems,
@@ -73,12 +73,12 @@ def test_writes_count_against_the_cut_server_only_while_the_map_names_it_their_r
     a, b = {"id": "a", "low": "", "high": "p05"}, {"id": "b", "low": "p05", "high": None}
     acks = [[3.2, "fe", "p01"], [3.4, "fe", "p07"], [3.9, "fe", "p02"], [2.0, "fe", "p03"]]
     # a moved at 3.3 s, b at 4.0 s: the ack on a at 3.9 s is its new primary's, though b still named the cut one
-    assert acked_while_owned(acks, [a, b], {"a": 3.3, "b": 4.0}, since=3.0) == [3.2, 3.4]
-    assert acked_while_owned(acks, [a, b], {}, since=3.0) == []  # never named after the cut: none
+    assert acked_while_primary(acks, [a, b], {"a": 3.3, "b": 4.0}, since=3.0) == [3.2, 3.4]
+    assert acked_while_primary(acks, [a, b], {}, since=3.0) == []  # never named after the cut: none
 
 
 def test_fence_summary_finds_the_lapse_and_answers_after_the_lease() -> None:
-    rounds = [[9.0, True, "ok"], [10.5, True, "ok"], [11.9, False, "NotOwner"], [12.5, None, "silence"]]
+    rounds = [[9.0, True, "ok"], [10.5, True, "ok"], [11.9, False, "NotPrimary"], [12.5, None, "silence"]]
     assert fence_summary(rounds, t_cut=10.0, lease_s=2.0) == {
         "lease_lapsed_after_cut_s": 1.9, "answered_after_lease": 0, "probe_rounds": 4}
     late = [*rounds, [12.2, True, "ok"]]  # a server that kept serving past its lease

@@ -23,9 +23,9 @@ MiB = 1 << 20
 Beat = tuple[float, str, dict[str, dict]]
 
 
-def R(rid: str, low: str, high: str | None, owner: str | None, table: str = "t", state: str = "serving") -> dict:
+def R(rid: str, low: str, high: str | None, primary: str | None, table: str = "t", state: str = "serving") -> dict:
     """A range record as in the partition map."""
-    return {"id": rid, "table": table, "low": low, "high": high, "owner": owner, "epoch": 1,
+    return {"id": rid, "table": table, "low": low, "high": high, "primary": primary, "epoch": 1,
             "path": f"ranges/{rid}", "state": state}
 
 

@@ -66,7 +66,7 @@ class Sim:
         load = self.workload(t)
         for s in self.servers:
             report = {}
-            for r in (r for r in self.ranges if r["owner"] == s):
+            for r in (r for r in self.ranges if r["primary"] == s):
                 mine = {k: w for k, w in load.items() if inside(k, r)}
                 size = sum(inside(k, r) for k in self.data_keys) * self.bytes_per_key
                 report[r["id"]] = {"reads_s": sum(mine.values()), "bytes": size, "sample": proportional_sample(mine)}
@@ -89,12 +89,12 @@ class Sim:
                 if not ks:
                     return
                 key = ks[len(ks) // 2]
-            left, right = R(self.new_id(), r["low"], key, r["owner"]), R(self.new_id(), key, r["high"], r["owner"])
+            left, right = R(self.new_id(), r["low"], key, r["primary"]), R(self.new_id(), key, r["high"], r["primary"])
             self.ranges[self.ranges.index(r):self.ranges.index(r) + 1] = [left, right]
             for half in (left, right):
                 self.recent.setdefault("split", {})[half["id"]] = t
         elif a.kind == "move":
-            r["owner"] = a.target
+            r["primary"] = a.target
             self.recent.setdefault("move", {})[r["id"]] = t
         elif a.kind == "merge":
             b = next(x for x in self.ranges if x["id"] == a.detail["right"])
@@ -112,5 +112,5 @@ class Sim:
     def server_loads(self, t: float) -> dict[str, float]:
         """Requests/s each server carries under the workload at ``t`` (per the current map)."""
         load = self.workload(t)
-        return {s: sum(w for k, w in load.items() for r in self.ranges if r["owner"] == s and inside(k, r))
+        return {s: sum(w for k, w in load.items() for r in self.ranges if r["primary"] == s and inside(k, r))
                 for s in self.servers}
