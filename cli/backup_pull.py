@@ -24,9 +24,9 @@ from typing import Any
 
 from cli.coordinator_client import call
 from coordinator.backup import FORMAT, MANIFEST
-from rangetable.chunks import intact
 from rangetable.errors import TableError
 from rangetable.files import write_json_atomic
+from rangetable.kernel.chunks import intact
 
 CHUNK_TIMEOUT_S = 60.0
 

@@ -97,7 +97,7 @@ def up_cmd(data_dir: str, servers: int, coordinators: int, frontends: int, nativ
     from cli.dashboard.ports import browser_refuses
     from cli.supervisor import ClusterSpec, supervise
     from frontend.auth_bearer import check_oauth
-    from rangetable.tls import server_context
+    from rangetable.kernel.tls import server_context
 
     check_replicas(servers, replicas)
     zone_list = parse_zones(zones)

@@ -36,7 +36,7 @@ import time
 from typing import Any
 
 from coordinator.backup import FORMAT, MANIFEST
-from rangetable.checkpoint import SST_SUFFIX
+from rangetable.kernel.checkpoint import SST_SUFFIX
 
 FORMATS = (1, FORMAT)  # 1: written in place by older versions (sizes, no checksums; one-copy layout only)
 

@@ -25,7 +25,7 @@ def cert_group() -> None:
 @json_option
 def cert_create(directory: str, days: int, force: bool, as_json: bool) -> None:
     """Make a self-signed development certificate for localhost and 127.0.0.1 (key file mode 0600)."""
-    from rangetable.tls import create_dev_cert, describe
+    from rangetable.kernel.tls import create_dev_cert, describe
 
     try:
         cert, key = create_dev_cert(directory, days, force)

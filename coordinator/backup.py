@@ -35,10 +35,10 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from rangetable import protocol
-from rangetable.checkpoint import listing
-from rangetable.chunks import chunk_fields
 from rangetable.errors import TableError
 from rangetable.files import remove_stale
+from rangetable.kernel.checkpoint import listing
+from rangetable.kernel.chunks import chunk_fields
 
 if TYPE_CHECKING:
     from coordinator.interfaces import AdminHost, Commands, JobReply, MapWriter

@@ -48,7 +48,7 @@ if TYPE_CHECKING:
     from rangetable.config import CoordinatorConfig
     from rangetable.curve import KeyRing
     from rangetable.errors import TableError
-    from rangetable.gc_tuning import GcPauses
+    from rangetable.kernel.gc_tuning import GcPauses
 
 JobReply = Callable[[Any, "TableError | None"], None]  # how a controller job's result is answered
 

@@ -45,12 +45,12 @@ from coordinator.map_snapshots import MapSnapshots
 from coordinator.standby.etcd_follower import EtcdFollower
 from coordinator.standby.warm import WarmFollower
 from rangetable import curve, protocol
-from rangetable.addresses import advertised
 from rangetable.config import CoordinatorConfig
-from rangetable.coordinators import not_leader
 from rangetable.errors import TableError
-from rangetable.gc_tuning import GcPauses
-from rangetable.process import serve_until_signalled
+from rangetable.kernel.addresses import advertised
+from rangetable.kernel.coordinators import not_leader
+from rangetable.kernel.gc_tuning import GcPauses
+from rangetable.kernel.process import serve_until_signalled
 
 if TYPE_CHECKING:
     from rangetable.messages import Hugz, RangeRecord
@@ -254,7 +254,7 @@ class Coordinator:
         sys.setswitchinterval(0.0005)
         if self.cfg.metrics:
             from coordinator.metrics import collect
-            from rangetable.metrics import serve_metrics
+            from rangetable.kernel.metrics import serve_metrics
 
             log.info("metrics on %s", serve_metrics(self.cfg.metrics, lambda: collect(self)))
         log.info("coordinator on %s, map updates on %s: standby until it wins a term", self.endpoint,

@@ -22,8 +22,8 @@ from frontend.native_handler import Handler, Pending
 from frontend.routing import MapCache
 from rangetable import curve, protocol
 from rangetable.config import FrontendConfig
-from rangetable.coordinators import LeaderTracker
 from rangetable.errors import TableError
+from rangetable.kernel.coordinators import LeaderTracker
 
 log = logging.getLogger("rangetable.frontend")
 MAP_REFRESH_S = 0.05  # at most one snapshot request per this long

@@ -28,7 +28,7 @@ from frontend.native_handler import Pending
 from rangetable import curve, protocol
 from rangetable.config import FrontendConfig
 from rangetable.errors import TableError
-from rangetable.process import serve_until_signalled
+from rangetable.kernel.process import serve_until_signalled
 
 log = logging.getLogger("rangetable.frontend")
 SWEEP_S = 0.02
@@ -152,7 +152,7 @@ class Frontend(DriverCore):
         log.info("frontend %s serving native clients on %s", self.id, self.endpoint)
         if self.cfg.metrics:
             from frontend.metrics import collect_native
-            from rangetable.metrics import serve_metrics
+            from rangetable.kernel.metrics import serve_metrics
 
             log.info("metrics on %s", serve_metrics(self.cfg.metrics, lambda: collect_native(self.id, self.answers)))
         self.refresh_map(force=True)

@@ -34,7 +34,7 @@ import zmq
 
 from rangetable import curve, protocol
 from rangetable.errors import TableError
-from rangetable.stats import percentile_ms
+from rangetable.kernel.stats import percentile_ms
 
 ROOT = Path(__file__).resolve().parent.parent
 TABLE = "bench"

@@ -22,7 +22,7 @@ import zmq
 from cli.bench.http import cpu_seconds
 from rangetable import curve, protocol
 from rangetable.bulk import bulk_upsert
-from rangetable.stats import percentile_ms
+from rangetable.kernel.stats import percentile_ms
 
 # The echo baseline, in two flavours: with the fast send/receive helpers every rangetable process uses
 # ("fast"), and with pyzmq's own send_multipart/recv_multipart as the stack notes measured it ("pyzmq").

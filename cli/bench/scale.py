@@ -32,7 +32,7 @@ from typing import Any
 from cli.bench.http import cpu_seconds, server_pids
 from cli.bench.soak import disk_bytes
 from cli.bench.store import make_props
-from rangetable.stats import percentile_ms
+from rangetable.kernel.stats import percentile_ms
 
 ROWS_PER_PARTITION = 1000
 SMALL = 10_000
@@ -180,8 +180,8 @@ def bloom_check(range_dir: str, pks: range, gets: int = 10_000) -> dict[str, Any
     """Open a range store in this process with RocksDB statistics: its open time, and the data blocks
     that ``gets`` point reads of missing RowKeys in its partitions ``pks`` touch (bloom filters skip them)."""
     from partition_server.store.range_store import RangeStore
+    from rangetable.kernel.storage import db_options, open_range_db
     from rangetable.keys import encode_key
-    from rangetable.storage import db_options, open_range_db
 
     opts = db_options(create=False)
     opts.enable_statistics()

@@ -30,7 +30,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from rangetable.stats import percentile_ms
+from rangetable.kernel.stats import percentile_ms
 
 MIXES: dict[str, dict[str, int]] = {
     "mixed": {"insert": 15, "upsert": 15, "merge": 10, "get": 30, "delete": 14, "batch": 3, "pk_query": 6,

@@ -28,8 +28,8 @@ from cli.workload.verify.history import Recorder, dump_history
 from rangetable.client import TableClient, TableServiceClient
 from rangetable.client_models import MatchConditions, UpdateMode
 from rangetable.errors import TableError
+from rangetable.kernel.stats import percentile_ms
 from rangetable.retry import ExponentialRetry
-from rangetable.stats import percentile_ms
 
 FAIL_STATUSES = frozenset({404, 409, 412})
 SABOTAGE = ("rogue-write", "lost-write")

@@ -15,7 +15,7 @@ import pytest
 from azure.core.exceptions import ServiceRequestError
 from azure.data.tables import TableServiceClient
 
-from rangetable.tls import create_dev_cert, server_context
+from rangetable.kernel.tls import create_dev_cert, server_context
 from tests.cluster import ROOT, Cluster, ClusterFactory, dev_cert
 
 

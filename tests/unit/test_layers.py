@@ -2,7 +2,9 @@
 
 Layers, bottom up (``docs/architecture.md``, "Layers"):
 
-    rangetable                                   core model, wire protocol, native client, RocksDB opener
+    rangetable                                   core model, wire protocol, native client, server kernel; inside
+                                                 rangetable, the top-level modules (the core) below the
+                                                 sub-package kernel (what only the server processes use)
     partition_server   coordinator   frontend    the three server processes (no arrows among them); inside
                                                  coordinator, the sub-packages map, replicas and etcd, then
                                                  balancer and leadership, meta, standby, below its top-level
@@ -27,11 +29,16 @@ ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ("rangetable", "partition_server", "coordinator", "frontend", "cli")
 
 # component -> its layer, (layer, rank inside its package); a component may import its own modules and every
-# lower layer's, never a peer's on the same layer. Inside a package, its sub-packages are libraries of its own
-# top-level modules: each ranks below them, may import only lower-ranked sub-packages of its package (and lower
-# layers), and no other package of the same layer may import it.
+# lower layer's, never a peer's on the same layer. Inside a package, its top-level modules and each sub-package
+# have a rank, and an arrow points to a lower rank only (so two sub-packages of one rank never import each
+# other); no other package of the same layer may import any part of it. In coordinator and partition_server the
+# sub-packages are libraries of the top-level modules (the process around them) and rank below them; in
+# rangetable the top-level modules are the core that every process and the client share, and the sub-packages
+# built on it rank above it. A lower layer may be imported whole, sub-packages included (every server process
+# imports rangetable.kernel).
 LAYERS: dict[str, tuple[int, int]] = {
-    "rangetable": (0, 0),
+    "rangetable": (0, 0),  # the core: model, values, keys, filter, planner, errors, wire protocol, CURVE, config
+    "rangetable.kernel": (0, 1),  # what only the server processes use: RocksDB opener, process, metrics, ...
     "partition_server": (1, 9), "coordinator": (1, 9), "frontend": (1, 9),
     "coordinator.map": (1, 0), "coordinator.replicas": (1, 0),  # the partition map and the replica-set policy
     "coordinator.balancer": (1, 1),  # the balancer's pure policy (its process side: coordinator.balancer_loop)
@@ -155,7 +162,7 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 
 
 def _package(comp: str) -> str:
-    return comp.split(".")[0] if LAYERS[comp][0] == 1 else comp
+    return comp.split(".")[0]
 
 
 def wrong_way(edges: Counter[tuple[str, str]]) -> list[tuple[str, str]]:
@@ -173,7 +180,8 @@ def report(graph: dict[str, set[str]]) -> str:
         outs = sorted(((b, n) for (a, b), n in edges.items() if a == comp), key=lambda x: (LAYERS[x[0]], x[0]))
         arrows = ", ".join(f"{b} ({n})" for b, n in outs) or "-"
         layer, rank = LAYERS[comp]
-        lines.append(f"  L{layer}{'.' + str(rank) if layer == 1 else ''} {comp:<29} -> {arrows}")
+        ranked = len({r for lay, r in LAYERS.values() if lay == layer}) > 1
+        lines.append(f"  L{layer}{'.' + str(rank) if ranked else ''} {comp:<29} -> {arrows}")
     lines.append(f"wrong-way arrows: {len(wrong_way(edges))}; import cycles between modules: {len(cycles(graph))}")
     return "\n".join(lines)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import signal
 from typing import Any, Protocol
 
-from rangetable.gc_tuning import tune_gc
+from rangetable.kernel.gc_tuning import tune_gc
 
 
 class Serving(Protocol):

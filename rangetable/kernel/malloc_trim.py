@@ -18,7 +18,7 @@ import logging
 import threading
 from collections.abc import Callable
 
-log = logging.getLogger("rangetable.malloc_trim")
+log = logging.getLogger("rangetable.kernel.malloc_trim")
 INTERVAL_S = 30.0
 
 

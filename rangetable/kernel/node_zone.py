@@ -3,7 +3,7 @@
 The downward API cannot read a *node's* labels, so ``deploy/k8s/partition-servers.yaml`` runs this module
 as an initContainer (the same image) under a ServiceAccount allowed to ``get`` nodes::
 
-    python -m rangetable.node_zone "$NODE_NAME" /topology/zone
+    python -m rangetable.kernel.node_zone "$NODE_NAME" /topology/zone
 
 It reads ``/api/v1/nodes/NAME`` from the API server with the pod's ServiceAccount token and writes the
 node's ``topology.kubernetes.io/zone`` label (the older ``failure-domain.beta.kubernetes.io/zone`` when
@@ -59,7 +59,7 @@ def fetch_node(url: str, token: str, cafile: str | None, timeout_s: float = 10.0
 def main(argv: list[str], env: Mapping[str, str] = os.environ, sa_dir: str = SA_DIR) -> int:
     """``NODE OUT``: write the node's zone to OUT; 0 on success, 2 on bad usage, 1 when the lookup fails."""
     if len(argv) != 2:
-        print("usage: python -m rangetable.node_zone NODE_NAME OUT_FILE", file=sys.stderr)
+        print("usage: python -m rangetable.kernel.node_zone NODE_NAME OUT_FILE", file=sys.stderr)
         return 2
     node, out = argv
     try:

@@ -9,7 +9,7 @@ lease; this module turns that into what the supervisor watches:
   ``WATCHDOG=1`` datagram to ``$NOTIFY_SOCKET`` (the sd_notify protocol), at most every quarter of
   ``$WATCHDOG_USEC``; systemd kills the process when they stop;
 * **Kubernetes** (a liveness probe in ``deploy/k8s/partition-servers.yaml``): the mtime of
-  ``--alive-file``, which ``python -m rangetable.watchdog check FILE --max-age S`` compares with now.
+  ``--alive-file``, which ``python -m rangetable.kernel.watchdog check FILE --max-age S`` compares with now.
 
 No lease, no ping: a server that lost its lease is restarted, releasing its locks.
 """
@@ -101,9 +101,9 @@ class LeaseWatchdog:
 
 
 def main(argv: list[str]) -> int:
-    """``python -m rangetable.watchdog check FILE --max-age S``: exit 0 when the lease is fresh (a liveness probe)."""
+    """``python -m rangetable.kernel.watchdog check FILE --max-age S``: exit 0 when the lease is fresh (a liveness probe)."""
     if len(argv) != 4 or argv[0] != "check" or argv[2] != "--max-age":
-        print("usage: python -m rangetable.watchdog check FILE --max-age SECONDS", file=sys.stderr)
+        print("usage: python -m rangetable.kernel.watchdog check FILE --max-age SECONDS", file=sys.stderr)
         return 2
     try:
         mtime = os.stat(argv[1]).st_mtime

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from prometheus_client.metrics_core import Metric
 
-log = logging.getLogger("rangetable.metrics")
+log = logging.getLogger("rangetable.kernel.metrics")
 
 # Request latency buckets (seconds): 50 µs to 2.5 s.
 LATENCY_BUCKETS = (0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25,
