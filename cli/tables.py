@@ -9,7 +9,7 @@ import click
 
 from cli.coordinator_client import call
 from cli.options import data_dir_option, emit, endpoint_option, json_option, native_endpoint
-from rangetable.client_wire import with_extension
+from rangetable.client.wire import with_extension
 from rangetable.edm import etag_from_ticks
 from rangetable.errors import TableError
 from rangetable.rest_json import json_to_typed, typed_to_json

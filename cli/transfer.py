@@ -1,5 +1,5 @@
 """``rangetable export`` and ``rangetable import``: a table to JSON lines or CSV and back, with progress
-bars, resumable (the work is in :mod:`rangetable.transfer`)."""
+bars, resumable (the work is in :mod:`rangetable.client.transfer`)."""
 
 from __future__ import annotations
 
@@ -59,7 +59,7 @@ def _bar(show: bool | None, total: int | None, unit: str, desc: str, initial: in
 
 def _done_before(path: str, kind: str, key: str, resume: bool) -> int:
     """How far an interrupted export or import got (from its side file), for the bar's start."""
-    from rangetable.transfer import side_file
+    from rangetable.client.transfer import side_file
 
     if not resume:
         return 0
@@ -96,8 +96,8 @@ def export_cmd(table: str, path: str, fmt: str | None, filter_text: str | None, 
     After each page the file is on disk and FILE.export-resume.json holds the continuation token: an
     interrupted export goes on with --resume.
     """
-    from rangetable.transfer import export_table
-    from rangetable.transfer_format import format_of
+    from rangetable.client.transfer import export_table
+    from rangetable.client.transfer_format import format_of
 
     native, coordinator = _cluster(data_dir, endpoint)
     fmt = format_of(path, fmt)
@@ -142,8 +142,8 @@ def import_cmd(table: str, path: str, fmt: str | None, mode: str, skip: int, res
     position and nothing of its chunk written; after a fix, --resume goes on from the last chunk done
     (FILE.import-resume.json). Importing a chunk twice changes nothing (upserts).
     """
-    from rangetable.transfer import import_table
-    from rangetable.transfer_format import format_of
+    from rangetable.client.transfer import import_table
+    from rangetable.client.transfer_format import format_of
 
     native, _ = _cluster(data_dir, endpoint)
     fmt = format_of(path, fmt)

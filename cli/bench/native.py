@@ -2,7 +2,7 @@
 
 Phases, each pipelined on one DEALER socket with a window of requests in flight: point insert,
 point get, upsert, EGT of 100, PartitionKey query (a 100-entity partition), full scan (pages of 1000,
-sequential: each page needs the previous continuation), and bulk ingest (:mod:`rangetable.bulk`).
+sequential: each page needs the previous continuation), and bulk ingest (:mod:`rangetable.client.bulk`).
 Each prints ops/s and p50/p99 latency. The echo baseline runs the same pipelining through a Python
 forwarding process to a Python echo process — the cost of two hops with no work — so the ratio
 of our point operations to it is visible.
@@ -21,7 +21,7 @@ import zmq
 
 from cli.bench.http import cpu_seconds
 from rangetable import curve, protocol
-from rangetable.bulk import bulk_upsert
+from rangetable.client.bulk import bulk_upsert
 from rangetable.kernel.stats import percentile_ms
 
 # The echo baseline, in two flavours: with the fast send/receive helpers every rangetable process uses

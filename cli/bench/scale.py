@@ -5,7 +5,7 @@ Steps, against a cluster it starts (balancer off until step 6):
 1. load 10,000 entities and measure the **small** figures: point get of a present and of a missing
    key, a PartitionKey query page (one partition of 1000) and a 1000-row scan page (a range scan
    starting at a random partition): client latency p50/p99 and server CPU per request;
-2. bulk load the rest through the native bulk path (:func:`rangetable.bulk.bulk_upsert`, entities
+2. bulk load the rest through the native bulk path (:func:`rangetable.client.bulk.bulk_upsert`, entities
    grouped by PartitionKey into 100-operation batches), with the rate of every tenth of the load;
 3. the same figures at full size, and their ratio to the small ones;
 4. moves of the one multi-GB range between the two partition servers, offline time of each;
@@ -55,7 +55,7 @@ def _init_loader(counter: Any) -> None:
 
 def _load_chunk(args: tuple[str, str, int, int, int]) -> int:
     """Bulk-load entities ``[lo, hi)`` in a loader process; returns how many."""
-    from rangetable.bulk import bulk_upsert
+    from rangetable.client.bulk import bulk_upsert
 
     native, table, lo, hi, window = args
 

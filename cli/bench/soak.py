@@ -380,7 +380,7 @@ def run_soak(doc: dict, data_dir: str, *, minutes: float = 10.0, threads: int = 
     """
     from cli.cluster_file import read_cluster
     from cli.coordinator_client import call
-    from rangetable.bulk import bulk_upsert
+    from rangetable.client.bulk import bulk_upsert
 
     table = "soak" + uuid.uuid4().hex[:8]
     new_client = make_clients(doc, table, http)

@@ -3,8 +3,9 @@
 Layers, bottom up (``docs/architecture.md``, "Layers"):
 
     rangetable                                   core model, wire protocol, native client, server kernel; inside
-                                                 rangetable, the top-level modules (the core) below the
-                                                 sub-package kernel (what only the server processes use)
+                                                 rangetable, the top-level modules (the core), then the
+                                                 sub-packages client and kernel (what only the server processes
+                                                 use), then the public face (its __init__, rangetable.aio)
     partition_server   coordinator   frontend    the three server processes (no arrows among them); inside
                                                  coordinator, the sub-packages map, replicas and etcd, then
                                                  balancer and leadership, meta, standby, below its top-level
@@ -38,7 +39,9 @@ PACKAGES = ("rangetable", "partition_server", "coordinator", "frontend", "cli")
 # imports rangetable.kernel).
 LAYERS: dict[str, tuple[int, int]] = {
     "rangetable": (0, 0),  # the core: model, values, keys, filter, planner, errors, wire protocol, CURVE, config
+    "rangetable.client": (0, 1),  # the native clients, blocking and asyncio, and export/import
     "rangetable.kernel": (0, 1),  # what only the server processes use: RocksDB opener, process, metrics, ...
+    "rangetable.__init__": (0, 2), "rangetable.aio": (0, 2),  # the public names: re-exports of the client
     "partition_server": (1, 9), "coordinator": (1, 9), "frontend": (1, 9),
     "coordinator.map": (1, 0), "coordinator.replicas": (1, 0),  # the partition map and the replica-set policy
     "coordinator.balancer": (1, 1),  # the balancer's pure policy (its process side: coordinator.balancer_loop)
@@ -100,7 +103,10 @@ def import_graph() -> dict[str, set[str]]:
 
 
 def component(module: str) -> str:
-    """The layer component a module belongs to: the longest prefix named in LAYERS."""
+    """The layer component a module belongs to: the longest prefix named in LAYERS (a package's ``__init__`` is
+    a component of its own when LAYERS names ``pkg.__init__``: a public face re-exporting its sub-packages)."""
+    if module + ".__init__" in LAYERS:
+        return module + ".__init__"
     parts = module.split(".")
     for k in range(len(parts), 0, -1):
         if ".".join(parts[:k]) in LAYERS:

@@ -8,8 +8,8 @@ a timeout or a cancellation costs the other requests nothing. A second task watc
 monitor: when the connection drops (a frontend killed), every request waiting on it fails at once
 with the retriable ``OperationTimedOut``, as in the blocking transport. What a request and a reply look like,
 the ``hello`` check, the errors and the CURVE keys are those of the blocking transport
-(:class:`rangetable.client_transport.Connection`); retries are :func:`call_with_retry` here, with the
-policy's decisions of :func:`rangetable.retry.next_pause`.
+(:class:`rangetable.client.transport.Connection`); retries are :func:`call_with_retry` here, with the
+policy's decisions of :func:`rangetable.client.retry.next_pause`.
 
 A transport belongs to the event loop of its first request.
 """
@@ -24,9 +24,9 @@ import zmq
 import zmq.asyncio
 
 from rangetable import protocol
-from rangetable.client_transport import HELLO, Connection
+from rangetable.client.retry import NoRetry, RetryPolicy, next_pause
+from rangetable.client.transport import HELLO, Connection
 from rangetable.errors import TableError
-from rangetable.retry import NoRetry, RetryPolicy, next_pause
 
 if TYPE_CHECKING:
     from rangetable.messages import NativeRequest
@@ -147,7 +147,7 @@ class AsyncTransport(Connection):
 async def call_with_retry(call: Callable[[], Awaitable[T]], policy: RetryPolicy | None, *,
                           sleep: Callable[[float], Awaitable[None]] = asyncio.sleep) -> T:
     """Await ``call()``, retrying retriable :class:`TableError` s as ``policy`` allows (the asyncio
-    :func:`rangetable.retry.call_with_retry`, with the same decisions)."""
+    :func:`rangetable.client.retry.call_with_retry`, with the same decisions)."""
     delays = (policy or NoRetry()).delays()
     while True:
         try:

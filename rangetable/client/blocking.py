@@ -10,7 +10,7 @@ Code written for the SDK moves over by changing the import and the constructor::
 Entities are converted by :mod:`rangetable.values` exactly as the SDK types them; errors are
 :class:`rangetable.errors.TableError` subclasses named like ``azure.core.exceptions``. Requests
 that fail with a retriable error are retried under the client's retry policy (default
-:class:`~rangetable.retry.ExponentialRetry`); every write carries a request id that stays the same
+:class:`~rangetable.client.retry.ExponentialRetry`); every write carries a request id that stays the same
 across retries, so the server applies a retried write at most once.
 """
 
@@ -20,13 +20,13 @@ import os
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any, Generic, Self, TypeVar
 
-from rangetable import client_calls as calls
-from rangetable.client_calls import Call, PagedCall
-from rangetable.client_models import TableItem, UpdateMode
-from rangetable.client_paging import ItemPaged
-from rangetable.client_transport import Connection, Transport, cluster_endpoint
+from rangetable.client import calls
+from rangetable.client.calls import Call, PagedCall
+from rangetable.client.models import TableItem, UpdateMode
+from rangetable.client.paging import ItemPaged
+from rangetable.client.retry import RetryPolicy, call_with_retry, default_policy
+from rangetable.client.transport import Connection, Transport, cluster_endpoint
 from rangetable.errors import TableError
-from rangetable.retry import RetryPolicy, call_with_retry, default_policy
 from rangetable.values import TableEntity
 
 if TYPE_CHECKING:
@@ -76,7 +76,7 @@ class _Client(ClientBase[Transport]):
         return call_with_retry(lambda: self._transport.request(body), self.retry_policy)
 
     def _run(self, call: Call[T]) -> T:
-        """Send a :class:`~rangetable.client_calls.Call` and read its answer or error."""
+        """Send a :class:`~rangetable.client.calls.Call` and read its answer or error."""
         if call.body is None:
             return call.decode(None)
         try:
@@ -253,8 +253,8 @@ class TableClient(_Client):
     ) -> int:
         """Bulk import: upsert many entities, grouped by PartitionKey into transactions of up to 100
         with ``window`` transactions in flight; returns how many were written. Sorting the input by
-        PartitionKey makes the transactions fuller (see :mod:`rangetable.bulk`)."""
-        from rangetable.bulk import bulk_upsert
+        PartitionKey makes the transactions fuller (see :mod:`rangetable.client.bulk`)."""
+        from rangetable.client.bulk import bulk_upsert
 
         kind = "merge" if mode == UpdateMode.MERGE else "replace"
         return bulk_upsert(self.endpoint, self.table_name, entities, mode=kind, window=window,

@@ -3,8 +3,8 @@
 
 Every method does what the blocking client's method of the same name does (:mod:`rangetable.client`:
 the same arguments, results, errors and retry policies; both build their requests with
-:mod:`rangetable.client_calls`), as a coroutine; ``list_tables``, ``query_tables``,
-``list_entities`` and ``query_entities`` return an :class:`~rangetable.aio.paging.AsyncItemPaged`
+:mod:`rangetable.client.calls`), as a coroutine; ``list_tables``, ``query_tables``,
+``list_entities`` and ``query_entities`` return an :class:`~rangetable.client.aio.paging.AsyncItemPaged`
 at once. All clients from one service client share its socket, on which any number of tasks may
 have requests in flight.
 """
@@ -16,18 +16,18 @@ import os
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any, Self, TypeVar
 
-from rangetable import client_calls as calls
-from rangetable.aio.paging import AsyncItemPaged
-from rangetable.aio.transport import AsyncTransport, call_with_retry
-from rangetable.client import ClientBase
-from rangetable.client_models import TableItem, UpdateMode
-from rangetable.client_transport import cluster_endpoint
+from rangetable.client import calls
+from rangetable.client.aio.paging import AsyncItemPaged
+from rangetable.client.aio.transport import AsyncTransport, call_with_retry
+from rangetable.client.blocking import ClientBase
+from rangetable.client.models import TableItem, UpdateMode
+from rangetable.client.retry import RetryPolicy
+from rangetable.client.transport import cluster_endpoint
 from rangetable.errors import TableError
-from rangetable.retry import RetryPolicy
 from rangetable.values import TableEntity
 
 if TYPE_CHECKING:
-    from rangetable.client_calls import Call, PagedCall
+    from rangetable.client.calls import Call, PagedCall
     from rangetable.messages import NativeRequest
 
 __all__ = ["TableServiceClient", "TableClient"]
@@ -45,7 +45,7 @@ class _AsyncClient(ClientBase[AsyncTransport]):
         return await call_with_retry(lambda: self._transport.request(body), self.retry_policy)
 
     async def _run(self, call: Call[T]) -> T:
-        """Send a :class:`~rangetable.client_calls.Call` and read its answer or error."""
+        """Send a :class:`~rangetable.client.calls.Call` and read its answer or error."""
         if call.body is None:
             return call.decode(None)
         try:
@@ -177,9 +177,9 @@ class TableClient(_AsyncClient):
 
     async def upsert_entities(self, entities: Iterable[Mapping[str, Any]],
                               mode: UpdateMode | str = UpdateMode.MERGE, *, window: int = 16) -> int:
-        """Bulk import, as the blocking client's ``upsert_entities`` (:mod:`rangetable.bulk`, pipelined
+        """Bulk import, as the blocking client's ``upsert_entities`` (:mod:`rangetable.client.bulk`, pipelined
         on a socket of its own, in a worker thread); returns how many entities were written."""
-        from rangetable.bulk import bulk_upsert
+        from rangetable.client.bulk import bulk_upsert
 
         kind = "merge" if mode == UpdateMode.MERGE else "replace"
         result = await asyncio.to_thread(bulk_upsert, self.endpoint, self.table_name, entities, mode=kind,

@@ -12,7 +12,7 @@
 The models, errors and retry policies are the blocking client's (``from rangetable import ...``).
 """
 
-from rangetable.aio.clients import TableClient, TableServiceClient
-from rangetable.aio.paging import AsyncItemPaged, AsyncPage, AsyncPageIterator
+from rangetable.client.aio.clients import TableClient, TableServiceClient
+from rangetable.client.aio.paging import AsyncItemPaged, AsyncPage, AsyncPageIterator
 
 __all__ = ["AsyncItemPaged", "AsyncPage", "AsyncPageIterator", "TableClient", "TableServiceClient"]

@@ -1,5 +1,5 @@
 """``rangetable export`` / ``import``: a table to a file and back, resumable (formats in
-:mod:`rangetable.transfer_format`).
+:mod:`rangetable.client.transfer_format`).
 
 **Export** pages through the table with the native ``query`` op (continuation tokens, so it crosses
 splits and moves) and appends each page to the file. After every page the file is flushed to disk and
@@ -10,7 +10,7 @@ not a snapshot: an entity written meanwhile may be in it in its old or its new s
 ``rangetable backup`` for one instant per range).
 
 **Import** reads the file in chunks and sends each through the native bulk path
-(:func:`rangetable.bulk.bulk_upsert`: entity group transactions of up to 100, pipelined). After every
+(:func:`rangetable.client.bulk.bulk_upsert`: entity group transactions of up to 100, pipelined). After every
 chunk the side file ``FILE.import-resume.json`` records how many records and bytes are done; a chunk
 is parsed and validated whole before any of it is sent, so a bad record stops the import with
 nothing of its chunk written, and ``resume=True`` goes on from the last chunk done (upserts, so a
@@ -26,11 +26,8 @@ from collections.abc import Callable, Iterator
 from contextlib import closing
 from typing import TYPE_CHECKING, Any
 
-from rangetable.bulk import bulk_upsert
-from rangetable.client_transport import Transport
-from rangetable.errors import TableError
-from rangetable.files import write_json_atomic
-from rangetable.transfer_format import (
+from rangetable.client.bulk import bulk_upsert
+from rangetable.client.transfer_format import (
     Column,
     Typed,
     columns_of,
@@ -42,6 +39,9 @@ from rangetable.transfer_format import (
     parse_jsonl,
     records,
 )
+from rangetable.client.transport import Transport
+from rangetable.errors import TableError
+from rangetable.files import write_json_atomic
 
 if TYPE_CHECKING:
     from rangetable.messages import QueryAnswer, QueryRequest, WireEntity

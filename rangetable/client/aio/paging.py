@@ -4,7 +4,7 @@
 ``by_page(continuation_token)`` yields :class:`AsyncPage` s (``async for`` their items, or plain
 ``for``/``len``: a page is already in memory), and the page iterator's ``continuation_token`` is
 the token of the next page (None after the last one). The paging state is the blocking client's
-(:class:`rangetable.client_paging.Pages`).
+(:class:`rangetable.client.paging.Pages`).
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, Generic, TypeVar
 
-from rangetable.client_paging import Page, Pages
+from rangetable.client.paging import Page, Pages
 
 T = TypeVar("T")
 
@@ -73,4 +73,4 @@ class AsyncItemPaged(Generic[T]):
             self._page = await self._pages.__anext__()
 
     def __repr__(self) -> str:
-        return f"<async iterator object rangetable.aio.paging.AsyncItemPaged at {hex(id(self))}>"
+        return f"<async iterator object rangetable.client.aio.paging.AsyncItemPaged at {hex(id(self))}>"

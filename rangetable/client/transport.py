@@ -31,7 +31,7 @@ from zmq.backend import zmq_poll
 from zmq.utils.monitor import parse_monitor_message
 
 from rangetable import curve, protocol
-from rangetable.client_models import specific_error
+from rangetable.client.models import specific_error
 from rangetable.data_dir import resolve_data_dir
 from rangetable.errors import TableError
 
@@ -68,7 +68,7 @@ POLLIN = int(zmq.POLLIN)
 
 
 class Connection:
-    """What the blocking :class:`Transport` and the asyncio one (:mod:`rangetable.aio.transport`)
+    """What the blocking :class:`Transport` and the asyncio one (:mod:`rangetable.client.aio.transport`)
     share: the DEALER socket with its CURVE keys and handshake monitor, request ids, the ``hello``
     check, encoding a request, decoding a reply, and the error of a request that got no reply."""
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from rangetable.client_models import TransactionOperation, UpdateMode, if_match
+from rangetable.client.models import TransactionOperation, UpdateMode, if_match
 from rangetable.edm import etag_from_ticks
 from rangetable.values import TablesDatetime, entity_to_typed, to_typed
 

@@ -1,7 +1,7 @@
 """The file formats of ``rangetable export`` / ``import``: JSON lines and CSV with a typed header.
 
 Both keep every EDM type exactly (pure functions; the paging and the files are in
-:mod:`rangetable.transfer`):
+:mod:`rangetable.client.transfer`):
 
 * **JSON lines** — one entity per line in Azure's REST JSON with minimal metadata: Int64, DateTime
   (7 fraction digits), Guid, Binary (base64) and non-finite Doubles carry ``Prop@odata.type``;

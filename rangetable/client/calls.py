@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast
 
-from rangetable.client_models import (
+from rangetable.client.models import (
     ResourceExistsError,
     ResourceNotFoundError,
     TableItem,
@@ -21,8 +21,8 @@ from rangetable.client_models import (
     if_match,
     transaction_error,
 )
-from rangetable.client_paging import parameter_filter_substitution, select_list
-from rangetable.client_wire import batch_op, entity_token, write_metadata, write_op
+from rangetable.client.paging import parameter_filter_substitution, select_list
+from rangetable.client.wire import batch_op, entity_token, write_metadata, write_op
 from rangetable.edm import Entity
 from rangetable.errors import TableError
 from rangetable.table_settings import parse_ttl
@@ -160,7 +160,7 @@ def list_tables(query_filter: str | None = None, results_per_page: int | None = 
 def write(table: str, kind: WriteKind, entity: Mapping[str, Any], match: str | None = None,
           **extension: Any) -> Call[dict[str, Any]]:
     """A single-entity write; its request id stays the same across retries. ``extension``:
-    rangetable's ``condition``, ``expect`` and ``counters`` (:func:`rangetable.client_wire.write_op`);
+    rangetable's ``condition``, ``expect`` and ``counters`` (:func:`rangetable.client.wire.write_op`);
     the new counter values come back as ``metadata["counters"]``."""
     op = write_op(kind, entity, match, **extension)
     body: WriteRequest = {"op": "write", "table": table, "write": op, "rid": uuid.uuid4().hex}

@@ -50,7 +50,7 @@ class Pages:
     page to fetch.
 
     As in azure-core, fetching stops once a page comes back without a token. The paging state of
-    both :class:`PageIterator` and the asyncio ``AsyncPageIterator`` (:mod:`rangetable.aio.paging`).
+    both :class:`PageIterator` and the asyncio ``AsyncPageIterator`` (:mod:`rangetable.client.aio.paging`).
     """
 
     def __init__(self, fetch: Callable[[Any], Any], continuation_token: Any = None) -> None:
@@ -108,7 +108,7 @@ class ItemPaged(Generic[T]):
     next = __next__
 
     def __repr__(self) -> str:
-        return f"<iterator object rangetable.client_paging.ItemPaged at {hex(id(self))}>"
+        return f"<iterator object rangetable.client.paging.ItemPaged at {hex(id(self))}>"
 
 
 # --- $filter parameters ------------------------------------------------------------------------
