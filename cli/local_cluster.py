@@ -96,7 +96,7 @@ def up_cmd(data_dir: str, servers: int, coordinators: int, frontends: int, nativ
     from cli.cluster_file import down, pid_alive, read_cluster
     from cli.dashboard.ports import browser_refuses
     from cli.supervisor import ClusterSpec, supervise
-    from frontend.auth_bearer import check_oauth
+    from frontend.auth.bearer import check_oauth
     from rangetable.kernel.tls import server_context
 
     check_replicas(servers, replicas)

@@ -32,7 +32,7 @@ import sys
 import time
 from typing import Any
 
-PRELOAD = ("cli.main", "cli.processes", "coordinator.server", "partition_server.server", "frontend.native_server",
+PRELOAD = ("cli.main", "cli.processes", "coordinator.server", "partition_server.server", "frontend.native.server",
            "frontend.http.serve", "cli.dashboard.command")
 """The modules of every role the supervisor starts (what ``cli.processes``' commands import when they run)."""
 

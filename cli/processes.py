@@ -45,7 +45,7 @@ def partition_server_cmd(**kw: Any) -> None:
 @config_options(FrontendConfig)
 def frontend_cmd(**kw: Any) -> None:
     """Run a frontend in the foreground."""
-    from frontend.native_server import run
+    from frontend.native.server import run
 
     _serve(run, FrontendConfig, kw)
 

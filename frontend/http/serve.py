@@ -15,9 +15,9 @@ import signal
 import socket
 import ssl
 
-from frontend.aio import AioFrontend
-from frontend.auth_bearer import check_oauth
+from frontend.auth.bearer import check_oauth
 from frontend.http.app import RestApp
+from frontend.native.asyncio_driver import AioFrontend
 from rangetable.config import FrontendConfig
 from rangetable.kernel.gc_tuning import tune_gc
 from rangetable.kernel.tls import server_context

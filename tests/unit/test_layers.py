@@ -9,7 +9,9 @@ Layers, bottom up (``docs/architecture.md``, "Layers"):
     partition_server   coordinator   frontend    the three server processes (no arrows among them); inside
                                                  coordinator, the sub-packages map, replicas and etcd, then
                                                  balancer and leadership, meta, standby, below its top-level
-                                                 modules; inside partition_server, store, then replication
+                                                 modules; inside partition_server, store, then replication;
+                                                 inside frontend, the top-level modules (routing, metrics),
+                                                 then auth and native, then http
     cli                                          process entry points, supervisor, admin client, commands
     cli.workload                                 workload and load generators, verifiers, simulated servers
     cli.bench          cli.drills                benchmarks and drills (no arrows between them)
@@ -34,15 +36,19 @@ PACKAGES = ("rangetable", "partition_server", "coordinator", "frontend", "cli")
 # have a rank, and an arrow points to a lower rank only (so two sub-packages of one rank never import each
 # other); no other package of the same layer may import any part of it. In coordinator and partition_server the
 # sub-packages are libraries of the top-level modules (the process around them) and rank below them; in
-# rangetable the top-level modules are the core that every process and the client share, and the sub-packages
-# built on it rank above it. A lower layer may be imported whole, sub-packages included (every server process
+# rangetable and frontend the top-level modules are the base the sub-packages share (rangetable's core, the
+# frontend's map cache and metrics), and the sub-packages built on it rank above it. A lower layer may be imported whole, sub-packages included (every server process
 # imports rangetable.kernel).
 LAYERS: dict[str, tuple[int, int]] = {
     "rangetable": (0, 0),  # the core: model, values, keys, filter, planner, errors, wire protocol, CURVE, config
     "rangetable.client": (0, 1),  # the native clients, blocking and asyncio, and export/import
     "rangetable.kernel": (0, 1),  # what only the server processes use: RocksDB opener, process, metrics, ...
     "rangetable.__init__": (0, 2), "rangetable.aio": (0, 2),  # the public names: re-exports of the client
-    "partition_server": (1, 9), "coordinator": (1, 9), "frontend": (1, 9),
+    "partition_server": (1, 9), "coordinator": (1, 9),
+    "frontend": (1, 0),  # its top-level modules: the map cache and routing, the answers' metrics
+    "frontend.auth": (1, 1),  # authentication of REST requests: SharedKey, SAS, bearer tokens
+    "frontend.native": (1, 1),  # the request logic over the native protocol, its drivers and the ZeroMQ loop
+    "frontend.http": (1, 2),  # the Azure Table REST app over the native request logic's asyncio driver
     "coordinator.map": (1, 0), "coordinator.replicas": (1, 0),  # the partition map and the replica-set policy
     "coordinator.balancer": (1, 1),  # the balancer's pure policy (its process side: coordinator.balancer_loop)
     "coordinator.etcd": (1, 0),  # the etcd client and the pure parts of a watch

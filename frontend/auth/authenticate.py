@@ -19,7 +19,7 @@ without its first segment (the SDK 12.7.0 sends Get Service Stats to
 ``-secondary`` suffix removed (Azurite). A date more than :data:`MAX_CLOCK_SKEW` away from ours fails.
 
 Every failure is a 403 ``AuthenticationFailed`` (an :class:`AuthError`, whose ``detail`` is the
-``AuthenticationErrorDetail`` text), except the SAS scope checks listed in :mod:`frontend.auth_sas`.
+``AuthenticationErrorDetail`` text), except the SAS scope checks listed in :mod:`frontend.auth.sas`.
 There is no anonymous access.
 """
 
@@ -37,8 +37,8 @@ from datetime import UTC, datetime, timedelta
 from functools import lru_cache
 from urllib.parse import unquote
 
-from frontend.auth_bearer import verify_bearer
-from frontend.auth_sas import (
+from frontend.auth.bearer import verify_bearer
+from frontend.auth.sas import (
     ACL,
     CREATE_TABLE,
     DELETE_TABLE,
@@ -163,7 +163,7 @@ def authenticate(
     ``acl_lookup(table)`` → ``{id: {"start", "expiry", "permission"}}`` resolves ``si`` (a TableError
     from it fails the request); ``scheme`` is checked against a SAS's ``spr`` and ``client_ip``
     against its ``sip`` (a SAS with ``sip`` fails when ``client_ip`` is None); ``oauth`` accepts
-    ``Authorization: Bearer`` tokens as :func:`frontend.auth_bearer.verify_bearer` checks them.
+    ``Authorization: Bearer`` tokens as :func:`frontend.auth.bearer.verify_bearer` checks them.
     """
     account, rest = _account_of(accounts, raw_path, headers)
     auth = headers.get("authorization")

@@ -1,6 +1,6 @@
-"""An asyncio driver of the frontend's :class:`~frontend.native_handler.Handler` (used by the HTTP frontend).
+"""An asyncio driver of the frontend's :class:`~frontend.native.handler.Handler` (used by the HTTP frontend).
 
-It does what :mod:`frontend.native_server` does for native clients — one DEALER per partition server, a
+It does what :mod:`frontend.native.server` does for native clients — one DEALER per partition server, a
 DEALER to the coordinator, a SUB for map updates and hugz, back-off timers for ``retry_later`` and
 attempt timeouts — but inside an asyncio event loop, so an ASGI app can ``await`` a native request:
 
@@ -30,8 +30,8 @@ from typing import Any
 
 import zmq
 
-from frontend.driver import DriverCore
-from frontend.native_handler import Pending
+from frontend.native.driver import DriverCore
+from frontend.native.handler import Pending
 from rangetable import protocol
 from rangetable.config import FrontendConfig
 from rangetable.errors import TableError

@@ -1,6 +1,6 @@
 """Bearer tokens for development (``--oauth basic``), checked as Azurite's basic OAuth level does.
 
-Pure functions, no I/O. :func:`frontend.auth.authenticate` calls :func:`verify_bearer` for a request
+Pure functions, no I/O. :func:`frontend.auth.authenticate.authenticate` calls :func:`verify_bearer` for a request
 whose ``Authorization`` header is ``Bearer <token>`` when the frontend runs with ``--oauth basic``.
 
 What is checked (Azurite's ``TableTokenAuthenticator.authenticateBasic``): the request came over
@@ -22,7 +22,7 @@ from functools import lru_cache
 from typing import Any
 from urllib.parse import urlsplit
 
-from frontend.auth_sas import AuthError, fail
+from frontend.auth.sas import AuthError, fail
 
 OAUTH_LEVELS = ("basic",)  # --oauth values; "" (the default) turns bearer tokens off
 

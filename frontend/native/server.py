@@ -22,9 +22,9 @@ from typing import Any
 
 import zmq
 
-from frontend.driver import DriverCore
 from frontend.metrics import Answers
-from frontend.native_handler import Pending
+from frontend.native.driver import DriverCore
+from frontend.native.handler import Pending
 from rangetable import curve, protocol
 from rangetable.config import FrontendConfig
 from rangetable.errors import TableError

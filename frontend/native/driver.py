@@ -1,10 +1,10 @@
 """What both frontend drivers share: sub-request bookkeeping, retries, answers, map updates.
 
-:class:`~frontend.native_handler.Handler` holds the request logic and talks to a driver through
+:class:`~frontend.native.handler.Handler` holds the request logic and talks to a driver through
 ``send_ps``, ``send_coordinator``, ``reply``, ``reply_ok``, ``fail``, ``retry_later`` and
 ``refresh_map``. :class:`DriverCore` implements everything of that which does not depend on how
-sockets are waited on; the blocking native loop (:mod:`frontend.native_server`) and the asyncio driver of
-the HTTP frontend (:mod:`frontend.aio`) add only their sockets, timers and the way they answer.
+sockets are waited on; the blocking native loop (:mod:`frontend.native.server`) and the asyncio driver of
+the HTTP frontend (:mod:`frontend.native.asyncio_driver`) add only their sockets, timers and the way they answer.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from typing import Any
 
 import zmq
 
-from frontend.native_handler import Handler, Pending
+from frontend.native.handler import Handler, Pending
 from frontend.routing import MapCache
 from rangetable import curve, protocol
 from rangetable.config import FrontendConfig

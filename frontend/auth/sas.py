@@ -1,6 +1,6 @@
 """Shared access signatures: verifying service (table) and account SAS tokens, and what they allow.
 
-Pure functions, no I/O. :func:`frontend.auth.authenticate` calls :func:`verify_service_sas` or
+Pure functions, no I/O. :func:`frontend.auth.authenticate.authenticate` calls :func:`verify_service_sas` or
 :func:`verify_account_sas` for a request that carries a ``sig`` query parameter; the result is a
 :class:`SasGrant` the HTTP layer consults with :meth:`SasGrant.check` before each operation.
 

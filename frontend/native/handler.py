@@ -5,8 +5,8 @@
 runs the next step. Retried steps are idempotent: entity writes carry a request id, and a query's
 :class:`~frontend.routing.QueryCursor` only advances on an answer.
 
-The Handler talks to its driver (:mod:`frontend.driver`: the native loop of
-:mod:`frontend.native_server`, or the asyncio driver of :mod:`frontend.aio`) through the narrow
+The Handler talks to its driver (:mod:`frontend.native.driver`: the native loop of
+:mod:`frontend.native.server`, or the asyncio driver of :mod:`frontend.native.asyncio_driver`) through the narrow
 :class:`Driver` protocol below, so this module imports no driver.
 """
 
@@ -53,7 +53,7 @@ class Pending:
 
 
 class Driver(Protocol):
-    """What the Handler uses of its driver (implemented by :class:`frontend.driver.DriverCore`)."""
+    """What the Handler uses of its driver (implemented by :class:`frontend.native.driver.DriverCore`)."""
 
     id: str
     cfg: FrontendConfig
@@ -100,7 +100,7 @@ def page_size(req: dict) -> int:
 
 
 class Handler:
-    """Request logic of a frontend (the loop in :mod:`frontend.native_server` moves the messages)."""
+    """Request logic of a frontend (the loop in :mod:`frontend.native.server` moves the messages)."""
 
     def __init__(self, fe: Driver) -> None:
         self.fe = fe
