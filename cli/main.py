@@ -17,12 +17,12 @@ from cli.options import TableErrorGroup
 
 COMMANDS: dict[str, str] = {
     # processes and the local cluster
-    "coordinator": "cli.processes:coordinator_cmd",
-    "partition-server": "cli.processes:partition_server_cmd",
-    "frontend": "cli.processes:frontend_cmd",
-    "http-frontend": "cli.processes:http_frontend_cmd",
-    "up": "cli.local_cluster:up_cmd",
-    "down": "cli.local_cluster:down_cmd",
+    "coordinator": "cli.cluster.processes:coordinator_cmd",
+    "partition-server": "cli.cluster.processes:partition_server_cmd",
+    "frontend": "cli.cluster.processes:frontend_cmd",
+    "http-frontend": "cli.cluster.processes:http_frontend_cmd",
+    "up": "cli.cluster.local_cluster:up_cmd",
+    "down": "cli.cluster.local_cluster:down_cmd",
     "dashboard": "cli.dashboard.command:dashboard_cmd",
     # tables and entities
     "table": "cli.tables:table_group",

@@ -144,7 +144,7 @@ class Bench:
 
     def start(self) -> None:
         """Seed the map, start the simulated servers, the coordinator and the frontends."""
-        from cli.port_reservation import PortReservation
+        from cli.cluster.port_reservation import PortReservation
 
         os.makedirs(os.path.join(self.work, "logs"), exist_ok=True)
         data = os.path.join(self.work, "data")

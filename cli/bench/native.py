@@ -108,7 +108,7 @@ def echo_baseline(n: int, window: int = 64, payload: int = 200, flavour: str = "
                   with_curve: bool = False) -> dict[str, Any]:
     """Throughput of client → Python forwarder → Python echo server (two bare hops); ``with_curve``:
     both hops encrypted and authenticated with CURVE (no ZAP: the handshake is not measured)."""
-    from cli.port_reservation import PortReservation
+    from cli.cluster.port_reservation import PortReservation
 
     ports = PortReservation()
     back, front = f"tcp://127.0.0.1:{ports.take()}", f"tcp://127.0.0.1:{ports.take()}"

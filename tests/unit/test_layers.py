@@ -12,7 +12,9 @@ Layers, bottom up (``docs/architecture.md``, "Layers"):
                                                  modules; inside partition_server, store, then replication;
                                                  inside frontend, the top-level modules (routing, metrics),
                                                  then auth and native, then http
-    cli                                          process entry points, supervisor, admin client, commands
+    cli                                          process entry points, supervisor, admin client, commands;
+                                                 inside cli, the top-level modules (options, the coordinator
+                                                 client, cluster.json, the dashboard), then cluster
     cli.workload                                 workload and load generators, verifiers, simulated servers
     cli.bench          cli.drills                benchmarks and drills (no arrows between them)
     cli.main                                     registers every command
@@ -36,8 +38,9 @@ PACKAGES = ("rangetable", "partition_server", "coordinator", "frontend", "cli")
 # have a rank, and an arrow points to a lower rank only (so two sub-packages of one rank never import each
 # other); no other package of the same layer may import any part of it. In coordinator and partition_server the
 # sub-packages are libraries of the top-level modules (the process around them) and rank below them; in
-# rangetable and frontend the top-level modules are the base the sub-packages share (rangetable's core, the
-# frontend's map cache and metrics), and the sub-packages built on it rank above it. A lower layer may be imported whole, sub-packages included (every server process
+# rangetable, frontend and cli the top-level modules are the base the sub-packages share (rangetable's core, the
+# frontend's map cache and metrics, the CLI's options and coordinator client), and the sub-packages built on it
+# rank above it. A lower layer may be imported whole, sub-packages included (every server process
 # imports rangetable.kernel).
 LAYERS: dict[str, tuple[int, int]] = {
     "rangetable": (0, 0),  # the core: model, values, keys, filter, planner, errors, wire protocol, CURVE, config
@@ -57,7 +60,8 @@ LAYERS: dict[str, tuple[int, int]] = {
     "coordinator.standby": (1, 3),  # a standby's warm copy of the meta store (RocksDB secondary, etcd watch)
     "partition_server.store": (1, 0),  # the range store: RocksDB, its write path, its records, its log
     "partition_server.replication": (1, 1),  # the replication protocol, the replicator, snapshots
-    "cli": (2, 0),
+    "cli": (2, 0),  # its top-level modules: shared options, the coordinator client, cluster.json; the dashboard
+    "cli.cluster": (2, 1),  # process entry points, `up`/`down`, the supervisor, the fork server
     "cli.workload": (3, 0),
     "cli.bench": (4, 0), "cli.drills": (4, 0),
     "cli.main": (5, 0),

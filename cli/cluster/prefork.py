@@ -3,7 +3,7 @@
 A partition server, coordinator or frontend started as ``python -m cli.main <role>`` spends about 0.3 s of CPU
 importing its modules before it does anything (pyzmq, asyncio, click and ours); a local cluster starts seven
 of them, and restarts them when they die. The supervisor instead starts one *fork server* (the zygote of
-Android, the ``forkserver`` of :mod:`multiprocessing`): ``python -m cli.prefork`` imports every role's modules
+Android, the ``forkserver`` of :mod:`multiprocessing`): ``python -m cli.cluster.prefork`` imports every role's modules
 once (:data:`PRELOAD`), then waits on its stdin for commands. For each it forks twice: the first child forks the
 process that runs the command and exits, so that process becomes the supervisor's own child (the supervisor is
 a *child subreaper*, ``PR_SET_CHILD_SUBREAPER``) and the supervisor waits for it, signals it and reads its exit
@@ -32,9 +32,9 @@ import sys
 import time
 from typing import Any
 
-PRELOAD = ("cli.main", "cli.processes", "coordinator.server", "partition_server.server", "frontend.native.server",
+PRELOAD = ("cli.main", "cli.cluster.processes", "coordinator.server", "partition_server.server", "frontend.native.server",
            "frontend.http.serve", "cli.dashboard.command")
-"""The modules of every role the supervisor starts (what ``cli.processes``' commands import when they run)."""
+"""The modules of every role the supervisor starts (what ``cli.cluster.processes``' commands import when they run)."""
 
 RANGETABLE = [sys.executable, "-m", "cli.main"]
 """The command line prefix of a ``rangetable`` command in this interpreter: such commands are forked."""
@@ -110,7 +110,7 @@ class Prefork:
 
     def _ask(self, args: list[str], log_path: str) -> int:
         if self._server is None or self._server.poll() is not None:
-            self._server = subprocess.Popen([*RANGETABLE[:2], "cli.prefork"], stdin=subprocess.PIPE,
+            self._server = subprocess.Popen([*RANGETABLE[:2], "cli.cluster.prefork"], stdin=subprocess.PIPE,
                                             stdout=subprocess.PIPE)
         assert self._server.stdin is not None and self._server.stdout is not None
         self._server.stdin.write(json.dumps({"args": args, "log": log_path}).encode() + b"\n")
@@ -222,7 +222,7 @@ def serve() -> list[str] | None:
 
 
 def main() -> None:
-    """``python -m cli.prefork``: import every role, then fork a process for each command asked."""
+    """``python -m cli.cluster.prefork``: import every role, then fork a process for each command asked."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C on `rangetable up` is the supervisor's to handle
     for module in PRELOAD:
         importlib.import_module(module)

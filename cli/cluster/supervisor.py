@@ -15,10 +15,10 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from cli.cluster.port_reservation import PortReservation
+from cli.cluster.prefork import RANGETABLE, ForkedProcess, Prefork
 from cli.cluster_file import CLUSTER_FILE, connection_string, read_cluster
 from cli.dashboard.ports import BROWSER_BLOCKED_PORTS
-from cli.port_reservation import PortReservation
-from cli.prefork import RANGETABLE, ForkedProcess, Prefork
 from rangetable.errors import TableError
 from rangetable.files import write_json_atomic
 
@@ -316,7 +316,7 @@ class Supervisor:
 
     def run(self) -> None:
         """Supervise until asked to stop: restart, fence, and keep every log under its bound."""
-        from cli.log_rotation import CHECK_EVERY_S, rotate_if_large
+        from cli.cluster.log_rotation import CHECK_EVERY_S, rotate_if_large
 
         next_fence = next_rotation = 0.0
         while not self.stopping:

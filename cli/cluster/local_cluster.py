@@ -1,5 +1,5 @@
 """``rangetable up`` and ``rangetable down``: start a local cluster (in the foreground, or detached)
-under :mod:`cli.supervisor`, and stop it."""
+under :mod:`cli.cluster.supervisor`, and stop it."""
 
 from __future__ import annotations
 
@@ -93,9 +93,9 @@ def up_cmd(data_dir: str, servers: int, coordinators: int, frontends: int, nativ
            oauth: str | None, meta: str, replicas: int, min_insync: int, rereplicate_after_s: float,
            rebuild_mb_s: float, zones: str, as_json: bool) -> None:
     """Start a local cluster: coordinators (one leads), partition servers and frontends."""
+    from cli.cluster.supervisor import ClusterSpec, supervise
     from cli.cluster_file import down, pid_alive, read_cluster
     from cli.dashboard.ports import browser_refuses
-    from cli.supervisor import ClusterSpec, supervise
     from frontend.auth.bearer import check_oauth
     from rangetable.kernel.tls import server_context
 
