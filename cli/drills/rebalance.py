@@ -12,7 +12,7 @@ from typing import Any
 
 import click
 
-from cli.balance import server_loads
+from cli.commands.balance import server_loads
 from cli.coordinator_client import call
 from cli.options import coordinator_endpoint, data_dir_option, native_endpoint
 from cli.workload.loadgen import LoadGen

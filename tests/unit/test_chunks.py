@@ -1,5 +1,5 @@
 """The one check of a file chunk, for re-replication (partition_server/replication/snapshot.py) and backups
-(cli/backup_pull.py)."""
+(cli/commands/backup_pull.py)."""
 
 from rangetable.kernel.chunks import chunk_fields, intact
 

@@ -14,7 +14,8 @@ Layers, bottom up (``docs/architecture.md``, "Layers"):
                                                  then auth and native, then http
     cli                                          process entry points, supervisor, admin client, commands;
                                                  inside cli, the top-level modules (options, the coordinator
-                                                 client, cluster.json, the dashboard), then cluster
+                                                 client, cluster.json, the dashboard), then cluster and
+                                                 commands (no arrows between them)
     cli.workload                                 workload and load generators, verifiers, simulated servers
     cli.bench          cli.drills                benchmarks and drills (no arrows between them)
     cli.main                                     registers every command
@@ -62,6 +63,7 @@ LAYERS: dict[str, tuple[int, int]] = {
     "partition_server.replication": (1, 1),  # the replication protocol, the replicator, snapshots
     "cli": (2, 0),  # its top-level modules: shared options, the coordinator client, cluster.json; the dashboard
     "cli.cluster": (2, 1),  # process entry points, `up`/`down`, the supervisor, the fork server
+    "cli.commands": (2, 1),  # the commands that use and administer a cluster (tables, map, backup, ...)
     "cli.workload": (3, 0),
     "cli.bench": (4, 0), "cli.drills": (4, 0),
     "cli.main": (5, 0),

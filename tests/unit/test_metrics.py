@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from cli.observe import scrape
+from cli.commands.observe import scrape
 from frontend.metrics import MAX_SERIES, Answers
 from rangetable import protocol
 from rangetable.errors import TableError

@@ -1,7 +1,7 @@
 """What the failover and rebalance drills make of the coordinator's events on replicated and one-copy
 clusters (cli/drills/failover.py: recoveries; cli/drills/rebalance.py: timeline_rows), and the local
 cluster's refusal of fewer servers than replicas (cli/cluster/local_cluster.py), and what `rangetable ranges` says a
-server holds (cli/cluster_commands.py)."""
+server holds (cli/commands/map_admin.py)."""
 
 from __future__ import annotations
 

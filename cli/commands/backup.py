@@ -29,7 +29,7 @@ def backup_cmd(dest: str, timeout: float, data_dir: str, coordinator: str | None
     last. Refused with ServerBusy while a split or merge runs or a range has no live primary. Restore with
     `rangetable restore --from DIR --data-dir NEW`.
     """
-    from cli.backup_pull import pull_backup
+    from cli.commands.backup_pull import pull_backup
 
     dest = os.path.abspath(dest)
     m = pull_backup(coordinator_endpoint(data_dir, coordinator), dest, timeout)
@@ -66,7 +66,7 @@ def restore_cmd(src: str, meta: str, data_dir: str, as_json: bool) -> None:
     backup stays usable for another restore. With --meta the catalog and map go into an empty etcd prefix and
     NEW holds the servers' directories only (NEW/servers/<id>/: each server's --data-dir).
     """
-    from cli.restore import RestoreError, restore
+    from cli.commands.restore import RestoreError, restore
 
     try:
         res = restore(os.path.abspath(src), os.path.abspath(data_dir), meta)
