@@ -4,8 +4,9 @@ Layers, bottom up (``docs/architecture.md``, "Layers"):
 
     rangetable                                   core model, wire protocol, native client, server kernel; inside
                                                  rangetable, the top-level modules (the core), then the
-                                                 sub-packages client and kernel (what only the server processes
-                                                 use), then the public face (its __init__, rangetable.aio)
+                                                 sub-packages client (the native clients) and kernel (what only
+                                                 the server processes use), then the public face (its
+                                                 __init__, rangetable.aio)
     partition_server   coordinator   frontend    the three server processes (no arrows among them); inside
                                                  coordinator, the sub-packages map, replicas and etcd, then
                                                  balancer and leadership, meta, standby, below its top-level
@@ -230,6 +231,20 @@ def test_sub_packages_serve_only_their_package_from_below():
                      ("coordinator", "coordinator.balancer"): 1, ("cli", "coordinator.map"): 1})
     assert wrong_way(edges) == [("coordinator.map", "coordinator"), ("coordinator.replicas", "coordinator.balancer"),
                                 ("partition_server", "coordinator.map")]
+
+
+def test_sub_packages_built_on_their_package_rank_above_it():
+    edges = Counter({("rangetable", "rangetable.kernel"): 1, ("rangetable.kernel", "rangetable"): 1,
+                     ("rangetable.client", "rangetable.kernel"): 1, ("partition_server", "rangetable.kernel"): 1,
+                     ("rangetable.__init__", "rangetable.client"): 1, ("rangetable.client", "rangetable.__init__"): 1,
+                     ("frontend.http", "frontend.native"): 1, ("frontend.native", "frontend.http"): 1,
+                     ("coordinator", "frontend.native"): 1, ("cli.cluster", "cli.commands"): 1,
+                     ("cli.commands", "cli"): 1, ("cli.bench", "cli.cluster"): 1})
+    assert wrong_way(edges) == [("cli.cluster", "cli.commands"), ("coordinator", "frontend.native"),
+                                ("frontend.native", "frontend.http"), ("rangetable", "rangetable.kernel"),
+                                ("rangetable.client", "rangetable.__init__"), ("rangetable.client", "rangetable.kernel")]
+    assert (component("rangetable"), component("rangetable.errors"), component("rangetable.client.aio.clients")) == (
+        "rangetable.__init__", "rangetable", "rangetable.client")
 
 
 def test_the_cycle_finder_finds_cycles():
