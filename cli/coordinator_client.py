@@ -11,8 +11,8 @@ from typing import Any
 import zmq
 
 from rangetable import curve, protocol
-from rangetable.coordinators import LeaderTracker, leader_hint
 from rangetable.errors import TableError
+from rangetable.kernel.coordinators import LeaderTracker, leader_hint
 
 _ids = itertools.count(1)
 SILENCE = "no answer from"

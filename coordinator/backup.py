@@ -20,7 +20,7 @@ frontends and client keys are refused, because a backup reads every table.
    A backup abandoned half-way is deleted after :data:`IDLE_S` without a chunk request (on the coordinator at
    its next backup op, on a partition server by its heartbeat loop).
 
-The CLI writes the files, a SHA-256 of each into the manifest, and the manifest last (:mod:`cli.backup_pull`).
+The CLI writes the files, a SHA-256 of each into the manifest, and the manifest last (:mod:`cli.commands.backup_pull`).
 """
 
 from __future__ import annotations
@@ -35,10 +35,10 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, cast
 
 from rangetable import protocol
-from rangetable.checkpoint import listing
-from rangetable.chunks import chunk_fields
 from rangetable.errors import TableError
 from rangetable.files import remove_stale
+from rangetable.kernel.checkpoint import listing
+from rangetable.kernel.chunks import chunk_fields
 
 if TYPE_CHECKING:
     from coordinator.control.controller import Controller, JobReply

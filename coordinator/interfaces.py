@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from coordinator.standby.warm import WarmFollower
     from coordinator.state.cluster import Cluster
     from rangetable.config import CoordinatorConfig
-    from rangetable.gc_tuning import GcPauses
+    from rangetable.kernel.gc_tuning import GcPauses
 
 
 class Process(Protocol):

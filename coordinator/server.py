@@ -50,12 +50,12 @@ from coordinator.state.events import EventLog
 from coordinator.state.maps import MapService
 from coordinator.state.registry import ServerRegistry
 from rangetable import curve, protocol
-from rangetable.addresses import advertised
 from rangetable.config import CoordinatorConfig
-from rangetable.coordinators import not_leader
 from rangetable.errors import TableError
-from rangetable.gc_tuning import GcPauses
-from rangetable.process import serve_until_signalled
+from rangetable.kernel.addresses import advertised
+from rangetable.kernel.coordinators import not_leader
+from rangetable.kernel.gc_tuning import GcPauses
+from rangetable.kernel.process import serve_until_signalled
 
 if TYPE_CHECKING:
     from rangetable.messages import Hugz
@@ -174,7 +174,7 @@ class Coordinator:
         sys.setswitchinterval(0.0005)
         if self.cfg.metrics:
             from coordinator.metrics import collect
-            from rangetable.metrics import serve_metrics
+            from rangetable.kernel.metrics import serve_metrics
 
             log.info("metrics on %s", serve_metrics(self.cfg.metrics, lambda: collect(self.cluster, self.term)))
         log.info("coordinator on %s, map updates on %s: standby until it wins a term", self.endpoint,
@@ -269,7 +269,7 @@ class Coordinator:
                         published = True
             if held is not None:
                 continue
-            self.gc.freeze_survivors()  # after a collection of generation >= 1 (rangetable/gc_tuning.py)
+            self.gc.freeze_survivors()  # after a collection of generation >= 1 (rangetable/kernel/gc_tuning.py)
             now = time.monotonic()
             if now >= next_tick:
                 next_tick = now + 0.1

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from rangetable import protocol
-from rangetable.metrics import snapshot
+from rangetable.kernel.metrics import snapshot
 
 _OK_PREFIX = b"\x81\xa2ok"  # msgpack of {"ok": …}: a fixmap of one entry whose key is "ok"
 

@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from partition_server.memory import server_memory
-from rangetable import storage
-from rangetable.metrics import LATENCY_BUCKETS, bucket_counts, cumulative
+from rangetable.kernel import storage
+from rangetable.kernel.metrics import LATENCY_BUCKETS, bucket_counts, cumulative
 
 COUNTERS = {  # Load field -> (metric name, help)
     "reads": ("rangetable_range_reads_total", "Read requests (point reads and scan pages) served by the range."),

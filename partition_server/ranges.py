@@ -30,10 +30,10 @@ from partition_server.store.counts import Counts
 from partition_server.store.range_store import RangeStore
 from partition_server.table_config import TableConfig
 from partition_server.throttle import PartitionThrottle
-from rangetable.crash import crash_point
 from rangetable.errors import TableError
+from rangetable.kernel.crash import crash_point
+from rangetable.kernel.stats import StepClock, percentile_ms
 from rangetable.keys import range_bounds
-from rangetable.stats import StepClock, percentile_ms
 
 log = logging.getLogger("rangetable.partition_server")
 

@@ -49,12 +49,12 @@ from partition_server.replication.replicator import TICK_S, Replicator
 from partition_server.served import Deferred
 from partition_server.store.fast_path import set_socket_option
 from rangetable import curve, protocol
-from rangetable.addresses import advertised
 from rangetable.config import PartitionServerConfig
-from rangetable.coordinators import LeaderTracker, leader_hint
 from rangetable.errors import TableError
-from rangetable.process import serve_until_signalled
-from rangetable.watchdog import LeaseWatchdog
+from rangetable.kernel.addresses import advertised
+from rangetable.kernel.coordinators import LeaderTracker, leader_hint
+from rangetable.kernel.process import serve_until_signalled
+from rangetable.kernel.watchdog import LeaseWatchdog
 
 log = logging.getLogger("rangetable.partition_server")
 
@@ -321,7 +321,7 @@ class PartitionServer:
         self.reclaimer.start()
         if self.cfg.metrics:
             from partition_server.metrics import collect
-            from rangetable.metrics import serve_metrics
+            from rangetable.kernel.metrics import serve_metrics
 
             log.info("metrics on %s", serve_metrics(self.cfg.metrics, lambda: collect(self)))
         router, coord = self.router, self.coord
@@ -436,9 +436,9 @@ class PartitionServer:
 def run(cfg: PartitionServerConfig) -> None:
     """Entry point for ``rangetable partition-server``."""
     from partition_server.store.replica_log import configure_budget
-    from rangetable import malloc_trim, storage
+    from rangetable.kernel import malloc_trim, storage
 
     storage.configure(cfg.block_cache_mb << 20, cfg.memtable_budget_mb << 20)
     configure_budget(cfg.ring_budget_mb << 20)
-    malloc_trim.start()  # RSS stays near the block cache's bound (rangetable/malloc_trim.py)
+    malloc_trim.start()  # RSS stays near the block cache's bound (rangetable/kernel/malloc_trim.py)
     serve_until_signalled(PartitionServer(cfg))

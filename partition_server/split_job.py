@@ -29,8 +29,8 @@ from partition_server.store.keys import META_COUNT
 from partition_server.store.range_store import RangeStore
 from partition_server.store.tee import Ops, RangeEnd
 from rangetable.errors import TableError
+from rangetable.kernel.stats import StepClock
 from rangetable.keys import META_PREFIX
-from rangetable.stats import StepClock
 
 CATCH_UP_ROUNDS = 20  # replays on the background thread before the switch-over takes the rest
 CATCH_UP_ENOUGH = 256  # operations: fewer left over than this and the switch-over replays them

@@ -17,19 +17,19 @@ _EXPORTS: dict[str, str] = {
     "EntityProperty": "rangetable.values",
     "TableEntity": "rangetable.values",
     "EdmType": "rangetable.edm",
-    "UpdateMode": "rangetable.client_models",
-    "TransactionOperation": "rangetable.client_models",
-    "MatchConditions": "rangetable.client_models",
-    "TableItem": "rangetable.client_models",
-    "TableTransactionError": "rangetable.client_models",
-    "ResourceNotFoundError": "rangetable.client_models",
-    "ResourceExistsError": "rangetable.client_models",
-    "ResourceModifiedError": "rangetable.client_models",
-    "ConditionCheckFailedError": "rangetable.client_models",
+    "UpdateMode": "rangetable.client.models",
+    "TransactionOperation": "rangetable.client.models",
+    "MatchConditions": "rangetable.client.models",
+    "TableItem": "rangetable.client.models",
+    "TableTransactionError": "rangetable.client.models",
+    "ResourceNotFoundError": "rangetable.client.models",
+    "ResourceExistsError": "rangetable.client.models",
+    "ResourceModifiedError": "rangetable.client.models",
+    "ConditionCheckFailedError": "rangetable.client.models",
     "TableError": "rangetable.errors",
-    "NoRetry": "rangetable.retry",
-    "FixedRetry": "rangetable.retry",
-    "ExponentialRetry": "rangetable.retry",
+    "NoRetry": "rangetable.client.retry",
+    "FixedRetry": "rangetable.client.retry",
+    "ExponentialRetry": "rangetable.client.retry",
 }
 
 __all__ = [
@@ -55,7 +55,7 @@ __all__ = [
 
 if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
     from rangetable.client import TableClient, TableServiceClient
-    from rangetable.client_models import (
+    from rangetable.client.models import (
         ConditionCheckFailedError,
         MatchConditions,
         ResourceExistsError,
@@ -66,9 +66,9 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
         TransactionOperation,
         UpdateMode,
     )
+    from rangetable.client.retry import ExponentialRetry, FixedRetry, NoRetry
     from rangetable.edm import EdmType
     from rangetable.errors import TableError
-    from rangetable.retry import ExponentialRetry, FixedRetry, NoRetry
     from rangetable.values import EntityProperty, TableEntity
 
 

@@ -66,7 +66,7 @@ class PartitionServerConfig:
     ring_budget_mb: int = 16  # replica-log rings of every replicated range of the process together
     metrics: str = ""  # HOST:PORT of the Prometheus /metrics endpoint; empty = none
     keys_dir: str = ""  # CURVE keys (rangetable/curve.py); empty = <data-dir>/keys
-    alive_file: str = ""  # touched on every lease renewal, for a liveness probe (rangetable/watchdog.py)
+    alive_file: str = ""  # touched on every lease renewal, for a liveness probe (rangetable/kernel/watchdog.py)
     replication: str = ""  # bind address of the replication endpoint (a cluster with --replicas > 1); empty = none
     advertise_replication: str = ""  # the address other servers reach that endpoint at; empty = as bound
     replica_lag_s: float = 1.0  # an in-sync follower this far behind is reported, and dropped by the coordinator

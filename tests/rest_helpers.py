@@ -1,6 +1,6 @@
 """Raw HTTP helpers for the REST tests: a keep-alive client that signs like the SDK does.
 
-The signing here is written from the reference (§8.1), independently of ``frontend/auth.py``:
+The signing here is written from the reference (§8.1), independently of ``frontend/auth/authenticate.py``:
 ``SharedKey``: ``VERB\\nContent-MD5\\nContent-Type\\nDate\\n/account/raw-path[?comp=v]``.
 """
 

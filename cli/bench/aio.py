@@ -23,7 +23,7 @@ from typing import Any
 
 from cli.bench.http import cpu_seconds, server_pids
 from rangetable import TableClient, TableServiceClient, aio
-from rangetable.stats import percentile_ms
+from rangetable.kernel.stats import percentile_ms
 
 
 @dataclass

@@ -34,7 +34,7 @@ import zmq
 
 from rangetable import curve, protocol
 from rangetable.errors import TableError
-from rangetable.stats import percentile_ms
+from rangetable.kernel.stats import percentile_ms
 
 ROOT = Path(__file__).resolve().parent.parent
 TABLE = "bench"
@@ -144,7 +144,7 @@ class Bench:
 
     def start(self) -> None:
         """Seed the map, start the simulated servers, the coordinator and the frontends."""
-        from cli.port_reservation import PortReservation
+        from cli.cluster.port_reservation import PortReservation
 
         os.makedirs(os.path.join(self.work, "logs"), exist_ok=True)
         data = os.path.join(self.work, "data")

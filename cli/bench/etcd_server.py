@@ -13,7 +13,7 @@ import shutil
 import subprocess
 import time
 
-from cli.port_reservation import PortReservation
+from cli.cluster.port_reservation import PortReservation
 from coordinator.etcd.client import EtcdClient
 from rangetable.errors import TableError
 

@@ -2,7 +2,7 @@
 
 Phases, each pipelined on one DEALER socket with a window of requests in flight: point insert,
 point get, upsert, EGT of 100, PartitionKey query (a 100-entity partition), full scan (pages of 1000,
-sequential: each page needs the previous continuation), and bulk ingest (:mod:`rangetable.bulk`).
+sequential: each page needs the previous continuation), and bulk ingest (:mod:`rangetable.client.bulk`).
 Each prints ops/s and p50/p99 latency. The echo baseline runs the same pipelining through a Python
 forwarding process to a Python echo process — the cost of two hops with no work — so the ratio
 of our point operations to it is visible.
@@ -21,8 +21,8 @@ import zmq
 
 from cli.bench.http import cpu_seconds
 from rangetable import curve, protocol
-from rangetable.bulk import bulk_upsert
-from rangetable.stats import percentile_ms
+from rangetable.client.bulk import bulk_upsert
+from rangetable.kernel.stats import percentile_ms
 
 # The echo baseline, in two flavours: with the fast send/receive helpers every rangetable process uses
 # ("fast"), and with pyzmq's own send_multipart/recv_multipart as the stack notes measured it ("pyzmq").
@@ -108,7 +108,7 @@ def echo_baseline(n: int, window: int = 64, payload: int = 200, flavour: str = "
                   with_curve: bool = False) -> dict[str, Any]:
     """Throughput of client → Python forwarder → Python echo server (two bare hops); ``with_curve``:
     both hops encrypted and authenticated with CURVE (no ZAP: the handshake is not measured)."""
-    from cli.port_reservation import PortReservation
+    from cli.cluster.port_reservation import PortReservation
 
     ports = PortReservation()
     back, front = f"tcp://127.0.0.1:{ports.take()}", f"tcp://127.0.0.1:{ports.take()}"

@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from cli.bench.http import Phase, server_pids, wait_quiet
-from rangetable.bulk import bulk_upsert
+from rangetable.client.bulk import bulk_upsert
 from rangetable.edm import INT32, STRING
 
 POINT_KEYS = 200

@@ -44,7 +44,7 @@ from cli.bench.scale import ROWS_PER_PARTITION, parallel_load
 from cli.coordinator_client import call
 from cli.workload.disk_loss_watch import RestoreWatch, dir_bytes, events_since
 from cli.workload.layout import spread_table
-from rangetable.bulk import bulk_upsert
+from rangetable.client.bulk import bulk_upsert
 
 Echo = Callable[[str], None]
 RANGES = 6  # the table's ranges, spread over the servers

@@ -3,7 +3,7 @@
 Each variant loads the same ``n`` entities (~480 bytes, 1000 per partition) through 100-operation
 batches, compacts, and then measures random gets of present keys, gets of missing RowKeys in present
 partitions (with the data blocks each reads, from RocksDB's statistics) and bytes on disk. The first
-variant is what every range store uses (:func:`rangetable.storage.db_options`); each other one
+variant is what every range store uses (:func:`rangetable.kernel.storage.db_options`); each other one
 changes one option.
 """
 
@@ -46,7 +46,7 @@ def measure_variant(path: str, n: int, probes: int, **kw: Any) -> dict[str, Any]
     from cli.bench.scale import ROWS_PER_PARTITION, typed_entity
     from cli.bench.soak import disk_bytes
     from partition_server.store.range_store import RangeStore
-    from rangetable.storage import db_options, open_range_db
+    from rangetable.kernel.storage import db_options, open_range_db
 
     opts = db_options(**kw)
     opts.enable_statistics()
@@ -89,8 +89,8 @@ def queue_scan(path: str, n: int, compact_deletions: bool, settle_s: float = 5.0
     ``settle_s`` for background compaction, the cost of reading the head of the queue (a 100-entity
     scan from the start) in keys stepped over and milliseconds."""
     from partition_server.store.range_store import RangeStore
+    from rangetable.kernel.storage import db_options, open_range_db
     from rangetable.keys import encode_key
-    from rangetable.storage import db_options, open_range_db
 
     opts = db_options(compact_deletions=compact_deletions)
     opts.enable_statistics()
@@ -132,7 +132,7 @@ def hot_range_compaction(path: str, n: int, settle_s: float = 30.0, **kw: Any) -
     import uuid
 
     from partition_server.store.range_store import RangeStore
-    from rangetable.storage import db_options, open_range_db
+    from rangetable.kernel.storage import db_options, open_range_db
 
     store = RangeStore(open_range_db(path, options=db_options(**kw)), path)
     run = uuid.uuid4().hex[:8]

@@ -5,7 +5,7 @@ Steps, against a cluster it starts (balancer off until step 6):
 1. load 10,000 entities and measure the **small** figures: point get of a present and of a missing
    key, a PartitionKey query page (one partition of 1000) and a 1000-row scan page (a range scan
    starting at a random partition): client latency p50/p99 and server CPU per request;
-2. bulk load the rest through the native bulk path (:func:`rangetable.bulk.bulk_upsert`, entities
+2. bulk load the rest through the native bulk path (:func:`rangetable.client.bulk.bulk_upsert`, entities
    grouped by PartitionKey into 100-operation batches), with the rate of every tenth of the load;
 3. the same figures at full size, and their ratio to the small ones;
 4. moves of the one multi-GB range between the two partition servers, offline time of each;
@@ -32,7 +32,7 @@ from typing import Any
 from cli.bench.http import cpu_seconds, server_pids
 from cli.bench.soak import disk_bytes
 from cli.bench.store import make_props
-from rangetable.stats import percentile_ms
+from rangetable.kernel.stats import percentile_ms
 
 ROWS_PER_PARTITION = 1000
 SMALL = 10_000
@@ -55,7 +55,7 @@ def _init_loader(counter: Any) -> None:
 
 def _load_chunk(args: tuple[str, str, int, int, int]) -> int:
     """Bulk-load entities ``[lo, hi)`` in a loader process; returns how many."""
-    from rangetable.bulk import bulk_upsert
+    from rangetable.client.bulk import bulk_upsert
 
     native, table, lo, hi, window = args
 
@@ -180,8 +180,8 @@ def bloom_check(range_dir: str, pks: range, gets: int = 10_000) -> dict[str, Any
     """Open a range store in this process with RocksDB statistics: its open time, and the data blocks
     that ``gets`` point reads of missing RowKeys in its partitions ``pks`` touch (bloom filters skip them)."""
     from partition_server.store.range_store import RangeStore
+    from rangetable.kernel.storage import db_options, open_range_db
     from rangetable.keys import encode_key
-    from rangetable.storage import db_options, open_range_db
 
     opts = db_options(create=False)
     opts.enable_statistics()

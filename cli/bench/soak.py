@@ -30,7 +30,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from rangetable.stats import percentile_ms
+from rangetable.kernel.stats import percentile_ms
 
 MIXES: dict[str, dict[str, int]] = {
     "mixed": {"insert": 15, "upsert": 15, "merge": 10, "get": 30, "delete": 14, "batch": 3, "pk_query": 6,
@@ -380,7 +380,7 @@ def run_soak(doc: dict, data_dir: str, *, minutes: float = 10.0, threads: int = 
     """
     from cli.cluster_file import read_cluster
     from cli.coordinator_client import call
-    from rangetable.bulk import bulk_upsert
+    from rangetable.client.bulk import bulk_upsert
 
     table = "soak" + uuid.uuid4().hex[:8]
     new_client = make_clients(doc, table, http)

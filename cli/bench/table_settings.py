@@ -24,7 +24,7 @@ import zmq
 from cli.bench.http import bench_cluster, cpu_seconds, server_pids
 from cli.coordinator_client import call
 from rangetable import curve, protocol
-from rangetable.bulk import bulk_upsert
+from rangetable.client.bulk import bulk_upsert
 from rangetable.edm import INT32, STRING
 
 Echo = Callable[[str], None]

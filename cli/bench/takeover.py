@@ -31,8 +31,8 @@ import zmq
 
 from cli.bench.control_plane import range_layout, seed_meta, seed_puts
 from cli.bench.etcd_server import LocalEtcd
+from cli.cluster.port_reservation import PortReservation
 from cli.coordinator_client import call
-from cli.port_reservation import PortReservation
 from coordinator.etcd.client import EtcdClient, put_op
 from rangetable import curve, protocol
 from rangetable.errors import TableError

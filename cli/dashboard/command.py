@@ -35,7 +35,7 @@ def dashboard_cmd(**kw: Any) -> None:
     from cli.dashboard.server import Dashboard
     from cli.dashboard.state import Watch, collect
     from rangetable import curve
-    from rangetable.metrics import serve_metrics
+    from rangetable.kernel.metrics import serve_metrics
 
     cfg = load(DashboardConfig, **kw)
     coordinator = cfg.coordinator

@@ -15,6 +15,7 @@ import threading
 import time
 from typing import Any
 
+from cli.cluster.supervisor import ClusterSpec
 from cli.coordinator_client import call
 from cli.drills.netns import Network
 from cli.drills.netsplit_hosts import HOSTS, NetnsSupervisor
@@ -26,7 +27,6 @@ from cli.drills.netsplit_report import (
     outage,
     range_gaps,
 )
-from cli.supervisor import ClusterSpec
 from rangetable.errors import TableError
 
 

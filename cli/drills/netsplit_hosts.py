@@ -17,9 +17,9 @@ import os
 import shutil
 from typing import Any
 
+from cli.cluster.supervisor import Child, ClusterSpec, Supervisor
 from cli.cluster_file import CLUSTER_FILE
 from cli.drills.netns import Network
-from cli.supervisor import Child, ClusterSpec, Supervisor
 from rangetable.files import write_json_atomic
 
 PORTS = {"coordinator": 7000, "pub": 7001, "partition-server": 7100, "replication": 7101, "frontend": 7200,

@@ -12,12 +12,12 @@ from typing import Any
 
 import click
 
-from cli.balance import server_loads
+from cli.commands.balance import server_loads
 from cli.coordinator_client import call
 from cli.options import coordinator_endpoint, data_dir_option, native_endpoint
 from cli.workload.loadgen import LoadGen
 from rangetable.errors import TableError
-from rangetable.stats import percentile
+from rangetable.kernel.stats import percentile
 
 
 def timeline_rows(events: list[dict], t0: float) -> list[dict[str, Any]]:

@@ -26,10 +26,10 @@ from cli.workload.verify import check, check_ack_loss
 from cli.workload.verify.explain import lin_verdict
 from cli.workload.verify.history import Recorder, dump_history
 from rangetable.client import TableClient, TableServiceClient
-from rangetable.client_models import MatchConditions, UpdateMode
+from rangetable.client.models import MatchConditions, UpdateMode
+from rangetable.client.retry import ExponentialRetry
 from rangetable.errors import TableError
-from rangetable.retry import ExponentialRetry
-from rangetable.stats import percentile_ms
+from rangetable.kernel.stats import percentile_ms
 
 FAIL_STATUSES = frozenset({404, 409, 412})
 SABOTAGE = ("rogue-write", "lost-write")

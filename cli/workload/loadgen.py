@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 import zmq
 
 from rangetable import curve, protocol
-from rangetable.stats import percentile_ms
+from rangetable.kernel.stats import percentile_ms
 
 KeyFn = Callable[[random.Random, int], tuple[str, str]]
 

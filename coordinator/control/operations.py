@@ -19,9 +19,9 @@ from coordinator.map.acl_keys import acl_key
 from coordinator.map.partition_map import range_key
 from coordinator.replicas.placement import place_orphans
 from coordinator.replicas.sets import choose_replicas, is_replicated
-from rangetable.crash import crash_point, fault_armed
 from rangetable.errors import TableError
-from rangetable.stats import StepClock
+from rangetable.kernel.crash import crash_point, fault_armed
+from rangetable.kernel.stats import StepClock
 from rangetable.table_settings import check_settings, describe
 
 if TYPE_CHECKING:

@@ -26,8 +26,8 @@ from coordinator.replicas.sets import (
     repair,
     without,
 )
-from rangetable.crash import crash_point
 from rangetable.errors import TableError
+from rangetable.kernel.crash import crash_point
 
 if TYPE_CHECKING:
     from coordinator.control.controller import Controller

@@ -16,7 +16,7 @@ import msgpack
 import rocksdict
 from rocksdict import WriteBatch, WriteOptions
 
-from rangetable.storage import open_range_db
+from rangetable.kernel.storage import open_range_db
 
 COPY_BATCH = 4096  # keys per WriteBatch when a new leader copies the meta store
 
@@ -62,7 +62,7 @@ class MetaStore:
     def checkpoint(self, path: str) -> dict[str, Any]:
         """A consistent copy of the meta store at ``path`` (flush, then hard links); returns
         ``{"ms", "files", "bytes", "linked"}``. Call under the coordinator's lock."""
-        from rangetable.checkpoint import checkpoint_db
+        from rangetable.kernel.checkpoint import checkpoint_db
 
         self.db.flush(True)
         return checkpoint_db(self.db, path)

@@ -27,7 +27,7 @@ import msgpack
 
 from coordinator.map.partition_map import PartitionMap
 from coordinator.meta.store import open_secondary
-from rangetable.crash import fault_armed
+from rangetable.kernel.crash import fault_armed
 
 log = logging.getLogger("rangetable.coordinator")
 FOLLOW_S = 0.25  # how often a standby catches up with the leader's store

@@ -3,7 +3,7 @@
 Framework-free. :class:`RestApp` runs each request through the pipeline's stages, each its own module
 and none calling back into this one: **parse** (:mod:`frontend.http.parse`, the body capped at
 4 MiB) → **authenticate** (:mod:`frontend.http.security`) → **plan** (:mod:`frontend.http.routes` picks the
-operation, whose Plan checks it and makes its native request) → **send** (:class:`frontend.aio.AioFrontend`) →
+operation, whose Plan checks it and makes its native request) → **send** (:class:`frontend.native.asyncio_driver.AioFrontend`) →
 **render** (:mod:`frontend.http.render`: the standard headers — ``x-ms-request-id``, ``x-ms-version``,
 ``Date``, the client request id echo, CORS — and Azure's error bodies).
 
@@ -29,14 +29,14 @@ from frontend.metrics import Answers
 from rangetable.errors import TableError
 
 if TYPE_CHECKING:
-    from frontend.aio import Answer
+    from frontend.native.asyncio_driver import Answer
 
 PROPS_TTL_S = 5.0
 SYNC_TTL_S = 1.0  # Get Service Stats asks the coordinator for LastSyncTime at most this often
 
 
 class RestApp:
-    """The ASGI callable. ``fe`` is an :class:`frontend.aio.AioFrontend` (started on lifespan startup)."""
+    """The ASGI callable. ``fe`` is an :class:`frontend.native.asyncio_driver.AioFrontend` (started on lifespan startup)."""
 
     def __init__(self, fe: Any, accounts: list[str] | None = None, own_frontend: bool = True,
                  oauth: str = "") -> None:

@@ -6,7 +6,7 @@ choice, see ``docs/http.md``) every request crossed threads twice — its Rust w
 wake the Python loop, which wakes them again to write. This listener keeps the whole request on one
 thread: uvloop reads the socket, ``httptools`` (llhttp, the parser of Node.js and uvicorn) parses it,
 :meth:`RestApp.serve` runs it — sending the native request to a partition server and taking the
-reply on the same loop (:mod:`frontend.aio`), for point operations straight from the socket callback,
+reply on the same loop (:mod:`frontend.native.asyncio_driver`), for point operations straight from the socket callback,
 without a Task — and the response is written straight back.
 
 What it implements:

@@ -3,7 +3,7 @@
 The pipeline of one request (:mod:`frontend.http.app` runs it): **parse** (this module) →
 **authenticate** (:mod:`frontend.http.security`) → **plan** (:mod:`frontend.http.routes` picks the
 operation of :mod:`~frontend.http.entity_ops`, :mod:`~frontend.http.table_ops` or
-:mod:`~frontend.http.batch_ops`; a CORS preflight goes to :mod:`~frontend.http.cors`) → **send** (:mod:`frontend.aio`) →
+:mod:`~frontend.http.batch_ops`; a CORS preflight goes to :mod:`~frontend.http.cors`) → **send** (:mod:`frontend.native.asyncio_driver`) →
 **render** (:mod:`frontend.http.render`). No stage imports :mod:`frontend.http.app`: the operations
 see the app through the narrow :class:`Services` protocol defined here.
 """
@@ -294,7 +294,7 @@ READS = frozenset({"GET", "HEAD"})  # the verbs a read-only secondary serves
 
 
 class NativeFrontend(Protocol):
-    """What the operations use of :class:`frontend.aio.AioFrontend` (the send stage)."""
+    """What the operations use of :class:`frontend.native.asyncio_driver.AioFrontend` (the send stage)."""
 
     async def request(self, req: dict, timeout: float | None = None) -> Any:
         """Run one native request and return its result; raises TableError."""

@@ -1,6 +1,6 @@
-"""Authentication and SAS authorization for the REST API, on top of :mod:`frontend.auth`.
+"""Authentication and SAS authorization for the REST API, on top of :mod:`frontend.auth.authenticate`.
 
-:mod:`frontend.auth` checks signatures (SharedKey, SharedKeyLite, service SAS, account SAS) and
+:mod:`frontend.auth.authenticate` checks signatures (SharedKey, SharedKeyLite, service SAS, account SAS) and
 grants; this module adapts it to the HTTP app: it fetches stored access policies from the
 coordinator when a SAS names one (``si``), caches them for a second, and maps each REST operation to
 the SAS permission it needs.
@@ -18,7 +18,7 @@ from rangetable.errors import TableError
 log = logging.getLogger("rangetable.http")
 
 try:  # written in parallel; without it the API runs unauthenticated (and says so at start-up)
-    from frontend import auth as _auth
+    from frontend.auth import authenticate as _auth
 except ImportError:  # pragma: no cover - transitional
     _auth = None  # type: ignore[assignment]
 
@@ -38,12 +38,12 @@ class Security:
 
     def __init__(self, specs: list[str], fetch_acl: Callable[[str], Awaitable[dict]], oauth: str = "") -> None:
         self.enabled = _auth is not None
-        self.oauth = oauth == "basic"  # accept development bearer tokens (frontend.auth_bearer)
+        self.oauth = oauth == "basic"  # accept development bearer tokens (frontend.auth.bearer)
         self.accounts: Any = _auth.Accounts.from_specs(specs) if _auth is not None else None
         self._fetch_acl = fetch_acl
         self._acl: dict[str, tuple[float, dict]] = {}
         if not self.enabled:
-            log.warning("frontend.auth is not available: the REST API accepts every request")
+            log.warning("frontend.auth.authenticate is not available: the REST API accepts every request")
 
     def forget_acl(self, table: str) -> None:
         """Drop a cached ACL (after a Set Table ACL through this frontend)."""

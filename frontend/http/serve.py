@@ -15,12 +15,12 @@ import signal
 import socket
 import ssl
 
-from frontend.aio import AioFrontend
-from frontend.auth_bearer import check_oauth
+from frontend.auth.bearer import check_oauth
 from frontend.http.app import RestApp
+from frontend.native.asyncio_driver import AioFrontend
 from rangetable.config import FrontendConfig
-from rangetable.gc_tuning import tune_gc
-from rangetable.tls import server_context
+from rangetable.kernel.gc_tuning import tune_gc
+from rangetable.kernel.tls import server_context
 
 log = logging.getLogger("rangetable.http")
 
@@ -56,7 +56,7 @@ async def serve_async(cfg: FrontendConfig) -> None:
     await app.fe.start()
     if cfg.metrics:
         from frontend.metrics import collect_http
-        from rangetable.metrics import serve_metrics
+        from rangetable.kernel.metrics import serve_metrics
 
         log.info("metrics on %s", serve_metrics(cfg.metrics, lambda: collect_http(app.fe.id, app.answers)))
     tune_gc()

@@ -47,8 +47,8 @@ from partition_server.replication.snapshot import Pull, Source
 from partition_server.store.range_store import RangeStore
 from partition_server.store.replica_log import ReplicaLog
 from rangetable import curve, protocol
-from rangetable.addresses import advertised
 from rangetable.errors import TableError
+from rangetable.kernel.addresses import advertised
 
 log = logging.getLogger("rangetable.partition_server")
 

@@ -32,7 +32,7 @@ from typing import Any
 
 from partition_server.store.range_store import RangeStore
 from partition_server.store.replica_log import ReplicaLog
-from rangetable.chunks import chunk_fields, intact
+from rangetable.kernel.chunks import chunk_fields, intact
 
 log = logging.getLogger("rangetable.partition_server")
 

@@ -21,9 +21,9 @@ from partition_server.store.counts import Counts, half_counts, left_share, pack_
 from partition_server.store.expiry import MARK_KEY, merged_mark
 from partition_server.store.keys import DROP_KEY, META_COUNT, META_TS
 from partition_server.store.request_records import REQT_END, REQT_PREFIX, Window, pack_meta, unpack_meta
-from rangetable.checkpoint import create_checkpoint
+from rangetable.kernel.checkpoint import create_checkpoint
+from rangetable.kernel.storage import open_range_db
 from rangetable.keys import META_PREFIX
-from rangetable.storage import open_range_db
 
 COPY_BATCH_BYTES = 1 << 20
 SLICE_BYTES = 64 << 20  # a dropped span is compacted this much at a time (close waits for one slice)

@@ -1,6 +1,6 @@
 """One key range of a table: a RocksDB directory holding entities, their Timestamps and meta keys.
 
-Layout (all raw bytes, opened only through :func:`rangetable.storage.open_range_db`):
+Layout (all raw bytes, opened only through :func:`rangetable.kernel.storage.open_range_db`):
 
 * entity ``encode_key(pk, rk)`` → ``msgpack([ts_ticks, typed_props])``;
 * ``META_TS`` → ``>QQQQ`` (last Timestamp handed out; the request records' count, the Timestamp the
@@ -81,12 +81,12 @@ from partition_server.store.request_records import REQ_PREFIX as REQ_PREFIX  # r
 from partition_server.store.request_records import pack_meta as pack_meta  # re-exported: META_TS's encoding
 from partition_server.store.tee import Ops, Shipper, Tee
 from rangetable import protocol
-from rangetable.checkpoint import checkpoint_db
 from rangetable.edm import UNIX_EPOCH_TICKS, Entity
 from rangetable.errors import TableError
 from rangetable.filter import Predicate
+from rangetable.kernel.checkpoint import checkpoint_db
+from rangetable.kernel.storage import open_range_db
 from rangetable.keys import META_PREFIX, encode_key
-from rangetable.storage import open_range_db
 
 
 def _probe(db: rocksdict.Rdict, held: list[bool], lo: bytes, hi: bytes) -> bool:
@@ -231,7 +231,7 @@ class RangeStore:
 
     def checkpoint(self, path: str) -> dict[str, Any]:
         """A consistent copy of the store at ``path`` (flush, then hard links; see
-        :func:`rangetable.checkpoint.checkpoint_db`), with the store's size estimates added."""
+        :func:`rangetable.kernel.checkpoint.checkpoint_db`), with the store's size estimates added."""
         with self._lock:  # no write of this store lands between the flush and the links
             self._db.flush(True)
             info = checkpoint_db(self._db, path)

@@ -16,7 +16,7 @@ from collections.abc import Coroutine, Iterator
 from typing import Any, TypeVar
 
 from rangetable import aio
-from rangetable.aio.paging import AsyncItemPaged, AsyncPage, AsyncPageIterator
+from rangetable.client.aio.paging import AsyncItemPaged, AsyncPage, AsyncPageIterator
 
 T = TypeVar("T")
 

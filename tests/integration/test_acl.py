@@ -143,14 +143,14 @@ def test_persisted_across_coordinator_restart(cluster: Cluster) -> None:
 
 
 def test_stored_policy_drives_sas_verification(cluster: Cluster) -> None:
-    """A SAS naming a policy set here verifies through frontend.auth, and stops when it is removed."""
+    """A SAS naming a policy set here verifies through frontend.auth.authenticate, and stops when it is removed."""
     from datetime import UTC, datetime, timedelta
     from urllib.parse import parse_qs
 
     from azure.core.credentials import AzureNamedKeyCredential
     from azure.data.tables import generate_table_sas
 
-    from frontend.auth import DEV_ACCOUNT, DEV_KEY, Accounts, AuthError, authenticate
+    from frontend.auth.authenticate import DEV_ACCOUNT, DEV_KEY, Accounts, AuthError, authenticate
 
     admin(cluster, op="create_table", table="AclSas")
     expiry = (datetime.now(UTC) + timedelta(hours=1)).isoformat()

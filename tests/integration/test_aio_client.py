@@ -14,7 +14,7 @@ import pytest
 
 from rangetable import FixedRetry, ResourceNotFoundError, TableError
 from rangetable.aio import TableClient, TableServiceClient
-from rangetable.aio.transport import AsyncTransport
+from rangetable.client.aio.transport import AsyncTransport
 from tests.cluster import Cluster, ClusterFactory
 
 

@@ -86,7 +86,7 @@ def test_sdk_with_bearer_tokens_over_https(tmp_path: os.PathLike, cert: tuple[st
 
 def _asgi_round_trip(cluster: Cluster, cert: str, key: str, server: str) -> None:
     """A bearer-token read through an HTTP frontend served by an ASGI server (``--http-server``) over HTTPS."""
-    from cli.port_reservation import PortReservation
+    from cli.cluster.port_reservation import PortReservation
 
     ports = PortReservation()
     port = ports.take()

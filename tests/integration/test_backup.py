@@ -22,9 +22,9 @@ from typing import Any
 import pytest
 import zmq
 
-from cli.backup_pull import pull_backup
+from cli.commands.backup_pull import pull_backup
+from cli.commands.restore import RestoreError, missing_files, read_manifest, restore
 from cli.coordinator_client import call
-from cli.restore import RestoreError, missing_files, read_manifest, restore
 from rangetable import curve, protocol
 from rangetable.edm import INT32, STRING
 from rangetable.errors import TableError

@@ -23,8 +23,8 @@ from rangetable import (
     TableTransactionError,
     UpdateMode,
 )
-from rangetable.aio.transport import AsyncTransport
-from rangetable.client_transport import Transport
+from rangetable.client.aio.transport import AsyncTransport
+from rangetable.client.transport import Transport
 from tests.cluster import ClusterFactory
 from tests.integration.aio_blocking import Clients
 from tests.integration.client_fixtures import (  # noqa: F401  (fixtures)

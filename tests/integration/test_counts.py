@@ -9,8 +9,8 @@ import json
 import subprocess
 import sys
 
+from cli.commands.observe import scrape, total
 from cli.coordinator_client import call
-from cli.observe import scrape, total
 from rangetable.edm import STRING
 from tests.cluster import ROOT, Cluster, ClusterFactory
 

@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 
 from rangetable import TableServiceClient
-from rangetable.crash import ONE_COPY_POINTS, POINTS
 from rangetable.errors import TableError
+from rangetable.kernel.crash import ONE_COPY_POINTS, POINTS
 from tests.cluster import ONE_COPY, Cluster, ClusterFactory
 
 N = 120

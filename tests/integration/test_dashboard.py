@@ -20,9 +20,9 @@ from pathlib import Path
 
 import pytest
 
+from cli.commands.observe import scrape, total
 from cli.coordinator_client import call
 from cli.dashboard.heatmap import hot_rows
-from cli.observe import scrape, total
 from cli.workload.loadgen import LoadGen
 from tests.cluster import ROOT, Cluster, ClusterFactory
 

@@ -75,7 +75,7 @@ def test_etcd_settings_are_flags_of_the_installed_etcd() -> None:
 def test_probes_run_the_watchdog_module(tmp_path: Path) -> None:
     """The compose healthcheck's and the liveness probe's command line runs here (exit 1: no lease file)."""
     alive = str(tmp_path / "lease-ok")
-    out = subprocess.run([sys.executable, "-m", "rangetable.watchdog", "check", alive, "--max-age", "3"],
+    out = subprocess.run([sys.executable, "-m", "rangetable.kernel.watchdog", "check", alive, "--max-age", "3"],
                          cwd=ROOT, capture_output=True, text=True, timeout=30)
     assert out.returncode == 1 and "no lease" in out.stderr
 
@@ -140,7 +140,7 @@ def test_wheel_holds_every_package(tmp_path: Path) -> None:
     wanted = {str(p.relative_to(ROOT)) for p in ROOT.glob("*/**/__init__.py")
               if p.parts[len(ROOT.parts)] not in ("tests", ".venv", "build")}
     assert wanted <= names, wanted - names
-    assert "frontend/http/serve.py" in names and "rangetable/watchdog.py" in names
+    assert "frontend/http/serve.py" in names and "rangetable/kernel/watchdog.py" in names
 
 
 @pytest.mark.slow

@@ -15,7 +15,7 @@ import pytest
 from azure.core.exceptions import ServiceRequestError
 from azure.data.tables import TableServiceClient
 
-from rangetable.tls import create_dev_cert, server_context
+from rangetable.kernel.tls import create_dev_cert, server_context
 from tests.cluster import ROOT, Cluster, ClusterFactory, dev_cert
 
 
@@ -67,8 +67,8 @@ def test_sdk_round_trip_over_https(tmp_path: os.PathLike, cert: tuple[str, str],
 
 def _granian_round_trip(cluster: Cluster, cert: str, key: str) -> None:
     """The same over an HTTP frontend served by granian (`--http-server granian`)."""
+    from cli.cluster.port_reservation import PortReservation
     from cli.cluster_file import connection_string
-    from cli.port_reservation import PortReservation
 
     ports = PortReservation()
     port = ports.take()

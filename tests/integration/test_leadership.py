@@ -1,5 +1,5 @@
 """Coordinator leader election (``coordinator/leadership/lock_election.py``), leader discovery
-(``rangetable/coordinators.py``) and the new leader's meta store (``coordinator/meta/store.py``).
+(``rangetable/kernel/coordinators.py``) and the new leader's meta store (``coordinator/meta/store.py``).
 
 fcntl locks belong to a process, so every contender other than the test itself is a real child
 process; nothing is mocked.

@@ -1,4 +1,4 @@
-"""rangetable.malloc_trim: freed heap goes back to the operating system (glibc)."""
+"""rangetable.kernel.malloc_trim: freed heap goes back to the operating system (glibc)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import threading
 
 import pytest
 
-from rangetable import malloc_trim
+from rangetable.kernel import malloc_trim
 
 
 def rss_kib() -> int:

@@ -10,8 +10,8 @@ import sys
 import pytest
 from azure.data.tables import TableServiceClient as AzureService
 
+from cli.commands.observe import scrape, total
 from cli.coordinator_client import call, range_loads
-from cli.observe import scrape, total
 from rangetable.errors import TableError
 from tests.cluster import ROOT, ClusterFactory
 

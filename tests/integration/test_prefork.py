@@ -1,4 +1,4 @@
-"""Prefork (cli/prefork.py): a process forked from the preloaded interpreter is what ``python -m cli.main …`` would
+"""Prefork (cli/cluster/prefork.py): a process forked from the preloaded interpreter is what ``python -m cli.main …`` would
 be — the caller's own child, its command line, a session of its own, its log, the same open files — and the
 supervisor waits for it and signals it as it would a :class:`subprocess.Popen`."""
 
@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from cli.prefork import RANGETABLE, ForkedProcess, Prefork
+from cli.cluster.prefork import RANGETABLE, ForkedProcess, Prefork
 
 
 @pytest.fixture

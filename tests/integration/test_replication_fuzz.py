@@ -16,8 +16,8 @@ import zmq
 
 from partition_server.store.replica_log import encode_ops
 from rangetable import TableServiceClient, curve
+from rangetable.kernel.storage import open_range_db
 from rangetable.keys import encode_key
-from rangetable.storage import open_range_db
 from tests.cluster import Cluster
 
 SERVERS = ("ps-1", "ps-2", "ps-3")

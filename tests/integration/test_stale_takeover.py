@@ -8,7 +8,7 @@ it reloaded the two merged-away ranges — their directories were gone, so they 
 destroyed the merged range as garbage. Reads of acknowledged values answered "not found": the chaos
 drill's ``linearizable False`` with nothing lost by its end (the workload rewrote every key).
 
-The fault point ``warm.freeze`` (``rangetable/crash.py``) stands in for the secondary's stale answers,
+The fault point ``warm.freeze`` (``rangetable/kernel/crash.py``) stands in for the secondary's stale answers,
 so the sequence is deterministic: split, freeze the standby's copy, merge, write, kill the leader. The
 fix (``WarmFollower.take(truth=…)``) makes the warm map equal to the store the new leader opened; with
 ``take`` trusting the sequence number instead, this test reads ``ResourceNotFound`` for half the keys.

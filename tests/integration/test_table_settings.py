@@ -11,9 +11,9 @@ from azure.core.exceptions import ResourceNotFoundError as AzureNotFound
 from azure.data.tables import TableServiceClient as AzureService
 
 from rangetable.client import TableServiceClient
-from rangetable.client_models import ResourceNotFoundError
+from rangetable.client.models import ResourceNotFoundError
+from rangetable.client.retry import NoRetry
 from rangetable.errors import TableError
-from rangetable.retry import NoRetry
 from tests.cluster import ClusterFactory
 
 

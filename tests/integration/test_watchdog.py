@@ -1,4 +1,4 @@
-"""The lease watchdog (rangetable/watchdog.py): sd_notify pings and the alive file of deploy/'s fencing rule."""
+"""The lease watchdog (rangetable/kernel/watchdog.py): sd_notify pings and the alive file of deploy/'s fencing rule."""
 
 from __future__ import annotations
 
@@ -13,13 +13,13 @@ from pathlib import Path
 
 import pytest
 
-from rangetable.watchdog import LeaseWatchdog
+from rangetable.kernel.watchdog import LeaseWatchdog
 from tests.cluster import ROOT, ClusterFactory
 
 
 def test_alive_file_and_probe(tmp_path: Path) -> None:
     alive = str(tmp_path / "lease-ok")
-    probe = [sys.executable, "-m", "rangetable.watchdog", "check", alive, "--max-age", "3"]
+    probe = [sys.executable, "-m", "rangetable.kernel.watchdog", "check", alive, "--max-age", "3"]
     assert subprocess.run(probe, cwd=ROOT, capture_output=True).returncode == 1  # no lease yet
     wd = LeaseWatchdog(alive_file=alive, env={})
     assert wd.active and wd.interval is None
@@ -28,13 +28,13 @@ def test_alive_file_and_probe(tmp_path: Path) -> None:
     os.utime(alive, (time.time() - 10, time.time() - 10))  # lease not renewed for 10 s
     out = subprocess.run(probe, cwd=ROOT, capture_output=True, text=True)
     assert out.returncode == 1 and "not renewed" in out.stderr
-    assert subprocess.run([sys.executable, "-m", "rangetable.watchdog"], cwd=ROOT).returncode == 2
+    assert subprocess.run([sys.executable, "-m", "rangetable.kernel.watchdog"], cwd=ROOT).returncode == 2
     assert not LeaseWatchdog(env={}).active
 
 
 def test_partition_server_pings_only_while_it_renews_its_lease(tmp_path: Path, cluster_factory: ClusterFactory) -> None:
     alive = str(tmp_path / "lease-ok")
-    probe = [sys.executable, "-m", "rangetable.watchdog", "check", alive, "--max-age", "5"]
+    probe = [sys.executable, "-m", "rangetable.kernel.watchdog", "check", alive, "--max-age", "5"]
     notify = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)  # stands in for systemd's notify socket
     notify.bind(str(tmp_path / "notify"))
     notify.settimeout(5)

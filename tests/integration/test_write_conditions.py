@@ -15,7 +15,7 @@ from click.testing import CliRunner
 
 from cli.main import main
 from rangetable import ConditionCheckFailedError, EdmType, EntityProperty, TableServiceClient
-from rangetable.client_models import TableTransactionError
+from rangetable.client.models import TableTransactionError
 from rangetable.errors import TableError
 from tests.cluster import ClusterFactory
 from tests.rest_helpers import Raw

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from rangetable.addresses import advertised, split_endpoint
+from rangetable.kernel.addresses import advertised, split_endpoint
 
 
 def test_advertised_address_rules() -> None:

@@ -14,7 +14,7 @@ import pytest
 
 from rangetable import ExponentialRetry, FixedRetry, NoRetry, TableError, curve
 from rangetable.aio import AsyncItemPaged, TableClient, TableServiceClient
-from rangetable.aio.transport import AsyncTransport, call_with_retry
+from rangetable.client.aio.transport import AsyncTransport, call_with_retry
 from tests.unit.test_client_units import Router
 
 T = TypeVar("T")

@@ -1,4 +1,4 @@
-"""Authentication (frontend.auth): requests signed by the real azure-data-tables 12.7.0 code.
+"""Authentication (frontend.auth.authenticate): requests signed by the real azure-data-tables 12.7.0 code.
 
 Shared Key requests are captured from the SDK's own clients (TableServiceClient / TableClient with
 an AzureNamedKeyCredential, a transport that records the request instead of sending it); SAS
@@ -25,7 +25,7 @@ from azure.data.tables import (
     TableServiceClient,
 )
 
-from frontend.auth import DEV_ACCOUNT, DEV_KEY, Accounts, AuthError, AuthResult, authenticate
+from frontend.auth.authenticate import DEV_ACCOUNT, DEV_KEY, Accounts, AuthError, AuthResult, authenticate
 
 ENDPOINT = "http://127.0.0.1:10002/devstoreaccount1"
 DEV = AzureNamedKeyCredential(DEV_ACCOUNT, DEV_KEY)

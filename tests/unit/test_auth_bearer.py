@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from frontend.auth import DEV_ACCOUNT, Accounts, AuthError, AuthResult, authenticate
-from frontend.auth_bearer import audience_ok, check_oauth, decode_jwt, verify_bearer
+from frontend.auth.authenticate import DEV_ACCOUNT, Accounts, AuthError, AuthResult, authenticate
+from frontend.auth.bearer import audience_ok, check_oauth, decode_jwt, verify_bearer
 
 NOW = 1_800_000_000.0
 ISS = "https://sts.windows.net/72f988bf-86f1-41af-91ab-2d7cd011db47/"

@@ -1,4 +1,4 @@
-"""Authentication (frontend.auth) of SAS tokens: service SAS, stored access policies (si), account SAS.
+"""Authentication (frontend.auth.authenticate) of SAS tokens: service SAS, stored access policies (si), account SAS.
 
 Tokens come from generate_table_sas / generate_account_sas and reach us the way the SDK sends them;
 the helpers (captured SDK requests, ``auth``) are those of ``tests/unit/test_auth.py``. Nothing here does I/O.
@@ -25,7 +25,7 @@ from azure.data.tables import (
 )
 from azure.data.tables._shared_access_signature import SharedAccessSignature
 
-from frontend.auth import DEV_ACCOUNT, DEV_KEY, AuthError, SasGrant, authenticate
+from frontend.auth.authenticate import DEV_ACCOUNT, DEV_KEY, AuthError, SasGrant, authenticate
 from tests.unit.test_auth import ACCOUNTS, DEV, OTHER_KEY, SDK_CALLS, auth, code_of, sas_request, sdk_request
 
 # --- service SAS ------------------------------------------------------------------------------

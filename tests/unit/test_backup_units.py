@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from cli.restore import RestoreError, missing_files, placements, read_manifest, restore
+from cli.commands.restore import RestoreError, missing_files, placements, read_manifest, restore
 from partition_server.backup_source import IDLE_S, BackupSource
 from partition_server.store.range_store import RangeStore
 from rangetable import curve

@@ -1,7 +1,7 @@
 """The one check of a file chunk, for re-replication (partition_server/replication/snapshot.py) and backups
-(cli/backup_pull.py)."""
+(cli/commands/backup_pull.py)."""
 
-from rangetable.chunks import chunk_fields, intact
+from rangetable.kernel.chunks import chunk_fields, intact
 
 
 def test_a_whole_chunk_is_its_bytes():

@@ -13,8 +13,8 @@ import time
 
 import pytest
 
-from rangetable.aio.transport import AsyncTransport
-from rangetable.client_transport import Transport
+from rangetable.client.aio.transport import AsyncTransport
+from rangetable.client.transport import Transport
 from rangetable.errors import TableError
 from tests.unit.test_client_units import Router
 

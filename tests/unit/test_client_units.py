@@ -29,10 +29,10 @@ from rangetable import (
     UpdateMode,
     curve,
 )
-from rangetable.client_models import if_match, specific_error, transaction_error
-from rangetable.client_paging import ItemPaged, format_literal, parameter_filter_substitution, select_list
-from rangetable.client_transport import Transport
-from rangetable.client_wire import batch_op, entity_token, write_metadata
+from rangetable.client.models import if_match, specific_error, transaction_error
+from rangetable.client.paging import ItemPaged, format_literal, parameter_filter_substitution, select_list
+from rangetable.client.transport import Transport
+from rangetable.client.wire import batch_op, entity_token, write_metadata
 from rangetable.edm import datetime_to_ticks, etag_from_ticks
 
 sdk_serialize = pytest.importorskip("azure.data.tables._serialize")

@@ -1,5 +1,5 @@
 """What keeps the coordinator's loop answering heartbeats with a large map: the collector's pauses
-and freezes (rangetable/gc_tuning.py), the load history's chunked sweep, map snapshots packed by a
+and freezes (rangetable/kernel/gc_tuning.py), the load history's chunked sweep, map snapshots packed by a
 thread of their own (coordinator/map_snapshots.py), and unchanged range lists not kept."""
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from coordinator.map_snapshots import MapSnapshots
 from coordinator.state.maps import MapService
 from coordinator.state.registry import ServerRegistry
 from rangetable import protocol
-from rangetable.gc_tuning import GcPauses
+from rangetable.kernel.gc_tuning import GcPauses
 
 
 @pytest.fixture

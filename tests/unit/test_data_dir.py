@@ -12,7 +12,7 @@ from click.testing import CliRunner
 
 from cli.options import data_dir_option
 from rangetable import TableClient, TableServiceClient, aio
-from rangetable.client_transport import cluster_endpoint
+from rangetable.client.transport import cluster_endpoint
 from rangetable.data_dir import DATA_DIR_ENV, FALLBACK_DATA_DIR, default_data_dir, resolve_data_dir
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]

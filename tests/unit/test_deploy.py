@@ -123,7 +123,7 @@ def test_compose_has_a_volume_per_partition_server_and_coordinators_on_etcd() ->
             assert ctx.params["server_id"] == name and ctx.params["advertise"] == f"tcp://{name}"
             assert ctx.params["advertise_replication"] == f"tcp://{name}" and ctx.params["replication"]
             data_volumes[name] = mounts[ctx.params["data_dir"]]
-            assert svc["healthcheck"]["test"][1:4] == ["python", "-m", "rangetable.watchdog"]
+            assert svc["healthcheck"]["test"][1:4] == ["python", "-m", "rangetable.kernel.watchdog"]
             assert svc["healthcheck"]["test"][5] == ctx.params["alive_file"]
     assert sorted(data_volumes.values()) == sorted(data_volumes) == ["ps-1", "ps-2", "ps-3"]  # one each
     assert set(doc["volumes"]) == {"keys", "tls", "etcd", "ps-1", "ps-2", "ps-3"}  # none shared by servers
@@ -171,7 +171,7 @@ def test_units_read_the_host_env_and_fence_partition_servers() -> None:
         dirs.update(re.findall(r"--data-dir (\S+)", svc["ExecStart"]))
     assert dirs == {"/var/lib/rangetable/coordinator", "/var/lib/rangetable/server"}  # never one directory
     ps = (DEPLOY / "systemd" / "rangetable-partition-server@.service").read_text()
-    # the watchdog the server pings on every lease renewal (rangetable/watchdog.py) kills a frozen one
+    # the watchdog the server pings on every lease renewal (rangetable/kernel/watchdog.py) kills a frozen one
     assert "\nWatchdogSec=3\n" in ps and "\nWatchdogSignal=SIGKILL\n" in ps and "\nNotifyAccess=main\n" in ps
     assert "ExecStartPre" not in (DEPLOY / "systemd" / "rangetable-coordinator@.service").read_text()  # keys: once
 

@@ -64,7 +64,7 @@ def test_k8s_commands_use_only_flags_the_cli_accepts() -> None:
         for kind in ("livenessProbe", "readinessProbe"):
             probe = (c.get(kind) or {}).get("exec")
             if probe:
-                assert probe["command"][:3] == ["python", "-m", "rangetable.watchdog"]
+                assert probe["command"][:3] == ["python", "-m", "rangetable.kernel.watchdog"]
                 assert probe["command"][4] == ctx.params["alive_file"]
     assert roles == ROLES
 
@@ -99,7 +99,7 @@ def test_every_partition_server_has_its_own_claim_and_endpoints() -> None:
 def test_zone_comes_from_the_node_label_through_the_init_container() -> None:
     pod = _by_kind("StatefulSet")["rangetable-ps"]["spec"]["template"]["spec"]
     (init,) = pod["initContainers"]
-    assert init["command"][:3] == ["python", "-m", "rangetable.node_zone"] and init["image"] == "rangetable"
+    assert init["command"][:3] == ["python", "-m", "rangetable.kernel.node_zone"] and init["image"] == "rangetable"
     assert init["env"][0]["valueFrom"]["fieldRef"]["fieldPath"] == "spec.nodeName"
     out = init["command"][4]
     c = pod["containers"][0]

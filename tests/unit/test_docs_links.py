@@ -121,7 +121,7 @@ def test_the_checks_catch_what_they_are_for(tmp_path) -> None:
     assert module_problems(doc, "`cli.nothing_here.f`") == ["x.md: `cli.nothing_here.f`: cli/__init__.py defines no nothing_here"]
     assert module_problems(doc, "`rangetable.nothing` and `rangetable.client.Nothing42`") == [
         "x.md: `rangetable.nothing`: rangetable/__init__.py defines no nothing",
-        "x.md: `rangetable.client.Nothing42`: rangetable/client.py defines no Nothing42"]
+        "x.md: `rangetable.client.Nothing42`: rangetable/client/__init__.py defines no Nothing42"]
     assert prose("a\n```\n`tests/gone.py`\n```\nb") == "a\n\nb"
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from cli.port_reservation import PortReservation
+from cli.cluster.port_reservation import PortReservation
 from coordinator.etcd.client import parse_url, prefix_end
 from coordinator.leadership.etcd_election import EtcdLeadership
 from rangetable.errors import TableError

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from frontend.driver import DriverCore
-from frontend.native_handler import Pending
+from frontend.native.driver import DriverCore
+from frontend.native.handler import Pending
 from frontend.routing import MapCache
 
 

@@ -8,6 +8,7 @@ import time
 
 import pytest
 
+from cli.cluster.supervisor import ClusterSpec, Supervisor
 from cli.dashboard.heatmap import (
     History,
     covering,
@@ -21,7 +22,6 @@ from cli.dashboard.heatmap import (
 from cli.dashboard.ports import browser_refuses
 from cli.dashboard.server import heatmap_params
 from cli.dashboard.state import state_view
-from cli.supervisor import ClusterSpec, Supervisor
 from rangetable.errors import TableError
 
 
@@ -234,7 +234,7 @@ def test_rows_are_capped_and_a_coarse_row_shows_its_hottest_range() -> None:
 
 def test_the_dashboard_never_lands_on_a_port_browsers_refuse(tmp_path, monkeypatch) -> None:
     assert browser_refuses(10080) and browser_refuses(6000) and not browser_refuses(10081)
-    from cli import supervisor
+    from cli.cluster import supervisor
 
     taken = iter([11001, 11002, 10080, 6666, 23456])  # what the port reservation hands out, in order
     monkeypatch.setattr(supervisor.PortReservation, "take", lambda self: next(taken))

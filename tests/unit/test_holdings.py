@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-from cli.cluster_commands import _held
+from cli.commands.map_admin import _held
 from coordinator.map.holdings import empty_holds, holdings, range_reports
 
 

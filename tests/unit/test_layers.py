@@ -2,12 +2,21 @@
 
 Layers, bottom up (``docs/architecture.md``, "Layers"):
 
-    rangetable                                   core model, wire protocol, native client, RocksDB opener
+    rangetable                                   core model, wire protocol, native client, server kernel; inside
+                                                 rangetable, the top-level modules (the core), then the
+                                                 sub-packages client (the native clients) and kernel (what only
+                                                 the server processes use), then the public face (its
+                                                 __init__, rangetable.aio)
     partition_server   coordinator   frontend    the three server processes (no arrows among them); inside
                                                  coordinator, the sub-packages map, replicas and etcd, then
                                                  balancer and leadership, meta, standby and state, then control,
-                                                 below its top-level modules; inside partition_server, store, then replication
-    cli                                          process entry points, supervisor, admin client, commands
+                                                 below its top-level modules; inside partition_server, store, then
+                                                 replication; inside frontend, the top-level modules (routing,
+                                                 metrics), then auth and native, then http
+    cli                                          process entry points, supervisor, admin client, commands;
+                                                 inside cli, the top-level modules (options, the coordinator
+                                                 client, cluster.json, the dashboard), then cluster and
+                                                 commands (no arrows between them)
     cli.workload                                 workload and load generators, verifiers, simulated servers
     cli.bench          cli.drills                benchmarks and drills (no arrows between them)
     cli.main                                     registers every command
@@ -27,12 +36,24 @@ ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ("rangetable", "partition_server", "coordinator", "frontend", "cli")
 
 # component -> its layer, (layer, rank inside its package); a component may import its own modules and every
-# lower layer's, never a peer's on the same layer. Inside a package, its sub-packages are libraries of its own
-# top-level modules: each ranks below them, may import only lower-ranked sub-packages of its package (and lower
-# layers), and no other package of the same layer may import it.
+# lower layer's, never a peer's on the same layer. Inside a package, its top-level modules and each sub-package
+# have a rank, and an arrow points to a lower rank only (so two sub-packages of one rank never import each
+# other); no other package of the same layer may import any part of it. In coordinator and partition_server the
+# sub-packages are libraries of the top-level modules (the process around them) and rank below them; in
+# rangetable, frontend and cli the top-level modules are the base the sub-packages share (rangetable's core, the
+# frontend's map cache and metrics, the CLI's options and coordinator client), and the sub-packages built on it
+# rank above it. A lower layer may be imported whole, sub-packages included (every server process
+# imports rangetable.kernel).
 LAYERS: dict[str, tuple[int, int]] = {
-    "rangetable": (0, 0),
-    "partition_server": (1, 9), "coordinator": (1, 9), "frontend": (1, 9),
+    "rangetable": (0, 0),  # the core: model, values, keys, filter, planner, errors, wire protocol, CURVE, config
+    "rangetable.client": (0, 1),  # the native clients, blocking and asyncio, and export/import
+    "rangetable.kernel": (0, 1),  # what only the server processes use: RocksDB opener, process, metrics, ...
+    "rangetable.__init__": (0, 2), "rangetable.aio": (0, 2),  # the public names: re-exports of the client
+    "partition_server": (1, 9), "coordinator": (1, 9),
+    "frontend": (1, 0),  # its top-level modules: the map cache and routing, the answers' metrics
+    "frontend.auth": (1, 1),  # authentication of REST requests: SharedKey, SAS, bearer tokens
+    "frontend.native": (1, 1),  # the request logic over the native protocol, its drivers and the ZeroMQ loop
+    "frontend.http": (1, 2),  # the Azure Table REST app over the native request logic's asyncio driver
     "coordinator.map": (1, 0), "coordinator.replicas": (1, 0),  # the partition map and the replica-set policy
     "coordinator.balancer": (1, 1),  # the balancer's pure policy (its process side: coordinator.control.balancer_loop)
     "coordinator.etcd": (1, 0),  # the etcd client and the pure parts of a watch
@@ -43,7 +64,9 @@ LAYERS: dict[str, tuple[int, int]] = {
     "coordinator.control": (1, 4),  # the controller, the operations and replica jobs it runs, the balancer loop
     "partition_server.store": (1, 0),  # the range store: RocksDB, its write path, its records, its log
     "partition_server.replication": (1, 1),  # the replication protocol, the replicator, snapshots
-    "cli": (2, 0),
+    "cli": (2, 0),  # its top-level modules: shared options, the coordinator client, cluster.json; the dashboard
+    "cli.cluster": (2, 1),  # process entry points, `up`/`down`, the supervisor, the fork server
+    "cli.commands": (2, 1),  # the commands that use and administer a cluster (tables, map, backup, ...)
     "cli.workload": (3, 0),
     "cli.bench": (4, 0), "cli.drills": (4, 0),
     "cli.main": (5, 0),
@@ -95,7 +118,10 @@ def import_graph() -> dict[str, set[str]]:
 
 
 def component(module: str) -> str:
-    """The layer component a module belongs to: the longest prefix named in LAYERS."""
+    """The layer component a module belongs to: the longest prefix named in LAYERS (a package's ``__init__`` is
+    a component of its own when LAYERS names ``pkg.__init__``: a public face re-exporting its sub-packages)."""
+    if module + ".__init__" in LAYERS:
+        return module + ".__init__"
     parts = module.split(".")
     for k in range(len(parts), 0, -1):
         if ".".join(parts[:k]) in LAYERS:
@@ -157,7 +183,7 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 
 
 def _package(comp: str) -> str:
-    return comp.split(".")[0] if LAYERS[comp][0] == 1 else comp
+    return comp.split(".")[0]
 
 
 def wrong_way(edges: Counter[tuple[str, str]]) -> list[tuple[str, str]]:
@@ -175,7 +201,8 @@ def report(graph: dict[str, set[str]]) -> str:
         outs = sorted(((b, n) for (a, b), n in edges.items() if a == comp), key=lambda x: (LAYERS[x[0]], x[0]))
         arrows = ", ".join(f"{b} ({n})" for b, n in outs) or "-"
         layer, rank = LAYERS[comp]
-        lines.append(f"  L{layer}{'.' + str(rank) if layer == 1 else ''} {comp:<29} -> {arrows}")
+        ranked = len({r for lay, r in LAYERS.values() if lay == layer}) > 1
+        lines.append(f"  L{layer}{'.' + str(rank) if ranked else ''} {comp:<29} -> {arrows}")
     lines.append(f"wrong-way arrows: {len(wrong_way(edges))}; import cycles between modules: {len(cycles(graph))}")
     return "\n".join(lines)
 
@@ -206,6 +233,20 @@ def test_sub_packages_serve_only_their_package_from_below():
                      ("coordinator", "coordinator.balancer"): 1, ("cli", "coordinator.map"): 1})
     assert wrong_way(edges) == [("coordinator.map", "coordinator"), ("coordinator.replicas", "coordinator.balancer"),
                                 ("partition_server", "coordinator.map")]
+
+
+def test_sub_packages_built_on_their_package_rank_above_it():
+    edges = Counter({("rangetable", "rangetable.kernel"): 1, ("rangetable.kernel", "rangetable"): 1,
+                     ("rangetable.client", "rangetable.kernel"): 1, ("partition_server", "rangetable.kernel"): 1,
+                     ("rangetable.__init__", "rangetable.client"): 1, ("rangetable.client", "rangetable.__init__"): 1,
+                     ("frontend.http", "frontend.native"): 1, ("frontend.native", "frontend.http"): 1,
+                     ("coordinator", "frontend.native"): 1, ("cli.cluster", "cli.commands"): 1,
+                     ("cli.commands", "cli"): 1, ("cli.bench", "cli.cluster"): 1})
+    assert wrong_way(edges) == [("cli.cluster", "cli.commands"), ("coordinator", "frontend.native"),
+                                ("frontend.native", "frontend.http"), ("rangetable", "rangetable.kernel"),
+                                ("rangetable.client", "rangetable.__init__"), ("rangetable.client", "rangetable.kernel")]
+    assert (component("rangetable"), component("rangetable.errors"), component("rangetable.client.aio.clients")) == (
+        "rangetable.__init__", "rangetable", "rangetable.client")
 
 
 def test_the_cycle_finder_finds_cycles():

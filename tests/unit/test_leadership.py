@@ -28,8 +28,8 @@ from coordinator.meta.store import MetaStore
 from coordinator.server import Coordinator
 from rangetable import curve
 from rangetable.config import CoordinatorConfig
-from rangetable.coordinators import LeaderTracker, leader_hint, not_leader, split_endpoints
 from rangetable.errors import TableError
+from rangetable.kernel.coordinators import LeaderTracker, leader_hint, not_leader, split_endpoints
 
 
 def test_record_round_trip_and_torn_files() -> None:

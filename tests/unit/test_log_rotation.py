@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 
-from cli.log_rotation import rotate_if_large
+from cli.cluster.log_rotation import rotate_if_large
 
 
 def test_rotation_keeps_a_bounded_number_of_copies_and_the_writer_goes_on(tmp_path):

@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import pytest
 
-from cli.observe import scrape
+from cli.commands.observe import scrape
 from frontend.metrics import MAX_SERIES, Answers
 from rangetable import protocol
 from rangetable.errors import TableError
-from rangetable.metrics import LATENCY_BUCKETS, bucket_counts, cumulative, parse_bind
+from rangetable.kernel.metrics import LATENCY_BUCKETS, bucket_counts, cumulative, parse_bind
 
 
 def test_bucket_counts_exact_and_scaled() -> None:
@@ -25,7 +25,7 @@ def test_bucket_counts_exact_and_scaled() -> None:
 def test_metrics_endpoint_serves_and_a_taken_port_is_not_fatal() -> None:
     from prometheus_client.core import GaugeMetricFamily
 
-    from rangetable.metrics import serve_metrics
+    from rangetable.kernel.metrics import serve_metrics
 
     def families() -> list:
         g = GaugeMetricFamily("rangetable_test_value", "A test gauge.", labels=["range"])

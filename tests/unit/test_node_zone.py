@@ -1,4 +1,4 @@
-"""rangetable/node_zone.py: the zone label of a Node, the API URL, and the lookup over a local HTTP server."""
+"""rangetable/kernel/node_zone.py: the zone label of a Node, the API URL, and the lookup over a local HTTP server."""
 from __future__ import annotations
 
 import json
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from rangetable import node_zone
+from rangetable.kernel import node_zone
 
 
 @pytest.mark.parametrize(("labels", "zone"), [

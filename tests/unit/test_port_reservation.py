@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import socket
 
-from cli.port_reservation import FIRST_DRAWN, PortReservation, ephemeral_range
-from cli.supervisor import ClusterSpec, Supervisor
+from cli.cluster.port_reservation import FIRST_DRAWN, PortReservation, ephemeral_range
+from cli.cluster.supervisor import ClusterSpec, Supervisor
 
 
 def test_reserved_ports_are_distinct_and_below_the_ephemeral_range() -> None:

@@ -15,7 +15,7 @@ from partition_server.store import range_store
 from partition_server.store.range_store import REQ_PREFIX, RangeStore
 from rangetable.edm import BINARY, INT32, STRING, etag_from_ticks
 from rangetable.errors import TableError
-from rangetable.storage import StorageConfigError, open_range_db, repair_config
+from rangetable.kernel.storage import StorageConfigError, open_range_db, repair_config
 from tests.unit.range_store_helpers import P, ins, store_fixture  # noqa: F401  (the store fixture)
 
 REPO = Path(__file__).resolve().parents[2]
@@ -39,7 +39,7 @@ def test_nothing_else_opens_rocksdb_directly():
         dirs[:] = [d for d in dirs if not d.startswith(".") and d not in ("node_modules", "__pycache__")]
         for f in files:
             p = Path(root, f)
-            if f.endswith(".py") and p != REPO / "rangetable" / "storage.py":
+            if f.endswith(".py") and p != REPO / "rangetable" / "kernel" / "storage.py":
                 if needle in p.read_text(encoding="utf-8", errors="replace"):
                     offenders.append(str(p.relative_to(REPO)))
     assert offenders == []

@@ -69,7 +69,7 @@ def test_only_scans_within_one_partition_fill_the_block_cache() -> None:
 
 
 def test_a_table_scan_leaves_the_block_cache_to_partition_reads(store) -> None:
-    from rangetable import storage
+    from rangetable.kernel import storage
     from rangetable.keys import partition_bounds
 
     for p in range(20):

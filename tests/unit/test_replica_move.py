@@ -1,14 +1,14 @@
 """Replica moves: the pure decisions of coordinator/replicas/sets.py (check_move, move_step, new_leader, finished,
 abandoned), balancer rules 7 and 8 (coordinator/balancer/replica_rules.py, through plan_actions), and --zones for
-local clusters (cli/local_cluster.py, cli/supervisor.py)."""
+local clusters (cli/cluster/local_cluster.py, cli/cluster/supervisor.py)."""
 
 from __future__ import annotations
 
 import click
 import pytest
 
-from cli.local_cluster import parse_zones
-from cli.supervisor import ClusterSpec, Supervisor
+from cli.cluster.local_cluster import parse_zones
+from cli.cluster.supervisor import ClusterSpec, Supervisor
 from coordinator.balancer.load_history import LoadHistory
 from coordinator.balancer.policy import plan_actions
 from coordinator.balancer.settings import Settings

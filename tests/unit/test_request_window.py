@@ -17,7 +17,7 @@ import pytest
 from partition_server.store.range_store import META_TS, REQ_PREFIX, RangeStore, pack_meta, unpack_meta
 from partition_server.store.request_records import REQT_END, REQT_PREFIX, Window
 from rangetable.edm import INT32, STRING
-from rangetable.storage import db_options, open_range_db
+from rangetable.kernel.storage import db_options, open_range_db
 
 WINDOW = 200
 WRITES = 20_000

@@ -1,4 +1,4 @@
-"""Unit tests for rangetable.retry: the back-off formulas and the retry runner."""
+"""Unit tests for rangetable.client.retry: the back-off formulas and the retry runner."""
 
 from __future__ import annotations
 
@@ -6,14 +6,14 @@ import random
 
 import pytest
 
-from rangetable.errors import TableError
-from rangetable.retry import (
+from rangetable.client.retry import (
     ExponentialRetry,
     FixedRetry,
     NoRetry,
     call_with_retry,
     default_policy,
 )
+from rangetable.errors import TableError
 
 
 class Flaky:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from partition_server.store.range_split import choose_split_key, pick_split_pk, scan_split_key
 from partition_server.store.range_store import RangeStore
 from rangetable.edm import STRING
-from rangetable.storage import db_options, open_range_db
+from rangetable.kernel.storage import db_options, open_range_db
 
 
 def f(start: bytes, n: int) -> dict:

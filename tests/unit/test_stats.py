@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from rangetable.stats import percentile, percentile_ms
+from rangetable.kernel.stats import percentile, percentile_ms
 
 
 @pytest.mark.parametrize(

@@ -8,7 +8,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from cli import supervisor as sv
+from cli.cluster import supervisor as sv
 
 
 @dataclass

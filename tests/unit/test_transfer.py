@@ -8,8 +8,7 @@ import io
 
 import pytest
 
-from rangetable.errors import TableError
-from rangetable.transfer_format import (
+from rangetable.client.transfer_format import (
     columns_of,
     csv_header,
     csv_line,
@@ -21,6 +20,7 @@ from rangetable.transfer_format import (
     records,
     split_record,
 )
+from rangetable.errors import TableError
 from tests.typed_samples import same_props, typed_props
 
 N = 300

@@ -1,4 +1,4 @@
-"""The lease watchdog (rangetable/watchdog.py): sd_notify pings and the alive file of deploy/'s fencing rule.
+"""The lease watchdog (rangetable/kernel/watchdog.py): sd_notify pings and the alive file of deploy/'s fencing rule.
 
 The tests that start no process; those that do are in tests/integration/test_watchdog.py.
 """
@@ -8,7 +8,7 @@ import os
 import socket
 from pathlib import Path
 
-from rangetable.watchdog import LeaseWatchdog, is_fresh, notify_address, ping_interval
+from rangetable.kernel.watchdog import LeaseWatchdog, is_fresh, notify_address, ping_interval
 
 
 def test_notify_address_and_interval() -> None:

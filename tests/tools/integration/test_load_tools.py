@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from cli.balance import render_top, top_frame
 from cli.bench.stress import run_stress
+from cli.commands.balance import render_top, top_frame
 from cli.coordinator_client import call
 from cli.drills.rebalance import run_rebalance_drill
 from tests.cluster import Cluster, ClusterFactory

@@ -61,7 +61,7 @@ def test_a_reopened_store_keeps_its_bloom_filter_and_cache(tmp_path):
     import glob
     import re
 
-    from rangetable.storage import db_options, open_range_db
+    from rangetable.kernel.storage import db_options, open_range_db
 
     path = str(tmp_path / "r")
     db = open_range_db(path)

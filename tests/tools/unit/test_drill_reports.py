@@ -1,7 +1,7 @@
 """What the failover and rebalance drills make of the coordinator's events on replicated and one-copy
 clusters (cli/drills/failover.py: recoveries; cli/drills/rebalance.py: timeline_rows), and the local
-cluster's refusal of fewer servers than replicas (cli/local_cluster.py), and what `rangetable ranges` says a
-server holds (cli/cluster_commands.py)."""
+cluster's refusal of fewer servers than replicas (cli/cluster/local_cluster.py), and what `rangetable ranges` says a
+server holds (cli/commands/map_admin.py)."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ import click
 import pytest
 from click.testing import CliRunner
 
+from cli.cluster.local_cluster import check_replicas, up_cmd
 from cli.drills.failover import format_report, recoveries
 from cli.drills.rebalance import timeline_rows
-from cli.local_cluster import check_replicas, up_cmd
 
 PROMOTE = {"kind": "promote", "range": "r1", "target": "ps-2", "epoch": 4, "duration_ms": 1.2,
            "reason": "primary not alive", "time": 101.5}

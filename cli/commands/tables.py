@@ -1,0 +1,295 @@
+"""User commands: create, delete, list, set and show tables; put, merge, get and delete entities; query a table."""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING, Any
+
+import click
+
+from cli.coordinator_client import call
+from cli.options import data_dir_option, emit, endpoint_option, json_option, native_endpoint
+from rangetable.client.wire import with_extension
+from rangetable.edm import etag_from_ticks
+from rangetable.errors import TableError
+from rangetable.rest_json import json_to_typed, typed_to_json
+from rangetable.table_settings import format_ttl, parse_ttl
+
+if TYPE_CHECKING:
+    from rangetable.messages import WriteKind, WriteOp
+
+
+def _entity_json(wire: list) -> dict:
+    pk, rk, ts, props = wire
+    return typed_to_json(pk, rk, ts, props, metadata="minimal")
+
+
+# --- tables --------------------------------------------------------------------------------------
+
+
+@click.group("table")
+def table_group() -> None:
+    """Create, delete and list tables."""
+
+
+TTL_HELP = "Time to live of the table's entities: <n>s, <n>m, <n>h or <n>d ('none' removes it)."
+
+
+def _settings(ttl: str | None, reads: int | None, writes: int | None) -> dict:
+    out: dict = {}
+    if ttl is not None:
+        try:
+            out["ttl_s"] = parse_ttl(ttl)
+        except TableError as exc:
+            raise click.BadParameter(exc.message, param_hint="--ttl") from None
+    if reads is not None:
+        out["reads"] = reads
+    if writes is not None:
+        out["writes"] = writes
+    return out
+
+
+@table_group.command("create")
+@click.argument("name")
+@click.option("--ttl", default=None, help=TTL_HELP)
+@data_dir_option
+@endpoint_option
+@json_option
+def table_create(name: str, ttl: str | None, data_dir: str, endpoint: str | None, as_json: bool) -> None:
+    """Create a table."""
+    req: dict = {"op": "create_table", "table": name}
+    settings = _settings(ttl, None, None)
+    if settings:
+        req["settings"] = settings
+    call(native_endpoint(data_dir, endpoint), req)
+    ttl_text = format_ttl(settings["ttl_s"]) if settings else None
+    emit({"table": name, "created": True, "ttl": ttl_text or "none"}, as_json,
+         f"created table {name}" + (f" (ttl {ttl_text})" if ttl_text else ""))
+
+
+@table_group.command("set")
+@click.argument("name")
+@click.option("--ttl", default=None, help=TTL_HELP)
+@click.option("--reads", type=click.IntRange(0), default=None, help="Reserved reads, entities/s (0: none).")
+@click.option("--writes", type=click.IntRange(0), default=None, help="Reserved writes, entities/s (0: none).")
+@data_dir_option
+@endpoint_option
+@json_option
+def table_set(name: str, ttl: str | None, reads: int | None, writes: int | None, data_dir: str,
+              endpoint: str | None, as_json: bool) -> None:
+    """Change a table's TTL and reserved throughput (what is not given stays)."""
+    settings = _settings(ttl, reads, writes)
+    if not settings:
+        raise click.UsageError("give --ttl, --reads or --writes")
+    res = call(native_endpoint(data_dir, endpoint), {"op": "set_table", "table": name, "settings": settings})
+    emit(res, as_json, f"table {res['table']}: ttl {res['ttl']}, reads {res['reads'] or 'unreserved'}, "
+                       f"writes {res['writes'] or 'unreserved'}")
+
+
+@table_group.command("show")
+@click.argument("name")
+@data_dir_option
+@endpoint_option
+@json_option
+def table_show(name: str, data_dir: str, endpoint: str | None, as_json: bool) -> None:
+    """A table's TTL, reserved throughput and its use (entities/s: used and refused)."""
+    res = call(native_endpoint(data_dir, endpoint), {"op": "get_table", "table": name})
+    use = res.get("usage", {})
+    lines = [f"table {res['table']}", f"ttl       {res['ttl']}"]
+    for kind in ("reads", "writes"):
+        lines.append(f"{kind:<9} reserved {res[kind] or '-'}  used {use.get(f'used_{kind}_s', 0):.0f}/s  "
+                     f"refused {use.get(f'refused_{kind}_s', 0):.0f}/s")
+    emit(res, as_json, "\n".join(lines))
+
+
+@table_group.command("delete")
+@click.argument("name")
+@data_dir_option
+@endpoint_option
+@json_option
+def table_delete(name: str, data_dir: str, endpoint: str | None, as_json: bool) -> None:
+    """Delete a table and all its entities."""
+    call(native_endpoint(data_dir, endpoint), {"op": "delete_table", "table": name})
+    emit({"table": name, "deleted": True}, as_json, f"deleted table {name}")
+
+
+@table_group.command("list")
+@data_dir_option
+@endpoint_option
+@json_option
+def table_list(data_dir: str, endpoint: str | None, as_json: bool) -> None:
+    """List tables."""
+    res = call(native_endpoint(data_dir, endpoint), {"op": "list_tables"})
+    emit(res["tables"], as_json, "\n".join(res["tables"]) or "(no tables)")
+
+
+# --- entities ------------------------------------------------------------------------------------
+
+
+@click.group("entity")
+def entity_group() -> None:
+    """Put, get and delete entities (JSON as in the Azure REST API, @odata.type annotations allowed)."""
+
+
+def _counters(adds: tuple[str, ...]) -> dict[str, list] | None:
+    """``--add NAME=AMOUNT`` options as typed counters (AMOUNT a JSON number, typed as in an entity body:
+    an integer is Int32, a decimal Double; ``NAME=5L`` makes it Int64)."""
+    if not adds:
+        return None
+    doc: dict = {}
+    for item in adds:
+        name, eq, amount = item.partition("=")
+        if not eq or not name:
+            raise click.ClickException(f"InvalidInput: --add takes NAME=AMOUNT, not {item!r}")
+        if amount.endswith("L"):
+            doc[name + "@odata.type"] = "Edm.Int64"
+            doc[name] = amount[:-1]
+            continue
+        try:
+            doc[name] = json.loads(amount)
+        except ValueError:
+            raise click.ClickException(f"InvalidInput: the amount of {name!r} is not a number: {amount!r}") from None
+    return json_to_typed(doc, pk="", rk="")[2]
+
+
+def _write(endpoint: str, table: str, op: WriteOp, condition: str | None, expect: str | None,
+           adds: tuple[str, ...] = ()) -> Any:
+    """Send one write with rangetable's extension (condition, expectation, counters) added."""
+    return call(endpoint, {"op": "write", "table": table, "write": with_extension(op, condition, expect, _counters(adds))})
+
+
+_IF_HELP = "Only write when the current entity satisfies this $filter condition, e.g. \"stock ge 1\"."
+_EXPECT_HELP = "Only write when the entity exists / does not exist."
+_ADD_HELP = "Add a signed amount to a numeric property atomically (NAME=AMOUNT, repeatable; 5L: Int64)."
+
+
+def _extension_options(command: Any) -> Any:
+    """The ``--if``, ``--expect`` and ``--add`` options of a write command (rangetable's extension)."""
+    for option in reversed((click.option("--if", "condition", default=None, help=_IF_HELP),
+                            click.option("--expect", type=click.Choice(["exists", "absent"]), default=None,
+                                         help=_EXPECT_HELP),
+                            click.option("--add", "adds", multiple=True, metavar="NAME=AMOUNT", help=_ADD_HELP))):
+        command = option(command)
+    return command
+
+
+@entity_group.command("put")
+@click.argument("table")
+@click.argument("entity_json")
+@click.option("--mode", type=click.Choice(["replace", "merge", "insert"]), default="replace", show_default=True,
+              help="replace/merge: upsert; insert: fail if the entity exists.")
+@click.option("--if-match", default=None, help="Only update when the entity's ETag matches (or '*').")
+@_extension_options
+@data_dir_option
+@endpoint_option
+@json_option
+def entity_put(table: str, entity_json: str, mode: str, if_match: str | None, condition: str | None,
+               expect: str | None, adds: tuple[str, ...], data_dir: str, endpoint: str | None, as_json: bool) -> None:
+    """Insert or update an entity given as JSON."""
+    try:
+        body = json.loads(entity_json)
+    except ValueError as exc:
+        raise click.ClickException(f"InvalidInput: not JSON: {exc}") from None
+    pk, rk, props = json_to_typed(body)
+    op: WriteKind
+    if mode == "insert":
+        op = "insert"
+    elif mode == "merge":
+        op = "merge" if if_match else "insert_or_merge"
+    else:  # replace
+        op = "replace" if if_match else "insert_or_replace"
+    res = _write(native_endpoint(data_dir, endpoint), table,
+                 {"op": op, "pk": pk, "rk": rk, "props": props, "if_match": if_match}, condition, expect, adds)
+    etag = etag_from_ticks(res[2])
+    out: dict[str, Any] = {"etag": etag}
+    text = f"ok  etag {etag}"
+    if adds:
+        out["counters"] = counted = {k: v for k, v in _entity_json(res).items() if k.split("@")[0] in
+                                     {a.partition("=")[0] for a in adds}}
+        text += "  " + json.dumps(counted)
+    emit(out, as_json, text)
+
+
+@entity_group.command("merge")
+@click.argument("table")
+@click.argument("entity_json")
+@click.option("--if-match", default=None, help="Only merge when the entity's ETag matches (or '*').")
+@_extension_options
+@data_dir_option
+@endpoint_option
+@json_option
+@click.pass_context
+def entity_merge(ctx: click.Context, table: str, entity_json: str, if_match: str | None, condition: str | None,
+                 expect: str | None, adds: tuple[str, ...], data_dir: str, endpoint: str | None,
+                 as_json: bool) -> None:
+    """Merge properties into an entity (inserting it if absent, unless --if-match is given)."""
+    ctx.invoke(entity_put, table=table, entity_json=entity_json, mode="merge", if_match=if_match,
+               condition=condition, expect=expect, adds=adds, data_dir=data_dir, endpoint=endpoint,
+               as_json=as_json)
+
+
+@entity_group.command("get")
+@click.argument("table")
+@click.argument("partition_key")
+@click.argument("row_key")
+@data_dir_option
+@endpoint_option
+@json_option
+def entity_get(table: str, partition_key: str, row_key: str, data_dir: str, endpoint: str | None,
+               as_json: bool) -> None:
+    """Print one entity as JSON (with or without --json)."""
+    res = call(native_endpoint(data_dir, endpoint), {"op": "get", "table": table, "pk": partition_key, "rk": row_key})
+    click.echo(json.dumps(_entity_json(res), indent=2))
+
+
+@entity_group.command("delete")
+@click.argument("table")
+@click.argument("partition_key")
+@click.argument("row_key")
+@click.option("--if-match", default="*", show_default=True, help="ETag the entity must have.")
+@click.option("--if", "condition", default=None, help=_IF_HELP)
+@data_dir_option
+@endpoint_option
+@json_option
+def entity_delete(table: str, partition_key: str, row_key: str, if_match: str, condition: str | None,
+                  data_dir: str, endpoint: str | None, as_json: bool) -> None:
+    """Delete one entity."""
+    _write(native_endpoint(data_dir, endpoint), table,
+           {"op": "delete", "pk": partition_key, "rk": row_key, "if_match": if_match}, condition, None)
+    emit({"table": table, "PartitionKey": partition_key, "RowKey": row_key, "deleted": True}, as_json, "deleted")
+
+
+@click.command("query")
+@click.argument("table")
+@click.argument("filter_text", required=False, default=None, metavar="[FILTER]")
+@click.option("--select", default=None, help="Comma-separated properties to return.")
+@click.option("--top", type=int, default=None, help="Stop after this many entities.")
+@click.option("--page-size", type=int, default=1000, show_default=True)
+@data_dir_option
+@endpoint_option
+@json_option
+def query_cmd(table: str, filter_text: str | None, select: str | None, top: int | None, page_size: int,
+              data_dir: str, endpoint: str | None, as_json: bool) -> None:
+    """Query a table with an OData $filter, e.g. "PartitionKey eq 'p1' and qty ge 2"."""
+    ep = native_endpoint(data_dir, endpoint)
+    sel = [s.strip() for s in select.split(",")] if select else None
+    token = None
+    out: list[dict] = []
+    pages = 0
+    while True:
+        size = page_size if top is None else min(page_size, top - len(out))
+        res = call(ep, {"op": "query", "table": table, "filter": filter_text, "select": sel, "top": size,
+                        "next": token})
+        pages += 1
+        for w in res["entities"]:
+            e = _entity_json(w)
+            out.append(e)
+            if not as_json:
+                click.echo(json.dumps(e))
+        token = res["next"]
+        if token is None or (top is not None and len(out) >= top):
+            break
+    if as_json:
+        click.echo(json.dumps(out, indent=2))
+    else:
+        click.echo(f"({len(out)} entities, {pages} page{'s' if pages != 1 else ''})", err=True)

@@ -1,0 +1,287 @@
+"""What a frontend does with each native request: route, relay, retry, stitch query pages.
+
+:meth:`Handler.run` (re)starts a request at its current step and sends one sub-request;
+:meth:`Handler.answer` takes the sub-request's answer and either replies to the client, retries, or
+runs the next step. Retried steps are idempotent: entity writes carry a request id, and a query's
+:class:`~frontend.routing.QueryCursor` only advances on an answer.
+
+The Handler talks to its driver (:mod:`frontend.native.driver`: the native loop of
+:mod:`frontend.native.server`, or the asyncio driver of :mod:`frontend.native.asyncio_driver`) through the narrow
+:class:`Driver` protocol below, so this module imports no driver.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+import uuid
+from typing import Any, Protocol, TypeVar
+
+from frontend.routing import MapCache, QueryCursor, Route, token_to_key
+from rangetable import protocol
+from rangetable.config import FrontendConfig
+from rangetable.errors import TableError
+from rangetable.filter import compile_cached, parse_cached
+from rangetable.planner import plan
+
+RETRY_CODES = frozenset({"NotPrimary", "RangeBusy"})
+COORDINATOR_OPS = frozenset(
+    {"create_table", "delete_table", "list_tables", "get_table", "set_table", "split", "move", "merge", "events", "servers",
+     "status", "get_acl", "set_acl", "get_service_properties", "set_service_properties", "sync_time"}
+)
+MAX_PAGE = 1000
+TABLE_WAIT_ATTEMPTS = 5  # how often a request for an unknown table waits for a fresher map
+_picks = itertools.count()  # spreads -secondary reads over a range's in-sync followers
+
+
+class Pending:
+    """One client request in flight (``extra``: per-request scratch of the Handler)."""
+
+    __slots__ = ("ident", "rid", "req", "deadline", "attempts", "state", "done", "extra", "born", "waits")
+
+    def __init__(self, ident: bytes, rid: bytes, req: dict, timeout_s: float) -> None:
+        self.ident = ident
+        self.rid = rid
+        self.req = req
+        self.born = time.monotonic()
+        self.deadline = self.born + timeout_s  # retries stop here (ServerBusy)
+        self.waits: list[tuple[float, str]] = []  # (seconds since born, why) of each retry: where a slow request waited
+        self.attempts = 0
+        self.state: Any = None
+        self.done = False
+        self.extra: dict = {}
+
+
+class Driver(Protocol):
+    """What the Handler uses of its driver (implemented by :class:`frontend.native.driver.DriverCore`)."""
+
+    id: str
+    cfg: FrontendConfig
+    cache: MapCache
+
+    def send_ps(self, p: Pending, endpoint: str, body: dict, step: Any) -> None:
+        """Send a sub-request to a partition server; ``step`` comes back with the answer."""
+
+    def send_coordinator(self, p: Pending, body: dict, step: Any) -> None:
+        """Send a request to the coordinator; ``step`` comes back with the answer."""
+
+    def reply(self, p: Pending, body: bytes) -> None:
+        """Answer the client with an encoded reply (once)."""
+
+    def reply_ok(self, p: Pending, result: Any) -> None:
+        """Answer the client with a success result."""
+
+    def retry_later(self, p: Pending, why: str) -> None:
+        """Back off and run the request again with a fresh map, or give up at the deadline."""
+
+    def refresh_map(self, force: bool = False) -> None:
+        """Ask the coordinator for what changed in the partition map."""
+
+
+_T = TypeVar("_T")
+
+
+def _require(req: dict, name: str, kind: type[_T]) -> _T:
+    v = req.get(name)
+    if not isinstance(v, kind):
+        raise TableError("InvalidInput", f"field {name!r} is missing or has the wrong type")
+    return v
+
+
+def page_size(req: dict) -> int:
+    """A query's ``top``: 0..1000 entities or tables per page (0 answers an empty page), 1000 when
+    absent; InvalidInput otherwise."""
+    top = req.get("top")
+    if top is None:
+        return MAX_PAGE
+    if type(top) is not int or not 0 <= top <= MAX_PAGE:
+        raise TableError("InvalidInput", "top must be between 0 and 1000")
+    return top
+
+
+class Handler:
+    """Request logic of a frontend (the loop in :mod:`frontend.native.server` moves the messages)."""
+
+    def __init__(self, fe: Driver) -> None:
+        self.fe = fe
+        self._rid_prefix = uuid.uuid4().hex[:16] + "-"  # unique per process, so ids never repeat
+        self._rids = itertools.count(1)
+
+    def run(self, p: Pending) -> None:
+        """Start or continue a request."""
+        op = p.req["op"]
+        if op == "get" or op == "write" or op == "batch":  # the common cases first
+            self._entity_op(p)
+        elif op == "query":
+            self._query(p)
+        elif op in COORDINATOR_OPS:
+            self.fe.send_coordinator(p, p.req, "relay")
+        elif op == "hello":
+            if p.req.get("version") != protocol.VERSION:
+                raise TableError("InvalidInput", f"protocol version {p.req.get('version')} not supported")
+            self.fe.reply(p, protocol.ok({"version": protocol.VERSION, "max_message": protocol.MAX_MESSAGE,
+                                          "frontend": self.fe.id}))
+        elif op == "map":
+            self.fe.reply(p, protocol.ok(self.fe.cache.snapshot))
+        elif op == "map_version":  # cheap: how far this frontend's map is (control-plane bench)
+            cache = self.fe.cache
+            self.fe.reply(p, protocol.ok({"version": cache.version, "ranges": len(cache.ranges)}))
+        else:
+            raise TableError("InvalidInput", f"unknown op {op!r}")
+
+    # --- routing helpers ----------------------------------------------------------------------
+
+    def _table(self, p: Pending) -> str | None:
+        table = _require(p.req, "table", str)
+        cache = self.fe.cache
+        if cache.has_table(table):
+            return table
+        started = p.extra.setdefault("started", time.monotonic())
+        # TableNotFound only on the word of a map received after this request began (and a few
+        # tries, for a table created a moment ago); without one — no map yet, coordinator away —
+        # keep waiting until the deadline, which ends in ServerBusy, never in a false 404.
+        if cache.received < started or p.attempts < TABLE_WAIT_ATTEMPTS:
+            self.fe.retry_later(p, "table not in map")
+            return None
+        raise TableError("TableNotFound")
+
+    def _entity_op(self, p: Pending) -> None:
+        req = p.req
+        table = req.get("table")
+        if not (isinstance(table, str) and table.lower() in self.fe.cache.tables):  # else: the slow checks
+            table = self._table(p)
+            if table is None:
+                return
+        op = req["op"]
+        if op == "get":
+            pk = req.get("pk")
+            rk = req.get("rk")
+            if not (isinstance(pk, str) and isinstance(rk, str)):
+                pk = _require(req, "pk", str)
+                rk = _require(req, "rk", str)
+            body = {"op": "get", "pk": pk, "rk": rk, "select": req.get("select")}
+        elif op == "write":
+            w = _require(req, "write", dict)
+            pk = _require(w, "pk", str)
+            body = {"op": "write", "write": w}
+        else:
+            ops = _require(req, "ops", list)
+            if not ops or not isinstance(ops[0], dict) or not isinstance(ops[0].get("pk"), str):
+                raise TableError("InvalidInput", "a batch needs at least one operation with a PartitionKey")
+            pk = ops[0]["pk"]
+            body = {"op": "batch", "ops": ops}
+            if req.get("echo") is False:  # answer only the shared Timestamp (bulk imports)
+                body["echo"] = False
+        if op != "get":
+            if "rid" not in req or not isinstance(req["rid"], str):
+                req["rid"] = f"{self._rid_prefix}{next(self._rids)}"  # so our own retries are applied once
+            body["rid"] = req["rid"]
+        route = self.fe.cache.route(table, pk)
+        endpoint = self._secondary(p, route, body) if op == "get" and req.get("secondary") else route.endpoint
+        if endpoint is None:
+            self.fe.retry_later(p, f"range {route.range['id']} has no serving primary")
+            return
+        body["range"] = route.range["id"]
+        body["epoch"] = route.range["epoch"]
+        self.fe.send_ps(p, endpoint, body, "entity")
+
+    @staticmethod
+    def _secondary(p: Pending, route: Route, body: dict) -> str | None:
+        """The endpoint of a read of the ``-secondary`` endpoint (an in-sync follower of the range, else its
+        primary: :meth:`Route.secondary_endpoint`), and ``body`` marked so a follower serves it."""
+        body["secondary"] = True
+        pick = p.extra.get("pick")
+        if pick is None:
+            pick = p.extra["pick"] = next(_picks)
+        return route.secondary_endpoint(p.attempts, pick)
+
+    def _query(self, p: Pending) -> None:
+        req = p.req
+        table = self._table(p)
+        if table is None:
+            return
+        cur: QueryCursor | None = p.state
+        if cur is None:
+            top = page_size(req)
+            if top == 0:  # an empty page, once the table is known to exist (Azure answers $top=0 so)
+                self.fe.reply_ok(p, {"entities": [], "next": None})
+                return
+            filt = req.get("filter")
+            if filt is not None and not isinstance(filt, str):
+                raise TableError("InvalidInput", "filter must be a string")
+            cur = QueryCursor(plan(parse_cached(filt or None)), top)
+            if req.get("next") is not None:
+                cur.pos = token_to_key(req["next"])
+            p.state = cur
+            p.extra["page_end"] = time.monotonic() + self.fe.cfg.page_budget_ms / 1000.0
+        seg = cur.next_segment(self.fe.cache, table)
+        if seg is None:
+            self._finish_query(p, cur)
+            return
+        route, spans = seg
+        left_ms = max(1, int((p.extra["page_end"] - time.monotonic()) * 1000))
+        (lo, hi), more = spans[0], spans[1:]
+        body = {"op": "scan", "range": route.range["id"], "epoch": route.range["epoch"], "lo": lo, "hi": hi,
+                "filter": req.get("filter") or None, "select": req.get("select"), "limit": cur.remaining,
+                "budget_ms": left_ms}
+        endpoint = self._secondary(p, route, body) if req.get("secondary") else route.endpoint
+        if endpoint is None:
+            self.fe.retry_later(p, f"range {route.range['id']} has no serving primary")
+            return
+        if more:
+            body["spans"] = more
+        self.fe.send_ps(p, endpoint, body, ("scan", spans[-1][1]))
+
+    def _finish_query(self, p: Pending, cur: QueryCursor) -> None:
+        self.fe.reply_ok(p, {"entities": cur.results, "next": cur.token()})
+
+    # --- answers ------------------------------------------------------------------------------
+
+    def answer(self, p: Pending, step: Any, reply: dict, raw: bytes) -> None:
+        """Take the answer to a sub-request."""
+        err = reply.get("error") if isinstance(reply, dict) else None
+        if err is not None and err.get("code") in RETRY_CODES:
+            self.fe.retry_later(p, err.get("message", err["code"]))
+            return
+        if step == "relay":
+            self._relay(p, reply, raw)
+        elif step == "entity":
+            self.fe.reply(p, raw)
+        else:
+            if err is not None:
+                self.fe.reply(p, raw)
+                return
+            cur: QueryCursor = p.state
+            res = reply["ok"]
+            cur.advance(res["entities"], res["next"], step[1])
+            if cur.remaining <= 0 or cur.done or time.monotonic() >= p.extra["page_end"]:
+                self._finish_query(p, cur)
+            else:
+                self.run(p)
+
+    def _relay(self, p: Pending, reply: dict, raw: bytes) -> None:
+        op = p.req["op"]
+        if op in ("create_table", "delete_table") and "error" not in reply:
+            self.fe.refresh_map(force=True)
+        if op == "list_tables" and "error" not in reply:
+            self.fe.reply_ok(p, self._page_tables(p.req, reply["ok"]["tables"]))
+            return
+        self.fe.reply(p, raw)
+
+    @staticmethod
+    def _page_tables(req: dict, names: list[str]) -> dict:
+        """Filter (on ``TableName``) and page the table list."""
+        filt = req.get("filter")
+        if filt is not None and not isinstance(filt, str):
+            raise TableError("InvalidInput", "filter must be a string")
+        _, pred = compile_cached(filt or None)
+        after = req.get("next")
+        top = page_size(req)
+        out = []
+        for n in names:
+            if after is not None and n.lower() < str(after).lower():
+                continue
+            if pred("", "", 0, {"TableName": [0, n]}):
+                out.append(n)
+        nxt = out[top] if len(out) > top and top else None
+        return {"tables": out[:top], "next": nxt}
