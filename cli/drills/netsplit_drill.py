@@ -36,7 +36,7 @@ class ClientRun:
     def __init__(self, net: Network, client_dir: str, table: str, seed: int, threads: int, history_dir: str,
                  rate: float | None) -> None:
         self.out = os.path.join(client_dir, f"client-{table}.json")
-        log_path = os.path.join(client_dir, "logs", f"client-{table}.log")
+        self.log_path = log_path = os.path.join(client_dir, "logs", f"client-{table}.log")
         log = open(log_path, "ab")
         self.proc = subprocess.Popen(
             net.argv("client", [sys.executable, "-m", "cli.drills.netsplit_client", client_dir, table, str(seed),
@@ -57,6 +57,9 @@ class ClientRun:
         except subprocess.TimeoutExpired:
             self.kill()
             raise RuntimeError("the client process did not finish verifying within 180 s") from None
+        if not os.path.exists(self.out):
+            raise RuntimeError(f"the client process ended ({_exit_status(self.proc.returncode)}) without its result; "
+                               f"its log ends: {_tail(self.log_path)!r}")
         with open(self.out) as f:
             return json.load(f)
 
@@ -67,12 +70,27 @@ class ClientRun:
             self.proc.wait()
 
 
+def _exit_status(code: int) -> str:
+    return f"killed by signal {-code}" if code < 0 else f"exit status {code}"
+
+
+def _tail(path: str, size: int = 800) -> str:
+    """The last ``size`` bytes of a log, or why there are none."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(max(0, os.path.getsize(path) - size))
+            return f.read().decode(errors="replace")
+    except OSError as exc:
+        return f"(no log: {exc})"
+
+
 class FenceProbe(ClientRun):
     """cli/drills/fence_probe.py in the cut server's namespace: does it still answer after its lease?"""
 
     def __init__(self, net: Network, host: str, host_dir: str, endpoint: str, rng: dict, pk: str) -> None:
         self.out = os.path.join(host_dir, f"fence-{time.monotonic_ns()}.json")
-        log = open(os.path.join(host_dir, "logs", "fence-probe.log"), "ab")
+        self.log_path = os.path.join(host_dir, "logs", "fence-probe.log")
+        log = open(self.log_path, "ab")
         self.proc = subprocess.Popen(
             net.argv(host, [sys.executable, "-m", "cli.drills.fence_probe", os.path.join(host_dir, "keys"), endpoint,
                             rng["id"], str(rng["epoch"]), pk, self.out]),
