@@ -13,10 +13,17 @@ from __future__ import annotations
 import contextlib
 import json
 import sys
+from collections.abc import Callable
 
 import click
 
 from cli.options import json_option
+
+
+def progress(as_json: bool) -> Callable[[str], None]:
+    """Where a bench prints its lines as it runs: standard output, or nowhere under ``--json`` (the JSON is
+    then all standard output holds)."""
+    return (lambda s: None) if as_json else click.echo
 
 
 @click.group("bench", invoke_without_command=True)
@@ -36,9 +43,10 @@ def bench_group(ctx: click.Context, use_http: bool, count: int, data_dir: str | 
     from cli.bench.http import bench_cluster
     from cli.bench.native import run_native_bench
 
+    say = progress(as_json)
     with bench_cluster(data_dir) as (doc, _temp):
-        click.echo(f"native endpoint {doc['native']}, {count:,} operations per phase")
-        res = run_native_bench(doc["native"], count, echo=click.echo)
+        say(f"native endpoint {doc['native']}, {count:,} operations per phase")
+        res = run_native_bench(doc["native"], count, echo=say)
     if as_json:
         click.echo(json.dumps(res, indent=2))
 
@@ -56,11 +64,11 @@ def bench_store(count: int, options: bool, data_dir: str | None, as_json: bool) 
         from cli.bench.rocksdb_options import run_options_bench
 
         res = run_options_bench(count, max(1000, min(50_000, count // 4)), data_dir,
-                                echo=(lambda s: None) if as_json else click.echo)
+                                echo=progress(as_json))
     else:
         from cli.bench.store import run_store_bench
 
-        res = run_store_bench(count, data_dir, echo=(lambda s: None) if as_json else click.echo)
+        res = run_store_bench(count, data_dir, echo=progress(as_json))
     if as_json:
         click.echo(json.dumps(res, indent=2))
 
@@ -103,10 +111,11 @@ def bench_http(count: int, batches: int, big: int, procs: int, entities: int, ma
             raise click.UsageError(str(exc)) from None
     else:
         target = bench_cluster(data_dir, frontends=frontends)
+    say = progress(as_json)
     with target as (doc, temp):
-        click.echo(f"REST endpoint {doc['http']}")
+        say(f"REST endpoint {doc['http']}")
         res = run_http_bench(doc, count, batches, big=big, procs=procs, entities=entities, max_pages=max_pages,
-                             hold_balancer=temp is not None, echo=click.echo)
+                             hold_balancer=temp is not None, echo=say)
     if as_json:
         click.echo(json.dumps(res, indent=2))
 
@@ -137,7 +146,7 @@ def bench_soak(minutes: float, threads: int, mix: str, interval: float, preload:
         work = data_dir or temp
         assert work is not None  # without a data dir, bench_cluster started one in ``temp``
         res = run_soak(doc, work, minutes=minutes, threads=threads, mix=mix, interval=interval,
-                       http=use_http, background=preload, echo=(lambda s: None) if as_json else click.echo)
+                       http=use_http, background=preload, echo=progress(as_json))
     if as_json:
         click.echo(json.dumps(res, indent=2))
     if not res["verdict"]["ok"]:
@@ -175,7 +184,7 @@ def bench_scale(entities: int, moves: int, split_levels: int, split_mb: int, blo
     data_dir = os.path.abspath(work_dir or tempfile.mkdtemp(prefix="rt-bench-scale-"))
     os.environ["RANGETABLE_BLOCK_CACHE_MB"] = str(block_cache_mb)  # inherited by the partition servers
     up_args = ["--servers", "2", "--replicas", "1"]  # one copy under the shared root, as the figures were taken
-    echo = (lambda s: None) if as_json else click.echo
+    echo = progress(as_json)
     try:
         echo(f"starting a cluster in {data_dir} (block cache {block_cache_mb} MiB per partition server)")
         time_up(data_dir, up_args)
@@ -207,7 +216,7 @@ def bench_frontends(max_frontends: int, seconds: float, connections: int, as_jso
     if max_frontends < 1 or seconds <= 0 or connections < 1:
         raise click.UsageError("--max and --connections must be at least 1, --seconds positive.")
     try:
-        res = run_frontends_bench(max_frontends, seconds, connections, echo=(lambda s: None) if as_json else click.echo)
+        res = run_frontends_bench(max_frontends, seconds, connections, echo=progress(as_json))
     except WrkMissing as exc:
         raise click.ClickException(str(exc)) from None
     if as_json:
@@ -234,7 +243,7 @@ def bench_control_plane(servers: int, ranges: int, frontends: int, sim_processes
         raise click.UsageError("need --servers >= 2, --ranges >= --servers, --frontends >= 1, "
                                "--sim-processes >= 1 and --seconds > 0.")
     res = run_control_plane_bench(servers, ranges, frontends, sim_processes, seconds, work_dir,
-                                  echo=(lambda s: None) if as_json else click.echo)
+                                  echo=progress(as_json))
     click.echo(json.dumps(res, indent=2) if as_json else format_table(res))
 
 
@@ -265,7 +274,7 @@ def bench_takeover(servers: int, ranges: int, follow_s: float, mode: str, meta: 
         why = etcd_missing()
         if why:
             raise click.ClickException(why)
-    res = run_takeover_bench(servers, ranges, echo=(lambda s: None) if as_json else click.echo, follow_s=follow_s,
+    res = run_takeover_bench(servers, ranges, echo=progress(as_json), follow_s=follow_s,
                              mode=mode, meta=meta, cold=cold)
     click.echo(json.dumps(res, indent=2) if as_json else format_result(res))
 
@@ -284,7 +293,7 @@ def bench_ttl(count: int, interval: float, limit_s: float, data_dir: str | None,
 
     if count < 1 or interval <= 0:
         raise click.UsageError("need -n >= 1 and --interval > 0.")
-    res = bench_ttl_cmd(count, interval, limit_s, data_dir, (lambda s: None) if as_json else click.echo)
+    res = bench_ttl_cmd(count, interval, limit_s, data_dir, progress(as_json))
     if as_json:
         click.echo(json.dumps(res, indent=2))
 
@@ -302,7 +311,7 @@ def bench_capacity(reserve: int, seconds: float, interval: float, data_dir: str 
 
     if reserve < 1 or seconds <= 0 or interval <= 0:
         raise click.UsageError("need --writes >= 1, --seconds > 0 and --interval > 0.")
-    res = bench_capacity_cmd(reserve, seconds, interval, data_dir, (lambda s: None) if as_json else click.echo)
+    res = bench_capacity_cmd(reserve, seconds, interval, data_dir, progress(as_json))
     if as_json:
         click.echo(json.dumps(res, indent=2))
 
@@ -328,7 +337,7 @@ def bench_aio(seconds: float, interval: float, data_dir: str | None, tasks: int,
     with bench_cluster(data_dir) as (doc, _temp):
         res = run_aio_bench(doc["native"], doc, seconds=seconds, interval=interval, tasks=tasks, threads=threads,
                             mix=Mix(keys=keys, read_share=read_share),
-                            echo=(lambda s: None) if as_json else click.echo)
+                            echo=progress(as_json))
     if as_json:
         click.echo(json.dumps(res, indent=2))
 
@@ -356,7 +365,7 @@ def bench_stock(stock: int, clients: int, vias: tuple[str, ...], modes: tuple[st
 
     if stock < 1 or clients < 1 or interval <= 0:
         raise click.UsageError("--stock and --clients must be at least 1, --interval positive.")
-    echo = (lambda s: None) if as_json else click.echo
+    echo = progress(as_json)
     results = []
     with bench_cluster(data_dir) as (doc, _):
         table = f"stock{uuid.uuid4().hex[:8]}"
@@ -399,7 +408,7 @@ def bench_point_or(sizes: str, queries: int, procs: int, data_dir: str | None, a
     if not steps or steps != sorted(set(steps)) or steps[0] < 1 or queries < 1 or procs < 1:
         raise click.UsageError("need ascending --sizes >= 1, --queries >= 1 and --procs >= 1.")
     with bench_cluster(data_dir) as (doc, _temp):
-        res = run_point_or_bench(doc, steps, queries, procs, echo=(lambda s: None) if as_json else click.echo)
+        res = run_point_or_bench(doc, steps, queries, procs, echo=progress(as_json))
     if as_json:
         click.echo(json.dumps(res, indent=2))
 
@@ -431,5 +440,5 @@ def bench_replicas(seconds: float, interval: float, threads: int, bulk: int, loa
                                ">= 0, --rebuild-timeout > 0 and --rebuild-mb-s >= 0.")
     res = run_replicas_bench(seconds=seconds, interval=interval, threads=threads, bulk=bulk, loaders=loaders,
                              rebuild_mb=rebuild_mb, rebuild_rates=rebuild_rates or (100.0, 0.0),
-                             rebuild_timeout=rebuild_timeout, echo=(lambda s: None) if as_json else click.echo)
+                             rebuild_timeout=rebuild_timeout, echo=progress(as_json))
     click.echo(json.dumps(res, indent=2) if as_json else "\n" + format_table(res))
