@@ -9,7 +9,7 @@ import pytest
 import zmq
 
 from cli.coordinator_client import call
-from rangetable import TableServiceClient, curve, protocol
+from rangetable import TableClient, TableServiceClient, curve, protocol
 from rangetable.edm import INT32
 from rangetable.errors import TableError
 from tests.cluster import Cluster, ClusterFactory
@@ -42,7 +42,9 @@ def test_table_catalog(cluster: Cluster) -> None:
     assert e.value.error_code == "TableNotFound"
 
 
-def test_query_is_stitched_across_ranges(cluster: Cluster) -> None:
+@pytest.fixture(scope="module")
+def stitch(cluster: Cluster) -> TableClient:
+    """Table ``Stitch``: partitions p00..p19 x rows r000..r049 (``n`` = 100 p + r), split at p07 and p13."""
     t = TableServiceClient(cluster.native).create_table("Stitch")
     for p in range(20):
         t.submit_transaction([("upsert", {"PartitionKey": f"p{p:02d}", "RowKey": f"r{r:03d}", "n": p * 100 + r})
@@ -50,6 +52,11 @@ def test_query_is_stitched_across_ranges(cluster: Cluster) -> None:
     rid = ranges_of(cluster, "Stitch")[0]["id"]
     first = cluster.admin({"op": "split", "range": rid, "key": "p07"})
     cluster.admin({"op": "split", "range": first["right"], "key": "p13"})
+    return t
+
+
+def test_query_is_stitched_across_ranges(cluster: Cluster, stitch: TableClient) -> None:
+    t = stitch
     assert len(ranges_of(cluster, "Stitch")) == 3
     pages = list(t.query_entities("n ge 0", results_per_page=333).by_page())
     got = [(e["PartitionKey"], e["RowKey"]) for page in pages for e in page]
@@ -107,6 +114,7 @@ def test_split_move_merge_under_load_loses_nothing(cluster: Cluster) -> None:
     assert rows == written
 
 
+@pytest.mark.usefixtures("stitch")  # case 7 queries it
 def test_malformed_messages_get_errors_and_nothing_crashes(cluster: Cluster) -> None:
     sock = zmq.Context.instance().socket(zmq.DEALER)
     sock.setsockopt(zmq.LINGER, 0)
@@ -202,8 +210,8 @@ QUERY_KINDS = [
 
 
 @pytest.mark.parametrize("filt, expected", QUERY_KINDS)
-def test_four_query_kinds_page_across_range_boundaries(cluster: Cluster, filt: str, expected: list) -> None:
-    t = TableServiceClient(cluster.native).get_table_client("Stitch")
+def test_four_query_kinds_page_across_range_boundaries(stitch: TableClient, filt: str, expected: list) -> None:
+    t = stitch
     for per_page in (1, 3, 1000):
         pages = list(t.query_entities(filt, results_per_page=per_page).by_page())
         got = [(e["PartitionKey"], e["RowKey"]) for page in pages for e in page]
