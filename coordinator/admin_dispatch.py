@@ -17,9 +17,10 @@ from coordinator.control import operations as ops
 from coordinator.control import replica_move
 from coordinator.map.holdings import holdings, range_reports
 from coordinator.map.server_info import live_endpoints
-from coordinator.replicas.sets import health, is_replicated
+from coordinator.replicas.sets import health
 from rangetable import curve, protocol
 from rangetable.errors import TableError
+from rangetable.messages import is_replicated
 
 if TYPE_CHECKING:
     from coordinator.interfaces import AdminHost

@@ -10,7 +10,8 @@ import time
 from typing import TYPE_CHECKING
 
 from coordinator.map.holdings import ROLES, holdings, range_reports
-from coordinator.replicas.sets import health, is_replicated
+from coordinator.replicas.sets import health
+from rangetable.messages import is_replicated
 
 if TYPE_CHECKING:
     from coordinator.state.cluster import Cluster

@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 
 from coordinator.map.server_info import ServerInfo
+from rangetable.messages import is_replicated
 
 CACHE_S = 1.0  # frontends ask at most this often (the answer is a second old at most)
 
@@ -29,7 +30,7 @@ def last_sync(ranges: Iterable[dict], servers: Mapping[str, ServerInfo], now: fl
     behind = None
     count = 0
     for rec in ranges:
-        if "replicas" not in rec:
+        if not is_replicated(rec):
             continue  # not replicated: the secondary reads its primary
         info = servers.get(rec.get("primary") or "")
         if info is None:

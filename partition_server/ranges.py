@@ -34,6 +34,7 @@ from rangetable.errors import TableError
 from rangetable.kernel.crash import crash_point
 from rangetable.kernel.stats import StepClock, percentile_ms
 from rangetable.keys import range_bounds
+from rangetable.messages import is_replicated
 
 log = logging.getLogger("rangetable.partition_server")
 
@@ -126,7 +127,7 @@ class RangeSet:
         self._await_close(rid)
         cur = self.open.get(rid)
         if cur is not None:
-            state = self._replicator().attach(rid, record, cur.store) if "replicas" in record else None
+            state = self._replicator().attach(rid, record, cur.store) if is_replicated(record) else None
             cur.reset(record)  # after attach, which refuses a stale configuration
             if state is not None:
                 cur.state = state
@@ -145,7 +146,7 @@ class RangeSet:
             raise TableError("RangeBusy", f"cannot open range {rid}: {exc}") from None
         lo, hi = range_bounds(record["low"], record["high"])
         state = "serving"
-        if "replicas" in record:
+        if is_replicated(record):
             try:
                 state = self._replicator().attach(rid, record, store)
             except Exception:
@@ -314,7 +315,7 @@ class RangeSet:
             raise TableError(code, f"range {rid} is {served.state} here: a backup copies a serving primary")
         if rid in self.splits:
             raise TableError("ServerBusy", f"range {rid} is being split: retry the backup once the split is done")
-        if self.repl is not None and "replicas" in served.record and rid not in self.repl.primaries:
+        if self.repl is not None and is_replicated(served.record) and rid not in self.repl.primaries:
             raise TableError("NotPrimary", f"range {rid} is not led here")
         return self.backups.open(rid, backup, served.store)
 
@@ -494,7 +495,7 @@ class RangeSet:
         in-sync replica to answer after its primary died, be promoted with none of the acknowledged
         writes; being rebuilt, it answers no seal."""
         repl = self.repl
-        if "replicas" not in record or repl is None or record["primary"] == repl.me:
+        if not is_replicated(record) or repl is None or record["primary"] == repl.me:
             return False
         if record.get("rebuild") or record["id"] in repl.pulls:
             return True
@@ -508,7 +509,7 @@ class RangeSet:
         empty store, served reads of nothing, acknowledged writes on top of it and reported its real
         followers lagging — 1722 acknowledged writes lost. Refused, the range is promoted elsewhere."""
         repl = self.repl
-        if ("replicas" not in record or repl is None or record["primary"] != repl.me or record.get("create")
+        if (not is_replicated(record) or repl is None or record["primary"] != repl.me or record.get("create")
                 or os.path.isdir(self._path(record))):
             return
         raise TableError("NotPrimary", f"no copy of range {record['id']} here (its directory is gone: a lost disk?); "

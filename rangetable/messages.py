@@ -2,7 +2,9 @@
 
 :mod:`rangetable.protocol` carries every one of them as ``[request_id, body]`` (``docs/protocol.md``
 describes each op in prose); this module only names their fields and types, for type checkers and
-readers. Nothing here runs on a request path: a ``TypedDict`` is a plain ``dict`` at run time.
+readers. Nothing here runs on a request path: a ``TypedDict`` is a plain ``dict`` at run time. The one
+function, :func:`is_replicated`, is the one fact both the coordinator and the partition servers read off a
+:class:`RangeRecord`.
 
 Each class says who sends it and who receives it. The hops:
 
@@ -16,6 +18,7 @@ Each class says who sends it and who receives it. The hops:
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, Literal, NotRequired, TypedDict
 
 # --- values and replies ------------------------------------------------------------------------
@@ -268,6 +271,12 @@ class RangeRecord(TypedDict):
     token: NotRequired[str]  # … the configuration's secret token, carried by every replication message …
     rebuild: NotRequired[bool]  # … and for a new replica: pull a checkpoint from the primary (partition_server/replication/snapshot.py)
     create: NotRequired[bool]  # a new range's first configuration: its primary may start on an empty directory
+
+
+def is_replicated(record: Mapping[str, Any]) -> bool:
+    """True for a range kept as a replica set (a cluster started with ``--replicas`` > 1): its record, in the map
+    and in control commands alike, names its replicas."""
+    return "replicas" in record
 
 
 class LoadCommand(TypedDict):

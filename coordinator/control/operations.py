@@ -18,10 +18,11 @@ from coordinator.control import replica_ops
 from coordinator.map.acl_keys import acl_key
 from coordinator.map.partition_map import range_key
 from coordinator.replicas.placement import place_orphans
-from coordinator.replicas.sets import choose_replicas, is_replicated
+from coordinator.replicas.sets import choose_replicas
 from rangetable.errors import TableError
 from rangetable.kernel.crash import crash_point, fault_armed
 from rangetable.kernel.stats import StepClock
+from rangetable.messages import is_replicated
 from rangetable.table_settings import check_settings, describe
 
 if TYPE_CHECKING:

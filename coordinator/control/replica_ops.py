@@ -20,7 +20,6 @@ from coordinator.replicas.sets import (
     after_promotion,
     config_token,
     insync_change,
-    is_replicated,
     next_epoch,
     promotion,
     repair,
@@ -28,6 +27,7 @@ from coordinator.replicas.sets import (
 )
 from rangetable.errors import TableError
 from rangetable.kernel.crash import crash_point
+from rangetable.messages import is_replicated
 
 if TYPE_CHECKING:
     from coordinator.control.controller import Controller

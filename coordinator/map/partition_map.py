@@ -21,13 +21,10 @@ from rangetable.errors import TableError
 Writes = tuple[dict[bytes, Any], list[bytes]]
 
 
-STORED_BEFORE = "own" + "er"  # the name of a range's primary in records stored before 2026-11-28 (up to 9e6edd7)
-
-
 def with_primary(rec: dict) -> dict:
-    """A range record as stored now: one written before the primary was named ``primary`` reads the same."""
-    if STORED_BEFORE in rec:
-        rec = {("primary" if k == STORED_BEFORE else k): v for k, v in rec.items()}
+    """A range record as stored now: one written up to 9e6edd7, which named the primary ``owner``, reads the same."""
+    if "owner" in rec:
+        rec = {("primary" if k == "owner" else k): v for k, v in rec.items()}
     return rec
 
 
@@ -336,8 +333,9 @@ class PartitionMap:
                 old = self.ranges.get(v["id"])
                 if old is not None:
                     self._unindex(old)
-                v = self.ranges[v["id"]] = with_primary(v)
-                self._index(v)
+                rec = with_primary(v)
+                self.ranges[rec["id"]] = rec
+                self._index(rec)
             elif k == b"meta/version":
                 self.version = v
             elif k == b"meta/next_id":

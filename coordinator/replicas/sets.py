@@ -18,11 +18,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from rangetable.errors import TableError
-
-
-def is_replicated(rec: dict) -> bool:
-    """True for a range kept as a replica set (a cluster started with ``--replicas`` > 1)."""
-    return "replicas" in rec
+from rangetable.messages import is_replicated
 
 
 def health(rec: Mapping[str, Any], live: set[str] | frozenset[str], want: int) -> dict[str, Any]:

@@ -161,10 +161,10 @@ def test_range_records_stored_before_the_rename_read_as_now() -> None:
     """A meta store (or a backup of one) written before the primary was named ``primary`` loads and is followed
     the same: the old field is read as ``primary`` and the indexes know it."""
     old = {**_map(2).ranges["r000002"]}
-    old["own" + "er"] = old.pop("primary")
+    old["owner"] = old.pop("primary")
     pm = PartitionMap.load([(range_key(old["id"]), old), (b"table/t", "t")])
-    assert pm.ranges[old["id"]]["primary"] == old["own" + "er"] and "own" + "er" not in pm.ranges[old["id"]]
-    assert pm.primary_ids(old["own" + "er"]) == [old["id"]]
+    assert pm.ranges[old["id"]]["primary"] == old["owner"] and "owner" not in pm.ranges[old["id"]]
+    assert pm.primary_ids(old["owner"]) == [old["id"]]
     follower = PartitionMap()
     follower.apply({range_key(old["id"]): old}, [])
     assert follower.ranges[old["id"]] == pm.ranges[old["id"]]

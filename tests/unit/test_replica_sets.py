@@ -12,10 +12,10 @@ from coordinator.replicas.sets import (
     choose_replicas,
     config_token,
     insync_change,
-    is_replicated,
     promotion,
     without,
 )
+from rangetable.messages import is_replicated
 
 
 def test_is_replicated() -> None:
