@@ -19,10 +19,17 @@ from typing import Any, NamedTuple
 from partition_server.served import Served
 from partition_server.store import fast_path
 from partition_server.store.range_scan import is_point_span
+from rangetable import feed_cursor, protocol
 from rangetable.errors import TableError
 from rangetable.filter import CACHED_FILTER_CHARS, Predicate, compile_cached, properties_used
 from rangetable.keys import encode_key
-from rangetable.messages import RangeBatchRequest, RangeGetRequest, RangeWriteRequest, ScanRequest
+from rangetable.messages import (
+    ChangesRequest,
+    RangeBatchRequest,
+    RangeGetRequest,
+    RangeWriteRequest,
+    ScanRequest,
+)
 from rangetable.protocol import Packed, entity_to_wire
 
 _KEYS_AND_TIMESTAMP = frozenset(("PartitionKey", "RowKey", "Timestamp"))
@@ -165,6 +172,27 @@ def scan(served: Served, req: ScanRequest, budget_s: float) -> ScanPage:
     return ScanPage(fast_path.page(items, nxt), len(items), sampled)
 
 
+CLOSE_AFTER_TICKS = 200_000  # a feed read closes a range whose last Timestamp is older than 20 ms
+
+
+def changes(served: Served, req: ChangesRequest, budget_s: float) -> ScanPage:
+    """A page of the range's change feed (:meth:`RangeStore.read_changes
+    <partition_server.store.range_store.RangeStore.read_changes>`), clamped to the range. The answer is held
+    until every batch it may show is committed, like any read on a replicated range."""
+    lo = max(req.get("lo") or b"", served.lo)
+    hi = req.get("hi")
+    if served.hi is not None and (hi is None or hi > served.hi):
+        hi = served.hi
+    upto = req.get("upto")
+    if upto is not None and type(upto) is not int:
+        raise TableError("InvalidInput", "upto must be a Timestamp")
+    limit = int(req.get("limit", 1000))
+    page = served.store.read_changes(None if req.get("after") is None else feed_cursor.from_wire(req["after"]), lo, hi, limit,
+                                     CLOSE_AFTER_TICKS if req.get("close") else None, upto)
+    answer = {"records": page.records, "frontier": page.frontier, "more": page.more, "floor": page.floor}
+    return ScanPage(Packed(protocol.pack(answer)), len(page.records), None, counts=bool(page.records))
+
+
 def _batch_target(req: dict) -> tuple[str | None, int]:
     ops = req["ops"]
     return (ops[0].get("pk") if ops else None), len(ops)
@@ -175,4 +203,5 @@ DATA_OPS: dict[str, DataOp] = {
     "write": DataOp(False, lambda req: (req["write"].get("pk"), 1), write),
     "batch": DataOp(False, _batch_target, batch),
     "scan": DataOp(True, None, scan),
+    "changes": DataOp(True, None, changes),
 }

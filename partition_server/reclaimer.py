@@ -1,10 +1,14 @@
-"""The background thread that reclaims the space of expired entities (table TTL).
+"""The background thread that reclaims the space of expired entities (table TTL) and of change-feed
+records older than their retention.
 
 Each round visits the open ranges whose table has a TTL and runs bounded steps of
 :meth:`~partition_server.store.range_store.RangeStore.expire_step` (backfilling a new index, else deleting
 what the expiry index says has expired) until a step finds nothing or the round's time is up; each
 step holds the store's write lock for one batch only, so writes go on between steps. The work is
 paced: at most ``DUTY`` of the time, so a large expiry spreads out instead of starving requests.
+
+Every :data:`TRIM_S` each serving range also trims its change feed (:meth:`RangeStore.trim_feed
+<partition_server.store.range_store.RangeStore.trim_feed>`: one range delete, replicated like any batch).
 
 Deleted entities leave tombstones; once a range has deleted a quarter of its size since its last
 compaction, the thread compacts its entity span (RocksDB compacts without the GIL), so disk space
@@ -26,6 +30,7 @@ log = logging.getLogger("rangetable.partition_server")
 ROUND_S = 0.5  # a round every half second
 DUTY = 0.5  # at most this share of the time working
 COMPACT_SHARE = 0.25  # compact a range once it deleted this share of its size
+TRIM_S = 30.0  # how often a range's change feed is trimmed to its retention
 
 
 class Reclaimer:
@@ -38,6 +43,7 @@ class Reclaimer:
         self.deleted_bytes = 0
         self.busy_s = 0.0  # time spent working
         self._since_compact: dict[int, int] = {}  # id(store) -> bytes deleted since its last compaction
+        self._trimmed: dict[int, float] = {}  # id(store) -> when its feed was last trimmed
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -65,7 +71,9 @@ class Reclaimer:
         t0 = time.perf_counter()
         deadline = t0 + budget_s
         total = 0
-        for store in self.stores():
+        stores = self.stores()
+        self._trim(stores, t0)
+        for store in stores:
             if not store.expiry.due:
                 continue
             while time.perf_counter() < deadline:
@@ -80,6 +88,15 @@ class Reclaimer:
             self._maybe_compact(store)
         self.busy_s += time.perf_counter() - t0
         return total
+
+    def _trim(self, stores: list[RangeStore], now: float) -> None:
+        """Trim the change feed of every store not trimmed for :data:`TRIM_S` (a new one waits as long)."""
+        trimmed = {id(s): self._trimmed.get(id(s), now) for s in stores}
+        for store in stores:
+            if now - trimmed[id(store)] >= TRIM_S:
+                store.trim_feed()
+                trimmed[id(store)] = now
+        self._trimmed = trimmed
 
     def _maybe_compact(self, store: RangeStore) -> None:
         freed = self._since_compact.get(id(store), 0)

@@ -1,4 +1,4 @@
-"""What a partition server knows of its tables' settings (TTL, reserved throughput) and applies to
+"""What a partition server knows of its tables' settings (TTL, change feed, reserved throughput) and applies to
 the ranges it serves.
 
 The coordinator sends the settings of every table that has some, with a version, in three ways: with
@@ -15,7 +15,7 @@ from typing import Any
 
 from partition_server.capacity import RangeCapacity
 from partition_server.served import Served
-from rangetable.table_settings import ttl_ticks
+from rangetable.table_settings import feed_settings, ttl_ticks
 
 
 class TableConfig:
@@ -42,8 +42,9 @@ class TableConfig:
         return ttl_ticks(int(self.settings.get(table.lower(), {}).get("ttl_s", 0)))
 
     def apply(self, rid: str, served: Served) -> None:
-        """Give a served range its table's TTL and its capacity share."""
+        """Give a served range its table's TTL, change-feed settings and capacity share."""
         served.store.set_ttl(self.ttl_of(served.record["table"]))
+        served.store.set_feed(*feed_settings(self.settings.get(served.record["table"].lower(), {})))
         self._apply_share(rid, served.record["table"])
 
     def set_shares(self, shares: Any, open_ranges: dict[str, Served]) -> None:

@@ -100,6 +100,9 @@ _CODES = [
     ErrorCode("ServerBusy", 503, "The server is currently unable to receive requests. Please retry your request.", True),
     ErrorCode("OperationTimedOut", 500, "The operation could not be completed within the permitted time.", True),
     ErrorCode("InternalError", 500, "The server encountered an internal error. Please retry the request.", True),
+    # The change feed (rangetable's own; Azure Tables has none).
+    ErrorCode("FeedTrimmed", 410, "The change feed no longer holds changes from this position: retention trimmed them."),
+    ErrorCode("FeedDisabled", 409, "The table's change feed is off."),
     # Internal routing answers between frontends and partition servers; never shown to clients.
     ErrorCode("NotPrimary", 503, "The partition server does not serve this range at this epoch.", True),
     ErrorCode("RangeBusy", 503, "The range is offline for a move, split or merge.", True),

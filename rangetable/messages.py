@@ -185,9 +185,30 @@ class MapVersionAnswer(TypedDict):
     ranges: int
 
 
+class ChangesPageRequest(TypedDict):
+    """A page of a table's change feed: after the position ``after`` (``[Timestamp, key or nil]``), else from
+    ``start`` (``"beginning"`` or ``"now"``); sent by the client, received by a frontend
+    (``frontend/changes.py``); answered with :class:`ChangesPage`."""
+
+    op: Literal["changes"]
+    table: str
+    top: int
+    start: NotRequired[str]
+    after: NotRequired[list]
+
+
+class ChangesPage(TypedDict):
+    """A frontend's page of a table's feed: records ``[ts, key, kind, value, before]`` in position order, the
+    position after them, and the table's resolved Timestamp when the page reached the live edge (else nil)."""
+
+    records: list[list]
+    cursor: list
+    resolved: int | None
+
+
 NativeRequest = (
     HelloRequest | TableRequest | ListTablesRequest | GetRequest | WriteRequest | BatchRequest | QueryRequest
-    | MapRequest | SetTableRequest
+    | MapRequest | SetTableRequest | ChangesPageRequest
 )
 """What a native client sends to a frontend."""
 
@@ -247,6 +268,35 @@ class ScanAnswer(TypedDict):
 
     entities: list[WireEntity]
     next: bytes | None
+
+
+class ChangesRequest(TypedDict):
+    """A page of a range's change feed: the records of entity keys in ``[lo, hi)`` after position ``after``
+    (``[Timestamp, key or nil]``; nil: from the oldest kept), at or below ``upto`` (nil: the range's resolved
+    Timestamp). ``close``: an idle range first moves its resolved Timestamp to now. Sent by a frontend to
+    the range's primary (``partition_server/store/feed.py``)."""
+
+    op: Literal["changes"]
+    range: str
+    epoch: int
+    lo: bytes
+    hi: bytes | None
+    after: list | None
+    upto: int | None
+    limit: int
+    close: bool
+
+
+class ChangesAnswer(TypedDict):
+    """A range's feed page: ``records`` ``[ts, key, kind, value, before]`` in position order (``value`` and
+    ``before``: stored values ``msgpack([ts, props])`` or nil); every record of the span at or below
+    ``frontier`` was in it or an earlier page; ``more``: records follow before the resolved Timestamp;
+    ``floor``: at or below it records may be missing (retention)."""
+
+    records: list[list]
+    frontier: int
+    more: bool
+    floor: int
 
 
 # --- coordinator → partition server (control) --------------------------------------------------

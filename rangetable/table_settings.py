@@ -9,9 +9,12 @@ Pure functions, shared by the coordinator (which stores and checks them), the pa
   applied wherever a partition server reads a current entity (gets, scans, the reads of writes and
   transactions), so expiry needs no write and takes effect, or stops, the moment the TTL changes.
 * reserved throughput is ``reads`` and ``writes`` in entities per second (0: not reserved).
+* the change feed (``partition_server/store/feed.py``) is on unless ``feed_off``; it keeps
+  ``feed_retention_s`` seconds of changes (0: :data:`DEFAULT_FEED_RETENTION_S`, a day), written like a
+  TTL, and the entity before each change too when ``feed_before``.
 
-The settings travel as a dict ``{"ttl_s": int, "reads": int, "writes": int}`` with every field
-optional (missing = 0).
+The settings travel as a dict ``{"ttl_s": int, "reads": int, "writes": int, "feed_off": 0 | 1,
+"feed_retention_s": int, "feed_before": 0 | 1}`` with every field optional (missing = 0).
 """
 
 from __future__ import annotations
@@ -25,7 +28,11 @@ TICKS_PER_SECOND = 10_000_000  # a Timestamp counts 100 ns ticks
 UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 MAX_TTL_S = 100 * 365 * 86400  # a hundred years
 MAX_RATE = 10_000_000  # entities per second
-FIELDS = ("ttl_s", "reads", "writes")
+FIELDS = ("ttl_s", "reads", "writes", "feed_off", "feed_retention_s", "feed_before")
+FLAGS = ("feed_off", "feed_before")
+DEFAULT_FEED_RETENTION_S = 24 * 3600
+MIN_FEED_RETENTION_S = 60
+MAX_FEED_RETENTION_S = 10 * 365 * 86400
 _TTL = re.compile(r"^\s*(\d+)\s*([smhd]?)\s*$")
 
 
@@ -85,6 +92,35 @@ def check_rate(value: Any, name: str) -> int:
     return value
 
 
+def parse_switch(text: str | bool | int, name: str) -> bool:
+    """``on``/``off`` (also true/false, yes/no, 1/0) as a bool; TableError(InvalidInput) otherwise."""
+    if isinstance(text, bool):
+        return text
+    if isinstance(text, int) and text in (0, 1):
+        return bool(text)
+    word = str(text).strip().lower()
+    if word in ("on", "true", "yes", "1"):
+        return True
+    if word in ("off", "false", "no", "0"):
+        return False
+    raise TableError("InvalidInput", f"{name} must be on or off, not {text!r}.")
+
+
+def parse_retention(text: str | int) -> int:
+    """Seconds of a change-feed retention written as a TTL is (``7d``, ``12h``…), 1 minute to 10 years."""
+    seconds = parse_ttl(text) if not isinstance(text, int) or isinstance(text, bool) else text
+    if not MIN_FEED_RETENTION_S <= seconds <= MAX_FEED_RETENTION_S:
+        raise TableError("InvalidInput", f"A feed retention must be between {MIN_FEED_RETENTION_S} seconds and "
+                                         f"{MAX_FEED_RETENTION_S // 86400} days.")
+    return seconds
+
+
+def feed_settings(settings: dict) -> tuple[bool, bool, int]:
+    """(feed on, before-images, retention in seconds) of a table's settings."""
+    return (not settings.get("feed_off"), bool(settings.get("feed_before")),
+            settings.get("feed_retention_s") or DEFAULT_FEED_RETENTION_S)
+
+
 def check_settings(changes: Any, current: dict | None = None) -> dict[str, int]:
     """``current`` updated with ``changes`` (a dict of :data:`FIELDS`; ``ttl_s`` may be spelled as
     :func:`parse_ttl` reads it), every field checked; fields at 0 are left out, so a table with
@@ -96,11 +132,21 @@ def check_settings(changes: Any, current: dict | None = None) -> dict[str, int]:
         raise TableError("InvalidInput", f"Unknown table settings: {', '.join(sorted(map(str, unknown)))}.")
     out = dict(current or {})
     for name, value in changes.items():
-        out[name] = parse_ttl(value) if name == "ttl_s" else check_rate(value, name)
+        if name == "ttl_s":
+            out[name] = parse_ttl(value)
+        elif name in FLAGS:
+            out[name] = int(parse_switch(value, name))
+        elif name == "feed_retention_s":
+            out[name] = parse_retention(value)
+        else:
+            out[name] = check_rate(value, name)
     return {k: out[k] for k in FIELDS if out.get(k)}
 
 
 def describe(settings: dict) -> dict[str, Any]:
-    """Settings as shown to users: ``{"ttl": "30d" | "none", "reads": n, "writes": n}``."""
+    """Settings as shown to users: ``{"ttl": "30d" | "none", "reads": n, "writes": n, "feed": "on" | "off",
+    "feed_retention": "1d", "feed_before_images": bool}``."""
+    on, before, retention = feed_settings(settings)
     return {"ttl": format_ttl(settings.get("ttl_s", 0)), "reads": settings.get("reads", 0),
-            "writes": settings.get("writes", 0)}
+            "writes": settings.get("writes", 0), "feed": "on" if on else "off",
+            "feed_retention": format_ttl(retention), "feed_before_images": before}

@@ -17,8 +17,9 @@ import time
 import uuid
 from typing import Any, Protocol, TypeVar
 
+from frontend.changes import BEGINNING, NOW, ChangesWalk
 from frontend.routing import MapCache, QueryCursor, Route, token_to_key
-from rangetable import protocol
+from rangetable import feed_cursor, protocol
 from rangetable.config import FrontendConfig
 from rangetable.errors import TableError
 from rangetable.filter import compile_cached, parse_cached
@@ -30,6 +31,7 @@ COORDINATOR_OPS = frozenset(
      "status", "get_acl", "set_acl", "get_service_properties", "set_service_properties", "sync_time"}
 )
 MAX_PAGE = 1000
+MAX_CHANGES_PAGE = 10_000  # records a range answers on one page of a change-feed read
 TABLE_WAIT_ATTEMPTS = 5  # how often a request for an unknown table waits for a fresher map
 _picks = itertools.count()  # spreads -secondary reads over a range's in-sync followers
 
@@ -114,6 +116,8 @@ class Handler:
             self._entity_op(p)
         elif op == "query":
             self._query(p)
+        elif op == "changes":
+            self._changes(p)
         elif op in COORDINATOR_OPS:
             self.fe.send_coordinator(p, p.req, "relay")
         elif op == "hello":
@@ -232,6 +236,38 @@ class Handler:
             body["spans"] = more
         self.fe.send_ps(p, endpoint, body, ("scan", spans[-1][1]))
 
+    def _changes(self, p: Pending) -> None:
+        """A page of a table's change feed (:mod:`frontend.changes`): ``after`` a position, or from ``start``
+        ``"beginning"`` (the oldest change kept) or ``"now"`` (no record: the cursor of the present)."""
+        req = p.req
+        table = self._table(p)
+        if table is None:
+            return
+        walk: ChangesWalk | None = p.state
+        if walk is None:
+            start = req.get("start")
+            top = req.get("top", MAX_PAGE)
+            if type(top) is not int or not 1 <= top <= MAX_CHANGES_PAGE:
+                raise TableError("InvalidInput", f"top must be between 1 and {MAX_CHANGES_PAGE}")
+            if req.get("after") is not None:
+                walk = ChangesWalk(feed_cursor.from_wire(req["after"]), top)
+            elif start in (BEGINNING, None):
+                walk = ChangesWalk(None, top)
+            elif start == NOW:
+                walk = ChangesWalk(None, 0)
+            else:
+                raise TableError("InvalidInput", "start must be 'beginning' or 'now' (or give a position in 'after')")
+            p.state = walk
+        seg = walk.next_segment(self.fe.cache, table)
+        if seg is None:
+            self.fe.reply_ok(p, walk.page())
+            return
+        route, lo, hi = seg
+        if route.endpoint is None:
+            self.fe.retry_later(p, f"range {route.range['id']} has no serving primary")
+            return
+        self.fe.send_ps(p, route.endpoint, walk.body(route, lo, hi), ("changes", hi))
+
     def _finish_query(self, p: Pending, cur: QueryCursor) -> None:
         self.fe.reply_ok(p, {"entities": cur.results, "next": cur.token()})
 
@@ -247,6 +283,12 @@ class Handler:
             self._relay(p, reply, raw)
         elif step == "entity":
             self.fe.reply(p, raw)
+        elif step[0] == "changes":
+            if err is not None:
+                self.fe.reply(p, raw)
+                return
+            p.state.advance(reply["ok"], step[1])
+            self.run(p)
         else:
             if err is not None:
                 self.fe.reply(p, raw)

@@ -70,9 +70,11 @@ def entry_ts(index_key: bytes) -> int:
     return _TS.unpack_from(index_key, len(INDEX_PREFIX))[0]
 
 
-def reclaim_step(db: Any, wb: Any, oldest: int, max_keys: int = 2000) -> tuple[int, int, int]:
+def reclaim_step(db: Any, wb: Any, oldest: int, max_keys: int = 2000,
+                 gone: list[tuple[bytes, bytes]] | None = None) -> tuple[int, int, int]:
     """Put into ``wb`` the deletes of the expired entities (Timestamp below ``oldest``) listed by the
-    oldest index entries, and of those entries, until about ``max_keys`` keys were looked at.
+    oldest index entries, and of those entries, until about ``max_keys`` keys were looked at; each deleted
+    key and the value it had go to ``gone`` when given (the change feed's expiries).
 
     Returns (entries consumed, entities deleted, their bytes). The caller writes ``wb`` under the
     store's write lock, so no write slips between the check and the delete.
@@ -97,6 +99,8 @@ def reclaim_step(db: Any, wb: Any, oldest: int, max_keys: int = 2000) -> tuple[i
         for key, cur in zip(keys, db.get(keys), strict=True):
             if cur is not None and stored_ts(cur) < oldest:
                 wb.delete(key)
+                if gone is not None:
+                    gone.append((key, cur))
                 deleted += 1
                 nbytes += len(key) + len(cur)
     for k in entries:
@@ -215,16 +219,18 @@ class Expiry:
         """True when the store has a TTL, hence work for :meth:`step` (maybe none expired yet)."""
         return self.ttl > 0
 
-    def step(self, db: Any, wb: Any, now: int, max_keys: int = 2000) -> tuple[int, int]:
+    def step(self, db: Any, wb: Any, now: int, max_keys: int = 2000,
+             gone: list[tuple[bytes, bytes]] | None = None) -> tuple[int, int]:
         """One bounded step of background work into ``wb``: the backfill while it runs, else
-        reclaiming expired entities. Returns (entities deleted, their bytes)."""
+        reclaiming expired entities (each deleted key and its value to ``gone``). Returns (entities
+        deleted, their bytes)."""
         if not self.ttl:
             return 0, 0
         if self.cursor is not None:
             self.cursor = backfill_step(db, wb, self.cursor, self.since, max_keys * 5)
             wb.put(MARK_KEY, pack_mark(self.cursor, self.since))
             return 0, 0
-        _, deleted, nbytes = reclaim_step(db, wb, oldest_live(self.ttl, now), max_keys)
+        _, deleted, nbytes = reclaim_step(db, wb, oldest_live(self.ttl, now), max_keys, gone)
         self.reclaimed += deleted
         self.reclaimed_bytes += nbytes
         return deleted, nbytes

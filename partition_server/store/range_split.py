@@ -19,7 +19,8 @@ import rocksdict
 
 from partition_server.store.counts import Counts, half_counts, left_share, pack_counts, read_counts
 from partition_server.store.expiry import MARK_KEY, merged_mark
-from partition_server.store.keys import DROP_KEY, META_COUNT, META_TS
+from partition_server.store.feed import merged_state
+from partition_server.store.keys import DROP_KEY, META_COUNT, META_FEED, META_TS
 from partition_server.store.request_records import REQT_END, REQT_PREFIX, Window, pack_meta, unpack_meta
 from rangetable.kernel.checkpoint import create_checkpoint
 from rangetable.kernel.storage import open_range_db
@@ -113,7 +114,8 @@ def _request_window(db: rocksdict.Rdict) -> Window:
 
 
 def merge_stores(left_path: str, right_path: str, out_path: str) -> None:
-    """Write ``out_path`` = left ∪ right (entities and request records; last Timestamp = max)."""
+    """Write ``out_path`` = left ∪ right (entities, request records and change-feed records; last Timestamp =
+    max; the feed's state: :func:`~partition_server.store.feed.merged_state`)."""
     if not os.path.isdir(left_path) or not os.path.isdir(right_path):
         raise FileNotFoundError(f"merge inputs missing: {left_path}, {right_path}")
     if len({os.path.realpath(p) for p in (left_path, right_path, out_path)}) != 3:
@@ -124,6 +126,7 @@ def merge_stores(left_path: str, right_path: str, out_path: str) -> None:
         left_counts = read_counts(ldb)[0]
         left_ts = unpack_meta(ldb.get(META_TS))[0]
         left_mark = ldb.get(MARK_KEY)
+        left_feed = ldb.get(META_FEED)
         create_checkpoint(ldb, out_path)
     finally:
         ldb.close()
@@ -134,6 +137,7 @@ def merge_stores(left_path: str, right_path: str, out_path: str) -> None:
             right_ts = unpack_meta(rdb.get(META_TS))[0]
             counts = left_counts.plus(*read_counts(rdb)[0])
             mark = merged_mark(left_mark, rdb.get(MARK_KEY))
+            feed = merged_state(left_feed, rdb.get(META_FEED), left_ts, right_ts)
             wo = rocksdict.WriteOptions()
             # flushed below; a crash before that is repaired by re-running.  rocksdict's stub has a
             # disable_wal method; at run time it is a settable property
@@ -145,7 +149,7 @@ def merge_stores(left_path: str, right_path: str, out_path: str) -> None:
             it = cast("Iterator[tuple[bytes, bytes]]", rdb.items())
             try:
                 for k, v in it:
-                    if k == META_TS or k == MARK_KEY or k == META_COUNT:
+                    if k == META_TS or k == MARK_KEY or k == META_COUNT or k == META_FEED:
                         continue
                     wb.put(k, v)
                     size += len(k) + len(v)
@@ -161,6 +165,7 @@ def merge_stores(left_path: str, right_path: str, out_path: str) -> None:
             rdb.close()
         odb.put(META_TS, pack_meta(max(left_ts, right_ts), _request_window(odb)), wo)
         odb.put(META_COUNT, pack_counts(counts), wo)
+        odb.put(META_FEED, feed, wo)
         if mark is not None:
             odb.put(MARK_KEY, mark, wo)
         odb.flush(True)

@@ -53,6 +53,8 @@ from partition_server.store.counts import (
     unpack_counts,
 )
 from partition_server.store.expiry import Expiry
+from partition_server.store.feed import EXPIRE, Change, Feed, FeedPage, check_position, record_kind
+from partition_server.store.feed import read as read_feed
 from partition_server.store.keys import DROP_KEY, META_COUNT, META_REPL, META_TS
 from partition_server.store.range_ops import check_batch_shape, prepare_op
 from partition_server.store.range_scan import scan_span, span_may_hold
@@ -146,6 +148,7 @@ class RangeStore:
         if counted:
             db.put(META_COUNT, pack_counts(self._counts), self._wo)
         self.expiry = Expiry(db)  # the table's TTL and its expiry index
+        self.feed = Feed(db, self._last_ts)  # the change feed's settings and state (feed.py)
 
     @classmethod
     def open(cls, path: str | os.PathLike[str], *, create: bool = True, **limits: Any) -> RangeStore:
@@ -351,6 +354,17 @@ class RangeStore:
             seen.update(zip(missing, [None] * len(missing) if empty else self._db.get(missing), strict=True))
         return delta(ops, seen.__getitem__)
 
+    @staticmethod
+    def _batch_changes(ops: Sequence[Mapping[str, Any]], written: Ops, seen: dict[bytes, bytes | None]) -> list[Change]:
+        """The feed's view of a transaction: each op wrote (or deleted) one entity, in order, before any meta
+        key of the batch; ``seen`` holds every entity's stored value before it (:meth:`_batch_change`)."""
+        out = []
+        for op, (key, value) in zip(ops, written, strict=False):  # the entity writes come first, one per op
+            before = seen.get(key)
+            after = value if type(value) is bytes else None
+            out.append(Change(key, record_kind(op["op"], before is not None, after is None), after, before))
+        return out
+
     def _commit(self, wb: Any, ts: int, rid: bytes | None, kind: bytes,
                 answer: bytes, stale: tuple[bytes, int] | None, change: tuple[int, int]) -> None:
         """Add meta (the counts changed by ``change``, entities and bytes; the record of request ``rid``:
@@ -401,6 +415,7 @@ class RangeStore:
             wb = self._tee.new_batch()
             old = seen[key] if key in seen else self._db.get(key)  # a blind upsert reads it for the counts only
             change = (-1, -len(key) - len(old)) if old is not None else (0, 0)
+            value: bytes | None = None
             if props is None:
                 wb.delete(key)
                 packed = fast_path.NIL
@@ -410,6 +425,11 @@ class RangeStore:
                 self.expiry.note_write(wb, ts, [key])
                 packed = fast_path.entity_bytes(key, value) if wire or rid is not None else b""
                 change = (change[0] + 1, change[1] + len(key) + len(value))
+            feed = self.feed
+            if feed.want or feed.stored_on:
+                before = seen[key] if key in seen else old
+                feed.note(wb, ts, [Change(key, record_kind(op["op"], before is not None, value is None), value, before)],
+                          self._last_ts)
             self._commit(wb, ts, rid, WRITE, packed, stale, change)
         if wire:
             return packed
@@ -471,7 +491,11 @@ class RangeStore:
                     record = fast_path.array_header(len(items)) + b"".join(items)
                 else:
                     record = protocol.pack(ts)
-                self._commit(wb, ts, rid, BATCH, record, stale, self._batch_change(wb.ops, seen, held == [False]))
+                change = self._batch_change(wb.ops, seen, held == [False])
+                feed = self.feed
+                if feed.want or feed.stored_on:
+                    feed.note(wb, ts, self._batch_changes(ops, wb.ops, seen), self._last_ts)
+                self._commit(wb, ts, rid, BATCH, record, stale, change)
         if answer == "wire":
             return items
         if answer == "timestamp":
@@ -498,14 +522,68 @@ class RangeStore:
             if self._db is _CLOSED:
                 return 0, 0
             wb = self._tee.new_batch()
-            done = self.expiry.step(self._db, wb, self.clock(), max_keys)
+            gone: list[tuple[bytes, bytes]] = []
+            done = self.expiry.step(self._db, wb, self.clock(), max_keys, gone)
             counts = self._counts.plus(-done[0], -done[1])  # the entities it deleted and their bytes
             if counts != self._counts:
                 wb.put(META_COUNT, pack_counts(counts))
+            feed = self.feed
+            ts = self._last_ts
+            if gone and (feed.want or feed.stored_on):  # the expiries are changes: a Timestamp of their own
+                ts = self._next_ts()
+                feed.note(wb, ts, [Change(k, EXPIRE, None, v) for k, v in gone], self._last_ts)
+                wb.put(META_TS, pack_meta(ts, self._window))
             if len(wb):
                 self._tee.write(self._db, wb, self._wo)
             self._counts = counts
+            self._last_ts = ts
             return done
+
+    # --- the change feed (see feed.py) ---------------------------------------------------------
+
+    def set_feed(self, on: bool, before_images: bool = False, retention_s: int | None = None) -> None:
+        """Take the table's change-feed settings: records are written from the next write on while ``on``
+        (the switch itself is recorded by that write, :meth:`Feed.note`)."""
+        with self._lock:
+            self.feed.configure(on, before_images, retention_s)
+
+    def close_timestamp(self) -> int:
+        """Move the range's resolved Timestamp to now: a batch that only advances the last Timestamp
+        (replicated like any, so a new primary starts above it). Returns it."""
+        with self._lock:
+            ts = self._next_ts()
+            wb = self._tee.new_batch()
+            self.feed.note(wb, ts, [], self._last_ts)
+            wb.put(META_TS, pack_meta(ts, self._window))
+            self._tee.write(self._db, wb, self._wo)
+            self._last_ts = ts
+            return ts
+
+    def read_changes(self, after: tuple[int, bytes | None] | None, lo: bytes, hi: bytes | None, limit: int,
+                     close_after_ticks: int | None = None, upto: int | None = None) -> FeedPage:
+        """The feed's records of entity keys in ``[lo, hi)`` after position ``after`` (None: from the oldest
+        kept), up to the range's last Timestamp (or ``upto`` when lower), at most about ``limit``: a
+        :class:`~partition_server.store.feed.FeedPage`. With ``close_after_ticks``, a range whose last Timestamp
+        is older than that first closes it (:meth:`close_timestamp`), so an idle range's resolved Timestamp
+        keeps up with the clock. FeedDisabled while the feed is off; FeedTrimmed below the floor."""
+        feed = self.feed
+        check_position(feed.want, feed.read_floor(self._last_ts), after)
+        if close_after_ticks is not None and self.clock() - self._last_ts > close_after_ticks:
+            self.close_timestamp()
+        last = self._last_ts  # every record at or below it is written (it moves after the write)
+        return read_feed(self._db, after, feed.read_floor(last), last if upto is None else min(upto, last), lo, hi,
+                         limit)
+
+    def trim_feed(self) -> int:
+        """Delete the feed's records older than its retention (a replicated batch); returns the floor."""
+        with self._lock:
+            if self._db is _CLOSED:
+                return self.feed.floor
+            wb = self._tee.new_batch()
+            floor = self.feed.trim_step(wb, self.clock())
+            if len(wb):
+                self._tee.write(self._db, wb, self._wo)
+            return floor
 
     def memory(self) -> dict[str, int]:
         """RocksDB memory this store holds outside the shared block cache, from its properties (cheap):
@@ -614,6 +692,7 @@ class RangeStore:
         with self._lock:
             self._last_ts, self._window = unpack_meta(self._db.get(META_TS))
             self._counts, _ = read_counts(self._db)
+            self.feed.reload(self._db, self._last_ts)
 
     def drop_span(self, lo: bytes, hi: bytes) -> None:
         """Delete the entity keys ``[lo, hi)`` (one range tombstone, atomically with a note of the

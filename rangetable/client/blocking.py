@@ -18,10 +18,12 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable, Mapping
+from datetime import datetime
 from typing import TYPE_CHECKING, Any, Generic, Self, TypeVar
 
 from rangetable.client import calls
 from rangetable.client.calls import Call, PagedCall
+from rangetable.client.changes import ChangeFeed, ChangePaged
 from rangetable.client.models import TableItem, UpdateMode
 from rangetable.client.paging import ItemPaged
 from rangetable.client.retry import RetryPolicy, call_with_retry, default_policy
@@ -187,11 +189,15 @@ class TableClient(_Client):
         return self._run(calls.create_table(self.table_name, ttl=ttl))
 
     def set_table_settings(self, *, ttl: str | int | None = None, reads: int | None = None,
-                           writes: int | None = None) -> dict[str, Any]:
-        """Change this table's TTL (``"none"`` or 0 removes it) and reserved throughput (entities/s,
-        0 removes it); what is not given stays. Returns the settings now in force. A TTL change
-        holds for reads when this returns."""
-        return self._run(calls.set_table_settings(self.table_name, ttl=ttl, reads=reads, writes=writes))
+                           writes: int | None = None, feed: str | bool | None = None,
+                           feed_retention: str | int | None = None,
+                           feed_before_images: str | bool | None = None) -> dict[str, Any]:
+        """Change this table's TTL (``"none"`` or 0 removes it), reserved throughput (entities/s,
+        0 removes it) and change feed (``feed`` on/off, its retention written like a TTL, before-images
+        on/off); what is not given stays. Returns the settings now in force. A change holds for reads
+        and writes when this returns."""
+        return self._run(calls.set_table_settings(self.table_name, ttl=ttl, reads=reads, writes=writes, feed=feed,
+                                                  feed_retention=feed_retention, feed_before_images=feed_before_images))
 
     def get_table_settings(self) -> dict[str, Any]:
         """This table's settings and capacity usage: ``{"table", "ttl", "ttl_s", "reads", "writes",
@@ -308,6 +314,19 @@ class TableClient(_Client):
         """Every entity of the table, in key order, page by page."""
         return self._paged(calls.query_entities(self.table_name, None, select=select,
                                                 results_per_page=results_per_page))
+
+    # --- the change feed ------------------------------------------------------------------------
+
+    def read_changes(self, *, start: str | datetime = "beginning", cursor: str | None = None, follow: bool = False,
+                     results_per_page: int = 1000, poll_interval: float = 0.05) -> ChangePaged:
+        """The table's changes in order (see :mod:`rangetable.client.changes`): from ``cursor`` (a record's or
+        page's), else from ``start`` (``"beginning"``: the oldest change kept; ``"now"``; or a datetime).
+        Without ``follow`` the reading stops at the live edge. ``by_page()`` gives pages with a ``cursor``
+        and, at the live edge, the ``resolved`` time. A cursor behind the feed's retention raises
+        ``FeedTrimmed``; a table whose feed is off, ``FeedDisabled``."""
+        feed = ChangeFeed(self.table_name, start=start, cursor=cursor, follow=follow,
+                          results_per_page=results_per_page, poll_interval=poll_interval)
+        return ChangePaged(feed, self._call)
 
     # --- transactions ---------------------------------------------------------------------------
 

@@ -25,7 +25,7 @@ from rangetable.client.paging import parameter_filter_substitution, select_list
 from rangetable.client.wire import batch_op, entity_token, write_metadata, write_op
 from rangetable.edm import Entity
 from rangetable.errors import TableError
-from rangetable.table_settings import parse_ttl
+from rangetable.table_settings import parse_retention, parse_switch, parse_ttl
 from rangetable.values import TableEntity, typed_to_entity
 
 if TYPE_CHECKING:
@@ -112,12 +112,20 @@ def create_table(table: str, *, exists_ok: bool = False, ttl: str | int | None =
 
 
 def set_table_settings(table: str, *, ttl: str | int | None = None, reads: int | None = None,
-                       writes: int | None = None) -> Call[dict[str, Any]]:
-    """Change ``table``'s TTL (``"none"`` or 0 removes it) and reserved throughput (entities/s, 0
-    removes it); what is not given stays. Answers the settings now in force."""
+                       writes: int | None = None, feed: str | bool | None = None,
+                       feed_retention: str | int | None = None,
+                       feed_before_images: str | bool | None = None) -> Call[dict[str, Any]]:
+    """Change ``table``'s TTL (``"none"`` or 0 removes it), reserved throughput (entities/s, 0
+    removes it) and change feed; what is not given stays. Answers the settings now in force."""
     changes: dict[str, Any] = {}
     if ttl is not None:
         changes["ttl_s"] = parse_ttl(ttl)
+    if feed is not None:
+        changes["feed_off"] = int(not parse_switch(feed, "feed"))
+    if feed_retention is not None:
+        changes["feed_retention_s"] = parse_retention(feed_retention)
+    if feed_before_images is not None:
+        changes["feed_before"] = int(parse_switch(feed_before_images, "feed_before_images"))
     if reads is not None:
         changes["reads"] = reads
     if writes is not None:

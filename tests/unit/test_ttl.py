@@ -80,7 +80,15 @@ def test_check_settings():
     assert check_settings({"ttl_s": "1h"}) == {"ttl_s": 3600}
     assert check_settings({"writes": 500}, {"ttl_s": 3600}) == {"ttl_s": 3600, "writes": 500}
     assert check_settings({"ttl_s": "none"}, {"ttl_s": 3600, "writes": 5}) == {"writes": 5}
-    assert describe({"ttl_s": 86400, "reads": 7}) == {"ttl": "1d", "reads": 7, "writes": 0}
+    assert describe({"ttl_s": 86400, "reads": 7}) == {"ttl": "1d", "reads": 7, "writes": 0, "feed": "on",
+                                                     "feed_retention": "1d", "feed_before_images": False}
+    assert check_settings({"feed_off": "off", "feed_retention_s": "7d", "feed_before": True}) == {
+        "feed_retention_s": 7 * 86400, "feed_before": 1}
+    assert describe(check_settings({"feed_off": 1, "feed_retention_s": 90})) == {
+        "ttl": "none", "reads": 0, "writes": 0, "feed": "off", "feed_retention": "90s", "feed_before_images": False}
+    for bad in ({"feed_retention_s": "5s"}, {"feed_off": "maybe"}, {"feed_before": 2}):
+        with pytest.raises(TableError):
+            check_settings(bad)
     for bad in ({"colour": 1}, {"reads": -1}, {"writes": 1.5}, {"reads": True}, [1]):
         with pytest.raises(TableError):
             check_settings(bad)

@@ -14,12 +14,14 @@ from __future__ import annotations
 import asyncio
 import os
 from collections.abc import Iterable, Mapping
+from datetime import datetime
 from typing import TYPE_CHECKING, Any, Self, TypeVar
 
 from rangetable.client import calls
-from rangetable.client.aio.paging import AsyncItemPaged
+from rangetable.client.aio.paging import AsyncChangePaged, AsyncItemPaged
 from rangetable.client.aio.transport import AsyncTransport, call_with_retry
 from rangetable.client.blocking import ClientBase
+from rangetable.client.changes import ChangeFeed
 from rangetable.client.models import TableItem, UpdateMode
 from rangetable.client.retry import RetryPolicy
 from rangetable.client.transport import cluster_endpoint
@@ -138,9 +140,14 @@ class TableClient(_AsyncClient):
         return await self._run(calls.create_table(self.table_name, ttl=ttl))
 
     async def set_table_settings(self, *, ttl: str | int | None = None, reads: int | None = None,
-                                 writes: int | None = None) -> dict[str, Any]:
-        """Change this table's TTL and reserved throughput (see the blocking client); the settings now in force."""
-        return await self._run(calls.set_table_settings(self.table_name, ttl=ttl, reads=reads, writes=writes))
+                                 writes: int | None = None, feed: str | bool | None = None,
+                                 feed_retention: str | int | None = None,
+                                 feed_before_images: str | bool | None = None) -> dict[str, Any]:
+        """Change this table's TTL, reserved throughput and change feed (see the blocking client); the
+        settings now in force."""
+        return await self._run(calls.set_table_settings(self.table_name, ttl=ttl, reads=reads, writes=writes,
+                                                        feed=feed, feed_retention=feed_retention,
+                                                        feed_before_images=feed_before_images))
 
     async def get_table_settings(self) -> dict[str, Any]:
         """This table's settings and capacity usage."""
@@ -211,6 +218,14 @@ class TableClient(_AsyncClient):
         """Every entity of the table, in key order, page by page."""
         return self._paged(calls.query_entities(self.table_name, None, select=select,
                                                 results_per_page=results_per_page))
+
+    def read_changes(self, *, start: str | datetime = "beginning", cursor: str | None = None, follow: bool = False,
+                     results_per_page: int = 1000, poll_interval: float = 0.05) -> AsyncChangePaged:
+        """The table's changes in order, as the blocking client's ``read_changes``: ``async for`` the records,
+        or ``by_page()`` for pages with a ``cursor`` and, at the live edge, the ``resolved`` time."""
+        feed = ChangeFeed(self.table_name, start=start, cursor=cursor, follow=follow,
+                          results_per_page=results_per_page, poll_interval=poll_interval)
+        return AsyncChangePaged(feed, self._call)
 
     async def submit_transaction(self, operations: Iterable[Any]) -> list[dict[str, Any]]:
         """Apply up to 100 SDK-style operation tuples on one partition atomically; one metadata dict

@@ -9,10 +9,13 @@ the token of the next page (None after the last one). The paging state is the bl
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, Generic, TypeVar
 
+from rangetable.client.changes import ChangeFeed, ChangePage, ChangeRecord
 from rangetable.client.paging import Page, Pages
+from rangetable.messages import NativeRequest
 
 T = TypeVar("T")
 
@@ -74,3 +77,30 @@ class AsyncItemPaged(Generic[T]):
 
     def __repr__(self) -> str:
         return f"<async iterator object rangetable.client.aio.paging.AsyncItemPaged at {hex(id(self))}>"
+
+
+class AsyncChangePaged:
+    """The records of a table's feed, fetched page by page as they are iterated: the asyncio twin of
+    :class:`rangetable.client.changes.ChangePaged`."""
+
+    def __init__(self, feed: ChangeFeed, call: Callable[[NativeRequest], Awaitable[Any]]) -> None:
+        self._feed = feed
+        self._call = call
+
+    async def by_page(self, continuation_token: str | None = None) -> AsyncIterator[ChangePage]:
+        """The pages from cursor ``continuation_token`` (None: from where the reading starts)."""
+        token = continuation_token
+        while True:
+            page = self._feed.read(await self._call(self._feed.body(token)))
+            yield page
+            if self._feed.last(page):
+                return
+            token = page.cursor
+            wait = self._feed.pause(page)
+            if wait:
+                await asyncio.sleep(wait)
+
+    async def __aiter__(self) -> AsyncIterator[ChangeRecord]:
+        async for page in self.by_page():
+            for record in page.records:
+                yield record

@@ -1,0 +1,81 @@
+"""A table's change feed as a frontend reads it: one walk over the table's ranges in key order per page.
+
+Each step reads one range's feed for the span ``[pos, range end)`` (``partition_server/store/feed.py``):
+its records after the reader's position, up to the lowest *frontier* seen so far in this walk (``upto``),
+and the range's own frontier — its resolved Timestamp, or the last Timestamp of a full page. Once every
+span is read, every record at or below the lowest frontier ``F`` is known, in every range, so the page is
+those records in position order and the cursor is ``(F, after every key)``. When no range had more, ``F``
+is the table's resolved Timestamp: no change at or below it will ever appear.
+
+Nothing of this depends on which ranges hold the table: the walk goes by key, so a split, merge, move or
+failover between two steps (or between two pages) changes only which server answers a span, and a retried
+step reads its span again. A position is ``(Timestamp, entity key)`` (:mod:`rangetable.feed_cursor`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from frontend.routing import MapCache, Route
+from rangetable import feed_cursor
+from rangetable.feed_cursor import Position
+from rangetable.keys import range_bounds
+
+BEGINNING, NOW = "beginning", "now"
+
+
+@dataclass
+class ChangesWalk:
+    """One page of a table's feed being gathered, range by range (see the module docstring)."""
+
+    after: Position | None  # the reader's position; None: from the oldest change every range keeps
+    limit: int  # records asked of each range (0: only the resolved Timestamp, for a start "now")
+    pos: bytes = b""
+    done: bool = False
+    upto: int | None = None  # the lowest frontier so far
+    floor: int = 0  # the highest floor seen (where a read from the beginning starts)
+    more: bool = False  # some range had more records than it answered
+    records: list = field(default_factory=list)
+
+    def next_segment(self, cache: MapCache, table: str) -> tuple[Route, bytes, bytes | None] | None:
+        """The next range and the span ``[lo, hi)`` of it to read, or None once every span is read."""
+        if self.done:
+            return None
+        route = cache.route_key(table, self.pos)
+        _, hi = range_bounds(route.range["low"], route.range["high"])
+        return route, self.pos, hi
+
+    def body(self, route: Route, lo: bytes, hi: bytes | None) -> dict[str, Any]:
+        """The partition server request of a step."""
+        return {"op": "changes", "range": route.range["id"], "epoch": route.range["epoch"], "lo": lo, "hi": hi,
+                "after": None if self.after is None else feed_cursor.to_wire(self.after), "upto": self.upto,
+                "limit": self.limit, "close": True}
+
+    def advance(self, answer: dict, hi: bytes | None) -> None:
+        """Take a step's answer (a :class:`rangetable.messages.ChangesAnswer`) for the span ending at ``hi``."""
+        self.records.extend(answer["records"])
+        frontier = int(answer["frontier"])
+        self.upto = frontier if self.upto is None else min(self.upto, frontier)
+        self.floor = max(self.floor, int(answer.get("floor", 0)))
+        self.more = self.more or bool(answer["more"])
+        if hi is None:
+            self.done = True
+        else:
+            self.pos = hi
+
+    def page(self) -> dict[str, Any]:
+        """``{"records", "cursor", "resolved"}`` once :attr:`done`: the records at or below the lowest
+        frontier in position order, the position after them, and the table's resolved Timestamp (None when
+        some range had more)."""
+        assert self.done and self.upto is not None
+        lower: Position = self.after if self.after is not None else (self.floor, None)
+        top = self.upto
+        out = [r for r in self.records if r[0] <= top and feed_cursor.after((r[0], r[1]), lower)]
+        out.sort(key=_position)
+        cursor: Position = (top, None) if top >= lower[0] else lower
+        return {"records": out, "cursor": feed_cursor.to_wire(cursor), "resolved": None if self.more else top}
+
+
+def _position(record: list) -> tuple[int, bytes]:
+    return record[0], record[1]

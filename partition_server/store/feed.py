@@ -1,0 +1,221 @@
+"""A range's change feed: every entity change of its committed batches, kept on the replica's own disk.
+
+The feed rides in the range's replicated log (``../shared/DESIGN.md``, "The log as the one mechanism"):
+each write, transaction and TTL reclaim that changes entities puts, in the same RocksDB WriteBatch, one
+**feed record** per changed entity::
+
+    FEED_PREFIX + >Q Timestamp + entity key  ->  msgpack([kind, value | nil, before | nil])
+
+``kind`` is what happened to the entity (:data:`KINDS`: insert, replace, merge, delete, expire), ``value``
+the stored value after the change (``msgpack([ts, props])``, nil for a delete or an expiry) and ``before``
+the stored value before it, kept only when the table asks for before-images. Being ordinary keys of the
+batch, records reach the followers with it, survive restarts, failovers and re-replication as the data
+does, are copied into both halves of a split (each half reads only its own span) and united by a merge.
+
+**Positions.** A range hands out strictly increasing Timestamps, a split's halves and a merge's result
+continue above their parents', and a new primary holds every committed batch: so ``(Timestamp, entity
+key)`` orders a table's changes totally, per-key order included, whatever ranges served them. A cursor is
+such a position (:func:`after_key`); a transaction's records share one Timestamp and one PartitionKey.
+
+**Resolved Timestamp.** A range's last Timestamp ``R`` (:attr:`RangeStore.last_ts`) is a promise: no later
+batch carries a Timestamp at or below it. A read answers ``R`` with the records up to it, and the partition
+server sends that answer only once every batch it holds is committed (the read is held like any read of an
+uncommitted write), so the records are committed and the promise survives a failover. An idle range moves
+``R`` forward with a *close*: a batch that only advances its last Timestamp
+(:meth:`RangeStore.close_timestamp`).
+
+**Floor.** ``META_FEED`` holds ``[on, floor]``: whether the feed was on at the range's last write, and the
+Timestamp at or below which records may be missing — raised when the feed is switched on again (the writes
+while it was off are not in it) and by retention (:func:`trim`). A read from a position below the floor is
+refused with ``FeedTrimmed``, never answered with a silent gap.
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import Any, NamedTuple
+
+import msgpack
+import rocksdict
+
+from partition_server.store.keys import META_FEED
+from rangetable.errors import TableError
+from rangetable.keys import META_PREFIX
+
+FEED_PREFIX = META_PREFIX + b"f/"
+FEED_END = META_PREFIX + b"f0"  # the byte after "/": the end of the feed's span
+_TS = struct.Struct(">Q")
+
+INSERT, REPLACE, MERGE, DELETE, EXPIRE = "insert", "replace", "merge", "delete", "expire"
+KINDS = (INSERT, REPLACE, MERGE, DELETE, EXPIRE)
+DEFAULT_RETENTION_S = 24 * 3600
+MAX_READ_BYTES = 4 << 20  # a read answers about this many bytes of records at most
+
+
+def record_kind(op: str, existed: bool, deleted: bool) -> str:
+    """What a write operation ``op`` did to an entity, as the feed names it: an upsert of an absent
+    entity is an insert, of a present one a replace (``insert_or_replace``) or merge (``insert_or_merge``)."""
+    if deleted:
+        return DELETE
+    if op == "insert" or not existed:
+        return INSERT
+    if op in ("replace", "insert_or_replace"):
+        return REPLACE
+    return MERGE
+
+
+def record_key(ts: int, key: bytes) -> bytes:
+    """The feed key of the change of entity ``key`` at Timestamp ``ts``."""
+    return FEED_PREFIX + _TS.pack(ts) + key
+
+
+def split_record_key(fkey: bytes) -> tuple[int, bytes]:
+    """(Timestamp, entity key) of a feed key."""
+    n = len(FEED_PREFIX)
+    return _TS.unpack_from(fkey, n)[0], fkey[n + 8:]
+
+
+def after_key(ts: int, key: bytes | None) -> bytes:
+    """The first feed key after position ``(ts, key)``; ``key`` None means after every record of ``ts``."""
+    if key is None:
+        return FEED_PREFIX + _TS.pack(ts + 1)
+    return FEED_PREFIX + _TS.pack(ts) + key + b"\x00"
+
+
+def pack_state(on: bool, floor: int) -> bytes:
+    """``META_FEED``'s value."""
+    return msgpack.packb([on, floor])
+
+
+def unpack_state(value: bytes | None, last_ts: int) -> tuple[bool, int]:
+    """(on, floor) from ``META_FEED``. A store without it was never written with the feed on: a fresh
+    store (``last_ts`` 0) starts its feed from nothing missed, an older one from its last Timestamp."""
+    if value is None:
+        return False, last_ts
+    on, floor = msgpack.unpackb(value)
+    return bool(on), int(floor)
+
+
+def merged_state(left: bytes | None, right: bytes | None, left_ts: int, right_ts: int) -> bytes:
+    """``META_FEED`` of a merge of two stores: on if both were, the higher floor."""
+    lon, lfloor = unpack_state(left, left_ts)
+    ron, rfloor = unpack_state(right, right_ts)
+    return pack_state(lon and ron, max(lfloor, rfloor))
+
+
+class Change(NamedTuple):
+    """One entity's change in a batch, as the write path knows it."""
+
+    key: bytes
+    kind: str
+    value: bytes | None  # the stored value after it (None: deleted or expired)
+    before: bytes | None  # the stored value before it (None: absent)
+
+
+class Feed:
+    """A store's feed settings and persisted state; the store calls it under its write lock."""
+
+    def __init__(self, db: Any, last_ts: int) -> None:
+        self.want = False  # the table's setting: records are written while True
+        self.before_images = False
+        self.retention_ticks = DEFAULT_RETENTION_S * 10_000_000
+        self.reload(db, last_ts)
+
+    def reload(self, db: Any, last_ts: int) -> None:
+        """Read ``META_FEED`` again (a follower that applied its primary's batches becomes primary)."""
+        stored = db.get(META_FEED)
+        self.on, self.floor = unpack_state(stored, last_ts)
+        self.stored_on: bool | None = self.on if stored is not None else None  # what META_FEED says (None: absent)
+
+    def configure(self, on: bool, before_images: bool, retention_s: int | None) -> None:
+        """Take the table's feed settings (applied from the next write on)."""
+        self.want = on
+        self.before_images = before_images
+        self.retention_ticks = (DEFAULT_RETENTION_S if retention_s is None else retention_s) * 10_000_000
+
+    def read_floor(self, last_ts: int) -> int:
+        """The floor a read sees now: a feed switched on again since the last write misses what the writes
+        while it was off changed, up to the last Timestamp."""
+        return self.floor if self.stored_on is not False else max(self.floor, last_ts)
+
+    def note(self, wb: Any, ts: int, changes: list[Change], last_ts: int) -> None:
+        """Put the records of ``changes`` (all at Timestamp ``ts``) into ``wb``, and ``META_FEED`` when the
+        feed was switched on or off since the last write (``last_ts``: the store's last Timestamp before it)."""
+        if self.want != self.stored_on:
+            if self.want and self.stored_on is False:
+                self.floor = max(self.floor, last_ts)  # the writes while it was off are not in it
+            self.on = self.want
+            self.stored_on = self.want
+            wb.put(META_FEED, pack_state(self.on, self.floor))
+        if not self.want:
+            return
+        keep = self.before_images
+        for c in changes:
+            wb.put(record_key(ts, c.key), msgpack.packb([c.kind, c.value, c.before if keep else None]))
+
+    def trim_step(self, wb: Any, now: int) -> int:
+        """Put into ``wb`` the deletion of every record older than the retention, and the raised floor;
+        returns the new floor (the current one when there is nothing to trim)."""
+        cutoff = now - self.retention_ticks
+        if cutoff <= self.floor:
+            return self.floor
+        wb.delete_range(FEED_PREFIX, FEED_PREFIX + _TS.pack(cutoff + 1))
+        self.floor = cutoff
+        wb.put(META_FEED, pack_state(self.on, self.floor))
+        return cutoff
+
+
+class FeedPage(NamedTuple):
+    """A range's answer to a feed read: records ``[ts, key, kind, value, before]`` in position order, the
+    Timestamp every record at or below which it holds (``frontier``: the resolved Timestamp, or the last
+    record's when the page is full), whether more follow up to the resolved Timestamp, and the floor."""
+
+    records: list[list]
+    frontier: int
+    more: bool
+    floor: int = 0
+
+
+def check_position(on: bool, floor: int, after: tuple[int, bytes | None] | None) -> None:
+    """Refuse a read of a feed that is off (``FeedDisabled``), or from a position at or below the floor
+    (``FeedTrimmed``, with the gap). ``after`` None reads from the oldest record kept."""
+    if not on:
+        raise TableError("FeedDisabled", "The table's change feed is off: `rangetable table set TABLE --feed on`.")
+    if after is not None and after[0] < floor:
+        raise TableError("FeedTrimmed", f"The change feed no longer holds changes after Timestamp {after[0]} "
+                                        f"up to {floor} (retention or a time the feed was off): changes in that "
+                                        f"gap may be missing. Read from the beginning again.")
+
+
+def read(db: Any, after: tuple[int, bytes | None] | None, floor: int, upto: int, lo: bytes, hi: bytes | None,
+         limit: int) -> FeedPage:
+    """The records after ``after`` (None: from the oldest kept, above ``floor``) with Timestamps at or below
+    ``upto``, of entity keys in ``[lo, hi)``, at most about ``limit`` (a Timestamp's records are never split
+    between pages; ``limit`` 0 answers no record and frontier ``upto``)."""
+    if limit <= 0:
+        return FeedPage([], upto, False, floor)
+    start = after_key(*after) if after is not None else after_key(floor, None)
+    ro = rocksdict.ReadOptions()
+    ro.set_iterate_upper_bound(FEED_PREFIX + _TS.pack(upto + 1))
+    out: list[list] = []
+    size = 0
+    n = len(FEED_PREFIX)
+    unpack_ts = _TS.unpack_from
+    last_ts = -1
+    it = db.items(from_key=start, read_opt=ro)
+    try:
+        for fk, v in it:
+            ts = unpack_ts(fk, n)[0]
+            if ts != last_ts:
+                if len(out) >= limit or size >= MAX_READ_BYTES:
+                    return FeedPage(out, last_ts, True, floor)
+                last_ts = ts
+            key = fk[n + 8:]
+            if key < lo or (hi is not None and key >= hi):
+                continue
+            kind, value, before = msgpack.unpackb(v)
+            out.append([ts, key, kind, value, before])
+            size += len(fk) + len(v)
+    finally:
+        it = None  # a live iterator would keep the DB LOCK after close()
+    return FeedPage(out, upto, False, floor)

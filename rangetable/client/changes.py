@@ -1,0 +1,169 @@
+"""A table's change feed in the native client: :meth:`TableClient.read_changes
+<rangetable.client.blocking.TableClient.read_changes>` (and its asyncio twin).
+
+Iterating a :class:`ChangePaged` yields :class:`ChangeRecord` s in position order; ``by_page(cursor)``
+yields :class:`ChangePage` s, each with the ``cursor`` after it and, at the live edge, the table's
+``resolved`` time (no change at or before it will ever appear). A cursor is an opaque string
+(:mod:`rangetable.feed_cursor`) that resumes exactly after what was read, whatever the cluster did
+meanwhile. Without ``follow`` the reading stops at the live edge; with it, it goes on, waiting
+``poll_interval`` between pages that bring nothing new.
+
+:class:`ChangeFeed` holds what both clients share: the request of each page and the reading of its answer.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import msgpack
+
+from rangetable import feed_cursor
+from rangetable.edm import Entity, datetime_to_ticks, etag_from_ticks, ticks_to_datetime
+from rangetable.errors import TableError
+from rangetable.keys import decode_key
+from rangetable.messages import ChangesPage, ChangesPageRequest, NativeRequest
+from rangetable.values import TableEntity, typed_to_entity
+
+START_WORDS = ("beginning", "now")
+
+
+@dataclass(frozen=True, slots=True)
+class ChangeRecord:
+    """One entity's change: ``kind`` is insert, replace, merge, delete or expire; ``entity`` the entity after
+    it (None for a delete or an expiry), ``before`` the entity before it when the table keeps before-images;
+    ``timestamp`` and ``etag`` those of the change; ``cursor`` resumes right after it. The records of one
+    entity group transaction share ``timestamp`` and PartitionKey."""
+
+    partition_key: str
+    row_key: str
+    kind: str
+    entity: TableEntity | None
+    before: TableEntity | None
+    timestamp: datetime
+    etag: str
+    cursor: str
+
+    def to_json(self) -> dict[str, Any]:
+        """The record as JSON-ready values (entities' properties as the SDK returns them)."""
+        return {"PartitionKey": self.partition_key, "RowKey": self.row_key, "kind": self.kind,
+                "Timestamp": self.timestamp.isoformat(), "etag": self.etag,
+                "entity": None if self.entity is None else _plain(self.entity),
+                "before": None if self.before is None else _plain(self.before), "cursor": self.cursor}
+
+
+def _plain(entity: TableEntity) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in entity.items():
+        out[k] = v.isoformat() if isinstance(v, datetime) else v if isinstance(v, str | int | float | bool) or v is None \
+            else str(v)
+    return out
+
+
+class ChangePage:
+    """One page of the feed: its records, the ``cursor`` after them and the table's ``resolved`` time (None
+    unless the page reached the live edge)."""
+
+    def __init__(self, records: list[ChangeRecord], cursor: str, resolved: datetime | None) -> None:
+        self.records = records
+        self.cursor = cursor
+        self.continuation_token = cursor  # azure-core's name for where the next page starts
+        self.resolved = resolved
+
+    def __iter__(self) -> Iterator[ChangeRecord]:
+        return iter(self.records)
+
+    def __len__(self) -> int:
+        return len(self.records)
+
+    def __repr__(self) -> str:
+        return f"<ChangePage of {len(self.records)} records, resolved={self.resolved}, cursor={self.cursor!r}>"
+
+
+class ChangeFeed:
+    """Where a reading of a table's feed starts and how each page is asked for and read (no I/O)."""
+
+    def __init__(self, table: str, *, start: str | datetime = "beginning", cursor: str | None = None,
+                 follow: bool = False, results_per_page: int = 1000, poll_interval: float = 0.05) -> None:
+        if cursor is not None:
+            self.first: feed_cursor.Position | str = feed_cursor.decode(cursor)
+        elif isinstance(start, datetime):
+            self.first = (max(0, datetime_to_ticks(start) - 1), None)  # the changes at or after ``start``
+        elif start in START_WORDS:
+            self.first = start
+        else:
+            raise TableError("InvalidInput", "start must be 'beginning', 'now' or a datetime")
+        if not 1 <= results_per_page <= 10_000:
+            raise TableError("InvalidInput", "results_per_page must be between 1 and 10000")
+        self.table = table
+        self.follow = follow
+        self.top = results_per_page
+        self.poll_interval = poll_interval
+
+    def body(self, token: str | None) -> ChangesPageRequest:
+        """The request of the page after cursor ``token`` (None: the first page)."""
+        body: ChangesPageRequest = {"op": "changes", "table": self.table, "top": self.top}
+        first = self.first if token is None else feed_cursor.decode(token)
+        if isinstance(first, str):
+            body["start"] = first
+        else:
+            body["after"] = feed_cursor.to_wire(first)
+        return body
+
+    def read(self, answer: ChangesPage) -> ChangePage:
+        """The page of an answer."""
+        records = [_record(r) for r in answer["records"]]
+        cursor = feed_cursor.encode(feed_cursor.from_wire(answer["cursor"]))
+        resolved = answer.get("resolved")
+        return ChangePage(records, cursor, None if resolved is None else ticks_to_datetime(resolved))
+
+    def last(self, page: ChangePage) -> bool:
+        """True when no page follows ``page`` (not following, and the page reached the live edge)."""
+        return not self.follow and page.resolved is not None
+
+    def pause(self, page: ChangePage) -> float:
+        """Seconds to wait before asking for the page after ``page`` (following at the live edge)."""
+        return self.poll_interval if self.follow and page.resolved is not None and not page.records else 0.0
+
+
+def _record(r: Any) -> ChangeRecord:
+    ts, key, kind, value, before = r
+    pk, rk = decode_key(key)
+    return ChangeRecord(pk, rk, kind, _entity(pk, rk, value), _entity(pk, rk, before), ticks_to_datetime(ts),
+                        etag_from_ticks(ts), feed_cursor.encode((ts, key)))
+
+
+def _entity(pk: str, rk: str, value: bytes | None) -> TableEntity | None:
+    if value is None:
+        return None
+    ts, props = msgpack.unpackb(value, raw=False)
+    return typed_to_entity(Entity(pk, rk, ts, props))
+
+
+class ChangePaged:
+    """The records of a table's feed, fetched page by page as they are iterated (blocking)."""
+
+    def __init__(self, feed: ChangeFeed, call: Callable[[NativeRequest], Any]) -> None:
+        self._feed = feed
+        self._call = call
+        self._records: Iterator[ChangeRecord] | None = None
+
+    def by_page(self, continuation_token: str | None = None) -> Iterator[ChangePage]:
+        """The pages from cursor ``continuation_token`` (None: from where the reading starts)."""
+        token = continuation_token
+        while True:
+            page = self._feed.read(self._call(self._feed.body(token)))
+            yield page
+            if self._feed.last(page):
+                return
+            token = page.cursor
+            wait = self._feed.pause(page)
+            if wait:
+                time.sleep(wait)
+
+    def __iter__(self) -> Iterator[ChangeRecord]:
+        for page in self.by_page():
+            yield from page.records

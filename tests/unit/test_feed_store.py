@@ -1,0 +1,221 @@
+"""The change feed of one range store (partition_server/store/feed.py): records of every kind of change, in
+position order, transactions as one Timestamp, before-images, closes, the floor (off and on again,
+retention), splits, merges, TTL expiries and a follower's copy."""
+
+from __future__ import annotations
+
+import msgpack
+import pytest
+
+from partition_server.replication.protocol import Following
+from partition_server.store.feed import DELETE, EXPIRE, INSERT, MERGE, REPLACE, record_kind
+from partition_server.store.range_store import RangeStore
+from partition_server.store.replica_log import ReplicaLog, decode_ops, encode_ops
+from rangetable.errors import TableError
+from rangetable.keys import decode_key
+from tests.unit.range_store_helpers import P, ins, store_fixture  # noqa: F401  (a fixture)
+
+
+def changes(store: RangeStore, after=None, lo=b"", hi=None, limit=10_000):
+    """(pk, rk, kind, props after or None, props before or None, ts) of each record after ``after``."""
+    page = store.read_changes(after, lo, hi, limit)
+    out = []
+    for ts, key, kind, value, before in page.records:
+        pk, rk = decode_key(key)
+        out.append((pk, rk, kind, value and msgpack.unpackb(value)[1], before and msgpack.unpackb(before)[1], ts))
+    return out
+
+
+def test_record_kind_names_what_happened() -> None:
+    assert record_kind("insert", False, False) == INSERT
+    assert record_kind("insert_or_replace", False, False) == INSERT
+    assert record_kind("insert_or_merge", False, False) == INSERT
+    assert record_kind("insert_or_replace", True, False) == REPLACE
+    assert record_kind("replace", True, False) == REPLACE
+    assert record_kind("insert_or_merge", True, False) == MERGE
+    assert record_kind("merge", True, False) == MERGE
+    assert record_kind("delete", True, True) == DELETE
+
+
+def test_every_kind_in_order_with_its_entity(store: RangeStore) -> None:
+    store.set_feed(True)
+    store.write(ins("p", "a", v=1))
+    store.write({"op": "insert_or_replace", "pk": "p", "rk": "a", "props": P(v=2)})
+    store.write({"op": "insert_or_merge", "pk": "p", "rk": "a", "props": P(w=3)})
+    store.write({"op": "insert_or_merge", "pk": "p", "rk": "b", "props": P(w=4)})
+    store.write({"op": "delete", "pk": "p", "rk": "a"})
+    got = changes(store)
+    assert [(pk, rk, kind, after) for pk, rk, kind, after, _, _ in got] == [
+        ("p", "a", INSERT, P(v=1)), ("p", "a", REPLACE, P(v=2)), ("p", "a", MERGE, P(v=2, w=3)),
+        ("p", "b", INSERT, P(w=4)), ("p", "a", DELETE, None)]
+    stamps = [ts for *_, ts in got]
+    assert stamps == sorted(stamps) and len(set(stamps)) == 5
+    assert all(before is None for *_, before, _ in got)  # no before-images unless asked
+
+
+def test_a_transaction_is_one_timestamp_and_before_images_on_request(store: RangeStore) -> None:
+    store.set_feed(True, before_images=True)
+    store.write(ins("p", "a", v=1))
+    store.batch([{"op": "replace", "pk": "p", "rk": "a", "props": P(v=2)}, ins("p", "b", v=3),
+                 {"op": "insert_or_replace", "pk": "p", "rk": "c", "props": P(v=4)}])
+    got = changes(store)
+    assert [(rk, kind, after, before) for _, rk, kind, after, before, _ in got] == [
+        ("a", INSERT, P(v=1), None), ("a", REPLACE, P(v=2), P(v=1)), ("b", INSERT, P(v=3), None),
+        ("c", INSERT, P(v=4), None)]
+    assert len({ts for *_, ts in got[1:]}) == 1  # the transaction's records share its Timestamp
+
+
+def test_upsert_batches_of_the_fast_path_are_recorded(store: RangeStore) -> None:
+    store.set_feed(True)
+    ops = [{"op": "insert_or_replace", "pk": "p", "rk": f"{i:03}", "props": P(v=i)} for i in range(100)]
+    store.batch(ops, answer="timestamp")
+    store.batch(ops, answer="timestamp")
+    got = changes(store)
+    assert [kind for _, _, kind, *_ in got] == [INSERT] * 100 + [REPLACE] * 100
+
+
+def test_reads_resume_after_a_position_and_never_split_a_timestamp(store: RangeStore) -> None:
+    store.set_feed(True)
+    for i in range(5):
+        store.batch([ins(f"p{i}", "a", v=i), ins(f"p{i}", "b", v=i)])
+    page = store.read_changes(None, b"", None, 3)
+    assert len(page.records) == 4 and page.more  # the second transaction whole, though the limit is 3
+    assert page.frontier == page.records[-1][0]
+    rest = store.read_changes((page.frontier, None), b"", None, 100)
+    assert len(rest.records) == 6 and not rest.more and rest.frontier == store.last_ts
+    ts, key = page.records[0][0], page.records[0][1]
+    mid = store.read_changes((ts, key), b"", None, 100)  # resume inside a Timestamp: after that key
+    assert [r[1] for r in mid.records[:1]] == [page.records[1][1]]
+
+
+def test_a_close_moves_the_resolved_timestamp_of_an_idle_range(store: RangeStore) -> None:
+    store.set_feed(True)
+    store.write(ins("p", "a", v=1))
+    last = store.last_ts
+    assert store.read_changes(None, b"", None, 10).frontier == last
+    page = store.read_changes((last, None), b"", None, 10, close_after_ticks=0)
+    assert page.records == [] and page.frontier == store.last_ts > last
+    store.write(ins("p", "b", v=2))
+    assert changes(store, (page.frontier, None))[0][1] == "b"  # later writes stay above the close
+
+
+def test_off_then_on_again_raises_the_floor(store: RangeStore) -> None:
+    store.set_feed(True)
+    store.write(ins("p", "a", v=1))
+    seen = store.last_ts
+    store.set_feed(False)
+    with pytest.raises(TableError) as e:
+        store.read_changes(None, b"", None, 10)
+    assert e.value.error_code == "FeedDisabled"
+    store.write(ins("p", "b", v=2))  # not in the feed
+    store.set_feed(True)
+    with pytest.raises(TableError) as e:  # before the next write too
+        store.read_changes((seen, None), b"", None, 10)
+    assert e.value.error_code == "FeedTrimmed"
+    store.write(ins("p", "c", v=3))
+    with pytest.raises(TableError):
+        store.read_changes((seen, None), b"", None, 10)
+    assert [rk for _, rk, *_ in changes(store)] == ["c"]  # from the beginning: what the feed holds
+
+
+def test_retention_trims_and_a_reader_behind_it_is_told(tmp_path) -> None:
+    now = [10_000_000_000]
+    store = RangeStore.open(tmp_path / "r", clock=lambda: now[0])
+    try:
+        store.set_feed(True, retention_s=60)
+        store.write(ins("p", "a", v=1))
+        first = store.last_ts
+        now[0] += 30 * 10_000_000
+        store.write(ins("p", "b", v=2))
+        assert store.trim_feed() < first  # nothing is older than 60 s yet
+        now[0] += 45 * 10_000_000  # "a" is 75 s old, "b" 45 s
+        floor = store.trim_feed()
+        assert first <= floor < store.last_ts
+        assert [rk for _, rk, *_ in changes(store)] == ["b"]
+        with pytest.raises(TableError) as e:
+            store.read_changes((first - 1, None), b"", None, 10)
+        assert e.value.error_code == "FeedTrimmed" and str(first - 1) in e.value.message
+        store.close()
+        store = RangeStore.open(tmp_path / "r", clock=lambda: now[0])  # the floor survives a restart
+        store.set_feed(True, retention_s=60)
+        with pytest.raises(TableError):
+            store.read_changes((first - 1, None), b"", None, 10)
+    finally:
+        store.close()
+
+
+def test_split_halves_read_their_own_span_and_a_merge_unites_them(tmp_path, store: RangeStore) -> None:
+    store.set_feed(True)
+    for pk in ("a", "b", "m", "z"):
+        store.write(ins(pk, "r", v=1))
+    store.split("m", tmp_path / "L", tmp_path / "R")
+    left, right = RangeStore.open(tmp_path / "L"), RangeStore.open(tmp_path / "R")
+    try:
+        for half in (left, right):
+            half.set_feed(True)
+        assert [pk for pk, *_ in changes(left, hi=b"m")] == ["a", "b"]
+        assert [pk for pk, *_ in changes(right, lo=b"m")] == ["m", "z"]
+        left.write(ins("c", "r", v=2))
+        right.write(ins("n", "r", v=2))
+        assert left.last_ts > store.last_ts and right.last_ts > store.last_ts  # halves continue above the parent
+    finally:
+        left.close()
+        right.close()
+    RangeStore.merge(tmp_path / "L", tmp_path / "R", tmp_path / "M")
+    merged = RangeStore.open(tmp_path / "M")
+    try:
+        merged.set_feed(True)
+        got = changes(merged)
+        # both halves held a copy of the parent's records under the same keys: the merge holds each once
+        assert [pk for pk, *_ in got] == ["a", "b", "m", "z", "c", "n"]
+        merged.write(ins("d", "r", v=3))
+        assert merged.last_ts > max(ts for *_, ts in got)
+    finally:
+        merged.close()
+
+
+def test_ttl_expiries_are_records(tmp_path) -> None:
+    now = [10_000_000_000]
+    store = RangeStore.open(tmp_path / "r", clock=lambda: now[0])
+    try:
+        store.set_feed(True, before_images=True)
+        store.set_ttl(10 * 10_000_000)
+        store.write(ins("p", "a", v=1))
+        now[0] += 20 * 10_000_000
+        for _ in range(10):
+            store.expire_step()
+        got = changes(store)
+        assert [(rk, kind, after, before) for _, rk, kind, after, before, _ in got][-1] == ("a", EXPIRE, None, P(v=1))
+        assert got[-1][-1] > got[0][-1]
+    finally:
+        store.close()
+
+
+def test_a_follower_holds_the_same_records(tmp_path) -> None:
+    """The records are keys of the replicated batch: a follower that applies it has them, and reads them
+    when promoted."""
+    primary = RangeStore.open(tmp_path / "p")
+    follower = RangeStore.open(tmp_path / "f")
+    shipped: list = []
+
+    class Ship:
+        def stamp(self, wb) -> None:
+            pass
+
+        def shipped(self, ops) -> None:
+            shipped.append(ops)
+
+    try:
+        primary.set_feed(True)
+        primary.replicate(Ship())
+        primary.write(ins("p", "a", v=1))
+        primary.batch([ins("p", "b", v=2), ins("p", "c", v=3)])
+        f = Following("r", 1, follower, ReplicaLog(0), "a", "ea")
+        f.apply(1, [(i + 1, encode_ops(ops)) for i, ops in enumerate(shipped)])
+        assert all(decode_ops(encode_ops(ops)) == ops for ops in shipped)
+        follower.reload_meta()
+        follower.set_feed(True)
+        assert changes(follower) == changes(primary)
+    finally:
+        primary.close()
+        follower.close()
