@@ -13,7 +13,7 @@ from rangetable.client.wire import with_extension
 from rangetable.edm import etag_from_ticks
 from rangetable.errors import TableError
 from rangetable.rest_json import json_to_typed, typed_to_json
-from rangetable.table_settings import format_ttl, parse_ttl
+from rangetable.table_settings import format_ttl, parse_retention, parse_switch, parse_ttl
 
 if TYPE_CHECKING:
     from rangetable.messages import WriteKind, WriteOp
@@ -35,13 +35,19 @@ def table_group() -> None:
 TTL_HELP = "Time to live of the table's entities: <n>s, <n>m, <n>h or <n>d ('none' removes it)."
 
 
-def _settings(ttl: str | None, reads: int | None, writes: int | None) -> dict:
+def _settings(ttl: str | None, reads: int | None, writes: int | None, feed: str | None = None,
+              feed_retention: str | None = None, feed_before_images: str | None = None) -> dict:
     out: dict = {}
-    if ttl is not None:
-        try:
-            out["ttl_s"] = parse_ttl(ttl)
-        except TableError as exc:
-            raise click.BadParameter(exc.message, param_hint="--ttl") from None
+    checks = (("ttl_s", ttl, parse_ttl, "--ttl"), ("feed_retention_s", feed_retention, parse_retention, "--feed-retention"),
+              ("feed_off", feed, lambda v: int(not parse_switch(v, "--feed")), "--feed"),
+              ("feed_before", feed_before_images, lambda v: int(parse_switch(v, "--feed-before-images")),
+               "--feed-before-images"))
+    for name, value, parse, hint in checks:
+        if value is not None:
+            try:
+                out[name] = parse(value)
+            except TableError as exc:
+                raise click.BadParameter(exc.message, param_hint=hint) from None
     if reads is not None:
         out["reads"] = reads
     if writes is not None:
@@ -72,18 +78,24 @@ def table_create(name: str, ttl: str | None, data_dir: str, endpoint: str | None
 @click.option("--ttl", default=None, help=TTL_HELP)
 @click.option("--reads", type=click.IntRange(0), default=None, help="Reserved reads, entities/s (0: none).")
 @click.option("--writes", type=click.IntRange(0), default=None, help="Reserved writes, entities/s (0: none).")
+@click.option("--feed", default=None, help="The change feed on or off (on by default).")
+@click.option("--feed-retention", default=None, help="How long the change feed keeps changes: <n>m, <n>h or <n>d "
+                                                     "(default 1d).")
+@click.option("--feed-before-images", default=None, help="on: each change also carries the entity before it.")
 @data_dir_option
 @endpoint_option
 @json_option
-def table_set(name: str, ttl: str | None, reads: int | None, writes: int | None, data_dir: str,
+def table_set(name: str, ttl: str | None, reads: int | None, writes: int | None, feed: str | None,
+              feed_retention: str | None, feed_before_images: str | None, data_dir: str,
               endpoint: str | None, as_json: bool) -> None:
-    """Change a table's TTL and reserved throughput (what is not given stays)."""
-    settings = _settings(ttl, reads, writes)
+    """Change a table's TTL, reserved throughput and change feed (what is not given stays)."""
+    settings = _settings(ttl, reads, writes, feed, feed_retention, feed_before_images)
     if not settings:
-        raise click.UsageError("give --ttl, --reads or --writes")
+        raise click.UsageError("give --ttl, --reads, --writes, --feed, --feed-retention or --feed-before-images")
     res = call(native_endpoint(data_dir, endpoint), {"op": "set_table", "table": name, "settings": settings})
     emit(res, as_json, f"table {res['table']}: ttl {res['ttl']}, reads {res['reads'] or 'unreserved'}, "
-                       f"writes {res['writes'] or 'unreserved'}")
+                       f"writes {res['writes'] or 'unreserved'}, feed {res['feed']} (retention "
+                       f"{res['feed_retention']}, before-images {'on' if res['feed_before_images'] else 'off'})")
 
 
 @table_group.command("show")
@@ -95,7 +107,9 @@ def table_show(name: str, data_dir: str, endpoint: str | None, as_json: bool) ->
     """A table's TTL, reserved throughput and its use (entities/s: used and refused)."""
     res = call(native_endpoint(data_dir, endpoint), {"op": "get_table", "table": name})
     use = res.get("usage", {})
-    lines = [f"table {res['table']}", f"ttl       {res['ttl']}"]
+    lines = [f"table {res['table']}", f"ttl       {res['ttl']}",
+             f"feed      {res['feed']} (retention {res['feed_retention']}, before-images "
+             f"{'on' if res['feed_before_images'] else 'off'})"]
     for kind in ("reads", "writes"):
         lines.append(f"{kind:<9} reserved {res[kind] or '-'}  used {use.get(f'used_{kind}_s', 0):.0f}/s  "
                      f"refused {use.get(f'refused_{kind}_s', 0):.0f}/s")

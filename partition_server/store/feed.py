@@ -4,11 +4,13 @@ The feed rides in the range's replicated log (``../shared/DESIGN.md``, "The log 
 each write, transaction and TTL reclaim that changes entities puts, in the same RocksDB WriteBatch, one
 **feed record** per changed entity::
 
-    FEED_PREFIX + >Q Timestamp + entity key  ->  msgpack([kind, value | nil, before | nil])
+    FEED_PREFIX + >Q Timestamp + entity key  ->  kind (1 byte) + >I len(before) + before + value
 
-``kind`` is what happened to the entity (:data:`KINDS`: insert, replace, merge, delete, expire), ``value``
-the stored value after the change (``msgpack([ts, props])``, nil for a delete or an expiry) and ``before``
-the stored value before it, kept only when the table asks for before-images. Being ordinary keys of the
+``kind`` is what happened to the entity (the index in :data:`KINDS`: insert, replace, merge, delete,
+expire), ``value`` the stored value after the change (``msgpack([ts, props])``; empty for a delete or an
+expiry) and ``before`` the stored value before it, kept only when the table asks for before-images. The
+value comes last, so the replica log sends it once although the batch writes it twice
+(:func:`shared_tail`). Being ordinary keys of the
 batch, records reach the followers with it, survive restarts, failovers and re-replication as the data
 does, are copied into both halves of a split (each half reads only its own span) and united by a merge.
 
@@ -48,6 +50,7 @@ _TS = struct.Struct(">Q")
 
 INSERT, REPLACE, MERGE, DELETE, EXPIRE = "insert", "replace", "merge", "delete", "expire"
 KINDS = (INSERT, REPLACE, MERGE, DELETE, EXPIRE)
+_HEAD = struct.Struct(">BI")  # a record's kind and the length of its before-image
 DEFAULT_RETENTION_S = 24 * 3600
 MAX_READ_BYTES = 4 << 20  # a read answers about this many bytes of records at most
 
@@ -73,6 +76,26 @@ def split_record_key(fkey: bytes) -> tuple[int, bytes]:
     """(Timestamp, entity key) of a feed key."""
     n = len(FEED_PREFIX)
     return _TS.unpack_from(fkey, n)[0], fkey[n + 8:]
+
+
+def pack_record(kind: str, value: bytes | None, before: bytes | None) -> bytes:
+    """A feed record's stored value (see the module docstring)."""
+    b = before or b""
+    return _HEAD.pack(KINDS.index(kind), len(b)) + b + (value or b"")
+
+
+def unpack_record(data: bytes) -> tuple[str, bytes | None, bytes | None]:
+    """(kind, value or None, before or None) of :func:`pack_record`'s bytes."""
+    code, n = _HEAD.unpack_from(data)
+    start = _HEAD.size
+    return KINDS[code], data[start + n:] or None, data[start:start + n] or None
+
+
+def shared_tail(fkey: bytes, record: bytes, puts: dict[bytes, bytes]) -> int:
+    """How many bytes at the end of feed record ``record`` (at feed key ``fkey``) repeat the value its batch puts
+    at the record's entity key (``puts``: the batch's puts): 0 when none (a delete, a key not put)."""
+    value = puts.get(fkey[len(FEED_PREFIX) + 8:])
+    return len(value) if value is not None and record.endswith(value) else 0
 
 
 def after_key(ts: int, key: bytes | None) -> bytes:
@@ -151,7 +174,7 @@ class Feed:
             return
         keep = self.before_images
         for c in changes:
-            wb.put(record_key(ts, c.key), msgpack.packb([c.kind, c.value, c.before if keep else None]))
+            wb.put(record_key(ts, c.key), pack_record(c.kind, c.value, c.before if keep else None))
 
     def trim_step(self, wb: Any, now: int) -> int:
         """Put into ``wb`` the deletion of every record older than the retention, and the raised floor;
@@ -213,7 +236,7 @@ def read(db: Any, after: tuple[int, bytes | None] | None, floor: int, upto: int,
             key = fk[n + 8:]
             if key < lo or (hi is not None and key >= hi):
                 continue
-            kind, value, before = msgpack.unpackb(v)
+            kind, value, before = unpack_record(v)
             out.append([ts, key, kind, value, before])
             size += len(fk) + len(v)
     finally:

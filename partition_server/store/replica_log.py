@@ -18,11 +18,14 @@ import struct
 import threading
 import weakref
 from collections import deque
+from typing import Any
 
 import msgpack
 import rocksdict
 
+from partition_server.store.feed import FEED_PREFIX, shared_tail
 from partition_server.store.tee import Ops, RangeEnd
+from rangetable.keys import META_PREFIX
 
 _REPL = struct.Struct(">QQ")
 PIN_FACTOR = 4  # a pinned log may grow to this many times its byte bound before the pin is dropped  # META_REPL: (epoch, seq)
@@ -39,8 +42,22 @@ def unpack_position(value: bytes | None) -> tuple[int, int]:
 
 
 def encode_ops(ops: Ops) -> bytes:
-    """One batch's operations as bytes: ``[[key, value | nil | [end]], …]`` (``[end]``: a range delete)."""
-    return msgpack.packb([[k, [v.end] if isinstance(v, RangeEnd) else v] for k, v in ops], use_bin_type=True)
+    """One batch's operations as bytes: ``[[key, value | nil | [end] | [head, n]], …]`` (``[end]``: a range
+    delete; ``[head, n]``: a change-feed record whose last ``n`` bytes are the value the batch puts at its
+    entity key, sent once: :func:`partition_server.store.feed.shared_tail`)."""
+    puts: dict[bytes, bytes] | None = None
+    out: list[list[Any]] = []
+    for k, v in ops:
+        if isinstance(v, RangeEnd):
+            out.append([k, [v.end]])
+        elif v is not None and k.startswith(FEED_PREFIX):
+            if puts is None:
+                puts = {pk: pv for pk, pv in ops if isinstance(pv, bytes) and pk < META_PREFIX}
+            n = shared_tail(k, v, puts)
+            out.append([k, [v[:len(v) - n], n]] if n else [k, v])
+        else:
+            out.append([k, v])
+    return msgpack.packb(out, use_bin_type=True)
 
 
 def decode_ops(blob: bytes) -> Ops:
@@ -52,16 +69,25 @@ def decode_ops(blob: bytes) -> Ops:
     if not isinstance(items, list):
         raise ValueError("not a batch: expected a list of operations")
     ops: Ops = []
+    puts: dict[bytes, bytes] = {}
     for item in items:
         if not (isinstance(item, list) and len(item) == 2 and isinstance(item[0], bytes)):
             raise ValueError("not a batch: an operation is not [key, value]")
         k, v = item
         if v is None or isinstance(v, bytes):
             ops.append((k, v))
+            if v is not None:
+                puts[k] = v
         elif isinstance(v, list) and len(v) == 1 and isinstance(v[0], bytes):
             ops.append((k, RangeEnd(v[0])))
+        elif (isinstance(v, list) and len(v) == 2 and isinstance(v[0], bytes) and type(v[1]) is int
+              and k.startswith(FEED_PREFIX)):
+            value = puts.get(k[len(FEED_PREFIX) + 8:])
+            if value is None or len(value) != v[1]:
+                raise ValueError("not a batch: a feed record refers to a value the batch does not put")
+            ops.append((k, v[0] + value))
         else:
-            raise ValueError("not a batch: a value is neither bytes, nil nor [end]")
+            raise ValueError("not a batch: a value is neither bytes, nil, [end] nor [head, n]")
     return ops
 
 

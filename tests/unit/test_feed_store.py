@@ -12,7 +12,7 @@ from partition_server.store.feed import DELETE, EXPIRE, INSERT, MERGE, REPLACE, 
 from partition_server.store.range_store import RangeStore
 from partition_server.store.replica_log import ReplicaLog, decode_ops, encode_ops
 from rangetable.errors import TableError
-from rangetable.keys import decode_key
+from rangetable.keys import decode_key, encode_key
 from tests.unit.range_store_helpers import P, ins, store_fixture  # noqa: F401  (a fixture)
 
 
@@ -213,6 +213,9 @@ def test_a_follower_holds_the_same_records(tmp_path) -> None:
         f = Following("r", 1, follower, ReplicaLog(0), "a", "ea")
         f.apply(1, [(i + 1, encode_ops(ops)) for i, ops in enumerate(shipped)])
         assert all(decode_ops(encode_ops(ops)) == ops for ops in shipped)
+        # the entity's value is sent once although the batch writes it twice (entity and feed record)
+        plain = len(msgpack.packb([[k, v] for k, v in shipped[0]], use_bin_type=True))
+        assert len(encode_ops(shipped[0])) <= plain - len(next(v for k, v in shipped[0] if k == encode_key("p", "a"))) + 3
         follower.reload_meta()
         follower.set_feed(True)
         assert changes(follower) == changes(primary)
