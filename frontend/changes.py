@@ -31,7 +31,8 @@ class ChangesWalk:
 
     after: Position | None  # the reader's position; None: from the oldest change every range keeps
     limit: int  # records asked of each range (0: only the resolved Timestamp, for a start "now")
-    pos: bytes = b""
+    pos: bytes = b""  # where the walk is (it starts at the span's start)
+    end: bytes | None = None  # where the span read ends (None: the table's end)
     done: bool = False
     upto: int | None = None  # the lowest frontier so far
     floor: int = 0  # the highest floor seen (where a read from the beginning starts)
@@ -44,6 +45,8 @@ class ChangesWalk:
             return None
         route = cache.route_key(table, self.pos)
         _, hi = range_bounds(route.range["low"], route.range["high"])
+        if self.end is not None and (hi is None or hi > self.end):
+            hi = self.end
         return route, self.pos, hi
 
     def body(self, route: Route, lo: bytes, hi: bytes | None) -> dict[str, Any]:
@@ -59,7 +62,7 @@ class ChangesWalk:
         self.upto = frontier if self.upto is None else min(self.upto, frontier)
         self.floor = max(self.floor, int(answer.get("floor", 0)))
         self.more = self.more or bool(answer["more"])
-        if hi is None:
+        if hi is None or hi == self.end:
             self.done = True
         else:
             self.pos = hi

@@ -195,6 +195,8 @@ class ChangesPageRequest(TypedDict):
     top: int
     start: NotRequired[str]
     after: NotRequired[list]
+    lo: NotRequired[str]  # the PartitionKeys [lo, hi) only (a consumer group's span); hi nil: to the end
+    hi: NotRequired[str | None]
 
 
 class ChangesPage(TypedDict):

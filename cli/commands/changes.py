@@ -12,6 +12,7 @@ import click
 from cli.options import data_dir_option, endpoint_option, json_option, native_endpoint
 from rangetable.client import TableServiceClient
 from rangetable.client.changes import ChangeRecord
+from rangetable.client.consumer_group import ConsumerGroup
 from rangetable.edm import iso_to_ticks, ticks_to_datetime
 
 RESOLVED_EVERY_S = 1.0  # a following reader prints the resolved time at most this often
@@ -42,15 +43,23 @@ def _line(r: ChangeRecord) -> str:
 @click.option("--cursor", default=None, help="Resume right after this cursor (a record's or the last line's).")
 @click.option("--follow", is_flag=True, help="Keep reading as changes come (Ctrl-C stops).")
 @click.option("--page-size", type=click.IntRange(1, 10_000), default=1000, show_default=True)
+@click.option("--group", default=None, help="Read as a member of this consumer group: the group's members share the "
+                                            "table's spans, checkpoints kept in the cluster (implies --follow).")
+@click.option("--member", default=None, help="This member's name in --group (default: a new one).")
 @data_dir_option
 @endpoint_option
 @json_option
-def changes_cmd(table: str, start: str, cursor: str | None, follow: bool, page_size: int, data_dir: str,
-                endpoint: str | None, as_json: bool) -> None:
+def changes_cmd(table: str, start: str, cursor: str | None, follow: bool, page_size: int, group: str | None,
+                member: str | None, data_dir: str, endpoint: str | None, as_json: bool) -> None:
     """A table's change feed: every insert, replace, merge, delete and TTL expiry, in order.
 
     With --json each change is a JSON line, and a line {"resolved": T, "cursor": C} says that no change at or
-    before T will ever appear (at the end, and about once a second while following)."""
+    before T will ever appear (at the end, and about once a second while following). With --group the
+    changes of the spans this member owns are printed (per key in order; each span's checkpoint is saved
+    after its page)."""
+    if group is not None:
+        _group(table, group, member, _start(start), page_size, native_endpoint(data_dir, endpoint), as_json)
+        return
     client = TableServiceClient(native_endpoint(data_dir, endpoint)).get_table_client(table)
     count = 0
     last_cursor = cursor
@@ -71,3 +80,25 @@ def changes_cmd(table: str, start: str, cursor: str | None, follow: bool, page_s
     finally:
         client.close()
     click.echo(f"({count} change{'s' if count != 1 else ''}; resume with --cursor {last_cursor})", err=True)
+
+
+def _group(table: str, group: str, member: str | None, start: str | datetime, page_size: int, endpoint: str,
+           as_json: bool) -> None:
+    """Follow ``table`` as a member of consumer group ``group`` until Ctrl-C, then leave the group."""
+    service = TableServiceClient(endpoint)
+    cg = ConsumerGroup(service, table, group, start=start, results_per_page=page_size)
+    if member:
+        cg.member = member
+    count = 0
+    try:
+        for page in cg.pages():
+            for r in page.records:
+                click.echo(json.dumps(r.to_json()) if as_json else _line(r))
+            count += len(page.records)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        cg.close()
+        service.close()
+    click.echo(f"({count} change{'s' if count != 1 else ''} as member {cg.member} of group {group}; "
+               "its spans' checkpoints are saved)", err=True)

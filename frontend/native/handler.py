@@ -23,6 +23,7 @@ from rangetable import feed_cursor, protocol
 from rangetable.config import FrontendConfig
 from rangetable.errors import TableError
 from rangetable.filter import compile_cached, parse_cached
+from rangetable.keys import range_bounds
 from rangetable.planner import plan
 
 RETRY_CODES = frozenset({"NotPrimary", "RangeBusy"})
@@ -238,7 +239,8 @@ class Handler:
 
     def _changes(self, p: Pending) -> None:
         """A page of a table's change feed (:mod:`frontend.changes`): ``after`` a position, or from ``start``
-        ``"beginning"`` (the oldest change kept) or ``"now"`` (no record: the cursor of the present)."""
+        ``"beginning"`` (the oldest change kept) or ``"now"`` (no record: the cursor of the present); of the
+        PartitionKeys ``[lo, hi)`` when given (a consumer group's span)."""
         req = p.req
         table = self._table(p)
         if table is None:
@@ -249,12 +251,16 @@ class Handler:
             top = req.get("top", MAX_PAGE)
             if type(top) is not int or not 1 <= top <= MAX_CHANGES_PAGE:
                 raise TableError("InvalidInput", f"top must be between 1 and {MAX_CHANGES_PAGE}")
+            lo, hi = req.get("lo", ""), req.get("hi")
+            if not isinstance(lo, str) or not (hi is None or isinstance(hi, str) and hi > lo):
+                raise TableError("InvalidInput", "lo and hi must be PartitionKeys with lo < hi (hi nil: to the end)")
+            pos, end = range_bounds(lo, hi)
             if req.get("after") is not None:
-                walk = ChangesWalk(feed_cursor.from_wire(req["after"]), top)
+                walk = ChangesWalk(feed_cursor.from_wire(req["after"]), top, pos, end)
             elif start in (BEGINNING, None):
-                walk = ChangesWalk(None, top)
+                walk = ChangesWalk(None, top, pos, end)
             elif start == NOW:
-                walk = ChangesWalk(None, 0)
+                walk = ChangesWalk(None, 0, pos, end)
             else:
                 raise TableError("InvalidInput", "start must be 'beginning' or 'now' (or give a position in 'after')")
             p.state = walk

@@ -87,7 +87,8 @@ class ChangeFeed:
     """Where a reading of a table's feed starts and how each page is asked for and read (no I/O)."""
 
     def __init__(self, table: str, *, start: str | datetime = "beginning", cursor: str | None = None,
-                 follow: bool = False, results_per_page: int = 1000, poll_interval: float = 0.05) -> None:
+                 follow: bool = False, results_per_page: int = 1000, poll_interval: float = 0.05,
+                 lo: str = "", hi: str | None = None) -> None:
         if cursor is not None:
             self.first: feed_cursor.Position | str = feed_cursor.decode(cursor)
         elif isinstance(start, datetime):
@@ -99,6 +100,7 @@ class ChangeFeed:
         if not 1 <= results_per_page <= 10_000:
             raise TableError("InvalidInput", "results_per_page must be between 1 and 10000")
         self.table = table
+        self.span = (lo, hi)  # the PartitionKeys read (a consumer group's span)
         self.follow = follow
         self.top = results_per_page
         self.poll_interval = poll_interval
@@ -106,6 +108,8 @@ class ChangeFeed:
     def body(self, token: str | None) -> ChangesPageRequest:
         """The request of the page after cursor ``token`` (None: the first page)."""
         body: ChangesPageRequest = {"op": "changes", "table": self.table, "top": self.top}
+        if self.span != ("", None):
+            body["lo"], body["hi"] = self.span
         first = self.first if token is None else feed_cursor.decode(token)
         if isinstance(first, str):
             body["start"] = first

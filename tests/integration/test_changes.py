@@ -5,14 +5,19 @@ once, per-key order kept."""
 
 from __future__ import annotations
 
+import itertools
+import json
 import random
 import threading
 import time
 from typing import Any
 
 import pytest
+from click.testing import CliRunner
 
+from cli.main import main
 from rangetable import TableServiceClient
+from rangetable.client.consumer_group import ConsumerGroup
 from rangetable.errors import TableError
 from tests.cluster import Cluster
 
@@ -181,3 +186,90 @@ def test_one_cursor_across_a_split_a_move_a_merge_and_a_failover(cluster: Cluste
     assert all(a <= b for (_, a), (_, b) in zip(r.resolved, r.resolved[1:], strict=False))
     print(f"feed across split, move, merge, failover: {len(w.acked)} acknowledged, {len(seen)} records, 0 lost, "
           f"0 twice, {len(r.resolved)} resolved times, {r.restarts} reader restarts, errors {r.errors[:3]}")
+
+
+class Member(threading.Thread):
+    """A consumer group member on its own client, keeping what it read (with a global arrival number); ``stop``
+    leaves the group (its spans handed over), ``kill`` just stops reading (its claims run out)."""
+
+    arrivals = itertools.count()
+
+    def __init__(self, data_dir: str, table: str, name: str) -> None:
+        super().__init__(daemon=True)
+        self.group = ConsumerGroup(TableServiceClient.from_cluster(data_dir), table, "g1", member=name, lease_s=2.0,
+                                   heartbeat_s=0.3)
+        self.got: list[tuple[int, str, str, str, int]] = []  # (arrival, member, pk, rk, n)
+        self.leave = threading.Event()
+        self.dead = threading.Event()
+
+    def run(self) -> None:
+        for page in self.group.pages():
+            if self.dead.is_set():
+                return
+            for r in page.records:
+                self.got.append((next(self.arrivals), self.group.member, r.partition_key, r.row_key, r.entity["n"]))
+            if self.leave.is_set():
+                self.group.close()
+                return
+
+
+def test_a_consumer_group_shares_the_spans_and_hands_them_over(cluster: Cluster) -> None:
+    c = cluster
+    _table(c, "grouped")
+    (rec,) = [x for x in c.status()["ranges"] if x["table"] == "grouped"]
+    halves = c.admin({"op": "split", "range": rec["id"], "key": "p4"}, timeout=60)
+    w = Writer(c.data_dir, "grouped")
+    a, b = Member(c.data_dir, "grouped", "a"), Member(c.data_dir, "grouped", "b")
+    w.start()
+    a.start()
+    b.start()
+    c.wait(lambda: len(a.group.owned) == 1 and len(b.group.owned) == 1, timeout=20, what="a and b own a span each")
+    time.sleep(1)
+    c.admin({"op": "split", "range": halves["right"], "key": "p6"}, timeout=60)  # b's or a's span splits
+    c.wait(lambda: len(a.group.owned) + len(b.group.owned) == 3, timeout=20, what="three spans after the split")
+    time.sleep(1)
+    b.leave.set()  # a graceful leave: a takes b's spans from b's last checkpoint
+    b.join(20)
+    c.wait(lambda: len(a.group.owned) == 3, timeout=20, what="a owns every span after b left")
+    d = Member(c.data_dir, "grouped", "d")
+    d.start()
+    c.wait(lambda: len(d.group.owned) >= 1, timeout=20, what="d claimed its share")
+    time.sleep(1)
+    d.dead.set()  # d dies holding claims: they run out and a takes them back
+    c.wait(lambda: len(a.group.owned) == 3, timeout=20, what="a owns every span after d died")
+    time.sleep(1)
+    w.stop.set()
+    w.join(30)
+    members = (a, b, d)
+    c.wait(lambda: set(w.acked) <= {(pk, rk, n) for m in members for _, _, pk, rk, n in m.got}, timeout=30,
+           what="every acknowledged write read by some member")
+    a.leave.set()
+    a.join(20)
+    got = sorted(x for m in members for x in m.got)
+    seen = [(pk, rk, n) for _, _, pk, rk, n in got]
+    first: dict[tuple[str, str], list[int]] = {}
+    for pk, rk, n in dict.fromkeys(seen):  # each record at its first arrival
+        first.setdefault((pk, rk), []).append(n)
+    assert all(ns == sorted(ns) for ns in first.values()), "per-key order broken across members"
+    again = len(seen) - len(set(seen))
+    print(f"consumer group: {len(w.acked)} acknowledged, {len(set(seen))} distinct records, {again} read again "
+          f"(after d died holding claims), a {len(a.got)}, b {len(b.got)}, d {len(d.got)}")
+
+
+def test_the_cli_prints_changes_as_json_lines_and_resumes_from_a_cursor(cluster: Cluster) -> None:
+    t = _table(cluster, "printed")
+    t.create_entity({"PartitionKey": "p", "RowKey": "a", "qty": 3})
+    t.delete_entity("p", "a")
+    run = CliRunner().invoke(main, ["changes", "printed", "--json", "--data-dir", cluster.data_dir])
+    assert run.exit_code == 0, run.output + run.stderr
+    lines = [json.loads(x) for x in run.stdout.splitlines()]
+    assert [(x["kind"], x["RowKey"]) for x in lines[:2]] == [("insert", "a"), ("delete", "a")]
+    assert lines[0]["entity"]["qty"] == 3 and lines[1]["entity"] is None
+    assert "resolved" in lines[-1] and "resume with --cursor" in run.stderr
+    t.create_entity({"PartitionKey": "p", "RowKey": "b"})
+    again = CliRunner().invoke(main, ["changes", "printed", "--cursor", lines[-1]["cursor"],
+                                                      "--data-dir", cluster.data_dir])
+    assert again.exit_code == 0 and again.stdout.count("\n") == 1 and "insert   p/b" in again.stdout
+    bad = CliRunner().invoke(main, ["changes", "printed", "--from", "yesterday",
+                                                    "--data-dir", cluster.data_dir])
+    assert bad.exit_code != 0 and "--from" in bad.stderr
