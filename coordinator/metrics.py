@@ -36,7 +36,14 @@ def collect(cl: Cluster, term: int) -> list:
         unsynced = sum(1 for h in healths if h["out_of_sync"])
         rebuilding = sum(1 for s in cl.registry.servers.values() for rep in s.repl.values() if rep.get("rebuilding"))
         moving = sum(1 for r in repl if r.get("move"))
-        held = holdings(cl.map.pmap.ranges.values(), range_reports(cl.map.pmap.ranges.values(), cl.registry.servers), cl.registry.servers)
+        reports = range_reports(cl.map.pmap.ranges.values(), cl.registry.servers)
+        held = holdings(cl.map.pmap.ranges.values(), reports, cl.registry.servers)
+        feeds: dict[str, list[int]] = {}
+        for r in cl.map.pmap.ranges.values():
+            rep = reports.get(r["id"]) or {}
+            f = feeds.setdefault(r["table"], [0, 0])
+            f[0] += int(rep.get("feed_records", 0) or 0)
+            f[1] += int(rep.get("feed_bytes", 0) or 0)
     fams: list = []
     g = GaugeMetricFamily("rangetable_coordinator_term", "The term this coordinator leads (0: a standby).")
     g.add_metric([], term)
@@ -54,6 +61,14 @@ def collect(cl: Cluster, term: int) -> list:
     for table, n in sorted(counts.items()):
         per_table.add_metric([table], n)
     fams.append(per_table)
+    for i, (what, text) in enumerate((("records", "Changes the table's change feed holds (each replica holds them all; "
+                                                "summed over the table's ranges, as their primaries last reported)."),
+                                     ("bytes", "Bytes of the table's change feed on each replica (keys and values; "
+                                               "summed over its ranges)."))):
+        g = GaugeMetricFamily(f"rangetable_table_feed_{what}", text, labels=["table"])
+        for table, f in sorted(feeds.items()):
+            g.add_metric([table], f[i])
+        fams.append(g)
     rng = GaugeMetricFamily("rangetable_range_epoch", "Each range of the map with its primary and state (value: its epoch).",
                             labels=["table", "range", "server", "state"])
     for table, rid, primary, state, epoch in sorted(ranges, key=lambda r: r[1]):

@@ -458,6 +458,8 @@ class RangeSet:
                 "compacting": bool(st.get("compaction_pending", False)),
                 "entities": st.get("entities", 0),
                 "bytes": st.get("bytes", 0),
+                "feed_records": st.get("feed_records", 0),
+                "feed_bytes": st.get("feed_bytes", 0),
                 "pending_compaction_bytes": st.get("pending_compaction_bytes", 0),
                 "expired": s.store.expiry.reclaimed,  # entities the TTL reclaimed since the range opened
                 "sample": list(ld.sample),

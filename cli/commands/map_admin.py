@@ -29,7 +29,8 @@ def _fmt_key(k: str | None, unbounded: str) -> str:
 @coordinator_option
 @json_option
 def ranges_cmd(table: str | None, data_dir: str, coordinator: str | None, as_json: bool) -> None:
-    """Show the partition map: every range with its bounds, primary, epoch and load."""
+    """Show the partition map: every range with its bounds, primary, epoch, load, entity data and change-feed size
+    (bytes each replica holds)."""
     st = call(coordinator_endpoint(data_dir, coordinator), {"op": "status"})
     load = range_loads(st)
     rs = [r for r in st["ranges"] if table is None or r["table"].lower() == table.lower()]
@@ -39,13 +40,14 @@ def ranges_cmd(table: str | None, data_dir: str, coordinator: str | None, as_jso
         return
     click.echo(f"map version {st['version']}, {len(st['tables'])} tables, {len(st['ranges'])} ranges")
     click.echo(f"{'range':8} {'table':14} {'low':>12} {'high':>12} {'primary':8} {'epoch':>5} {'state':9} "
-               f"{'entities':>9} {'size':>9} {'req/s':>8} {'copies':>6}")
+               f"{'entities':>9} {'size':>9} {'feed':>9} {'req/s':>8} {'copies':>6}")
     for r in rs:
         ld = load.get(r["id"], {})
         rps = ld.get("reads_s", 0) + ld.get("writes_s", 0)
         click.echo(f"{r['id']:8} {r['table'][:14]:14} {_fmt_key(r['low'], ''):>12} {_fmt_key(r['high'], '∞'):>12} "
                    f"{str(r['primary']):8} {r['epoch']:>5} {r['state']:9} {ld.get('entities', 0):>9} "
-                   f"{human_size(ld.get('bytes', 0)):>9} {rps:>8.1f} {_copies(r):>6}")
+                   f"{human_size(ld.get('bytes', 0)):>9} {human_size(ld.get('feed_bytes', 0)):>9} {rps:>8.1f} "
+                   f"{_copies(r):>6}")
     click.echo("")
     _print_servers(st["servers"])
 

@@ -40,6 +40,7 @@ def state_view(status: Mapping[str, Any], lease_s: float) -> dict[str, Any]:
             "id": r["id"], "table": r["table"], "low": r["low"], "high": r["high"], "primary": r.get("primary"),
             "epoch": r.get("epoch"), "state": r.get("state"), "reported": ld is not None,
             "entities": int((ld or {}).get("entities", 0) or 0), "bytes": int((ld or {}).get("bytes", 0) or 0),
+            "feed_bytes": int((ld or {}).get("feed_bytes", 0) or 0),
             "reads_s": float((ld or {}).get("reads_s", 0.0)), "writes_s": float((ld or {}).get("writes_s", 0.0)),
             "busy_s": float((ld or {}).get("busy_s", 0.0)), "ops_s": round(ops_per_second(ld or {}), 1),
             "lat_p99_ms": float((ld or {}).get("lat_p99_ms", 0.0) or 0.0),

@@ -105,25 +105,44 @@ def after_key(ts: int, key: bytes | None) -> bytes:
     return FEED_PREFIX + _TS.pack(ts) + key + b"\x00"
 
 
-def pack_state(on: bool, floor: int) -> bytes:
-    """``META_FEED``'s value."""
-    return msgpack.packb([on, floor])
+def pack_state(on: bool, floor: int, records: int = 0, nbytes: int = 0) -> bytes:
+    """``META_FEED``'s value: whether the feed was on at the last write, its floor, and the records it holds
+    and their bytes (keys and values, exact: what ``rangetable ranges`` shows as the feed's size)."""
+    return msgpack.packb([on, floor, records, nbytes])
 
 
-def unpack_state(value: bytes | None, last_ts: int) -> tuple[bool, int]:
-    """(on, floor) from ``META_FEED``. A store without it was never written with the feed on: a fresh
-    store (``last_ts`` 0) starts its feed from nothing missed, an older one from its last Timestamp."""
+def unpack_state(value: bytes | None, last_ts: int) -> tuple[bool, int, int, int]:
+    """(on, floor, records, bytes) from ``META_FEED``. A store without it was never written with the feed on: a
+    fresh store (``last_ts`` 0) starts its feed from nothing missed, an older one from its last Timestamp."""
     if value is None:
-        return False, last_ts
-    on, floor = msgpack.unpackb(value)
-    return bool(on), int(floor)
+        return False, last_ts, 0, 0
+    on, floor, records, nbytes = msgpack.unpackb(value)
+    return bool(on), int(floor), int(records), int(nbytes)
 
 
-def merged_state(left: bytes | None, right: bytes | None, left_ts: int, right_ts: int) -> bytes:
-    """``META_FEED`` of a merge of two stores: on if both were, the higher floor."""
-    lon, lfloor = unpack_state(left, left_ts)
-    ron, rfloor = unpack_state(right, right_ts)
-    return pack_state(lon and ron, max(lfloor, rfloor))
+def merged_state(left: bytes | None, right: bytes | None, left_ts: int, right_ts: int, records: int,
+                 nbytes: int) -> bytes:
+    """``META_FEED`` of a merge of two stores: on if both were, the higher floor, and the records the merged
+    store holds (counted: the halves of one split share their parent's records)."""
+    lon, lfloor, _, _ = unpack_state(left, left_ts)
+    ron, rfloor, _, _ = unpack_state(right, right_ts)
+    return pack_state(lon and ron, max(lfloor, rfloor), records, nbytes)
+
+
+def count(db: Any, below: bytes = FEED_END) -> tuple[int, int]:
+    """(records, bytes) of the feed's records with keys below ``below`` (all by default), counted by a pass."""
+    ro = rocksdict.ReadOptions()
+    ro.set_iterate_upper_bound(below)
+    ro.fill_cache(False)  # type: ignore[call-arg]  # the stub is wrong: it takes a bool
+    n = size = 0
+    it = db.items(from_key=FEED_PREFIX, read_opt=ro)
+    try:
+        for k, v in it:
+            n += 1
+            size += len(k) + len(v)
+    finally:
+        it = None  # a live iterator would keep the DB LOCK after close()
+    return n, size
 
 
 class Change(NamedTuple):
@@ -147,7 +166,7 @@ class Feed:
     def reload(self, db: Any, last_ts: int) -> None:
         """Read ``META_FEED`` again (a follower that applied its primary's batches becomes primary)."""
         stored = db.get(META_FEED)
-        self.on, self.floor = unpack_state(stored, last_ts)
+        self.on, self.floor, self.records, self.nbytes = unpack_state(stored, last_ts)
         self.stored_on: bool | None = self.on if stored is not None else None  # what META_FEED says (None: absent)
 
     def configure(self, on: bool, before_images: bool, retention_s: int | None) -> None:
@@ -164,28 +183,40 @@ class Feed:
     def note(self, wb: Any, ts: int, changes: list[Change], last_ts: int) -> None:
         """Put the records of ``changes`` (all at Timestamp ``ts``) into ``wb``, and ``META_FEED`` when the
         feed was switched on or off since the last write (``last_ts``: the store's last Timestamp before it)."""
-        if self.want != self.stored_on:
+        switched = self.want != self.stored_on
+        if switched:
             if self.want and self.stored_on is False:
                 self.floor = max(self.floor, last_ts)  # the writes while it was off are not in it
             self.on = self.want
             self.stored_on = self.want
-            wb.put(META_FEED, pack_state(self.on, self.floor))
-        if not self.want:
+        if self.want and changes:
+            keep = self.before_images
+            size = 0
+            for c in changes:
+                fk = record_key(ts, c.key)
+                record = pack_record(c.kind, c.value, c.before if keep else None)
+                wb.put(fk, record)
+                size += len(fk) + len(record)
+            self.records += len(changes)
+            self.nbytes += size
+        elif not switched:
             return
-        keep = self.before_images
-        for c in changes:
-            wb.put(record_key(ts, c.key), pack_record(c.kind, c.value, c.before if keep else None))
+        wb.put(META_FEED, pack_state(self.on, self.floor, self.records, self.nbytes))
 
-    def trim_step(self, wb: Any, now: int) -> int:
-        """Put into ``wb`` the deletion of every record older than the retention, and the raised floor;
-        returns the new floor (the current one when there is nothing to trim)."""
+    def cutoff(self, now: int) -> int | None:
+        """The Timestamp at or below which records are older than the retention at ``now``; None when nothing
+        more is to trim."""
         cutoff = now - self.retention_ticks
-        if cutoff <= self.floor:
-            return self.floor
+        return cutoff if cutoff > self.floor else None
+
+    def trim(self, wb: Any, cutoff: int, gone: tuple[int, int]) -> None:
+        """Put into ``wb`` the deletion of every record at or below ``cutoff`` (``gone``: their count and bytes,
+        :func:`count`) and the raised floor."""
         wb.delete_range(FEED_PREFIX, FEED_PREFIX + _TS.pack(cutoff + 1))
         self.floor = cutoff
-        wb.put(META_FEED, pack_state(self.on, self.floor))
-        return cutoff
+        self.records = max(0, self.records - gone[0])
+        self.nbytes = max(0, self.nbytes - gone[1])
+        wb.put(META_FEED, pack_state(self.on, self.floor, self.records, self.nbytes))
 
 
 class FeedPage(NamedTuple):

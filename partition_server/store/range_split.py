@@ -19,6 +19,7 @@ import rocksdict
 
 from partition_server.store.counts import Counts, half_counts, left_share, pack_counts, read_counts
 from partition_server.store.expiry import MARK_KEY, merged_mark
+from partition_server.store.feed import count as count_feed
 from partition_server.store.feed import merged_state
 from partition_server.store.keys import DROP_KEY, META_COUNT, META_FEED, META_TS
 from partition_server.store.request_records import REQT_END, REQT_PREFIX, Window, pack_meta, unpack_meta
@@ -137,7 +138,7 @@ def merge_stores(left_path: str, right_path: str, out_path: str) -> None:
             right_ts = unpack_meta(rdb.get(META_TS))[0]
             counts = left_counts.plus(*read_counts(rdb)[0])
             mark = merged_mark(left_mark, rdb.get(MARK_KEY))
-            feed = merged_state(left_feed, rdb.get(META_FEED), left_ts, right_ts)
+            right_feed = rdb.get(META_FEED)
             wo = rocksdict.WriteOptions()
             # flushed below; a crash before that is repaired by re-running.  rocksdict's stub has a
             # disable_wal method; at run time it is a settable property
@@ -165,7 +166,7 @@ def merge_stores(left_path: str, right_path: str, out_path: str) -> None:
             rdb.close()
         odb.put(META_TS, pack_meta(max(left_ts, right_ts), _request_window(odb)), wo)
         odb.put(META_COUNT, pack_counts(counts), wo)
-        odb.put(META_FEED, feed, wo)
+        odb.put(META_FEED, merged_state(left_feed, right_feed, left_ts, right_ts, *count_feed(odb)), wo)
         if mark is not None:
             odb.put(MARK_KEY, mark, wo)
         odb.flush(True)

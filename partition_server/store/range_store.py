@@ -53,7 +53,16 @@ from partition_server.store.counts import (
     unpack_counts,
 )
 from partition_server.store.expiry import Expiry
-from partition_server.store.feed import EXPIRE, Change, Feed, FeedPage, check_position, record_kind
+from partition_server.store.feed import (
+    EXPIRE,
+    Change,
+    Feed,
+    FeedPage,
+    check_position,
+    record_key,
+    record_kind,
+)
+from partition_server.store.feed import count as count_feed
 from partition_server.store.feed import read as read_feed
 from partition_server.store.keys import DROP_KEY, META_COUNT, META_REPL, META_TS
 from partition_server.store.range_ops import check_batch_shape, prepare_op
@@ -300,9 +309,10 @@ class RangeStore:
         return unpack_counts(self._db.get(META_COUNT)) or self._counts
 
     def stats(self) -> dict[str, int]:
-        """``{"entities", "bytes", "compaction_pending", "pending_compaction_bytes"}``; cheap (one get and a
-        DB property). ``entities`` and ``bytes`` are exact (:meth:`counts`; bytes: the uncompressed entity
-        data, request records and other meta keys left out, so it is what size splits are about).
+        """``{"entities", "bytes", "feed_records", "feed_bytes", "compaction_pending", "pending_compaction_bytes"}``;
+        cheap (one get and a DB property). ``entities`` and ``bytes`` are exact (:meth:`counts`; bytes: the
+        uncompressed entity data, request records and other meta keys left out, so it is what size splits are
+        about); so are the change feed's records and their bytes (as of this replica's last write or reload).
         ``pending_compaction_bytes`` is RocksDB's estimate of the bytes compaction must still rewrite to
         bring every level under its target.
         """
@@ -311,6 +321,8 @@ class RangeStore:
         return {
             "entities": c.entities,
             "bytes": c.bytes,
+            "feed_records": self.feed.records,
+            "feed_bytes": self.feed.nbytes,
             "compaction_pending": self._drop_pending,
             "pending_compaction_bytes": db.property_int_value("rocksdb.estimate-pending-compaction-bytes") or 0,
         }
@@ -575,15 +587,20 @@ class RangeStore:
                          limit)
 
     def trim_feed(self) -> int:
-        """Delete the feed's records older than its retention (a replicated batch); returns the floor."""
+        """Delete the feed's records older than its retention (a replicated batch); returns the floor. The
+        records are counted before the write lock is taken (no new record falls below the cutoff)."""
+        feed = self.feed
+        cutoff = feed.cutoff(self.clock())
+        if cutoff is None or self._db is _CLOSED:
+            return feed.floor
+        gone = count_feed(self._db, record_key(cutoff + 1, b""))
         with self._lock:
             if self._db is _CLOSED:
-                return self.feed.floor
+                return feed.floor
             wb = self._tee.new_batch()
-            floor = self.feed.trim_step(wb, self.clock())
-            if len(wb):
-                self._tee.write(self._db, wb, self._wo)
-            return floor
+            feed.trim(wb, cutoff, gone)
+            self._tee.write(self._db, wb, self._wo)
+            return cutoff
 
     def memory(self) -> dict[str, int]:
         """RocksDB memory this store holds outside the shared block cache, from its properties (cheap):

@@ -15,6 +15,8 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
+from cli.commands.observe import scrape, total
+from cli.coordinator_client import range_loads
 from cli.main import main
 from rangetable import TableServiceClient
 from rangetable.client.consumer_group import ConsumerGroup
@@ -273,3 +275,21 @@ def test_the_cli_prints_changes_as_json_lines_and_resumes_from_a_cursor(cluster:
     bad = CliRunner().invoke(main, ["changes", "printed", "--from", "yesterday",
                                                     "--data-dir", cluster.data_dir])
     assert bad.exit_code != 0 and "--from" in bad.stderr
+
+
+def test_the_feed_size_is_shown_in_ranges_and_metrics(cluster: Cluster) -> None:
+    t = _table(cluster, "sized")
+    t.upsert_entities([{"PartitionKey": f"p{i % 4}", "RowKey": f"{i:04d}", "v": "x" * 100} for i in range(400)])
+    doc = cluster.refresh()
+    urls = {p["id"]: p["metrics"] for p in doc["processes"]}
+
+    def shown() -> bool:
+        loads = range_loads(cluster.status())
+        rids = [r["id"] for r in cluster.status()["ranges"] if r["table"] == "sized"]
+        feed = sum(loads.get(rid, {}).get("feed_records", 0) for rid in rids)
+        return feed == 400 and total(scrape(urls["coordinator"]), "rangetable_table_feed_records", table="sized") == 400
+
+    cluster.wait(shown, timeout=20, what="the feed's 400 records in the load reports and the coordinator's metrics")
+    out = CliRunner().invoke(main, ["ranges", "sized", "--data-dir", cluster.data_dir])
+    assert out.exit_code == 0 and " feed " in out.stdout.splitlines()[1]
+    assert total(scrape(urls["coordinator"]), "rangetable_table_feed_bytes", table="sized") > 400 * 100

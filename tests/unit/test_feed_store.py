@@ -8,7 +8,7 @@ import msgpack
 import pytest
 
 from partition_server.replication.protocol import Following
-from partition_server.store.feed import DELETE, EXPIRE, INSERT, MERGE, REPLACE, record_kind
+from partition_server.store.feed import DELETE, EXPIRE, INSERT, MERGE, REPLACE, count, record_kind
 from partition_server.store.range_store import RangeStore
 from partition_server.store.replica_log import ReplicaLog, decode_ops, encode_ops
 from rangetable.errors import TableError
@@ -50,6 +50,7 @@ def test_every_kind_in_order_with_its_entity(store: RangeStore) -> None:
         ("p", "b", INSERT, P(w=4)), ("p", "a", DELETE, None)]
     stamps = [ts for *_, ts in got]
     assert stamps == sorted(stamps) and len(set(stamps)) == 5
+    assert (store.stats()["feed_records"], store.stats()["feed_bytes"]) == count(store._db) == (5, count(store._db)[1])
     assert all(before is None for *_, before, _ in got)  # no before-images unless asked
 
 
@@ -132,6 +133,7 @@ def test_retention_trims_and_a_reader_behind_it_is_told(tmp_path) -> None:
         floor = store.trim_feed()
         assert first <= floor < store.last_ts
         assert [rk for _, rk, *_ in changes(store)] == ["b"]
+        assert store.stats()["feed_records"] == 1 and store.stats()["feed_bytes"] == count(store._db)[1] > 0
         with pytest.raises(TableError) as e:
             store.read_changes((first - 1, None), b"", None, 10)
         assert e.value.error_code == "FeedTrimmed" and str(first - 1) in e.value.message
@@ -168,6 +170,7 @@ def test_split_halves_read_their_own_span_and_a_merge_unites_them(tmp_path, stor
         got = changes(merged)
         # both halves held a copy of the parent's records under the same keys: the merge holds each once
         assert [pk for pk, *_ in got] == ["a", "b", "m", "z", "c", "n"]
+        assert merged.stats()["feed_records"] == 6 and merged.stats()["feed_bytes"] == count(merged._db)[1]
         merged.write(ins("d", "r", v=3))
         assert merged.last_ts > max(ts for *_, ts in got)
     finally:
