@@ -5,6 +5,7 @@ once, per-key order kept."""
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import json
 import random
@@ -19,6 +20,7 @@ from cli.commands.observe import scrape, total
 from cli.coordinator_client import range_loads
 from cli.main import main
 from rangetable import TableServiceClient
+from rangetable.aio import TableServiceClient as AioService
 from rangetable.client.consumer_group import ConsumerGroup
 from rangetable.errors import TableError
 from tests.cluster import Cluster
@@ -293,3 +295,21 @@ def test_the_feed_size_is_shown_in_ranges_and_metrics(cluster: Cluster) -> None:
     out = CliRunner().invoke(main, ["ranges", "sized", "--data-dir", cluster.data_dir])
     assert out.exit_code == 0 and " feed " in out.stdout.splitlines()[1]
     assert total(scrape(urls["coordinator"]), "rangetable_table_feed_bytes", table="sized") > 400 * 100
+
+
+def test_the_asyncio_client_reads_the_same_feed(cluster: Cluster) -> None:
+    blocking = _table(cluster, "asyncfed")
+    for i in range(5):
+        blocking.upsert_entity({"PartitionKey": "p", "RowKey": f"{i}", "n": i})
+    want = [r.cursor for r in blocking.read_changes()]
+
+    async def read() -> tuple[list[str], list[Any]]:
+        async with AioService(cluster.native) as service:
+            table = service.get_table_client("asyncfed")
+            cursors = [r.cursor async for r in table.read_changes()]
+            pages = [p async for p in table.read_changes(cursor=cursors[1]).by_page()]
+            return cursors, pages
+
+    cursors, pages = asyncio.run(read())
+    assert cursors == want
+    assert [r.cursor for p in pages for r in p] == want[2:] and pages[-1].resolved is not None
