@@ -53,6 +53,7 @@ KINDS = (INSERT, REPLACE, MERGE, DELETE, EXPIRE)
 _HEAD = struct.Struct(">BI")  # a record's kind and the length of its before-image
 DEFAULT_RETENTION_S = 24 * 3600
 MAX_READ_BYTES = 4 << 20  # a read answers about this many bytes of records at most
+MAX_SCANNED = 20_000  # records a read looks at, at most (a split's half skips its sibling's records)
 
 
 def record_kind(op: str, existed: bool, deleted: bool) -> str:
@@ -245,7 +246,9 @@ def read(db: Any, after: tuple[int, bytes | None] | None, floor: int, upto: int,
          limit: int) -> FeedPage:
     """The records after ``after`` (None: from the oldest kept, above ``floor``) with Timestamps at or below
     ``upto``, of entity keys in ``[lo, hi)``, at most about ``limit`` (a Timestamp's records are never split
-    between pages; ``limit`` 0 answers no record and frontier ``upto``)."""
+    between pages; ``limit`` 0 answers no record and frontier ``upto``). A read looks at about
+    :data:`MAX_SCANNED` records at most, so one over a span that holds few of them (a split's half, whose
+    store keeps its sibling's records until they age out) answers ``more`` with what it found so far."""
     if limit <= 0:
         return FeedPage([], upto, False, floor)
     start = after_key(*after) if after is not None else after_key(floor, None)
@@ -256,12 +259,14 @@ def read(db: Any, after: tuple[int, bytes | None] | None, floor: int, upto: int,
     n = len(FEED_PREFIX)
     unpack_ts = _TS.unpack_from
     last_ts = -1
+    scanned = 0
     it = db.items(from_key=start, read_opt=ro)
     try:
         for fk, v in it:
             ts = unpack_ts(fk, n)[0]
+            scanned += 1
             if ts != last_ts:
-                if len(out) >= limit or size >= MAX_READ_BYTES:
+                if len(out) >= limit or size >= MAX_READ_BYTES or scanned > MAX_SCANNED:
                     return FeedPage(out, last_ts, True, floor)
                 last_ts = ts
             key = fk[n + 8:]

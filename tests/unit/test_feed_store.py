@@ -225,3 +225,22 @@ def test_a_follower_holds_the_same_records(tmp_path) -> None:
     finally:
         primary.close()
         follower.close()
+
+
+def test_a_read_over_a_sparse_span_stops_after_looking_at_enough_records(store: RangeStore, monkeypatch) -> None:
+    from partition_server.store import feed
+
+    monkeypatch.setattr(feed, "MAX_SCANNED", 3)
+    store.set_feed(True)
+    for i in range(10):
+        store.write(ins("a", f"{i}", v=i))
+    store.write(ins("z", "last", v=1))
+    after, pages, got = None, 0, []
+    while True:
+        page = store.read_changes(after, b"z", None, 100)
+        pages += 1
+        got += page.records
+        after = (page.frontier, None)
+        if not page.more:
+            break
+    assert [r[1] for r in got] == [b"z\x00last"] and pages >= 3
