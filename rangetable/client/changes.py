@@ -35,7 +35,7 @@ START_WORDS = ("beginning", "now")
 class ChangeRecord:
     """One entity's change: ``kind`` is insert, replace, merge, delete or expire; ``entity`` the entity after
     it (None for a delete or an expiry), ``before`` the entity before it when the table keeps before-images;
-    ``timestamp`` and ``etag`` those of the change; ``cursor`` resumes right after it. The records of one
+    ``timestamp`` and ``etag`` those of the change; ``cursor`` resumes right after it (``position``). The records of one
     entity group transaction share ``timestamp`` and PartitionKey."""
 
     partition_key: str
@@ -45,7 +45,12 @@ class ChangeRecord:
     before: TableEntity | None
     timestamp: datetime
     etag: str
-    cursor: str
+    position: feed_cursor.Position
+
+    @property
+    def cursor(self) -> str:
+        """The opaque cursor right after this record."""
+        return feed_cursor.encode(self.position)
 
     def to_json(self) -> dict[str, Any]:
         """The record as JSON-ready values (entities' properties as the SDK returns them)."""
@@ -137,7 +142,7 @@ def _record(r: Any) -> ChangeRecord:
     ts, key, kind, value, before = r
     pk, rk = decode_key(key)
     return ChangeRecord(pk, rk, kind, _entity(pk, rk, value), _entity(pk, rk, before), ticks_to_datetime(ts),
-                        etag_from_ticks(ts), feed_cursor.encode((ts, key)))
+                        etag_from_ticks(ts), (ts, key))
 
 
 def _entity(pk: str, rk: str, value: bytes | None) -> TableEntity | None:
