@@ -44,8 +44,12 @@ class ChangeRecord:
     entity: TableEntity | None
     before: TableEntity | None
     timestamp: datetime
-    etag: str
     position: feed_cursor.Position
+
+    @property
+    def etag(self) -> str:
+        """The ETag the entity got by this change."""
+        return etag_from_ticks(self.position[0])
 
     @property
     def cursor(self) -> str:
@@ -142,7 +146,7 @@ def _record(r: Any) -> ChangeRecord:
     ts, key, kind, value, before = r
     pk, rk = decode_key(key)
     return ChangeRecord(pk, rk, kind, _entity(pk, rk, value), _entity(pk, rk, before), ticks_to_datetime(ts),
-                        etag_from_ticks(ts), (ts, key))
+                        (ts, key))
 
 
 def _entity(pk: str, rk: str, value: bytes | None) -> TableEntity | None:
