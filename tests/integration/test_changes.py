@@ -8,7 +8,9 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
+import os
 import random
+import shutil
 import threading
 import time
 from typing import Any
@@ -313,3 +315,26 @@ def test_the_asyncio_client_reads_the_same_feed(cluster: Cluster) -> None:
     cursors, pages = asyncio.run(read())
     assert cursors == want
     assert [r.cursor for p in pages for r in p] == want[2:] and pages[-1].resolved is not None
+
+
+def test_a_replica_rebuilt_after_its_disk_was_lost_serves_the_whole_feed(cluster: Cluster) -> None:
+    t = _table(cluster, "rebuilt")
+    t.upsert_entities([{"PartitionKey": f"p{i % 5}", "RowKey": f"{i:04d}", "n": i} for i in range(300)])
+    want = [r.cursor for r in t.read_changes()]
+    (rec,) = [x for x in cluster.status()["ranges"] if x["table"] == "rebuilt"]
+    victim = next(s for s in rec["replicas"] if s != rec["primary"])
+    old = cluster.kill(victim)
+    shutil.rmtree(os.path.join(cluster.data_dir, "servers", victim, "ranges", rec["id"]), ignore_errors=True)
+    cluster.wait(lambda: cluster.pid(victim) != old, timeout=30, what=f"{victim} restarted by the supervisor")
+
+    def moved() -> bool:  # once the rebuilt copy has caught up, the primary moves to it
+        try:
+            cluster.admin({"op": "move", "range": rec["id"], "server": victim}, timeout=60)
+            return True
+        except TableError:
+            return False
+
+    cluster.wait(moved, timeout=90, what=f"{victim} rebuilt, in sync and primary")
+    (now,) = [x for x in cluster.status()["ranges"] if x["table"] == "rebuilt"]
+    assert now["primary"] == victim
+    assert [r.cursor for r in t.read_changes()] == want
