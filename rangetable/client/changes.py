@@ -29,6 +29,7 @@ from rangetable.messages import ChangesPage, ChangesPageRequest, NativeRequest
 from rangetable.values import TableEntity, typed_to_entity
 
 START_WORDS = ("beginning", "now")
+IDLE_FACTOR = 4  # a follower at the live edge of an idle table asks at most this many poll intervals apart
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,6 +114,7 @@ class ChangeFeed:
         self.follow = follow
         self.top = results_per_page
         self.poll_interval = poll_interval
+        self.empty = 0  # empty pages in a row at the live edge
 
     def body(self, token: str | None) -> ChangesPageRequest:
         """The request of the page after cursor ``token`` (None: the first page)."""
@@ -138,8 +140,14 @@ class ChangeFeed:
         return not self.follow and page.resolved is not None
 
     def pause(self, page: ChangePage) -> float:
-        """Seconds to wait before asking for the page after ``page`` (following at the live edge)."""
-        return self.poll_interval if self.follow and page.resolved is not None and not page.records else 0.0
+        """Seconds to wait before asking for the page after ``page``: none while pages bring changes or more
+        follow; at the live edge ``poll_interval``, growing to :data:`IDLE_FACTOR` times that over a run of
+        empty pages (an idle table's ranges then close their resolved Timestamp less often)."""
+        if not (self.follow and page.resolved is not None and not page.records):
+            self.empty = 0
+            return 0.0
+        self.empty += 1
+        return self.poll_interval * min(IDLE_FACTOR, 1 + self.empty // 8)
 
 
 def _record(r: Any) -> ChangeRecord:
