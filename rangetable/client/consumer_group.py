@@ -44,6 +44,7 @@ from rangetable.errors import TableError
 GROUPS_TABLE = "rangetablegroups"  # the checkpoint store: one partition per (table, group)
 LEASE_S = 10.0
 HEARTBEAT_S = 1.0
+FORGET_S = 300.0  # a member row whose lease ran out this long ago is deleted
 _SPAN, _MEMBER = "s|", "m|"
 
 
@@ -176,6 +177,12 @@ class ConsumerGroup:
             self._create_spans(now)
             spans, members = self._rows()
         alive = {m for m, exp in members.items() if exp > now} | {self.member}
+        for m, exp in members.items():  # members long gone leave no row behind
+            if exp < now - FORGET_S:
+                try:
+                    self.store.delete_entity(self.pk, _MEMBER + m)
+                except TableError:
+                    pass
         mine = {rk: s for rk, s in spans.items() if s.owner == self.member and s.expires > now}
         self.owned = {rk: s for rk, s in self.owned.items() if rk in mine}
         for rk, s in mine.items():  # the store's view is the truth (a checkpoint moved its ETag)
