@@ -1,15 +1,19 @@
 """The change-feed checker on constructed histories and reader chains: a correct chain passes, and each kind of
 failure (lost, duplicated, foreign, order, watermark, behind) is found and explained with its key, its records
-and the faults in its window."""
+and the faults in its window; the reader process's journal resumes from its last complete line."""
 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
+from cli.workload.feed_readers import resolved_bounds, resume
 from cli.workload.verify import Op
 from cli.workload.verify.feed import FeedRecord, ReaderLog, Resolved, check_feed, feed_lines, feed_summary
 from rangetable import feed_cursor
+from rangetable.client.changes import ChangePage
+from rangetable.edm import ticks_to_datetime
 from rangetable.keys import encode_key
 
 K = ("p", "k")
@@ -180,6 +184,25 @@ def test_records_travel_as_json_lists() -> None:
     log.add_page([r], None, 1.0)
     log.add_page([], (T0 + 9, T0 + 9), 2.0)
     assert log.last_resolved == T0 + 9 and log.resolved[0].at == 1
+
+
+def test_the_journal_resumes_from_its_last_complete_line(tmp_path: Path) -> None:
+    j = tmp_path / "feed.jsonl"
+    assert resume(str(j)) is None
+    j.write_bytes(b'{"c": "c1.one"}\n{"c": "c1.two"}\n{"r": [["p", "k"')  # the kill cut the third line short
+    assert resume(str(j)) == "c1.two"
+    assert j.read_bytes() == b'{"c": "c1.one"}\n{"c": "c1.two"}\n'
+    j.write_bytes(b'{"r": [')
+    assert resume(str(j)) is None and j.read_bytes() == b""
+
+
+def test_the_exact_resolved_time_comes_from_the_cursor_when_the_page_moved_it() -> None:
+    t = T0 + 12_345_677  # not a whole microsecond: the page's datetime drops the last digit
+    moved = ChangePage([], feed_cursor.encode((t, None)), ticks_to_datetime(t))
+    assert resolved_bounds(moved, feed_cursor.encode((T0, None))) == (t, t)
+    assert resolved_bounds(moved, moved.cursor) == (t - 7, t)  # it stayed: within the µs, not above the cursor
+    assert resolved_bounds(moved, None) == (t - 7, t)  # a first page: its cursor may be the feed's floor
+    assert resolved_bounds(ChangePage([], moved.cursor, None), None) is None
 
 
 def test_a_resolved_time_known_within_its_microsecond_goes_back_only_below_its_range() -> None:
