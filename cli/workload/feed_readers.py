@@ -179,7 +179,9 @@ class ReaderProcess:
         self.proc: subprocess.Popen | None = None
         self.log = ReaderLog(name)
         self._offset = 0
-        self._err = open(journal + ".err", "ab")  # noqa: SIM115 - kept open across restarts, closed by stop()
+        if os.path.exists(journal):
+            os.unlink(journal)  # a journal an earlier run kept: this reader starts from the beginning
+        self._err = open(journal + ".err", "wb")  # noqa: SIM115 - kept open across restarts, closed by stop()
 
     def start(self) -> None:
         """Start the process (again)."""
@@ -324,8 +326,15 @@ class FeedWatch:
         for log in logs:
             for k, v in log.errors.items():
                 errors[k] = errors.get(k, 0) + v
+        journals = [p.journal for p in self.processes]
+        if result.ok:  # kept only to look into a failure, as the workload's history
+            for path in journals:
+                for f in (path, path + ".err"):
+                    if os.path.exists(f):
+                        os.unlink(f)
         return {**result.to_dict(), "restarts": sum(x.restarts for x in logs), "kills": sum(x.kills for x in logs),
-                "resolved_times": sum(len(x.resolved) for x in logs), "errors": errors, "events": list(self.events)}
+                "resolved_times": sum(len(x.resolved) for x in logs), "errors": errors, "events": list(self.events),
+                "journals": [] if result.ok else journals}
 
 
 if __name__ == "__main__":

@@ -446,4 +446,6 @@ def feed_lines(v: dict[str, Any], faults: Iterable[dict[str, Any]] = (), indent:
         lines += [indent * 2 + describe_fault(x) for x in near]
     if len(fails) > limit:
         lines.append(f"{indent}… and {len(fails) - limit} more feed failures")
+    if fails and v.get("journals"):
+        lines.append(f"feed readers' journals kept in {', '.join(v['journals'])}")
     return lines

@@ -69,6 +69,7 @@ def test_a_sabotaged_chaos_run_fails_and_explains_itself(cluster: Cluster, sabot
         assert "replace 'rogue' ts=" in feed and "insert 'before' ts=" in feed
         assert "wrote v='rogue' to ('p00', 'sabotaged')" in feed
         assert "foreign values 2, order violations 0, watermark violations 0" in text  # one per reader
+        assert "feed readers' journals kept in " in text
         rerun = CliRunner().invoke(main, ["verify", "history", path])
         assert rerun.exit_code == 1 and "VIOLATION on key ('p00', 'sabotaged')" in rerun.output
     else:

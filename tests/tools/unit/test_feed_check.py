@@ -163,7 +163,7 @@ def test_a_reader_that_never_got_past_the_last_acknowledged_write_is_behind() ->
 def test_a_fail_line_names_the_key_the_records_and_the_faults_in_its_window() -> None:
     r = check_feed(HISTORY, [chain(*[x for x in GOOD if x.value != "b"])])
     events = [{"t": 4.0, "until": None, "fault": "feed-reader", "what": "kill -9 feed reader process-1 (pid 9)"}]
-    v = {**r.to_dict(), "events": events}
+    v = {**r.to_dict(), "events": events, "journals": ["/d/feed-readers/feed-t-1.jsonl"]}
     faults: list[dict[str, Any]] = [{"t": 2.5, "until": 2.6, "fault": "kill_ps", "what": "kill -9 ps-2 (pid 7)"},
               {"t": 30.0, "until": None, "fault": "split", "what": "split r1 at 'p4'"}]
     lines = feed_lines(v, faults)
@@ -172,6 +172,7 @@ def test_a_fail_line_names_the_key_the_records_and_the_faults_in_its_window() ->
     assert "#1 write 'b' ok" in text and "insert 'a'" in text
     assert "faults in the window t=2.00-5.00 s (and 3 s before): 2" in text
     assert "kill -9 ps-2" in text and "kill -9 feed reader process-1" in text and "split r1" not in text
+    assert lines[-1] == "feed readers' journals kept in /d/feed-readers/feed-t-1.jsonl"
     assert feed_summary({**v, "restarts": 0, "kills": 1}).endswith("lost 1, duplicated 0, foreign values 0, "
                                                                    "order violations 0, watermark violations 0")
 
