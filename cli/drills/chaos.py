@@ -9,7 +9,10 @@ must be back at N in-sync replicas (:mod:`cli.drills.chaos_replicas`). A checker
 thread asserts the partition-map invariant (ranges of a table disjoint and covering the key space)
 on every map it sees. At the end the cluster must converge (every range served) and the workload's
 history must show no lost acknowledged write, no duplicate application and no linearizability
-violation. The seed is printed; the same seed replays the same fault schedule.
+violation. Throughout, readers of the table's change feed — a thread that drops its client at random and a
+process SIGKILLed at random, both resuming from their saved cursors — follow it, and each must have got every
+acknowledged write exactly once, no foreign value, per-key order and resolved times that held
+(:mod:`cli.workload.feed_readers`). The seed is printed; the same seed replays the same fault schedule.
 """
 
 from __future__ import annotations
@@ -30,8 +33,10 @@ from cli.drills.chaos_replicas import REPL_FAULTS, ReplicaFaults, replica_count,
 from cli.drills.coordinator_failover import leader_process
 from cli.drills.drill_table import prepare_table
 from cli.options import data_dir_option, rate_option
+from cli.workload.feed_readers import FeedWatch
 from cli.workload.generator import SABOTAGE, Workload
 from cli.workload.verify.explain import failure_lines, slow_op_lines
+from cli.workload.verify.feed import feed_lines, feed_summary
 from cli.workload.verify.history import dump_history
 from coordinator.map.partition_map import PartitionMap
 from rangetable.errors import TableError
@@ -178,64 +183,71 @@ def run_chaos(data_dir: str, *, seed: int, duration: float = 40.0, interval: flo
     watcher = MapWatcher(coord)
     watcher.start()
     wl = Workload(native, table, threads=threads, seed=seed, history_dir=history_dir, rate=rate)
-    wl.start()
-    faults: list[dict] = []
-    pending = list(first)
-    t0 = wl.t0  # fault times on the history's clock, so a violation's window finds its faults
-    while time.monotonic() - t0 < duration:
-        time.sleep(rnd.uniform(0.5, 2 * interval - 0.5))
-        if sabotage == "rogue-write" and time.monotonic() - t0 > duration / 2:
+    feed = FeedWatch(data_dir, table, wl.t0, os.path.join(data_dir, "feed-readers"), seed=seed)
+    try:
+        feed.start()
+        wl.start()
+        faults: list[dict] = []
+        pending = list(first)
+        t0 = wl.t0  # fault times on the history's clock, so a violation's window finds its faults
+        while time.monotonic() - t0 < duration:
+            time.sleep(rnd.uniform(0.5, 2 * interval - 0.5))
+            if sabotage == "rogue-write" and time.monotonic() - t0 > duration / 2:
+                at = round(time.monotonic() - t0, 2)
+                faults.append({"t": at, "until": None, "fault": "sabotage", "what": wl.sabotage(sabotage)})
+                say(f"  t={at:6.2f}s sabotage: {faults[-1]['what']}")
+                sabotage = None
+                time.sleep(1.0)  # let the workload read it
+            kind = pending.pop(0) if pending else rnd.choice(kinds)
+            at = round(time.monotonic() - t0, 2)
+            what = _fault(kind, rnd, data_dir, coord, table, lease_s, repl)
+            faults.append({"t": at, "until": round(time.monotonic() - t0, 2), "fault": kind, "what": what})
+            say(f"  t={at:6.2f}s {what}")
+        # Converge: every range of the table served again (reads answer), then stop the workload.
+        faults_end = time.monotonic()
+        deadline = time.monotonic() + 30
+        converged = False
+        while time.monotonic() < deadline and not converged:
+            try:
+                snap = call(coord, {"op": "status"}, timeout=2)
+                alive = {s["id"] for s in snap["servers"] if s["alive"]}
+                converged = not PartitionMap.from_snapshot(snap).check() and all(
+                    r["state"] == "serving" and r["primary"] in alive for r in snap["ranges"])
+            except TableError:
+                pass
+            time.sleep(0.2)
+        restore = wait_restored(lambda: call(coord, {"op": "status"}, timeout=3), n, restore_timeout, faults_end) if n > 1 else {}
+        if restore:
+            say(f"  {n} in-sync replicas of every range: {'yes' if restore['restored'] else 'NO'} "
+                f"after {restore['restored_s']} s")
+        wl.stop()
+        if sabotage == "lost-write":
             at = round(time.monotonic() - t0, 2)
             faults.append({"t": at, "until": None, "fault": "sabotage", "what": wl.sabotage(sabotage)})
             say(f"  t={at:6.2f}s sabotage: {faults[-1]['what']}")
-            sabotage = None
-            time.sleep(1.0)  # let the workload read it
-        kind = pending.pop(0) if pending else rnd.choice(kinds)
-        at = round(time.monotonic() - t0, 2)
-        what = _fault(kind, rnd, data_dir, coord, table, lease_s, repl)
-        faults.append({"t": at, "until": round(time.monotonic() - t0, 2), "fault": kind, "what": what})
-        say(f"  t={at:6.2f}s {what}")
-    # Converge: every range of the table served again (reads answer), then stop the workload.
-    faults_end = time.monotonic()
-    deadline = time.monotonic() + 30
-    converged = False
-    while time.monotonic() < deadline and not converged:
+        watcher.stop.set()
+        watcher.join(timeout=5)
+        say("reading the change feed to the last acknowledged write …")
+        feed.finish(wl.last_ack_ticks)
+        say("verifying the history …")
         try:
-            snap = call(coord, {"op": "status"}, timeout=2)
-            alive = {s["id"] for s in snap["servers"] if s["alive"]}
-            converged = not PartitionMap.from_snapshot(snap).check() and all(
-                r["state"] == "serving" and r["primary"] in alive for r in snap["ranges"])
-        except TableError:
-            pass
-        time.sleep(0.2)
-    restore = wait_restored(lambda: call(coord, {"op": "status"}, timeout=3), n, restore_timeout, faults_end) if n > 1 else {}
-    if restore:
-        say(f"  {n} in-sync replicas of every range: {'yes' if restore['restored'] else 'NO'} "
-            f"after {restore['restored_s']} s")
-    wl.stop()
-    if sabotage == "lost-write":
-        at = round(time.monotonic() - t0, 2)
-        faults.append({"t": at, "until": None, "fault": "sabotage", "what": wl.sabotage(sabotage)})
-        say(f"  t={at:6.2f}s sabotage: {faults[-1]['what']}")
-    watcher.stop.set()
-    watcher.join(timeout=5)
-    say("verifying the history …")
-    try:
-        verdict = wl.verify()
-    except TableError as exc:  # the table cannot be read back: a range is unserved (or its replica set broken)
-        os.makedirs(history_dir, exist_ok=True)
-        path = os.path.join(history_dir, f"history-{table}-seed{seed}.jsonl")
-        dump_history(wl.recorder.history(), path)
-        verdict = {"lost_writes": None, "duplicate_applications": len(wl.duplicates), "linearizable": False,
-                   "linearizability": "not checked", "linearizability_s": None, "history_ops": len(wl.recorder),
-                   "slow_ops": list(wl.slow_ops), "history_file": path, "verify_error": f"{exc.error_code}: {exc}"}
-    report = {"seed": seed, "duration_s": duration, "faults": faults, "converged": converged,
-              "map_checks": watcher.checks, "map_violations": watcher.violations, "replicas": n, **restore,
-              "client": wl.stats.to_dict(), **verdict}
-    report["passed"] = ("verify_error" not in report and converged and not watcher.violations and report["lost_writes"] == 0
-                        and report["duplicate_applications"] == 0 and report["linearizable"]
-                        and restore.get("restored", True))
-    return report
+            verdict = wl.verify()
+        except TableError as exc:  # the table cannot be read back: a range is unserved (or its replica set broken)
+            os.makedirs(history_dir, exist_ok=True)
+            path = os.path.join(history_dir, f"history-{table}-seed{seed}.jsonl")
+            dump_history(wl.recorder.history(), path)
+            verdict = {"lost_writes": None, "duplicate_applications": len(wl.duplicates), "linearizable": False,
+                       "linearizability": "not checked", "linearizability_s": None, "history_ops": len(wl.recorder),
+                       "slow_ops": list(wl.slow_ops), "history_file": path, "verify_error": f"{exc.error_code}: {exc}"}
+        report = {"seed": seed, "duration_s": duration, "faults": faults, "converged": converged,
+                  "map_checks": watcher.checks, "map_violations": watcher.violations, "replicas": n, **restore,
+                  "client": wl.stats.to_dict(), **verdict, "feed": feed.verdict(wl.writes())}
+        report["passed"] = ("verify_error" not in report and converged and not watcher.violations and report["lost_writes"] == 0
+                            and report["duplicate_applications"] == 0 and report["linearizable"]
+                            and restore.get("restored", True) and report["feed"]["passed"])
+        return report
+    finally:
+        feed.close()  # no reader process outlives the drill, whatever went wrong
 
 
 def chaos_failure_lines(r: dict[str, Any]) -> list[str]:
@@ -249,7 +261,8 @@ def chaos_failure_lines(r: dict[str, Any]) -> list[str]:
     if not r.get("restored", True):
         lines.append(f"not restored: {', '.join(r['under_replicated'][:8])} short of {r['replicas']} in-sync "
                      f"replicas {r['restored_s']} s after the last fault")
-    return lines + failure_lines(r, r["faults"]) + slow_op_lines(r["slow_ops"], r["faults"])
+    return (lines + failure_lines(r, r["faults"]) + feed_lines(r["feed"], r["faults"])
+            + slow_op_lines(r["slow_ops"], r["faults"]))
 
 
 @click.command("chaos")
@@ -270,7 +283,8 @@ def drill_chaos(seed: int | None, duration: float, sabotage: str | None, restore
     back at N in-sync replicas at the end.
 
     A FAIL says why: a linearizability violation (key, operation, its neighbours, the faults in that
-    window) or a checker timeout, lost writes; a failed history is kept for `rangetable verify history`.
+    window) or a checker timeout, lost writes, a change-feed reader's lost, duplicated, foreign or misordered
+    record (key, records, faults in the window); a failed history is kept for `rangetable verify history`.
     Operations slower than 3 s are listed with the faults that overlapped them."""
     seed = int(time.time()) if seed is None else seed
     r = run_chaos(data_dir, seed=seed, duration=duration, echo=None if as_json else click.echo, sabotage=sabotage,
@@ -287,7 +301,8 @@ def drill_chaos(seed: int | None, duration: float, sabotage: str | None, restore
                        f"{'yes' if r['restored'] else 'NO'} after {r['restored_s']} s")
         click.echo(f"lost writes {r['lost_writes']}, duplicates {r['duplicate_applications']}, "
                    f"linearizable {r['linearizable']} ({r['linearizability']}, {r['history_ops']} ops checked in "
-                   f"{r['linearizability_s']} s)  →  {'PASS' if r['passed'] else 'FAIL'}")
+                   f"{r['linearizability_s']} s)")
+        click.echo(f"{feed_summary(r['feed'])}  →  {'PASS' if r['passed'] else 'FAIL'}")
         for line in chaos_failure_lines(r):
             click.echo(line)
     if not r["passed"]:

@@ -5,9 +5,10 @@ The supervisor restarts the server with an empty directory (the realistic case).
 range of its table: when clients were served again (a read and an acknowledged write invoked after the
 kill, from the workload's history; goal ≤ 3 s), the coordinator's promotions, when the range had N
 in-sync replicas on live servers again (re-replication; "not restored within T s" otherwise) with the
-size of the new copies per second; then lost acknowledged writes (must be 0) and linearizability.
-PASS needs 0 lost, no duplicate, linearizable, every range served again, and — unless
-``--no-require-restore`` — every range restored to N in-sync replicas.
+size of the new copies per second; then lost acknowledged writes (must be 0), linearizability, and the
+change feed as readers got it throughout, restarted and killed (:mod:`cli.workload.feed_readers`).
+PASS needs 0 lost, no duplicate, linearizable, every range served again, the feed check passed, and —
+unless ``--no-require-restore`` — every range restored to N in-sync replicas.
 """
 
 from __future__ import annotations
@@ -26,20 +27,23 @@ from cli.coordinator_client import call
 from cli.drills.drill_table import pick_victim, prepare_table
 from cli.options import data_dir_option, rate_option
 from cli.workload.disk_loss_watch import RestoreWatch, events_since, served_again
+from cli.workload.feed_readers import FeedWatch
 from cli.workload.generator import Workload
 from cli.workload.verify.explain import failure_lines
+from cli.workload.verify.feed import feed_lines, feed_summary
 from rangetable.errors import TableError
 
 GOAL_S = 3.0  # the design's bound on a range going unserved
+PRELOAD = "freshpreload"  # the PartitionKey of the preloaded rows
 
 
 def preload(native: str, table: str, mb: float) -> int:
-    """Write about ``mb`` MB of incompressible rows (PartitionKey ``freshpreload``: the checkers ignore
+    """Write about ``mb`` MB of incompressible rows (PartitionKey :data:`PRELOAD`: the checkers ignore
     them) so re-replication has data to copy; returns the bytes written."""
     c = Workload(native, table).client()
     written, i = 0, 0
     while written < mb * 1e6:
-        rows: list[Any] = [("upsert", {"PartitionKey": "freshpreload", "RowKey": f"{i + j:07d}",
+        rows: list[Any] = [("upsert", {"PartitionKey": PRELOAD, "RowKey": f"{i + j:07d}",
                             "blob": os.urandom(15000).hex()}, {}) for j in range(50)]
         c.submit_transaction(rows)
         written += 50 * 30000
@@ -75,26 +79,33 @@ def run_disk_loss_drill(data_dir: str, *, server: str | None = None, duration: f
     say(f"table {table}: {len(ranges)} range(s), {n} replicas each; victim {victim} (pid {info['pid']}) is primary "
         f"of {sum(r['primary'] == victim for r in ranges)}; seed {seed}" + (f"; preloaded {loaded / 1e6:.1f} MB" if loaded else ""))
     wl = Workload(native, table, threads=threads, seed=seed, history_dir=os.path.join(data_dir, "histories"), rate=rate)
-    wl.start()
-    warmup = min(2.0, duration / 4)
-    time.sleep(warmup)
-    last = call(coord, {"op": "events", "limit": 1})
-    seq = last[-1]["seq"] if last else 0
-    t0 = time.monotonic()
-    os.kill(info["pid"], signal.SIGKILL)
-    wiped = f"{victim_dir}.wiped-{int(time.time())}"
-    os.rename(victim_dir, wiped)  # atomic: the restarted server finds no directory, whatever the timing
-    shutil.rmtree(wiped, ignore_errors=True)
-    kill_t = t0 - wl.t0
-    say(f"killed {victim} (pid {info['pid']}) and deleted {victim_dir}")
-    rids = {r["id"] for r in ranges}
-    watch = RestoreWatch(lambda: call(coord, {"op": "status"}, timeout=5), ranges, n, victim, info["incarnation"],
-                         t0, lambda s: os.path.join(root, "servers", s), lambda: events_since(coord, seq, rids))
-    watch.start()
-    time.sleep(max(duration - warmup, 1.0))
-    wl.stop()
-    watch.join(timeout=max(0.0, restore_timeout - (time.monotonic() - t0)))
-    watch.stop.set()
+    feed = FeedWatch(data_dir, table, wl.t0, os.path.join(data_dir, "feed-readers"), seed=seed)
+    try:
+        feed.start()
+        wl.start()
+        warmup = min(2.0, duration / 4)
+        time.sleep(warmup)
+        last = call(coord, {"op": "events", "limit": 1})
+        seq = last[-1]["seq"] if last else 0
+        t0 = time.monotonic()
+        os.kill(info["pid"], signal.SIGKILL)
+        wiped = f"{victim_dir}.wiped-{int(time.time())}"
+        os.rename(victim_dir, wiped)  # atomic: the restarted server finds no directory, whatever the timing
+        shutil.rmtree(wiped, ignore_errors=True)
+        kill_t = t0 - wl.t0
+        say(f"killed {victim} (pid {info['pid']}) and deleted {victim_dir}")
+        rids = {r["id"] for r in ranges}
+        watch = RestoreWatch(lambda: call(coord, {"op": "status"}, timeout=5), ranges, n, victim, info["incarnation"],
+                             t0, lambda s: os.path.join(root, "servers", s), lambda: events_since(coord, seq, rids))
+        watch.start()
+        time.sleep(max(duration - warmup, 1.0))
+        wl.stop()
+        watch.join(timeout=max(0.0, restore_timeout - (time.monotonic() - t0)))
+        watch.stop.set()
+        say("reading the change feed to the last acknowledged write …")
+        feed.finish(wl.last_ack_ticks)
+    finally:
+        feed.close()  # no reader process outlives the drill, whatever went wrong
     say("verifying the history …")
     try:
         verdict = wl.verify()
@@ -123,14 +134,15 @@ def run_disk_loss_drill(data_dir: str, *, server: str | None = None, duration: f
         "all_restored": all_restored,
         "restored_s": max(d["t"] for d in done) if all_restored and done else None,
         "restored_bytes": sum(d["bytes"] for d in done),
-        "client": wl.stats.to_dict(), **verdict,
+        "client": wl.stats.to_dict(), **verdict, "feed": feed.verdict(wl.writes(), ignore=[PRELOAD]),
         "faults": [{"t": round(kill_t, 3), "until": None, "fault": "disk-loss",
                     "what": f"kill -9 {victim} (pid {info['pid']}) and rm -rf {victim_dir}"}],
     }
     rs = report["restored_s"]
     report["restored_mb_per_s"] = round(report["restored_bytes"] / 1e6 / rs, 3) if rs else None
     report["passed"] = ("verify_error" not in report and report["lost_writes"] == 0 and report["duplicate_applications"] == 0
-                        and report["linearizable"] and all_served and (all_restored or not require_restore))
+                        and report["linearizable"] and all_served and (all_restored or not require_restore)
+                        and report["feed"]["passed"])
     return report
 
 
@@ -172,11 +184,13 @@ def format_report(r: dict[str, Any]) -> str:
         f"  lost acknowledged writes: {r['lost_writes']}",
         f"  duplicate applications:   {r['duplicate_applications']}",
         f"  linearizable:             {'yes' if r['linearizable'] else 'NO'} ({r['history_ops']} ops checked)",
+        f"  {feed_summary(r['feed'])}",
     ]
     if "verify_error" in r:
         lines.append(f"  could not read the table back to check it: {r['verify_error']}")
     else:
         lines += ["  " + x for x in failure_lines(r, r["faults"])]
+    lines += ["  " + x for x in feed_lines(r["feed"], r["faults"])]
     lines.append("PASS" if r["passed"] else "FAIL")
     return "\n".join(lines)
 
@@ -202,7 +216,8 @@ def drill_disk_loss(server: str | None, duration: float, threads: int, seed: int
                     data_dir: str, as_json: bool) -> None:
     """Kill -9 a partition server and delete its data directory under a verifying workload (needs
     `rangetable up --servers 3 --replicas 3`); reports per range when clients were served again, lost
-    acknowledged writes, linearizability and the time until N in-sync replicas again."""
+    acknowledged writes, linearizability, the time until N in-sync replicas again, and the change feed as
+    readers (restarted, killed) got it: every acknowledged write exactly once, in order."""
     report = run_disk_loss_drill(data_dir, server=server, duration=duration, threads=threads, seed=seed,
                                  pieces=pieces, restore_timeout=restore_timeout, require_restore=require_restore,
                                  preload_mb=preload_mb, echo=None if as_json else click.echo, rate=rate)

@@ -19,17 +19,18 @@ import tempfile
 import threading
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from cli.workload.verify import check, check_ack_loss
 from cli.workload.verify.explain import lin_verdict
-from cli.workload.verify.history import Recorder, dump_history
+from cli.workload.verify.history import Op, Recorder, dump_history
 from rangetable.client import TableClient, TableServiceClient
 from rangetable.client.models import MatchConditions, UpdateMode
 from rangetable.client.retry import ExponentialRetry
 from rangetable.errors import TableError
 from rangetable.kernel.stats import percentile_ms
+from rangetable.values import TablesDatetime
 
 FAIL_STATUSES = frozenset({404, 409, 412})
 SABOTAGE = ("rogue-write", "lost-write")
@@ -104,15 +105,21 @@ class Workload:
         self.timeout = timeout
         self.batches = batches
         self.t0 = time.monotonic()  # the history's clock: seconds since the workload was made
-        self.recorder = Recorder(clock=lambda: time.monotonic() - self.t0)
+        self.recorder = Recorder(clock=self.clock)
         self.history_dir = history_dir
         self.stats = Stats()
         self.fresh: dict[tuple[str, str], str] = {}  # fresh key -> outcome of its insert
+        self.fresh_recorder = Recorder(clock=self.clock)  # the fresh inserts, for the feed check
+        self.last_ack_ticks = 0  # the highest Timestamp an acknowledged write got (the feed must pass it)
         self.duplicates: list[tuple[str, str]] = []
         self.slow_ops: list[dict[str, Any]] = []  # operations slower than SLOW_OP_S (history clock)
         self._stop = threading.Event()
         self._lock = threading.Lock()
         self._workers: list[threading.Thread] = []
+
+    def clock(self) -> float:
+        """The history's clock: seconds since the workload was made."""
+        return time.monotonic() - self.t0
 
     def client(self, endpoint: str | None = None) -> TableClient:
         """A client with the workload's timeout and retry policy (retries reuse request ids)."""
@@ -137,10 +144,14 @@ class Workload:
             t.join(timeout=60)
 
     def _note(self, outcome: str, t0: float, err: TableError | None = None, written: str | None = None,
-              what: str = "") -> None:
+              what: str = "", answer: Any = None) -> None:
         now = time.monotonic()
         dt = now - t0
         with self._lock:
+            for meta in answer if isinstance(answer, list) else [answer]:
+                stamp = meta.get("timestamp") if isinstance(meta, dict) else None
+                if isinstance(stamp, TablesDatetime):
+                    self.last_ack_ticks = max(self.last_ack_ticks, stamp.ticks)
             if dt > SLOW_OP_S and len(self.slow_ops) < MAX_SLOW_OPS:
                 self.slow_ops.append({"t": round(t0 - self.t0, 3), "until": round(now - self.t0, 3),
                                       "what": what, "outcome": outcome,
@@ -169,7 +180,8 @@ class Workload:
             self._note(outcome, t0, exc, what=f"{kind} {key}")
             return outcome, exc
         self.recorder.complete(op, "ok", value=res if kind == "read" else None)
-        self._note("ok", t0, written=None if kind == "read" else key[0], what=f"{kind} {key}")
+        self._note("ok", t0, written=None if kind == "read" else key[0], what=f"{kind} {key}",
+                   answer=None if kind == "read" else res)
         return "ok", res
 
     def _read(self, c: TableClient, key: tuple[str, str]) -> tuple[str, Any]:
@@ -238,8 +250,8 @@ class Workload:
         self._local.retries = 0
         t0 = time.monotonic()
         try:
-            c.submit_transaction([("upsert", {"PartitionKey": pk, "RowKey": rk, "v": f"{val}-{rk}"},
-                                   {"mode": UpdateMode.REPLACE}) for rk in rks])
+            answer = c.submit_transaction([("upsert", {"PartitionKey": pk, "RowKey": rk, "v": f"{val}-{rk}"},
+                                            {"mode": UpdateMode.REPLACE}) for rk in rks])
         except TableError as exc:
             outcome = outcome_of(exc)
             for op in ops:
@@ -248,22 +260,24 @@ class Workload:
             return
         for op in ops:
             self.recorder.complete(op, "ok")
-        self._note("ok", t0, written=pk, what=f"batch of {len(rks)} on {pk}")
+        self._note("ok", t0, written=pk, what=f"batch of {len(rks)} on {pk}", answer=answer)
 
     def _fresh(self, c: TableClient, tid: int, n: int) -> None:
         key = (f"fresh{tid}", f"{n:08d}")
+        op = self.fresh_recorder.invoke(key, "insert", value="x")
         self._local.retries = 0
         t0 = time.monotonic()
         try:
-            c.create_entity({"PartitionKey": key[0], "RowKey": key[1], "v": "x"})
+            answer = c.create_entity({"PartitionKey": key[0], "RowKey": key[1], "v": "x"})
             outcome = "ok"
-            self._note("ok", t0, written=key[0], what=f"insert fresh {key}")
+            self._note("ok", t0, written=key[0], what=f"insert fresh {key}", answer=answer)
         except TableError as exc:
             outcome = outcome_of(exc)
             self._note(outcome, t0, exc, what=f"insert fresh {key}")
             if exc.error_code == "EntityAlreadyExists":
                 with self._lock:
                     self.duplicates.append(key)
+        self.fresh_recorder.complete(op, outcome)
         with self._lock:
             self.fresh[key] = outcome
 
@@ -297,6 +311,11 @@ class Workload:
         raise ValueError(f"unknown sabotage {kind!r} (rogue-write or lost-write)")
 
     # --- verifying ----------------------------------------------------------------------------
+
+    def writes(self) -> list[Op]:
+        """The history with the fresh inserts (numbered after it): every write the feed may carry."""
+        history = self.recorder.history()
+        return history + [replace(op, id=len(history) + op.id) for op in self.fresh_recorder.history()]
 
     def final_state(self) -> tuple[dict, set]:
         """Every register key's value and the set of fresh keys present, read back at the end."""

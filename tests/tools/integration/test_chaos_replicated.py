@@ -11,6 +11,7 @@ from collections.abc import Iterator
 import pytest
 
 from cli.drills.chaos import chaos_failure_lines, run_chaos
+from cli.workload.verify.feed import feed_summary
 from tests.cluster import WORKLOAD_RATE, Cluster, ClusterFactory
 
 
@@ -38,4 +39,8 @@ def test_replicated_chaos(replicated: Cluster) -> None:
     assert r["duplicate_applications"] == 0, f"seed {seed}"
     assert r["linearizable"], f"seed {seed}: {r['linearizability_detail']}\n{why}"
     assert r["restored"], f"seed {seed}: {r['under_replicated']} not back at 3 in-sync replicas\n{why}"
+    feed = r["feed"]  # read throughout by a thread and a killed process: every acknowledged write exactly once
+    assert (feed["lost"], feed["duplicated"], feed["watermark"]) == (0, 0, 0), f"seed {seed}\n{why}"
+    assert feed["passed"] and feed["kills"] > 0, f"seed {seed}\n{why}"
+    print(feed_summary(feed))
     assert r["passed"]

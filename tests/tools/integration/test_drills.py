@@ -11,6 +11,7 @@ from click.testing import CliRunner
 from cli.drills.chaos import run_chaos
 from cli.drills.failover import format_report, run_failover_drill
 from cli.main import main
+from cli.workload.verify.feed import feed_lines, feed_summary
 from tests.cluster import WORKLOAD_RATE, Cluster, ClusterFactory
 
 
@@ -43,6 +44,10 @@ def test_seeded_chaos(cluster: Cluster) -> None:
     assert r["lost_writes"] == 0, f"seed {seed}: {r['lost_detail']}"
     assert r["duplicate_applications"] == 0, f"seed {seed}"
     assert r["linearizable"], f"seed {seed}: {r['linearizability_detail']}"
+    feed = r["feed"]
+    assert feed["passed"] and feed["readers"] == 2 and feed["records"] > 1000, "\n".join(feed_lines(feed, r["faults"]))
+    assert (feed["lost"], feed["duplicated"], feed["watermark"]) == (0, 0, 0)
+    print(feed_summary(feed))
 
 
 @pytest.mark.parametrize(("sabotage", "seed"), [("rogue-write", 5), ("lost-write", 6)])
@@ -58,6 +63,13 @@ def test_a_sabotaged_chaos_run_fails_and_explains_itself(cluster: Cluster, sabot
         assert "linearizability: VIOLATION on key ('p00', 'sabotaged')" in text
         assert "read -> 'rogue' ok" in text  # the op no linearization gets past
         assert "sabotage: wrote v='rogue'" in text  # the fault in its window
+        # the feed carries the rogue value: a FAIL naming the key, its records and the faults in its window
+        feed = text.split("feed FAIL: FOREIGN (reader thread-1) key ('p00', 'sabotaged'): a record of a value no "
+                          "operation wrote", 1)[1].split("feed FAIL", 1)[0]
+        assert "replace 'rogue' ts=" in feed and "insert 'before' ts=" in feed
+        assert "wrote v='rogue' to ('p00', 'sabotaged')" in feed
+        assert "foreign values 2, order violations 0, watermark violations 0" in text  # one per reader
+        assert "feed readers' journals kept in " in text
         rerun = CliRunner().invoke(main, ["verify", "history", path])
         assert rerun.exit_code == 1 and "VIOLATION on key ('p00', 'sabotaged')" in rerun.output
     else:
