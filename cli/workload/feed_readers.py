@@ -31,7 +31,6 @@ from typing import Any
 
 from cli.workload.verify.feed import FeedRecord, ReaderLog, check_feed
 from cli.workload.verify.history import Op
-from rangetable import feed_cursor
 from rangetable.client import TableServiceClient
 from rangetable.client.changes import ChangePage
 from rangetable.edm import datetime_to_ticks
@@ -44,22 +43,16 @@ TIMEOUT_S = 3.0
 
 
 def page_records(page: ChangePage, seen: float) -> list[FeedRecord]:
-    """The records of a page, as the checker takes them (the exact Timestamp from each record's cursor)."""
+    """The records of a page, as the checker takes them (each record's exact Timestamp from its position)."""
     return [FeedRecord((r.partition_key, r.row_key), r.kind, None if r.entity is None else r.entity.get("v"),
-                       feed_cursor.decode(r.cursor)[0], r.cursor, seen) for r in page.records]
+                       r.position[0], r.cursor, seen) for r in page.records]
 
 
-def resolved_bounds(page: ChangePage, requested: str | None) -> tuple[int, int] | None:
-    """The page's resolved time in ticks, ``(at least, at most)`` (``page.resolved`` is truncated to µs): exact
-    when the page moved the cursor, from ``requested``, to ``(resolved, after every key)``; else within the µs,
-    and not above the cursor. None when the page is not at the live edge."""
-    if page.resolved is None:
-        return None
-    low = datetime_to_ticks(page.resolved)
-    ts, key = feed_cursor.decode(page.cursor)
-    if requested is not None and page.cursor != requested and key is None and low <= ts <= low + 9:
-        return ts, ts
-    return low, max(low, min(low + 9, ts))
+def resolved_bounds(page: ChangePage) -> tuple[int, int] | None:
+    """The page's resolved time in ticks as ``(at least, at most)`` — exact, so both are the same — or None when
+    the page is not at the live edge."""
+    t = page.resolved_ticks
+    return None if t is None else (t, t)
 
 
 def follow(data_dir: str, table: str, cursor: str | None, poll: float) -> Generator[ChangePage, None, None]:
@@ -95,7 +88,7 @@ class ReaderThread(threading.Thread):
             try:
                 for page in pages:
                     with self.lock:
-                        self.log.add_page(page_records(page, self.clock()), resolved_bounds(page, cursor),
+                        self.log.add_page(page_records(page, self.clock()), resolved_bounds(page),
                                           self.clock())
                     cursor = page.cursor  # saved: a restart resumes here
                     if self.stop.is_set() or self.rng.random() < self.restart_p:
@@ -154,7 +147,7 @@ def reader_main(argv: list[str]) -> int:
                 if os.getppid() != parent:
                     return 0  # the drill is gone: no reader outlives it
                 seen = time.monotonic() - t0
-                res = resolved_bounds(page, cursor)
+                res = resolved_bounds(page)
                 if page.records or res != last_res:
                     line = {"r": [x.to_list() for x in page_records(page, seen)], "res": res, "c": page.cursor,
                             "t": round(seen, 4)}

@@ -75,13 +75,18 @@ def _plain(entity: TableEntity) -> dict[str, Any]:
 
 class ChangePage:
     """One page of the feed: its records, the ``cursor`` after them and the table's ``resolved`` time (None
-    unless the page reached the live edge)."""
+    unless the page reached the live edge; ``resolved_ticks``: the same, exact, in Timestamp ticks)."""
 
-    def __init__(self, records: list[ChangeRecord], cursor: str, resolved: datetime | None) -> None:
+    def __init__(self, records: list[ChangeRecord], cursor: str, resolved_ticks: int | None) -> None:
         self.records = records
         self.cursor = cursor
         self.continuation_token = cursor  # azure-core's name for where the next page starts
-        self.resolved = resolved
+        self.resolved_ticks = resolved_ticks
+
+    @property
+    def resolved(self) -> datetime | None:
+        """The resolved time (truncated to microseconds, as datetimes are)."""
+        return None if self.resolved_ticks is None else ticks_to_datetime(self.resolved_ticks)
 
     def __iter__(self) -> Iterator[ChangeRecord]:
         return iter(self.records)
@@ -132,8 +137,7 @@ class ChangeFeed:
         """The page of an answer."""
         records = [_record(r) for r in answer["records"]]
         cursor = feed_cursor.encode(feed_cursor.from_wire(answer["cursor"]))
-        resolved = answer.get("resolved")
-        return ChangePage(records, cursor, None if resolved is None else ticks_to_datetime(resolved))
+        return ChangePage(records, cursor, answer.get("resolved"))
 
     def last(self, page: ChangePage) -> bool:
         """True when no page follows ``page`` (not following, and the page reached the live edge)."""

@@ -197,13 +197,11 @@ def test_the_journal_resumes_from_its_last_complete_line(tmp_path: Path) -> None
     assert resume(str(j)) is None and j.read_bytes() == b""
 
 
-def test_the_exact_resolved_time_comes_from_the_cursor_when_the_page_moved_it() -> None:
-    t = T0 + 12_345_677  # not a whole microsecond: the page's datetime drops the last digit
-    moved = ChangePage([], feed_cursor.encode((t, None)), ticks_to_datetime(t))
-    assert resolved_bounds(moved, feed_cursor.encode((T0, None))) == (t, t)
-    assert resolved_bounds(moved, moved.cursor) == (t - 7, t)  # it stayed: within the µs, not above the cursor
-    assert resolved_bounds(moved, None) == (t - 7, t)  # a first page: its cursor may be the feed's floor
-    assert resolved_bounds(ChangePage([], moved.cursor, None), None) is None
+def test_the_exact_resolved_time_is_the_page_s() -> None:
+    t = T0 + 12_345_677  # not a whole microsecond: the page's datetime drops the last digit, its ticks do not
+    page = ChangePage([], feed_cursor.encode((t, None)), t)
+    assert resolved_bounds(page) == (t, t) and page.resolved == ticks_to_datetime(t)
+    assert resolved_bounds(ChangePage([], page.cursor, None)) is None
 
 
 def test_a_resolved_time_known_within_its_microsecond_goes_back_only_below_its_range() -> None:
