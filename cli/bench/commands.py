@@ -2,8 +2,9 @@
 ``soak`` (a workload held for minutes), ``scale`` (10M entities), ``frontends`` (REST across HTTP
 frontend processes), ``control-plane``, ``takeover``, ``ttl`` and ``capacity`` (table TTL and reserved
 throughput), ``aio`` (the asyncio native client against the blocking one), ``stock`` (conditional
-counters against ETag retries), ``point-or`` (an `or` of 200 point keys against table size) and
-``replicas`` (the cost of replication: replicas 1 against 3).
+counters against ETag retries), ``point-or`` (an `or` of 200 point keys against table size),
+``replicas`` (the cost of replication: replicas 1 against 3) and ``feed`` (the cost of the change feed: off
+against on, a following reader's lag, catch-up and disk).
 
 Plain click commands; :mod:`cli.main` adds them to the ``bench`` group.
 """
@@ -441,4 +442,32 @@ def bench_replicas(seconds: float, interval: float, threads: int, bulk: int, loa
     res = run_replicas_bench(seconds=seconds, interval=interval, threads=threads, bulk=bulk, loaders=loaders,
                              rebuild_mb=rebuild_mb, rebuild_rates=rebuild_rates or (100.0, 0.0),
                              rebuild_timeout=rebuild_timeout, echo=progress(as_json))
+    click.echo(json.dumps(res, indent=2) if as_json else "\n" + format_table(res))
+
+
+@click.command("feed")
+@click.option("--seconds", default=120.0, show_default=True, help="Seconds of point writes per setting (feed off, on).")
+@click.option("--interval", default=10.0, show_default=True, help="Seconds per printed row.")
+@click.option("--threads", default=8, show_default=True, help="Client threads upserting (a native client each).")
+@click.option("--rows", default=100_000, show_default=True, help="Rows the point writes upsert, at random.")
+@click.option("--catchup", default=1_000_000, show_default=True,
+              help="Changes bulk-written per setting for the disk figure, then read from the beginning (0: skip).")
+@click.option("--loaders", default=2, show_default=True, help="Bulk-load client processes.")
+@click.option("--poll-interval", "poll", default=0.05, show_default=True,
+              help="The following reader's wait between pages that bring nothing new (read_changes' poll_interval).")
+@json_option
+def bench_feed(seconds: float, interval: float, threads: int, rows: int, catchup: int, loaders: int, poll: float,
+               as_json: bool) -> None:
+    """The cost of the change feed on a cluster as `rangetable up` starts it (3 servers, 3 replicas): point-write
+    ops/s, p50/p99 and CPU per write with the feed off and on (with a reader following it: lag from
+    acknowledgement to the reader, p50/p99), every --interval; then --catchup changes bulk-written (disk per
+    million changes, off and on) and read from the beginning (changes/s against the write rate). Starts its own
+    clusters."""
+    from cli.bench.feed import format_table, run_feed_bench
+
+    if seconds < interval or interval <= 0 or threads < 1 or rows < 1 or catchup < 0 or loaders < 1 or poll < 0:
+        raise click.UsageError("need --seconds >= --interval > 0, --threads/--rows/--loaders >= 1, --catchup >= 0 "
+                               "and --poll-interval >= 0.")
+    res = run_feed_bench(seconds=seconds, interval=interval, threads=threads, rows=rows, catchup=catchup,
+                         loaders=loaders, poll=poll, echo=progress(as_json))
     click.echo(json.dumps(res, indent=2) if as_json else "\n" + format_table(res))
