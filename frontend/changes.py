@@ -34,7 +34,9 @@ class ChangesWalk:
     pos: bytes = b""  # where the walk is (it starts at the span's start)
     end: bytes | None = None  # where the span read ends (None: the table's end)
     done: bool = False
+    need: int | None = None  # the reader's hint: ranges below it close first (the previous page's ``high``)
     upto: int | None = None  # the lowest frontier so far
+    high: int | None = None  # the highest frontier so far
     floor: int = 0  # the highest floor seen (where a read from the beginning starts)
     more: bool = False  # some range had more records than it answered
     records: list = field(default_factory=list)
@@ -53,13 +55,14 @@ class ChangesWalk:
         """The partition server request of a step."""
         return {"op": "changes", "range": route.range["id"], "epoch": route.range["epoch"], "lo": lo, "hi": hi,
                 "after": None if self.after is None else feed_cursor.to_wire(self.after), "upto": self.upto,
-                "limit": self.limit, "close": True}
+                "limit": self.limit, "close": True, "need": _max(self.need, self.high)}
 
     def advance(self, answer: dict, hi: bytes | None) -> None:
         """Take a step's answer (a :class:`rangetable.messages.ChangesAnswer`) for the span ending at ``hi``."""
         self.records.extend(answer["records"])
         frontier = int(answer["frontier"])
         self.upto = frontier if self.upto is None else min(self.upto, frontier)
+        self.high = _max(self.high, frontier)
         self.floor = max(self.floor, int(answer.get("floor", 0)))
         self.more = self.more or bool(answer["more"])
         if hi is None or hi == self.end:
@@ -68,16 +71,21 @@ class ChangesWalk:
             self.pos = hi
 
     def page(self) -> dict[str, Any]:
-        """``{"records", "cursor", "resolved"}`` once :attr:`done`: the records at or below the lowest
-        frontier in position order, the position after them, and the table's resolved Timestamp (None when
-        some range had more)."""
+        """``{"records", "cursor", "resolved", "high"}`` once :attr:`done`: the records at or below the lowest
+        frontier in position order, the position after them, the table's resolved Timestamp (None when some
+        range had more) and the highest frontier (what the reader's next page passes as ``need``)."""
         assert self.done and self.upto is not None
         lower: Position = self.after if self.after is not None else (self.floor, None)
         top = self.upto
         out = [r for r in self.records if r[0] <= top and feed_cursor.after((r[0], r[1]), lower)]
         out.sort(key=_position)
         cursor: Position = (top, None) if top >= lower[0] else lower
-        return {"records": out, "cursor": feed_cursor.to_wire(cursor), "resolved": None if self.more else top}
+        return {"records": out, "cursor": feed_cursor.to_wire(cursor), "resolved": None if self.more else top,
+                "high": self.high}
+
+
+def _max(a: int | None, b: int | None) -> int | None:
+    return b if a is None else a if b is None else max(a, b)
 
 
 def _position(record: list) -> tuple[int, bytes]:

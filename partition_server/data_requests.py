@@ -172,9 +172,6 @@ def scan(served: Served, req: ScanRequest, budget_s: float) -> ScanPage:
     return ScanPage(fast_path.page(items, nxt), len(items), sampled)
 
 
-CLOSE_AFTER_TICKS = 200_000  # a feed read closes a range whose last Timestamp is older than 20 ms
-
-
 def changes(served: Served, req: ChangesRequest, budget_s: float) -> ScanPage:
     """A page of the range's change feed (:meth:`RangeStore.read_changes
     <partition_server.store.range_store.RangeStore.read_changes>`), clamped to the range. The answer is held
@@ -183,12 +180,12 @@ def changes(served: Served, req: ChangesRequest, budget_s: float) -> ScanPage:
     hi = req.get("hi")
     if served.hi is not None and (hi is None or hi > served.hi):
         hi = served.hi
-    upto = req.get("upto")
-    if upto is not None and type(upto) is not int:
-        raise TableError("InvalidInput", "upto must be a Timestamp")
+    upto, need = req.get("upto"), req.get("need")
+    if not all(v is None or type(v) is int for v in (upto, need)):
+        raise TableError("InvalidInput", "upto and need must be Timestamps")
     limit = int(req.get("limit", 1000))
     page = served.store.read_changes(None if req.get("after") is None else feed_cursor.from_wire(req["after"]), lo, hi, limit,
-                                     CLOSE_AFTER_TICKS if req.get("close") else None, upto)
+                                     bool(req.get("close")), need, upto)
     answer = {"records": page.records, "frontier": page.frontier, "more": page.more, "floor": page.floor}
     return ScanPage(Packed(protocol.pack(answer)), len(page.records), None, counts=bool(page.records))
 

@@ -195,17 +195,20 @@ class ChangesPageRequest(TypedDict):
     top: int
     start: NotRequired[str]
     after: NotRequired[list]
+    need: NotRequired[int]  # the ``high`` of the reader's previous page: ranges below it close first
     lo: NotRequired[str]  # the PartitionKeys [lo, hi) only (a consumer group's span); hi nil: to the end
     hi: NotRequired[str | None]
 
 
 class ChangesPage(TypedDict):
     """A frontend's page of a table's feed: records ``[ts, key, kind, value, before]`` in position order, the
-    position after them, and the table's resolved Timestamp when the page reached the live edge (else nil)."""
+    position after them, the table's resolved Timestamp when the page reached the live edge (else nil), and
+    ``high``, the highest frontier a range answered (the next page's ``need``)."""
 
     records: list[list]
     cursor: list
     resolved: int | None
+    high: int
 
 
 NativeRequest = (
@@ -275,7 +278,8 @@ class ScanAnswer(TypedDict):
 class ChangesRequest(TypedDict):
     """A page of a range's change feed: the records of entity keys in ``[lo, hi)`` after position ``after``
     (``[Timestamp, key or nil]``; nil: from the oldest kept), at or below ``upto`` (nil: the range's resolved
-    Timestamp). ``close``: an idle range first moves its resolved Timestamp to now. Sent by a frontend to
+    Timestamp). ``close``: the range first moves its resolved Timestamp to now when it lags (``need``: the
+    highest frontier the reader saw elsewhere; ``partition_server/store/feed.py: should_close``). Sent by a frontend to
     the range's primary (``partition_server/store/feed.py``)."""
 
     op: Literal["changes"]
@@ -287,6 +291,7 @@ class ChangesRequest(TypedDict):
     upto: int | None
     limit: int
     close: bool
+    need: NotRequired[int | None]
 
 
 class ChangesAnswer(TypedDict):

@@ -255,6 +255,9 @@ class Handler:
             if not isinstance(lo, str) or not (hi is None or isinstance(hi, str) and hi > lo):
                 raise TableError("InvalidInput", "lo and hi must be PartitionKeys with lo < hi (hi nil: to the end)")
             pos, end = range_bounds(lo, hi)
+            need = req.get("need")
+            if need is not None and type(need) is not int:
+                raise TableError("InvalidInput", "need must be a Timestamp")
             if req.get("after") is not None:
                 walk = ChangesWalk(feed_cursor.from_wire(req["after"]), top, pos, end)
             elif start in (BEGINNING, None):
@@ -263,6 +266,7 @@ class Handler:
                 walk = ChangesWalk(None, 0, pos, end)
             else:
                 raise TableError("InvalidInput", "start must be 'beginning' or 'now' (or give a position in 'after')")
+            walk.need = need
             p.state = walk
         seg = walk.next_segment(self.fe.cache, table)
         if seg is None:

@@ -54,6 +54,8 @@ _HEAD = struct.Struct(">BI")  # a record's kind and the length of its before-ima
 DEFAULT_RETENTION_S = 24 * 3600
 MAX_READ_BYTES = 4 << 20  # a read answers about this many bytes of records at most
 MAX_SCANNED = 20_000  # records a read looks at, at most (a split's half skips its sibling's records)
+FRESH_TICKS = 200_000  # 20 ms: a read without a hint closes a range whose last Timestamp is older
+IDLE_TICKS = 5_000_000  # 0.5 s: a range that is read closes at least this often, idle or not
 
 
 def record_kind(op: str, existed: bool, deleted: bool) -> str:
@@ -229,6 +231,18 @@ class FeedPage(NamedTuple):
     frontier: int
     more: bool
     floor: int = 0
+
+
+def should_close(last_ts: int, now: int, need: int | None) -> bool:
+    """Whether a read closes the range first (:meth:`RangeStore.close_timestamp
+    <partition_server.store.range_store.RangeStore.close_timestamp>`). ``need`` is the highest frontier the
+    reader has seen elsewhere in the table: the table's resolved Timestamp can pass it only once this range's
+    does, so a range below it closes; a busy range above it need not (its writes move its frontier), except at
+    least every :data:`IDLE_TICKS`, so an idle table's resolved time keeps moving. A read without a hint (a
+    reader's first page) closes a range whose last Timestamp is older than :data:`FRESH_TICKS`."""
+    if need is None:
+        return now - last_ts > FRESH_TICKS
+    return last_ts < need or now - last_ts > IDLE_TICKS
 
 
 def check_position(on: bool, floor: int, after: tuple[int, bytes | None] | None) -> None:

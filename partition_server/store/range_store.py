@@ -61,6 +61,7 @@ from partition_server.store.feed import (
     check_position,
     record_key,
     record_kind,
+    should_close,
 )
 from partition_server.store.feed import count as count_feed
 from partition_server.store.feed import read as read_feed
@@ -572,15 +573,16 @@ class RangeStore:
             return ts
 
     def read_changes(self, after: tuple[int, bytes | None] | None, lo: bytes, hi: bytes | None, limit: int,
-                     close_after_ticks: int | None = None, upto: int | None = None) -> FeedPage:
+                     close: bool = False, need: int | None = None, upto: int | None = None) -> FeedPage:
         """The feed's records of entity keys in ``[lo, hi)`` after position ``after`` (None: from the oldest
         kept), up to the range's last Timestamp (or ``upto`` when lower), at most about ``limit``: a
-        :class:`~partition_server.store.feed.FeedPage`. With ``close_after_ticks``, a range whose last Timestamp
-        is older than that first closes it (:meth:`close_timestamp`), so an idle range's resolved Timestamp
-        keeps up with the clock. FeedDisabled while the feed is off; FeedTrimmed below the floor."""
+        :class:`~partition_server.store.feed.FeedPage`. With ``close`` the range first closes its last Timestamp
+        when :func:`~partition_server.store.feed.should_close` says so (``need``: the highest frontier the reader
+        saw elsewhere), so the table's resolved Timestamp keeps up. FeedDisabled while the feed is off;
+        FeedTrimmed below the floor."""
         feed = self.feed
         check_position(feed.want, feed.read_floor(self._last_ts), after)
-        if close_after_ticks is not None and self.clock() - self._last_ts > close_after_ticks:
+        if close and should_close(self._last_ts, self.clock(), need):
             self.close_timestamp()
         last = self._last_ts  # every record at or below it is written (it moves after the write)
         return read_feed(self._db, after, feed.read_floor(last), last if upto is None else min(upto, last), lo, hi,

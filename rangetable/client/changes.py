@@ -120,12 +120,15 @@ class ChangeFeed:
         self.top = results_per_page
         self.poll_interval = poll_interval
         self.empty = 0  # empty pages in a row at the live edge
+        self.high: int | None = None  # the previous page's highest frontier: the next page's hint
 
     def body(self, token: str | None) -> ChangesPageRequest:
         """The request of the page after cursor ``token`` (None: the first page)."""
         body: ChangesPageRequest = {"op": "changes", "table": self.table, "top": self.top}
         if self.span != ("", None):
             body["lo"], body["hi"] = self.span
+        if token is not None and self.high is not None:
+            body["need"] = self.high
         first = self.first if token is None else feed_cursor.decode(token)
         if isinstance(first, str):
             body["start"] = first
@@ -137,6 +140,7 @@ class ChangeFeed:
         """The page of an answer."""
         records = [_record(r) for r in answer["records"]]
         cursor = feed_cursor.encode(feed_cursor.from_wire(answer["cursor"]))
+        self.high = answer.get("high")
         return ChangePage(records, cursor, answer.get("resolved"))
 
     def last(self, page: ChangePage) -> bool:

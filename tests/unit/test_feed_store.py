@@ -8,7 +8,18 @@ import msgpack
 import pytest
 
 from partition_server.replication.protocol import Following
-from partition_server.store.feed import DELETE, EXPIRE, INSERT, MERGE, REPLACE, count, record_kind
+from partition_server.store.feed import (
+    DELETE,
+    EXPIRE,
+    FRESH_TICKS,
+    IDLE_TICKS,
+    INSERT,
+    MERGE,
+    REPLACE,
+    count,
+    record_kind,
+    should_close,
+)
 from partition_server.store.range_store import RangeStore
 from partition_server.store.replica_log import ReplicaLog, decode_ops, encode_ops
 from rangetable.errors import TableError
@@ -24,6 +35,14 @@ def changes(store: RangeStore, after=None, lo=b"", hi=None, limit=10_000):
         pk, rk = decode_key(key)
         out.append((pk, rk, kind, value and msgpack.unpackb(value)[1], before and msgpack.unpackb(before)[1], ts))
     return out
+
+
+def test_a_range_closes_when_a_reader_needs_it_or_it_idled() -> None:
+    now = 10**12
+    assert should_close(now - FRESH_TICKS - 1, now, None) and not should_close(now - FRESH_TICKS, now, None)
+    assert should_close(now - 5, now, now - 4)  # below what the reader saw elsewhere
+    assert not should_close(now - 5, now, now - 6)  # a busy range above it: its writes move its frontier
+    assert should_close(now - IDLE_TICKS - 1, now, 0) and not should_close(now - IDLE_TICKS, now, 0)
 
 
 def test_record_kind_names_what_happened() -> None:
@@ -94,7 +113,7 @@ def test_a_close_moves_the_resolved_timestamp_of_an_idle_range(store: RangeStore
     store.write(ins("p", "a", v=1))
     last = store.last_ts
     assert store.read_changes(None, b"", None, 10).frontier == last
-    page = store.read_changes((last, None), b"", None, 10, close_after_ticks=0)
+    page = store.read_changes((last, None), b"", None, 10, close=True, need=last + 1)
     assert page.records == [] and page.frontier == store.last_ts > last
     store.write(ins("p", "b", v=2))
     assert changes(store, (page.frontier, None))[0][1] == "b"  # later writes stay above the close
