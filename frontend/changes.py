@@ -22,8 +22,6 @@ from rangetable import feed_cursor
 from rangetable.feed_cursor import Position
 from rangetable.keys import range_bounds
 
-BEGINNING, NOW = "beginning", "now"
-
 
 @dataclass
 class ChangesWalk:

@@ -12,27 +12,28 @@ import click
 from cli.options import data_dir_option, endpoint_option, json_option, native_endpoint
 from rangetable.client import TableServiceClient
 from rangetable.client.changes import ChangeRecord
-from rangetable.edm import iso_to_ticks, ticks_to_datetime
+from rangetable.edm import ticks_to_datetime
+from rangetable.feed_page import DEFAULT_TOP, MAX_TOP, parse_start
 
 RESOLVED_EVERY_S = 1.0  # a following reader prints the resolved time at most this often
 
 
 def _start(text: str) -> str | datetime:
     """``--from``: beginning, now, or an ISO 8601 time (UTC unless it says otherwise)."""
-    if text in ("beginning", "now"):
-        return text
     try:
-        return ticks_to_datetime(iso_to_ticks(text))
-    except (ValueError, TypeError):
+        start = parse_start(text)
+    except ValueError:
         raise click.BadParameter("beginning, now or an ISO 8601 time such as 2026-11-28T17:00:00Z",
                                  param_hint="--from") from None
+    return start if isinstance(start, str) else ticks_to_datetime(start)
 
 
 def _line(r: ChangeRecord) -> str:
-    props = {} if r.entity is None else {k: v for k, v in r.to_json()["entity"].items()
-                                         if k not in ("PartitionKey", "RowKey")}
-    return f"{r.timestamp.isoformat()}  {r.kind:<7}  {r.partition_key}/{r.row_key}" + (
-        f"  {json.dumps(props)}" if r.entity is not None else "")
+    doc = r.to_json()
+    entity = doc["entity"]
+    props = {} if entity is None else {k: v for k, v in entity.items() if k not in ("PartitionKey", "RowKey", "Timestamp")}
+    return f"{doc['Timestamp']}  {r.kind:<7}  {r.partition_key}/{r.row_key}" + (
+        f"  {json.dumps(props)}" if entity is not None else "")
 
 
 @click.command("changes")
@@ -41,7 +42,7 @@ def _line(r: ChangeRecord) -> str:
               help="Where to start: beginning (the oldest change kept), now, or a time (ISO 8601).")
 @click.option("--cursor", default=None, help="Resume right after this cursor (a record's or the last line's).")
 @click.option("--follow", is_flag=True, help="Keep reading as changes come (Ctrl-C stops).")
-@click.option("--page-size", type=click.IntRange(1, 10_000), default=1000, show_default=True)
+@click.option("--page-size", type=click.IntRange(1, MAX_TOP), default=DEFAULT_TOP, show_default=True)
 @data_dir_option
 @endpoint_option
 @json_option
@@ -49,8 +50,9 @@ def changes_cmd(table: str, start: str, cursor: str | None, follow: bool, page_s
                 endpoint: str | None, as_json: bool) -> None:
     """A table's change feed: every insert, replace, merge, delete and TTL expiry, in order.
 
-    With --json each change is a JSON line, and a line {"resolved": T, "cursor": C} says that no change at or
-    before T will ever appear (at the end, and about once a second while following)."""
+    With --json each change is a JSON line (the same as the REST extension's, docs/changes.md), and a line
+    {"cursor": C, "resolved": T} says that no change at or before T will ever appear (at the end, and about
+    once a second while following)."""
     client = TableServiceClient(native_endpoint(data_dir, endpoint)).get_table_client(table)
     count = 0
     last_cursor = cursor
@@ -64,7 +66,7 @@ def changes_cmd(table: str, start: str, cursor: str | None, follow: bool, page_s
             last_cursor = page.cursor
             now = time.monotonic()
             if page.resolved is not None and as_json and (not follow or now - said >= RESOLVED_EVERY_S):
-                click.echo(json.dumps({"resolved": page.resolved.isoformat(), "cursor": page.cursor}))
+                click.echo(json.dumps(page.to_json()))
                 said = now
     except KeyboardInterrupt:
         pass

@@ -15,20 +15,17 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
 import msgpack
 
-from rangetable import feed_cursor
+from rangetable import feed_cursor, feed_page
 from rangetable.edm import Entity, datetime_to_ticks, etag_from_ticks, ticks_to_datetime
-from rangetable.errors import TableError
 from rangetable.keys import decode_key
 from rangetable.messages import ChangesPage, ChangesPageRequest, NativeRequest
 from rangetable.values import TableEntity, typed_to_entity
-
-START_WORDS = ("beginning", "now")
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,32 +43,29 @@ class ChangeRecord:
     timestamp: datetime
     etag: str
     cursor: str
+    wire: list = field(repr=False, compare=False)  # [ts, key, kind, value, before] as the frontend sent it
 
     def to_json(self) -> dict[str, Any]:
-        """The record as JSON-ready values (entities' properties as the SDK returns them)."""
-        return {"PartitionKey": self.partition_key, "RowKey": self.row_key, "kind": self.kind,
-                "Timestamp": self.timestamp.isoformat(), "etag": self.etag,
-                "entity": None if self.entity is None else _plain(self.entity),
-                "before": None if self.before is None else _plain(self.before), "cursor": self.cursor}
-
-
-def _plain(entity: TableEntity) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for k, v in entity.items():
-        out[k] = v.isoformat() if isinstance(v, datetime) else v if isinstance(v, str | int | float | bool) or v is None \
-            else str(v)
-    return out
+        """The record as JSON-ready values, the same as a line of the REST extension
+        (:func:`rangetable.feed_page.record_json`: entities as the REST API renders them)."""
+        return feed_page.record_json(self.wire)
 
 
 class ChangePage:
     """One page of the feed: its records, the ``cursor`` after them and the table's ``resolved`` time (None
     unless the page reached the live edge)."""
 
-    def __init__(self, records: list[ChangeRecord], cursor: str, resolved: datetime | None) -> None:
+    def __init__(self, records: list[ChangeRecord], cursor: str, resolved_ticks: int | None) -> None:
         self.records = records
         self.cursor = cursor
         self.continuation_token = cursor  # azure-core's name for where the next page starts
-        self.resolved = resolved
+        self.resolved = None if resolved_ticks is None else ticks_to_datetime(resolved_ticks)
+        self._resolved_ticks = resolved_ticks
+
+    def to_json(self) -> dict[str, Any]:
+        """The end of the page as JSON-ready values, the same as the last line of the REST extension
+        (:func:`rangetable.feed_page.end_json`)."""
+        return feed_page.end_json(self.cursor, self._resolved_ticks)
 
     def __iter__(self) -> Iterator[ChangeRecord]:
         return iter(self.records)
@@ -87,38 +81,23 @@ class ChangeFeed:
     """Where a reading of a table's feed starts and how each page is asked for and read (no I/O)."""
 
     def __init__(self, table: str, *, start: str | datetime = "beginning", cursor: str | None = None,
-                 follow: bool = False, results_per_page: int = 1000, poll_interval: float = 0.05) -> None:
-        if cursor is not None:
-            self.first: feed_cursor.Position | str = feed_cursor.decode(cursor)
-        elif isinstance(start, datetime):
-            self.first = (max(0, datetime_to_ticks(start) - 1), None)  # the changes at or after ``start``
-        elif start in START_WORDS:
-            self.first = start
-        else:
-            raise TableError("InvalidInput", "start must be 'beginning', 'now' or a datetime")
-        if not 1 <= results_per_page <= 10_000:
-            raise TableError("InvalidInput", "results_per_page must be between 1 and 10000")
+                 follow: bool = False, results_per_page: int = feed_page.DEFAULT_TOP, poll_interval: float = 0.05) -> None:
+        when = datetime_to_ticks(start) if isinstance(start, datetime) else start if isinstance(start, str) else ""
+        self.first = feed_page.first(when, cursor)  # a datetime: the changes at or after it
         self.table = table
         self.follow = follow
-        self.top = results_per_page
+        self.top = feed_page.check_top(results_per_page)
         self.poll_interval = poll_interval
 
     def body(self, token: str | None) -> ChangesPageRequest:
         """The request of the page after cursor ``token`` (None: the first page)."""
-        body: ChangesPageRequest = {"op": "changes", "table": self.table, "top": self.top}
-        first = self.first if token is None else feed_cursor.decode(token)
-        if isinstance(first, str):
-            body["start"] = first
-        else:
-            body["after"] = feed_cursor.to_wire(first)
-        return body
+        return feed_page.request(self.table, self.top, self.first if token is None else feed_cursor.decode(token))
 
     def read(self, answer: ChangesPage) -> ChangePage:
         """The page of an answer."""
         records = [_record(r) for r in answer["records"]]
         cursor = feed_cursor.encode(feed_cursor.from_wire(answer["cursor"]))
-        resolved = answer.get("resolved")
-        return ChangePage(records, cursor, None if resolved is None else ticks_to_datetime(resolved))
+        return ChangePage(records, cursor, answer.get("resolved"))
 
     def last(self, page: ChangePage) -> bool:
         """True when no page follows ``page`` (not following, and the page reached the live edge)."""
@@ -133,7 +112,7 @@ def _record(r: Any) -> ChangeRecord:
     ts, key, kind, value, before = r
     pk, rk = decode_key(key)
     return ChangeRecord(pk, rk, kind, _entity(pk, rk, value), _entity(pk, rk, before), ticks_to_datetime(ts),
-                        etag_from_ticks(ts), feed_cursor.encode((ts, key)))
+                        etag_from_ticks(ts), feed_cursor.encode((ts, key)), r)
 
 
 def _entity(pk: str, rk: str, value: bytes | None) -> TableEntity | None:
