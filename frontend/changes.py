@@ -5,7 +5,8 @@ its records after the reader's position, up to the lowest *frontier* seen so far
 and the range's own frontier — its resolved Timestamp, or the last Timestamp of a full page. Once every
 span is read, every record at or below the lowest frontier ``F`` is known, in every range, so the page is
 those records in position order and the cursor is ``(F, after every key)``. When no range had more, ``F``
-is the table's resolved Timestamp: no change at or below it will ever appear.
+is the table's resolved Timestamp: no change at or below it will ever appear. Each range may answer
+``limit`` records, so a page keeps the first ``limit`` of them and then ends at the last one's position.
 
 Nothing of this depends on which ranges hold the table: the walk goes by key, so a split, merge, move or
 failover between two steps (or between two pages) changes only which server answers a span, and a retried
@@ -21,8 +22,6 @@ from frontend.routing import MapCache, Route
 from rangetable import feed_cursor
 from rangetable.feed_cursor import Position
 from rangetable.keys import range_bounds
-
-BEGINNING, NOW = "beginning", "now"
 
 
 @dataclass
@@ -71,17 +70,23 @@ class ChangesWalk:
             self.pos = hi
 
     def page(self) -> dict[str, Any]:
-        """``{"records", "cursor", "resolved", "high"}`` once :attr:`done`: the records at or below the lowest
-        frontier in position order, the position after them, the table's resolved Timestamp (None when some
-        range had more) and the highest frontier (what the reader's next page passes as ``need``)."""
+        """``{"records", "cursor", "resolved", "high"}`` once :attr:`done`: the first :attr:`limit` records at
+        or below the lowest frontier in position order (and the rest of the last one's Timestamp: a transaction
+        is never split between pages), the position after them, the table's resolved Timestamp (None when some
+        range had more, or the page left some out) and the highest frontier (what the reader's next page passes
+        as ``need``)."""
         assert self.done and self.upto is not None
         lower: Position = self.after if self.after is not None else (self.floor, None)
         top = self.upto
         out = [r for r in self.records if r[0] <= top and feed_cursor.after((r[0], r[1]), lower)]
         out.sort(key=_position)
         cursor: Position = (top, None) if top >= lower[0] else lower
-        return {"records": out, "cursor": feed_cursor.to_wire(cursor), "resolved": None if self.more else top,
-                "high": self.high}
+        resolved = None if self.more else top
+        if len(out) > self.limit:  # each range answered up to limit: the page is the first limit of them
+            last = out[self.limit - 1][0]
+            out = [r for r in out if r[0] <= last]  # with the rest of the last one's Timestamp
+            cursor, resolved = (last, None), None
+        return {"records": out, "cursor": feed_cursor.to_wire(cursor), "resolved": resolved, "high": self.high}
 
 
 def _max(a: int | None, b: int | None) -> int | None:

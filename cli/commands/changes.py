@@ -13,27 +13,28 @@ from cli.options import data_dir_option, endpoint_option, json_option, native_en
 from rangetable.client import TableServiceClient
 from rangetable.client.changes import ChangeRecord
 from rangetable.client.consumer_group import ConsumerGroup
-from rangetable.edm import iso_to_ticks, ticks_to_datetime
+from rangetable.edm import ticks_to_datetime
+from rangetable.feed_page import DEFAULT_TOP, MAX_TOP, parse_start
 
 RESOLVED_EVERY_S = 1.0  # a following reader prints the resolved time at most this often
 
 
 def _start(text: str) -> str | datetime:
     """``--from``: beginning, now, or an ISO 8601 time (UTC unless it says otherwise)."""
-    if text in ("beginning", "now"):
-        return text
     try:
-        return ticks_to_datetime(iso_to_ticks(text))
-    except (ValueError, TypeError):
+        start = parse_start(text)
+    except ValueError:
         raise click.BadParameter("beginning, now or an ISO 8601 time such as 2026-11-28T17:00:00Z",
                                  param_hint="--from") from None
+    return start if isinstance(start, str) else ticks_to_datetime(start)
 
 
 def _line(r: ChangeRecord) -> str:
-    props = {} if r.entity is None else {k: v for k, v in r.to_json()["entity"].items()
-                                         if k not in ("PartitionKey", "RowKey")}
-    return f"{r.timestamp.isoformat()}  {r.kind:<7}  {r.partition_key}/{r.row_key}" + (
-        f"  {json.dumps(props)}" if r.entity is not None else "")
+    doc = r.to_json()
+    entity = doc["entity"]
+    props = {} if entity is None else {k: v for k, v in entity.items() if k not in ("PartitionKey", "RowKey", "Timestamp")}
+    return f"{doc['Timestamp']}  {r.kind:<7}  {r.partition_key}/{r.row_key}" + (
+        f"  {json.dumps(props)}" if entity is not None else "")
 
 
 @click.command("changes")
@@ -42,7 +43,7 @@ def _line(r: ChangeRecord) -> str:
               help="Where to start: beginning (the oldest change kept), now, or a time (ISO 8601).")
 @click.option("--cursor", default=None, help="Resume right after this cursor (a record's or the last line's).")
 @click.option("--follow", is_flag=True, help="Keep reading as changes come (Ctrl-C stops).")
-@click.option("--page-size", type=click.IntRange(1, 10_000), default=1000, show_default=True)
+@click.option("--page-size", type=click.IntRange(1, MAX_TOP), default=DEFAULT_TOP, show_default=True)
 @click.option("--group", default=None, help="Read as a member of this consumer group: the group's members share the "
                                             "table's spans, checkpoints kept in the cluster (implies --follow).")
 @click.option("--member", default=None, help="This member's name in --group (default: a new one).")
@@ -53,10 +54,10 @@ def changes_cmd(table: str, start: str, cursor: str | None, follow: bool, page_s
                 member: str | None, data_dir: str, endpoint: str | None, as_json: bool) -> None:
     """A table's change feed: every insert, replace, merge, delete and TTL expiry, in order.
 
-    With --json each change is a JSON line, and a line {"resolved": T, "cursor": C} says that no change at or
-    before T will ever appear (at the end, and about once a second while following). With --group the
-    changes of the spans this member owns are printed (per key in order; each span's checkpoint is saved
-    after its page)."""
+    With --json each change is a JSON line (the same as the REST extension's, docs/changes.md), and a line
+    {"cursor": C, "resolved": T} says that no change at or before T will ever appear (at the end, and about
+    once a second while following). With --group the changes of the spans this member owns are printed (per
+    key in order; each span's checkpoint is saved after its page)."""
     if group is not None:
         _group(table, group, member, _start(start), page_size, native_endpoint(data_dir, endpoint), as_json)
         return
@@ -73,7 +74,7 @@ def changes_cmd(table: str, start: str, cursor: str | None, follow: bool, page_s
             last_cursor = page.cursor
             now = time.monotonic()
             if page.resolved is not None and as_json and (not follow or now - said >= RESOLVED_EVERY_S):
-                click.echo(json.dumps({"resolved": page.resolved.isoformat(), "cursor": page.cursor}))
+                click.echo(json.dumps(page.to_json()))
                 said = now
     except KeyboardInterrupt:
         pass

@@ -37,6 +37,7 @@ if TYPE_CHECKING:
 # ``$batch``                                 batch
 # ``name`` / ``name()``                      entities
 # ``name(PartitionKey='p',RowKey='r')``      entity
+# ``name/$changes``                          changes (rangetable's change feed, docs/changes.md)
 # =========================================  ==========
 
 SECONDARY_SUFFIX = "-secondary"
@@ -51,7 +52,7 @@ _shapes: dict[tuple, tuple] = {}  # parse_resource's memory
 class Resource:
     """What a request URL addresses."""
 
-    kind: str  # service | tables | table | batch | entities | entity
+    kind: str  # service | tables | table | batch | entities | entity | changes
     account: str
     secondary: bool = False
     table: str | None = None
@@ -214,9 +215,9 @@ def _parse_resource(raw_path: str, query: dict[str, list[str]], host: str | None
     res = Resource("service", account, secondary, query=query)
     if secondary and (rest == account or rest.startswith(account + "/")):
         rest = rest[len(account):].lstrip("/")  # SDK 12.7: /acct-secondary/acct/?restype=service&comp=stats
-    if "/" in rest.rstrip("/"):
-        raise bad_uri()
     rest = rest.rstrip("/")
+    if "/" in rest:
+        return _changes(res, rest)
     if rest == "":
         return res
     text = rest if "%" not in rest else _decode(rest)
@@ -246,6 +247,21 @@ def _parse_resource(raw_path: str, query: dict[str, list[str]], host: str | None
     res.kind = "entity"
     m = _PLAIN_KEYS.fullmatch(args)
     res.pk, res.rk = m.groups() if m is not None else parse_keys(args)
+    return res
+
+
+CHANGES = "$changes"
+
+
+def _changes(res: Resource, rest: str) -> Resource:
+    """``{table}/$changes``: a table's change feed (the only resource with a second segment)."""
+    name, _, tail = rest.partition("/")
+    name = name if "%" not in name else _decode(name)
+    if (tail if "%" not in tail else _decode(tail)) != CHANGES or not name or _NAME.fullmatch(name) is None \
+            or name.lower() == "tables" or name.startswith("$"):
+        raise bad_uri()
+    res.kind = "changes"
+    res.table = name
     return res
 
 

@@ -26,7 +26,7 @@ ACL_TTL_S = 1.0
 
 # REST operation -> what SasGrant.check is asked (entity ops: permission letters, all required)
 PERMISSIONS = {
-    "get": "r", "query": "r", "insert": "a", "replace": "u", "merge": "u", "delete": "d",
+    "get": "r", "query": "r", "changes": "r", "insert": "a", "replace": "u", "merge": "u", "delete": "d",
     "insert_or_replace": "au", "insert_or_merge": "au", "list_tables": "l", "get_table": "l",
     "create_table": "c", "delete_table": "delete_table", "acl": "acl", "service_read": "service_read",
     "service_write": "service_write",

@@ -17,11 +17,12 @@ import time
 import uuid
 from typing import Any, Protocol, TypeVar
 
-from frontend.changes import BEGINNING, NOW, ChangesWalk
+from frontend.changes import ChangesWalk
 from frontend.routing import MapCache, QueryCursor, Route, token_to_key
-from rangetable import feed_cursor, protocol
+from rangetable import feed_cursor, feed_page, protocol
 from rangetable.config import FrontendConfig
 from rangetable.errors import TableError
+from rangetable.feed_page import BEGINNING, NOW
 from rangetable.filter import compile_cached, parse_cached
 from rangetable.keys import range_bounds
 from rangetable.planner import plan
@@ -32,7 +33,6 @@ COORDINATOR_OPS = frozenset(
      "status", "get_acl", "set_acl", "get_service_properties", "set_service_properties", "sync_time"}
 )
 MAX_PAGE = 1000
-MAX_CHANGES_PAGE = 10_000  # records a range answers on one page of a change-feed read
 TABLE_WAIT_ATTEMPTS = 5  # how often a request for an unknown table waits for a fresher map
 _picks = itertools.count()  # spreads -secondary reads over a range's in-sync followers
 
@@ -248,9 +248,7 @@ class Handler:
         walk: ChangesWalk | None = p.state
         if walk is None:
             start = req.get("start")
-            top = req.get("top", MAX_PAGE)
-            if type(top) is not int or not 1 <= top <= MAX_CHANGES_PAGE:
-                raise TableError("InvalidInput", f"top must be between 1 and {MAX_CHANGES_PAGE}")
+            top = feed_page.check_top(req.get("top", feed_page.DEFAULT_TOP))
             lo, hi = req.get("lo", ""), req.get("hi")
             if not isinstance(lo, str) or not (hi is None or isinstance(hi, str) and hi > lo):
                 raise TableError("InvalidInput", "lo and hi must be PartitionKeys with lo < hi (hi nil: to the end)")

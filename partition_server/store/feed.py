@@ -41,6 +41,7 @@ import msgpack
 import rocksdict
 
 from partition_server.store.keys import META_FEED
+from rangetable.edm import ticks_to_iso
 from rangetable.errors import TableError
 from rangetable.keys import META_PREFIX
 
@@ -251,8 +252,8 @@ def check_position(on: bool, floor: int, after: tuple[int, bytes | None] | None)
     if not on:
         raise TableError("FeedDisabled", "The table's change feed is off: `rangetable table set TABLE --feed on`.")
     if after is not None and after[0] < floor:
-        raise TableError("FeedTrimmed", f"The change feed no longer holds changes after Timestamp {after[0]} "
-                                        f"up to {floor} (retention or a time the feed was off): changes in that "
+        raise TableError("FeedTrimmed", f"The change feed no longer holds changes after {ticks_to_iso(after[0], full=True)} "
+                                        f"up to {ticks_to_iso(floor, full=True)} (retention or a time the feed was off): changes in that "
                                         f"gap may be missing. Read from the beginning again.")
 
 

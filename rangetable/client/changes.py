@@ -6,7 +6,7 @@ yields :class:`ChangePage` s, each with the ``cursor`` after it and, at the live
 ``resolved`` time (no change at or before it will ever appear). A cursor is an opaque string
 (:mod:`rangetable.feed_cursor`) that resumes exactly after what was read, whatever the cluster did
 meanwhile. Without ``follow`` the reading stops at the live edge; with it, it goes on, waiting
-``poll_interval`` between pages that bring nothing new.
+``poll_interval`` after each page that reached the live edge (longer while the table is idle).
 
 :class:`ChangeFeed` holds what both clients share: the request of each page and the reading of its answer.
 """
@@ -15,20 +15,18 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
 import msgpack
 
-from rangetable import feed_cursor
+from rangetable import feed_cursor, feed_page
 from rangetable.edm import Entity, datetime_to_ticks, etag_from_ticks, ticks_to_datetime
-from rangetable.errors import TableError
 from rangetable.keys import decode_key
 from rangetable.messages import ChangesPage, ChangesPageRequest, NativeRequest
 from rangetable.values import TableEntity, typed_to_entity
 
-START_WORDS = ("beginning", "now")
 IDLE_FACTOR = 4  # a follower at the live edge of an idle table asks at most this many poll intervals apart
 
 
@@ -46,6 +44,7 @@ class ChangeRecord:
     before: TableEntity | None
     timestamp: datetime
     position: feed_cursor.Position
+    wire: list = field(repr=False, compare=False)  # [ts, key, kind, value, before] as the frontend sent it
 
     @property
     def etag(self) -> str:
@@ -58,19 +57,9 @@ class ChangeRecord:
         return feed_cursor.encode(self.position)
 
     def to_json(self) -> dict[str, Any]:
-        """The record as JSON-ready values (entities' properties as the SDK returns them)."""
-        return {"PartitionKey": self.partition_key, "RowKey": self.row_key, "kind": self.kind,
-                "Timestamp": self.timestamp.isoformat(), "etag": self.etag,
-                "entity": None if self.entity is None else _plain(self.entity),
-                "before": None if self.before is None else _plain(self.before), "cursor": self.cursor}
-
-
-def _plain(entity: TableEntity) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for k, v in entity.items():
-        out[k] = v.isoformat() if isinstance(v, datetime) else v if isinstance(v, str | int | float | bool) or v is None \
-            else str(v)
-    return out
+        """The record as JSON-ready values, the same as a line of the REST extension
+        (:func:`rangetable.feed_page.record_json`: entities as the REST API renders them)."""
+        return feed_page.record_json(self.wire)
 
 
 class ChangePage:
@@ -88,6 +77,11 @@ class ChangePage:
         """The resolved time (truncated to microseconds, as datetimes are)."""
         return None if self.resolved_ticks is None else ticks_to_datetime(self.resolved_ticks)
 
+    def to_json(self) -> dict[str, Any]:
+        """The end of the page as JSON-ready values, the same as the last line of the REST extension
+        (:func:`rangetable.feed_page.end_json`)."""
+        return feed_page.end_json(self.cursor, self.resolved_ticks)
+
     def __iter__(self) -> Iterator[ChangeRecord]:
         return iter(self.records)
 
@@ -102,38 +96,25 @@ class ChangeFeed:
     """Where a reading of a table's feed starts and how each page is asked for and read (no I/O)."""
 
     def __init__(self, table: str, *, start: str | datetime = "beginning", cursor: str | None = None,
-                 follow: bool = False, results_per_page: int = 1000, poll_interval: float = 0.05,
+                 follow: bool = False, results_per_page: int = feed_page.DEFAULT_TOP, poll_interval: float = 0.05,
                  lo: str = "", hi: str | None = None) -> None:
-        if cursor is not None:
-            self.first: feed_cursor.Position | str = feed_cursor.decode(cursor)
-        elif isinstance(start, datetime):
-            self.first = (max(0, datetime_to_ticks(start) - 1), None)  # the changes at or after ``start``
-        elif start in START_WORDS:
-            self.first = start
-        else:
-            raise TableError("InvalidInput", "start must be 'beginning', 'now' or a datetime")
-        if not 1 <= results_per_page <= 10_000:
-            raise TableError("InvalidInput", "results_per_page must be between 1 and 10000")
+        when = datetime_to_ticks(start) if isinstance(start, datetime) else start if isinstance(start, str) else ""
+        self.first = feed_page.first(when, cursor)  # a datetime: the changes at or after it
         self.table = table
         self.span = (lo, hi)  # the PartitionKeys read (a consumer group's span)
         self.follow = follow
-        self.top = results_per_page
+        self.top = feed_page.check_top(results_per_page)
         self.poll_interval = poll_interval
         self.empty = 0  # empty pages in a row at the live edge
         self.high: int | None = None  # the previous page's highest frontier: the next page's hint
 
     def body(self, token: str | None) -> ChangesPageRequest:
         """The request of the page after cursor ``token`` (None: the first page)."""
-        body: ChangesPageRequest = {"op": "changes", "table": self.table, "top": self.top}
+        body = feed_page.request(self.table, self.top, self.first if token is None else feed_cursor.decode(token))
         if self.span != ("", None):
             body["lo"], body["hi"] = self.span
         if token is not None and self.high is not None:
             body["need"] = self.high
-        first = self.first if token is None else feed_cursor.decode(token)
-        if isinstance(first, str):
-            body["start"] = first
-        else:
-            body["after"] = feed_cursor.to_wire(first)
         return body
 
     def read(self, answer: ChangesPage) -> ChangePage:
@@ -148,13 +129,14 @@ class ChangeFeed:
         return not self.follow and page.resolved is not None
 
     def pause(self, page: ChangePage) -> float:
-        """Seconds to wait before asking for the page after ``page``: none while pages bring changes or more
-        follow; at the live edge ``poll_interval``, growing to :data:`IDLE_FACTOR` times that over a run of
-        empty pages (an idle table's ranges then close their resolved Timestamp less often)."""
-        if not (self.follow and page.resolved is not None and not page.records):
+        """Seconds to wait before asking for the page after ``page``: none while more follow; after a page that
+        reached the live edge ``poll_interval`` (a follower asks no more often than that, so it costs the
+        cluster a page per interval however fast changes come), growing to :data:`IDLE_FACTOR` times that
+        over a run of empty pages (an idle table's ranges then close their resolved Timestamp less often)."""
+        if not (self.follow and page.resolved_ticks is not None):
             self.empty = 0
-            return 0.0
-        self.empty += 1
+            return 0.0  # more follow: at once
+        self.empty = self.empty + 1 if not page.records else 0
         return self.poll_interval * min(IDLE_FACTOR, 1 + self.empty // 8)
 
 
@@ -162,7 +144,7 @@ def _record(r: Any) -> ChangeRecord:
     ts, key, kind, value, before = r
     pk, rk = decode_key(key)
     return ChangeRecord(pk, rk, kind, _entity(pk, rk, value), _entity(pk, rk, before), ticks_to_datetime(ts),
-                        (ts, key))
+                        (ts, key), r)
 
 
 def _entity(pk: str, rk: str, value: bytes | None) -> TableEntity | None:

@@ -1,11 +1,13 @@
 """A table's change feed on `rangetable up`'s defaults (3 servers, 3 replicas): every kind of change in order,
-cursors that resume exactly, a resolved time that holds, and one reader's cursor carried across a split, a
+cursors that resume exactly, a resolved time that holds, the REST extension (``GET /{account}/{Table}/$changes``)
+under Shared Key and SAS with the native client's cursors, and one reader's cursor carried across a split, a
 move, a merge and the failover of a killed primary while a writer goes on — every acknowledged write exactly
 once, per-key order kept."""
 
 from __future__ import annotations
 
 import asyncio
+import http.client
 import itertools
 import json
 import os
@@ -13,9 +15,14 @@ import random
 import shutil
 import threading
 import time
+from datetime import UTC, datetime, timedelta
 from typing import Any
+from urllib.parse import quote, urlsplit
 
 import pytest
+from azure.core.credentials import AzureNamedKeyCredential
+from azure.data.tables import EdmType, EntityProperty, TableSasPermissions, generate_table_sas
+from azure.data.tables import TableServiceClient as AzureServiceClient
 from click.testing import CliRunner
 
 from cli.commands.observe import scrape, total
@@ -26,6 +33,7 @@ from rangetable.aio import TableServiceClient as AioService
 from rangetable.client.consumer_group import ConsumerGroup
 from rangetable.errors import TableError
 from tests.cluster import Cluster
+from tests.rest_helpers import DEV_ACCOUNT, DEV_KEY, Raw, Reply
 
 
 @pytest.fixture(scope="module")
@@ -90,6 +98,91 @@ def test_a_table_with_the_feed_off_says_so_and_one_turned_on_again_reports_the_g
     t.create_entity({"PartitionKey": "p", "RowKey": "c"})
     assert [r.row_key for r in t.read_changes()] == ["c"]
     assert t.get_table_settings()["feed"] == "on"
+
+
+def _lines(reply: Reply) -> list[dict]:
+    assert reply.status == 200, reply
+    assert reply.headers["content-type"] == "application/x-ndjson"
+    lines = [json.loads(line) for line in reply.body.decode().splitlines()]
+    assert set(lines[-1]) == {"cursor", "resolved"} and reply.headers["x-ms-continuation-cursor"] == lines[-1]["cursor"]
+    return lines
+
+
+def _sas(table: str, permission: TableSasPermissions, **kw: Any) -> str:
+    return generate_table_sas(AzureNamedKeyCredential(DEV_ACCOUNT, DEV_KEY), table, permission=permission,
+                              expiry=datetime.now(UTC) + timedelta(hours=1), **kw)
+
+
+def test_the_rest_extension_reads_the_feed_under_shared_key_and_sas(cluster: Cluster, raw: Raw) -> None:
+    with AzureServiceClient.from_connection_string(cluster.connection_string) as svc:
+        sdk = svc.create_table("restfeed")
+        sdk.create_entity({"PartitionKey": "p", "RowKey": "a", "n": 1, "big": EntityProperty(2**40, EdmType.INT64),
+                           "when": datetime(2020, 1, 2, 3, 4, 5, tzinfo=UTC)})
+        sdk.upsert_entity({"PartitionKey": "p", "RowKey": "a", "m": "x"}, mode="merge")
+        sdk.create_entity({"PartitionKey": "q", "RowKey": "b"})
+        sdk.delete_entity("p", "a")
+        lines = _lines(raw.get("/restfeed/$changes"))
+        records, end = lines[:-1], lines[-1]
+        assert [(r["PartitionKey"], r["RowKey"], r["kind"]) for r in records] == [
+            ("p", "a", "insert"), ("p", "a", "merge"), ("q", "b", "insert"), ("p", "a", "delete")]
+        first = records[0]["entity"]
+        assert (first["n"], first["big@odata.type"], first["big"]) == (1, "Edm.Int64", str(2**40))
+        assert (first["when@odata.type"], first["when"]) == ("Edm.DateTime", "2020-01-02T03:04:05Z")
+        assert records[1]["entity"]["m"] == "x" and records[1]["entity"]["n"] == 1 and records[3]["entity"] is None
+        assert end["resolved"] is not None and end["resolved"] >= records[-1]["Timestamp"]
+        # the same records, cursors included, as the native client reads them: a cursor moves between interfaces
+        native = TableServiceClient.from_cluster(cluster.data_dir).get_table_client("restfeed")
+        assert [r.to_json() for r in native.read_changes()] == records
+        assert [r.row_key for r in native.read_changes(cursor=records[1]["cursor"])] == ["b", "a"]
+        assert [r["RowKey"] for r in _lines(raw.get(f"/restfeed/$changes?cursor={records[1]['cursor']}"))[:-1]] == ["b", "a"]
+        # page by page with top: a page that stops short of the live edge has no resolved time
+        page = _lines(raw.get("/restfeed/$changes?top=3"))
+        assert page[:-1] == records[:3] and page[-1]["resolved"] is None
+        assert _lines(raw.get(f"/restfeed/$changes?top=3&cursor={page[-1]['cursor']}"))[:-1] == records[3:]
+        # from now: no record, then what was written after
+        now = _lines(raw.get("/restfeed/$changes?from=now"))
+        assert len(now) == 1 and now[0]["resolved"] is not None
+        sdk.create_entity({"PartitionKey": "p", "RowKey": "z"})
+        later = _lines(raw.get(f"/restfeed/$changes?cursor={now[0]['cursor']}"))
+        assert [r["RowKey"] for r in later[:-1]] == ["z"]
+        # from a time: the changes at or after it (quoted: the offset's "+" would be a space)
+        at = quote(records[2]["Timestamp"].replace("Z", "+00:00"))
+        assert [r["RowKey"] for r in _lines(raw.get(f"/restfeed/$changes?from={at}"))[:-1]] == ["b", "a", "z"]
+
+        # a SAS with read permission, no other credential; one without it, or for another table, is refused
+        ok = raw.get(f"/restfeed/$changes?{_sas('restfeed', TableSasPermissions(read=True))}", sign_as=None)
+        assert _lines(ok)[:-1] == _lines(raw.get("/restfeed/$changes"))[:-1]
+        ranged = raw.get(f"/restfeed/$changes?{_sas('restfeed', TableSasPermissions(read=True), start_pk='q', end_pk='q')}",
+                         sign_as=None)
+        assert [r["RowKey"] for r in _lines(ranged)[:-1]] == ["b"]  # a key range sees only its keys' records
+        add_only = raw.get(f"/restfeed/$changes?{_sas('restfeed', TableSasPermissions(add=True))}", sign_as=None)
+        assert (add_only.status, add_only.code) == (403, "AuthorizationPermissionMismatch")
+        other = raw.get(f"/restfeed/$changes?{_sas('kinds', TableSasPermissions(read=True))}", sign_as=None)
+        assert other.status == 403
+        # a request as curl sends it, with no credential at all
+        u = urlsplit(cluster.http)
+        conn = http.client.HTTPConnection(u.hostname, u.port, timeout=30)
+        conn.request("GET", f"{u.path}/restfeed/$changes", headers={"User-Agent": "curl/8.5.0", "Accept": "*/*"})
+        bare = conn.getresponse()
+        assert (bare.status, bare.getheader("x-ms-error-code")) == (403, "AuthenticationFailed"), bare.read()
+        conn.close()
+
+        # typed errors
+        for query in ("from=yesterday", "cursor=nope", "top=0", "top=10001"):
+            bad = raw.get(f"/restfeed/$changes?{query}")
+            assert (bad.status, bad.code) == (400, "InvalidQueryParameterValue"), (query, bad)
+            assert bad.json()["odata.error"]["code"] == "InvalidQueryParameterValue"
+        missing = raw.get("/nosuchtable/$changes")
+        assert (missing.status, missing.code) == (404, "TableNotFound")
+        cursor = _lines(raw.get("/restfeed/$changes"))[-1]["cursor"]
+        native.set_table_settings(feed="off")
+        off = raw.get("/restfeed/$changes")
+        assert (off.status, off.code) == (409, "FeedDisabled")
+        sdk.create_entity({"PartitionKey": "p", "RowKey": "while-off"})  # not in the feed: a gap
+        native.set_table_settings(feed="on")
+        trimmed = raw.get(f"/restfeed/$changes?cursor={cursor}")
+        assert (trimmed.status, trimmed.code) == (410, "FeedTrimmed")
+        native.close()
 
 
 class Writer(threading.Thread):

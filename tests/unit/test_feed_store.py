@@ -22,6 +22,7 @@ from partition_server.store.feed import (
 )
 from partition_server.store.range_store import RangeStore
 from partition_server.store.replica_log import ReplicaLog, decode_ops, encode_ops
+from rangetable.edm import ticks_to_iso
 from rangetable.errors import TableError
 from rangetable.keys import decode_key, encode_key
 from tests.unit.range_store_helpers import P, ins, store_fixture  # noqa: F401  (a fixture)
@@ -155,7 +156,7 @@ def test_retention_trims_and_a_reader_behind_it_is_told(tmp_path) -> None:
         assert store.stats()["feed_records"] == 1 and store.stats()["feed_bytes"] == count(store._db)[1] > 0
         with pytest.raises(TableError) as e:
             store.read_changes((first - 1, None), b"", None, 10)
-        assert e.value.error_code == "FeedTrimmed" and str(first - 1) in e.value.message
+        assert e.value.error_code == "FeedTrimmed" and ticks_to_iso(first - 1, full=True) in e.value.message
         store.close()
         store = RangeStore.open(tmp_path / "r", clock=lambda: now[0])  # the floor survives a restart
         store.set_feed(True, retention_s=60)

@@ -38,6 +38,8 @@ from rangetable.rest_json import typed_to_json
     ("/devstoreaccount1/t(PartitionKey='a,RowKey=b',RowKey=')')", "entity", "t", "a,RowKey=b", ")"),
     ("/devstoreaccount1/", "service", None, None, None),
     ("/devstoreaccount1", "service", None, None, None),
+    ("/devstoreaccount1/mytable/$changes", "changes", "mytable", None, None),
+    ("/devstoreaccount1/mytable/%24changes/", "changes", "mytable", None, None),
     ("/devstoreaccount1-secondary/devstoreaccount1/", "service", None, None, None),
 ])
 def test_parse_resource(path, kind, table, pk, rk):
@@ -57,7 +59,8 @@ def test_parse_resource_secondary_and_host_style():
     "/devstoreaccount1/t(PartitionKey='a,RowKey='b')", "/devstoreaccount1/t(PartitionKey=a,RowKey=b)",
     "/devstoreaccount1/t(PartitionKey='%ff',RowKey='b')", "/devstoreaccount1/Tables('a'b')",
     "/devstoreaccount1/t(PartitionKey='a',RowKey='b',PartitionKey='c')", "/devstoreaccount1/(x)",
-    "/devstoreaccount1/t x", "/devstoreaccount1/Tables(x)",
+    "/devstoreaccount1/t x", "/devstoreaccount1/Tables(x)", "/devstoreaccount1/t/$change", "/devstoreaccount1/t()/$changes",
+    "/devstoreaccount1/Tables/$changes", "/devstoreaccount1/$batch/$changes", "/devstoreaccount1/t/$changes/x",
 ])
 def test_parse_resource_rejects(path):
     with pytest.raises(TableError) as ei:

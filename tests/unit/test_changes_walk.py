@@ -1,0 +1,35 @@
+"""The frontend's walk over a table's ranges for one page of its change feed (frontend.changes): a page holds at
+most ``limit`` records in position order (and the rest of the last one's Timestamp), and its cursor resumes
+exactly after what it holds. No processes."""
+
+from __future__ import annotations
+
+from frontend.changes import ChangesWalk
+from rangetable.keys import encode_key
+
+
+def _rec(ts: int, pk: str) -> list:
+    return [ts, encode_key(pk, "r"), "insert", None, None]
+
+
+def _walk(limit: int, left: list, right: list, frontiers: tuple[int, int], more: tuple[bool, bool]) -> dict:
+    walk = ChangesWalk(None, limit)
+    walk.advance({"records": left, "frontier": frontiers[0], "more": more[0]}, encode_key("m", ""))
+    walk.advance({"records": right, "frontier": frontiers[1], "more": more[1]}, None)
+    return walk.page()
+
+
+def test_a_page_is_the_records_below_the_lowest_frontier_in_position_order() -> None:
+    page = _walk(5, [_rec(10, "a"), _rec(30, "b")], [_rec(20, "x")], (30, 25), (False, False))
+    assert [r[0] for r in page["records"]] == [10, 20]  # 30 is above the right range's frontier
+    assert page["cursor"] == [25, None] and page["resolved"] == 25
+
+
+def test_a_page_keeps_at_most_limit_records_and_ends_after_the_last_one_s_timestamp() -> None:
+    page = _walk(2, [_rec(10, "a"), _rec(12, "b")], [_rec(11, "x"), _rec(13, "y")], (12, 13), (True, True))
+    assert [(r[0], r[1]) for r in page["records"]] == [(10, encode_key("a", "r")), (11, encode_key("x", "r"))]
+    assert page["cursor"] == [11, None] and page["resolved"] is None
+    same = _walk(1, [_rec(11, "a")], [_rec(11, "x"), _rec(12, "y")], (20, 20), (False, False))
+    assert [r[0] for r in same["records"]] == [11, 11] and same["cursor"] == [11, None]  # a Timestamp is never split
+    full = _walk(3, [_rec(10, "a")], [_rec(11, "x")], (40, 40), (False, False))
+    assert len(full["records"]) == 2 and full["resolved"] == 40  # under the limit: up to the frontier
