@@ -1,16 +1,17 @@
-"""A table's change feed as a frontend reads it: one walk over the table's ranges in key order per page.
+"""A table's change feed as a frontend reads it: one walk over the table's ranges per page, every range at once.
 
-Each step reads one range's feed for the span ``[pos, range end)`` (``partition_server/store/feed.py``):
-its records after the reader's position, up to the lowest *frontier* seen so far in this walk (``upto``),
-and the range's own frontier — its resolved Timestamp, or the last Timestamp of a full page. Once every
-span is read, every record at or below the lowest frontier ``F`` is known, in every range, so the page is
-those records in position order and the cursor is ``(F, after every key)``. When no range had more, ``F``
-is the table's resolved Timestamp: no change at or below it will ever appear. Each range may answer
-``limit`` records, so a page keeps the first ``limit`` of them and then ends at the last one's position.
+The walk asks each range for its part of the key span at the same time (``partition_server/store/feed.py``):
+its records after the reader's position and its *frontier* — its resolved Timestamp, or the last Timestamp
+of a full page. Once every part has answered, every record at or below the lowest frontier ``F`` is known,
+in every range, so the page is those records in position order and the cursor is ``(F, after every key)``.
+When no range had more, ``F`` is the table's resolved Timestamp: no change at or below it will ever
+appear. Each range may answer ``limit`` records, so a page keeps the first ``limit`` of them (and the rest
+of the last one's Timestamp) and then ends after that Timestamp.
 
-Nothing of this depends on which ranges hold the table: the walk goes by key, so a split, merge, move or
-failover between two steps (or between two pages) changes only which server answers a span, and a retried
-step reads its span again. A position is ``(Timestamp, entity key)`` (:mod:`rangetable.feed_cursor`).
+Nothing of this depends on which ranges hold the table: the walk covers the key span, so a split, merge,
+move or failover while a page is gathered changes only which server answers a part, and a part whose
+answer failed (or never came) is asked again, by the map of then, as the *gaps* of what has answered.
+A position is ``(Timestamp, entity key)`` (:mod:`rangetable.feed_cursor`).
 """
 
 from __future__ import annotations
@@ -23,51 +24,85 @@ from rangetable import feed_cursor
 from rangetable.feed_cursor import Position
 from rangetable.keys import range_bounds
 
+Span = tuple[bytes, bytes | None]  # [lo, hi) of entity keys; hi None: to the table's end
+
 
 @dataclass
 class ChangesWalk:
-    """One page of a table's feed being gathered, range by range (see the module docstring)."""
+    """One page of a table's feed being gathered from its ranges (see the module docstring)."""
 
     after: Position | None  # the reader's position; None: from the oldest change every range keeps
     limit: int  # records asked of each range (0: only the resolved Timestamp, for a start "now")
-    pos: bytes = b""  # where the walk is (it starts at the span's start)
-    end: bytes | None = None  # where the span read ends (None: the table's end)
-    done: bool = False
+    start: bytes = b""  # the key span read (a consumer group's span; the whole table by default)
+    end: bytes | None = None
     need: int | None = None  # the reader's hint: ranges below it close first (the previous page's ``high``)
     upto: int | None = None  # the lowest frontier so far
     high: int | None = None  # the highest frontier so far
     floor: int = 0  # the highest floor seen (where a read from the beginning starts)
     more: bool = False  # some range had more records than it answered
     records: list = field(default_factory=list)
+    answered: list[Span] = field(default_factory=list)
+    asked: dict[int, Span] = field(default_factory=dict)  # part id -> its span, while its answer is awaited
+    _ids: int = 0
 
-    def next_segment(self, cache: MapCache, table: str) -> tuple[Route, bytes, bytes | None] | None:
-        """The next range and the span ``[lo, hi)`` of it to read, or None once every span is read."""
-        if self.done:
-            return None
-        route = cache.route_key(table, self.pos)
-        _, hi = range_bounds(route.range["low"], route.range["high"])
-        if self.end is not None and (hi is None or hi > self.end):
-            hi = self.end
-        return route, self.pos, hi
+    def gaps(self) -> list[Span]:
+        """The parts of the span neither answered nor asked."""
+        out: list[Span] = []
+        pos: bytes | None = self.start
+        for lo, hi in sorted([*self.answered, *self.asked.values()], key=lambda s: s[0]):
+            if pos is None:
+                break
+            if lo > pos:
+                out.append((pos, lo))
+            pos = None if hi is None else max(pos, hi)
+        if pos is not None and (self.end is None or pos < self.end):
+            out.append((pos, self.end))
+        return out
 
-    def body(self, route: Route, lo: bytes, hi: bytes | None) -> dict[str, Any]:
-        """The partition server request of a step."""
-        return {"op": "changes", "range": route.range["id"], "epoch": route.range["epoch"], "lo": lo, "hi": hi,
-                "after": None if self.after is None else feed_cursor.to_wire(self.after), "upto": self.upto,
-                "limit": self.limit, "close": True, "need": _max(self.need, self.high)}
+    @property
+    def done(self) -> bool:
+        """True once every part of the span has answered."""
+        return not self.asked and not self.gaps()
 
-    def advance(self, answer: dict, hi: bytes | None) -> None:
-        """Take a step's answer (a :class:`rangetable.messages.ChangesAnswer`) for the span ending at ``hi``."""
+    def segments(self, cache: MapCache, table: str) -> list[tuple[Route, bytes, bytes | None]]:
+        """The parts to ask now: each gap cut at the boundaries of the ranges that hold it, by ``cache``."""
+        out = []
+        for lo, hi in self.gaps():
+            pos = lo
+            while True:
+                route = cache.route_key(table, pos)
+                _, rhi = range_bounds(route.range["low"], route.range["high"])
+                part_hi = rhi if hi is None else (hi if rhi is None else min(rhi, hi))
+                out.append((route, pos, part_hi))
+                if part_hi is None or part_hi == hi:
+                    break
+                pos = part_hi
+        return out
+
+    def ask(self, route: Route, lo: bytes, hi: bytes | None) -> tuple[int, dict[str, Any]]:
+        """Note part ``[lo, hi)`` as asked of ``route``'s range: its id and the partition server request."""
+        self._ids += 1
+        self.asked[self._ids] = (lo, hi)
+        return self._ids, {"op": "changes", "range": route.range["id"], "epoch": route.range["epoch"], "lo": lo,
+                           "hi": hi, "after": None if self.after is None else feed_cursor.to_wire(self.after),
+                           "upto": self.upto, "limit": self.limit, "close": True, "need": _max(self.need, self.high)}
+
+    def failed(self, part: int) -> None:
+        """Part ``part`` got no usable answer: it is a gap again."""
+        self.asked.pop(part, None)
+
+    def advance(self, part: int, answer: dict) -> None:
+        """Take part ``part``'s answer (a :class:`rangetable.messages.ChangesAnswer`)."""
+        span = self.asked.pop(part, None)
+        if span is None:
+            return  # a part given up on meanwhile
+        self.answered.append(span)
         self.records.extend(answer["records"])
         frontier = int(answer["frontier"])
         self.upto = frontier if self.upto is None else min(self.upto, frontier)
         self.high = _max(self.high, frontier)
         self.floor = max(self.floor, int(answer.get("floor", 0)))
         self.more = self.more or bool(answer["more"])
-        if hi is None or hi == self.end:
-            self.done = True
-        else:
-            self.pos = hi
 
     def page(self) -> dict[str, Any]:
         """``{"records", "cursor", "resolved", "high"}`` once :attr:`done`: the first :attr:`limit` records at

@@ -273,8 +273,9 @@ class DriverCore:
         live = set(self.cache.servers.values())
         gone = [k for k, (_p, _s, _t, target) in self._sub.items() if target != "coordinator" and target not in live]
         for k in gone:
-            p = self._sub.pop(k)[0]
+            p, step, _, _ = self._sub.pop(k)
             if not p.done:
+                self.handler.abandon(p, step)
                 self.retry_later(p, "its server left the map")
 
     def _sweep(self) -> None:
@@ -283,10 +284,11 @@ class DriverCore:
         limit = self.cfg.attempt_timeout_s
         stale = [k for k, (p, _, sent, _) in self._sub.items() if p.done or now - sent > limit]
         for k in stale:
-            p, _, _, target = self._sub.pop(k)
+            p, step, _, target = self._sub.pop(k)
             if target == "coordinator" and self.leaders.several:
                 self._switch_coordinator(self.leaders.on_silence())
             if not p.done:
+                self.handler.abandon(p, step)
                 self.retry_later(p, f"no answer from {target}")
         if self._map_due:
             self.refresh_map()

@@ -257,24 +257,29 @@ class Handler:
             if need is not None and type(need) is not int:
                 raise TableError("InvalidInput", "need must be a Timestamp")
             if req.get("after") is not None:
-                walk = ChangesWalk(feed_cursor.from_wire(req["after"]), top, pos, end)
+                walk = ChangesWalk(feed_cursor.from_wire(req["after"]), top, pos, end, need)
             elif start in (BEGINNING, None):
-                walk = ChangesWalk(None, top, pos, end)
+                walk = ChangesWalk(None, top, pos, end, need)
             elif start == NOW:
-                walk = ChangesWalk(None, 0, pos, end)
+                walk = ChangesWalk(None, 0, pos, end, need)
             else:
                 raise TableError("InvalidInput", "start must be 'beginning' or 'now' (or give a position in 'after')")
-            walk.need = need
             p.state = walk
-        seg = walk.next_segment(self.fe.cache, table)
-        if seg is None:
+        if walk.done:
             self.fe.reply_ok(p, walk.page())
             return
-        route, lo, hi = seg
-        if route.endpoint is None:
-            self.fe.retry_later(p, f"range {route.range['id']} has no serving primary")
-            return
-        self.fe.send_ps(p, route.endpoint, walk.body(route, lo, hi), ("changes", hi))
+        for route, lo, hi in walk.segments(self.fe.cache, table):  # every range at once
+            if route.endpoint is None:
+                self.fe.retry_later(p, f"range {route.range['id']} has no serving primary")
+                return
+            part, body = walk.ask(route, lo, hi)
+            self.fe.send_ps(p, route.endpoint, body, ("changes", part))
+
+    def abandon(self, p: Pending, step: Any) -> None:
+        """The driver gave up on a sub-request of ``p`` (no answer in time, or its server left the map) and
+        will run ``p`` again: a change-feed part becomes a gap to ask again."""
+        if isinstance(step, tuple) and step[0] == "changes" and isinstance(p.state, ChangesWalk):
+            p.state.failed(step[1])
 
     def _finish_query(self, p: Pending, cur: QueryCursor) -> None:
         self.fe.reply_ok(p, {"entities": cur.results, "next": cur.token()})
@@ -284,6 +289,9 @@ class Handler:
     def answer(self, p: Pending, step: Any, reply: dict, raw: bytes) -> None:
         """Take the answer to a sub-request."""
         err = reply.get("error") if isinstance(reply, dict) else None
+        if isinstance(step, tuple) and step[0] == "changes":
+            self._changes_answer(p, step[1], reply, raw, err)
+            return
         if err is not None and err.get("code") in RETRY_CODES:
             self.fe.retry_later(p, err.get("message", err["code"]))
             return
@@ -291,12 +299,6 @@ class Handler:
             self._relay(p, reply, raw)
         elif step == "entity":
             self.fe.reply(p, raw)
-        elif step[0] == "changes":
-            if err is not None:
-                self.fe.reply(p, raw)
-                return
-            p.state.advance(reply["ok"], step[1])
-            self.run(p)
         else:
             if err is not None:
                 self.fe.reply(p, raw)
@@ -308,6 +310,23 @@ class Handler:
                 self._finish_query(p, cur)
             else:
                 self.run(p)
+
+    def _changes_answer(self, p: Pending, part: int, reply: dict, raw: bytes, err: dict | None) -> None:
+        """One range's part of a change-feed page: the page once every part is in; a part that must be asked
+        again (the range moved, split, is busy) is asked by the map of then."""
+        walk: ChangesWalk = p.state
+        if err is not None:
+            if err.get("code") not in RETRY_CODES:
+                self.fe.reply(p, raw)
+                return
+            walk.failed(part)
+            self.fe.retry_later(p, err.get("message", err["code"]))
+            return
+        walk.advance(part, reply["ok"])
+        if walk.done:
+            self.fe.reply_ok(p, walk.page())
+        elif not walk.asked:
+            self.run(p)  # the parts left are gaps: ask them
 
     def _relay(self, p: Pending, reply: dict, raw: bytes) -> None:
         op = p.req["op"]

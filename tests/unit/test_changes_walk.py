@@ -12,11 +12,34 @@ def _rec(ts: int, pk: str) -> list:
     return [ts, encode_key(pk, "r"), "insert", None, None]
 
 
+class _Route:
+    def __init__(self, rid: str) -> None:
+        self.range = {"id": rid, "epoch": 1}
+
+
 def _walk(limit: int, left: list, right: list, frontiers: tuple[int, int], more: tuple[bool, bool]) -> dict:
     walk = ChangesWalk(None, limit)
-    walk.advance({"records": left, "frontier": frontiers[0], "more": more[0]}, encode_key("m", ""))
-    walk.advance({"records": right, "frontier": frontiers[1], "more": more[1]}, None)
+    a, _ = walk.ask(_Route("r1"), b"", b"m")  # type: ignore[arg-type]
+    b, _ = walk.ask(_Route("r2"), b"m", None)  # type: ignore[arg-type]
+    assert not walk.done and walk.gaps() == []
+    walk.advance(b, {"records": right, "frontier": frontiers[1], "more": more[1]})  # answers in any order
+    walk.advance(a, {"records": left, "frontier": frontiers[0], "more": more[0]})
+    assert walk.done
     return walk.page()
+
+
+def test_a_part_that_failed_is_a_gap_again_and_a_late_answer_is_ignored() -> None:
+    walk = ChangesWalk(None, 10, b"c", b"x")
+    a, body = walk.ask(_Route("r1"), b"c", b"k")  # type: ignore[arg-type]
+    assert body["lo"] == b"c" and body["hi"] == b"k" and body["close"] is True
+    assert walk.gaps() == [(b"k", b"x")]
+    walk.failed(a)
+    assert walk.gaps() == [(b"c", b"x")]
+    walk.advance(a, {"records": [_rec(5, "d")], "frontier": 9, "more": False})  # given up on: not taken
+    assert walk.records == [] and not walk.done
+    b, _ = walk.ask(_Route("r1"), b"c", b"x")  # type: ignore[arg-type]
+    walk.advance(b, {"records": [], "frontier": 9, "more": False})
+    assert walk.done and walk.page()["resolved"] == 9
 
 
 def test_a_page_is_the_records_below_the_lowest_frontier_in_position_order() -> None:
