@@ -37,10 +37,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from cli.bench.http import cpu_seconds, server_pids, stop_temp_cluster
+from cli.bench.aio import Tally
+from cli.bench.http import cpu_seconds, server_pids, stop_temp_cluster, wait_quiet
 from cli.bench.replicas import SERVERS, LoadSampler, split_keys, start_cluster, table_partitions
 from cli.bench.scale import parallel_load
-from cli.coordinator_client import call, range_loads
 from cli.workload.disk_loss_watch import dir_bytes
 from cli.workload.layout import spread_table, table_ranges
 from rangetable import TableClient
@@ -192,22 +192,6 @@ class Follower:
         self.drain.join(5)
 
 
-@dataclass
-class Tally:
-    """The writers' latencies and errors since the last interval row."""
-
-    latencies: list[float] = field(default_factory=list)
-    errors: int = 0
-    lock: threading.Lock = field(default_factory=threading.Lock)
-
-    def take(self) -> tuple[list[float], int]:
-        """The latencies and error count so far, and start afresh."""
-        with self.lock:
-            out, errors = self.latencies, self.errors
-            self.latencies, self.errors = [], 0
-        return out, errors
-
-
 def _writer(client: TableClient, rows: Rows, tally: Tally, book: LagBook | None, stop: threading.Event,
             seed: int) -> None:
     rng = random.Random(seed)
@@ -303,24 +287,6 @@ def run_writes(native: str, table: str, rows: Rows, threads: int, seconds: float
     return res
 
 
-def settle(coordinator: str, table: str, echo: Echo, timeout: float = SETTLE_S) -> float:
-    """Wait until no range of ``table`` compacts or has compaction pending, for 3 s on end (the figures of its
-    ranges only: :func:`cli.bench.http.wait_quiet` also waits for every other range's); returns the seconds
-    waited."""
-    t0 = quiet_since = time.monotonic()
-    while time.monotonic() - t0 < timeout:
-        ids = {r["id"] for r in table_ranges(coordinator, table)}
-        loads = range_loads(call(coordinator, {"op": "status"}, timeout=5))
-        if any(ld.get("compacting") or ld.get("pending_compaction_bytes") for rid, ld in loads.items() if rid in ids):
-            quiet_since = time.monotonic()
-        elif time.monotonic() - quiet_since >= 3:
-            break
-        time.sleep(0.5)
-    waited = time.monotonic() - t0
-    echo(f"{'':9} waited {waited:.0f} s for the table's compactions")
-    return waited
-
-
 def range_disk_bytes(root: str, ranges: list[dict]) -> int:
     """Bytes of the range directories of ``ranges`` on every server holding a copy."""
     return sum(dir_bytes(os.path.join(root, "servers", s, r["path"]))
@@ -368,7 +334,7 @@ def bulk_and_disk(doc: dict, root: str, on: bool, count: int, loaders: int, inte
     secs = parallel_load(native, table, 0, count, loaders, window=32, progress=progress)
     out: dict[str, Any] = {"entities": count, "seconds": round(secs, 2), "entities_s": round(count / secs, 1)}
     echo(f"feed {'on ' if on else 'off'}: bulk ingest of {count:,} entities in {secs:.1f} s = {count / secs:,.0f}/s")
-    out["settle_s"] = round(settle(coord, table, echo), 1)
+    out["settle_s"] = round(wait_quiet({"coordinator": coord}, echo, SETTLE_S, table=table, still_s=3.0), 1)
     size = range_disk_bytes(root, table_ranges(coord, table))
     out.update(disk_bytes=size, disk_empty_bytes=empty, disk_mb_per_million=round((size - empty) / count, 1))
     echo(f"feed {'on ' if on else 'off'}: {size / 1e6:,.1f} MB in the table's range directories (all {REPLICAS} "

@@ -178,11 +178,13 @@ def rss_total(pids: list[int]) -> int:
     return sum(rss_bytes(pid) for pid in pids)
 
 
-def wait_quiet(doc: dict, echo: Callable[[str], None], timeout: float = 300.0) -> float:
-    """Wait until a cluster of ours is quiet after a preload: every range serving, none compacting a
-    split's dropped half, no pending compaction, and the map unchanged for 10 s (so the balancer's
-    splits and RocksDB's compactions do not bill their CPU to the next phase). Returns the seconds
-    waited; other endpoints (no coordinator in ``doc``) return at once."""
+def wait_quiet(doc: dict, echo: Callable[[str], None], timeout: float = 300.0, table: str | None = None,
+               still_s: float = 10.0) -> float:
+    """Wait until a cluster of ours is quiet after a preload: every range of the map (of ``table`` only, when
+    given) serving, none compacting a split's dropped half, no pending compaction, and the map unchanged, for
+    ``still_s`` on end (so the balancer's splits and RocksDB's compactions do not bill their CPU to the next
+    phase). Reports of ranges the map no longer has do not count. Returns the seconds waited; other endpoints
+    (no coordinator in ``doc``) return at once."""
     if "coordinator" not in doc:
         return 0.0
     from cli.coordinator_client import call, range_loads
@@ -191,14 +193,16 @@ def wait_quiet(doc: dict, echo: Callable[[str], None], timeout: float = 300.0) -
     last_version, still_since = None, time.monotonic()
     while time.monotonic() - t0 < timeout:
         st = call(doc["coordinator"], {"op": "status"}, timeout=5)
-        loads = range_loads(st).values()
-        busy = any(r["state"] != "serving" for r in st["ranges"]) or any(
-            ld.get("compacting") or ld.get("pending_compaction_bytes") for ld in loads)
-        if st.get("version") != last_version or busy:
-            last_version, still_since = st.get("version"), time.monotonic()
-        elif time.monotonic() - still_since >= 10:
+        ranges = [r for r in st["ranges"] if table is None or r["table"].lower() == table.lower()]
+        loads = range_loads(st)
+        busy = any(r["state"] != "serving" for r in ranges) or any(
+            ld.get("compacting") or ld.get("pending_compaction_bytes") for ld in (loads.get(r["id"], {}) for r in ranges))
+        version = st.get("version") if table is None else sorted(r["id"] for r in ranges)
+        if version != last_version or busy:
+            last_version, still_since = version, time.monotonic()
+        elif time.monotonic() - still_since >= still_s:
             break
-        time.sleep(1)
+        time.sleep(min(1.0, still_s / 4))
     waited = time.monotonic() - t0
     echo(f"{'':<13} waited {waited:.0f} s for splits and compactions to finish")
     return waited
