@@ -37,7 +37,9 @@ def write(c: Cluster, op: str, pk: str, rk: str, **props: object) -> None:
 
 
 def test_counts_per_range_and_per_server_role_after_split_and_merge(cluster_factory: ClusterFactory) -> None:
-    with cluster_factory(servers=3, extra=["--replicas", "3", "--no-dashboard"]) as c:
+    # the balancer off: the test splits and merges by hand, and compares the status with the metrics scraped
+    # after it (a primary the balancer moved between the two made them differ once)
+    with cluster_factory(servers=3, extra=["--replicas", "3", "--no-dashboard"], balancer=False) as c:
         call(c.native, {"op": "create_table", "table": TABLE})
         for pk, n in (("a", 4), ("b", 3), ("p", 5), ("q", 2)):
             for i in range(n):
