@@ -44,6 +44,7 @@ from partition_server.store.keys import META_FEED
 from rangetable.edm import ticks_to_iso
 from rangetable.errors import TableError
 from rangetable.keys import META_PREFIX
+from rangetable.table_settings import DEFAULT_FEED_RETENTION_S, TICKS_PER_SECOND
 
 FEED_PREFIX = META_PREFIX + b"f/"
 FEED_END = META_PREFIX + b"f0"  # the byte after "/": the end of the feed's span
@@ -52,7 +53,6 @@ _TS = struct.Struct(">Q")
 INSERT, REPLACE, MERGE, DELETE, EXPIRE = "insert", "replace", "merge", "delete", "expire"
 KINDS = (INSERT, REPLACE, MERGE, DELETE, EXPIRE)
 _HEAD = struct.Struct(">BI")  # a record's kind and the length of its before-image
-DEFAULT_RETENTION_S = 24 * 3600
 MAX_READ_BYTES = 4 << 20  # a read answers about this many bytes of records at most
 MAX_SCANNED = 20_000  # records a read looks at, at most (a split's half skips its sibling's records)
 FRESH_TICKS = 200_000  # 20 ms: a read without a hint closes a range whose last Timestamp is older
@@ -74,12 +74,6 @@ def record_kind(op: str, existed: bool, deleted: bool) -> str:
 def record_key(ts: int, key: bytes) -> bytes:
     """The feed key of the change of entity ``key`` at Timestamp ``ts``."""
     return FEED_PREFIX + _TS.pack(ts) + key
-
-
-def split_record_key(fkey: bytes) -> tuple[int, bytes]:
-    """(Timestamp, entity key) of a feed key."""
-    n = len(FEED_PREFIX)
-    return _TS.unpack_from(fkey, n)[0], fkey[n + 8:]
 
 
 def pack_record(kind: str, value: bytes | None, before: bytes | None) -> bytes:
@@ -164,7 +158,7 @@ class Feed:
     def __init__(self, db: Any, last_ts: int) -> None:
         self.want = False  # the table's setting: records are written while True
         self.before_images = False
-        self.retention_ticks = DEFAULT_RETENTION_S * 10_000_000
+        self.retention_ticks = DEFAULT_FEED_RETENTION_S * TICKS_PER_SECOND
         self.reload(db, last_ts)
 
     def reload(self, db: Any, last_ts: int) -> None:
@@ -177,7 +171,7 @@ class Feed:
         """Take the table's feed settings (applied from the next write on)."""
         self.want = on
         self.before_images = before_images
-        self.retention_ticks = (DEFAULT_RETENTION_S if retention_s is None else retention_s) * 10_000_000
+        self.retention_ticks = (DEFAULT_FEED_RETENTION_S if retention_s is None else retention_s) * TICKS_PER_SECOND
 
     def read_floor(self, last_ts: int) -> int:
         """The floor a read sees now: a feed switched on again since the last write misses what the writes
