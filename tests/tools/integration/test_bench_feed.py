@@ -24,8 +24,9 @@ def _figures(text: str, label: str) -> list[float]:
 
 @pytest.mark.slow
 def test_bench_feed_json_is_alone_on_stdout_and_renders_the_cost_table():
-    """One run (two clusters) for both: ``--json`` alone on stdout, its progress on stderr, and the table the
-    plain output prints, rendered from that JSON (``format_table``, what ``bench feed`` without --json prints)."""
+    """One run (two clusters) for both: ``--json`` alone on stdout, and the table the plain output prints,
+    rendered from that JSON (``format_table``, what ``bench feed`` without --json prints, per-interval rows
+    included)."""
     out = subprocess.run([sys.executable, "-m", "cli.main", "bench", "feed", "--seconds", "4", "--interval", "2",
                           "--threads", "2", "--rows", "1000", "--catchup", "3000", "--loaders", "1", "--json"],
                          cwd=ROOT, capture_output=True, text=True, timeout=280)
@@ -38,7 +39,6 @@ def test_bench_feed_json_is_alone_on_stdout_and_renders_the_cost_table():
     assert on["bulk"]["catchup"]["changes"] == 3000 and "catchup" not in off["bulk"]
     assert {"throughput_cost", "p99_cost", "cost_met", "lag_met", "catchup_x_writes", "disk_feed_mb_per_million"} \
         <= set(res["cost"])
-    assert re.search(r"feed on\s+4 s .* lag p50 +[\d.]+ ms p99 +[\d.]+ ms", out.stderr), out.stderr
 
     text = format_table(res)
     assert "cost of the change feed (3 partition servers, 3 replicas" in text
