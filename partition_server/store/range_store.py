@@ -589,13 +589,16 @@ class RangeStore:
                          limit)
 
     def trim_feed(self) -> int:
-        """Delete the feed's records older than its retention (a replicated batch); returns the floor. The
-        records are counted before the write lock is taken (no new record falls below the cutoff)."""
+        """Delete the feed's records older than its retention (a replicated batch; none when no record aged out)
+        and raise the floor; returns the floor. The records are counted before the write lock is taken (no new
+        record falls below the cutoff)."""
         feed = self.feed
         cutoff = feed.cutoff(self.clock())
         if cutoff is None or self._db is _CLOSED:
             return feed.floor
         gone = count_feed(self._db, record_key(cutoff + 1, b""))
+        if not gone[0]:
+            return feed.floor  # nothing aged out: no batch (an idle range writes nothing)
         with self._lock:
             if self._db is _CLOSED:
                 return feed.floor
