@@ -45,18 +45,14 @@ def encode_ops(ops: Ops) -> bytes:
     """One batch's operations as bytes: ``[[key, value | nil | [end] | [head, n]], …]`` (``[end]``: a range
     delete; ``[head, n]``: a change-feed record whose last ``n`` bytes are the value the batch puts at its
     entity key, sent once: :func:`partition_server.store.feed.shared_tail`)."""
-    puts: dict[bytes, bytes] | None = None
-    out: list[list[Any]] = []
-    for k, v in ops:
-        if isinstance(v, RangeEnd):
-            out.append([k, [v.end]])
-        elif v is not None and k.startswith(FEED_PREFIX):
-            if puts is None:
-                puts = {pk: pv for pk, pv in ops if isinstance(pv, bytes) and pk < META_PREFIX}
-            n = shared_tail(k, v, puts)
-            out.append([k, [v[:len(v) - n], n]] if n else [k, v])
-        else:
-            out.append([k, v])
+    out: list[list[Any]] = [[k, [v.end] if type(v) is RangeEnd else v] for k, v in ops]
+    records = [o for o in out if o[0].startswith(FEED_PREFIX) and type(o[1]) is bytes]
+    if records:  # a batch without feed records is sent as it is, at one comprehension's cost
+        puts = {k: v for k, v in ops if type(v) is bytes and k < META_PREFIX}
+        for o in records:
+            n = shared_tail(o[0], o[1], puts)
+            if n:
+                o[1] = [o[1][:-n], n]
     return msgpack.packb(out, use_bin_type=True)
 
 
@@ -69,19 +65,19 @@ def decode_ops(blob: bytes) -> Ops:
     if not isinstance(items, list):
         raise ValueError("not a batch: expected a list of operations")
     ops: Ops = []
-    puts: dict[bytes, bytes] = {}
+    puts: dict[bytes, bytes] | None = None  # the batch's puts, gathered at its first feed record that refers to one
     for item in items:
         if not (isinstance(item, list) and len(item) == 2 and isinstance(item[0], bytes)):
             raise ValueError("not a batch: an operation is not [key, value]")
         k, v = item
         if v is None or isinstance(v, bytes):
             ops.append((k, v))
-            if v is not None:
-                puts[k] = v
         elif isinstance(v, list) and len(v) == 1 and isinstance(v[0], bytes):
             ops.append((k, RangeEnd(v[0])))
         elif (isinstance(v, list) and len(v) == 2 and isinstance(v[0], bytes) and type(v[1]) is int
               and k.startswith(FEED_PREFIX)):
+            if puts is None:  # the entity puts come before the records in a batch
+                puts = {pk: pv for pk, pv in ops if type(pv) is bytes}
             value = puts.get(k[len(FEED_PREFIX) + 8:])
             if value is None or len(value) != v[1]:
                 raise ValueError("not a batch: a feed record refers to a value the batch does not put")
