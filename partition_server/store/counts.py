@@ -55,7 +55,9 @@ def unpack_counts(v: bytes | None) -> Counts | None:
 
 
 def count_span(db: Any, lo: bytes = b"", hi: bytes = META_PREFIX) -> Counts:
-    """The entities in ``[lo, hi)`` of ``db`` counted by one pass over them (not filling the block cache)."""
+    """The keys in ``[lo, hi)`` of ``db`` (the entities by default; the change feed's records for
+    :func:`partition_server.store.feed.count`) and their bytes, counted by one pass over them (not filling the
+    block cache)."""
     ro = rocksdict.ReadOptions()
     ro.set_iterate_upper_bound(hi)
     ro.fill_cache(False)  # type: ignore[call-arg]  # the stub is wrong: it takes a bool

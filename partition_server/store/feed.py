@@ -40,6 +40,7 @@ from typing import Any, NamedTuple
 import msgpack
 import rocksdict
 
+from partition_server.store.counts import count_span
 from partition_server.store.keys import META_FEED
 from rangetable.edm import ticks_to_iso
 from rangetable.errors import TableError
@@ -129,18 +130,7 @@ def merged_state(left: bytes | None, right: bytes | None, left_ts: int, right_ts
 
 def count(db: Any, below: bytes = FEED_END) -> tuple[int, int]:
     """(records, bytes) of the feed's records with keys below ``below`` (all by default), counted by a pass."""
-    ro = rocksdict.ReadOptions()
-    ro.set_iterate_upper_bound(below)
-    ro.fill_cache(False)  # type: ignore[call-arg]  # the stub is wrong: it takes a bool
-    n = size = 0
-    it = db.items(from_key=FEED_PREFIX, read_opt=ro)
-    try:
-        for k, v in it:
-            n += 1
-            size += len(k) + len(v)
-    finally:
-        it = None  # a live iterator would keep the DB LOCK after close()
-    return n, size
+    return count_span(db, FEED_PREFIX, below)
 
 
 class Change(NamedTuple):
