@@ -103,6 +103,10 @@ _CODES = [
     # The change feed (rangetable's own; Azure Tables has none).
     ErrorCode("FeedTrimmed", 410, "The change feed no longer holds changes from this position: retention trimmed them."),
     ErrorCode("FeedDisabled", 409, "The table's change feed is off."),
+    # Secondary indexes (rangetable's own; docs/indexes.md).
+    ErrorCode("IndexNotFound", 404, "The specified index does not exist."),
+    ErrorCode("IndexAlreadyExists", 409, "The table already has an index of this name."),
+    ErrorCode("IndexFenced", 409, "A newer applier of this index has written to the range: this one stops."),
     # Internal routing answers between frontends and partition servers; never shown to clients.
     ErrorCode("NotPrimary", 503, "The partition server does not serve this range at this epoch.", True),
     ErrorCode("RangeBusy", 503, "The range is offline for a move, split or merge.", True),
