@@ -17,7 +17,7 @@ from functools import lru_cache
 from typing import Any, NamedTuple
 
 from partition_server.served import Served
-from partition_server.store import fast_path
+from partition_server.store import fast_path, index_state
 from partition_server.store.range_scan import is_point_span
 from rangetable import feed_cursor, protocol
 from rangetable.errors import TableError
@@ -190,6 +190,34 @@ def changes(served: Served, req: ChangesRequest, budget_s: float) -> ScanPage:
     return ScanPage(Packed(protocol.pack(answer)), len(page.records), None, counts=bool(page.records))
 
 
+def index_apply(served: Served, req: dict, budget_s: float) -> Any:
+    """Write entries of an index (``ops``: ``[key, kept properties or nil]``, each key once, all in the range)
+    with the applier's ``claim`` and the feed position ``pos`` of their last base record:
+    ``{"applied": bool}`` (False: the range applied that position already; see
+    :mod:`partition_server.store.index_state`)."""
+    claim, pos = index_state.check(req.get("claim"), req.get("pos"))
+    ops = req.get("ops")
+    if not isinstance(ops, list):
+        raise TableError("InvalidInput", "ops must be a list of [key, properties or nil]")
+    entries: list[tuple[bytes, dict | None]] = []
+    for op in ops:
+        if not (isinstance(op, list | tuple) and len(op) == 2 and isinstance(op[0], bytes)
+                and (op[1] is None or isinstance(op[1], dict))):
+            raise TableError("InvalidInput", "an index op is [key, properties or nil]")
+        key = op[0]
+        if key < served.lo or (served.hi is not None and key >= served.hi):
+            raise TableError("NotPrimary", "an index entry lies outside this range: ask the map again")
+        entries.append((key, op[1]))
+    return {"applied": served.store.apply_index(entries, claim, pos)}
+
+
+def _index_target(req: dict) -> tuple[str | None, int]:
+    """The PartitionKey of an index write's first entry (its load sample) and its entries."""
+    ops = req.get("ops") or ()
+    first = ops[0][0] if ops and isinstance(ops[0], list | tuple) and ops[0] and isinstance(ops[0][0], bytes) else None
+    return (None if first is None else first.partition(b"\x00")[0].decode("utf-8", "replace")), len(ops)
+
+
 def _batch_target(req: dict) -> tuple[str | None, int]:
     ops = req["ops"]
     return (ops[0].get("pk") if ops else None), len(ops)
@@ -201,4 +229,5 @@ DATA_OPS: dict[str, DataOp] = {
     "batch": DataOp(False, _batch_target, batch),
     "scan": DataOp(True, None, scan),
     "changes": DataOp(True, None, changes),
+    "index_apply": DataOp(False, _index_target, index_apply),
 }

@@ -9,3 +9,4 @@ DROP_KEY = META_PREFIX + b"drop"  # msgpack [lo, hi]: a span a split dropped but
 META_REPL = META_PREFIX + b"repl"  # >QQ: the epoch and sequence of the last replicated batch (replica_log.py)
 META_COUNT = META_PREFIX + b"count"  # >QQ: the entities the store holds and their bytes, exact (store_counts.py)
 META_FEED = META_PREFIX + b"feed"  # msgpack [on, floor]: the change feed's state (feed.py)
+META_INDEX = META_PREFIX + b"index"  # msgpack [claim, position]: what an index's applier wrote last (index_state.py)

@@ -17,11 +17,12 @@ from typing import cast
 import msgpack
 import rocksdict
 
+from partition_server.store import index_state
 from partition_server.store.counts import Counts, half_counts, left_share, pack_counts, read_counts
 from partition_server.store.expiry import MARK_KEY, merged_mark
 from partition_server.store.feed import count as count_feed
 from partition_server.store.feed import merged_state
-from partition_server.store.keys import DROP_KEY, META_COUNT, META_FEED, META_TS
+from partition_server.store.keys import DROP_KEY, META_COUNT, META_FEED, META_INDEX, META_TS
 from partition_server.store.request_records import REQT_END, REQT_PREFIX, Window, pack_meta, unpack_meta
 from rangetable.kernel.checkpoint import create_checkpoint
 from rangetable.kernel.storage import open_range_db
@@ -128,6 +129,7 @@ def merge_stores(left_path: str, right_path: str, out_path: str) -> None:
         left_ts = unpack_meta(ldb.get(META_TS))[0]
         left_mark = ldb.get(MARK_KEY)
         left_feed = ldb.get(META_FEED)
+        left_index = ldb.get(META_INDEX)
         create_checkpoint(ldb, out_path)
     finally:
         ldb.close()
@@ -139,6 +141,7 @@ def merge_stores(left_path: str, right_path: str, out_path: str) -> None:
             counts = left_counts.plus(*read_counts(rdb)[0])
             mark = merged_mark(left_mark, rdb.get(MARK_KEY))
             right_feed = rdb.get(META_FEED)
+            index = index_state.merged(left_index, rdb.get(META_INDEX))
             wo = rocksdict.WriteOptions()
             # flushed below; a crash before that is repaired by re-running.  rocksdict's stub has a
             # disable_wal method; at run time it is a settable property
@@ -150,7 +153,7 @@ def merge_stores(left_path: str, right_path: str, out_path: str) -> None:
             it = cast("Iterator[tuple[bytes, bytes]]", rdb.items())
             try:
                 for k, v in it:
-                    if k == META_TS or k == MARK_KEY or k == META_COUNT or k == META_FEED:
+                    if k == META_TS or k == MARK_KEY or k == META_COUNT or k == META_FEED or k == META_INDEX:
                         continue
                     wb.put(k, v)
                     size += len(k) + len(v)
@@ -169,6 +172,8 @@ def merge_stores(left_path: str, right_path: str, out_path: str) -> None:
         odb.put(META_FEED, merged_state(left_feed, right_feed, left_ts, right_ts, *count_feed(odb)), wo)
         if mark is not None:
             odb.put(MARK_KEY, mark, wo)
+        if index is not None:
+            odb.put(META_INDEX, index, wo)
         odb.flush(True)
     finally:
         odb.close()

@@ -40,7 +40,7 @@ from typing import Any, Literal, overload
 import msgpack
 import rocksdict
 
-from partition_server.store import fast_path
+from partition_server.store import fast_path, index_state
 from partition_server.store.counts import (
     Counts,
     capture,
@@ -65,7 +65,7 @@ from partition_server.store.feed import (
 )
 from partition_server.store.feed import count as count_feed
 from partition_server.store.feed import read as read_feed
-from partition_server.store.keys import DROP_KEY, META_COUNT, META_REPL, META_TS
+from partition_server.store.keys import DROP_KEY, META_COUNT, META_INDEX, META_REPL, META_TS
 from partition_server.store.range_ops import check_batch_shape, prepare_op
 from partition_server.store.range_scan import scan_span, span_may_hold
 from partition_server.store.range_split import (
@@ -551,6 +551,32 @@ class RangeStore:
             self._counts = counts
             self._last_ts = ts
             return done
+
+    # --- an index's entries (see index_state.py) -----------------------------------------------
+
+    def apply_index(self, entries: Sequence[tuple[bytes, dict | None]], claim: int,
+                    pos: index_state.Position | None) -> bool:
+        """Write an index's ``entries`` (entity key, kept properties or None to delete; each key once) in one
+        batch with ``META_INDEX``, unless the range already applied ``pos`` (False). IndexFenced under a claim
+        lower than the range's (:func:`~partition_server.store.index_state.admit`)."""
+        with self._lock:
+            stored = index_state.unpack(self._db.get(META_INDEX))
+            if not index_state.admit(stored, claim, pos):
+                return False
+            ts = self._next_ts()
+            wb = self._tee.new_batch()
+            ops: Ops = []
+            for key, props in entries:
+                if props is None:
+                    wb.delete(key)
+                    ops.append((key, None))
+                else:
+                    value = fast_path.pack_value(ts, props)
+                    wb.put(key, value)
+                    ops.append((key, value))
+            wb.put(META_INDEX, index_state.pack(*index_state.after(stored, claim, pos)))
+            self._commit(wb, ts, None, WRITE, b"", None, self._batch_change(ops, {}, False))
+        return True
 
     # --- the change feed (see feed.py) ---------------------------------------------------------
 
