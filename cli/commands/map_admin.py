@@ -36,7 +36,8 @@ def ranges_cmd(table: str | None, data_dir: str, coordinator: str | None, as_jso
     rs = [r for r in st["ranges"] if table is None or r["table"].lower() == table.lower()]
     if as_json:
         click.echo(json.dumps({"version": st["version"], "servers": st["servers"],
-                               "ranges": [{**r, "load": load.get(r["id"], {})} for r in rs]}, indent=2))
+                               "ranges": [{**r, "load": load.get(r["id"], {})} for r in rs],
+                               "indexes": st.get("indexes", {})}, indent=2))
         return
     click.echo(f"map version {st['version']}, {len(st['tables'])} tables, {len(st['ranges'])} ranges")
     click.echo(f"{'range':8} {'table':14} {'low':>12} {'high':>12} {'primary':8} {'epoch':>5} {'state':9} "
