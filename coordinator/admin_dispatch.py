@@ -20,6 +20,7 @@ from coordinator.map.server_info import live_endpoints
 from coordinator.replicas.sets import health
 from rangetable import curve, protocol
 from rangetable.errors import TableError
+from rangetable.index_def import find, is_index_table
 from rangetable.messages import is_replicated
 
 if TYPE_CHECKING:
@@ -33,6 +34,10 @@ JOBS: dict[str, tuple[Callable[..., Any], Callable[[dict], tuple]]] = {  # op ->
                                                   text(r, "rid", str, None))),
     "set_table": (ops.set_table, lambda r: (text(r, "table", str), text(r, "settings", dict))),
     "delete_table": (ops.delete_table, lambda r: (text(r, "table", str),)),
+    "create_index": (ops.create_index, lambda r: (text(r, "table", str), r["name"], r.get("on"), r.get("include"),
+                                                  text(r, "rid", str, None))),
+    "drop_index": (ops.drop_index, lambda r: (text(r, "table", str), text(r, "name", str))),
+    "index_ready": (ops.index_ready, lambda r: (text(r, "table", str), text(r, "name", str))),
     "move": (ops.move, lambda r: (text(r, "range", str), text(r, "server", str))),
     "split": (ops.split, lambda r: (text(r, "range", str), text(r, "key", str, None))),
     "merge": (ops.merge, lambda r: (text(r, "range", str),)),
@@ -83,13 +88,19 @@ def handle(co: AdminHost, ident: bytes, rid: bytes, req: dict, role: str | None)
         since = protocol.field(req, "since", int, 0)
         limit = protocol.field(req, "limit", int, 200)
         return protocol.ok(cl.events.since(since, limit))
-    if op == "list_tables":
+    if op == "list_tables":  # a user's tables: never an index's
         with maps.lock:
-            return protocol.ok({"tables": sorted(maps.pmap.tables.values(), key=str.lower), "next": None})
-    if op == "get_table":
+            return protocol.ok({"tables": sorted((t for t in maps.pmap.tables.values() if not is_index_table(t)),
+                                                 key=str.lower), "next": None})
+    if op in ("get_table", "list_indexes"):
         with maps.lock:
-            name = maps.pmap.table_name(protocol.field(req, "table", str))
-            return protocol.ok({"table": name, **maps.table_settings.show(name)})
+            name = user_table(co, protocol.field(req, "table", str))
+            indexes = maps.pmap.indexes_of(name)
+            if op == "list_indexes":
+                return protocol.ok({"indexes": indexes})
+            return protocol.ok({"table": name, **maps.table_settings.show(name), "indexes": indexes})
+    if op == "index_claim":
+        return protocol.ok(index_claim(co, req))
     if op in acl.OPS:
         return protocol.ok(acl.handle(maps, op, req))
 
@@ -109,6 +120,26 @@ def handle(co: AdminHost, ident: bytes, rid: bytes, req: dict, role: str | None)
         raise TableError("InvalidInput", f"missing field {exc}") from None
     co.controller.submit(fn, cl, co.controller, *argv, reply=reply)
     return None
+
+
+def user_table(co: AdminHost, table: str) -> str:
+    """A user's table as created (under the map lock); TableNotFound for it and for an index's table."""
+    if is_index_table(table):
+        raise TableError("TableNotFound")
+    return co.cluster.map.pmap.table_name(table)
+
+
+def index_claim(co: AdminHost, req: dict) -> dict:
+    """Grant, renew or refuse the claim of applying an index's changes (:class:`coordinator.map.indexes.IndexClaims`);
+    a new grant's number is committed before it is answered."""
+    maps = co.cluster.map
+    with maps.lock:
+        table = user_table(co, protocol.field(req, "table", str))
+        d = find(maps.pmap.indexes_of(table), protocol.field(req, "name", str))
+        if d is None:
+            raise TableError("IndexNotFound", f"Table {table} has no index {req['name']}.")
+        return maps.claims.claim(table, d["name"], req.get("holder"), req.get("ttl_s"), time.monotonic(),
+                                 lambda puts: maps.meta_store().commit(puts, []))
 
 
 def status(co: AdminHost) -> dict:

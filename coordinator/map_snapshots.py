@@ -69,6 +69,7 @@ class MapSnapshots:
             ranges = cast("list[RangeRecord]", [r.copy() for r in maps.pmap.ranges.values()])  # the map's records
             snap: MapSnapshot = {
                 "version": maps.pmap.version, "tables": sorted(maps.pmap.tables.values()), "ranges": ranges,
+                "indexes": dict(maps.pmap.indexes),
                 "servers": live_endpoints(self.registry.servers),
                 "pub": self.pub_endpoint}
         ranges.sort(key=itemgetter("table", "low"))  # C-level key: ~0.1 s for 100,000 ranges, not ~1 s

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rangetable.errors import TableError
+from rangetable.index_def import IndexDef
 from rangetable.keys import encode_key, range_bounds
 from rangetable.planner import Plan
 
@@ -70,6 +71,7 @@ class MapCache:
         self.ranges: dict[str, dict] = {}
         self.by_table: dict[str, tuple[list[str], list[Route]]] = {}
         self.servers: dict[str, str] = {}
+        self.indexes: dict[str, list[IndexDef]] = {}  # base table lower -> its declared indexes
         self.pub = ""
         self.received = float("-inf")  # monotonic time the current map was last confirmed
 
@@ -81,6 +83,7 @@ class MapCache:
             "tables": sorted(self.tables.values()),
             "ranges": [rt.range for t in sorted(self.by_table) for rt in self.by_table[t][1]],
             "servers": dict(self.servers),
+            "indexes": {t: [d.to_wire() for d in ds] for t, ds in self.indexes.items()},
             "pub": self.pub,
         }
 
@@ -103,6 +106,7 @@ class MapCache:
         for r in self.ranges.values():
             groups.setdefault(r["table"].lower(), []).append(r)
         self.servers = dict(snap.get("servers", {}))
+        self._set_indexes(snap.get("indexes", {}))
         self.by_table = {}
         for t, rs in groups.items():
             rs.sort(key=lambda r: r["low"])
@@ -132,6 +136,8 @@ class MapCache:
             if r["table"].lower() in self.tables:
                 self.ranges[r["id"]] = r
                 self._route(r)
+        if "indexes" in delta:
+            self._set_indexes(delta["indexes"])
         for sid, endpoint in delta["servers"].items():
             if endpoint is None:
                 self.servers.pop(sid, None)
@@ -140,6 +146,13 @@ class MapCache:
         self.version = delta["version"]
         self.pub = delta.get("pub", self.pub)  # a map answer names the leader's PUB
         return True
+
+    def _set_indexes(self, wire: dict[str, list[dict]]) -> None:
+        self.indexes = {t: [IndexDef.from_wire(d) for d in ds] for t, ds in wire.items()}
+
+    def indexes_of(self, table: str) -> list[IndexDef]:
+        """The indexes declared on a table (by name; ``[]``: none)."""
+        return self.indexes.get(table.lower(), [])
 
     def _route(self, r: dict) -> None:
         lows, routes = self.by_table.setdefault(r["table"].lower(), ([], []))

@@ -525,6 +525,7 @@ class MapSnapshot(TypedDict):
     ranges: list[RangeRecord]
     servers: dict[str, str]  # server id → endpoint
     tables: list[str]
+    indexes: NotRequired[dict[str, list[dict]]]  # base table lower -> index definitions (rangetable/index_def.py)
     pub: NotRequired[str]  # the coordinator's PUB endpoint for deltas
 
 
@@ -538,6 +539,7 @@ class MapDelta(TypedDict):
     removed: list[str]  # range ids
     servers: dict[str, str | None]  # None: the server left
     tables: NotRequired[list[str]]  # only when the catalog changed
+    indexes: NotRequired[dict[str, list[dict]]]  # base table lower -> index definitions; only when one changed
     pub: NotRequired[str]
 
 

@@ -16,6 +16,7 @@ from cli.options import (
     emit,
     json_option,
 )
+from rangetable.index_def import is_index_table
 
 # --- admin ---------------------------------------------------------------------------------------
 
@@ -36,9 +37,12 @@ def ranges_cmd(table: str | None, data_dir: str, coordinator: str | None, as_jso
     rs = [r for r in st["ranges"] if table is None or r["table"].lower() == table.lower()]
     if as_json:
         click.echo(json.dumps({"version": st["version"], "servers": st["servers"],
-                               "ranges": [{**r, "load": load.get(r["id"], {})} for r in rs]}, indent=2))
+                               "ranges": [{**r, "load": load.get(r["id"], {})} for r in rs],
+                               "indexes": st.get("indexes", {})}, indent=2))
         return
-    click.echo(f"map version {st['version']}, {len(st['tables'])} tables, {len(st['ranges'])} ranges")
+    n_ix = sum(1 for t in st["tables"] if is_index_table(t))
+    click.echo(f"map version {st['version']}, {len(st['tables']) - n_ix} tables"
+               + (f" (and {n_ix} index tables)" if n_ix else "") + f", {len(st['ranges'])} ranges")
     click.echo(f"{'range':8} {'table':14} {'low':>12} {'high':>12} {'primary':8} {'epoch':>5} {'state':9} "
                f"{'entities':>9} {'size':>9} {'feed':>9} {'req/s':>8} {'copies':>6}")
     for r in rs:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import uuid
 from typing import TYPE_CHECKING, Any
 
 import click
@@ -12,6 +13,7 @@ from cli.options import data_dir_option, emit, endpoint_option, json_option, nat
 from rangetable.client.wire import with_extension
 from rangetable.edm import etag_from_ticks
 from rangetable.errors import TableError
+from rangetable.index_def import check_def
 from rangetable.rest_json import json_to_typed, typed_to_json
 from rangetable.table_settings import format_ttl, parse_retention, parse_switch, parse_ttl
 
@@ -113,6 +115,8 @@ def table_show(name: str, data_dir: str, endpoint: str | None, as_json: bool) ->
     for kind in ("reads", "writes"):
         lines.append(f"{kind:<9} reserved {res[kind] or '-'}  used {use.get(f'used_{kind}_s', 0):.0f}/s  "
                      f"refused {use.get(f'refused_{kind}_s', 0):.0f}/s")
+    if res.get("indexes"):
+        lines.append("indexes   " + ", ".join(f"{d['name']} on {','.join(d['on'])} ({d['state']})" for d in res["indexes"]))
     emit(res, as_json, "\n".join(lines))
 
 
@@ -135,6 +139,80 @@ def table_list(data_dir: str, endpoint: str | None, as_json: bool) -> None:
     """List tables."""
     res = call(native_endpoint(data_dir, endpoint), {"op": "list_tables"})
     emit(res["tables"], as_json, "\n".join(res["tables"]) or "(no tables)")
+
+
+@table_group.group("index")
+def index_group() -> None:
+    """Declare, list and drop a table's secondary indexes (docs/indexes.md)."""
+
+
+INDEX_COLUMNS = ("name", "on", "include", "state")
+
+
+def index_rows(defs: list[dict[str, Any]]) -> str:
+    """Index definitions as a text table: name, on, include, state, then any other field they carry
+    (``entries``, ``lag_s``, ``progress``…), in the order first seen."""
+    extra: list[str] = []
+    for d in defs:
+        extra += [k for k in d if k not in INDEX_COLUMNS and k != "table" and k not in extra]
+    cols = [*INDEX_COLUMNS, *extra]
+
+    def cell(d: dict[str, Any], c: str) -> str:
+        v = d.get(c, "")
+        if c == "include" and v == []:
+            return "(keys)"
+        return ",".join(map(str, v)) if isinstance(v, list) else str(v)
+
+    rows = [list(cols)] + [[cell(d, c) for c in cols] for d in defs]
+    widths = [max(len(r[i]) for r in rows) for i in range(len(cols))]
+    return "\n".join("  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)).rstrip() for r in rows)
+
+
+@index_group.command("create")
+@click.argument("table")
+@click.argument("name")
+@click.option("--on", "on", required=True, help="The properties the index is keyed on, comma-separated (1 to 4).")
+@click.option("--include", default=None, help="Properties the index keeps besides the keys, comma-separated, "
+                                              "or 'all' (default: none).")
+@data_dir_option
+@endpoint_option
+@json_option
+def index_create(table: str, name: str, on: str, include: str | None, data_dir: str, endpoint: str | None,
+                 as_json: bool) -> None:
+    """Declare index NAME of TABLE; it answers queries once its build is done (state ready)."""
+    try:
+        d = check_def(table, name, on, include)
+    except TableError as exc:
+        raise click.BadParameter(exc.message, param_hint="NAME" if exc.error_code == "InvalidResourceName"
+                                 else "--on / --include") from None
+    req = {"op": "create_index", "rid": uuid.uuid4().hex, **d.to_wire()}
+    del req["state"]
+    res = call(native_endpoint(data_dir, endpoint), req)["index"]
+    emit(res, as_json, f"created index {res['name']} of {res['table']} on {','.join(res['on'])} "
+                       f"({res['state']})")
+
+
+@index_group.command("list")
+@click.argument("table")
+@data_dir_option
+@endpoint_option
+@json_option
+def index_list(table: str, data_dir: str, endpoint: str | None, as_json: bool) -> None:
+    """A table's indexes: what each is keyed on, what it keeps, its state."""
+    defs = call(native_endpoint(data_dir, endpoint), {"op": "list_indexes", "table": table})["indexes"]
+    emit(defs, as_json, index_rows(defs) if defs else f"(no indexes on {table})")
+
+
+@index_group.command("drop")
+@click.argument("table")
+@click.argument("name")
+@data_dir_option
+@endpoint_option
+@json_option
+def index_drop(table: str, name: str, data_dir: str, endpoint: str | None, as_json: bool) -> None:
+    """Drop index NAME of TABLE and its entries."""
+    call(native_endpoint(data_dir, endpoint), {"op": "drop_index", "table": table, "name": name})
+    emit({"table": table, "index": name, "dropped": True}, as_json, f"dropped index {name} of {table}")
 
 
 # --- entities ------------------------------------------------------------------------------------

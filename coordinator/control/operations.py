@@ -16,10 +16,11 @@ from typing import TYPE_CHECKING, Any
 
 from coordinator.control import replica_ops
 from coordinator.map.acl_keys import acl_key
-from coordinator.map.partition_map import range_key
+from coordinator.map.partition_map import Writes, range_key
 from coordinator.replicas.placement import place_orphans
 from coordinator.replicas.sets import choose_replicas
 from rangetable.errors import TableError
+from rangetable.index_def import MAX_INDEXES, IndexDef, check_def, find, index_table, is_index_table
 from rangetable.kernel.crash import crash_point, fault_armed
 from rangetable.kernel.stats import StepClock
 from rangetable.messages import is_replicated
@@ -56,52 +57,117 @@ def create_table(cl: Cluster, ctl: Controller, name: str, settings: dict | None 
     with cl.map.lock:
         if cl.map.pmap.created_by(name, rid):
             return {"table": cl.map.pmap.table_name(name)}
-        replicas: list[str] = []
-        if cl.cfg.replicas > 1:  # a replica set on the servers holding the fewest copies, in distinct zones
-            live = cl.registry.live_servers()
-            replicas = choose_replicas(cl.cfg.replicas, {s: cl.map.pmap.replica_count(s) for s in live},
-                                       {s: cl.registry.servers[s].zone for s in live if cl.registry.servers[s].zone})
-            primary = replicas[0] if replicas else None
-        else:
-            primary = cl.registry.pick_server()
-        rec, writes = cl.map.pmap.create_table(name, primary, rid)
-        if replicas:
-            writes[0].update(cl.map.pmap.update(rec, replicas=replicas, insync=list(replicas))[0])
-        puts, deletes = cl.map.table_settings.put(name, checked)
-        cl.map.commit(({**writes[0], **puts}, writes[1] + deletes))
+        rec, (puts, deletes) = _new_table(cl, name, rid)
+        more_puts, more_deletes = cl.map.table_settings.put(name, checked)
+        cl.map.commit(({**puts, **more_puts}, deletes + more_deletes))
         rec = dict(cl.map.pmap.ranges[rec["id"]])
-    if replicas:
-        replica_ops.open_replicas(cl, ctl, [rec], create=True)
-    elif primary is not None:
-        _load(cl, ctl, primary, rec)
+    _open_new(cl, ctl, rec)
     return {"table": name}
 
 
-def set_table(cl: Cluster, ctl: Controller, name: str, changes: dict) -> dict:
-    """Change a table's settings (controller job): commit them, then have every live partition
-    server apply them before answering, so a TTL change holds for reads when this returns."""
+def _new_table(cl: Cluster, name: str, rid: str | None) -> tuple[dict, Writes]:
+    """A new table's range, placed (replica set on the servers holding the fewest copies, in distinct zones;
+    else the least-loaded server), added to the map (under the map lock); the writes to commit."""
+    replicas: list[str] = []
+    if cl.cfg.replicas > 1:
+        live = cl.registry.live_servers()
+        replicas = choose_replicas(cl.cfg.replicas, {s: cl.map.pmap.replica_count(s) for s in live},
+                                   {s: cl.registry.servers[s].zone for s in live if cl.registry.servers[s].zone})
+        primary = replicas[0] if replicas else None
+    else:
+        primary = cl.registry.pick_server()
+    rec, writes = cl.map.pmap.create_table(name, primary, rid)
+    if replicas:
+        writes[0].update(cl.map.pmap.update(rec, replicas=replicas, insync=list(replicas))[0])
+    return rec, writes
+
+
+def _open_new(cl: Cluster, ctl: Controller, rec: dict) -> None:
+    """Open a new table's range (committed) on its replicas, or its primary."""
+    if rec.get("replicas"):
+        replica_ops.open_replicas(cl, ctl, [rec], create=True)
+    elif rec["primary"] is not None:
+        _load(cl, ctl, rec["primary"], rec)
+
+
+def _push_settings(cl: Cluster, ctl: Controller, table: str) -> None:
+    """Have every live partition server apply the committed table settings (a server that misses them
+    catches up from its next lease answer, within a heartbeat)."""
     with cl.map.lock:
-        table = cl.map.pmap.table_name(name)  # TableNotFound
         state = cl.map.table_settings
-        settings = check_settings(changes, state.of(table))
-        cl.map.commit(state.put(table, settings))
         msg: TableSettingsCommand = {"op": "table_settings", "settings": state.by_table, "settings_v": state.version}
         servers = cl.registry.live_servers()
     failed = [(s, r) for s, r in zip(servers, ctl.call_many([(s, msg) for s in servers]), strict=True)
               if isinstance(r, Exception)]
-    for server, exc in failed:  # such a server catches up from its next lease answer (within a heartbeat)
+    for server, exc in failed:
         log.warning("table settings of %s not applied on %s yet: %s", table, server, exc)
+
+
+def _user_table(cl: Cluster, name: str) -> str:
+    """A user's table as created (under the map lock); TableNotFound for it and for an index's table."""
+    if is_index_table(name):
+        raise TableError("TableNotFound")
+    return cl.map.pmap.table_name(name)
+
+
+def set_table(cl: Cluster, ctl: Controller, name: str, changes: dict) -> dict:
+    """Change a table's settings (controller job): commit them, then have every live partition
+    server apply them before answering, so a TTL change holds for reads when this returns. The change
+    feed and its before-images stay on while the table has indexes (their applier reads them)."""
+    with cl.map.lock:
+        table = _user_table(cl, name)
+        state = cl.map.table_settings
+        settings = check_settings(changes, state.of(table))
+        defs = cl.map.pmap.indexes_of(table)
+        if defs and (settings.get("feed_off") or not settings.get("feed_before")):
+            raise TableError("InvalidInput", f"Table {table} has indexes ({', '.join(d['name'] for d in defs)}): its "
+                                             "change feed and before-images stay on until they are dropped.")
+        cl.map.commit(state.put(table, settings))
+    _push_settings(cl, ctl, table)
     cl.events.record("table_settings", table=table, **describe(settings))
     return {"table": table, **describe(settings)}
 
 
 def delete_table(cl: Cluster, ctl: Controller, name: str) -> None:
-    """Drop a table from the catalog and destroy its range directories."""
+    """Drop a table from the catalog and destroy its range directories, with its indexes (their
+    definitions and tables) in the same commit."""
     with cl.map.lock:
-        gone, writes = cl.map.pmap.delete_table(name)
+        if is_index_table(name):
+            raise TableError("ResourceNotFound")
+        pm = cl.map.pmap
+        defs = pm.indexes_of(name)
+        gone, writes = pm.delete_table(name)
         writes[1].append(acl_key(name))  # the table's stored access policies go with it
         writes[1].extend(cl.map.table_settings.put(name, {})[1])  # and its settings
+        for d in defs:
+            _merge(writes, _drop_index_writes(cl, gone, d))
         cl.map.commit(writes)
+    for d in defs:
+        cl.map.claims.forget(d["table"], d["name"])
+    _destroy(cl, ctl, gone)
+
+
+def _merge(into: Writes, more: Writes) -> None:
+    """Fold the writes of a later map change into ``into`` (its puts win: the later map version)."""
+    into[0].update(more[0])
+    into[1].extend(more[1])
+
+
+def _drop_index_writes(cl: Cluster, gone: list[dict], d: dict) -> Writes:
+    """Remove an index's table (its ranges appended to ``gone``), settings and definition (under the map lock)."""
+    pm = cl.map.pmap
+    entries = index_table(d["table"], d["name"])
+    writes: Writes = ({}, [])
+    if entries.lower() in pm.tables:
+        ranges, writes = pm.delete_table(entries)
+        gone.extend(ranges)
+        writes[1].extend(cl.map.table_settings.put(entries, {})[1])
+    _merge(writes, pm.drop_index(d["table"], d["name"]))
+    return writes
+
+
+def _destroy(cl: Cluster, ctl: Controller, gone: list[dict]) -> None:
+    """Destroy the directories of removed ranges on every live server holding a copy."""
     for r in gone:
         for server in r.get("replicas") or [r["primary"]]:
             if server and cl.registry.is_alive(server):
@@ -109,6 +175,69 @@ def delete_table(cl: Cluster, ctl: Controller, name: str) -> None:
                     ctl.call(server, {"op": "destroy", "range": _public(r)})
                 except TableError as exc:
                     log.warning("destroy %s on %s: %s", r["id"], server, exc)
+
+
+def create_index(cl: Cluster, ctl: Controller, table: str, name: Any, on: Any, include: Any = None,
+                 rid: str | None = None) -> dict:
+    """Declare index ``name`` of ``table`` (state ``building``), as one commit: its entries table
+    (:func:`rangetable.index_def.index_table`, placed and replicated as a user table's, its own change feed
+    off), the base table's feed and before-images on (the applier reads them), the definition. Then the
+    entries table is opened and the base table's settings pushed. A retry of the same request (``rid``)
+    answers as the first did."""
+    checked = check_def(table, name, on, include)
+    with cl.map.lock:
+        pm = cl.map.pmap
+        base = _user_table(cl, table)
+        entries = index_table(base, checked.name)
+        defs = pm.indexes_of(base)
+        if pm.created_by(entries, rid) and (done := find(defs, checked.name)) is not None:
+            return {"index": done}
+        if find(defs, checked.name) is not None:
+            raise TableError("IndexAlreadyExists", f"Table {base} already has an index {checked.name}.")
+        if len(defs) >= MAX_INDEXES:
+            raise TableError("InvalidInput", f"Table {base} has {len(defs)} indexes: at most {MAX_INDEXES}.")
+        d = IndexDef(base, checked.name, checked.on, checked.include).to_wire()
+        state = cl.map.table_settings
+        rec, writes = _new_table(cl, entries, rid)
+        _merge(writes, state.put(entries, {"feed_off": 1}))
+        _merge(writes, state.put(base, check_settings({"feed_off": 0, "feed_before": 1}, state.of(base))))
+        _merge(writes, pm.put_index(d))
+        cl.map.commit(writes)
+        rec = dict(pm.ranges[rec["id"]])
+    _open_new(cl, ctl, rec)
+    _push_settings(cl, ctl, base)
+    cl.events.record("create_index", table=base, index=d["name"], on=d["on"], include=d["include"], range=rec["id"])
+    return {"index": d}
+
+
+def drop_index(cl: Cluster, ctl: Controller, table: str, name: str) -> dict:
+    """Drop an index: its definition and its entries table (IndexNotFound when there is none)."""
+    gone: list[dict] = []
+    with cl.map.lock:
+        base = _user_table(cl, table)
+        d = find(cl.map.pmap.indexes_of(base), name)
+        if d is None:
+            raise TableError("IndexNotFound", f"Table {base} has no index {name}.")
+        cl.map.commit(_drop_index_writes(cl, gone, d))
+    cl.map.claims.forget(base, d["name"])
+    _destroy(cl, ctl, gone)
+    cl.events.record("drop_index", table=base, index=d["name"])
+    return {}
+
+
+def index_ready(cl: Cluster, ctl: Controller, table: str, name: str) -> dict:
+    """An index's build caught up with its table (its applier says so): ``building`` → ``ready`` (idempotent)."""
+    with cl.map.lock:
+        base = _user_table(cl, table)
+        d = find(cl.map.pmap.indexes_of(base), name)
+        if d is None:
+            raise TableError("IndexNotFound", f"Table {base} has no index {name}.")
+        if d["state"] == "ready":
+            return {"index": d}
+        d = {**d, "state": "ready"}
+        cl.map.commit(cl.map.pmap.put_index(d))
+    cl.events.record("index_ready", table=base, index=d["name"])
+    return {"index": d}
 
 
 def _load(cl: Cluster, ctl: Controller, server: str, rec: dict) -> bool:

@@ -4,7 +4,8 @@ Every map change is published as a delta that carries only what changed, so its 
 proportional to the change, not to the map::
 
     {"prev": p, "version": v, "ranges": [range record…], "removed": [range id…],
-     "servers": {server id: endpoint | None}, "tables": [name…] (only when the catalog changed)}
+     "servers": {server id: endpoint | None}, "tables": [name…] (only when the catalog changed),
+     "indexes": {base table lower: [definition…]} (only when a definition changed)}
 
 A delta holds the *latest* value of everything that changed after version ``prev`` up to
 ``version``, so applying it to any copy of the map at a version in ``[prev, version]`` gives the map
@@ -22,6 +23,8 @@ from typing import TYPE_CHECKING, Any
 
 import msgpack
 
+from coordinator.map.indexes import INDEX_PREFIX
+
 if TYPE_CHECKING:
     from rangetable.messages import MapDelta, RangeRecord
 
@@ -35,6 +38,7 @@ class PendingChanges:
     ranges: set[str] = field(default_factory=set)
     servers: set[str] = field(default_factory=set)
     tables: bool = False
+    indexes: bool = False
 
     def note_writes(self, puts: dict[bytes, Any], deletes: list[bytes]) -> None:
         """Record the range and catalog keys a meta-store commit touches."""
@@ -43,20 +47,24 @@ class PendingChanges:
                 self.ranges.add(k[6:].decode())
             elif k.startswith(b"table/"):
                 self.tables = True
+            elif k.startswith(INDEX_PREFIX):
+                self.indexes = True
             elif k.startswith(b"server/"):
                 self.servers.add(k[7:].decode())
 
     def take(self) -> PendingChanges:
         """The pending changes, leaving this empty."""
-        out = PendingChanges(self.ranges, self.servers, self.tables)
-        self.ranges, self.servers, self.tables = set(), set(), False
+        out = PendingChanges(self.ranges, self.servers, self.tables, self.indexes)
+        self.ranges, self.servers, self.tables, self.indexes = set(), set(), False, False
         return out
 
 
 def build_delta(prev: int, version: int, changes: PendingChanges, ranges: Mapping[str, RangeRecord],
-                endpoints: dict[str, str | None], tables: list[str]) -> MapDelta:
+                endpoints: dict[str, str | None], tables: list[str],
+                indexes: dict[str, list[dict]] | None = None) -> MapDelta:
     """The delta from ``prev`` to ``version``: current records of changed ranges (ids no longer in
-    ``ranges`` are removed), changed servers' endpoints (None: gone), the catalog if it changed."""
+    ``ranges`` are removed), changed servers' endpoints (None: gone), the catalog if it changed, every
+    index definition if one changed."""
     delta: MapDelta = {"prev": prev, "version": version, "ranges": [], "removed": [], "servers": {}}
     for rid in sorted(changes.ranges):
         rec = ranges.get(rid)
@@ -68,6 +76,8 @@ def build_delta(prev: int, version: int, changes: PendingChanges, ranges: Mappin
         delta["servers"][sid] = endpoints.get(sid)
     if changes.tables:
         delta["tables"] = tables
+    if changes.indexes:
+        delta["indexes"] = dict(indexes or {})
     return delta
 
 
@@ -77,6 +87,7 @@ def fold(deltas: list[MapDelta]) -> MapDelta:
     removed: set[str] = set()
     servers: dict[str, str | None] = {}
     tables = None
+    indexes = None
     for d in deltas:
         for rid in d["removed"]:
             ranges.pop(rid, None)
@@ -87,11 +98,15 @@ def fold(deltas: list[MapDelta]) -> MapDelta:
         servers.update(d["servers"])
         if "tables" in d:
             tables = d["tables"]
+        if "indexes" in d:
+            indexes = d["indexes"]
     out: MapDelta = {"prev": deltas[0]["prev"], "version": deltas[-1]["version"],
                      "ranges": [ranges[k] for k in sorted(ranges)], "removed": sorted(removed),
                      "servers": servers}
     if tables is not None:
         out["tables"] = tables
+    if indexes is not None:
+        out["indexes"] = indexes
     return out
 
 

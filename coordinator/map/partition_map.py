@@ -16,6 +16,7 @@ import bisect
 from dataclasses import dataclass, field
 from typing import Any
 
+from coordinator.map.indexes import INDEX_PREFIX, index_key
 from rangetable.errors import TableError
 
 Writes = tuple[dict[bytes, Any], list[bytes]]
@@ -50,6 +51,7 @@ class PartitionMap:
     tables: dict[str, str] = field(default_factory=dict)  # lower-case name -> name as created
     creators: dict[str, str] = field(default_factory=dict)  # lower-case name -> request id that created it
     ranges: dict[str, dict] = field(default_factory=dict)
+    indexes: dict[str, list[dict]] = field(default_factory=dict)  # base table lower -> definitions (wire), by name
     version: int = 0
     next_id: int = 1
     # Indexes kept by every mutation below, so per-heartbeat questions cost O(the server's ranges),
@@ -119,6 +121,10 @@ class PartitionMap:
         except KeyError:
             raise TableError("TableNotFound") from None
 
+    def indexes_of(self, table: str) -> list[dict]:
+        """A table's index definitions (wire form), by name."""
+        return self.indexes.get(table.lower(), [])
+
     def ranges_of(self, table: str) -> list[dict]:
         """The ranges of a table in key order."""
         key = table.lower()
@@ -170,6 +176,7 @@ class PartitionMap:
             "version": self.version,
             "tables": sorted(self.tables.values()),
             "ranges": sorted(self.ranges.values(), key=lambda r: (r["table"].lower(), r["low"])),
+            "indexes": dict(self.indexes),
         }
 
     def check(self) -> list[str]:
@@ -257,6 +264,32 @@ class PartitionMap:
             deletes.append(creator_key(real))
         return gone, (puts, deletes)
 
+    def put_index(self, d: dict) -> Writes:
+        """Add or replace an index definition (wire form)."""
+        self._set_index(d)
+        puts: dict[bytes, Any] = {index_key(d["table"], d["name"]): d}
+        self._bump(puts)
+        return puts, []
+
+    def drop_index(self, table: str, name: str) -> Writes:
+        """Remove an index definition."""
+        self._unset_index(table.lower(), name.lower())
+        puts: dict[bytes, Any] = {}
+        self._bump(puts)
+        return puts, [index_key(table, name)]
+
+    def _set_index(self, d: dict) -> None:
+        low = d["table"].lower()
+        defs = [x for x in self.indexes.get(low, []) if x["name"].lower() != d["name"].lower()] + [d]
+        self.indexes[low] = sorted(defs, key=lambda x: x["name"].lower())
+
+    def _unset_index(self, table: str, name: str) -> None:
+        defs = [x for x in self.indexes.get(table, []) if x["name"].lower() != name]
+        if defs:
+            self.indexes[table] = defs
+        else:
+            self.indexes.pop(table, None)
+
     def update(self, rec: dict, **changes: Any) -> Writes:
         """Change fields of a range; a new primary or new bounds bump its epoch (``epoch`` sets it)."""
         cur = self.ranges[rec["id"]]
@@ -291,6 +324,7 @@ class PartitionMap:
         pm = cls(version=snap["version"])
         pm.tables = {t.lower(): t for t in snap["tables"]}
         pm.ranges = {r["id"]: dict(r) for r in snap["ranges"]}
+        pm.indexes = {t: list(ds) for t, ds in snap.get("indexes", {}).items()}
         pm.reindex()
         return pm
 
@@ -305,6 +339,8 @@ class PartitionMap:
                 pm.creators[k[9:].decode()] = v
             elif k.startswith(b"range/"):
                 pm.ranges[v["id"]] = with_primary(v)
+            elif k.startswith(INDEX_PREFIX):
+                pm._set_index(v)
             elif k == b"meta/version":
                 pm.version = v
             elif k == b"meta/next_id":
@@ -324,6 +360,9 @@ class PartitionMap:
                 old = self.ranges.pop(k[6:].decode(), None)
                 if old is not None:
                     self._unindex(old)
+            elif k.startswith(INDEX_PREFIX):
+                table, _, name = k[len(INDEX_PREFIX):].decode().partition("/")
+                self._unset_index(table, name)
         for k, v in puts.items():
             if k.startswith(b"table/"):
                 self.tables[k[6:].decode()] = v
@@ -336,6 +375,8 @@ class PartitionMap:
                 rec = with_primary(v)
                 self.ranges[rec["id"]] = rec
                 self._index(rec)
+            elif k.startswith(INDEX_PREFIX):
+                self._set_index(v)
             elif k == b"meta/version":
                 self.version = v
             elif k == b"meta/next_id":

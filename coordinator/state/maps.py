@@ -10,10 +10,12 @@ packs it into the next numbered delta (:meth:`MapService.next_delta`, the ZeroMQ
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, cast
 
 from coordinator.map.deltas import DeltaLog, PendingChanges, build_delta
+from coordinator.map.indexes import CLAIM_PREFIX, IndexClaims
 from coordinator.map.partition_map import PartitionMap
 from coordinator.map.table_settings import TableSettings
 from rangetable import protocol
@@ -36,6 +38,7 @@ class MapService:
         self.meta: MetaStoreLike | None = None  # opened when this coordinator wins a term (takeover)
         self.pmap = PartitionMap.load([])
         self.table_settings = TableSettings()  # TTLs and reserved throughput (loaded at takeover)
+        self.claims = IndexClaims()  # who applies each index's changes (numbers loaded at takeover)
         self.changes = PendingChanges()  # what the next published delta carries
         self.deltas = DeltaLog()
         self.published = self.pmap.version
@@ -55,6 +58,7 @@ class MapService:
         with self.lock:
             self.meta, self.pmap = meta, pmap
             self.table_settings.load(settings)
+            self.claims.load(meta.items(CLAIM_PREFIX), time.monotonic())
             self.published = pmap.version
 
     def commit(self, writes: tuple[dict, list]) -> None:
@@ -81,13 +85,13 @@ class MapService:
         (None when nothing did); ``servers`` gives the endpoints of the servers that changed."""
         with self.lock:
             if self.pmap.version == self.published and not (
-                    self.changes.ranges or self.changes.servers or self.changes.tables):
+                    self.changes.ranges or self.changes.servers or self.changes.tables or self.changes.indexes):
                 return None
             endpoints = {sid: (s.endpoint if s.alive and s.endpoint else None)
                          for sid in self.changes.servers if (s := servers.get(sid)) is not None}
             records = cast("dict[str, RangeRecord]", self.pmap.ranges)  # the map's records, as published
             delta = build_delta(self.published, self.pmap.version, self.changes.take(), records,
-                                endpoints, sorted(self.pmap.tables.values()))
+                                endpoints, sorted(self.pmap.tables.values()), self.pmap.indexes)
             packed = protocol.pack(delta)
             self.deltas.add(delta, packed)
             self.published = self.pmap.version

@@ -38,6 +38,8 @@ if TYPE_CHECKING:
 # ``name`` / ``name()``                      entities
 # ``name(PartitionKey='p',RowKey='r')``      entity
 # ``name/$changes``                          changes (rangetable's change feed, docs/changes.md)
+# ``name/$indexes``                          indexes (rangetable's secondary indexes, docs/indexes.md)
+# ``name/$indexes/index``                    index
 # =========================================  ==========
 
 SECONDARY_SUFFIX = "-secondary"
@@ -52,13 +54,14 @@ _shapes: dict[tuple, tuple] = {}  # parse_resource's memory
 class Resource:
     """What a request URL addresses."""
 
-    kind: str  # service | tables | table | batch | entities | entity | changes
+    kind: str  # service | tables | table | batch | entities | entity | changes | indexes | index
     account: str
     secondary: bool = False
     table: str | None = None
     pk: str | None = None
     rk: str | None = None
     query: dict[str, list[str]] = field(default_factory=dict)
+    index: str | None = None  # the index a ``name/$indexes/index`` URL names
 
     def param(self, name: str) -> str | None:
         """The first value of a query parameter, or None."""
@@ -183,10 +186,10 @@ def parse_resource(raw_path: str, query: dict[str, list[str]], host: str | None 
     if paren < 0:
         shape = _shapes.get((raw_path, host))
         if shape is not None:
-            kind, account, secondary, table, pk, rk = shape
-            return Resource(kind, account, secondary, table, pk, rk, query)
+            kind, account, secondary, table, pk, rk, index = shape
+            return Resource(kind, account, secondary, table, pk, rk, query, index)
         res = _parse_resource(raw_path, query, host)
-        _remember((raw_path, host), (res.kind, res.account, res.secondary, res.table, res.pk, res.rk))
+        _remember((raw_path, host), (res.kind, res.account, res.secondary, res.table, res.pk, res.rk, res.index))
         return res
     plain = raw_path[-1] == ")" and "%" not in raw_path and "/" not in raw_path[paren:]
     if plain:  # nothing to decode, the keys in the last segment: the part before "(" decides the rest
@@ -251,17 +254,26 @@ def _parse_resource(raw_path: str, query: dict[str, list[str]], host: str | None
 
 
 CHANGES = "$changes"
+INDEXES = "$indexes"
 
 
 def _changes(res: Resource, rest: str) -> Resource:
-    """``{table}/$changes``: a table's change feed (the only resource with a second segment)."""
+    """``{table}/$changes``: a table's change feed; ``{table}/$indexes[/{index}]``: its secondary indexes (the
+    only resources with more than one segment)."""
     name, _, tail = rest.partition("/")
     name = name if "%" not in name else _decode(name)
-    if (tail if "%" not in tail else _decode(tail)) != CHANGES or not name or _NAME.fullmatch(name) is None \
-            or name.lower() == "tables" or name.startswith("$"):
+    tail = tail if "%" not in tail else _decode(tail)
+    if not name or _NAME.fullmatch(name) is None or name.lower() == "tables" or name.startswith("$") or "$" in name:
         raise bad_uri()
-    res.kind = "changes"
     res.table = name
+    if tail == CHANGES:
+        res.kind = "changes"
+        return res
+    first, _, index = tail.partition("/")
+    if first != INDEXES or "/" in index:
+        raise bad_uri()
+    res.kind = "index" if index else "indexes"
+    res.index = index or None
     return res
 
 

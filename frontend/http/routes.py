@@ -3,7 +3,7 @@
 :func:`plan_for` finds the Plan of a point operation or entity query (:data:`frontend.http.entity_ops.PLANS`:
 synchronous, so the listener can run it without a coroutine); :func:`route` the handler of every other
 request (:mod:`~frontend.http.table_ops`, :mod:`~frontend.http.batch_ops`, the change feed's
-:mod:`~frontend.http.changes_ops`), from the resource kind, the
+:mod:`~frontend.http.changes_ops`, the indexes' :mod:`~frontend.http.index_ops`), from the resource kind, the
 (tunnelled) verb and ``comp``. Handlers are ``async (app, rq) -> Response``. A ``HEAD`` is planned as a
 ``GET``. CORS preflights (``OPTIONS``) are answered by :mod:`frontend.http.cors` before this stage.
 """
@@ -15,6 +15,7 @@ from collections.abc import Awaitable, Callable
 from frontend.http.batch_ops import run_batch
 from frontend.http.changes_ops import read_changes
 from frontend.http.entity_ops import PLANS, Plan
+from frontend.http.index_ops import create_index, drop_index, list_indexes
 from frontend.http.parse import Request, Resource, Services
 from frontend.http.render import Response
 from frontend.http.table_ops import (
@@ -42,6 +43,7 @@ _ROUTES: dict[tuple[str, str], Handler] = {
     ("tables", "GET"): query_tables, ("tables", "POST"): create_table,
     ("table", "DELETE"): delete_table, ("table", "GET"): get_table,
     ("batch", "POST"): run_batch, ("changes", "GET"): read_changes,
+    ("indexes", "GET"): list_indexes, ("index", "PUT"): create_index, ("index", "DELETE"): drop_index,
 }
 
 

@@ -24,13 +24,15 @@ from rangetable.config import FrontendConfig
 from rangetable.errors import TableError
 from rangetable.feed_page import BEGINNING, NOW
 from rangetable.filter import compile_cached, parse_cached
+from rangetable.index_def import SEPARATOR, is_index_table
 from rangetable.keys import range_bounds
 from rangetable.planner import plan
 
 RETRY_CODES = frozenset({"NotPrimary", "RangeBusy"})
 COORDINATOR_OPS = frozenset(
     {"create_table", "delete_table", "list_tables", "get_table", "set_table", "split", "move", "merge", "events", "servers",
-     "status", "get_acl", "set_acl", "get_service_properties", "set_service_properties", "sync_time"}
+     "status", "get_acl", "set_acl", "get_service_properties", "set_service_properties", "sync_time",
+     "create_index", "drop_index", "list_indexes", "index_ready", "index_claim"}
 )
 MAX_PAGE = 1000
 TABLE_WAIT_ATTEMPTS = 5  # how often a request for an unknown table waits for a fresher map
@@ -138,6 +140,8 @@ class Handler:
 
     def _table(self, p: Pending) -> str | None:
         table = _require(p.req, "table", str)
+        if is_index_table(table) and not (p.req.get("internal") is True and p.ident == b""):
+            raise TableError("TableNotFound")  # an index's entries: read by the frontend's planner, never by a user
         cache = self.fe.cache
         if cache.has_table(table):
             return table
@@ -153,7 +157,8 @@ class Handler:
     def _entity_op(self, p: Pending) -> None:
         req = p.req
         table = req.get("table")
-        if not (isinstance(table, str) and table.lower() in self.fe.cache.tables):  # else: the slow checks
+        if not (isinstance(table, str) and table.lower() in self.fe.cache.tables
+                and SEPARATOR not in table):  # else: the slow checks
             table = self._table(p)
             if table is None:
                 return
@@ -330,7 +335,7 @@ class Handler:
 
     def _relay(self, p: Pending, reply: dict, raw: bytes) -> None:
         op = p.req["op"]
-        if op in ("create_table", "delete_table") and "error" not in reply:
+        if op in ("create_table", "delete_table", "create_index", "drop_index") and "error" not in reply:
             self.fe.refresh_map(force=True)
         if op == "list_tables" and "error" not in reply:
             self.fe.reply_ok(p, self._page_tables(p.req, reply["ok"]["tables"]))

@@ -25,6 +25,7 @@ from rangetable.client.paging import parameter_filter_substitution, select_list
 from rangetable.client.wire import batch_op, entity_token, write_metadata, write_op
 from rangetable.edm import Entity
 from rangetable.errors import TableError
+from rangetable.index_def import check_def
 from rangetable.table_settings import parse_retention, parse_switch, parse_ttl
 from rangetable.values import TableEntity, typed_to_entity
 
@@ -136,6 +137,27 @@ def set_table_settings(table: str, *, ttl: str | int | None = None, reads: int |
 def get_table_settings(table: str) -> Call[dict[str, Any]]:
     """``table``'s settings and capacity usage."""
     return Call(cast("NativeRequest", {"op": "get_table", "table": table}), _same)
+
+
+def create_index(table: str, name: str, on: str | Iterable[str], include: str | Iterable[str] | None = None
+                 ) -> Call[dict[str, Any]]:
+    """Declare index ``name`` of ``table`` on the properties ``on`` (a list or ``"a,b"``), keeping those in
+    ``include`` (``"all"``: every one; None: none); answers the definition (state ``building``)."""
+    d = check_def(table, name, on if isinstance(on, str) else list(on),
+                  include if include is None or isinstance(include, str) else list(include))
+    body = {"op": "create_index", "rid": uuid.uuid4().hex, **d.to_wire()}  # rid fixed across retries
+    del body["state"]
+    return Call(cast("NativeRequest", body), lambda answer: answer["index"])
+
+
+def list_indexes(table: str) -> Call[list[dict[str, Any]]]:
+    """``table``'s index definitions (with what the cluster knows of their progress)."""
+    return Call(cast("NativeRequest", {"op": "list_indexes", "table": table}), lambda answer: answer["indexes"])
+
+
+def drop_index(table: str, name: str) -> Call[None]:
+    """Drop index ``name`` of ``table`` (its entries with it); IndexNotFound (a ResourceNotFoundError) if none."""
+    return Call(cast("NativeRequest", {"op": "drop_index", "table": table, "name": name}), _none)
 
 
 def _same(answer: Any) -> Any:

@@ -153,6 +153,21 @@ class TableClient(_AsyncClient):
         """This table's settings and capacity usage."""
         return await self._run(calls.get_table_settings(self.table_name))
 
+    async def create_index(self, name: str, on: str | Iterable[str], include: str | Iterable[str] | None = None
+                     ) -> dict[str, Any]:
+        """Declare an index of this table on the properties ``on`` (a list or ``"a,b"``), keeping the
+        properties in ``include`` (``"all"``: every one; None: only the keys); returns its definition, state
+        ``building`` until its build caught up (docs/indexes.md)."""
+        return await self._run(calls.create_index(self.table_name, name, on, include))
+
+    async def list_indexes(self) -> list[dict[str, Any]]:
+        """This table's index definitions: ``[{"name", "on", "include", "state", …}]``."""
+        return await self._run(calls.list_indexes(self.table_name))
+
+    async def drop_index(self, name: str) -> None:
+        """Drop an index and its entries; ResourceNotFoundError (IndexNotFound) when there is none."""
+        await self._run(calls.drop_index(self.table_name, name))
+
     async def delete_table(self) -> None:
         """Delete this table; no error if it does not exist."""
         await self._run(calls.delete_table(self.table_name))

@@ -1,0 +1,108 @@
+"""Secondary-index definitions and index claims on the coordinator. Pure data, no sockets.
+
+A definition (:class:`rangetable.index_def.IndexDef`, wire form) is stored under ``index/<table lower>/<name
+lower>`` and kept in the partition map (:attr:`coordinator.map.partition_map.PartitionMap.indexes`), so it is
+loaded, followed by a standby and published with the map like the catalog; it is changed by
+:mod:`coordinator.control.operations` (``create_index``, ``drop_index``, ``index_ready``, ``delete_table``).
+
+A *claim* says who applies an index's changes (:class:`IndexClaims`): a lease of ``ttl_s`` seconds granted to
+one holder at a time, renewed by that holder in memory, with a claim number that grows with every new grant and
+is persisted (``indexclaim/<table lower>/<name lower>`` → ``{"claim", "holder", "ttl_s"}``) before the grant is
+answered, so it is a fencing token across leader changes. A claim record outlives its index (one small key per
+index name ever declared), so a re-declared index keeps counting up from the old numbers.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from rangetable.errors import TableError
+
+INDEX_PREFIX = b"index/"
+CLAIM_PREFIX = b"indexclaim/"
+MAX_CLAIM_TTL_S = 300.0
+
+
+def _pair(table: str, name: str) -> str:
+    return f"{table.lower()}/{name.lower()}"
+
+
+def index_key(table: str, name: str) -> bytes:
+    """Meta-store key of an index's definition (case-insensitive)."""
+    return INDEX_PREFIX + _pair(table, name).encode()
+
+
+def claim_key(table: str, name: str) -> bytes:
+    """Meta-store key of an index's last claim number and holder (case-insensitive)."""
+    return CLAIM_PREFIX + _pair(table, name).encode()
+
+
+@dataclass(slots=True)
+class Claim:
+    """A live grant: its fencing number, holder, and when its lease runs out (monotonic seconds)."""
+
+    number: int
+    holder: str
+    until: float
+
+
+class IndexClaims:
+    """Every index's claim on the leader: the persisted numbers and holders, and the live leases (memory)."""
+
+    def __init__(self) -> None:
+        self.persisted: dict[str, dict[str, Any]] = {}  # "table/name" lower -> {"claim", "holder", "ttl_s"}
+        self.live: dict[str, Claim] = {}
+        self.since = -math.inf  # when this leader took over: earlier grants may still be live until ttl after
+
+    def load(self, items: list[tuple[bytes, Any]], now: float) -> None:
+        """Install the claim records of the meta store at a takeover (``now``: its monotonic time)."""
+        self.persisted = {k[len(CLAIM_PREFIX):].decode(): dict(v) for k, v in items if k.startswith(CLAIM_PREFIX)}
+        self.live = {}
+        self.since = now
+
+    def forget(self, table: str, name: str) -> None:
+        """The index is gone: its live lease with it (its number stays, so a new index counts on)."""
+        self.live.pop(_pair(table, name), None)
+
+    def claim(self, table: str, name: str, holder: Any, ttl_s: Any, now: float,
+              persist: Callable[[dict[bytes, Any]], None]) -> dict[str, Any]:
+        """Grant, renew or refuse ``holder`` the claim of an index for ``ttl_s`` seconds at ``now``.
+
+        Same holder: the lease is extended, the number kept. Nobody (or an expired lease): a new grant with
+        the next number, handed to ``persist`` (the meta-store puts) before it is installed; but a leader
+        that took over less than ``ttl_s`` (or the last grant's ttl) ago grants nothing to a holder other
+        than the last persisted one. Refused: ``granted`` False, the current claim and holder, and in
+        ``ttl_s`` how long until asking again may succeed."""
+        if not isinstance(holder, str) or not holder:
+            raise TableError("InvalidInput", "holder must be a non-empty string")
+        if isinstance(ttl_s, bool) or not isinstance(ttl_s, (int, float)) or not 0 < ttl_s <= MAX_CLAIM_TTL_S:
+            raise TableError("InvalidInput", f"ttl_s must be a number of seconds in (0, {MAX_CLAIM_TTL_S:g}]")
+        ttl = float(ttl_s)
+        key = _pair(table, name)
+        cur, last = self.live.get(key), self.persisted.get(key, {})
+        if cur is not None and cur.holder == holder:
+            cur.until = now + ttl
+            return _answer(cur, True, ttl)
+        if cur is not None and now < cur.until:
+            return _answer(cur, False, cur.until - now)
+        if cur is None and last.get("holder") is not None:  # granted by an earlier leader (or before a restart)
+            if last["holder"] == holder:  # the same holder carries on with its number
+                claim = self.live[key] = Claim(int(last["claim"]), holder, now + ttl)
+                return _answer(claim, True, ttl)
+            wait_until = self.since + max(ttl, float(last.get("ttl_s", 0.0)))
+            if now < wait_until:
+                return {"claim": int(last["claim"]), "holder": last["holder"], "granted": False,
+                        "ttl_s": round(wait_until - now, 3)}
+        number = int(last.get("claim", 0)) + 1
+        record = {"claim": number, "holder": holder, "ttl_s": ttl}
+        persist({claim_key(table, name): record})
+        self.persisted[key] = record
+        claim = self.live[key] = Claim(number, holder, now + ttl)
+        return _answer(claim, True, ttl)
+
+
+def _answer(claim: Claim, granted: bool, ttl_s: float) -> dict[str, Any]:
+    return {"claim": claim.number, "holder": claim.holder, "granted": granted, "ttl_s": round(ttl_s, 3)}
