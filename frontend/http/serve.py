@@ -17,6 +17,7 @@ import ssl
 
 from frontend.auth.bearer import check_oauth
 from frontend.http.app import RestApp
+from frontend.indexes.applier import Appliers
 from frontend.native.asyncio_driver import AioFrontend
 from rangetable.config import FrontendConfig
 from rangetable.kernel.gc_tuning import tune_gc
@@ -60,9 +61,11 @@ async def serve_async(cfg: FrontendConfig) -> None:
 
         log.info("metrics on %s", serve_metrics(cfg.metrics, lambda: collect_http(app.fe.id, app.answers)))
     tune_gc()
+    appliers = asyncio.create_task(Appliers(app.fe).run())  # the indexes this process may claim
     try:
         await _serve(app, host, port, loop, server, cfg.reuse_port, tls, cfg)
     finally:
+        appliers.cancel()
         await app.fe.close()
 
 

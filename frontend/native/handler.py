@@ -18,15 +18,19 @@ import uuid
 from typing import Any, Protocol, TypeVar
 
 from frontend.changes import ChangesWalk
+from frontend.indexes.query import IndexQuery, is_index_token
+from frontend.indexes.write import IndexWrite
 from frontend.routing import MapCache, QueryCursor, Route, token_to_key
 from rangetable import feed_cursor, feed_page, protocol
 from rangetable.config import FrontendConfig
 from rangetable.errors import TableError
 from rangetable.feed_page import BEGINNING, NOW
 from rangetable.filter import compile_cached, parse_cached
-from rangetable.index_def import SEPARATOR, is_index_table
+from rangetable.filter_syntax import Node
+from rangetable.index_def import SEPARATOR, IndexDef, is_index_table
+from rangetable.index_plan import choose
 from rangetable.keys import range_bounds
-from rangetable.planner import plan
+from rangetable.planner import Plan, plan
 
 RETRY_CODES = frozenset({"NotPrimary", "RangeBusy"})
 COORDINATOR_OPS = frozenset(
@@ -86,6 +90,12 @@ class Driver(Protocol):
 _T = TypeVar("_T")
 
 
+def internal(p: Pending) -> bool:
+    """True for a request of this process itself (an index's applier), never a client's: it has no client
+    identity and says so."""
+    return p.ident == b"" and p.req.get("internal") is True
+
+
 def _require(req: dict, name: str, kind: type[_T]) -> _T:
     v = req.get(name)
     if not isinstance(v, kind):
@@ -121,6 +131,8 @@ class Handler:
             self._query(p)
         elif op == "changes":
             self._changes(p)
+        elif op == "index_write":
+            self._index_write(p)
         elif op in COORDINATOR_OPS:
             self.fe.send_coordinator(p, p.req, "relay")
         elif op == "hello":
@@ -140,7 +152,7 @@ class Handler:
 
     def _table(self, p: Pending) -> str | None:
         table = _require(p.req, "table", str)
-        if is_index_table(table) and not (p.req.get("internal") is True and p.ident == b""):
+        if is_index_table(table) and not internal(p):
             raise TableError("TableNotFound")  # an index's entries: read by the frontend's planner, never by a user
         cache = self.fe.cache
         if cache.has_table(table):
@@ -210,7 +222,7 @@ class Handler:
         table = self._table(p)
         if table is None:
             return
-        cur: QueryCursor | None = p.state
+        cur: QueryCursor | IndexQuery | None = p.state
         if cur is None:
             top = page_size(req)
             if top == 0:  # an empty page, once the table is known to exist (Azure answers $top=0 so)
@@ -219,11 +231,21 @@ class Handler:
             filt = req.get("filter")
             if filt is not None and not isinstance(filt, str):
                 raise TableError("InvalidInput", "filter must be a string")
-            cur = QueryCursor(plan(parse_cached(filt or None)), top)
+            node = parse_cached(filt or None)
+            base = plan(node)
+            p.extra["page_end"] = time.monotonic() + self.fe.cfg.page_budget_ms / 1000.0
+            through = self._index_plan(table, node, base, req)
+            if through is not None:
+                p.state = IndexQuery.start(through, table, req, top)
+                self._index_query(p)
+                return
+            cur = QueryCursor(base, top)
             if req.get("next") is not None:
                 cur.pos = token_to_key(req["next"])
             p.state = cur
-            p.extra["page_end"] = time.monotonic() + self.fe.cfg.page_budget_ms / 1000.0
+        if isinstance(cur, IndexQuery):
+            self._index_query(p)
+            return
         seg = cur.next_segment(self.fe.cache, table)
         if seg is None:
             self._finish_query(p, cur)
@@ -241,6 +263,118 @@ class Handler:
         if more:
             body["spans"] = more
         self.fe.send_ps(p, endpoint, body, ("scan", spans[-1][1]))
+
+    def _index_plan(self, table: str, node: Node | None, base: Plan, req: dict) -> Any:
+        """The index plan of a query (:func:`rangetable.index_plan.choose`), or None to scan the base table: a
+        query whose keys are constrained scans the base table; a continued page goes on as its first page went
+        (its token says through which index, if any)."""
+        nxt = req.get("next")
+        if nxt is not None and not is_index_token(nxt):
+            return None
+        defs: list[IndexDef] = self.fe.cache.indexes_of(table)
+        if nxt is None:
+            return choose(node, defs) if base.kind == "full" and defs else None
+        name = nxt[0][1:].partition(nxt[0][:1])[0].lower()
+        through = choose(node, [d for d in defs if d.name.lower() == name])
+        if through is None:
+            raise TableError("InvalidInput", f"The continuation token is for index {name!r}, which no longer answers "
+                                             "this query: start it again.")
+        return through
+
+    def _index_query(self, p: Pending) -> None:
+        """The next step of a query through an index (:mod:`frontend.indexes.query`)."""
+        q: IndexQuery = p.state
+        cache = self.fe.cache
+        if q.fallback is not None and q.cursor.pos == b"" and q.phase != "done":
+            p.extra["plan"] = {"index": q.plan.index.name, "fallback": q.fallback}  # a first page: scan the base table
+            p.state = QueryCursor(plan(parse_cached(q.filter or None)), q.top)
+            self._query(p)
+            return
+        if q.phase == "progress":
+            table, pk, rk = q.progress_request()
+            route = cache.route(table, pk)
+            if route.endpoint is None:
+                self.fe.retry_later(p, f"range {route.range['id']} has no serving primary")
+                return
+            self.fe.send_ps(p, route.endpoint, {"op": "get", "pk": pk, "rk": rk, "range": route.range["id"],
+                                                "epoch": route.range["epoch"]}, ("ixq", "progress"))
+        elif q.phase == "check":
+            assert q.walk is not None
+            for route, _, _ in q.walk.segments(cache, q.table):
+                if route.endpoint is None:
+                    self.fe.retry_later(p, f"range {route.range['id']} has no serving primary")
+                    return
+            for route, part, body in q.check_parts(cache):
+                self.fe.send_ps(p, route.endpoint, body, ("ixq", "check", part))  # type: ignore[arg-type]
+        elif q.phase == "entries":
+            seg = q.cursor.next_segment(cache, q.entries_table)
+            if seg is None:
+                q.take_entries([], None, None, True)
+                self._index_query(p)
+                return
+            route, spans = seg
+            if route.endpoint is None:
+                self.fe.retry_later(p, f"range {route.range['id']} has no serving primary")
+                return
+            (lo, hi), more = spans[0], spans[1:]
+            body = {"op": "scan", "range": route.range["id"], "epoch": route.range["epoch"], "lo": lo, "hi": hi,
+                    "limit": q.cursor.remaining, "budget_ms": self._page_left_ms(p)}
+            if more:
+                body["spans"] = more
+            self.fe.send_ps(p, route.endpoint, body, ("ixq", "entries", spans[-1][1]))
+        elif q.phase == "rows":
+            parts = q.row_parts(cache, self._page_left_ms(p) + 1000)
+            for route, _, _ in parts:
+                if route.endpoint is None:
+                    for _, other, _ in parts:
+                        q.failed(other)
+                    self.fe.retry_later(p, f"range {route.range['id']} has no serving primary")
+                    return
+            for route, part, body in parts:
+                self.fe.send_ps(p, route.endpoint, body, ("ixq", "rows", part))  # type: ignore[arg-type]
+        else:
+            self.fe.reply_ok(p, q.page())
+
+    @staticmethod
+    def _page_left_ms(p: Pending) -> int:
+        return max(1, int((p.extra["page_end"] - time.monotonic()) * 1000))
+
+    def _index_query_answer(self, p: Pending, step: tuple, reply: dict, raw: bytes, err: dict | None) -> None:
+        """An answer to a step of a query through an index."""
+        q: IndexQuery = p.state
+        kind = step[1]
+        if err is not None and not (kind == "progress" and err.get("code") == "ResourceNotFound"):
+            if err.get("code") not in RETRY_CODES:
+                self.fe.reply(p, raw)
+                return
+            if kind == "check" and q.walk is not None:
+                q.walk.failed(step[2])
+            elif kind == "rows":
+                q.failed(step[2])
+            self.fe.retry_later(p, err.get("message", err["code"]))
+            return
+        if kind == "progress":
+            q.take_progress(None if err is not None else reply["ok"][3])
+        elif kind == "check":
+            assert q.walk is not None
+            q.walk.advance(step[2], reply["ok"])
+            fresh = q.checked()
+            if fresh is None:
+                if q.walk is not None and not q.walk.asked:
+                    self.run(p)
+                return
+            if not fresh:
+                self.fe.retry_later(p, f"index {q.plan.index.name} is behind its table")
+                return
+        elif kind == "entries":
+            res = reply["ok"]
+            q.take_entries(res["entities"], res["next"], step[2], time.monotonic() >= p.extra["page_end"])
+        else:
+            res = reply["ok"]
+            q.take_rows(step[2], res["entities"], res["next"])
+            if q.phase != "done" and q.asked:
+                return
+        self.run(p)
 
     def _changes(self, p: Pending) -> None:
         """A page of a table's change feed (:mod:`frontend.changes`): ``after`` a position, or from ``start``
@@ -280,14 +414,46 @@ class Handler:
             part, body = walk.ask(route, lo, hi)
             self.fe.send_ps(p, route.endpoint, body, ("changes", part))
 
+    def _index_write(self, p: Pending) -> None:
+        """Entries of an index, to every range of its table that holds some (:mod:`frontend.indexes.write`);
+        only from this process's own applier."""
+        if not internal(p):
+            raise TableError("InvalidInput", "unknown op 'index_write'")
+        w: IndexWrite | None = p.state
+        if w is None:
+            w = p.state = IndexWrite.from_request(p.req)
+            if not self.fe.cache.has_table(w.table):
+                raise TableError("TableNotFound", f"the index's table {w.table} is not in the map")
+        if w.done:
+            self.fe.reply_ok(p, {"applied": w.applied, "skipped": w.skipped})
+            return
+        parts = w.parts(self.fe.cache)
+        for route, _, _ in parts:
+            if route.endpoint is None:
+                self.fe.retry_later(p, f"range {route.range['id']} has no serving primary")
+                return
+        for route, part, body in parts:
+            w.sent(part, body)
+            self.fe.send_ps(p, route.endpoint, body, ("index_write", part))  # type: ignore[arg-type]
+
     def abandon(self, p: Pending, step: Any) -> None:
         """The driver gave up on a sub-request of ``p`` (no answer in time, or its server left the map) and
-        will run ``p`` again: a change-feed part becomes a gap to ask again."""
+        will run ``p`` again: a change-feed part becomes a gap to ask again, an index write's part is asked again."""
         if isinstance(step, tuple) and step[0] == "changes" and isinstance(p.state, ChangesWalk):
             p.state.failed(step[1])
+        elif isinstance(step, tuple) and step[0] == "index_write" and isinstance(p.state, IndexWrite):
+            p.state.failed(step[1])
+        elif isinstance(step, tuple) and step[0] == "ixq" and isinstance(p.state, IndexQuery):
+            if step[1] == "check" and p.state.walk is not None:
+                p.state.walk.failed(step[2])
+            elif step[1] == "rows":
+                p.state.failed(step[2])
 
     def _finish_query(self, p: Pending, cur: QueryCursor) -> None:
-        self.fe.reply_ok(p, {"entities": cur.results, "next": cur.token()})
+        out = {"entities": cur.results, "next": cur.token()}
+        if "plan" in p.extra:
+            out["plan"] = p.extra["plan"]
+        self.fe.reply_ok(p, out)
 
     # --- answers ------------------------------------------------------------------------------
 
@@ -296,6 +462,12 @@ class Handler:
         err = reply.get("error") if isinstance(reply, dict) else None
         if isinstance(step, tuple) and step[0] == "changes":
             self._changes_answer(p, step[1], reply, raw, err)
+            return
+        if isinstance(step, tuple) and step[0] == "index_write":
+            self._index_write_answer(p, step[1], reply, raw, err)
+            return
+        if isinstance(step, tuple) and step[0] == "ixq":
+            self._index_query_answer(p, step, reply, raw, err)
             return
         if err is not None and err.get("code") in RETRY_CODES:
             self.fe.retry_later(p, err.get("message", err["code"]))
@@ -332,6 +504,23 @@ class Handler:
             self.fe.reply_ok(p, walk.page())
         elif not walk.asked:
             self.run(p)  # the parts left are gaps: ask them
+
+    def _index_write_answer(self, p: Pending, part: int, reply: dict, raw: bytes, err: dict | None) -> None:
+        """One range's share of an index write: done once every key is answered for; a share that must be asked
+        again is cut by the map of then."""
+        w: IndexWrite = p.state
+        if err is not None:
+            if err.get("code") not in RETRY_CODES:
+                self.fe.reply(p, raw)
+                return
+            w.failed(part)
+            self.fe.retry_later(p, err.get("message", err["code"]))
+            return
+        w.answered(part, bool(reply["ok"]["applied"]))
+        if w.done:
+            self.fe.reply_ok(p, {"applied": w.applied, "skipped": w.skipped})
+        elif not w.asked:
+            self.run(p)
 
     def _relay(self, p: Pending, reply: dict, raw: bytes) -> None:
         op = p.req["op"]

@@ -1,0 +1,255 @@
+"""The applier of an index: it keeps the index's table in step with its base table's change feed.
+
+One applier per index runs at a time, in some HTTP frontend: the one holding the index's *claim*, a lease the
+coordinator grants and numbers (``index_claim``), renewed every :data:`RENEW_S`. The claim's number goes with
+every write as a fencing token, so an applier that lost its claim and still runs writes nothing a newer one
+wrote (:mod:`partition_server.store.index_state`).
+
+Its work, restartable at every step from the *progress row* it keeps in the index's own table (PartitionKey
+``""``, below every entry):
+
+1. **build** (once, for a new index): the feed position of the present ``P0`` is noted, then the base table
+   is read page by page (an ordinary query: continuation tokens survive splits, merges and failovers) and
+   every entity's entry written; the row keeps the scan's continuation token after each page.
+2. **catch up and follow**: the feed is read from ``P0`` (the changes the scan may have missed or seen half
+   of), each record's entries written (delete the old, put the new: :func:`rangetable.index_keys.entry_ops`,
+   from the record's before-image) in batches that carry the position of their last record — a range skips a
+   batch it applied already, so a resumed or doubled applier never applies a change twice — and the row keeps
+   the feed cursor after each page. Once a page reaches the live edge the coordinator is told the index is
+   ``ready`` and queries start to use it.
+
+Every write is a state the record left (an entry put, or deleted), so replaying the feed from an older cursor
+converges to the same index. The process loop only moves messages: which entries a run of records makes is
+:func:`batches`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import time
+from collections.abc import Iterator
+from typing import Any, Protocol
+
+import msgpack
+
+from frontend.indexes.progress import PROGRESS_KEY, PROGRESS_PK, PROGRESS_RK, Progress
+from frontend.routing import MapCache
+from rangetable.errors import TableError
+from rangetable.index_def import IndexDef
+from rangetable.index_keys import entry_key, entry_ops
+from rangetable.keys import decode_key
+
+log = logging.getLogger("rangetable.index")
+
+CLAIM_TTL_S = 10.0  # an applier's lease on its index
+RENEW_S = 3.0
+PAGE_TOP = 1000  # feed records asked per page
+SCAN_TOP = 1000  # base entities per page of the build
+BATCH_BYTES = 4 << 20  # entries of one index write at most (about)
+LIVE_PAUSE_S = 0.02  # between pages at the live edge
+RECONCILE_S = 1.0  # how often the appliers running are matched to the map's indexes
+def record_entries(idx: IndexDef, record: list) -> list[tuple[bytes, dict | None]]:
+    """The entry writes of one feed record ``[ts, key, kind, value, before]`` (values stored as
+    ``msgpack([ts, props])``)."""
+    _, key, _, value, before = record
+    pk, rk = decode_key(key)
+    old = None if before is None else msgpack.unpackb(before, raw=False)[1]
+    new = None if value is None else msgpack.unpackb(value, raw=False)[1]
+    return [(entry_key(epk, erk), kept) for epk, erk, kept in entry_ops(idx, pk, rk, old, new)]
+
+
+def batches(idx: IndexDef, records: list, max_bytes: int = BATCH_BYTES) -> Iterator[tuple[dict[bytes, dict | None], list]]:
+    """The index writes of a run of feed records, in order: ``(entries, position)`` with each entry key once
+    (the last write to it wins, as it would applied one by one) and the position ``[ts, key]`` of the batch's
+    last record; cut after about ``max_bytes`` of entries."""
+    entries: dict[bytes, dict | None] = {}
+    size = 0
+    for record in records:
+        for k, kept in record_entries(idx, record):
+            entries[k] = kept
+            size += len(k) + (64 if kept is None else 64 + len(msgpack.packb(kept)))
+        if size >= max_bytes:
+            yield entries, [record[0], record[1]]
+            entries, size = {}, 0
+    if entries and records:
+        yield entries, [records[-1][0], records[-1][1]]
+
+
+def scan_entries(idx: IndexDef, entities: list) -> dict[bytes, dict | None]:
+    """The entries of base entities ``[pk, rk, ts, props]`` read by the build."""
+    out: dict[bytes, dict | None] = {}
+    for pk, rk, _, props in entities:
+        for epk, erk, kept in entry_ops(idx, pk, rk, None, props):
+            out[entry_key(epk, erk)] = kept
+    return out
+
+
+class Frontend(Protocol):
+    """What an applier uses of its frontend (:class:`frontend.native.asyncio_driver.AioFrontend`)."""
+
+    id: str
+    cache: MapCache
+
+    async def request(self, req: dict, timeout: float | None = None) -> Any:
+        """Run one native request of this process and return its result; raises TableError."""
+
+
+class LostClaim(Exception):
+    """The applier's claim ran out before it could renew it."""
+
+
+class Applier:
+    """Applies one index while this process holds its claim (see the module docstring)."""
+
+    def __init__(self, fe: Frontend, idx: IndexDef, holder: str) -> None:
+        self.fe = fe
+        self.idx = idx
+        self.holder = holder
+        self.claim = 0
+        self.until = 0.0  # monotonic end of the claim's lease
+        self.progress: Progress | None = None
+
+    def _req(self, op: str, **fields: Any) -> dict[str, Any]:
+        return {"op": op, "internal": True, **fields}
+
+    async def run(self) -> None:
+        """Claim the index and apply it, again after any failure, until cancelled."""
+        while True:
+            try:
+                if await self._take():
+                    renew = asyncio.create_task(self._renew())
+                    try:
+                        await self._apply()
+                    finally:
+                        renew.cancel()
+                else:
+                    await asyncio.sleep(RENEW_S)
+            except asyncio.CancelledError:
+                raise
+            except LostClaim:
+                log.warning("index %s of %s: claim %d lost", self.idx.name, self.idx.table, self.claim)
+            except TableError as e:
+                log.warning("index %s of %s: %s", self.idx.name, self.idx.table, e)
+                await asyncio.sleep(1.0)
+            except Exception:  # never let one index stop the frontend's others
+                log.exception("index %s of %s", self.idx.name, self.idx.table)
+                await asyncio.sleep(1.0)
+
+    async def _take(self) -> bool:
+        t0 = time.monotonic()
+        got = await self.fe.request(self._req("index_claim", table=self.idx.table, name=self.idx.name,
+                                              holder=self.holder, ttl_s=CLAIM_TTL_S))
+        if not got.get("granted"):
+            return False
+        self.claim, self.until = int(got["claim"]), t0 + float(got.get("ttl_s", CLAIM_TTL_S))
+        return True
+
+    async def _renew(self) -> None:
+        while True:
+            await asyncio.sleep(RENEW_S)
+            try:
+                if not await self._take():
+                    self.until = 0.0
+                    return
+            except TableError as e:
+                log.warning("index %s of %s: renewing the claim: %s", self.idx.name, self.idx.table, e)
+
+    def _check_claim(self) -> None:
+        if time.monotonic() >= self.until:
+            raise LostClaim
+
+    async def _write(self, entries: dict[bytes, dict | None], pos: list | None) -> None:
+        self._check_claim()
+        await self.fe.request(self._req("index_write", table=self.idx.entries_table, claim=self.claim, pos=pos,
+                                        ops=[[k, v] for k, v in entries.items()]))
+
+    async def _save(self, prog: Progress) -> None:
+        await self._write({PROGRESS_KEY: prog.props()}, None)
+        self.progress = prog
+
+    async def read_progress(self) -> Progress | None:
+        """The index's progress row, or None before the build began."""
+        try:
+            ent = await self.fe.request(self._req("get", table=self.idx.entries_table, pk=PROGRESS_PK, rk=PROGRESS_RK))
+        except TableError as e:
+            if e.error_code in ("ResourceNotFound", "EntityNotFound"):
+                return None
+            raise
+        return Progress.from_props(ent[3])
+
+    async def _apply(self) -> None:
+        prog = await self.read_progress()
+        if prog is None:
+            now = await self.fe.request(self._req("changes", table=self.idx.table, start="now"))
+            prog = Progress("build", now["cursor"], cursor=now["cursor"])
+            await self._save(prog)
+        while prog.phase == "build":
+            page = await self.fe.request(self._req("query", table=self.idx.table, top=SCAN_TOP, next=prog.scan))
+            entities = page["entities"]
+            if entities:
+                await self._write(scan_entries(self.idx, entities), None)
+            prog.built += len(entities)
+            prog.scan = page.get("next")
+            if prog.scan is None:
+                prog.phase = "feed"
+            await self._save(prog)
+        need: int | None = None
+        ready = self.idx.ready
+        while True:
+            try:
+                page = await self.fe.request(self._req("changes", table=self.idx.table, after=prog.cursor, top=PAGE_TOP,
+                                                       need=need))
+            except TableError as e:
+                if e.error_code != "FeedTrimmed":
+                    raise
+                log.error("index %s of %s fell behind the feed's retention: building it again",
+                          self.idx.name, self.idx.table)
+                await self._write({PROGRESS_KEY: None}, None)  # the next claim starts the build again
+                return
+            records = page["records"]
+            for entries, pos in batches(self.idx, records):
+                await self._write(entries, pos)
+            prog.cursor, need = page["cursor"], page.get("high")
+            prog.applied += len(records)
+            prog.resolved = page.get("resolved")
+            if records or time.time() - prog.saved > 5.0:
+                await self._save(prog)
+            if prog.resolved is not None:
+                if not ready:
+                    await self.fe.request(self._req("index_ready", table=self.idx.table, name=self.idx.name))
+                    ready = True
+                await asyncio.sleep(LIVE_PAUSE_S)
+            self._check_claim()
+
+
+class Appliers:
+    """The appliers of every index in the map, started and stopped as indexes come and go."""
+
+    def __init__(self, fe: Frontend) -> None:
+        self.fe = fe
+        self.holder = f"{fe.id}/{os.getpid()}"
+        self.running: dict[tuple[str, str], asyncio.Task] = {}
+
+    async def run(self) -> None:
+        """Match the running appliers to the map's indexes every :data:`RECONCILE_S`, until cancelled."""
+        try:
+            while True:
+                self.reconcile()
+                await asyncio.sleep(RECONCILE_S)
+        finally:
+            for t in self.running.values():
+                t.cancel()
+
+    def reconcile(self) -> None:
+        """Start an applier for each index without one; stop those of dropped indexes."""
+        want: dict[tuple[str, str], IndexDef] = {}
+        for defs in self.fe.cache.indexes.values():
+            for d in defs:
+                want[(d.table.lower(), d.name.lower())] = d
+        for key in [k for k in self.running if k not in want]:
+            self.running.pop(key).cancel()
+        for key, d in want.items():
+            if key not in self.running or self.running[key].done():
+                self.running[key] = asyncio.create_task(Applier(self.fe, d, self.holder).run())

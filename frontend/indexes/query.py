@@ -1,0 +1,224 @@
+"""A query answered through an index: read-your-writes check, entries, then the base rows re-checked.
+
+When a ``$filter`` constrains no key but constrains a ready index (:func:`rangetable.index_plan.choose`), a
+page is gathered in three steps, each asking every range it needs at once:
+
+1. **fresh enough** — unless the caller accepts an older answer (``staleness`` seconds): the index's progress
+   row gives the feed cursor ``C`` its applier has applied through; each base range is asked for one record
+   after ``C``. A range answers only with committed records, and every write acknowledged before the query
+   began is committed, so when no range has one, the index holds every such write. Otherwise the progress row
+   is read again after a back-off — for at most :data:`FRESH_WAIT_S`, then the page falls back to scanning the
+   base table (slower, never wrong). The wait is reported with the page.
+2. **entries** — the index plan's scans of the index's table, in entry order, up to the page size.
+3. **rows** — the base rows the entries name, read by point spans per base range with the query's own
+   ``$filter`` and ``$select``: every hit is checked against the row as it is now, so an entry the applier has
+   not removed yet is dropped, never returned.
+
+Rows come in entry order (by the indexed values, then PartitionKey and RowKey), as Cosmos DB's Table API
+answers without key order. The continuation token is the entries' position, marked so it is never taken for
+a base key (:func:`token`).
+"""
+
+from __future__ import annotations
+
+import base64
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from frontend.changes import ChangesWalk
+from frontend.indexes.progress import PROGRESS_PK, PROGRESS_RK, Progress
+from frontend.routing import MapCache, QueryCursor, Route
+from rangetable import feed_cursor
+from rangetable.errors import TableError
+from rangetable.index_keys import base_key
+from rangetable.index_plan import IndexPlan
+from rangetable.keys import encode_key, range_bounds
+from rangetable.planner import Plan
+
+FRESH_WAIT_S = 2.0  # how long a page waits for its index to catch up before scanning the base table
+TOKEN_MARK = "\x02"  # an index query's continuation token starts so (no PartitionKey has a control character)
+MAX_POINTS = 256  # base keys asked of one range in one request
+
+
+def token(index: str, pos: bytes) -> list[str]:
+    """The continuation token of an index query stopped at entry key ``pos`` (any bytes: a scan may end at a
+    prefix's successor)."""
+    return [f"{TOKEN_MARK}{index}{TOKEN_MARK}", base64.urlsafe_b64encode(pos).decode("ascii")]
+
+
+def is_index_token(tok: Any) -> bool:
+    """True for a token made by :func:`token`."""
+    return isinstance(tok, list | tuple) and len(tok) == 2 and isinstance(tok[0], str) and tok[0][:1] == TOKEN_MARK
+
+
+def token_position(tok: list[str], index: str) -> bytes:
+    """The entry key an index token resumes at; InvalidInput when it belongs to another index."""
+    name = tok[0][1:].partition(TOKEN_MARK)[0]
+    if name.lower() != index.lower():
+        raise TableError("InvalidInput", f"The continuation token is for index {name!r}, which no longer answers this query.")
+    try:
+        return base64.urlsafe_b64decode(tok[1].encode("ascii"))
+    except (ValueError, UnicodeEncodeError):
+        raise TableError("InvalidInput", "The continuation token is not valid.") from None
+
+
+@dataclass
+class IndexQuery:
+    """One page of a query through an index (see the module docstring)."""
+
+    plan: IndexPlan
+    table: str
+    filter: str | None
+    select: list | None
+    top: int
+    staleness_s: float | None
+    cursor: QueryCursor
+    phase: str = "progress"  # progress → check → entries → rows → done
+    born: float = field(default_factory=time.monotonic)
+    fresh_ms: float = 0.0  # how long the page waited for the index
+    applied_through: int | None = None  # the Timestamp of the index's cursor
+    walk: ChangesWalk | None = None
+    keys: list[bytes] = field(default_factory=list)  # base keys of this page's entries, in entry order
+    rows: dict[bytes, Any] = field(default_factory=dict)  # base key -> row (matching the filter)
+    pending: set[bytes] = field(default_factory=set)  # base keys not yet answered for
+    asked: dict[int, list[bytes]] = field(default_factory=dict)
+    fallback: str | None = None  # why the page scans the base table instead
+    _ids: int = 0
+
+    @classmethod
+    def start(cls, plan: IndexPlan, table: str, req: dict, top: int) -> IndexQuery:
+        """The first (or a continued) page of ``req`` through ``plan``."""
+        stale = req.get("staleness")
+        if stale is not None and (isinstance(stale, bool) or not isinstance(stale, int | float) or stale < 0):
+            raise TableError("InvalidInput", "staleness must be a number of seconds")
+        cur = QueryCursor(Plan("partition_range", plan.scans), top)
+        if req.get("next") is not None:
+            cur.pos = token_position(req["next"], plan.index.name)
+        return cls(plan, table, req.get("filter"), req.get("select"), top, stale, cur)
+
+    @property
+    def entries_table(self) -> str:
+        """The index's table."""
+        return self.plan.index.entries_table
+
+    # --- 1. fresh enough ------------------------------------------------------------------------
+
+    def progress_request(self) -> tuple[str, str, str]:
+        """(table, PartitionKey, RowKey) of the progress row to read."""
+        return self.entries_table, PROGRESS_PK, PROGRESS_RK
+
+    def take_progress(self, props: dict | None) -> None:
+        """The progress row (None: the index has none: scan the base table instead)."""
+        if props is None:
+            self.fallback = "the index has no progress row"
+            return
+        prog = Progress.from_props(props)
+        if prog.phase != "feed" or prog.cursor is None:
+            self.fallback = "the index is being built"
+            return
+        pos = feed_cursor.from_wire(prog.cursor)
+        self.applied_through = pos[0]
+        if self.staleness_s is not None and prog.resolved is not None and time.time() - prog.saved <= self.staleness_s:
+            self.phase = "entries"
+            return
+        self.walk = ChangesWalk(pos, 1)
+        self.phase = "check"
+
+    def check_parts(self, cache: MapCache) -> list[tuple[Route, int, dict[str, Any]]]:
+        """The freshness checks to send: one record after the index's cursor, of each base range not answered."""
+        assert self.walk is not None
+        out = []
+        for route, lo, hi in self.walk.segments(cache, self.table):
+            part, body = self.walk.ask(route, lo, hi)
+            body["close"] = False  # only whether a committed record lies beyond: nothing to close
+            body["upto"] = None
+            out.append((route, part, body))
+        return out
+
+    def checked(self) -> bool | None:
+        """Once every base range answered: True when none holds a record beyond the index's cursor (go on),
+        False when one does (read the progress row again). None while answers are awaited."""
+        walk = self.walk
+        if walk is None or not walk.done:
+            return None
+        if not walk.records:
+            self.fresh_ms = (time.monotonic() - self.born) * 1000
+            self.phase = "entries"
+            return True
+        if time.monotonic() - self.born > FRESH_WAIT_S:
+            self.fallback = f"the index stayed behind the base table for {FRESH_WAIT_S:g} s"
+            return True
+        self.walk = None
+        self.phase = "progress"
+        return False
+
+    # --- 2. entries -----------------------------------------------------------------------------
+
+    def take_entries(self, entities: list, resume: bytes | None, seg_hi: bytes | None, page_over: bool) -> None:
+        """A segment of entries: their base keys join the page; on to the rows once the page is full."""
+        cur = self.cursor
+        cur.advance(entities, resume, seg_hi)
+        if cur.remaining <= 0 or cur.done or page_over:
+            for e in cur.results:
+                pk, rk = base_key(e[1])
+                self.keys.append(encode_key(pk, rk))
+            self.pending = set(self.keys)
+            self.phase = "rows" if self.keys else "done"
+
+    # --- 3. rows --------------------------------------------------------------------------------
+
+    def row_parts(self, cache: MapCache, budget_ms: int) -> list[tuple[Route, int, dict[str, Any]]]:
+        """Point reads of the base rows not yet answered for, by the ranges of ``cache``, with the query's
+        filter (the re-check) and projection."""
+        flying = {k for ks in self.asked.values() for k in ks}
+        keys = sorted(k for k in self.pending if k not in flying)
+        out = []
+        i = 0
+        while i < len(keys):
+            route = cache.route_key(self.table, keys[i])
+            _, hi = range_bounds(route.range["low"], route.range["high"])
+            j = i + 1
+            while j < len(keys) and j - i < MAX_POINTS and (hi is None or keys[j] < hi):
+                j += 1
+            share = keys[i:j]
+            self._ids += 1
+            body = {"op": "scan", "range": route.range["id"], "epoch": route.range["epoch"], "lo": share[0],
+                    "hi": share[0] + b"\x00", "filter": self.filter, "select": self.select, "limit": len(share),
+                    "budget_ms": budget_ms}
+            if len(share) > 1:
+                body["spans"] = [[k, k + b"\x00"] for k in share[1:]]
+            out.append((route, self._ids, body))
+            self.asked[self._ids] = share
+            i = j
+        return out
+
+    def failed(self, part: int) -> None:
+        """A part got no usable answer: its keys are asked again."""
+        self.asked.pop(part, None)
+
+    def take_rows(self, part: int, entities: list, resume: bytes | None) -> None:
+        """A range's rows: those that match; keys from ``resume`` on are asked again."""
+        share = self.asked.pop(part, None)
+        if share is None:
+            return
+        for e in entities:
+            self.rows[encode_key(e[0], e[1])] = e
+        for k in share:
+            if resume is None or k < resume:
+                self.pending.discard(k)
+        if not self.pending:
+            self.phase = "done"
+
+    def page(self) -> dict[str, Any]:
+        """The page once :attr:`phase` is ``done``."""
+        cur = self.cursor
+        nxt = None if cur.done else token(self.plan.index.name, cur.pos)
+        return {"entities": [self.rows[k] for k in self.keys if k in self.rows], "next": nxt,
+                "plan": self.describe()}
+
+    def describe(self) -> dict[str, Any]:
+        """How the page was answered: the index, its scans, the wait for it, the entries read."""
+        return {"index": self.plan.index.name, "plan": self.plan.describe(), "fresh_wait_ms": round(self.fresh_ms, 1),
+                "applied_through": self.applied_through, "entries": len(self.keys),
+                "stale_ok": self.staleness_s is not None, "fallback": self.fallback}
