@@ -44,7 +44,8 @@ def test_create_list_drop_through_the_cli_and_the_native_client(cluster: Cluster
     t = svc.get_table_client("Orders")
     assert t.create_index("ByDay", "day", include="all")["include"] == "all"
     listed = _ok(cluster, "table", "index", "list", "orders")
-    assert [(d["name"], d["state"]) for d in listed] == [("ByCustomer", "building"), ("ByDay", "building")]
+    assert [d["name"] for d in listed] == ["ByCustomer", "ByDay"]  # building, or ready once the applier caught up
+    assert {d["state"] for d in listed} <= {"building", "ready"}
     assert t.list_indexes() == listed
     text = _cli(cluster, "table", "index", "list", "Orders")
     assert text.exit_code == 0 and text.output.split("\n")[0].split() == ["name", "on", "include", "state"]
