@@ -25,6 +25,7 @@ MAX_ON = 4  # properties an index is keyed on
 MAX_INDEXES = 8  # indexes per table
 SEPARATOR = "$"  # between a table's name and its index's in the index's table name
 STATES = ("building", "ready")
+LAG_BOUND_S = 10.0  # a ready index further behind its table than this holds the table's writes (back-pressure)
 _NAME = re.compile(r"^[A-Za-z][A-Za-z0-9]{0,62}$")
 _RESERVED = frozenset({"PartitionKey", "RowKey", "Timestamp"})
 
@@ -38,6 +39,7 @@ class IndexDef:
     on: tuple[str, ...]
     include: tuple[str, ...] | None  # None: every property
     state: str = "building"
+    behind_s: float = 0.0  # set by the coordinator while the index is over LAG_BOUND_S behind: writes wait
 
     @property
     def entries_table(self) -> str:
@@ -51,15 +53,18 @@ class IndexDef:
 
     def to_wire(self) -> dict[str, Any]:
         """The dict form kept in the meta store and the partition map."""
-        return {"table": self.table, "name": self.name, "on": list(self.on),
-                "include": "all" if self.include is None else list(self.include), "state": self.state}
+        out: dict[str, Any] = {"table": self.table, "name": self.name, "on": list(self.on),
+                               "include": "all" if self.include is None else list(self.include), "state": self.state}
+        if self.behind_s:
+            out["behind_s"] = self.behind_s
+        return out
 
     @classmethod
     def from_wire(cls, d: dict[str, Any]) -> IndexDef:
         """The inverse of :meth:`to_wire` (trusted input: the coordinator checked it)."""
         inc = d.get("include", [])
         return cls(d["table"], d["name"], tuple(d["on"]), None if inc == "all" else tuple(inc),
-                   d.get("state", "building"))
+                   d.get("state", "building"), float(d.get("behind_s", 0.0)))
 
 
 def index_table(table: str, name: str) -> str:
@@ -110,6 +115,18 @@ def check_def(table: str, name: Any, on: Any, include: Any = None) -> IndexDef:
     else:
         kept = tuple(p for p in _props(include, "an included property") if p not in keyed)
     return IndexDef(table, name, keyed, kept)
+
+
+def holding_writes(ready: bool, behind_s: float, lag_s: float, bound_s: float = LAG_BOUND_S) -> float:
+    """The ``behind_s`` an index's definition should carry once its applier reports ``lag_s``: the lag while a
+    ready index is over ``bound_s`` behind (writes to its table wait), 0 once it is back under half the bound
+    (so writes do not flap at the bound), else unchanged. A building index holds nothing: its table's writes
+    go on while it catches up."""
+    if not ready:
+        return 0.0
+    if lag_s > bound_s or (behind_s and lag_s > bound_s / 2):
+        return round(max(lag_s, bound_s), 1) if not behind_s or abs(lag_s - behind_s) >= bound_s else behind_s
+    return 0.0
 
 
 def find(defs: list[dict[str, Any]], name: str) -> dict[str, Any] | None:

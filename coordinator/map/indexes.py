@@ -56,6 +56,7 @@ class IndexClaims:
         self.persisted: dict[str, dict[str, Any]] = {}  # "table/name" lower -> {"claim", "holder", "ttl_s"}
         self.live: dict[str, Claim] = {}
         self.since = -math.inf  # when this leader took over: earlier grants may still be live until ttl after
+        self.progress: dict[str, dict[str, Any]] = {}  # "table/name" lower -> what its holder last reported
 
     def load(self, items: list[tuple[bytes, Any]], now: float) -> None:
         """Install the claim records of the meta store at a takeover (``now``: its monotonic time)."""
@@ -66,6 +67,22 @@ class IndexClaims:
     def forget(self, table: str, name: str) -> None:
         """The index is gone: its live lease with it (its number stays, so a new index counts on)."""
         self.live.pop(_pair(table, name), None)
+        self.progress.pop(_pair(table, name), None)
+
+    def report(self, table: str, name: str, holder: str, progress: Any) -> dict[str, Any] | None:
+        """Keep what the claim's ``holder`` reports of its work (``{"phase", "built", "applied", "lag_s",
+        ...}``: shown by ``index list``); None when it is not the holder or the report is not a map."""
+        key = _pair(table, name)
+        cur = self.live.get(key)
+        if cur is None or cur.holder != holder or not isinstance(progress, dict):
+            return None
+        kept = {k: v for k, v in progress.items() if isinstance(k, str) and isinstance(v, int | float | str | None)}
+        self.progress[key] = {**kept, "holder": holder}
+        return self.progress[key]
+
+    def progress_of(self, table: str, name: str) -> dict[str, Any]:
+        """The last report of an index's holder (``{}``: none since this leader took over)."""
+        return self.progress.get(_pair(table, name), {})
 
     def claim(self, table: str, name: str, holder: Any, ttl_s: Any, now: float,
               persist: Callable[[dict[bytes, Any]], None]) -> dict[str, Any]:

@@ -36,15 +36,17 @@ import msgpack
 
 from frontend.indexes.progress import PROGRESS_KEY, PROGRESS_PK, PROGRESS_RK, Progress
 from frontend.routing import MapCache
+from rangetable.edm import now_ticks
 from rangetable.errors import TableError
 from rangetable.index_def import IndexDef
 from rangetable.index_keys import entry_key, entry_ops
 from rangetable.keys import decode_key
+from rangetable.table_settings import TICKS_PER_SECOND
 
 log = logging.getLogger("rangetable.index")
 
 CLAIM_TTL_S = 10.0  # an applier's lease on its index
-RENEW_S = 3.0
+RENEW_S = 1.0  # also how often the holder reports its progress and lag (back-pressure acts on it)
 PAGE_TOP = 1000  # feed records asked per page
 SCAN_TOP = 1000  # base entities per page of the build
 BATCH_BYTES = 4 << 20  # entries of one index write at most (about)
@@ -110,6 +112,7 @@ class Applier:
         self.claim = 0
         self.until = 0.0  # monotonic end of the claim's lease
         self.progress: Progress | None = None
+        self.lag_s: float | None = None  # how far behind the feed's live edge the last page was
 
     def _req(self, op: str, **fields: Any) -> dict[str, Any]:
         return {"op": op, "internal": True, **fields}
@@ -137,10 +140,22 @@ class Applier:
                 log.exception("index %s of %s", self.idx.name, self.idx.table)
                 await asyncio.sleep(1.0)
 
+    def report(self) -> dict[str, Any]:
+        """What the holder tells the coordinator with each renewal (``index list`` shows it; a ready index's
+        ``lag_s`` over :data:`rangetable.index_def.LAG_BOUND_S` holds its table's writes)."""
+        prog = self.progress
+        out: dict[str, Any] = {"claim": self.claim}
+        if prog is not None:
+            out.update(phase=prog.phase, built=prog.built, applied=prog.applied,
+                       applied_through=None if prog.cursor is None else prog.cursor[0])
+        if self.lag_s is not None:
+            out["lag_s"] = round(self.lag_s, 3)
+        return out
+
     async def _take(self) -> bool:
         t0 = time.monotonic()
         got = await self.fe.request(self._req("index_claim", table=self.idx.table, name=self.idx.name,
-                                              holder=self.holder, ttl_s=CLAIM_TTL_S))
+                                              holder=self.holder, ttl_s=CLAIM_TTL_S, progress=self.report()))
         if not got.get("granted"):
             return False
         self.claim, self.until = int(got["claim"]), t0 + float(got.get("ttl_s", CLAIM_TTL_S))
@@ -214,6 +229,7 @@ class Applier:
             prog.cursor, need = page["cursor"], page.get("high")
             prog.applied += len(records)
             prog.resolved = page.get("resolved")
+            self.lag_s = 0.0 if prog.resolved is not None else max(0.0, (now_ticks() - prog.cursor[0]) / TICKS_PER_SECOND)
             if records or time.time() - prog.saved > 5.0:
                 await self._save(prog)
             if prog.resolved is not None:

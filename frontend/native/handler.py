@@ -27,7 +27,7 @@ from rangetable.errors import TableError
 from rangetable.feed_page import BEGINNING, NOW
 from rangetable.filter import compile_cached, parse_cached
 from rangetable.filter_syntax import Node
-from rangetable.index_def import SEPARATOR, IndexDef, is_index_table
+from rangetable.index_def import LAG_BOUND_S, SEPARATOR, IndexDef, is_index_table
 from rangetable.index_plan import choose
 from rangetable.keys import range_bounds
 from rangetable.planner import Plan, plan
@@ -195,6 +195,8 @@ class Handler:
             if req.get("echo") is False:  # answer only the shared Timestamp (bulk imports)
                 body["echo"] = False
         if op != "get":
+            if table.lower() in self.fe.cache.indexes and self._held_by_index(p, table):
+                return
             if "rid" not in req or not isinstance(req["rid"], str):
                 req["rid"] = f"{self._rid_prefix}{next(self._rids)}"  # so our own retries are applied once
             body["rid"] = req["rid"]
@@ -206,6 +208,16 @@ class Handler:
         body["range"] = route.range["id"]
         body["epoch"] = route.range["epoch"]
         self.fe.send_ps(p, endpoint, body, "entity")
+
+    def _held_by_index(self, p: Pending, table: str) -> bool:
+        """Back-pressure: while an index of ``table`` is further behind than its bound (the coordinator marks it
+        in the map), a write waits for it — to the request's deadline, which ends in ServerBusy naming the index."""
+        for d in self.fe.cache.indexes_of(table):
+            if d.behind_s:
+                self.fe.retry_later(p, f"index {d.name} of table {table} is {d.behind_s:g} s behind its table (bound "
+                                       f"{LAG_BOUND_S:g} s): writes wait until it catches up")
+                return True
+        return False
 
     @staticmethod
     def _secondary(p: Pending, route: Route, body: dict) -> str | None:

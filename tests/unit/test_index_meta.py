@@ -248,3 +248,47 @@ def test_index_claim_op_needs_the_index_and_persists_through_the_meta_store(clus
     ops.create_index(cl, ctl, "Orders", "ix", "a", None)
     answer = cl.map.claims.claim("Orders", "ix", "fe-2", 5, 0.0, lambda puts: store.commit(puts))
     assert answer["claim"] == 2 and answer["granted"]
+
+
+def test_holding_writes_only_for_a_ready_index_past_its_bound_with_hysteresis() -> None:
+    from rangetable.index_def import holding_writes
+
+    assert holding_writes(False, 0.0, 99.0) == 0.0  # a building index holds nothing
+    assert holding_writes(True, 0.0, 9.9, 10.0) == 0.0
+    assert holding_writes(True, 0.0, 12.34, 10.0) == 12.3
+    assert holding_writes(True, 12.3, 14.0, 10.0) == 12.3  # no map change for a small move
+    assert holding_writes(True, 12.3, 30.0, 10.0) == 30.0  # a big one is published
+    assert holding_writes(True, 12.3, 6.0, 10.0) == 12.3  # still over half the bound: writes keep waiting
+    assert holding_writes(True, 12.3, 4.0, 10.0) == 0.0  # caught up: released
+
+
+def test_the_holder_reports_progress_and_its_lag_marks_the_map(cluster) -> None:
+    import json
+
+    cl, ctl, _ = cluster
+    co = _co(cl)
+    ops.create_index(cl, ctl, "Orders", "ix", "a", None)
+    ops.index_ready(cl, ctl, "Orders", "ix")
+
+    def claim(holder: str, lag: float) -> Any:
+        req = {"op": "index_claim", "table": "Orders", "name": "ix", "holder": holder, "ttl_s": 5,
+               "progress": {"phase": "feed", "applied": 7, "lag_s": lag}}
+        return admin_dispatch.handle(co, b"", b"", req, "frontend")
+
+    def listed() -> dict:
+        raw = admin_dispatch.handle(co, b"", b"", {"op": "list_indexes", "table": "Orders"}, "frontend")
+        from rangetable import protocol
+
+        return protocol.result(raw)["indexes"][0]
+
+    claim("fe-1", 0.5)
+    d = listed()
+    assert d["applied"] == 7 and d["lag_s"] == 0.5 and d["holder"] == "fe-1" and "behind_s" not in d
+    claim("fe-2", 50.0)  # not the holder: its report is not kept
+    assert listed()["lag_s"] == 0.5
+    version = cl.map.pmap.version
+    claim("fe-1", 25.0)
+    assert cl.map.pmap.indexes_of("Orders")[0]["behind_s"] == 25.0 and cl.map.pmap.version > version
+    claim("fe-1", 2.0)
+    assert "behind_s" not in cl.map.pmap.indexes_of("Orders")[0]
+    json.dumps(listed())
