@@ -28,6 +28,7 @@ COMMANDS: dict[str, str] = {
     "table": "cli.commands.tables:table_group",
     "entity": "cli.commands.tables:entity_group",
     "query": "cli.commands.tables:query_cmd",
+    "explain": "cli.commands.tables:explain_cmd",
     "changes": "cli.commands.changes:changes_cmd",
     "export": "cli.commands.transfer:export_cmd",
     "import": "cli.commands.transfer:import_cmd",

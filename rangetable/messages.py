@@ -161,6 +161,7 @@ class QueryRequest(TypedDict):
     select: NotRequired[list[str] | None]
     top: NotRequired[int | None]
     next: NotRequired[list[str | None] | None]  # [PartitionKey, RowKey] of the first entity not yet returned
+    staleness: NotRequired[float]  # seconds an answer through an index may lag (absent: read-your-writes)
 
 
 class QueryAnswer(TypedDict):
@@ -168,6 +169,7 @@ class QueryAnswer(TypedDict):
 
     entities: list[WireEntity]
     next: list[str] | None
+    plan: NotRequired[dict[str, Any]]  # through an index: which, its scans, the wait for it (frontend/indexes/query.py)
 
 
 class MapRequest(TypedDict):

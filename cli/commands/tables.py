@@ -357,21 +357,28 @@ def entity_delete(table: str, partition_key: str, row_key: str, if_match: str, c
 @click.option("--select", default=None, help="Comma-separated properties to return.")
 @click.option("--top", type=int, default=None, help="Stop after this many entities.")
 @click.option("--page-size", type=int, default=1000, show_default=True)
+@click.option("--staleness", type=float, default=None,
+              help="Seconds an answer through an index may lag the table (default: it sees every earlier write).")
 @data_dir_option
 @endpoint_option
 @json_option
 def query_cmd(table: str, filter_text: str | None, select: str | None, top: int | None, page_size: int,
-              data_dir: str, endpoint: str | None, as_json: bool) -> None:
+              staleness: float | None, data_dir: str, endpoint: str | None, as_json: bool) -> None:
     """Query a table with an OData $filter, e.g. "PartitionKey eq 'p1' and qty ge 2"."""
     ep = native_endpoint(data_dir, endpoint)
     sel = [s.strip() for s in select.split(",")] if select else None
     token = None
     out: list[dict] = []
     pages = 0
+    through: dict | None = None
     while True:
         size = page_size if top is None else min(page_size, top - len(out))
-        res = call(ep, {"op": "query", "table": table, "filter": filter_text, "select": sel, "top": size,
-                        "next": token})
+        req: dict[str, Any] = {"op": "query", "table": table, "filter": filter_text, "select": sel, "top": size,
+                               "next": token}
+        if staleness is not None:
+            req["staleness"] = staleness
+        res = call(ep, req)
+        through = res.get("plan") or through
         pages += 1
         for w in res["entities"]:
             e = _entity_json(w)
@@ -384,4 +391,23 @@ def query_cmd(table: str, filter_text: str | None, select: str | None, top: int 
     if as_json:
         click.echo(json.dumps(out, indent=2))
     else:
-        click.echo(f"({len(out)} entities, {pages} page{'s' if pages != 1 else ''})", err=True)
+        how = ""
+        if through is not None:
+            how = (f", scanned the table: {through['fallback']}" if through.get("fallback") else
+                   f", through index {through['index']} (waited {through['fresh_wait_ms']:g} ms for it)")
+        click.echo(f"({len(out)} entities, {pages} page{'s' if pages != 1 else ''}{how})", err=True)
+
+
+@click.command("explain")
+@click.argument("table")
+@click.argument("filter_text", required=False, default=None, metavar="[FILTER]")
+@data_dir_option
+@endpoint_option
+@json_option
+def explain_cmd(table: str, filter_text: str | None, data_dir: str, endpoint: str | None, as_json: bool) -> None:
+    """How a query of FILTER would read TABLE: through which index, or which scan of the table."""
+    res = call(native_endpoint(data_dir, endpoint), {"op": "explain", "table": table, "filter": filter_text})
+    if as_json:
+        click.echo(json.dumps(res, indent=2))
+        return
+    click.echo(res["describe"])

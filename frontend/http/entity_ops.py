@@ -136,6 +136,12 @@ def query_entities(rq: Request) -> tuple[dict, Finisher]:
                            "select": select, "top": parse_top(rq.param("$top"))}
     if res.secondary:
         req["secondary"] = True  # read from an in-sync follower (eventually consistent)
+    stale = rq.headers.get("x-ms-rangetable-index-staleness")
+    if stale is not None:  # rangetable's own: how far an answer through an index may lag (docs/indexes.md)
+        try:
+            req["staleness"] = float(stale)
+        except ValueError:
+            raise TableError("InvalidHeaderValue", "x-ms-rangetable-index-staleness must be seconds") from None
     npk = rq.param("NextPartitionKey")
     if npk is not None:
         nrk = rq.param("NextRowKey")  # absent = the start of the partition; present but empty = 400
@@ -152,6 +158,11 @@ def _queried(rq: Request, out: dict) -> Response:
         ents = [e for e in ents if sas.in_range(e[0], e[1])]
     body = odata.entity_feed(ents, rq.level, rq.base, res.account, res.table, rq.ctx)
     h = odata_headers(rq, True)
+    through = out.get("plan")
+    if through is not None:  # answered through an index, or scanned because it was behind (docs/indexes.md)
+        how = f"scan; {through['fallback']}" if through.get("fallback") else f"index {through['index']}; " \
+              f"fresh-wait-ms={through['fresh_wait_ms']:g}"
+        h.append((b"x-ms-rangetable-plan", how.encode()))
     nxt = out.get("next")
     if nxt:
         h.append((b"x-ms-continuation-nextpartitionkey", odata.encode_token(nxt[0]).encode()))

@@ -15,6 +15,7 @@ from __future__ import annotations
 import itertools
 import time
 import uuid
+from dataclasses import replace
 from typing import Any, Protocol, TypeVar
 
 from frontend.changes import ChangesWalk
@@ -133,6 +134,8 @@ class Handler:
             self._changes(p)
         elif op == "index_write":
             self._index_write(p)
+        elif op == "explain":
+            self._explain(p)
         elif op in COORDINATOR_OPS:
             self.fe.send_coordinator(p, p.req, "relay")
         elif op == "hello":
@@ -292,6 +295,29 @@ class Handler:
             raise TableError("InvalidInput", f"The continuation token is for index {name!r}, which no longer answers "
                                              "this query: start it again.")
         return through
+
+    def _explain(self, p: Pending) -> None:
+        """How a query of ``filter`` on the table would read (``rangetable explain``), without running it."""
+        table = self._table(p)
+        if table is None:
+            return
+        filt = p.req.get("filter")
+        if filt is not None and not isinstance(filt, str):
+            raise TableError("InvalidInput", "filter must be a string")
+        node = parse_cached(filt or None)
+        base = plan(node)
+        defs = self.fe.cache.indexes_of(table)
+        through = self._index_plan(table, node, base, {})
+        out: dict[str, Any] = {"table": table, "filter": filt,
+                               "indexes": [{"name": d.name, "on": list(d.on), "state": d.state} for d in defs]}
+        if through is not None:
+            out.update(plan="index", index=through.index.name, scans=len(through.scans), describe=through.describe())
+        else:
+            waiting = [d.name for d in defs if not d.ready and choose(node, [replace(d, state="ready")]) is not None]
+            why = (f"index {', '.join(waiting)} would answer it once built" if waiting else
+                   "its keys are constrained" if base.kind != "full" else "no index constrains it")
+            out.update(plan=base.kind, scans=len(base.scans), describe=f"{base.kind} scan of {table}: {why}")
+        self.fe.reply_ok(p, out)
 
     def _index_query(self, p: Pending) -> None:
         """The next step of a query through an index (:mod:`frontend.indexes.query`)."""

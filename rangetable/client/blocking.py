@@ -314,14 +314,18 @@ class TableClient(_Client):
         select: str | list[str] | None = None,
         results_per_page: int | None = None,
         parameters: dict[str, Any] | None = None,
+        index_staleness: float | None = None,
     ) -> ItemPaged[TableEntity]:
         """Entities matching an OData ``$filter``; ``@name`` placeholders take ``parameters``.
 
         Iterate for entities, or ``.by_page(continuation_token)`` for pages; the page iterator's
-        ``continuation_token`` is ``{"PartitionKey", "RowKey"}`` of the next page, or None.
+        ``continuation_token`` is ``{"PartitionKey", "RowKey"}`` of the next page, or None. A filter on an
+        indexed property is answered through the index; ``index_staleness`` (seconds) accepts an answer that
+        far behind the table instead of waiting for the index to hold every earlier write.
         """
         return self._paged(calls.query_entities(self.table_name, query_filter, select=select,
-                                                results_per_page=results_per_page, parameters=parameters))
+                                                results_per_page=results_per_page, parameters=parameters,
+                                                index_staleness=index_staleness))
 
     def list_entities(
         self, *, select: str | list[str] | None = None, results_per_page: int | None = None

@@ -256,12 +256,16 @@ def get_entity(table: str, partition_key: str, row_key: str, select: str | list[
 
 
 def query_entities(table: str, query_filter: str | None, *, select: str | list[str] | None = None,
-                   results_per_page: int | None = None,
-                   parameters: dict[str, Any] | None = None) -> PagedCall[TableEntity]:
+                   results_per_page: int | None = None, parameters: dict[str, Any] | None = None,
+                   index_staleness: float | None = None) -> PagedCall[TableEntity]:
     """Entities matching an OData ``$filter`` (None: all) with ``@name`` ``parameters``, page by page;
-    the continuation token is ``{"PartitionKey", "RowKey"}`` of the next page."""
+    the continuation token is ``{"PartitionKey", "RowKey"}`` of the next page. ``index_staleness``: seconds an
+    answer through a secondary index may lag its table (default: none — it sees every write acknowledged
+    before the query began)."""
     names = select_list(select)
     body: QueryRequest = {"op": "query", "table": table}
+    if index_staleness is not None:
+        body["staleness"] = float(index_staleness)
     if query_filter:
         body["filter"] = parameter_filter_substitution(parameters, query_filter)
     if names:

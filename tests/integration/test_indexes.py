@@ -90,3 +90,41 @@ def test_the_azure_sdk_queries_through_the_index_unchanged(cluster: Cluster) -> 
         rows = [(e["PartitionKey"], e["RowKey"]) for page in pages for e in page]
     want = sorted([(f"p{i % 5}", f"{i:03d}") for i in range(120) if i % 3 == 1] + [("z", "late")])
     assert sorted(rows) == want and len(rows) == len(want)
+
+
+def test_explain_staleness_and_the_rest_plan_header(cluster: Cluster) -> None:
+    import json
+
+    from click.testing import CliRunner
+
+    from cli.main import main
+    from tests.rest_helpers import Raw
+
+    svc = TableServiceClient.from_cluster(cluster.data_dir)
+    svc.create_table("Shown")
+    t = svc.get_table_client("Shown")
+    t.upsert_entity({"PartitionKey": "a", "RowKey": "1", "size": 5})
+    t.create_index("BySize", "size")
+    _wait_ready(t, "BySize")
+
+    def cli(*args: str) -> Any:
+        run = CliRunner().invoke(main, [*args, "--data-dir", cluster.data_dir])
+        assert run.exit_code == 0, run.output
+        return run.output
+
+    shown = json.loads(cli("explain", "Shown", "size gt 3", "--json"))
+    assert shown["plan"] == "index" and shown["index"] == "BySize" and shown["scans"] == 1
+    assert "index BySize" in cli("explain", "Shown", "size gt 3")
+    assert json.loads(cli("explain", "Shown", "PartitionKey eq 'a' and size gt 3", "--json"))["plan"] == "row_range"
+    assert "no index constrains it" in cli("explain", "Shown", "other eq 1")
+    out = CliRunner().invoke(main, ["query", "Shown", "size eq 5", "--data-dir", cluster.data_dir])
+    assert out.exit_code == 0 and "through index BySize" in out.output
+
+    rows = list(t.query_entities("size eq 5", index_staleness=60))
+    assert [e["RowKey"] for e in rows] == ["1"]
+    raw = Raw(cluster.http)
+    try:
+        got = raw.get("/Shown()?$filter=size%20eq%205")
+        assert got.status == 200 and got.headers.get("x-ms-rangetable-plan", "").startswith("index BySize")
+    finally:
+        raw.close()

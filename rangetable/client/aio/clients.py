@@ -222,11 +222,13 @@ class TableClient(_AsyncClient):
 
     def query_entities(self, query_filter: str, *, select: str | list[str] | None = None,
                        results_per_page: int | None = None,
-                       parameters: dict[str, Any] | None = None) -> AsyncItemPaged[TableEntity]:
+                       parameters: dict[str, Any] | None = None,
+                       index_staleness: float | None = None) -> AsyncItemPaged[TableEntity]:
         """Entities matching an OData ``$filter``; ``@name`` placeholders take ``parameters``.
         ``async for`` the entities, or ``by_page(continuation_token)`` for pages."""
         return self._paged(calls.query_entities(self.table_name, query_filter, select=select,
-                                                results_per_page=results_per_page, parameters=parameters))
+                                                results_per_page=results_per_page, parameters=parameters,
+                                                index_staleness=index_staleness))
 
     def list_entities(self, *, select: str | list[str] | None = None,
                       results_per_page: int | None = None) -> AsyncItemPaged[TableEntity]:
