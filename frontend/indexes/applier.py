@@ -36,7 +36,7 @@ import msgpack
 
 from frontend.indexes.progress import PROGRESS_KEY, PROGRESS_PK, PROGRESS_RK, Progress
 from frontend.routing import MapCache
-from rangetable.edm import now_ticks
+from rangetable.edm import now_ticks, ticks_to_iso
 from rangetable.errors import TableError
 from rangetable.index_def import IndexDef
 from rangetable.index_keys import entry_key, entry_ops
@@ -147,7 +147,7 @@ class Applier:
         out: dict[str, Any] = {"claim": self.claim}
         if prog is not None:
             out.update(phase=prog.phase, built=prog.built, applied=prog.applied,
-                       applied_through=None if prog.cursor is None else prog.cursor[0])
+                       applied_through=None if prog.cursor is None else ticks_to_iso(prog.cursor[0]))
         if self.lag_s is not None:
             out["lag_s"] = round(self.lag_s, 3)
         return out
