@@ -95,7 +95,8 @@ def handle(co: AdminHost, ident: bytes, rid: bytes, req: dict, role: str | None)
     if op in ("get_table", "list_indexes"):
         with maps.lock:
             name = user_table(co, protocol.field(req, "table", str))
-            indexes = [{**d, **maps.claims.progress_of(name, d["name"])} for d in maps.pmap.indexes_of(name)]
+            now = time.monotonic()
+            indexes = [{**d, **maps.claims.progress_of(name, d["name"], now)} for d in maps.pmap.indexes_of(name)]
             if op == "list_indexes":
                 return protocol.ok({"indexes": indexes})
             return protocol.ok({"table": name, **maps.table_settings.show(name), "indexes": indexes})

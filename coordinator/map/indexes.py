@@ -80,9 +80,15 @@ class IndexClaims:
         self.progress[key] = {**kept, "holder": holder}
         return self.progress[key]
 
-    def progress_of(self, table: str, name: str) -> dict[str, Any]:
-        """The last report of an index's holder (``{}``: none since this leader took over)."""
-        return self.progress.get(_pair(table, name), {})
+    def progress_of(self, table: str, name: str, now: float) -> dict[str, Any]:
+        """The last report of an index's holder (``{}``: none since this leader took over), its ``holder`` None
+        once the lease ran out (nobody applies the index now)."""
+        key = _pair(table, name)
+        got = self.progress.get(key)
+        if got is None:
+            return {}
+        cur = self.live.get(key)
+        return got if cur is not None and now < cur.until else {**got, "holder": None}
 
     def claim(self, table: str, name: str, holder: Any, ttl_s: Any, now: float,
               persist: Callable[[dict[bytes, Any]], None]) -> dict[str, Any]:

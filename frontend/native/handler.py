@@ -325,6 +325,7 @@ class Handler:
         cache = self.fe.cache
         if q.fallback is not None and q.cursor.pos == b"" and q.phase != "done":
             p.extra["plan"] = {"index": q.plan.index.name, "fallback": q.fallback}  # a first page: scan the base table
+            p.extra["page_end"] = time.monotonic() + self.fe.cfg.page_budget_ms / 1000.0  # with a page's full time
             p.state = QueryCursor(plan(parse_cached(q.filter or None)), q.top)
             self._query(p)
             return

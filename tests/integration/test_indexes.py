@@ -35,6 +35,18 @@ def _raw_query(c: Cluster, table: str, filt: str, top: int = 1000, nxt: Any = No
         return svc._transport.request({"op": "query", "table": table, "filter": filt, "top": top, "next": nxt})
 
 
+def _all_through(c: Cluster, table: str, filt: str) -> tuple[list[tuple[str, str]], list[dict]]:
+    """Every row a query returns, page after page, and the plan of each page."""
+    rows, plans, tok = [], [], None
+    while True:
+        pg = _raw_query(c, table, filt, nxt=tok)
+        rows += [(e[0], e[1]) for e in pg["entities"]]
+        plans.append(pg.get("plan"))
+        tok = pg["next"]
+        if tok is None:
+            return rows, plans
+
+
 def test_built_over_existing_rows_then_kept_by_writes(cluster: Cluster) -> None:
     svc = TableServiceClient.from_cluster(cluster.data_dir)
     svc.create_table("Orders")
@@ -128,3 +140,68 @@ def test_explain_staleness_and_the_rest_plan_header(cluster: Cluster) -> None:
         assert got.status == 200 and got.headers.get("x-ms-rangetable-plan", "").startswith("index BySize")
     finally:
         raw.close()
+
+
+def test_an_index_survives_a_split_a_failover_and_its_applier_s_death_under_writes(cluster: Cluster) -> None:
+    """Runs last in this module: it kills a partition server and the HTTP frontend that applies the indexes."""
+    import random
+    import threading
+
+    c = cluster
+    svc = TableServiceClient.from_cluster(c.data_dir)
+    svc.create_table("Faulty")
+    t = svc.get_table_client("Faulty")
+    for i in range(1500):
+        t.upsert_entity({"PartitionKey": f"p{i % 8}", "RowKey": f"r{i:05d}", "val": i % 30})
+    stop = threading.Event()
+    acked: list[tuple[str, str, int | None]] = []
+
+    def write() -> None:
+        rng = random.Random(3)
+        w = TableServiceClient.from_cluster(c.data_dir).get_table_client("Faulty")
+        while not stop.is_set():
+            pk, rk = f"p{rng.randrange(8)}", f"r{rng.randrange(1700):05d}"
+            try:
+                if rng.random() < 0.1:
+                    w.delete_entity(pk, rk)
+                    acked.append((pk, rk, None))
+                else:
+                    v = rng.randrange(30)
+                    w.upsert_entity({"PartitionKey": pk, "RowKey": rk, "val": v})
+                    acked.append((pk, rk, v))
+            except Exception:  # a write in doubt during the failover: the final comparison reads the table
+                time.sleep(0.05)
+
+    writer = threading.Thread(target=write, daemon=True)
+    writer.start()
+    try:
+        t.create_index("ByVal", "val")
+        time.sleep(0.5)
+        (rec,) = [x for x in c.status()["ranges"] if x["table"] == "Faulty"]
+        halves = c.admin({"op": "split", "range": rec["id"], "key": "p4"}, timeout=60)
+        right = next(x for x in c.status()["ranges"] if x["id"] == halves["right"])
+        c.kill(right["primary"])  # a base range fails over
+        c.wait(lambda: next(x for x in c.status()["ranges"] if x["id"] == halves["right"])["epoch"] > right["epoch"],
+               timeout=30, what="a new primary of the right half")
+        c.kill("http-1")  # the applier's process: another one takes the claim once its lease ran out
+        time.sleep(3)
+        _wait_ready(t, "ByVal", timeout=90)
+        time.sleep(1)
+    finally:
+        stop.set()
+        writer.join(30)
+    assert len(acked) > 200, len(acked)
+    c.wait(lambda: next(d for d in t.list_indexes() if d["name"] == "ByVal").get("holder"), timeout=60,
+           what="a live applier again")
+    c.wait(lambda: _raw_query(c, "Faulty", "val eq 1")["plan"]["fallback"] is None, timeout=60,
+           what="the index caught up")
+    mismatches = []
+    for v in range(30):
+        rows, plans = _all_through(c, "Faulty", f"val eq {v}")
+        assert plans[0]["index"] == "ByVal" and plans[0]["fallback"] is None
+        got = sorted(rows)
+        want = sorted((e["PartitionKey"], e["RowKey"])
+                      for e in t.query_entities(f"val eq {v} and PartitionKey ge ''"))
+        if got != want:
+            mismatches.append((v, len(got), len(want), sorted(set(want) - set(got))[:5], sorted(set(got) - set(want))[:5]))
+    assert mismatches == []
