@@ -10,13 +10,14 @@ name), split, moved, replicated and balanced like any table's ranges. A definiti
 online build has caught up with the base table, then ``ready``; only a ``ready`` index answers queries.
 
 The wire and meta-store form is a dict ``{"name", "on": [..], "include": [..] | "all", "state", "table"}``
-(:meth:`IndexDef.to_wire`).
+(:meth:`IndexDef.to_wire`), with ``check`` (``{"id", "repair"}``: a check asked for, which the applier runs)
+and ``last_check`` (the last check's report) when there are.
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from rangetable.errors import TableError
@@ -38,6 +39,8 @@ class IndexDef:
     on: tuple[str, ...]
     include: tuple[str, ...] | None  # None: every property
     state: str = "building"
+    check: dict[str, Any] | None = field(default=None, compare=False)  # a check asked for: {"id", "repair"}
+    last_check: dict[str, Any] | None = field(default=None, compare=False)  # the last check's report
 
     @property
     def entries_table(self) -> str:
@@ -51,15 +54,19 @@ class IndexDef:
 
     def to_wire(self) -> dict[str, Any]:
         """The dict form kept in the meta store and the partition map."""
-        return {"table": self.table, "name": self.name, "on": list(self.on),
-                "include": "all" if self.include is None else list(self.include), "state": self.state}
+        out = {"table": self.table, "name": self.name, "on": list(self.on),
+               "include": "all" if self.include is None else list(self.include), "state": self.state}
+        for k in ("check", "last_check"):
+            if getattr(self, k) is not None:
+                out[k] = getattr(self, k)
+        return out
 
     @classmethod
     def from_wire(cls, d: dict[str, Any]) -> IndexDef:
         """The inverse of :meth:`to_wire` (trusted input: the coordinator checked it)."""
         inc = d.get("include", [])
         return cls(d["table"], d["name"], tuple(d["on"]), None if inc == "all" else tuple(inc),
-                   d.get("state", "building"))
+                   d.get("state", "building"), d.get("check"), d.get("last_check"))
 
 
 def index_table(table: str, name: str) -> str:
