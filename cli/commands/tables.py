@@ -237,6 +237,24 @@ def check_lines(rep: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def run_index_check(endpoint: str, table: str, name: str, repair: bool = False, timeout_s: float = 600.0) -> dict:
+    """Ask for a check of an index (``index_check``) and wait for its report (the definition's ``last_check``
+    with its id); TimeoutError after ``timeout_s``, TableError(IndexNotFound) when the index is dropped."""
+    check_id = call(endpoint, {"op": "index_check", "table": table, "name": name, "repair": repair})["id"]
+    end = time.monotonic() + timeout_s
+    while True:
+        defs = call(endpoint, {"op": "list_indexes", "table": table})["indexes"]
+        d = next((d for d in defs if d["name"].lower() == name.lower()), None)
+        if d is None:
+            raise TableError("IndexNotFound", f"index {name} of {table} was dropped during the check")
+        rep = d.get("last_check")
+        if rep is not None and rep.get("id") == check_id:
+            return dict(rep)
+        if time.monotonic() > end:
+            raise TimeoutError(f"no report of check {check_id} after {timeout_s:g} s (it still runs)")
+        time.sleep(0.2)
+
+
 @index_group.command("check")
 @click.argument("table")
 @click.argument("name")
@@ -250,20 +268,10 @@ def index_check(table: str, name: str, repair: bool, timeout_s: float, data_dir:
                 as_json: bool) -> None:
     """Compare index NAME of TABLE with the table (per range counts and hashes, then key by key) and report every
     difference; exit 1 when some (after --repair: some left)."""
-    where = native_endpoint(data_dir, endpoint)
-    check_id = call(where, {"op": "index_check", "table": table, "name": name, "repair": repair})["id"]
-    end = time.monotonic() + timeout_s
-    while True:
-        defs = call(where, {"op": "list_indexes", "table": table})["indexes"]
-        d = next((d for d in defs if d["name"].lower() == name.lower()), None)
-        if d is None:
-            raise click.ClickException(f"index {name} of {table} was dropped during the check")
-        rep = d.get("last_check")
-        if rep is not None and rep.get("id") == check_id:
-            break
-        if time.monotonic() > end:
-            raise click.ClickException(f"no report of check {check_id} after {timeout_s:g} s (it still runs)")
-        time.sleep(0.2)
+    try:
+        rep = run_index_check(native_endpoint(data_dir, endpoint), table, name, repair, timeout_s)
+    except TimeoutError as exc:
+        raise click.ClickException(str(exc)) from None
     emit(rep, as_json, check_lines(rep))
     if rep.get("error") or rep.get("remaining", rep.get("differences", 0)):
         raise SystemExit(1)
