@@ -10,13 +10,14 @@ name), split, moved, replicated and balanced like any table's ranges. A definiti
 online build has caught up with the base table, then ``ready``; only a ``ready`` index answers queries.
 
 The wire and meta-store form is a dict ``{"name", "on": [..], "include": [..] | "all", "state", "table"}``
-(:meth:`IndexDef.to_wire`).
+(:meth:`IndexDef.to_wire`), with ``check`` (``{"id", "repair"}``: a check asked for, which the applier runs)
+and ``last_check`` (the last check's report) when there are.
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from rangetable.errors import TableError
@@ -40,6 +41,8 @@ class IndexDef:
     include: tuple[str, ...] | None  # None: every property
     state: str = "building"
     behind_s: float = 0.0  # set by the coordinator while the index is over LAG_BOUND_S behind: writes wait
+    check: dict[str, Any] | None = field(default=None, compare=False)  # a check asked for: {"id", "repair"}
+    last_check: dict[str, Any] | None = field(default=None, compare=False)  # the last check's report
 
     @property
     def entries_table(self) -> str:
@@ -57,6 +60,9 @@ class IndexDef:
                                "include": "all" if self.include is None else list(self.include), "state": self.state}
         if self.behind_s:
             out["behind_s"] = self.behind_s
+        for k in ("check", "last_check"):
+            if getattr(self, k) is not None:
+                out[k] = getattr(self, k)
         return out
 
     @classmethod
@@ -64,7 +70,7 @@ class IndexDef:
         """The inverse of :meth:`to_wire` (trusted input: the coordinator checked it)."""
         inc = d.get("include", [])
         return cls(d["table"], d["name"], tuple(d["on"]), None if inc == "all" else tuple(inc),
-                   d.get("state", "building"), float(d.get("behind_s", 0.0)))
+                   d.get("state", "building"), float(d.get("behind_s", 0.0)), d.get("check"), d.get("last_check"))
 
 
 def index_table(table: str, name: str) -> str:

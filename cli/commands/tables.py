@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 import uuid
 from typing import TYPE_CHECKING, Any
 
@@ -149,15 +150,30 @@ def index_group() -> None:
 INDEX_COLUMNS = ("name", "on", "include", "state")
 
 
+def check_summary(rep: dict[str, Any]) -> str:
+    """The last check of an index in a few words (``index list``)."""
+    if rep.get("error"):
+        return f"failed: {rep['error']}"
+    text = f"{rep.get('differences', 0)} differences in {rep.get('entries', 0)} entries"
+    if rep.get("repaired"):
+        text += f", {rep['repaired']} repaired, {rep.get('remaining', 0)} remaining"
+    return text
+
+
 def index_rows(defs: list[dict[str, Any]]) -> str:
     """Index definitions as a text table: name, on, include, state, then any other field they carry
-    (``entries``, ``lag_s``, ``progress``…), in the order first seen."""
+    (``entries``, ``lag_s``, ``progress``…), in the order first seen; the last check as its summary, a check
+    asked for as ``running``."""
     extra: list[str] = []
     for d in defs:
-        extra += [k for k in d if k not in INDEX_COLUMNS and k != "table" and k not in extra]
-    cols = [*INDEX_COLUMNS, *extra]
+        extra += [k for k in d if k not in INDEX_COLUMNS and k not in ("table", "check", "last_check")
+                  and k not in extra]
+    checks = any("check" in d or "last_check" in d for d in defs)
+    cols = [*INDEX_COLUMNS, *extra, *(["check"] if checks else [])]
 
     def cell(d: dict[str, Any], c: str) -> str:
+        if c == "check":
+            return "running" if "check" in d else check_summary(d["last_check"]) if "last_check" in d else "-"
         v = d.get(c, "")
         if c == "include" and v == []:
             return "(keys)"
@@ -201,6 +217,64 @@ def index_list(table: str, data_dir: str, endpoint: str | None, as_json: bool) -
     """A table's indexes: what each is keyed on, what it keeps, its state."""
     defs = call(native_endpoint(data_dir, endpoint), {"op": "list_indexes", "table": table})["indexes"]
     emit(defs, as_json, index_rows(defs) if defs else f"(no indexes on {table})")
+
+
+def check_lines(rep: dict[str, Any]) -> str:
+    """A check's report, one line per fact."""
+    if rep.get("error"):
+        return f"check {rep['id']}: failed: {rep['error']}"
+    kinds = ", ".join(f"{k} {len(rep.get(k, []))}{'+' if len(rep.get(k, [])) >= 100 else ''}"
+                      for k in ("missing", "extra", "wrong"))
+    lines = [f"check        {rep['id']}", f"cursor_ts    {rep['cursor_ts']}", f"ranges       {rep['ranges']}",
+             f"base rows    {rep['base_rows']}", f"entries      {rep['entries']}",
+             f"in flight    {rep['in_flight']} (changed after the cursor: not compared)",
+             f"differences  {rep['differences']}" + (f" ({kinds})" if rep["differences"] else "")]
+    for k in ("missing", "extra", "wrong"):
+        lines += [f"{k:<12} {json.dumps(key, ensure_ascii=False)}" for key in rep.get(k, [])]
+    if rep.get("repaired") or rep.get("remaining"):
+        lines += [f"repaired     {rep['repaired']}", f"remaining    {rep['remaining']}"]
+    lines.append(f"seconds      {rep['seconds']}")
+    return "\n".join(lines)
+
+
+def run_index_check(endpoint: str, table: str, name: str, repair: bool = False, timeout_s: float = 600.0) -> dict:
+    """Ask for a check of an index (``index_check``) and wait for its report (the definition's ``last_check``
+    with its id); TimeoutError after ``timeout_s``, TableError(IndexNotFound) when the index is dropped."""
+    check_id = call(endpoint, {"op": "index_check", "table": table, "name": name, "repair": repair})["id"]
+    end = time.monotonic() + timeout_s
+    while True:
+        defs = call(endpoint, {"op": "list_indexes", "table": table})["indexes"]
+        d = next((d for d in defs if d["name"].lower() == name.lower()), None)
+        if d is None:
+            raise TableError("IndexNotFound", f"index {name} of {table} was dropped during the check")
+        rep = d.get("last_check")
+        if rep is not None and rep.get("id") == check_id:
+            return dict(rep)
+        if time.monotonic() > end:
+            raise TimeoutError(f"no report of check {check_id} after {timeout_s:g} s (it still runs)")
+        time.sleep(0.2)
+
+
+@index_group.command("check")
+@click.argument("table")
+@click.argument("name")
+@click.option("--repair", is_flag=True, help="Fix every difference found (the index's applier writes the fixes).")
+@click.option("--timeout", "timeout_s", type=float, default=600.0, show_default=True,
+              help="Seconds to wait for the check's report.")
+@data_dir_option
+@endpoint_option
+@json_option
+def index_check(table: str, name: str, repair: bool, timeout_s: float, data_dir: str, endpoint: str | None,
+                as_json: bool) -> None:
+    """Compare index NAME of TABLE with the table (per range counts and hashes, then key by key) and report every
+    difference; exit 1 when some (after --repair: some left)."""
+    try:
+        rep = run_index_check(native_endpoint(data_dir, endpoint), table, name, repair, timeout_s)
+    except TimeoutError as exc:
+        raise click.ClickException(str(exc)) from None
+    emit(rep, as_json, check_lines(rep))
+    if rep.get("error") or rep.get("remaining", rep.get("differences", 0)):
+        raise SystemExit(1)
 
 
 @index_group.command("drop")

@@ -12,7 +12,9 @@ history must show no lost acknowledged write, no duplicate application and no li
 violation. Throughout, readers of the table's change feed — a thread that drops its client at random and a
 process SIGKILLed at random, both resuming from their saved cursors — follow it, and each must have got every
 acknowledged write exactly once, no foreign value, per-key order and resolved times that held
-(:mod:`cli.workload.feed_readers`). The seed is printed; the same seed replays the same fault schedule.
+(:mod:`cli.workload.feed_readers`). The table has an index on the value the workload writes: a reader queries
+through it during the faults (read-your-writes against the history, no row outside the filter), and at the end
+its check must find no difference (:mod:`cli.workload.index_reader`). The seed is printed; the same seed replays the same fault schedule.
 """
 
 from __future__ import annotations
@@ -35,9 +37,11 @@ from cli.drills.drill_table import prepare_table
 from cli.options import data_dir_option, rate_option
 from cli.workload.feed_readers import FeedWatch
 from cli.workload.generator import SABOTAGE, Workload
+from cli.workload.index_reader import IndexWatch
 from cli.workload.verify.explain import failure_lines, slow_op_lines
 from cli.workload.verify.feed import feed_lines, feed_summary
 from cli.workload.verify.history import dump_history
+from cli.workload.verify.index import index_lines, index_summary
 from coordinator.map.partition_map import PartitionMap
 from rangetable.errors import TableError
 
@@ -184,8 +188,11 @@ def run_chaos(data_dir: str, *, seed: int, duration: float = 40.0, interval: flo
     watcher.start()
     wl = Workload(native, table, threads=threads, seed=seed, history_dir=history_dir, rate=rate)
     feed = FeedWatch(data_dir, table, wl.t0, os.path.join(data_dir, "feed-readers"), seed=seed)
+    index = IndexWatch(native, table, wl.clock, seed=seed, threads=threads)
+    index.declare()
     try:
         feed.start()
+        index.start()
         wl.start()
         faults: list[dict] = []
         pending = list(first)
@@ -229,6 +236,8 @@ def run_chaos(data_dir: str, *, seed: int, duration: float = 40.0, interval: flo
         watcher.join(timeout=5)
         say("reading the change feed to the last acknowledged write …")
         feed.finish(wl.last_ack_ticks)
+        say("checking the index …")
+        index_check = index.finish(wl.last_ack_ticks)
         say("verifying the history …")
         try:
             verdict = wl.verify()
@@ -241,12 +250,15 @@ def run_chaos(data_dir: str, *, seed: int, duration: float = 40.0, interval: flo
                        "slow_ops": list(wl.slow_ops), "history_file": path, "verify_error": f"{exc.error_code}: {exc}"}
         report = {"seed": seed, "duration_s": duration, "faults": faults, "converged": converged,
                   "map_checks": watcher.checks, "map_violations": watcher.violations, "replicas": n, **restore,
-                  "client": wl.stats.to_dict(), **verdict, "feed": feed.verdict(wl.writes())}
+                  "client": wl.stats.to_dict(), **verdict, "feed": feed.verdict(wl.writes()),
+                  "index": index.verdict(wl.recorder.history(), index_check)}
         report["passed"] = ("verify_error" not in report and converged and not watcher.violations and report["lost_writes"] == 0
                             and report["duplicate_applications"] == 0 and report["linearizable"]
-                            and restore.get("restored", True) and report["feed"]["passed"])
+                            and restore.get("restored", True) and report["feed"]["passed"]
+                            and report["index"]["passed"])
         return report
     finally:
+        index.stop.set()
         feed.close()  # no reader process outlives the drill, whatever went wrong
 
 
@@ -262,7 +274,7 @@ def chaos_failure_lines(r: dict[str, Any]) -> list[str]:
         lines.append(f"not restored: {', '.join(r['under_replicated'][:8])} short of {r['replicas']} in-sync "
                      f"replicas {r['restored_s']} s after the last fault")
     return (lines + failure_lines(r, r["faults"]) + feed_lines(r["feed"], r["faults"])
-            + slow_op_lines(r["slow_ops"], r["faults"]))
+            + index_lines(r["index"], r["faults"]) + slow_op_lines(r["slow_ops"], r["faults"]))
 
 
 @click.command("chaos")
@@ -302,7 +314,8 @@ def drill_chaos(seed: int | None, duration: float, sabotage: str | None, restore
         click.echo(f"lost writes {r['lost_writes']}, duplicates {r['duplicate_applications']}, "
                    f"linearizable {r['linearizable']} ({r['linearizability']}, {r['history_ops']} ops checked in "
                    f"{r['linearizability_s']} s)")
-        click.echo(f"{feed_summary(r['feed'])}  →  {'PASS' if r['passed'] else 'FAIL'}")
+        click.echo(feed_summary(r["feed"]))
+        click.echo(f"{index_summary(r['index'])}  →  {'PASS' if r['passed'] else 'FAIL'}")
         for line in chaos_failure_lines(r):
             click.echo(line)
     if not r["passed"]:

@@ -12,6 +12,7 @@ import logging
 import os
 import shutil
 import time
+import uuid
 from typing import TYPE_CHECKING, Any
 
 from coordinator.control import replica_ops
@@ -238,6 +239,46 @@ def index_ready(cl: Cluster, ctl: Controller, table: str, name: str) -> dict:
         cl.map.commit(cl.map.pmap.put_index(d))
     cl.events.record("index_ready", table=base, index=d["name"])
     return {"index": d}
+
+
+def index_check(cl: Cluster, ctl: Controller, table: str, name: str, repair: bool = False) -> dict:
+    """Ask the index's applier for a check (``repair``: and to fix what differs): the request is put on the
+    definition (``check``: ``{"id", "repair"}``), which the applier reads from the map it is published with;
+    a check of the same kind already asked for is joined (one of the other kind refused). Answers ``{"id"}``: ``last_check`` carries it once
+    done."""
+    with cl.map.lock:
+        base = _user_table(cl, table)
+        d = find(cl.map.pmap.indexes_of(base), name)
+        if d is None:
+            raise TableError("IndexNotFound", f"Table {base} has no index {name}.")
+        pending = d.get("check")
+        if pending is not None:
+            if bool(pending["repair"]) != bool(repair):
+                raise TableError("InvalidInput", f"A check of index {d['name']} of {base} is running "
+                                                 f"({'with' if pending['repair'] else 'without'} repair): wait for it.")
+            return {"id": pending["id"]}
+        check = {"id": uuid.uuid4().hex[:12], "repair": bool(repair)}
+        cl.map.commit(cl.map.pmap.put_index({**d, "check": check}))
+    cl.events.record("index_check", table=base, index=d["name"], id=check["id"], repair=check["repair"])
+    return {"id": check["id"]}
+
+
+def index_checked(cl: Cluster, ctl: Controller, table: str, name: str, check_id: str, rep: dict) -> dict:
+    """The applier's report of check ``check_id``: kept as the definition's ``last_check``, the request
+    cleared (a report of a check no longer asked for is dropped)."""
+    with cl.map.lock:
+        base = _user_table(cl, table)
+        d = find(cl.map.pmap.indexes_of(base), name)
+        if d is None:
+            raise TableError("IndexNotFound", f"Table {base} has no index {name}.")
+        if (d.get("check") or {}).get("id") != check_id:
+            return {"stored": False}
+        d = {k: v for k, v in d.items() if k != "check"}
+        d["last_check"] = {**rep, "id": check_id}
+        cl.map.commit(cl.map.pmap.put_index(d))
+    cl.events.record("index_checked", table=base, index=d["name"], id=check_id,
+                     differences=rep.get("differences"), remaining=rep.get("remaining"))
+    return {"stored": True}
 
 
 def _load(cl: Cluster, ctl: Controller, server: str, rec: dict) -> bool:

@@ -34,6 +34,7 @@ from typing import Any, Protocol
 
 import msgpack
 
+from frontend.indexes import check
 from frontend.indexes.progress import PROGRESS_KEY, PROGRESS_PK, PROGRESS_RK, Progress
 from frontend.routing import MapCache
 from rangetable.edm import now_ticks, ticks_to_iso
@@ -52,6 +53,8 @@ SCAN_TOP = 1000  # base entities per page of the build
 BATCH_BYTES = 4 << 20  # entries of one index write at most (about)
 LIVE_PAUSE_S = 0.02  # between pages at the live edge
 RECONCILE_S = 1.0  # how often the appliers running are matched to the map's indexes
+GET_FANOUT = 64  # point reads of a check's second look in flight at once
+
 def record_entries(idx: IndexDef, record: list) -> list[tuple[bytes, dict | None]]:
     """The entry writes of one feed record ``[ts, key, kind, value, before]`` (values stored as
     ``msgpack([ts, props])``)."""
@@ -88,6 +91,11 @@ def scan_entries(idx: IndexDef, entities: list) -> dict[bytes, dict | None]:
     return out
 
 
+def _ts(prog: Progress) -> int:
+    """The Timestamp of the applier's feed cursor."""
+    return 0 if prog.cursor is None else int(prog.cursor[0])
+
+
 class Frontend(Protocol):
     """What an applier uses of its frontend (:class:`frontend.native.asyncio_driver.AioFrontend`)."""
 
@@ -113,6 +121,8 @@ class Applier:
         self.until = 0.0  # monotonic end of the claim's lease
         self.progress: Progress | None = None
         self.lag_s: float | None = None  # how far behind the feed's live edge the last page was
+        self.need: int | None = None  # the last feed page's highest frontier (the next page's hint)
+        self.checked: str | None = None  # the id of the last check run and reported
 
     def _req(self, op: str, **fields: Any) -> dict[str, Any]:
         return {"op": op, "internal": True, **fields}
@@ -210,12 +220,11 @@ class Applier:
             if prog.scan is None:
                 prog.phase = "feed"
             await self._save(prog)
-        need: int | None = None
+        self.need = None
         ready = self.idx.ready
         while True:
             try:
-                page = await self.fe.request(self._req("changes", table=self.idx.table, after=prog.cursor, top=PAGE_TOP,
-                                                       need=need))
+                edge = await self._follow(prog)
             except TableError as e:
                 if e.error_code != "FeedTrimmed":
                     raise
@@ -223,21 +232,110 @@ class Applier:
                           self.idx.name, self.idx.table)
                 await self._write({PROGRESS_KEY: None}, None)  # the next claim starts the build again
                 return
-            records = page["records"]
-            for entries, pos in batches(self.idx, records):
-                await self._write(entries, pos)
-            prog.cursor, need = page["cursor"], page.get("high")
-            prog.applied += len(records)
-            prog.resolved = page.get("resolved")
-            self.lag_s = 0.0 if prog.resolved is not None else max(0.0, (now_ticks() - prog.cursor[0]) / TICKS_PER_SECOND)
-            if records or time.time() - prog.saved > 5.0:
-                await self._save(prog)
-            if prog.resolved is not None:
+            if edge:
                 if not ready:
                     await self.fe.request(self._req("index_ready", table=self.idx.table, name=self.idx.name))
                     ready = True
+                await self._answer_check(prog)
                 await asyncio.sleep(LIVE_PAUSE_S)
             self._check_claim()
+
+    async def _follow(self, prog: Progress) -> bool:
+        """Apply one page of the feed; True when it reached the live edge (every change at or below the cursor's
+        Timestamp is applied)."""
+        page = await self.fe.request(self._req("changes", table=self.idx.table, after=prog.cursor, top=PAGE_TOP,
+                                               need=self.need))
+        records = page["records"]
+        for entries, pos in batches(self.idx, records):
+            await self._write(entries, pos)
+        prog.cursor, self.need = page["cursor"], page.get("high")
+        prog.applied += len(records)
+        prog.resolved = page.get("resolved")
+        self.lag_s = 0.0 if prog.resolved is not None else max(0.0, (now_ticks() - prog.cursor[0]) / TICKS_PER_SECOND)
+        if records or time.time() - prog.saved > 5.0:
+            await self._save(prog)
+        return prog.resolved is not None
+
+    async def _answer_check(self, prog: Progress) -> None:
+        """Run the check the map asks for, if any and not run yet, and report it (``index_checked``)."""
+        low = self.idx.name.lower()
+        d = next((d for d in self.fe.cache.indexes_of(self.idx.table) if d.name.lower() == low), None)
+        if d is None or d.check is None or d.check.get("id") == self.checked:
+            return
+        t0 = time.monotonic()
+        try:
+            rep = await self._check(prog, bool(d.check.get("repair")))
+        except (TableError, LostClaim) as e:  # reported, then raised: the loop takes it from there
+            await self._report(d.check["id"], {"error": str(e), "seconds": round(time.monotonic() - t0, 3)})
+            raise
+        rep["seconds"] = round(time.monotonic() - t0, 3)
+        await self._report(d.check["id"], rep)
+
+    async def _report(self, check_id: str, rep: dict[str, Any]) -> None:
+        await self.fe.request({"op": "index_checked", "table": self.idx.table, "name": self.idx.name,
+                               "id": check_id, "report": rep})
+        self.checked = check_id
+
+    async def _read_all(self, table: str) -> list[list]:
+        rows: list[list] = []
+        token = None
+        while True:
+            page = await self.fe.request(self._req("query", table=table, top=SCAN_TOP, next=token))
+            rows += page["entities"]
+            token = page.get("next")
+            if token is None:
+                return rows
+
+    async def _get(self, table: str, key: tuple[str, str]) -> list | None:
+        try:
+            return await self.fe.request(self._req("get", table=table, pk=key[0], rk=key[1]))
+        except TableError as e:
+            if e.error_code in ("ResourceNotFound", "EntityNotFound"):
+                return None
+            raise
+
+    async def _get_many(self, table: str, keys: list[tuple[str, str]]) -> list[list]:
+        found: list[list] = []
+        for i in range(0, len(keys), GET_FANOUT):
+            got = await asyncio.gather(*(self._get(table, k) for k in keys[i:i + GET_FANOUT]))
+            found += [g for g in got if g is not None]
+        return found
+
+    async def _relook(self, prog: Progress, diffs: list[check.Diff], lows: list[str]) -> list[check.Diff]:
+        """The differences of ``diffs`` still there at the cursor of now (point reads of their keys)."""
+        bases = sorted({d.base for d in diffs})
+        rows = await self._get_many(self.idx.table, bases)
+        keys = {d.key for d in diffs} | set(check.look(self.idx, rows, [], _ts(prog)).expected)
+        entries = await self._get_many(self.idx.entries_table, sorted(keys))
+        return check.persisting(diffs, check.differences(check.look(self.idx, rows, entries, _ts(prog)), lows)[1])
+
+    async def _check(self, prog: Progress, repair: bool) -> dict[str, Any]:
+        """Compare the index with its base table at this cursor (:mod:`frontend.indexes.check`); differences are
+        looked at again once the feed is applied past the first look, and with ``repair`` fixed under this
+        applier's claim and looked at once more."""
+        lows = list(self.fe.cache.by_table.get(self.idx.table.lower(), ([""], []))[0]) or [""]
+        cursor_ts = _ts(prog)
+        rows = await self._read_all(self.idx.table)
+        entries = await self._read_all(self.idx.entries_table)
+        first = check.look(self.idx, rows, entries, cursor_ts)
+        _, diffs = check.differences(first, lows)
+        rep: dict[str, Any] = {"cursor_ts": cursor_ts, "ranges": len(lows), "base_rows": first.base_rows,
+                               "entries": len(first.actual), "in_flight": len(first.in_flight)}
+        if diffs:  # a second look once every change made during the first is applied
+            now = (await self.fe.request(self._req("changes", table=self.idx.table, start="now")))["cursor"]
+            while not ((edge := await self._follow(prog)) and _ts(prog) >= now[0]):
+                self._check_claim()
+                if edge:
+                    await asyncio.sleep(LIVE_PAUSE_S)
+            diffs = await self._relook(prog, diffs, lows)
+        rep.update(check.report(diffs))
+        rep["repaired"], rep["remaining"] = 0, len(diffs)
+        if repair and diffs:
+            fixes = {entry_key(*k): v for k, v in check.fixes(diffs).items()}
+            await self._write(fixes, None)
+            rep["repaired"] = len(fixes)
+            rep["remaining"] = len(await self._relook(prog, diffs, lows))
+        return rep
 
 
 class Appliers:

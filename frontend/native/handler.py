@@ -37,7 +37,8 @@ RETRY_CODES = frozenset({"NotPrimary", "RangeBusy"})
 COORDINATOR_OPS = frozenset(
     {"create_table", "delete_table", "list_tables", "get_table", "set_table", "split", "move", "merge", "events", "servers",
      "status", "get_acl", "set_acl", "get_service_properties", "set_service_properties", "sync_time",
-     "create_index", "drop_index", "list_indexes", "index_ready", "index_claim"}
+     "create_index", "drop_index", "list_indexes", "index_ready", "index_claim", "index_check",
+     "index_checked"}
 )
 MAX_PAGE = 1000
 TABLE_WAIT_ATTEMPTS = 5  # how often a request for an unknown table waits for a fresher map
@@ -563,7 +564,8 @@ class Handler:
 
     def _relay(self, p: Pending, reply: dict, raw: bytes) -> None:
         op = p.req["op"]
-        if op in ("create_table", "delete_table", "create_index", "drop_index") and "error" not in reply:
+        if op in ("create_table", "delete_table", "create_index", "drop_index", "index_check",
+                  "index_checked") and "error" not in reply:
             self.fe.refresh_map(force=True)
         if op == "list_tables" and "error" not in reply:
             self.fe.reply_ok(p, self._page_tables(p.req, reply["ok"]["tables"]))

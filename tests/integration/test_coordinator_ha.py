@@ -106,6 +106,8 @@ def test_seeded_chaos_pauses_and_kills_leaders(cluster: Cluster) -> None:
     assert r["lost_writes"] == 0, f"seed {seed}: {r['lost_detail']}"
     assert r["duplicate_applications"] == 0, f"seed {seed}"
     assert r["linearizable"], f"seed {seed}: {r['linearizability_detail']}"
+    ix = r["index"]  # an index queried through while leaders die, checked at the end
+    assert ix["passed"] and (ix["ryw"], ix["wrong"], ix["check"]["differences"]) == (0, 0, 0), ix
 
 
 def test_takeover_bench_grants_a_lease_of_the_new_term() -> None:

@@ -43,4 +43,6 @@ def test_replicated_chaos(replicated: Cluster) -> None:
     assert (feed["lost"], feed["duplicated"], feed["watermark"]) == (0, 0, 0), f"seed {seed}\n{why}"
     assert feed["passed"] and feed["kills"] > 0, f"seed {seed}\n{why}"
     print(feed_summary(feed))
+    ix = r["index"]
+    assert ix["passed"] and (ix["ryw"], ix["wrong"], ix["check"]["differences"]) == (0, 0, 0), f"seed {seed}\n{why}"
     assert r["passed"]

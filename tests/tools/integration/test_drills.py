@@ -12,6 +12,7 @@ from cli.drills.chaos import run_chaos
 from cli.drills.failover import format_report, run_failover_drill
 from cli.main import main
 from cli.workload.verify.feed import feed_lines, feed_summary
+from cli.workload.verify.index import index_lines, index_summary
 from tests.cluster import WORKLOAD_RATE, Cluster, ClusterFactory
 
 
@@ -48,6 +49,10 @@ def test_seeded_chaos(cluster: Cluster) -> None:
     assert feed["passed"] and feed["readers"] == 2 and feed["records"] > 1000, "\n".join(feed_lines(feed, r["faults"]))
     assert (feed["lost"], feed["duplicated"], feed["watermark"]) == (0, 0, 0)
     print(feed_summary(feed))
+    ix = r["index"]  # queried through during the faults, checked at the end
+    assert ix["passed"] and ix["through"] > 0, "\n".join(index_lines(ix, r["faults"]))
+    assert (ix["ryw"], ix["wrong"], ix["check"]["differences"]) == (0, 0, 0)
+    print(index_summary(ix))
 
 
 @pytest.mark.parametrize(("sabotage", "seed"), [("rogue-write", 5), ("lost-write", 6)])
@@ -58,6 +63,7 @@ def test_a_sabotaged_chaos_run_fails_and_explains_itself(cluster: Cluster, sabot
     assert out.exit_code == 1, out.output
     text = out.output
     assert "→  FAIL" in text and "history kept in " in text
+    assert "index: 1 index, " in text and " 0 wrong rows; check: 0 differences" in text  # the index matches the table
     path = text.split("history kept in ", 1)[1].split()[0]
     if sabotage == "rogue-write":
         assert "linearizability: VIOLATION on key ('p00', 'sabotaged')" in text
@@ -72,5 +78,9 @@ def test_a_sabotaged_chaos_run_fails_and_explains_itself(cluster: Cluster, sabot
         assert "feed readers' journals kept in " in text
         rerun = CliRunner().invoke(main, ["verify", "history", path])
         assert rerun.exit_code == 1 and "VIOLATION on key ('p00', 'sabotaged')" in rerun.output
+        assert "0 read-your-writes violations" in text
     else:
         assert "lost acknowledged writes: 1" in text
+        if "index FAIL: READ-YOUR-WRITES" in text:  # a query through the index after the delete missed the row
+            ryw = text.split("index FAIL: READ-YOUR-WRITES key ['p00', ", 1)[1].split("index FAIL", 1)[0]
+            assert "returned no row" in ryw and "outside the history" in ryw
