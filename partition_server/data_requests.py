@@ -186,7 +186,8 @@ def changes(served: Served, req: ChangesRequest, budget_s: float) -> ScanPage:
     limit = int(req.get("limit", 1000))
     page = served.store.read_changes(None if req.get("after") is None else feed_cursor.from_wire(req["after"]), lo, hi, limit,
                                      bool(req.get("close")), need, upto)
-    answer = {"records": page.records, "frontier": page.frontier, "more": page.more, "floor": page.floor}
+    answer = {"records": page.records, "frontier": page.frontier, "more": page.more, "floor": page.floor,
+              "last": served.store.last_ts}
     return ScanPage(Packed(protocol.pack(answer)), len(page.records), None, counts=bool(page.records))
 
 

@@ -306,6 +306,7 @@ class ChangesAnswer(TypedDict):
     frontier: int
     more: bool
     floor: int
+    last: int  # the range's last Timestamp (an index query's freshness check bounds its later rounds by it)
 
 
 # --- coordinator → partition server (control) --------------------------------------------------

@@ -79,6 +79,8 @@ class IndexQuery:
     fresh_ms: float = 0.0  # how long the page waited for the index
     applied_through: int | None = None  # the Timestamp of the index's cursor
     walk: ChangesWalk | None = None
+    need: int | None = None  # the highest last Timestamp the base ranges had when first asked
+    first_last: int = 0
     keys: list[bytes] = field(default_factory=list)  # base keys of this page's entries, in entry order
     rows: dict[bytes, Any] = field(default_factory=dict)  # base key -> row (matching the filter)
     pending: set[bytes] = field(default_factory=set)  # base keys not yet answered for
@@ -126,15 +128,25 @@ class IndexQuery:
         self.phase = "check"
 
     def check_parts(self, cache: MapCache) -> list[tuple[Route, int, dict[str, Any]]]:
-        """The freshness checks to send: one record after the index's cursor, of each base range not answered."""
+        """The freshness checks to send: one record after the index's cursor (up to :attr:`need`), of each base
+        range not answered."""
         assert self.walk is not None
         out = []
         for route, lo, hi in self.walk.segments(cache, self.table):
             part, body = self.walk.ask(route, lo, hi)
             body["close"] = False  # only whether a committed record lies beyond: nothing to close
-            body["upto"] = None
+            body["upto"] = self.need  # the first time none: each range says how far it is (``last``)
             out.append((route, part, body))
         return out
+
+    def take_check(self, part: int, answer: dict) -> None:
+        """A base range's answer to the freshness check; the first round also notes how far each range was
+        (its last Timestamp): later rounds look no further, so writes after the query began never hold it."""
+        assert self.walk is not None
+        self.walk.advance(part, answer)
+        last = answer.get("last")
+        if self.need is None and type(last) is int:
+            self.first_last = max(self.first_last, last)
 
     def checked(self) -> bool | None:
         """Once every base range answered: True when none holds a record beyond the index's cursor (go on),
@@ -149,6 +161,8 @@ class IndexQuery:
         if time.monotonic() - self.born > FRESH_WAIT_S:
             self.fallback = f"the index stayed behind the base table for {FRESH_WAIT_S:g} s"
             return True
+        if self.need is None:
+            self.need = self.first_last
         self.walk = None
         self.phase = "progress"
         return False

@@ -396,8 +396,7 @@ class Handler:
         if kind == "progress":
             q.take_progress(None if err is not None else reply["ok"][3])
         elif kind == "check":
-            assert q.walk is not None
-            q.walk.advance(step[2], reply["ok"])
+            q.take_check(step[2], reply["ok"])
             fresh = q.checked()
             if fresh is None:
                 if q.walk is not None and not q.walk.asked:
