@@ -67,8 +67,8 @@ from cli.bench.http import cpu_seconds, server_pids, stop_temp_cluster, wait_qui
 from cli.bench.replicas import SERVERS, LoadSampler, split_keys, start_cluster
 from cli.bench.scale import parallel_load
 from cli.cluster_file import read_cluster
-from cli.coordinator_client import call
-from cli.workload.layout import spread_table, table_ranges
+from cli.coordinator_client import call, range_loads
+from cli.workload.layout import spread_table
 from rangetable import TableClient
 from rangetable.edm import BOOLEAN, DATETIME, DOUBLE, INT32, INT64, STRING, UNIX_EPOCH_TICKS
 from rangetable.index_def import index_table
@@ -182,7 +182,8 @@ def lag_figures(lags: list[float], fresh_waits: list[float], ryw: list[float], u
             "fresh_wait_p50_ms": round(percentile_ms([w / 1000 for w in fresh_waits], 0.5), 2),
             "fresh_wait_p99_ms": round(percentile_ms([w / 1000 for w in fresh_waits], 0.99), 2),
             "ryw_p50_ms": percentile_ms(ryw, 0.5), "ryw_p99_ms": percentile_ms(ryw, 0.99),
-            "ryw_queries": len(ryw), "ryw_fallbacks": fallbacks, "unseen": unseen, "ryw_missed": missed}
+            "ryw_queries": len(ryw), "ryw_through": len(fresh_waits), "ryw_fallbacks": fallbacks,
+            "unseen": unseen, "ryw_missed": missed}
 
 
 def ratio(a: float, b: float) -> float:
@@ -305,9 +306,16 @@ def idle_cpu(doc: dict, seconds: float = IDLE_S) -> tuple[float, float]:
     return (cpu_seconds(ps) - c0) / secs, (cpu_seconds(fe) - f0) / secs
 
 
+def table_entities(status: dict, table: str) -> dict[str, int]:
+    """Entities of each range of ``table`` as its primary last reported them in a coordinator ``status``
+    (approximate while they change)."""
+    loads = range_loads(status)
+    return {r["id"]: int(loads.get(r["id"], {}).get("entities") or 0) for r in status["ranges"] if r["table"] == table}
+
+
 def index_entries(coord: str, table: str, name: str) -> int:
-    """Entries in an index's table as the coordinator's status last heard (approximate while it grows)."""
-    return sum(int(r.get("entities") or 0) for r in table_ranges(coord, index_table(table, name)))
+    """Entries in an index's table as the coordinator's status last heard."""
+    return sum(table_entities(call(coord, {"op": "status"}, timeout=5), index_table(table, name)).values())
 
 
 def index_state(client: TableClient, name: str) -> str:
@@ -514,7 +522,8 @@ class Writers:
         self.tally, self.stop = Tally(), threading.Event()
         self.clients = [TableClient(native, table) for _ in range(threads)]
         self.op = op
-        self.workers = [threading.Thread(target=self._run, args=(c, i), daemon=True) for i, c in enumerate(self.clients)]
+        self.workers = [threading.Thread(target=self._run, args=(c, i), daemon=True)
+                        for i, c in enumerate(self.clients)]
         for w in self.workers:
             w.start()
 
@@ -622,8 +631,9 @@ def run_write_setting(props: tuple[str, ...], *, seconds: float, interval: float
             echo(f"{label}: lag to a stale-ok query through the index over {lag['probes']} probes: p50 "
                  f"{lag['lag_p50_ms']:.1f} ms, p99 {lag['lag_p99_ms']:.1f} ms, max {lag['lag_max_ms']:.1f} ms; "
                  f"read-your-writes query: wait p50 {lag['fresh_wait_p50_ms']:.1f} ms, p99 "
-                 f"{lag['fresh_wait_p99_ms']:.1f} ms, latency p50 {lag['ryw_p50_ms']:.1f} ms, p99 "
-                 f"{lag['ryw_p99_ms']:.1f} ms, {lag['ryw_fallbacks']} of {lag['ryw_queries']} fell back to a base scan; "
+                 f"{lag['fresh_wait_p99_ms']:.1f} ms (of {lag['ryw_through']} through the index), latency p50 "
+                 f"{lag['ryw_p50_ms']:.1f} ms, p99 {lag['ryw_p99_ms']:.1f} ms, {lag['ryw_fallbacks']} of "
+                 f"{lag['ryw_queries']} fell back to a base scan; "
                  f"{lag['unseen']} unseen, {lag['ryw_missed']} read-your-writes misses")
         return {"indexes": list(props), "ranges": len(ranges), "primaries": primaries, **res}
     finally:
@@ -636,8 +646,10 @@ def run_write_setting(props: tuple[str, ...], *, seconds: float, interval: float
 class Faults:
     """Part 4's split and kill, driven by the build's progress (:meth:`tick`, as :func:`build_index` polls)."""
 
-    def __init__(self, doc: dict, temp: str, table: str, index: str, rows: int, echo: Echo) -> None:
+    def __init__(self, doc: dict, temp: str, table: str, index: str, rows: int, echo: Echo,
+                 expect_s: float | None = None) -> None:
         self.doc, self.temp, self.table, self.index, self.rows, self.echo = doc, temp, table, index, rows, echo
+        self.expect_s = expect_s  # the build's expected time (the first index's, without writes), if known
         self.coord = doc["coordinator"]
         self.split: dict[str, Any] | None = None
         self.kill: dict[str, Any] | None = None
@@ -646,12 +658,12 @@ class Faults:
         self.ready_at: float | None = None
 
     def _split(self, t: float, ready: bool) -> None:
-        ranges = table_ranges(self.coord, self.table)
-        big = max(ranges, key=lambda r: int(r.get("entities") or 0))
-        res = call(self.coord, {"op": "split", "range": big["id"], "key": None}, timeout=60)
-        self.split = {"at_s": round(t, 2), "during_build": not ready, "range": big["id"], "key": res.get("key"),
+        sizes = table_entities(call(self.coord, {"op": "status"}, timeout=5), self.table)
+        big = max(sorted(sizes), key=lambda rid: sizes[rid])
+        res = call(self.coord, {"op": "split", "range": big, "key": None}, timeout=60)
+        self.split = {"at_s": round(t, 2), "during_build": not ready, "range": big, "key": res.get("key"),
                       "into": [res.get("left"), res.get("right")], "offline_ms": res.get("offline_ms")}
-        self.echo(f"online build: split {big['id']} of {self.table} at {res.get('key')!r} at {t:.1f} s "
+        self.echo(f"online build: split {big} of {self.table} at {res.get('key')!r} at {t:.1f} s "
                   f"({'during' if not ready else 'after'} the build), offline {res.get('offline_ms')} ms")
 
     def _kill(self, t: float, ready: bool) -> None:
@@ -685,13 +697,17 @@ class Faults:
                   f"{self.kill['served_again_s']:.1f} s after the kill")
         return True
 
+    def _due(self, share: float, t: float, entries: int) -> bool:
+        """The build is ``share`` through: by its entries, or by the time it is expected to take."""
+        return entries >= share * self.rows or (self.expect_s is not None and t >= share * self.expect_s)
+
     def tick(self, t: float, entries: int, ready: bool) -> bool:
         """One poll of the build: do what is due; True once the build is ready and both faults are over."""
         if ready and self.ready_at is None:
             self.ready_at = t
-        if self.split is None and (entries >= SPLIT_AT * self.rows or ready):
+        if self.split is None and (self._due(SPLIT_AT, t, entries) or ready):
             self._split(t, ready)
-        elif self.split is not None and self.kill is None and (entries >= KILL_AT * self.rows or ready):
+        elif self.split is not None and self.kill is None and (self._due(KILL_AT, t, entries) or ready):
             self._kill(t, ready)
         elif self.kill is not None and self.kill["served_again_s"] is None:
             try:
@@ -748,8 +764,8 @@ def verify_index(doc: dict, table: str, index: str, prop: str, rows: int, count:
 
 
 def online_build(doc: dict, temp: str, table: str, rows: int, threads: int, interval: float, verify: int,
-                 echo: Echo) -> dict[str, Any]:
-    """Part 4 on the loaded table."""
+                 echo: Echo, expect_s: float | None = None) -> dict[str, Any]:
+    """Part 4 on the loaded table (``expect_s``: how long the first build took)."""
     n = values(rows)
 
     def merge_tag(c: TableClient, rng: random.Random) -> None:
@@ -757,7 +773,7 @@ def online_build(doc: dict, temp: str, table: str, rows: int, threads: int, inte
         c.upsert_entity({"PartitionKey": pk_of(i), "RowKey": f"r{i % MATCH:04d}", "Tag": f"t{rng.randrange(n):07d}"},
                         mode="merge")
 
-    faults = Faults(doc, temp, table, "ByTag", rows, echo)
+    faults = Faults(doc, temp, table, "ByTag", rows, echo, expect_s)
     writers = Writers(doc["native"], table, threads, merge_tag)
     write_rows: list[dict[str, Any]] = []
     t0 = last = time.monotonic()
@@ -801,7 +817,8 @@ def run_loaded(*, rows: int, query_seconds: float, interval: float, threads: int
         ranges = spread_table(coord, native, table, load_split_keys(rows))
         echo(f"loaded table {table}: {len(ranges)} ranges on {', '.join(sorted({r['primary'] for r in ranges}))}, "
              f"{REPLICAS} replicas; bulk-loading {rows:,} entities ({loaders} loaders)")
-        secs = parallel_load(native, table, 0, rows, loaders, window=32, make=functools.partial(loaded_entity, rows=rows))
+        secs = parallel_load(native, table, 0, rows, loaders, window=32,
+                             make=functools.partial(loaded_entity, rows=rows))
         out: dict[str, Any] = {"table": table, "load": {"rows": rows, "seconds": round(secs, 2),
                                                         "rows_s": round(rows / secs, 1)}}
         echo(f"loaded {rows:,} entities in {secs:.1f} s = {rows / secs:,.0f}/s")
@@ -810,7 +827,8 @@ def run_loaded(*, rows: int, query_seconds: float, interval: float, threads: int
         if "queries" in parts:
             out["queries"] = run_query_phases(doc, table, rows, query_seconds, interval, echo)
         if "online" in parts:
-            out["online"] = online_build(doc, temp, table, rows, threads, interval, verify, echo)
+            out["online"] = online_build(doc, temp, table, rows, threads, interval, verify, echo,
+                                         out["build"]["seconds"])
         return out
     finally:
         stop_temp_cluster(temp)
@@ -864,14 +882,18 @@ def format_table(res: dict[str, Any]) -> str:
             k = str(len(s["indexes"]))
             label = f"{k} index{'es' if k != '1' else ''} ({','.join(s['indexes']) or '-'})"
             lines.append(f"  {label:26}{w['ops_per_s']:>9,.0f}{shares.get(k, {}).get('ops_share', 0):>7.2f}"
-                         f"{w['p50_ms']:>9.2f}{w['p99_ms']:>9.2f}{w['server_cpu_us']:>9,.0f}{w['frontend_cpu_us']:>9,.0f}")
+                         f"{w['p50_ms']:>9.2f}{w['p99_ms']:>9.2f}{w['server_cpu_us']:>9,.0f}"
+                         f"{w['frontend_cpu_us']:>9,.0f}")
         for s in settings:
             if "lag" in s:
                 lag = s["lag"]
                 lines.append(f"  index lag (1 index, {lag['probes']} probes): p50 {lag['lag_p50_ms']:.1f} ms, p99 "
                              f"{lag['lag_p99_ms']:.1f} ms, max {lag['lag_max_ms']:.1f} ms; unseen {lag['unseen']}")
-                lines.append(f"  read-your-writes query ({lag['ryw_queries']}): wait p50 {lag['fresh_wait_p50_ms']:.1f} "
-                             f"ms, p99 {lag['fresh_wait_p99_ms']:.1f} ms; latency p50 {lag['ryw_p50_ms']:.1f} ms, p99 "
+                wait = (f"wait p50 {lag['fresh_wait_p50_ms']:.1f} ms, p99 {lag['fresh_wait_p99_ms']:.1f} ms (of "
+                        f"{lag['ryw_through']} through the index)" if lag["ryw_through"]
+                        else "no answer through the index")
+                lines.append(f"  read-your-writes query ({lag['ryw_queries']}): {wait}; latency p50 "
+                             f"{lag['ryw_p50_ms']:.1f} ms, p99 "
                              f"{lag['ryw_p99_ms']:.1f} ms; {lag['ryw_fallbacks']} fell back to a base scan, "
                              f"{lag['ryw_missed']} without the row")
         lines.append("  per interval:")
