@@ -3,8 +3,9 @@
 frontend processes), ``control-plane``, ``takeover``, ``ttl`` and ``capacity`` (table TTL and reserved
 throughput), ``aio`` (the asyncio native client against the blocking one), ``stock`` (conditional
 counters against ETag retries), ``point-or`` (an `or` of 200 point keys against table size),
-``replicas`` (the cost of replication: replicas 1 against 3) and ``feed`` (the cost of the change feed: off
-against on, a following reader's lag, catch-up and disk).
+``replicas`` (the cost of replication: replicas 1 against 3), ``feed`` (the cost of the change feed: off
+against on, a following reader's lag, catch-up and disk) and ``index`` (what secondary indexes cost: queries
+through one at size, writes with 0, 1 and 3, the lag, an online build through a split and a failover).
 
 Plain click commands; :mod:`cli.main` adds them to the ``bench`` group.
 """
@@ -470,4 +471,40 @@ def bench_feed(seconds: float, interval: float, threads: int, rows: int, catchup
                                "and --poll-interval >= 0.")
     res = run_feed_bench(seconds=seconds, interval=interval, threads=threads, rows=rows, catchup=catchup,
                          loaders=loaders, poll=poll, echo=progress(as_json))
+    click.echo(json.dumps(res, indent=2) if as_json else "\n" + format_table(res))
+
+
+@click.command("index")
+@click.option("--rows", default=1_000_000, show_default=True,
+              help="Entities bulk-loaded for the queries and the online build (100 per PartitionKey and per value of "
+                   "the indexed property).")
+@click.option("--seconds", default=120.0, show_default=True,
+              help="Seconds of point writes per setting (0, 1 and 3 indexes).")
+@click.option("--query-seconds", default=60.0, show_default=True,
+              help="Seconds of each query kind at size (index, base scan, PartitionKey, Azure SDK).")
+@click.option("--interval", default=10.0, show_default=True, help="Seconds per printed row.")
+@click.option("--threads", default=8, show_default=True, help="Client threads writing (a native client each).")
+@click.option("--write-rows", default=100_000, show_default=True, help="Rows the point writes upsert, at random.")
+@click.option("--loaders", default=2, show_default=True, help="Bulk-load client processes.")
+@click.option("--verify", default=300, show_default=True,
+              help="Random equality queries checking the index built online against the base table.")
+@click.option("--part", "parts", type=click.Choice(["queries", "writes", "online"]), multiple=True,
+              help="Run only these parts (repeatable; default: all).")
+@json_option
+def bench_index(rows: int, seconds: float, query_seconds: float, interval: float, threads: int, write_rows: int,
+                loaders: int, verify: int, parts: tuple[str, ...], as_json: bool) -> None:
+    """What secondary indexes cost on a cluster as `rangetable up` starts it (3 servers, 3 replicas): the build
+    over --rows; an equality query through the index against the same filter scanning the base table, a
+    PartitionKey query and the Azure SDK (queries/s, p50/p99, CPU per query); point writes with 0, 1 and 3
+    indexes (ops/s, p50/p99, CPU per write) and the index's lag; an online build under writes through a split
+    and a kill -9, verified against the base table. Starts its own clusters."""
+    from cli.bench.index import PARTS, format_table, run_index_bench
+
+    if (seconds < interval or query_seconds <= 0 or interval <= 0 or threads < 1 or rows < 100 or write_rows < 1
+            or loaders < 1 or verify < 1):
+        raise click.UsageError("need --seconds >= --interval > 0, --query-seconds > 0, --rows >= 100 and "
+                               "--threads/--write-rows/--loaders/--verify >= 1.")
+    res = run_index_bench(rows=rows, seconds=seconds, query_seconds=query_seconds, interval=interval, threads=threads,
+                          write_rows=write_rows, loaders=loaders, verify=verify, parts=parts or PARTS,
+                          echo=progress(as_json))
     click.echo(json.dumps(res, indent=2) if as_json else "\n" + format_table(res))

@@ -53,30 +53,32 @@ def _init_loader(counter: Any) -> None:
     _done = counter
 
 
-def _load_chunk(args: tuple[str, str, int, int, int]) -> int:
-    """Bulk-load entities ``[lo, hi)`` in a loader process; returns how many."""
+def _load_chunk(args: tuple[str, str, int, int, int, Callable[[int], tuple[str, str, dict[str, list]]]]) -> int:
+    """Bulk-load entities ``[lo, hi)`` (``make(i)`` each) in a loader process; returns how many."""
     from rangetable.client.bulk import bulk_upsert
 
-    native, table, lo, hi, window = args
+    native, table, lo, hi, window, make = args
 
     def count(n: int) -> None:
         with _done.get_lock():
             _done.value += n
 
-    return bulk_upsert(native, table, (typed_entity(i) for i in range(lo, hi)), typed=True, window=window,
+    return bulk_upsert(native, table, (make(i) for i in range(lo, hi)), typed=True, window=window,
                        progress=count).entities
 
 
 def parallel_load(native: str, table: str, lo: int, hi: int, loaders: int, window: int,
-                  progress: Callable[[int], None] | None = None) -> float:
-    """Load ``[lo, hi)`` from ``loaders`` processes, each a contiguous run of whole partitions;
-    returns the seconds it took."""
+                  progress: Callable[[int], None] | None = None,
+                  make: Callable[[int], tuple[str, str, dict[str, list]]] = typed_entity) -> float:
+    """Load ``[lo, hi)`` from ``loaders`` processes, each a contiguous run of whole partitions of
+    :data:`ROWS_PER_PARTITION`; entity ``i`` is ``make(i)`` (a module-level function or a partial of one,
+    :func:`typed_entity` by default); returns the seconds it took."""
     import multiprocessing
 
     from cli.bench.pools import fork_pool
 
     per = -(-(hi - lo) // loaders // ROWS_PER_PARTITION) * ROWS_PER_PARTITION
-    chunks = [(native, table, a, min(hi, a + per), window) for a in range(lo, hi, per)]
+    chunks = [(native, table, a, min(hi, a + per), window, make) for a in range(lo, hi, per)]
     counter = multiprocessing.get_context("fork").Value("q", 0)
     t0 = time.perf_counter()
     with fork_pool(len(chunks), _init_loader, (counter,)) as pool:
