@@ -86,6 +86,12 @@ class IndexQuery:
     pending: set[bytes] = field(default_factory=set)  # base keys not yet answered for
     asked: dict[int, list[bytes]] = field(default_factory=dict)
     fallback: str | None = None  # why the page scans the base table instead
+    fresh: bool = False  # the check passed (or was not asked for)
+    optimistic: bool = False  # checking a cursor read by an earlier query while the entries are read
+    entries_ready: bool = False  # the page's entries are read
+    entries_flying: bool = False  # a segment of entries is asked
+    progress_flying: bool = False  # the progress row is asked
+    start_pos: bytes = b""
     _ids: int = 0
 
     @classmethod
@@ -97,7 +103,20 @@ class IndexQuery:
         cur = QueryCursor(Plan("partition_range", plan.scans), top)
         if req.get("next") is not None:
             cur.pos = token_position(req["next"], plan.index.name)
-        return cls(plan, table, req.get("filter"), req.get("select"), top, stale, cur)
+        return cls(plan, table, req.get("filter"), req.get("select"), top, stale, cur, start_pos=cur.pos)
+
+    def try_known(self, cursor: list | None) -> None:
+        """Check the index against ``cursor``, what an earlier query read of its progress (the index had applied
+        through it then, so it still has), while the entries are read at once: when the check passes, the
+        progress row was not needed and the entries read meanwhile stand (they were read after the index held
+        every write the check covers). When it fails, they are dropped and the page takes the plain path."""
+        if cursor is None or self.staleness_s is not None:
+            return
+        pos = feed_cursor.from_wire(cursor)
+        self.applied_through = pos[0]
+        self.walk = ChangesWalk(pos, 1)
+        self.phase = "check"
+        self.optimistic = True
 
     @property
     def entries_table(self) -> str:
@@ -110,22 +129,25 @@ class IndexQuery:
         """(table, PartitionKey, RowKey) of the progress row to read."""
         return self.entries_table, PROGRESS_PK, PROGRESS_RK
 
-    def take_progress(self, props: dict | None) -> None:
-        """The progress row (None: the index has none: scan the base table instead)."""
+    def take_progress(self, props: dict | None) -> list | None:
+        """The progress row (None: the index has none: scan the base table instead); returns the cursor the
+        index is applied through (None when it has none), for later queries to try first."""
         if props is None:
-            self.fallback = "the index has no progress row"
-            return
+            self._give_up("the index has no progress row")
+            return None
         prog = Progress.from_props(props)
         if prog.phase != "feed" or prog.cursor is None:
-            self.fallback = "the index is being built"
-            return
+            self._give_up("the index is being built")
+            return None
         pos = feed_cursor.from_wire(prog.cursor)
         self.applied_through = pos[0]
         if self.staleness_s is not None and prog.resolved is not None and time.time() - prog.saved <= self.staleness_s:
+            self.fresh = True
             self.phase = "entries"
-            return
+            return prog.cursor
         self.walk = ChangesWalk(pos, 1)
         self.phase = "check"
+        return prog.cursor
 
     def check_parts(self, cache: MapCache) -> list[tuple[Route, int, dict[str, Any]]]:
         """The freshness checks to send: one record after the index's cursor (up to :attr:`need`), of each base
@@ -156,29 +178,64 @@ class IndexQuery:
             return None
         if not walk.records:
             self.fresh_ms = (time.monotonic() - self.born) * 1000
-            self.phase = "entries"
+            self.fresh = True
+            self.phase = "rows" if self.entries_ready else "entries"
+            self._entries_read()
             return True
         if time.monotonic() - self.born > FRESH_WAIT_S:
-            self.fallback = f"the index stayed behind the base table for {FRESH_WAIT_S:g} s"
+            self._give_up(f"the index stayed behind the base table for {FRESH_WAIT_S:g} s")
             return True
         if self.need is None:
             self.need = self.first_last
+        if self.optimistic:  # the entries read meanwhile may miss a write the check found: read them again
+            self.optimistic = self.entries_ready = False
+            self.cursor = QueryCursor(self.cursor.plan, self.top, self.start_pos)
         self.walk = None
         self.phase = "progress"
         return False
 
+    def _give_up(self, why: str) -> None:
+        """The index cannot be shown fresh: a first page scans the base table instead (the Handler switches); a
+        continued page goes on through the index as it is, and says why (``fallback``)."""
+        self.fallback = why
+        self.fresh = True
+        self.phase = "rows" if self.entries_ready else "entries"
+        self._entries_read()
+
+    @property
+    def first_page(self) -> bool:
+        """True for a query's first page (no continuation token)."""
+        return self.start_pos == b""
+
     # --- 2. entries -----------------------------------------------------------------------------
 
-    def take_entries(self, entities: list, resume: bytes | None, seg_hi: bytes | None, page_over: bool) -> None:
-        """A segment of entries: their base keys join the page; on to the rows once the page is full."""
+    def wants_entries(self) -> bool:
+        """True when a segment of entries is to be asked now: after the check, or beside an optimistic one."""
+        return (self.phase == "entries" or self.phase == "check" and self.optimistic) and not (
+            self.entries_ready or self.entries_flying)
+
+    def take_entries(self, cursor: QueryCursor, entities: list, resume: bytes | None, seg_hi: bytes | None,
+                     page_over: bool) -> None:
+        """A segment of entries (asked with ``cursor``: one dropped meanwhile is ignored): their base keys join
+        the page; on to the rows once the page is full and the index known fresh."""
+        self.entries_flying = False
+        if cursor is not self.cursor:
+            return
         cur = self.cursor
         cur.advance(entities, resume, seg_hi)
         if cur.remaining <= 0 or cur.done or page_over:
-            for e in cur.results:
-                pk, rk = base_key(e[1])
-                self.keys.append(encode_key(pk, rk))
-            self.pending = set(self.keys)
-            self.phase = "rows" if self.keys else "done"
+            self.entries_ready = True
+            if self.fresh:
+                self._entries_read()
+
+    def _entries_read(self) -> None:
+        if not self.entries_ready:
+            return
+        for e in self.cursor.results:
+            pk, rk = base_key(e[1])
+            self.keys.append(encode_key(pk, rk))
+        self.pending = set(self.keys)
+        self.phase = "rows" if self.keys else "done"
 
     # --- 3. rows --------------------------------------------------------------------------------
 

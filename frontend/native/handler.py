@@ -123,6 +123,7 @@ class Handler:
         self.fe = fe
         self._rid_prefix = uuid.uuid4().hex[:16] + "-"  # unique per process, so ids never repeat
         self._rids = itertools.count(1)
+        self._applied: dict[tuple[str, str], list] = {}  # (table, index) lower -> the last progress cursor read
 
     def run(self, p: Pending) -> None:
         """Start or continue a request."""
@@ -252,7 +253,8 @@ class Handler:
             p.extra["page_end"] = time.monotonic() + self.fe.cfg.page_budget_ms / 1000.0
             through = self._index_plan(table, node, base, req)
             if through is not None:
-                p.state = IndexQuery.start(through, table, req, top)
+                q = p.state = IndexQuery.start(through, table, req, top)
+                q.try_known(self._applied.get((table.lower(), through.index.name.lower())))
                 self._index_query(p)
                 return
             cur = QueryCursor(base, top)
@@ -324,21 +326,25 @@ class Handler:
         """The next step of a query through an index (:mod:`frontend.indexes.query`)."""
         q: IndexQuery = p.state
         cache = self.fe.cache
-        if q.fallback is not None and q.cursor.pos == b"" and q.phase != "done":
+        if q.fallback is not None and q.first_page:
             p.extra["plan"] = {"index": q.plan.index.name, "fallback": q.fallback}  # a first page: scan the base table
             p.extra["page_end"] = time.monotonic() + self.fe.cfg.page_budget_ms / 1000.0  # with a page's full time
             p.state = QueryCursor(plan(parse_cached(q.filter or None)), q.top)
             self._query(p)
             return
         if q.phase == "progress":
+            if q.progress_flying:
+                return
             table, pk, rk = q.progress_request()
             route = cache.route(table, pk)
             if route.endpoint is None:
                 self.fe.retry_later(p, f"range {route.range['id']} has no serving primary")
                 return
+            q.progress_flying = True
             self.fe.send_ps(p, route.endpoint, {"op": "get", "pk": pk, "rk": rk, "range": route.range["id"],
                                                 "epoch": route.range["epoch"]}, ("ixq", "progress"))
-        elif q.phase == "check":
+            return
+        if q.phase == "check":
             assert q.walk is not None
             for route, _, _ in q.walk.segments(cache, q.table):
                 if route.endpoint is None:
@@ -346,10 +352,10 @@ class Handler:
                     return
             for route, part, body in q.check_parts(cache):
                 self.fe.send_ps(p, route.endpoint, body, ("ixq", "check", part))  # type: ignore[arg-type]
-        elif q.phase == "entries":
+        if q.wants_entries():  # after the check, or beside an optimistic one
             seg = q.cursor.next_segment(cache, q.entries_table)
             if seg is None:
-                q.take_entries([], None, None, True)
+                q.take_entries(q.cursor, [], None, None, True)
                 self._index_query(p)
                 return
             route, spans = seg
@@ -361,7 +367,8 @@ class Handler:
                     "limit": q.cursor.remaining, "budget_ms": self._page_left_ms(p)}
             if more:
                 body["spans"] = more
-            self.fe.send_ps(p, route.endpoint, body, ("ixq", "entries", spans[-1][1]))
+            q.entries_flying = True
+            self.fe.send_ps(p, route.endpoint, body, ("ixq", "entries", spans[-1][1], q.cursor))
         elif q.phase == "rows":
             parts = q.row_parts(cache, self._page_left_ms(p) + 1000)
             for route, _, _ in parts:
@@ -372,7 +379,7 @@ class Handler:
                     return
             for route, part, body in parts:
                 self.fe.send_ps(p, route.endpoint, body, ("ixq", "rows", part))  # type: ignore[arg-type]
-        else:
+        elif q.phase == "done":
             self.fe.reply_ok(p, q.page())
 
     @staticmethod
@@ -383,6 +390,10 @@ class Handler:
         """An answer to a step of a query through an index."""
         q: IndexQuery = p.state
         kind = step[1]
+        if kind == "progress":
+            q.progress_flying = False
+        elif kind == "entries":
+            q.entries_flying = False
         if err is not None and not (kind == "progress" and err.get("code") == "ResourceNotFound"):
             if err.get("code") not in RETRY_CODES:
                 self.fe.reply(p, raw)
@@ -394,20 +405,22 @@ class Handler:
             self.fe.retry_later(p, err.get("message", err["code"]))
             return
         if kind == "progress":
-            q.take_progress(None if err is not None else reply["ok"][3])
+            known = q.take_progress(None if err is not None else reply["ok"][3])
+            if known is not None:
+                self._applied[(q.table.lower(), q.plan.index.name.lower())] = known
         elif kind == "check":
             q.take_check(step[2], reply["ok"])
             fresh = q.checked()
             if fresh is None:
                 if q.walk is not None and not q.walk.asked:
-                    self.run(p)
+                    self.run(p)  # the parts left are gaps: ask them
                 return
             if not fresh:
                 self.fe.retry_later(p, f"index {q.plan.index.name} is behind its table")
                 return
         elif kind == "entries":
             res = reply["ok"]
-            q.take_entries(res["entities"], res["next"], step[2], time.monotonic() >= p.extra["page_end"])
+            q.take_entries(step[3], res["entities"], res["next"], step[2], time.monotonic() >= p.extra["page_end"])
         else:
             res = reply["ok"]
             q.take_rows(step[2], res["entities"], res["next"])
@@ -487,6 +500,10 @@ class Handler:
                 p.state.walk.failed(step[2])
             elif step[1] == "rows":
                 p.state.failed(step[2])
+            elif step[1] == "entries":
+                p.state.entries_flying = False
+            elif step[1] == "progress":
+                p.state.progress_flying = False
 
     def _finish_query(self, p: Pending, cur: QueryCursor) -> None:
         out = {"entities": cur.results, "next": cur.token()}

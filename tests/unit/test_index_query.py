@@ -1,0 +1,99 @@
+"""One page of a query through an index (frontend.indexes.query), without processes: the read-your-writes check
+against the progress cursor (bounded after its first round by the ranges' last Timestamps), the optimistic path
+(a cursor an earlier query read, checked while the entries are read: kept when the check passes, dropped when it
+fails), and what a page does when the index cannot be shown fresh."""
+
+from __future__ import annotations
+
+from frontend.indexes.progress import Progress
+from frontend.indexes.query import IndexQuery, is_index_token, token, token_position
+from frontend.routing import MapCache
+from rangetable.filter import parse_cached
+from rangetable.index_def import IndexDef
+from rangetable.index_keys import entry_key, entry_pk, entry_rk
+from rangetable.index_plan import choose
+from rangetable.keys import encode_key
+
+IDX = IndexDef("t", "ByQ", ("q",), (), "ready")
+
+
+def _cache() -> MapCache:
+    cache = MapCache()
+    cache.apply({"version": 1, "tables": ["t", "t$ByQ"], "servers": {"s": "tcp://x"}, "ranges": [
+        {"id": "b1", "table": "t", "low": "", "high": "m", "epoch": 1, "primary": "s"},
+        {"id": "b2", "table": "t", "low": "m", "high": None, "epoch": 1, "primary": "s"},
+        {"id": "i1", "table": "t$ByQ", "low": "", "high": None, "epoch": 1, "primary": "s"}]})
+    return cache
+
+
+def _query(**req: object) -> IndexQuery:
+    through = choose(parse_cached("q eq 3"), [IDX])
+    assert through is not None
+    return IndexQuery.start(through, "t", {"filter": "q eq 3", **req}, 10)
+
+
+def _entry(pk: str, rk: str) -> list:
+    epk = entry_pk(IDX, {"q": [2, 3]})  # an Int32 3
+    assert epk is not None
+    return [epk, entry_rk(pk, rk), 1, {}]
+
+
+def _answer_checks(q: IndexQuery, cache: MapCache, records_in: set[str], last: int = 50) -> None:
+    for route, part, body in q.check_parts(cache):
+        recs = [[40, encode_key("x", "y"), "insert", None, None]] if route.range["id"] in records_in else []
+        assert body["close"] is False and body["upto"] == q.need
+        q.take_check(part, {"records": recs, "frontier": 60, "more": False, "floor": 0, "last": last})
+
+
+def test_the_plain_path_waits_until_no_range_holds_a_record_up_to_its_first_last_timestamp() -> None:
+    cache = _cache()
+    q = _query()
+    assert q.phase == "progress" and not q.wants_entries()
+    prog = Progress("feed", [1, None], cursor=[30, None], resolved=30)
+    assert q.take_progress(prog.props()) == [30, None] and q.phase == "check"
+    _answer_checks(q, cache, {"b2"}, last=45)
+    assert q.checked() is False and q.phase == "progress" and q.need == 45  # read the progress row again
+    q.take_progress(Progress("feed", [1, None], cursor=[45, None]).props())
+    _answer_checks(q, cache, set())
+    assert q.checked() is True and q.fresh and q.phase == "entries" and q.wants_entries()
+    q.take_entries(q.cursor, [_entry("a", "1"), _entry("n", "2")], None, None, False)
+    assert q.phase == "rows" and q.keys == [encode_key("a", "1"), encode_key("n", "2")]
+
+
+def test_an_optimistic_check_keeps_the_entries_read_beside_it() -> None:
+    cache = _cache()
+    q = _query()
+    q.try_known([30, None])
+    assert q.phase == "check" and q.optimistic and q.wants_entries()
+    q.entries_flying = True
+    q.take_entries(q.cursor, [_entry("a", "1")], None, None, False)  # the entries come first
+    assert q.entries_ready and q.phase == "check"
+    _answer_checks(q, cache, set())
+    assert q.checked() is True and q.phase == "rows" and q.keys == [encode_key("a", "1")]
+
+
+def test_a_failed_optimistic_check_drops_the_entries_read_beside_it() -> None:
+    cache = _cache()
+    q = _query()
+    q.try_known([30, None])
+    cur = q.cursor
+    _answer_checks(q, cache, {"b1"})
+    assert q.checked() is False and not q.optimistic and q.phase == "progress" and q.cursor is not cur
+    q.take_entries(cur, [_entry("a", "1")], None, None, False)  # the late answer of the dropped cursor
+    assert q.cursor.results == [] and not q.entries_ready
+
+
+def test_staleness_skips_the_check_and_a_continued_page_goes_on_through_the_index_when_it_must() -> None:
+    q = _query(staleness=60.0)
+    q.try_known([30, None])  # never optimistic with staleness: the progress row's age decides
+    assert q.phase == "progress"
+    q.take_progress(Progress("feed", [1, None], cursor=[30, None], resolved=30).props())
+    assert q.fresh and q.phase == "entries"
+    first = _query()
+    first.take_progress(None)
+    assert first.fallback == "the index has no progress row" and first.first_page  # the Handler scans the table
+    tok = token("ByQ", entry_key(*_entry("a", "1")[:2]))
+    assert is_index_token(tok) and token_position(tok, "byq") == entry_key(*_entry("a", "1")[:2])
+    later = _query(next=tok)
+    later.take_progress(Progress("build", [1, None]).props())
+    assert later.fallback == "the index is being built" and not later.first_page and later.phase == "entries"
