@@ -51,7 +51,8 @@ RENEW_S = 1.0  # also how often the holder reports its progress and lag (back-pr
 PAGE_TOP = 1000  # feed records asked per page
 SCAN_TOP = 1000  # base entities per page of the build
 BATCH_BYTES = 4 << 20  # entries of one index write at most (about)
-LIVE_PAUSE_S = 0.02  # between pages at the live edge
+LIVE_PAUSE_S = 0.02  # between pages at the live edge after one that had changes …
+IDLE_PAUSE_S = 0.1  # … doubling after each without, up to this (an idle table's feed is read 10 times a second)
 RECONCILE_S = 1.0  # how often the appliers running are matched to the map's indexes
 GET_FANOUT = 64  # point reads of a check's second look in flight at once
 
@@ -122,6 +123,7 @@ class Applier:
         self.progress: Progress | None = None
         self.lag_s: float | None = None  # how far behind the feed's live edge the last page was
         self.need: int | None = None  # the last feed page's highest frontier (the next page's hint)
+        self.applied_last = False  # the last feed page had changes
         self.checked: str | None = None  # the id of the last check run and reported
 
     def _req(self, op: str, **fields: Any) -> dict[str, Any]:
@@ -222,6 +224,7 @@ class Applier:
             await self._save(prog)
         self.need = None
         ready = self.idx.ready
+        pause = LIVE_PAUSE_S
         while True:
             try:
                 edge = await self._follow(prog)
@@ -237,7 +240,8 @@ class Applier:
                     await self.fe.request(self._req("index_ready", table=self.idx.table, name=self.idx.name))
                     ready = True
                 await self._answer_check(prog)
-                await asyncio.sleep(LIVE_PAUSE_S)
+                pause = LIVE_PAUSE_S if self.applied_last else min(pause * 2, IDLE_PAUSE_S)
+                await asyncio.sleep(pause)
             self._check_claim()
 
     async def _follow(self, prog: Progress) -> bool:
@@ -250,6 +254,7 @@ class Applier:
             await self._write(entries, pos)
         prog.cursor, self.need = page["cursor"], page.get("high")
         prog.applied += len(records)
+        self.applied_last = bool(records)
         prog.resolved = page.get("resolved")
         self.lag_s = 0.0 if prog.resolved is not None else max(0.0, (now_ticks() - prog.cursor[0]) / TICKS_PER_SECOND)
         if records or time.time() - prog.saved > 5.0:
