@@ -119,7 +119,7 @@ def _load(co: TakeoverHost, rec: TermRecord) -> None:
         return
     cl = co.cluster
     with cl.map.lock:
-        cl.map.take_over(meta, pmap, meta.items(TABLE_SETTINGS))
+        cl.map.take_over(meta, pmap, meta.items(TABLE_SETTINGS), rec.term)
         cl.events.load(events)
         co.keys_version = client_keys.load(cl.map)[0]
         cl.registry.take_over(servers)

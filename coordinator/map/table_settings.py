@@ -27,6 +27,7 @@ if TYPE_CHECKING:
 
 PREFIX = b"tableset/"
 REFRESH_S = 1.0
+VERSION_BITS = 32  # a settings version is term << 32 plus the changes made in that term
 DIRECTIONS = (("reads", 0), ("writes", 1))
 
 
@@ -46,10 +47,12 @@ class TableSettings:
         self._demand: dict[tuple[str, int], float] = {}  # (range id, direction) -> smoothed demand
         self._refreshed = 0.0
 
-    def load(self, items: list[tuple[bytes, Any]]) -> None:
-        """Install the settings stored in the meta store (at takeover)."""
+    def load(self, items: list[tuple[bytes, Any]], term: int = 0) -> None:
+        """Install the settings stored in the meta store (at the takeover of ``term``). Their version starts at
+        ``term << 32``: a partition server keeps the newest version it saw, so a new leader's must be above every
+        version of the leaders before it (else the servers ignore its changes until its count catches up)."""
         self.by_table = {k[len(PREFIX):].decode(): dict(v) for k, v in items if k.startswith(PREFIX)}
-        self.version += 1
+        self.version = max(self.version + 1, term << VERSION_BITS)
 
     def of(self, table: str) -> dict:
         """A table's settings (``{}``: none)."""

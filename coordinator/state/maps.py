@@ -53,11 +53,12 @@ class MapService:
             raise RuntimeError("this coordinator leads no term: it has no meta store open")
         return meta
 
-    def take_over(self, meta: MetaStoreLike, pmap: PartitionMap, settings: list[tuple[bytes, Any]]) -> None:
-        """Hold the map and table settings loaded from ``meta`` at a takeover (under :attr:`lock`)."""
+    def take_over(self, meta: MetaStoreLike, pmap: PartitionMap, settings: list[tuple[bytes, Any]],
+                  term: int = 0) -> None:
+        """Hold the map and table settings loaded from ``meta`` at a takeover of ``term`` (under :attr:`lock`)."""
         with self.lock:
             self.meta, self.pmap = meta, pmap
-            self.table_settings.load(settings)
+            self.table_settings.load(settings, term)
             self.claims.load(meta.items(CLAIM_PREFIX), time.monotonic())
             self.published = pmap.version
 

@@ -292,3 +292,21 @@ def test_the_holder_reports_progress_and_its_lag_marks_the_map(cluster) -> None:
     claim("fe-1", 2.0)
     assert "behind_s" not in cl.map.pmap.indexes_of("Orders")[0]
     json.dumps(listed())
+
+
+def test_a_new_leader_s_settings_versions_are_above_every_earlier_leader_s() -> None:
+    """A partition server keeps the newest settings version it saw: a leader that counted from 1 again after a
+    takeover had its changes ignored (an index declared after a coordinator failover got no before-images)."""
+    from coordinator.map.table_settings import TableSettings
+    from partition_server.table_config import TableConfig
+
+    old, server = TableSettings(), TableConfig()
+    old.load([], term=1)
+    for _ in range(50):
+        old.put("t", {"ttl_s": 60})
+    assert server.learn(old.message())
+    new = TableSettings()
+    new.load([], term=2)
+    new.put("t", {"feed_before": 1})
+    assert new.version > old.version and server.learn(new.message())
+    assert server.settings["t"] == {"feed_before": 1}
