@@ -27,7 +27,7 @@ from rangetable.edm import BINARY, BOOLEAN, DATETIME, DOUBLE, GUID, INT32, INT64
 from rangetable.filter_syntax import And, Compare, Const, Node, Not, Or, format_literal, properties_used
 from rangetable.index_def import IndexDef
 from rangetable.index_keys import TAGS, encode_value, is_exact
-from rangetable.planner import Scan
+from rangetable.planner import Scan, merge_scans
 
 MAX_BOXES = 4096  # beyond this many boxes (or scans) fall back to the covering one
 MAX_SCANS = 4096
@@ -224,20 +224,6 @@ def _leading_points(box: Box) -> int:
     return n
 
 
-def _merge(scans: list[Scan]) -> list[Scan]:
-    """Sort scans by ``lo`` and merge those that overlap or touch."""
-    scans.sort(key=lambda s: s.lo)
-    out: list[Scan] = []
-    for s in scans:
-        if out and (out[-1].hi is None or s.lo <= out[-1].hi):
-            last = out[-1]
-            if last.hi is not None and (s.hi is None or s.hi > last.hi):
-                out[-1] = Scan(last.lo, s.hi)
-        else:
-            out.append(s)
-    return out
-
-
 def plan_index(node: Node | None, idx: IndexDef) -> IndexPlan | None:
     """The scans of ``idx``'s entries that cover every entity ``node`` may match, or None when the filter
     does not bound the index's first property in every branch (``idx`` need not be ready)."""
@@ -247,7 +233,7 @@ def plan_index(node: Node | None, idx: IndexDef) -> IndexPlan | None:
     boxes = _boxes(node, idx.on, full)
     if any(box[0] == _ALL for box in boxes) or (not boxes and idx.on[0] not in properties_used(node)):
         return None  # (a filter that matches nothing whatever the index: the base planner's job)
-    scans = _merge([s for s in map(_scan, boxes) if s.hi is None or s.lo < s.hi])
+    scans = merge_scans([s for s in map(_scan, boxes) if s.hi is None or s.lo < s.hi])
     if len(scans) > MAX_SCANS:
         scans = [Scan(scans[0].lo, scans[-1].hi)]
     eqs = min((_leading_points(b) for b in boxes), default=len(idx.on))

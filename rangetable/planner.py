@@ -236,7 +236,7 @@ def _hi_bytes(pk: Interval, rk: Interval) -> bytes | None:
     return _enc(hi) + b"\x00" + _enc(r) + (b"\x00" if r_inclusive else b"")
 
 
-def _merge(scans: list[Scan]) -> list[Scan]:
+def merge_scans(scans: list[Scan]) -> list[Scan]:
     """Sort scans by ``lo`` and merge those that overlap or touch."""
     scans.sort(key=lambda s: s.lo)
     out: list[Scan] = []
@@ -267,7 +267,7 @@ def plan(node: Node | None) -> Plan:
         lo, hi = _lo_bytes(pk, rk), _hi_bytes(pk, rk)
         if hi is None or lo < hi:
             scans.append(Scan(lo, hi))
-    merged = _merge(scans)
+    merged = merge_scans(scans)
     if len(merged) > MAX_SCANS:
         merged = [Scan(merged[0].lo, merged[-1].hi)]
     if not merged:

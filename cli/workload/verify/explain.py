@@ -82,6 +82,14 @@ def describe_fault(f: dict[str, Any]) -> str:
     return f"{span}  {f['what']}"
 
 
+def window_lines(faults: Iterable[dict[str, Any]], window: tuple[float, float], indent: str = "  ") -> list[str]:
+    """``faults in the window t=…`` and one line per fault that overlaps ``window`` (a failure's explanation)."""
+    lo, hi = window
+    near = faults_in_window(faults, lo, hi)
+    return [f"{indent}faults in the window t={lo:.2f}-{hi:.2f} s (and {WINDOW_MARGIN_S:.0f} s before): {len(near)}",
+            *(indent * 2 + describe_fault(x) for x in near)]
+
+
 def failure_lines(verdict: dict[str, Any], faults: Iterable[dict[str, Any]] = (), indent: str = "  ") -> list[str]:
     """The explanation of a failed verdict (empty when it passed), one line per list item."""
     faults = list(faults)

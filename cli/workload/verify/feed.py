@@ -35,7 +35,7 @@ from collections.abc import Hashable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-from cli.workload.verify.explain import WINDOW_MARGIN_S, describe_fault, faults_in_window
+from cli.workload.verify.explain import WINDOW_MARGIN_S, window_lines
 from cli.workload.verify.history import Op, freeze
 from rangetable import feed_cursor
 from rangetable.edm import ticks_to_datetime
@@ -439,11 +439,7 @@ def feed_lines(v: dict[str, Any], faults: Iterable[dict[str, Any]] = (), indent:
         head, *rest = f["text"].splitlines()
         lines.append(f"feed FAIL: {f['kind'].upper()} (reader {f['reader']}) {head}")
         lines += [indent + x for x in rest]
-        lo, hi = f["window"]
-        near = faults_in_window(faults, lo, hi)
-        lines.append(f"{indent}faults in the window t={lo:.2f}-{hi:.2f} s (and {WINDOW_MARGIN_S:.0f} s before): "
-                     f"{len(near)}")
-        lines += [indent * 2 + describe_fault(x) for x in near]
+        lines += window_lines(faults, f["window"], indent)
     if len(fails) > limit:
         lines.append(f"{indent}… and {len(fails) - limit} more feed failures")
     if fails and v.get("journals"):

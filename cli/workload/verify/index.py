@@ -19,7 +19,7 @@ from collections.abc import Hashable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from cli.workload.verify.explain import WINDOW_MARGIN_S, describe_fault, faults_in_window
+from cli.workload.verify.explain import window_lines
 from cli.workload.verify.history import MUTATIONS, Op, freeze
 
 SHOWN = 5  # violations explained
@@ -114,11 +114,7 @@ def index_lines(v: dict[str, Any], faults: Iterable[dict[str, Any]] = (), indent
         head, *rest = f["text"].splitlines()
         lines.append(f"index FAIL: {'READ-YOUR-WRITES' if f['kind'] == 'ryw' else 'WRONG ROW'} key {f['key']} {head}")
         lines += [indent + x for x in rest]
-        lo, hi = f["window"]
-        near = faults_in_window(faults, lo, hi)
-        lines.append(f"{indent}faults in the window t={lo:.2f}-{hi:.2f} s (and {WINDOW_MARGIN_S:.0f} s before): "
-                     f"{len(near)}")
-        lines += [indent * 2 + describe_fault(x) for x in near]
+        lines += window_lines(faults, f["window"], indent)
     if len(v.get("failures", [])) > SHOWN:
         lines.append(f"{indent}… and {len(v['failures']) - SHOWN} more index violations")
     chk = v.get("check") or {}
