@@ -158,7 +158,7 @@ class Applier:
         prog = self.progress
         out: dict[str, Any] = {"claim": self.claim}
         if prog is not None:
-            out.update(phase=prog.phase, built=prog.built, applied=prog.applied,
+            out.update(phase=prog.phase, built=prog.built, applied=prog.applied, blind=prog.blind,
                        applied_through=None if prog.cursor is None else ticks_to_iso(prog.cursor[0]))
         if self.lag_s is not None:
             out["lag_s"] = round(self.lag_s, 3)
@@ -252,6 +252,11 @@ class Applier:
         records = page["records"]
         for entries, pos in batches(self.idx, records):
             await self._write(entries, pos)
+        blind = sum(1 for r in records if r[4] is None and r[2] != "insert")
+        if blind:  # the old entry of such a change cannot be found: `index check --repair` removes it
+            prog.blind += blind
+            log.warning("index %s of %s: %d changes without the entity before them (before-images off?)",
+                        self.idx.name, self.idx.table, blind)
         prog.cursor, self.need = page["cursor"], page.get("high")
         prog.applied += len(records)
         self.applied_last = bool(records)

@@ -26,6 +26,7 @@ class Progress:
     cursor: list | None = None  # the feed position applied up to
     built: int = 0  # base entities the build read
     applied: int = 0  # feed records applied
+    blind: int = 0  # of them, changes without a before-image: their old entries may be left (a check finds them)
     resolved: int | None = None  # the base table's resolved Timestamp at the last page, once at the live edge
     saved: float = 0.0  # unix time of the write
 
