@@ -20,9 +20,9 @@ IDX = IndexDef("t", "ByQ", ("q",), (), "ready")
 def _cache() -> MapCache:
     cache = MapCache()
     cache.apply({"version": 1, "tables": ["t", "t$ByQ"], "servers": {"s": "tcp://x"}, "ranges": [
-        {"id": "b1", "table": "t", "low": "", "high": "m", "epoch": 1, "primary": "s"},
-        {"id": "b2", "table": "t", "low": "m", "high": None, "epoch": 1, "primary": "s"},
-        {"id": "i1", "table": "t$ByQ", "low": "", "high": None, "epoch": 1, "primary": "s"}]})
+        {"id": "b1", "table": "t", "low": "", "high": "m", "epoch": 1, "primary": "s", "state": "serving"},
+        {"id": "b2", "table": "t", "low": "m", "high": None, "epoch": 1, "primary": "s", "state": "serving"},
+        {"id": "i1", "table": "t$ByQ", "low": "", "high": None, "epoch": 1, "primary": "s", "state": "serving"}]})
     return cache
 
 
@@ -97,3 +97,29 @@ def test_staleness_skips_the_check_and_a_continued_page_goes_on_through_the_inde
     later = _query(next=tok)
     later.take_progress(Progress("build", [1, None]).props())
     assert later.fallback == "the index is being built" and not later.first_page and later.phase == "entries"
+
+
+def test_writes_to_a_table_whose_index_is_behind_wait_naming_the_index_and_reads_do_not() -> None:
+    """Back-pressure in the frontend: the map marks a ready index over its bound (``behind_s``, decided by the
+    coordinator: rangetable/index_def.py:holding_writes); a write to its table is run again later, until the
+    deadline ends it in ServerBusy with this reason; a read goes on."""
+    from frontend.native.driver import DriverCore
+    from frontend.native.handler import Handler, Pending
+
+    core = DriverCore.__new__(DriverCore)
+    core.handler = Handler(core)  # type: ignore[arg-type]
+    core.cache = _cache()
+    core.cache.indexes = {"t": [IndexDef("t", "ByQ", ("q",), (), "ready", behind_s=12.5)]}
+    waits: list[str] = []
+    sent: list[dict] = []
+    core.retry_later = lambda p, why: waits.append(why)  # type: ignore[method-assign]
+    core.send_ps = lambda p, endpoint, body, step: sent.append(body)  # type: ignore[method-assign]
+    write = Pending(b"c", b"1", {"op": "write", "table": "t", "write": {"op": "insert", "pk": "a", "rk": "1"}}, 1e18)
+    core.handler.run(write)
+    assert waits == ["index ByQ of table t is 12.5 s behind its table (bound 10 s): writes wait until it catches up"]
+    assert sent == []
+    core.handler.run(Pending(b"c", b"2", {"op": "get", "table": "t", "pk": "a", "rk": "1"}, 1e18))
+    assert [b["op"] for b in sent] == ["get"]
+    core.cache.indexes = {"t": [IndexDef("t", "ByQ", ("q",), (), "ready")]}  # caught up: the map says so
+    core.handler.run(write)
+    assert [b["op"] for b in sent] == ["get", "write"] and len(waits) == 1
