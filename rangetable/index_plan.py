@@ -24,14 +24,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from rangetable.edm import BINARY, BOOLEAN, DATETIME, DOUBLE, GUID, INT32, INT64, STRING
-from rangetable.filter_syntax import And, Compare, Const, Node, Not, Or, format_literal, properties_used
+from rangetable.filter_syntax import Compare, Node, format_literal, properties_used
 from rangetable.index_def import IndexDef
 from rangetable.index_keys import TAGS, encode_value, is_exact
-from rangetable.planner import Scan, merge_scans
+from rangetable.planner import MAX_SCANS, Scan, merge_scans, union_of_boxes
 
-MAX_BOXES = 4096  # beyond this many boxes (or scans) fall back to the covering one
-MAX_SCANS = 4096
-MAX_MEETS = 4096  # an ``and`` of two unions intersects at most this many pairs (else one side's hull)
 _TOP = b"\xff"
 _CODES = frozenset((STRING, INT32, INT64, DOUBLE, BOOLEAN, DATETIME, GUID, BINARY))
 
@@ -152,55 +149,29 @@ def _hull(boxes: list[Box]) -> list[Box]:
     return [tuple(_hull_iv([b[i] for b in boxes]) for i in range(len(boxes[0])))]
 
 
+def _meet_box(a: Box, b: Box) -> Box | None:
+    box = []
+    for x, y in zip(a, b, strict=True):
+        m = _meet(x, y)
+        if m is None:
+            return None
+        box.append(m)
+    return tuple(box)
+
+
 def _boxes(node: Node, on: tuple[str, ...], full: Box) -> list[Box]:
     """The filter as a union of boxes over the properties ``on`` (a superset of its matches)."""
-    if isinstance(node, Compare):
-        if node.prop not in on:
+
+    def compare(c: Compare) -> list[Box]:
+        if c.prop not in on:
             return [full]
-        iv = _compare(node)
+        iv = _compare(c)
         if iv is None:
             return []
-        i = on.index(node.prop)
+        i = on.index(c.prop)
         return [full[:i] + (iv,) + full[i + 1:]]
-    if isinstance(node, Const):
-        return [full] if node.value else []
-    if isinstance(node, Not):
-        return [] if node.expr == Const(True) else [full]
-    left = _boxes(node.left, on, full)
-    if isinstance(node, Or):
-        if left == [full]:
-            return left
-        right = _boxes(node.right, on, full)
-        if right == [full]:
-            return right
-        out = list(dict.fromkeys(left + right))
-        return _hull(out) if len(out) > MAX_BOXES else out
-    assert isinstance(node, And)
-    if not left:
-        return []
-    right = _boxes(node.right, on, full)
-    if left == [full]:
-        return right
-    if right == [full]:
-        return left
-    if len(left) * len(right) > MAX_MEETS:
-        if len(left) >= len(right):
-            left = _hull(left)
-        else:
-            right = _hull(right)
-    meets: dict[Box, None] = {}
-    for lb in left:
-        for rb in right:
-            box = []
-            for a, b in zip(lb, rb, strict=True):
-                m = _meet(a, b)
-                if m is None:
-                    break
-                box.append(m)
-            else:
-                meets[tuple(box)] = None
-    boxes = list(meets)
-    return _hull(boxes) if len(boxes) > MAX_BOXES else boxes
+
+    return union_of_boxes(node, compare, full, _meet_box, _hull)
 
 
 # --- boxes to scans ----------------------------------------------------------------------------

@@ -22,7 +22,9 @@ plan only has to be a superset of the matches, never miss one.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass
+from typing import TypeVar
 
 from rangetable.edm import STRING
 from rangetable.filter_syntax import And, Compare, Const, Node, Not, Or
@@ -137,54 +139,76 @@ def _hull(boxes: list[Box]) -> list[Box]:
     return [(_hull_iv([b[0] for b in boxes]), _hull_iv([b[1] for b in boxes]))]
 
 
-def _boxes(node: Node) -> list[Box]:
-    """The filter as a union of boxes (a superset of its matches)."""
+B = TypeVar("B", bound=Hashable)
+
+
+def union_of_boxes(node: Node, compare: Callable[[Compare], list[B]], full: B,
+                   meet: Callable[[B, B], B | None], hull: Callable[[list[B]], list[B]]) -> list[B]:
+    """A filter as a union of boxes, a superset of its matches: ``compare`` gives a comparison's boxes (``[full]``
+    when it constrains nothing), ``and`` intersects box by box (``meet``: None when empty), ``or`` concatenates;
+    past :data:`MAX_BOXES` boxes (or :data:`MAX_MEETS` pairs to meet) a union becomes its ``hull``. The key
+    planner's boxes are (PartitionKey, RowKey) intervals, an index plan's one interval per indexed property."""
     if isinstance(node, Compare):
-        if node.prop != "PartitionKey" and node.prop != "RowKey":
-            return [_FULL]
-        if node.code != STRING:
-            return []  # a key compared with a non-String literal is always false
-        if node.op == "lt" and node.value == "":
-            return []  # nothing sorts below the empty string
-        iv = _interval(node.op, node.value)
-        if iv is None:
-            return [_FULL]
-        return [(iv, _ALL)] if node.prop == "PartitionKey" else [(_ALL, iv)]
+        return compare(node)
     if isinstance(node, Const):
-        return [_FULL] if node.value else []
+        return [full] if node.value else []
     if isinstance(node, Not):
-        return [] if node.expr == Const(True) else [_FULL]
-    left = _boxes(node.left)
+        return [] if node.expr == Const(True) else [full]
+    left = union_of_boxes(node.left, compare, full, meet, hull)
     if isinstance(node, Or):
-        if left == [_FULL]:
+        if left == [full]:
             return left
-        right = _boxes(node.right)
-        if right == [_FULL]:
+        right = union_of_boxes(node.right, compare, full, meet, hull)
+        if right == [full]:
             return right
         out = list(dict.fromkeys(left + right))  # (a balanced tree: each box is copied log n times)
-        return _hull(out) if len(out) > MAX_BOXES else out
+        return hull(out) if len(out) > MAX_BOXES else out
     assert isinstance(node, And)
     if not left:
         return []
-    right = _boxes(node.right)
-    if left == [_FULL]:
+    right = union_of_boxes(node.right, compare, full, meet, hull)
+    if left == [full]:
         return right
-    if right == [_FULL]:
+    if right == [full]:
         return left
     if len(left) * len(right) > MAX_MEETS:
         if len(left) >= len(right):
-            left = _hull(left)
+            left = hull(left)
         else:
-            right = _hull(right)
-    meets: dict[Box, None] = {}  # an insertion-ordered set
-    for lpk, lrk in left:
-        for rpk, rrk in right:
-            pk = _intersect_iv(lpk, rpk)
-            rk = _intersect_iv(lrk, rrk) if pk is not None else None
-            if pk is not None and rk is not None:
-                meets[(pk, rk)] = None
+            right = hull(right)
+    meets: dict[B, None] = {}  # an insertion-ordered set
+    for lb in left:
+        for rb in right:
+            m = meet(lb, rb)
+            if m is not None:
+                meets[m] = None
     boxes = list(meets)
-    return _hull(boxes) if len(boxes) > MAX_BOXES else boxes
+    return hull(boxes) if len(boxes) > MAX_BOXES else boxes
+
+
+def _key_boxes(node: Compare) -> list[Box]:
+    """A comparison's boxes: one when it compares a key with a String, none when it can never hold."""
+    if node.prop != "PartitionKey" and node.prop != "RowKey":
+        return [_FULL]
+    if node.code != STRING:
+        return []  # a key compared with a non-String literal is always false
+    if node.op == "lt" and node.value == "":
+        return []  # nothing sorts below the empty string
+    iv = _interval(node.op, node.value)
+    if iv is None:
+        return [_FULL]
+    return [(iv, _ALL)] if node.prop == "PartitionKey" else [(_ALL, iv)]
+
+
+def _meet_box(a: Box, b: Box) -> Box | None:
+    pk = _intersect_iv(a[0], b[0])
+    rk = _intersect_iv(a[1], b[1]) if pk is not None else None
+    return None if pk is None or rk is None else (pk, rk)
+
+
+def _boxes(node: Node) -> list[Box]:
+    """The filter as a union of (PartitionKey, RowKey) boxes (a superset of its matches)."""
+    return union_of_boxes(node, _key_boxes, _FULL, _meet_box, _hull)
 
 
 # --- boxes to byte ranges ----------------------------------------------------------------------
