@@ -126,33 +126,56 @@ def _report(label: str, tally: Tally, seconds: float, interval: float, pids: lis
     return {"rows": rows, "steady_ops_per_s": steady}
 
 
-def _thread_worker(client: TableClient, mix: Mix, tally: Tally, stop: threading.Event, seed: int) -> None:
-    rng = random.Random(seed)
-    while not stop.is_set():
+class ClientThreads:
+    """``threads`` native clients of ``table``, a thread each, calling ``op(client, rng)`` back to back (each call
+    timed into :attr:`tally`, an exception counted as an error) until :meth:`close`. The threads of every
+    blocking bench (this one, ``bench feed``'s and ``bench index``'s writers)."""
+
+    def __init__(self, native: str, table: str, threads: int, op: Callable[[TableClient, random.Random], Any]) -> None:
+        self.tally, self.stop = Tally(), threading.Event()
+        self.clients = [TableClient(native, table) for _ in range(threads)]
+        self.op = op
+        self.workers = [threading.Thread(target=self._run, args=(c, i), daemon=True)
+                        for i, c in enumerate(self.clients)]
+        for w in self.workers:
+            w.start()
+
+    def _run(self, client: TableClient, seed: int) -> None:
+        rng = random.Random(seed)
+        while not self.stop.is_set():
+            with self.tally.timing():
+                self.op(client, rng)
+
+    def alive(self) -> bool:
+        """Every thread is still running."""
+        return all(w.is_alive() for w in self.workers)
+
+    def close(self) -> None:
+        """Stop the threads and close their clients."""
+        self.stop.set()
+        for w in self.workers:
+            w.join(30)
+        for c in self.clients:
+            c.close()
+
+
+def _mixed_op(mix: Mix) -> Callable[[TableClient, random.Random], Any]:
+    def op(client: TableClient, rng: random.Random) -> Any:
         read, pk, rk, entity = mix.operation(rng)
-        with tally.timing():
-            client.get_entity(pk, rk) if read else client.upsert_entity(entity)
+        return client.get_entity(pk, rk) if read else client.upsert_entity(entity)
+    return op
 
 
 def run_threads(native: str, table: str, mix: Mix, threads: int, seconds: float, interval: float, pids: list[int],
                 echo: Callable[[str], None], label: str = "", frontend_pids: list[int] | None = None) -> dict[str, Any]:
     """The blocking client: ``threads`` threads, each with a TableClient (and socket) of its own
     (``label`` and ``frontend_pids``: see :func:`_report`)."""
-    tally, stop = Tally(), threading.Event()
-    clients = [TableClient(native, table) for _ in range(threads)]
-    workers = [threading.Thread(target=_thread_worker, args=(c, mix, tally, stop, i), daemon=True)
-               for i, c in enumerate(clients)]
-    for w in workers:
-        w.start()
+    pool = ClientThreads(native, table, threads, _mixed_op(mix))
     try:
-        return _report(label or f"blocking, {threads} threads", tally, seconds, interval, pids,
-                       lambda: all(w.is_alive() for w in workers), echo, frontend_pids)
+        return _report(label or f"blocking, {threads} threads", pool.tally, seconds, interval, pids, pool.alive, echo,
+                       frontend_pids)
     finally:
-        stop.set()
-        for w in workers:
-            w.join(30)
-        for c in clients:
-            c.close()
+        pool.close()
 
 
 async def _task_worker(client: aio.TableClient, mix: Mix, tally: Tally, stop: asyncio.Event, seed: int) -> None:

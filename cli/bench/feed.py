@@ -37,7 +37,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from cli.bench.aio import Tally
+from cli.bench.aio import ClientThreads
 from cli.bench.http import cpu_seconds, server_pids, stop_temp_cluster, wait_quiet
 from cli.bench.replicas import SERVERS, LoadSampler, split_keys, start_cluster, table_partitions
 from cli.bench.scale import parallel_load
@@ -192,23 +192,14 @@ class Follower:
         self.drain.join(5)
 
 
-def _writer(client: TableClient, rows: Rows, tally: Tally, book: LagBook | None, stop: threading.Event,
-            seed: int) -> None:
-    rng = random.Random(seed)
-    while not stop.is_set():
+def _upsert(rows: Rows, book: LagBook | None) -> Callable[[TableClient, random.Random], None]:
+    """A writer's operation: upsert the next row, noting its acknowledgement in ``book`` when given."""
+    def op(client: TableClient, rng: random.Random) -> None:
         entity = rows.next(rng)
-        t0 = time.perf_counter()
-        try:
-            client.upsert_entity(entity, mode="replace")
-        except Exception:
-            with tally.lock:
-                tally.errors += 1
-            continue
-        dt = time.perf_counter() - t0
+        client.upsert_entity(entity, mode="replace")
         if book is not None:
             book.ack((entity["RowKey"], entity["Seq"]), time.time())
-        with tally.lock:
-            tally.latencies.append(dt)
+    return op
 
 
 def write_figures(lat: list[float], errors: int, cpu: float, seconds: float) -> dict[str, Any]:
@@ -240,23 +231,19 @@ def run_writes(native: str, table: str, rows: Rows, threads: int, seconds: float
     """``threads`` writers for ``seconds``, a row every ``interval``; returns the rows and the steady figures
     (the intervals after the first, together). With ``book`` the writers note their acknowledgements in it and
     the rows give the lags ``reader`` saw."""
-    tally, stop = Tally(), threading.Event()
-    clients = [TableClient(native, table) for _ in range(threads)]
-    workers = [threading.Thread(target=_writer, args=(c, rows, tally, book, stop, i), daemon=True)
-               for i, c in enumerate(clients)]
+    writers = ClientThreads(native, table, threads, _upsert(rows, book))
+    tally = writers.tally
     n = max(1, int(seconds / interval))
     out: list[dict[str, Any]] = []
     lat_all: list[float] = []
     lags_all: list[float] = []
     secs_all, read_all, cpu_all = 0.0, 0, 0.0
-    for w in workers:
-        w.start()
     try:
         start = last = time.monotonic()
         cpu0 = cpu_seconds(pids)
         for k in range(1, n + 1):
             time.sleep(max(0.0, start + k * interval - time.monotonic()))
-            if not all(w.is_alive() for w in workers) or (reader is not None and not reader.alive()):
+            if not writers.alive() or (reader is not None and not reader.alive()):
                 why = reader.error if reader is not None and reader.error else "stopped early"
                 raise RuntimeError(f"the {label} writers or reader: {why}")
             lat, errors = tally.take()
@@ -275,11 +262,7 @@ def run_writes(native: str, table: str, rows: Rows, threads: int, seconds: float
                 cpu_all += cpu - cpu0
             last, cpu0 = now, cpu
     finally:
-        stop.set()
-        for w in workers:
-            w.join(30)
-        for c in clients:
-            c.close()
+        writers.close()
     res: dict[str, Any] = {"rows": out,
                            "writes": write_figures(lat_all, sum(r["errors"] for r in out), cpu_all, secs_all)}
     if book is not None:

@@ -61,7 +61,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, cast
 
-from cli.bench.aio import Tally
+from cli.bench.aio import ClientThreads
 from cli.bench.feed import PARTITIONS, REPLICAS, Rows, write_figures
 from cli.bench.http import cpu_seconds, server_pids, stop_temp_cluster, wait_quiet
 from cli.bench.replicas import SERVERS, LoadSampler, split_keys, start_cluster
@@ -515,43 +515,12 @@ class Prober(threading.Thread):
         return res
 
 
-class Writers:
-    """``threads`` native clients, each calling ``op(client, rng)`` back to back until :meth:`close`."""
-
-    def __init__(self, native: str, table: str, threads: int, op: Callable[[TableClient, random.Random], Any]) -> None:
-        self.tally, self.stop = Tally(), threading.Event()
-        self.clients = [TableClient(native, table) for _ in range(threads)]
-        self.op = op
-        self.workers = [threading.Thread(target=self._run, args=(c, i), daemon=True)
-                        for i, c in enumerate(self.clients)]
-        for w in self.workers:
-            w.start()
-
-    def _run(self, client: TableClient, seed: int) -> None:
-        rng = random.Random(seed)
-        while not self.stop.is_set():
-            with self.tally.timing():
-                self.op(client, rng)
-
-    def alive(self) -> bool:
-        """Every writer is still writing."""
-        return all(w.is_alive() for w in self.workers)
-
-    def close(self) -> None:
-        """Stop the writers."""
-        self.stop.set()
-        for w in self.workers:
-            w.join(30)
-        for c in self.clients:
-            c.close()
-
-
 def run_writes(doc: dict, table: str, rows: Rows, threads: int, seconds: float, interval: float, echo: Echo,
                label: str, prober: Prober | None = None) -> dict[str, Any]:
     """``threads`` writers upserting ``rows`` for ``seconds``, a row every ``interval`` (with the prober's figures
     when given); returns the rows and the steady figures."""
     ps, fe = server_pids(doc, ("partition-server",)), server_pids(doc, FRONTENDS)
-    writers = Writers(doc["native"], table, threads, lambda c, rng: c.upsert_entity(rows.next(rng), mode="replace"))
+    writers = ClientThreads(doc["native"], table, threads, lambda c, rng: c.upsert_entity(rows.next(rng), mode="replace"))
     n = max(1, int(seconds / interval))
     out: list[dict[str, Any]] = []
     lat_all: list[float] = []
@@ -774,7 +743,7 @@ def online_build(doc: dict, temp: str, table: str, rows: int, threads: int, inte
                         mode="merge")
 
     faults = Faults(doc, temp, table, "ByTag", rows, echo, expect_s)
-    writers = Writers(doc["native"], table, threads, merge_tag)
+    writers = ClientThreads(doc["native"], table, threads, merge_tag)
     write_rows: list[dict[str, Any]] = []
     t0 = last = time.monotonic()
 
