@@ -91,7 +91,11 @@ class ChangesWalk:
         """Part ``part`` got no usable answer: it is a gap again."""
         self.asked.pop(part, None)
 
-    def advance(self, part: int, answer: dict) -> None:
+    def result(self) -> dict[str, Any]:
+        """The page once :attr:`done` (:meth:`page`)."""
+        return self.page()
+
+    def take(self, part: int, answer: dict) -> None:
         """Take part ``part``'s answer (a :class:`rangetable.messages.ChangesAnswer`)."""
         span = self.asked.pop(part, None)
         if span is None:

@@ -165,7 +165,7 @@ class IndexQuery:
         """A base range's answer to the freshness check; the first round also notes how far each range was
         (its last Timestamp): later rounds look no further, so writes after the query began never hold it."""
         assert self.walk is not None
-        self.walk.advance(part, answer)
+        self.walk.take(part, answer)
         last = answer.get("last")
         if self.need is None and type(last) is int:
             self.first_last = max(self.first_last, last)
@@ -263,6 +263,18 @@ class IndexQuery:
             self.asked[self._ids] = share
             i = j
         return out
+
+    def lost(self, step: tuple) -> None:
+        """A sub-request (``("ixq", kind, …)``) got no usable answer: what it asked is asked again."""
+        kind = step[1]
+        if kind == "check" and self.walk is not None:
+            self.walk.failed(step[2])
+        elif kind == "rows":
+            self.failed(step[2])
+        elif kind == "entries":
+            self.entries_flying = False
+        elif kind == "progress":
+            self.progress_flying = False
 
     def failed(self, part: int) -> None:
         """A part got no usable answer: its keys are asked again."""

@@ -78,6 +78,14 @@ class IndexWrite:
         """Part ``part`` got no usable answer: its keys are asked again."""
         self.asked.pop(part, None)
 
+    def take(self, part: int, answer: dict[str, Any]) -> None:
+        """Part ``part``'s answer: ``{"applied": bool}`` (False: the range had applied it already)."""
+        self.answered(part, bool(answer["applied"]))
+
+    def result(self) -> dict[str, int]:
+        """The answer once :attr:`done`: the parts the ranges applied and those they had applied already."""
+        return {"applied": self.applied, "skipped": self.skipped}
+
     def answered(self, part: int, applied: bool) -> None:
         """Part ``part`` was applied (or had been)."""
         keys = self.asked.pop(part, None)

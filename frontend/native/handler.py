@@ -398,10 +398,7 @@ class Handler:
             if err.get("code") not in RETRY_CODES:
                 self.fe.reply(p, raw)
                 return
-            if kind == "check" and q.walk is not None:
-                q.walk.failed(step[2])
-            elif kind == "rows":
-                q.failed(step[2])
+            q.lost(step)
             self.fe.retry_later(p, err.get("message", err["code"]))
             return
         if kind == "progress":
@@ -477,7 +474,7 @@ class Handler:
             if not self.fe.cache.has_table(w.table):
                 raise TableError("TableNotFound", f"the index's table {w.table} is not in the map")
         if w.done:
-            self.fe.reply_ok(p, {"applied": w.applied, "skipped": w.skipped})
+            self.fe.reply_ok(p, w.result())
             return
         parts = w.parts(self.fe.cache)
         for route, _, _ in parts:
@@ -491,19 +488,12 @@ class Handler:
     def abandon(self, p: Pending, step: Any) -> None:
         """The driver gave up on a sub-request of ``p`` (no answer in time, or its server left the map) and
         will run ``p`` again: a change-feed part becomes a gap to ask again, an index write's part is asked again."""
-        if isinstance(step, tuple) and step[0] == "changes" and isinstance(p.state, ChangesWalk):
+        if not isinstance(step, tuple):
+            return
+        if step[0] in ("changes", "index_write") and isinstance(p.state, ChangesWalk | IndexWrite):
             p.state.failed(step[1])
-        elif isinstance(step, tuple) and step[0] == "index_write" and isinstance(p.state, IndexWrite):
-            p.state.failed(step[1])
-        elif isinstance(step, tuple) and step[0] == "ixq" and isinstance(p.state, IndexQuery):
-            if step[1] == "check" and p.state.walk is not None:
-                p.state.walk.failed(step[2])
-            elif step[1] == "rows":
-                p.state.failed(step[2])
-            elif step[1] == "entries":
-                p.state.entries_flying = False
-            elif step[1] == "progress":
-                p.state.progress_flying = False
+        elif step[0] == "ixq" and isinstance(p.state, IndexQuery):
+            p.state.lost(step)
 
     def _finish_query(self, p: Pending, cur: QueryCursor) -> None:
         out = {"entities": cur.results, "next": cur.token()}
@@ -516,11 +506,8 @@ class Handler:
     def answer(self, p: Pending, step: Any, reply: dict, raw: bytes) -> None:
         """Take the answer to a sub-request."""
         err = reply.get("error") if isinstance(reply, dict) else None
-        if isinstance(step, tuple) and step[0] == "changes":
-            self._changes_answer(p, step[1], reply, raw, err)
-            return
-        if isinstance(step, tuple) and step[0] == "index_write":
-            self._index_write_answer(p, step[1], reply, raw, err)
+        if isinstance(step, tuple) and (step[0] == "changes" or step[0] == "index_write"):
+            self._part_answer(p, step[1], reply, raw, err)
             return
         if isinstance(step, tuple) and step[0] == "ixq":
             self._index_query_answer(p, step, reply, raw, err)
@@ -544,39 +531,23 @@ class Handler:
             else:
                 self.run(p)
 
-    def _changes_answer(self, p: Pending, part: int, reply: dict, raw: bytes, err: dict | None) -> None:
-        """One range's part of a change-feed page: the page once every part is in; a part that must be asked
+    def _part_answer(self, p: Pending, part: int, reply: dict, raw: bytes, err: dict | None) -> None:
+        """One range's part of a request asked of every range at once — a change-feed page (:class:`ChangesWalk`)
+        or an index write (:class:`IndexWrite`): its result once every part is in; a part that must be asked
         again (the range moved, split, is busy) is asked by the map of then."""
-        walk: ChangesWalk = p.state
+        parts: ChangesWalk | IndexWrite = p.state
         if err is not None:
             if err.get("code") not in RETRY_CODES:
                 self.fe.reply(p, raw)
                 return
-            walk.failed(part)
+            parts.failed(part)
             self.fe.retry_later(p, err.get("message", err["code"]))
             return
-        walk.advance(part, reply["ok"])
-        if walk.done:
-            self.fe.reply_ok(p, walk.page())
-        elif not walk.asked:
+        parts.take(part, reply["ok"])
+        if parts.done:
+            self.fe.reply_ok(p, parts.result())
+        elif not parts.asked:
             self.run(p)  # the parts left are gaps: ask them
-
-    def _index_write_answer(self, p: Pending, part: int, reply: dict, raw: bytes, err: dict | None) -> None:
-        """One range's share of an index write: done once every key is answered for; a share that must be asked
-        again is cut by the map of then."""
-        w: IndexWrite = p.state
-        if err is not None:
-            if err.get("code") not in RETRY_CODES:
-                self.fe.reply(p, raw)
-                return
-            w.failed(part)
-            self.fe.retry_later(p, err.get("message", err["code"]))
-            return
-        w.answered(part, bool(reply["ok"]["applied"]))
-        if w.done:
-            self.fe.reply_ok(p, {"applied": w.applied, "skipped": w.skipped})
-        elif not w.asked:
-            self.run(p)
 
     def _relay(self, p: Pending, reply: dict, raw: bytes) -> None:
         op = p.req["op"]

@@ -22,8 +22,8 @@ def _walk(limit: int, left: list, right: list, frontiers: tuple[int, int], more:
     a, _ = walk.ask(_Route("r1"), b"", b"m")  # type: ignore[arg-type]
     b, _ = walk.ask(_Route("r2"), b"m", None)  # type: ignore[arg-type]
     assert not walk.done and walk.gaps() == []
-    walk.advance(b, {"records": right, "frontier": frontiers[1], "more": more[1]})  # answers in any order
-    walk.advance(a, {"records": left, "frontier": frontiers[0], "more": more[0]})
+    walk.take(b, {"records": right, "frontier": frontiers[1], "more": more[1]})  # answers in any order
+    walk.take(a, {"records": left, "frontier": frontiers[0], "more": more[0]})
     assert walk.done
     return walk.page()
 
@@ -35,10 +35,10 @@ def test_a_part_that_failed_is_a_gap_again_and_a_late_answer_is_ignored() -> Non
     assert walk.gaps() == [(b"k", b"x")]
     walk.failed(a)
     assert walk.gaps() == [(b"c", b"x")]
-    walk.advance(a, {"records": [_rec(5, "d")], "frontier": 9, "more": False})  # given up on: not taken
+    walk.take(a, {"records": [_rec(5, "d")], "frontier": 9, "more": False})  # given up on: not taken
     assert walk.records == [] and not walk.done
     b, _ = walk.ask(_Route("r1"), b"c", b"x")  # type: ignore[arg-type]
-    walk.advance(b, {"records": [], "frontier": 9, "more": False})
+    walk.take(b, {"records": [], "frontier": 9, "more": False})
     assert walk.done and walk.page()["resolved"] == 9
 
 
