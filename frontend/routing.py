@@ -72,6 +72,7 @@ class MapCache:
         self.by_table: dict[str, tuple[list[str], list[Route]]] = {}
         self.servers: dict[str, str] = {}
         self.indexes: dict[str, list[IndexDef]] = {}  # base table lower -> its declared indexes
+        self.holding: dict[str, IndexDef] = {}  # base table lower -> an index of it that holds its writes (behind)
         self.pub = ""
         self.received = float("-inf")  # monotonic time the current map was last confirmed
 
@@ -149,6 +150,7 @@ class MapCache:
 
     def _set_indexes(self, wire: dict[str, list[dict]]) -> None:
         self.indexes = {t: [IndexDef.from_wire(d) for d in ds] for t, ds in wire.items()}
+        self.holding = {t: d for t, ds in self.indexes.items() for d in ds if d.behind_s}
 
     def indexes_of(self, table: str) -> list[IndexDef]:
         """The indexes declared on a table (by name; ``[]``: none)."""

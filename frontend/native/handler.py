@@ -200,7 +200,7 @@ class Handler:
             if req.get("echo") is False:  # answer only the shared Timestamp (bulk imports)
                 body["echo"] = False
         if op != "get":
-            if table.lower() in self.fe.cache.indexes and self._held_by_index(p, table):
+            if self.fe.cache.holding and self._held_by_index(p, table):
                 return
             if "rid" not in req or not isinstance(req["rid"], str):
                 req["rid"] = f"{self._rid_prefix}{next(self._rids)}"  # so our own retries are applied once
@@ -217,12 +217,12 @@ class Handler:
     def _held_by_index(self, p: Pending, table: str) -> bool:
         """Back-pressure: while an index of ``table`` is further behind than its bound (the coordinator marks it
         in the map), a write waits for it — to the request's deadline, which ends in ServerBusy naming the index."""
-        for d in self.fe.cache.indexes_of(table):
-            if d.behind_s:
-                self.fe.retry_later(p, f"index {d.name} of table {table} is {d.behind_s:g} s behind its table (bound "
-                                       f"{LAG_BOUND_S:g} s): writes wait until it catches up")
-                return True
-        return False
+        d = self.fe.cache.holding.get(table.lower())
+        if d is None:
+            return False
+        self.fe.retry_later(p, f"index {d.name} of table {table} is {d.behind_s:g} s behind its table (bound "
+                               f"{LAG_BOUND_S:g} s): writes wait until it catches up")
+        return True
 
     @staticmethod
     def _secondary(p: Pending, route: Route, body: dict) -> str | None:

@@ -109,7 +109,7 @@ def test_writes_to_a_table_whose_index_is_behind_wait_naming_the_index_and_reads
     core = DriverCore.__new__(DriverCore)
     core.handler = Handler(core)  # type: ignore[arg-type]
     core.cache = _cache()
-    core.cache.indexes = {"t": [IndexDef("t", "ByQ", ("q",), (), "ready", behind_s=12.5)]}
+    core.cache._set_indexes({"t": [IndexDef("t", "ByQ", ("q",), (), "ready", behind_s=12.5).to_wire()]})
     waits: list[str] = []
     sent: list[dict] = []
     core.retry_later = lambda p, why: waits.append(why)  # type: ignore[method-assign]
@@ -120,6 +120,6 @@ def test_writes_to_a_table_whose_index_is_behind_wait_naming_the_index_and_reads
     assert sent == []
     core.handler.run(Pending(b"c", b"2", {"op": "get", "table": "t", "pk": "a", "rk": "1"}, 1e18))
     assert [b["op"] for b in sent] == ["get"]
-    core.cache.indexes = {"t": [IndexDef("t", "ByQ", ("q",), (), "ready")]}  # caught up: the map says so
+    core.cache._set_indexes({"t": [IndexDef("t", "ByQ", ("q",), (), "ready").to_wire()]})  # caught up: the map says so
     core.handler.run(write)
     assert [b["op"] for b in sent] == ["get", "write"] and len(waits) == 1
