@@ -147,7 +147,14 @@ def scan(served: Served, req: ScanRequest, budget_s: float) -> ScanPage:
     """One page of a scan of ``[lo, hi)`` and then of each further span in ``spans``, clamped to the
     range, filtered and projected, within the time budget: ``{"entities": [...], "next": key or nil}``
     (``next``: where to go on from; nil once every span is exhausted). Consecutive point spans (an
-    ``or`` of point keys) are read with one multi-get, each entity found filtered as a scan would."""
+    ``or`` of point keys) are read with one multi-get, each entity found filtered as a scan would.
+    With ``feed`` (a :class:`rangetable.messages.ChangesRequest` without op, range and epoch) the page also
+    carries that request's answer of the range's change feed as ``feed`` (a query through an index reads its
+    base rows and checks the index fresh in one request: frontend/indexes/query.py)."""
+    feed = req.get("feed")
+    if feed is not None and not isinstance(feed, dict):
+        raise TableError("InvalidInput", "feed must be a changes request")
+    checked = None if feed is None else changes(served, feed, budget_s).result  # type: ignore[arg-type]
     pred, needs_ts, needs_props = scan_filter(req.get("filter"))
     budget = min(float(req.get("budget_ms", 1e9)) / 1000.0, budget_s)
     deadline = time.perf_counter() + budget
@@ -167,9 +174,9 @@ def scan(served: Served, req: ScanRequest, budget_s: float) -> ScanPage:
         if nxt is not None:
             break
     if not runs:
-        return ScanPage(fast_path.page([], None), 0, None, counts=False)
+        return ScanPage(fast_path.page([], None, checked), 0, None, counts=False)
     sampled = (fast_path.entity_pk(items[0]), 1 + len(items) // 100) if items else None
-    return ScanPage(fast_path.page(items, nxt), len(items), sampled)
+    return ScanPage(fast_path.page(items, nxt, checked), len(items), sampled)
 
 
 def changes(served: Served, req: ChangesRequest, budget_s: float) -> ScanPage:

@@ -268,13 +268,16 @@ class ScanRequest(TypedDict):
     select: list[str] | None
     limit: int
     budget_ms: float
+    feed: NotRequired[dict[str, Any]]  # a ChangesRequest's fields but op, range and epoch: answered beside
 
 
 class ScanAnswer(TypedDict):
-    """A partition server's page of a range, received by the frontend; ``next`` is the key to go on from."""
+    """A partition server's page of a range, received by the frontend; ``next`` is the key to go on from;
+    ``feed``: the answer to the request's ``feed``, when it had one."""
 
     entities: list[WireEntity]
     next: bytes | None
+    feed: NotRequired[ChangesAnswer]
 
 
 class ChangesRequest(TypedDict):

@@ -14,6 +14,13 @@ page is gathered in three steps, each asking every range it needs at once:
    ``$filter`` and ``$select``: every hit is checked against the row as it is now, so an entry the applier has
    not removed yet is dropped, never returned.
 
+**The optimistic path** (:meth:`IndexQuery.try_known`): when an earlier query of this frontend read a cursor
+``C`` from the progress row, the index had applied through ``C`` then, so entries read now hold every change up
+to ``C``. The page reads its entries first, then asks each base range, in one request, for its rows and for
+one record after ``C`` (a scan carrying a feed request: ``partition_server/data_requests.py``): two rounds, one
+request per range. When no range holds such a record, every write acknowledged before the query began is at or
+before ``C`` and the page stands; when one does, what was read is dropped and the page takes the plain path.
+
 Rows come in entry order (by the indexed values, then PartitionKey and RowKey), as Cosmos DB's Table API
 answers without key order. The continuation token is the entries' position, marked so it is never taken for
 a base key (:func:`token`).
@@ -84,11 +91,13 @@ class IndexQuery:
     keys: list[bytes] = field(default_factory=list)  # base keys of this page's entries, in entry order
     rows: dict[bytes, Any] = field(default_factory=dict)  # base key -> row (matching the filter)
     pending: set[bytes] = field(default_factory=set)  # base keys not yet answered for
-    asked: dict[int, list[bytes]] = field(default_factory=dict)
+    asked: dict[int, list[bytes]] = field(default_factory=dict)  # rows part -> its base keys, while awaited
+    checks: dict[int, int] = field(default_factory=dict)  # rows part -> the freshness check's part it carries
     fallback: str | None = None  # why the page scans the base table instead
     fresh: bool = False  # the check passed (or was not asked for)
-    optimistic: bool = False  # checking a cursor read by an earlier query while the entries are read
+    optimistic: bool = False  # checking a cursor read by an earlier query with the rows (see the docstring)
     entries_ready: bool = False  # the page's entries are read
+    keys_known: bool = False  # ... and their base keys are in keys
     entries_flying: bool = False  # a segment of entries is asked
     progress_flying: bool = False  # the progress row is asked
     start_pos: bytes = b""
@@ -106,17 +115,22 @@ class IndexQuery:
         return cls(plan, table, req.get("filter"), req.get("select"), top, stale, cur, start_pos=cur.pos)
 
     def try_known(self, cursor: list | None) -> None:
-        """Check the index against ``cursor``, what an earlier query read of its progress (the index had applied
-        through it then, so it still has), while the entries are read at once: when the check passes, the
-        progress row was not needed and the entries read meanwhile stand (they were read after the index held
-        every write the check covers). When it fails, they are dropped and the page takes the plain path."""
+        """Take the optimistic path (see the module docstring) with ``cursor``, what an earlier query read of the
+        index's progress (the index had applied through it then, so it still has): the entries are read at once,
+        and the check against ``cursor`` rides with the rows. When it passes, the progress row was not needed and
+        what was read stands; when it fails, it is dropped and the page takes the plain path."""
         if cursor is None or self.staleness_s is not None:
             return
         pos = feed_cursor.from_wire(cursor)
         self.applied_through = pos[0]
         self.walk = ChangesWalk(pos, 1)
-        self.phase = "check"
+        self.phase = "entries"
         self.optimistic = True
+
+    @property
+    def checking(self) -> bool:
+        """True while the optimistic path's check is open (it rides with the rows)."""
+        return self.optimistic and not self.fresh
 
     @property
     def entries_table(self) -> str:
@@ -153,13 +167,14 @@ class IndexQuery:
         """The freshness checks to send: one record after the index's cursor (up to :attr:`need`), of each base
         range not answered."""
         assert self.walk is not None
-        out = []
-        for route, lo, hi in self.walk.segments(cache, self.table):
-            part, body = self.walk.ask(route, lo, hi)
-            body["close"] = False  # only whether a committed record lies beyond: nothing to close
-            body["upto"] = self.need  # the first time none: each range says how far it is (``last``)
-            out.append((route, part, body))
-        return out
+        return [(route, *self._ask_check(route, lo, hi)) for route, lo, hi in self.walk.segments(cache, self.table)]
+
+    def _ask_check(self, route: Route, lo: bytes, hi: bytes | None) -> tuple[int, dict[str, Any]]:
+        assert self.walk is not None
+        part, body = self.walk.ask(route, lo, hi)
+        body["close"] = False  # only whether a committed record lies beyond: nothing to close
+        body["upto"] = self.need  # the first time none: each range says how far it is (``last``)
+        return part, body
 
     def take_check(self, part: int, answer: dict) -> None:
         """A base range's answer to the freshness check; the first round also notes how far each range was
@@ -178,29 +193,35 @@ class IndexQuery:
             return None
         if not walk.records:
             self.fresh_ms = (time.monotonic() - self.born) * 1000
-            self.fresh = True
-            self.phase = "rows" if self.entries_ready else "entries"
-            self._entries_read()
+            self._fresh()
             return True
         if time.monotonic() - self.born > FRESH_WAIT_S:
             self._give_up(f"the index stayed behind the base table for {FRESH_WAIT_S:g} s")
             return True
         if self.need is None:
             self.need = self.first_last
-        if self.optimistic:  # the entries read meanwhile may miss a write the check found: read them again
-            self.optimistic = self.entries_ready = False
+        if self.optimistic:  # what was read may miss a write the check found: read it again
+            self.optimistic = self.entries_ready = self.keys_known = False
             self.cursor = QueryCursor(self.cursor.plan, self.top, self.start_pos)
+            self.keys, self.rows, self.pending = [], {}, set()
+            self.asked.clear()
+            self.checks.clear()
         self.walk = None
         self.phase = "progress"
         return False
+
+    def _fresh(self) -> None:
+        self.fresh = True
+        if self.entries_ready:
+            self._entries_read()
+        else:
+            self.phase = "entries"
 
     def _give_up(self, why: str) -> None:
         """The index cannot be shown fresh: a first page scans the base table instead (the Handler switches); a
         continued page goes on through the index as it is, and says why (``fallback``)."""
         self.fallback = why
-        self.fresh = True
-        self.phase = "rows" if self.entries_ready else "entries"
-        self._entries_read()
+        self._fresh()
 
     @property
     def first_page(self) -> bool:
@@ -210,9 +231,8 @@ class IndexQuery:
     # --- 2. entries -----------------------------------------------------------------------------
 
     def wants_entries(self) -> bool:
-        """True when a segment of entries is to be asked now: after the check, or beside an optimistic one."""
-        return (self.phase == "entries" or self.phase == "check" and self.optimistic) and not (
-            self.entries_ready or self.entries_flying)
+        """True when a segment of entries is to be asked now: after the check, or first on the optimistic path."""
+        return self.phase == "entries" and not (self.entries_ready or self.entries_flying)
 
     def take_entries(self, cursor: QueryCursor, entities: list, resume: bytes | None, seg_hi: bytes | None,
                      page_over: bool) -> None:
@@ -225,26 +245,48 @@ class IndexQuery:
         cur.advance(entities, resume, seg_hi)
         if cur.remaining <= 0 or cur.done or page_over:
             self.entries_ready = True
-            if self.fresh:
+            if self.fresh or self.optimistic:
                 self._entries_read()
 
     def _entries_read(self) -> None:
-        if not self.entries_ready:
-            return
-        for e in self.cursor.results:
-            pk, rk = base_key(e[1])
-            self.keys.append(encode_key(pk, rk))
-        self.pending = set(self.keys)
-        self.phase = "rows" if self.keys else "done"
+        """On to the rows (and, on the optimistic path, the check that rides with them)."""
+        if not self.keys_known:
+            for e in self.cursor.results:
+                pk, rk = base_key(e[1])
+                self.keys.append(encode_key(pk, rk))
+            self.pending = set(self.keys)
+            self.keys_known = True
+        self.phase = "rows" if self.pending or self.checking else "done"
 
     # --- 3. rows --------------------------------------------------------------------------------
 
     def row_parts(self, cache: MapCache, budget_ms: int) -> list[tuple[Route, int, dict[str, Any]]]:
         """Point reads of the base rows not yet answered for, by the ranges of ``cache``, with the query's
-        filter (the re-check) and projection."""
+        filter (the re-check) and projection; while the optimistic check is open, each part of the table it has
+        not had answered gets one request carrying the check and the rows there (up to :data:`MAX_POINTS`)."""
         flying = {k for ks in self.asked.values() for k in ks}
         keys = sorted(k for k in self.pending if k not in flying)
         out = []
+        if self.checking:
+            assert self.walk is not None
+            riding: set[bytes] = set()
+            for route, lo, hi in self.walk.segments(cache, self.table):
+                share = [k for k in keys if k >= lo and (hi is None or k < hi)][:MAX_POINTS]
+                riding.update(share)
+                check, feed = self._ask_check(route, lo, hi)
+                for name in ("op", "range", "epoch"):
+                    del feed[name]
+                if share:
+                    body = self._rows_body(route, share, budget_ms)
+                else:  # an empty span: the check alone
+                    self._ids += 1
+                    body = {"op": "scan", "range": route.range["id"], "epoch": route.range["epoch"], "lo": lo,
+                            "hi": lo, "limit": 0, "budget_ms": budget_ms}
+                body["feed"] = feed
+                self.asked[self._ids] = share
+                self.checks[self._ids] = check
+                out.append((route, self._ids, body))
+            keys = [k for k in keys if k not in riding]
         i = 0
         while i < len(keys):
             route = cache.route_key(self.table, keys[i])
@@ -253,16 +295,22 @@ class IndexQuery:
             while j < len(keys) and j - i < MAX_POINTS and (hi is None or keys[j] < hi):
                 j += 1
             share = keys[i:j]
-            self._ids += 1
-            body = {"op": "scan", "range": route.range["id"], "epoch": route.range["epoch"], "lo": share[0],
-                    "hi": share[0] + b"\x00", "filter": self.filter, "select": self.select, "limit": len(share),
-                    "budget_ms": budget_ms}
-            if len(share) > 1:
-                body["spans"] = [[k, k + b"\x00"] for k in share[1:]]
+            body = self._rows_body(route, share, budget_ms)
             out.append((route, self._ids, body))
             self.asked[self._ids] = share
             i = j
         return out
+
+    def _rows_body(self, route: Route, share: list[bytes], budget_ms: int) -> dict[str, Any]:
+        """A scan of the point spans of ``share`` (base keys, ascending, in one range), under a new part id."""
+        self._ids += 1
+        body: dict[str, Any] = {
+            "op": "scan", "range": route.range["id"], "epoch": route.range["epoch"], "lo": share[0],
+            "hi": share[0] + b"\x00", "filter": self.filter, "select": self.select, "limit": len(share),
+            "budget_ms": budget_ms}
+        if len(share) > 1:
+            body["spans"] = [[k, k + b"\x00"] for k in share[1:]]
+        return body
 
     def lost(self, step: tuple) -> None:
         """A sub-request (``("ixq", kind, …)``) got no usable answer: what it asked is asked again."""
@@ -277,20 +325,30 @@ class IndexQuery:
             self.progress_flying = False
 
     def failed(self, part: int) -> None:
-        """A part got no usable answer: its keys are asked again."""
+        """A part got no usable answer: its keys (and the check it carried) are asked again."""
         self.asked.pop(part, None)
+        check = self.checks.pop(part, None)
+        if check is not None and self.walk is not None:
+            self.walk.failed(check)
 
-    def take_rows(self, part: int, entities: list, resume: bytes | None) -> None:
-        """A range's rows: those that match; keys from ``resume`` on are asked again."""
+    def take_rows(self, part: int, entities: list, resume: bytes | None, feed: dict | None = None) -> None:
+        """A range's rows: those that match; keys from ``resume`` on are asked again. ``feed``: the answer to
+        the check the part carried (then see :meth:`checked`)."""
         share = self.asked.pop(part, None)
+        check = self.checks.pop(part, None)
         if share is None:
             return
+        if check is not None and self.walk is not None:
+            if feed is None:
+                self.walk.failed(check)
+            else:
+                self.take_check(check, feed)
         for e in entities:
             self.rows[encode_key(e[0], e[1])] = e
         for k in share:
             if resume is None or k < resume:
                 self.pending.discard(k)
-        if not self.pending:
+        if not self.pending and not self.checking:
             self.phase = "done"
 
     def page(self) -> dict[str, Any]:

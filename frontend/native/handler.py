@@ -420,7 +420,10 @@ class Handler:
             q.take_entries(step[3], res["entities"], res["next"], step[2], time.monotonic() >= p.extra["page_end"])
         else:
             res = reply["ok"]
-            q.take_rows(step[2], res["entities"], res["next"])
+            q.take_rows(step[2], res["entities"], res["next"], res.get("feed"))
+            if q.checking and q.checked() is False:
+                self.fe.retry_later(p, f"index {q.plan.index.name} is behind its table")
+                return
             if q.phase != "done" and q.asked:
                 return
         self.run(p)

@@ -90,6 +90,8 @@ ENTITY_HEADER = b"\x94"  # msgpack fixarray of 4: the wire entity [pk, rk, ts, p
 NIL = b"\xc0"  # msgpack nil: a delete's answer
 _PAGE_HEAD = b"\x82\xa8entities"  # msgpack fixmap of 2, then fixstr "entities" (the array follows)
 _PAGE_NEXT = b"\xa4next"  # msgpack fixstr "next" (the continuation key or nil follows)
+_PAGE_HEAD_FEED = b"\x83\xa8entities"  # the same with a third key, "feed"
+_PAGE_FEED = b"\xa4feed"  # msgpack fixstr "feed" (a packed ChangesAnswer follows)
 _RECORD_HEAD = b"\x93"  # msgpack fixarray of 3: a request record [ts, kind, result]
 # msgpack str headers by UTF-8 length: fixstr (0xa0 | n) below 32 bytes, str8 (0xd9, n) up to 255
 _STR_HEADERS = [bytes([0xA0 | n]) for n in range(32)] + [b"\xd9" + bytes([n]) for n in range(32, 256)]
@@ -173,9 +175,13 @@ def stored_ts(value: bytes) -> int:
     return unpackb(value)[0]
 
 
-def page(items: list[bytes], next_key: bytes | None) -> Packed:
-    """The scan result ``{"entities": [...], "next": next_key}`` from entities in wire form."""
-    return Packed(_PAGE_HEAD, array_header(len(items)), *items, _PAGE_NEXT, protocol.pack(next_key))
+def page(items: list[bytes], next_key: bytes | None, feed: Packed | None = None) -> Packed:
+    """The scan result ``{"entities": [...], "next": next_key}`` from entities in wire form; with ``feed`` (a
+    packed :class:`rangetable.messages.ChangesAnswer`) also ``"feed": feed``."""
+    if feed is None:
+        return Packed(_PAGE_HEAD, array_header(len(items)), *items, _PAGE_NEXT, protocol.pack(next_key))
+    return Packed(_PAGE_HEAD_FEED, array_header(len(items)), *items, _PAGE_NEXT, protocol.pack(next_key),
+                  _PAGE_FEED, *feed.parts)
 
 
 def request_record(ts: int, kind: bytes, answer: bytes) -> bytes:

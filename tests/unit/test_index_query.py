@@ -1,7 +1,7 @@
 """One page of a query through an index (frontend.indexes.query), without processes: the read-your-writes check
 against the progress cursor (bounded after its first round by the ranges' last Timestamps), the optimistic path
-(a cursor an earlier query read, checked while the entries are read: kept when the check passes, dropped when it
-fails), and what a page does when the index cannot be shown fresh."""
+(a cursor an earlier query read: entries first, then the check riding with the rows, one request per base range;
+kept when the check passes, dropped when it fails), and what a page does when the index cannot be shown fresh."""
 
 from __future__ import annotations
 
@@ -60,27 +60,65 @@ def test_the_plain_path_waits_until_no_range_holds_a_record_up_to_its_first_last
     assert q.phase == "rows" and q.keys == [encode_key("a", "1"), encode_key("n", "2")]
 
 
-def test_an_optimistic_check_keeps_the_entries_read_beside_it() -> None:
+def _answer_rows(q: IndexQuery, cache: MapCache, records_in: set[str], found: set[bytes]) -> list[dict]:
+    """Answer every part :meth:`IndexQuery.row_parts` asks (a range's rows, and the check riding with them)."""
+    bodies = []
+    for route, part, body in q.row_parts(cache, 1000):
+        bodies.append(body)
+        keys = [body["lo"], *(s[0] for s in body.get("spans", ()))] if body["limit"] else []
+        rows = [[*k.split(b"\x00"), 1, {}] for k in keys if k in found]
+        feed = None
+        if "feed" in body:
+            assert body["feed"]["close"] is False and "op" not in body["feed"]
+            recs = [[40, encode_key("x", "y"), "insert", None, None]] if route.range["id"] in records_in else []
+            feed = {"records": recs, "frontier": 60, "more": False, "floor": 0, "last": 50}
+        q.take_rows(part, [[r[0].decode(), r[1].decode(), 1, {}] for r in rows], None, feed)
+    return bodies
+
+
+def test_the_optimistic_path_reads_entries_first_and_checks_with_the_rows() -> None:
     cache = _cache()
     q = _query()
     q.try_known([30, None])
-    assert q.phase == "check" and q.optimistic and q.wants_entries()
+    assert q.phase == "entries" and q.optimistic and q.wants_entries()
     q.entries_flying = True
-    q.take_entries(q.cursor, [_entry("a", "1")], None, None, False)  # the entries come first
-    assert q.entries_ready and q.phase == "check"
-    _answer_checks(q, cache, set())
-    assert q.checked() is True and q.phase == "rows" and q.keys == [encode_key("a", "1")]
+    q.take_entries(q.cursor, [_entry("a", "1")], None, None, False)
+    assert q.entries_ready and q.phase == "rows" and q.checking and q.keys == [encode_key("a", "1")]
+    bodies = _answer_rows(q, cache, set(), {encode_key("a", "1")})
+    assert [b["range"] for b in bodies] == ["b1", "b2"]  # one request per base range: rows and check together
+    assert bodies[0]["limit"] == 1 and bodies[1]["limit"] == 0 and all("feed" in b for b in bodies)
+    assert q.checked() is True and q.fresh and not q.checking and q.phase == "done"
+    assert q.page()["entities"] == [["a", "1", 1, {}]]
 
 
-def test_a_failed_optimistic_check_drops_the_entries_read_beside_it() -> None:
+def test_a_failed_optimistic_check_drops_what_was_read_and_takes_the_plain_path() -> None:
     cache = _cache()
     q = _query()
     q.try_known([30, None])
     cur = q.cursor
-    _answer_checks(q, cache, {"b1"})
+    q.take_entries(cur, [_entry("a", "1"), _entry("n", "2")], None, None, False)
+    _answer_rows(q, cache, {"b1"}, {encode_key("a", "1")})
     assert q.checked() is False and not q.optimistic and q.phase == "progress" and q.cursor is not cur
-    q.take_entries(cur, [_entry("a", "1")], None, None, False)  # the late answer of the dropped cursor
+    assert q.keys == [] and q.rows == {} and not q.asked and q.need == 50
+    q.take_entries(cur, [_entry("a", "1")], None, None, False)  # a late answer of the dropped cursor
     assert q.cursor.results == [] and not q.entries_ready
+
+
+def test_a_lost_part_of_the_optimistic_path_asks_its_rows_and_check_again() -> None:
+    cache = _cache()
+    q = _query()
+    q.try_known([30, None])
+    q.take_entries(q.cursor, [_entry("a", "1"), _entry("n", "2")], None, None, False)
+    parts = q.row_parts(cache, 1000)
+    assert len(parts) == 2
+    (_, lost, _), (_, kept, _) = parts
+    q.lost(("ixq", "rows", lost))
+    q.take_rows(kept, [["n", "2", 1, {}]], None, {"records": [], "frontier": 60, "more": False, "floor": 0})
+    assert q.checked() is None  # b1's part of the check is a gap again
+    again = q.row_parts(cache, 1000)
+    assert [b["range"] for _, _, b in again] == ["b1"] and again[0][2]["lo"] == encode_key("a", "1")
+    q.take_rows(again[0][1], [["a", "1", 1, {}]], None, {"records": [], "frontier": 60, "more": False, "floor": 0})
+    assert q.checked() is True and q.phase == "done" and len(q.page()["entities"]) == 2
 
 
 def test_staleness_skips_the_check_and_a_continued_page_goes_on_through_the_index_when_it_must() -> None:

@@ -410,3 +410,25 @@ def test_a_full_page_of_point_spans_goes_on_at_the_next_key(ranges):
     same_reply(ranges.data("scan", req), want)
     assert store.scan(b"", None, limit=1, points=[s[0] for s in spans])[1] == encode_key("a", "missing")
     assert store.scan(b"", None, limit=1, points=[s[0] for s in spans[1:]]) == ([], None)
+
+
+@pytest.mark.parametrize("after", [None, "last"])
+def test_a_scan_carrying_a_feed_request_answers_it_beside_its_rows(ranges, after):
+    """A scan with ``feed`` (a query through an index reading its base rows and checking the index fresh in one
+    request: frontend/indexes/query.py) answers its page and, as ``feed``, what the ``changes`` op answers."""
+    store = ranges.open["r1"].store
+    spans = [point("a", "a"), point("a", "missing")]
+    feed = {"lo": b"", "hi": None, "after": None if after is None else [store.last_ts, None], "upto": None,
+            "limit": 1, "close": False, "need": None}
+    plain = protocol.unpack(protocol.ok(ranges.data("scan", scan_req(lo=spans[0][0], hi=spans[0][1],
+                                                                     spans=spans[1:]))))["ok"]
+    alone = protocol.unpack(protocol.ok(ranges.data("changes", {"op": "changes", "range": "r1", "epoch": 3, **feed})))
+    both = protocol.unpack(protocol.ok(ranges.data("scan", scan_req(lo=spans[0][0], hi=spans[0][1], spans=spans[1:],
+                                                                    feed=feed))))["ok"]
+    assert both == {**plain, "feed": alone["ok"]} and len(plain["entities"]) == 1
+    assert len(alone["ok"]["records"]) == (1 if after is None else 0)  # from the beginning: one record (limit 1)
+    empty = protocol.unpack(protocol.ok(ranges.data("scan", scan_req(lo=b"a", hi=b"a", limit=0, feed=feed))))["ok"]
+    assert empty == {"entities": [], "next": None, "feed": alone["ok"]}
+    with pytest.raises(TableError) as err:
+        ranges.data("scan", scan_req(lo=b"", hi=None, feed=[1]))
+    assert err.value.code.name == "InvalidInput"
