@@ -20,7 +20,7 @@ from coordinator.map.server_info import live_endpoints
 from coordinator.replicas.sets import health
 from rangetable import curve, protocol
 from rangetable.errors import TableError
-from rangetable.index_def import find, holding_writes, is_index_table
+from rangetable.index_def import find, is_index_table
 from rangetable.messages import is_replicated
 
 if TYPE_CHECKING:
@@ -143,17 +143,11 @@ def index_claim(co: AdminHost, req: dict) -> dict:
         d = find(maps.pmap.indexes_of(table), protocol.field(req, "name", str))
         if d is None:
             raise TableError("IndexNotFound", f"Table {table} has no index {req['name']}.")
-        got = maps.claims.claim(table, d["name"], req.get("holder"), req.get("ttl_s"), time.monotonic(),
+        now = time.monotonic()
+        got = maps.claims.claim(table, d["name"], req.get("holder"), req.get("ttl_s"), now,
                                 lambda puts: maps.meta_store().commit(puts, []))
-        report = maps.claims.report(table, d["name"], req["holder"], req.get("progress")) if got["granted"] else None
-        lag = report.get("lag_s") if report is not None else None
-        if isinstance(lag, int | float):
-            behind = holding_writes(d["state"] == "ready", float(d.get("behind_s", 0.0)), float(lag))
-            if behind != d.get("behind_s", 0.0):  # crossed the bound (or moved far past it): the map says so
-                changed = {k: v for k, v in d.items() if k != "behind_s"}
-                if behind:
-                    changed["behind_s"] = behind
-                maps.commit(maps.pmap.put_index(changed))
+        if got["granted"] and maps.claims.report(table, d["name"], req["holder"], req.get("progress"), now):
+            ops.judge_lag(co.cluster, table, d, maps.claims.lag_of(table, d["name"], now))
         return got
 
 

@@ -235,7 +235,7 @@ class Coordinator:
         log.info("coordinator leads term %d on %s, map updates on %s; loading the map", self.term, self.endpoint,
                  self.pub_endpoint)
         next_tick = 0.0
-        next_hugz = 0.0
+        next_hugz = next_index = 0.0
         next_gc = time.monotonic() + 2 * (self.cfg.lease_s + self.cfg.lease_grace_s)
         next_rerepl = next_gc if self.cfg.replicas > 1 else float("inf")
         held: list[tuple[list[bytes], str | None]] | None = []  # (request, sender role) held while the map loads
@@ -285,6 +285,10 @@ class Coordinator:
                 self.controller.submit(replica_ops.rereplicate, self.cluster, self.controller, key="rereplicate")
                 if self.cluster.map.pmap.moving_ids():  # pending replica moves go one step on
                     self.controller.submit(replica_move.advance, self.cluster, self.controller, key="replica_moves")
+            if now >= next_index:  # back-pressure for indexes nobody applies (operations.judge_lapsed_indexes)
+                next_index = now + 1.0
+                if self.cluster.map.claims.reported_at:
+                    self.controller.submit(ops.judge_lapsed_indexes, self.cluster, self.controller, key="lapsed")
             if now >= next_gc:
                 next_gc = now + 30.0
                 self.controller.submit(ops.collect_garbage, self.cluster, self.controller, key="gc")

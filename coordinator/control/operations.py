@@ -21,7 +21,15 @@ from coordinator.map.partition_map import Writes, range_key
 from coordinator.replicas.placement import place_orphans
 from coordinator.replicas.sets import choose_replicas
 from rangetable.errors import TableError
-from rangetable.index_def import MAX_INDEXES, IndexDef, check_def, find, index_table, is_index_table
+from rangetable.index_def import (
+    MAX_INDEXES,
+    IndexDef,
+    check_def,
+    find,
+    holding_writes,
+    index_table,
+    is_index_table,
+)
 from rangetable.kernel.crash import crash_point, fault_armed
 from rangetable.kernel.stats import StepClock
 from rangetable.messages import is_replicated
@@ -239,6 +247,32 @@ def index_ready(cl: Cluster, ctl: Controller, table: str, name: str) -> dict:
         cl.map.commit(cl.map.pmap.put_index(d))
     cl.events.record("index_ready", table=base, index=d["name"])
     return {"index": d}
+
+
+def judge_lag(cl: Cluster, table: str, d: dict, lag_s: float | None) -> None:
+    """Back-pressure, decided here only: put on ``d`` (a definition of ``table``'s, the map lock held) how far
+    behind its table it is (:func:`rangetable.index_def.holding_writes` of ``lag_s``, from
+    :meth:`coordinator.map.indexes.IndexClaims.lag_of`), committing the map when that crosses the bound; every
+    frontend then holds (or lets go) the table's writes."""
+    if lag_s is None:
+        return
+    behind = holding_writes(d["state"] == "ready", float(d.get("behind_s", 0.0)), lag_s)
+    if behind != d.get("behind_s", 0.0):  # crossed the bound (or moved far past it): the map says so
+        changed = {k: v for k, v in d.items() if k != "behind_s"}
+        if behind:
+            changed["behind_s"] = behind
+        cl.map.commit(cl.map.pmap.put_index(changed))
+
+
+def judge_lapsed_indexes(cl: Cluster, ctl: Controller, now: float | None = None) -> None:
+    """Run every second by the leader: an index whose applier's lease ran out (no frontend applies it) falls
+    behind by the clock, so its table's writes wait once that passes the bound, as when an applier reports it."""
+    now = time.monotonic() if now is None else now
+    with cl.map.lock:
+        for table, name in cl.map.claims.lapsed(now):
+            d = find(cl.map.pmap.indexes_of(table), name)
+            if d is not None:
+                judge_lag(cl, table, d, cl.map.claims.lag_of(table, name, now))
 
 
 def index_check(cl: Cluster, ctl: Controller, table: str, name: str, repair: bool = False) -> dict:

@@ -57,6 +57,7 @@ class IndexClaims:
         self.live: dict[str, Claim] = {}
         self.since = -math.inf  # when this leader took over: earlier grants may still be live until ttl after
         self.progress: dict[str, dict[str, Any]] = {}  # "table/name" lower -> what its holder last reported
+        self.reported_at: dict[str, float] = {}  # "table/name" lower -> when (monotonic seconds)
 
     def load(self, items: list[tuple[bytes, Any]], now: float) -> None:
         """Install the claim records of the meta store at a takeover (``now``: its monotonic time)."""
@@ -68,17 +69,42 @@ class IndexClaims:
         """The index is gone: its live lease with it (its number stays, so a new index counts on)."""
         self.live.pop(_pair(table, name), None)
         self.progress.pop(_pair(table, name), None)
+        self.reported_at.pop(_pair(table, name), None)
 
-    def report(self, table: str, name: str, holder: str, progress: Any) -> dict[str, Any] | None:
-        """Keep what the claim's ``holder`` reports of its work (``{"phase", "built", "applied", "lag_s",
-        ...}``: shown by ``index list``); None when it is not the holder or the report is not a map."""
+    def report(self, table: str, name: str, holder: str, progress: Any, now: float) -> dict[str, Any] | None:
+        """Keep what the claim's ``holder`` reports of its work at ``now`` (``{"phase", "built", "applied",
+        "lag_s", ...}``: shown by ``index list``); None when it is not the holder or the report is not a map."""
         key = _pair(table, name)
         cur = self.live.get(key)
         if cur is None or cur.holder != holder or not isinstance(progress, dict):
             return None
         kept = {k: v for k, v in progress.items() if isinstance(k, str) and isinstance(v, int | float | str | None)}
         self.progress[key] = {**kept, "holder": holder}
+        self.reported_at[key] = now
         return self.progress[key]
+
+    def lag_of(self, table: str, name: str, now: float) -> float | None:
+        """How far behind its table an index is, as back-pressure judges it at ``now``: its holder's last
+        reported ``lag_s`` while the lease runs; once the lease ran out, that lag plus the time since the report
+        (nobody applies the index: it falls behind by the clock). None before any report since this leader
+        took over."""
+        key = _pair(table, name)
+        got, at = self.progress.get(key), self.reported_at.get(key)
+        lag = None if got is None else got.get("lag_s")
+        if at is None or isinstance(lag, bool) or not isinstance(lag, int | float):
+            return None
+        cur = self.live.get(key)
+        return float(lag) if cur is not None and now < cur.until else float(lag) + now - at
+
+    def lapsed(self, now: float) -> list[tuple[str, str]]:
+        """The ("table", "name") pairs (lower case) whose holder reported and whose lease has run out."""
+        out = []
+        for key in self.reported_at:
+            cur = self.live.get(key)
+            if cur is None or now >= cur.until:
+                table, _, name = key.partition("/")
+                out.append((table, name))
+        return out
 
     def progress_of(self, table: str, name: str, now: float) -> dict[str, Any]:
         """The last report of an index's holder (``{}``: none since this leader took over), its ``holder`` None

@@ -128,6 +128,20 @@ def merged_state(left: bytes | None, right: bytes | None, left_ts: int, right_ts
     return pack_state(lon and ron, max(lfloor, rfloor), records, nbytes)
 
 
+def newest(db: Any) -> int:
+    """The Timestamp of the newest record of the feed (one seek back from its end), -1 when it has none."""
+    it = db.iter()
+    try:
+        it.seek_for_prev(FEED_END)
+        if it.valid():
+            key = it.key()
+            if key.startswith(FEED_PREFIX):
+                return int(_TS.unpack_from(key, len(FEED_PREFIX))[0])
+        return -1
+    finally:
+        it = None  # a live iterator would keep the DB LOCK after close()
+
+
 def count(db: Any, below: bytes = FEED_END) -> tuple[int, int]:
     """(records, bytes) of the feed's records with keys below ``below`` (all by default), counted by a pass."""
     return count_span(db, FEED_PREFIX, below)
@@ -156,6 +170,21 @@ class Feed:
         stored = db.get(META_FEED)
         self.on, self.floor, self.records, self.nbytes = unpack_state(stored, last_ts)
         self.stored_on: bool | None = self.on if stored is not None else None  # what META_FEED says (None: absent)
+        self.top: int | None = None  # the newest record's Timestamp (-1: none), once known: see nothing_after
+
+    def nothing_after(self, db: Any, after: tuple[int, bytes | None]) -> bool:
+        """True when the store holds no record after position ``after``, known without a read of the records
+        (a query's freshness check asks this of every base range: frontend/indexes/query.py). The newest
+        record's Timestamp is found by one seek the first time, then kept by :meth:`note`; a follower's writes
+        forget it (:meth:`forget_top`)."""
+        top = self.top
+        if top is None:
+            top = self.top = newest(db)
+        return top < after[0] or (top == after[0] and after[1] is None)
+
+    def forget_top(self) -> None:
+        """Records were written other than through :meth:`note` (a follower's batch, a split's replay)."""
+        self.top = None
 
     def configure(self, on: bool, before_images: bool, retention_s: int | None) -> None:
         """Take the table's feed settings (applied from the next write on)."""
@@ -187,6 +216,8 @@ class Feed:
                 size += len(fk) + len(record)
             self.records += len(changes)
             self.nbytes += size
+            if self.top is not None:
+                self.top = ts  # Timestamps only grow: the newest record is this batch's
         elif not switched:
             return
         wb.put(META_FEED, pack_state(self.on, self.floor, self.records, self.nbytes))

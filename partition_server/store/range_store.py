@@ -611,6 +611,8 @@ class RangeStore:
         if close and should_close(self._last_ts, self.clock(), need):
             self.close_timestamp()
         last = self._last_ts  # every record at or below it is written (it moves after the write)
+        if after is not None and feed.nothing_after(self._db, after):  # fast path: no iterator (tested beside read)
+            return FeedPage([], last if upto is None else min(upto, last), False, feed.read_floor(last))
         return read_feed(self._db, after, feed.read_floor(last), last if upto is None else min(upto, last), lo, hi,
                          limit)
 
@@ -716,6 +718,7 @@ class RangeStore:
         wb.put(META_REPL, pack_position(epoch, seq))
         with self._lock:
             self._db.write(wb, self._wo)
+            self.feed.forget_top()
 
     def write_raw(self, wb: rocksdict.WriteBatch, writes: list[tuple[bytes, bytes | None]] | None = None,
                   recount: bool = False) -> None:
@@ -729,6 +732,7 @@ class RangeStore:
             if counts != self._counts and not recount:
                 wb.put(META_COUNT, pack_counts(counts))
             self._db.write(wb, self._wo)
+            self.feed.forget_top()
             if recount:
                 counts = count_span(self._db)
                 self._db.put(META_COUNT, pack_counts(counts), self._wo)

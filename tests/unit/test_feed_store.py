@@ -264,3 +264,56 @@ def test_a_read_over_a_sparse_span_stops_after_looking_at_enough_records(store: 
         if not page.more:
             break
     assert [r[1] for r in got] == [b"z\x00last"] and pages >= 3
+
+
+def test_knowing_nothing_lies_after_a_position_answers_as_the_read_does(tmp_path) -> None:
+    """The fast path of a freshness check (Feed.nothing_after: the newest record's Timestamp, found by one seek
+    and then kept by the writes) answers every position as reading the records does: before any record, between
+    writes, inside a transaction's Timestamp (there it may not know, and reads), after a close, on a follower that applied batches and then leads."""
+    from partition_server.store.feed import read
+
+    primary = RangeStore.open(tmp_path / "p")
+    follower = RangeStore.open(tmp_path / "f")
+    shipped: list = []
+
+    class Ship:
+        def stamp(self, wb) -> None:
+            pass
+
+        def shipped(self, ops) -> None:
+            shipped.append(ops)
+
+    def agree(store: RangeStore) -> None:
+        tss = [r[0] for r in store.read_changes(None, b"", None, 10_000).records]
+        keys = [r[1] for r in store.read_changes(None, b"", None, 10_000).records]
+        positions = [(0, None), (store.last_ts, None), *((t, None) for t in tss), *zip(tss, keys, strict=True),
+                     *((t - 1, None) for t in tss)]
+        for pos in positions:
+            plain = read(store._db, pos, store.feed.floor, store.last_ts, b"", None, 10)
+            assert store.read_changes(pos, b"", None, 10) == plain, pos
+            if store.feed.nothing_after(store._db, pos):  # never says so wrongly (it may not know: a key at the top)
+                assert plain.records == [], pos
+        assert store.feed.nothing_after(store._db, (tss[-1], None)) if tss else True  # the common case: known
+
+    try:
+        primary.set_feed(True)
+        primary.replicate(Ship())
+        assert primary.feed.nothing_after(primary._db, (0, None)) and primary.feed.top == -1  # no record yet
+        primary.write(ins("p", "a", v=1))
+        agree(primary)
+        primary.batch([ins("p", "b", v=2), ins("p", "c", v=3)])  # two records at one Timestamp
+        agree(primary)
+        primary.close_timestamp()
+        agree(primary)
+        f = Following("r", 1, follower, ReplicaLog(0), "a", "ea")
+        follower.set_feed(True)
+        f.apply(1, [(1, encode_ops(shipped[0]))])
+        follower.reload_meta()
+        agree(follower)  # the newest record found by a seek
+        f.apply(1, [(2, encode_ops(shipped[1]))])  # a follower's batch: the kept Timestamp is forgotten
+        assert follower.feed.top is None
+        follower.reload_meta()
+        agree(follower)
+    finally:
+        primary.close()
+        follower.close()

@@ -294,6 +294,32 @@ def test_the_holder_reports_progress_and_its_lag_marks_the_map(cluster) -> None:
     json.dumps(listed())
 
 
+def test_an_index_nobody_applies_falls_behind_by_the_clock_and_holds_its_table_s_writes(cluster) -> None:
+    """Back-pressure without an applier: once the holder's lease ran out (every HTTP frontend gone), the index's
+    lag is its last report plus the time since; the leader's once-a-second judge marks the map past the bound,
+    and a new holder's report lets the writes go again."""
+    cl, ctl, _ = cluster
+    ops.create_index(cl, ctl, "Orders", "ix", "a", None)
+    ops.index_ready(cl, ctl, "Orders", "ix")
+    claims = cl.map.claims
+    assert claims.claim("Orders", "ix", "fe-1", 5, 100.0, lambda puts: None)["granted"]
+    claims.report("Orders", "ix", "fe-1", {"lag_s": 0.5}, 100.0)
+    assert claims.lag_of("Orders", "ix", 104.0) == 0.5 and claims.lapsed(104.0) == []  # the lease runs
+    assert claims.lag_of("Orders", "ix", 106.0) == 6.5 and claims.lapsed(106.0) == [("orders", "ix")]
+    assert claims.lag_of("Orders", "other", 106.0) is None  # nothing reported
+    ops.judge_lapsed_indexes(cl, ctl, 108.0)
+    assert "behind_s" not in cl.map.pmap.indexes_of("Orders")[0]  # 8.5 s: under the bound
+    ops.judge_lapsed_indexes(cl, ctl, 111.0)
+    assert cl.map.pmap.indexes_of("Orders")[0]["behind_s"] == 11.5  # writes to Orders wait, naming ix
+    assert claims.claim("Orders", "ix", "fe-2", 5, 111.0, lambda puts: None)["granted"]
+    claims.report("Orders", "ix", "fe-2", {"lag_s": 1.0}, 112.0)
+    assert claims.lapsed(112.0) == []
+    ops.judge_lag(cl, "Orders", cl.map.pmap.indexes_of("Orders")[0], claims.lag_of("Orders", "ix", 112.0))
+    assert "behind_s" not in cl.map.pmap.indexes_of("Orders")[0]  # caught up: released
+    ops.drop_index(cl, ctl, "Orders", "ix")
+    assert claims.lapsed(200.0) == []
+
+
 def test_a_new_leader_s_settings_versions_are_above_every_earlier_leader_s() -> None:
     """A partition server keeps the newest settings version it saw: a leader that counted from 1 again after a
     takeover had its changes ignored (an index declared after a coordinator failover got no before-images)."""
