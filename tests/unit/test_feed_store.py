@@ -214,23 +214,30 @@ def test_ttl_expiries_are_records(tmp_path) -> None:
         store.close()
 
 
+class Ship:
+    """A primary's replicator as the store sees it: keeps the batches it would ship to followers."""
+
+    def __init__(self) -> None:
+        self.batches: list = []
+
+    def stamp(self, wb) -> None:
+        pass
+
+    def shipped(self, ops) -> None:
+        self.batches.append(ops)
+
+
 def test_a_follower_holds_the_same_records(tmp_path) -> None:
     """The records are keys of the replicated batch: a follower that applies it has them, and reads them
     when promoted."""
     primary = RangeStore.open(tmp_path / "p")
     follower = RangeStore.open(tmp_path / "f")
-    shipped: list = []
-
-    class Ship:
-        def stamp(self, wb) -> None:
-            pass
-
-        def shipped(self, ops) -> None:
-            shipped.append(ops)
+    ship = Ship()
+    shipped = ship.batches
 
     try:
         primary.set_feed(True)
-        primary.replicate(Ship())
+        primary.replicate(ship)
         primary.write(ins("p", "a", v=1))
         primary.batch([ins("p", "b", v=2), ins("p", "c", v=3)])
         f = Following("r", 1, follower, ReplicaLog(0), "a", "ea")
@@ -274,14 +281,8 @@ def test_knowing_nothing_lies_after_a_position_answers_as_the_read_does(tmp_path
 
     primary = RangeStore.open(tmp_path / "p")
     follower = RangeStore.open(tmp_path / "f")
-    shipped: list = []
-
-    class Ship:
-        def stamp(self, wb) -> None:
-            pass
-
-        def shipped(self, ops) -> None:
-            shipped.append(ops)
+    ship = Ship()
+    shipped = ship.batches
 
     def agree(store: RangeStore) -> None:
         tss = [r[0] for r in store.read_changes(None, b"", None, 10_000).records]
@@ -297,7 +298,7 @@ def test_knowing_nothing_lies_after_a_position_answers_as_the_read_does(tmp_path
 
     try:
         primary.set_feed(True)
-        primary.replicate(Ship())
+        primary.replicate(ship)
         assert primary.feed.nothing_after(primary._db, (0, None)) and primary.feed.top == -1  # no record yet
         primary.write(ins("p", "a", v=1))
         agree(primary)
