@@ -175,16 +175,13 @@ class Feed:
     def nothing_after(self, db: Any, after: tuple[int, bytes | None]) -> bool:
         """True when the store holds no record after position ``after``, known without a read of the records
         (a query's freshness check asks this of every base range: frontend/indexes/query.py). The newest
-        record's Timestamp is found by one seek the first time, then kept by :meth:`note`; a follower's writes
-        forget it (:meth:`forget_top`)."""
+        record's Timestamp is found by one seek the first time, then kept by :meth:`note`; the store forgets it
+        (``top = None``) when records are written other than through :meth:`note` (a follower's batch, a split's
+        replay)."""
         top = self.top
         if top is None:
             top = self.top = newest(db)
         return top < after[0] or (top == after[0] and after[1] is None)
-
-    def forget_top(self) -> None:
-        """Records were written other than through :meth:`note` (a follower's batch, a split's replay)."""
-        self.top = None
 
     def configure(self, on: bool, before_images: bool, retention_s: int | None) -> None:
         """Take the table's feed settings (applied from the next write on)."""

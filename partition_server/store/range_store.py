@@ -718,7 +718,7 @@ class RangeStore:
         wb.put(META_REPL, pack_position(epoch, seq))
         with self._lock:
             self._db.write(wb, self._wo)
-            self.feed.forget_top()
+            self.feed.top = None  # records may have come other than through Feed.note
 
     def write_raw(self, wb: rocksdict.WriteBatch, writes: list[tuple[bytes, bytes | None]] | None = None,
                   recount: bool = False) -> None:
@@ -732,7 +732,7 @@ class RangeStore:
             if counts != self._counts and not recount:
                 wb.put(META_COUNT, pack_counts(counts))
             self._db.write(wb, self._wo)
-            self.feed.forget_top()
+            self.feed.top = None  # records may have come other than through Feed.note
             if recount:
                 counts = count_span(self._db)
                 self._db.put(META_COUNT, pack_counts(counts), self._wo)
