@@ -108,13 +108,17 @@ class IndexClaims:
 
     def progress_of(self, table: str, name: str, now: float) -> dict[str, Any]:
         """The last report of an index's holder (``{}``: none since this leader took over), its ``holder`` None
-        once the lease ran out (nobody applies the index now)."""
+        once the lease ran out (nobody applies the index now), and then its ``lag_s`` as :meth:`lag_of` judges
+        it (growing by the clock)."""
         key = _pair(table, name)
         got = self.progress.get(key)
         if got is None:
             return {}
         cur = self.live.get(key)
-        return got if cur is not None and now < cur.until else {**got, "holder": None}
+        if cur is not None and now < cur.until:
+            return got
+        lag = self.lag_of(table, name, now)
+        return {**got, "holder": None, **({} if lag is None else {"lag_s": round(lag, 1)})}
 
     def claim(self, table: str, name: str, holder: Any, ttl_s: Any, now: float,
               persist: Callable[[dict[bytes, Any]], None]) -> dict[str, Any]:

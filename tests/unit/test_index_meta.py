@@ -307,6 +307,8 @@ def test_an_index_nobody_applies_falls_behind_by_the_clock_and_holds_its_table_s
     assert claims.lag_of("Orders", "ix", 104.0) == 0.5 and claims.lapsed(104.0) == []  # the lease runs
     assert claims.lag_of("Orders", "ix", 106.0) == 6.5 and claims.lapsed(106.0) == [("orders", "ix")]
     assert claims.lag_of("Orders", "other", 106.0) is None  # nothing reported
+    assert claims.progress_of("Orders", "ix", 106.0)["lag_s"] == 6.5  # what `index list` shows: the judged lag
+    assert claims.progress_of("Orders", "ix", 106.0)["holder"] is None
     ops.judge_lapsed_indexes(cl, ctl, 108.0)
     assert "behind_s" not in cl.map.pmap.indexes_of("Orders")[0]  # 8.5 s: under the bound
     ops.judge_lapsed_indexes(cl, ctl, 111.0)
