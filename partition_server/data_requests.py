@@ -18,10 +18,11 @@ from typing import Any, NamedTuple
 
 from partition_server.served import Served
 from partition_server.store import fast_path, index_state
+from partition_server.store.prefilter import Needles, needles
 from partition_server.store.range_scan import is_point_span
 from rangetable import feed_cursor, protocol
 from rangetable.errors import TableError
-from rangetable.filter import CACHED_FILTER_CHARS, Predicate, compile_cached, properties_used
+from rangetable.filter import CACHED_FILTER_CHARS, Predicate, compile_cached, parse_cached, properties_used
 from rangetable.keys import encode_key
 from rangetable.messages import (
     ChangesRequest,
@@ -62,6 +63,18 @@ def _scan_filter(text: str | None) -> tuple[Predicate | None, bool, bool]:
 
 
 _scan_filter_memo = lru_cache(maxsize=1024)(_scan_filter)
+
+
+@lru_cache(maxsize=1024)
+def _needles_memo(text: str | None) -> Needles:
+    return needles(parse_cached(text))
+
+
+def scan_needles(text: str | None) -> Needles:
+    """A scan's prefilter (:mod:`partition_server.store.prefilter`) of ``$filter`` ``text``, memoised unless long."""
+    if text is not None and len(text) > CACHED_FILTER_CHARS:
+        return needles(parse_cached(text))
+    return _needles_memo(text)
 
 
 def scan_filter(text: str | None) -> tuple[Predicate | None, bool, bool]:
@@ -156,6 +169,7 @@ def scan(served: Served, req: ScanRequest, budget_s: float) -> ScanPage:
         raise TableError("InvalidInput", "feed must be a changes request")
     checked = None if feed is None else changes(served, feed, budget_s).result  # type: ignore[arg-type]
     pred, needs_ts, needs_props = scan_filter(req.get("filter"))
+    wanted = scan_needles(req.get("filter"))
     budget = min(float(req.get("budget_ms", 1e9)) / 1000.0, budget_s)
     deadline = time.perf_counter() + budget
     limit = int(req.get("limit", 1000))
@@ -169,7 +183,7 @@ def scan(served: Served, req: ScanRequest, budget_s: float) -> ScanPage:
             nxt = lo  # the page is full, or its time is up: go on from this span
             break
         got, nxt = store.scan(lo, hi, pred, select, limit=limit - len(items), budget_s=max(left, 0.0), wire=True,
-                              needs_ts=needs_ts, needs_props=needs_props, points=points)
+                              needs_ts=needs_ts, needs_props=needs_props, points=points, wanted=wanted)
         items += got
         if nxt is not None:
             break

@@ -20,6 +20,7 @@ import rocksdict
 
 from partition_server.store.fast_path import entity as wire_entity
 from partition_server.store.fast_path import key_prefix, stored_ts
+from partition_server.store.prefilter import Needles, matcher
 from rangetable import protocol
 from rangetable.edm import Entity
 from rangetable.filter import Predicate
@@ -72,10 +73,13 @@ def _collect(
     needs_ts: bool,
     needs_props: bool,
     oldest: int,
+    wanted: Needles = (),
 ) -> tuple[list[Any], int, bool]:
     """The matches among stored ``(key, value)`` pairs in key order (see :func:`scan_span` for the
     arguments), how many pairs were examined, and whether ``limit`` or ``budget_s`` stopped it before
     ``pairs`` ran out."""
+    one = wanted[0][0] if len(wanted) == 1 and len(wanted[0]) == 1 else None  # the usual prefilter: one needle
+    check = matcher(wanted) if wanted and one is None else None
     limit = max(1, limit)
     sel = tuple(select) if select is not None else None
     decode = _FULL if not wire or needs_props or sel is not None else _TS if needs_ts or oldest else _NOTHING
@@ -95,6 +99,10 @@ def _collect(
     props: Any = None
     for k, v in pairs:
         n += 1
+        if wanted and (one not in v if one is not None else not check(v)):  # type: ignore[misc]  # fast path: prefilter.py
+            if not n & 63 and deadline is not None and perf() >= deadline:
+                break
+            continue
         pkb, _, rkb = k.partition(b"\x00")
         if pkb != last_pkb:
             last_pkb = pkb
@@ -139,6 +147,7 @@ def scan_span(
     needs_props: bool = True,
     oldest: int = 0,
     points: list[bytes] | None = None,
+    wanted: Needles = (),
 ) -> tuple[list[Any], bytes | None]:
     """Scan entity keys in ``[lo, hi)`` of ``db`` (``hi`` None: to the end of the entities).
 
@@ -148,6 +157,8 @@ def scan_span(
     exhausted). Matches are Entity tuples, or with ``wire=True`` the bytes of each entity's wire
     form; then ``needs_ts`` / ``needs_props`` say what the predicate reads (it gets None for the
     rest). Entities with a Timestamp below ``oldest`` (expired under the table's TTL) are skipped.
+    ``wanted`` (:func:`partition_server.store.prefilter.needles` of the filter ``predicate`` was compiled
+    from) skips, undecoded, values that cannot match.
 
     With ``points`` (entity keys, ascending: the point spans ``[key, key\\x00)`` of an ``or`` of point
     keys, in place of ``[lo, hi)``) the page is the one a scan of each of those spans in turn would
@@ -155,7 +166,8 @@ def scan_span(
     after the last key examined, found or not.
     """
     if points is not None:
-        return _read_points(db, points, predicate, select, limit, budget_s, wire, needs_ts, needs_props, oldest)
+        return _read_points(db, points, predicate, select, limit, budget_s, wire, needs_ts, needs_props, oldest,
+                            wanted)
     upper = META_PREFIX if hi is None or hi > META_PREFIX else hi
     if lo >= upper:
         return [], None
@@ -165,7 +177,8 @@ def scan_span(
     it = db.items(from_key=lo, read_opt=ro)
     try:
         with _gc_paused():
-            out, _, stopped = _collect(it, predicate, select, limit, budget_s, wire, needs_ts, needs_props, oldest)
+            out, _, stopped = _collect(it, predicate, select, limit, budget_s, wire, needs_ts, needs_props, oldest,
+                                       wanted)
         after = next(it, None) if stopped else None  # the first entity not examined
         return out, None if after is None else after[0]
     finally:

@@ -66,6 +66,7 @@ from partition_server.store.feed import (
 from partition_server.store.feed import count as count_feed
 from partition_server.store.feed import read as read_feed
 from partition_server.store.keys import DROP_KEY, META_COUNT, META_INDEX, META_REPL, META_TS
+from partition_server.store.prefilter import Needles
 from partition_server.store.range_ops import check_batch_shape, prepare_op
 from partition_server.store.range_scan import scan_span, span_may_hold
 from partition_server.store.range_split import (
@@ -281,27 +282,30 @@ class RangeStore:
     def scan(self, lo: bytes, hi: bytes | None, predicate: Predicate | None = None,
              select: list[str] | None = None, limit: int = 1000, budget_s: float | None = None, *,
              wire: Literal[False] = False, needs_ts: bool = True, needs_props: bool = True,
-             points: list[bytes] | None = None) -> tuple[list[Entity], bytes | None]: ...
+             points: list[bytes] | None = None, wanted: Needles = ()) -> tuple[list[Entity], bytes | None]: ...
 
     @overload
     def scan(self, lo: bytes, hi: bytes | None, predicate: Predicate | None = None,
              select: list[str] | None = None, limit: int = 1000, budget_s: float | None = None, *,
              wire: Literal[True], needs_ts: bool = True, needs_props: bool = True,
-             points: list[bytes] | None = None) -> tuple[list[bytes], bytes | None]: ...
+             points: list[bytes] | None = None, wanted: Needles = ()) -> tuple[list[bytes], bytes | None]: ...
 
     def scan(self, lo: bytes, hi: bytes | None, predicate: Predicate | None = None,
              select: list[str] | None = None, limit: int = 1000, budget_s: float | None = None, *,
              wire: bool = False, needs_ts: bool = True, needs_props: bool = True,
-             points: list[bytes] | None = None) -> tuple[list[Entity], bytes | None] | tuple[list[bytes], bytes | None]:
+             points: list[bytes] | None = None,
+             wanted: Needles = ()) -> tuple[list[Entity], bytes | None] | tuple[list[bytes], bytes | None]:
         """Forward scan of entity keys in ``[lo, hi)`` (``hi`` None: to the end of the entities): the
         matching entities and the key to resume from (see :func:`~partition_server.store.range_scan.scan_span`).
 
         With ``wire`` each match is the bytes of its wire form ``[pk, rk, ts, props]``, spliced from
         the stored value when possible; ``needs_ts`` / ``needs_props`` then say what ``predicate`` reads.
         With ``points`` it reads those entity keys (the point spans of an ``or`` of point keys) by one multi-get.
+        ``wanted``: the filter's prefilter (:mod:`partition_server.store.prefilter`).
         """
         return scan_span(self._db, lo, hi, predicate, select, limit, budget_s, wire=wire, needs_ts=needs_ts,
-                         needs_props=needs_props, oldest=self.expiry.oldest(self.clock()), points=points)
+                         needs_props=needs_props, oldest=self.expiry.oldest(self.clock()), points=points,
+                         wanted=wanted)
 
     def counts(self) -> Counts:
         """The entities this store holds and their bytes (key + stored value), exact, as of its last
