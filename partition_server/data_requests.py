@@ -22,7 +22,7 @@ from partition_server.store.prefilter import Needles, needles
 from partition_server.store.range_scan import is_point_span
 from rangetable import feed_cursor, protocol
 from rangetable.errors import TableError
-from rangetable.filter import CACHED_FILTER_CHARS, Predicate, compile_cached, parse_cached, properties_used
+from rangetable.filter import CACHED_FILTER_CHARS, Predicate, compile_cached, properties_used
 from rangetable.keys import encode_key
 from rangetable.messages import (
     ChangesRequest,
@@ -56,30 +56,29 @@ class DataOp(NamedTuple):
     #                                           scan budget in s) -> result, or a ScanPage
 
 
-def _scan_filter(text: str | None) -> tuple[Predicate | None, bool, bool]:
+class ScanFilter(NamedTuple):
+    """How a scan reads a ``$filter``: its predicate (None without a filter), whether it reads the Timestamp and
+    other properties, and the prefilter of its equalities (:mod:`partition_server.store.prefilter`)."""
+
+    predicate: Predicate | None
+    needs_ts: bool
+    needs_props: bool
+    wanted: Needles
+
+
+def _scan_filter(text: str | None) -> ScanFilter:
     node, pred = compile_cached(text)
     used = properties_used(node)
-    return (None if node is None else pred), "Timestamp" in used, not used <= _KEYS_AND_TIMESTAMP
+    return ScanFilter(None if node is None else pred, "Timestamp" in used, not used <= _KEYS_AND_TIMESTAMP,
+                      needles(node))
 
 
 _scan_filter_memo = lru_cache(maxsize=1024)(_scan_filter)
 
 
-@lru_cache(maxsize=1024)
-def _needles_memo(text: str | None) -> Needles:
-    return needles(parse_cached(text))
-
-
-def scan_needles(text: str | None) -> Needles:
-    """A scan's prefilter (:mod:`partition_server.store.prefilter`) of ``$filter`` ``text``, memoised unless long."""
-    if text is not None and len(text) > CACHED_FILTER_CHARS:
-        return needles(parse_cached(text))
-    return _needles_memo(text)
-
-
-def scan_filter(text: str | None) -> tuple[Predicate | None, bool, bool]:
-    """A scan's ``$filter`` as (predicate, or None without a filter; whether it reads the Timestamp;
-    whether it reads other properties), memoised unless long. Raises TableError for an invalid filter."""
+def scan_filter(text: str | None) -> ScanFilter:
+    """A scan's ``$filter`` (:class:`ScanFilter`), memoised unless long. Raises TableError for an invalid
+    filter."""
     if text is not None and len(text) > CACHED_FILTER_CHARS:
         return _scan_filter(text)
     return _scan_filter_memo(text)
@@ -168,8 +167,7 @@ def scan(served: Served, req: ScanRequest, budget_s: float) -> ScanPage:
     if feed is not None and not isinstance(feed, dict):
         raise TableError("InvalidInput", "feed must be a changes request")
     checked = None if feed is None else changes(served, feed, budget_s).result  # type: ignore[arg-type]
-    pred, needs_ts, needs_props = scan_filter(req.get("filter"))
-    wanted = scan_needles(req.get("filter"))
+    pred, needs_ts, needs_props, wanted = scan_filter(req.get("filter"))
     budget = min(float(req.get("budget_ms", 1e9)) / 1000.0, budget_s)
     deadline = time.perf_counter() + budget
     limit = int(req.get("limit", 1000))

@@ -78,6 +78,9 @@ def needles(node: Node | None) -> Needles:
 def matcher(wanted: Needles) -> Callable[[bytes], bool]:
     """A test of a stored value: False when it lacks every form of one group of ``wanted`` (no filter they came
     from can match it). Each group of several forms is one compiled alternation: one search in C per group."""
+    if len(wanted) == 1 and len(wanted[0]) == 1:  # one byte string (an equality on a String): a plain `in`
+        needle = wanted[0][0]
+        return lambda value: needle in value
     searches = [re.compile(b"|".join(re.escape(n) for n in group)).search for group in wanted]
     if len(searches) == 1:
         search = searches[0]

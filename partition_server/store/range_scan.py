@@ -78,8 +78,7 @@ def _collect(
     """The matches among stored ``(key, value)`` pairs in key order (see :func:`scan_span` for the
     arguments), how many pairs were examined, and whether ``limit`` or ``budget_s`` stopped it before
     ``pairs`` ran out."""
-    one = wanted[0][0] if len(wanted) == 1 and len(wanted[0]) == 1 else None  # the usual prefilter: one needle
-    check = matcher(wanted) if wanted and one is None else None
+    may_match = matcher(wanted) if wanted else None
     limit = max(1, limit)
     sel = tuple(select) if select is not None else None
     decode = _FULL if not wire or needs_props or sel is not None else _TS if needs_ts or oldest else _NOTHING
@@ -99,7 +98,7 @@ def _collect(
     props: Any = None
     for k, v in pairs:
         n += 1
-        if wanted and (one not in v if one is not None else not check(v)):  # type: ignore[misc]  # fast path: prefilter.py
+        if may_match is not None and not may_match(v):  # fast path: prefilter.py
             if not n & 63 and deadline is not None and perf() >= deadline:
                 break
             continue
