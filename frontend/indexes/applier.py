@@ -198,13 +198,8 @@ class Applier:
 
     async def read_progress(self) -> Progress | None:
         """The index's progress row, or None before the build began."""
-        try:
-            ent = await self.fe.request(self._req("get", table=self.idx.entries_table, pk=PROGRESS_PK, rk=PROGRESS_RK))
-        except TableError as e:
-            if e.error_code in ("ResourceNotFound", "EntityNotFound"):
-                return None
-            raise
-        return Progress.from_props(ent[3])
+        ent = await self._get(self.idx.entries_table, (PROGRESS_PK, PROGRESS_RK))
+        return None if ent is None else Progress.from_props(ent[3])
 
     async def _apply(self) -> None:
         prog = await self.read_progress()
@@ -297,6 +292,7 @@ class Applier:
                 return rows
 
     async def _get(self, table: str, key: tuple[str, str]) -> list | None:
+        """The entity of ``key`` (PartitionKey, RowKey) in ``table``, or None."""
         try:
             return await self.fe.request(self._req("get", table=table, pk=key[0], rk=key[1]))
         except TableError as e:

@@ -16,13 +16,12 @@ from click.testing import CliRunner
 
 from cli.main import main
 from frontend.native.asyncio_driver import AioFrontend
-from rangetable import TableServiceClient
 from rangetable.config import FrontendConfig
 from rangetable.edm import INT32, STRING
 from rangetable.index_def import IndexDef
 from rangetable.index_keys import entry_key, entry_pk, entry_rk
 from tests.cluster import Cluster
-from tests.integration.test_indexes import _wait_ready
+from tests.integration.test_indexes import indexed_table
 
 IDX = IndexDef("Stock", "ByQty", ("qty",), ("name",))
 
@@ -65,14 +64,7 @@ def _key(pk: str, rk: str, qty: int) -> bytes:
 
 
 def test_check_finds_damage_key_by_key_and_repair_fixes_it(cluster: Cluster) -> None:
-    svc = TableServiceClient.from_cluster(cluster.data_dir)
-    svc.create_table("Stock")
-    t = svc.get_table_client("Stock")
-    for i in range(200):
-        t.upsert_entity({"PartitionKey": f"p{i % 5}", "RowKey": f"r{i:04d}", "qty": i % 7, "name": f"n{i}"})
-    t.upsert_entity({"PartitionKey": "p0", "RowKey": "noqty", "name": "sparse"})
-    t.create_index("ByQty", "qty", include=["name"])
-    _wait_ready(t, "ByQty")
+    t = indexed_table(cluster, "Stock", 200, 5, 7, include=["name"])
 
     code, rep = _check(cluster)
     assert code == 0 and rep["differences"] == 0 and rep["entries"] == 200 and rep["base_rows"] == 201

@@ -47,15 +47,23 @@ def _all_through(c: Cluster, table: str, filt: str) -> tuple[list[tuple[str, str
             return rows, plans
 
 
-def test_built_over_existing_rows_then_kept_by_writes(cluster: Cluster) -> None:
-    svc = TableServiceClient.from_cluster(cluster.data_dir)
-    svc.create_table("Orders")
-    t = svc.get_table_client("Orders")
-    for i in range(300):
-        t.upsert_entity({"PartitionKey": f"p{i % 7}", "RowKey": f"r{i:04d}", "qty": i % 10, "name": f"n{i}"})
+def indexed_table(c: Cluster, table: str, rows: int, partitions: int, qtys: int,
+                  include: list[str] | None = None) -> Any:
+    """A table of ``rows`` entities (``qty`` of ``qtys`` values, a ``name``) and one without ``qty``, then its
+    index ``ByQty`` on ``qty``, ready."""
+    svc = TableServiceClient.from_cluster(c.data_dir)
+    svc.create_table(table)
+    t = svc.get_table_client(table)
+    for i in range(rows):
+        t.upsert_entity({"PartitionKey": f"p{i % partitions}", "RowKey": f"r{i:04d}", "qty": i % qtys, "name": f"n{i}"})
     t.upsert_entity({"PartitionKey": "p0", "RowKey": "noqty", "name": "sparse"})
-    t.create_index("ByQty", "qty")
+    t.create_index("ByQty", "qty", include=include)
     _wait_ready(t, "ByQty")
+    return t
+
+
+def test_built_over_existing_rows_then_kept_by_writes(cluster: Cluster) -> None:
+    t = indexed_table(cluster, "Orders", 300, 7, 10)
     filt = "qty eq 3"
     page = _raw_query(cluster, "Orders", filt)
     assert page["plan"]["index"] == "ByQty" and page["plan"]["fallback"] is None
