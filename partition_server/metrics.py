@@ -13,7 +13,7 @@ from __future__ import annotations
 import sys
 import threading
 import time
-from collections.abc import Iterable, Sized
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -93,7 +93,7 @@ class ServedRanges(Protocol):
     def totals(self) -> RangeTotals: ...
 
     @property
-    def open(self) -> Sized: ...
+    def open(self) -> Mapping[str, Any]: ...  # range id -> what serves it (``.store``: its RangeStore)
 
 
 class ScrapedServer(Protocol):
@@ -105,6 +105,17 @@ class ScrapedServer(Protocol):
 
     @property
     def ranges(self) -> ServedRanges: ...  # also read by :func:`~partition_server.memory.server_memory`
+
+
+def tombstones(ranges: ServedRanges) -> int:
+    """Tombstones held by the open stores (a store closed between the copy and the read counts 0)."""
+    total = 0
+    for served in list(ranges.open.values()):
+        try:
+            total += served.store.tombstones()
+        except Exception:  # closed meanwhile (RangeBusy), or a DB error
+            continue
+    return total
 
 
 def collect(ps: ScrapedServer) -> list:
@@ -154,8 +165,19 @@ def collect(ps: ScrapedServer) -> list:
     ring = GaugeMetricFamily("rangetable_server_replica_log_batches", "Batches held in the replica logs' rings.",
                              labels=["server"])
     ring.add_metric([server], float(mem["replica_log_batches"]))
+    events = CounterMetricFamily("rangetable_server_rocksdb_events",
+                                 "RocksDB's counters summed over every store the process opened (its statistics): "
+                                 "seeks, nexts, iter_skips (keys iterators stepped over: tombstones and old versions), "
+                                 "block_cache_hits/misses, stall_micros, compaction and flush bytes, keys_written.",
+                                 labels=["server", "event"])
+    for event, n in storage.rocksdb_tickers().items():
+        events.add_metric([server, event], float(n))
+    tomb = GaugeMetricFamily("rangetable_server_rocksdb_tombstones",
+                             "Deletions (point and range tombstones) the open stores' files and memtables hold.",
+                             labels=["server"])
+    tomb.add_metric([server], float(tombstones(ps.ranges)))
     blocks = GaugeMetricFamily("rangetable_server_python_allocated_blocks",
                                "Memory blocks the Python allocator holds (sys.getallocatedblocks): grows with a leak of objects.",
                                labels=["server"])
     blocks.add_metric([server], float(sys.getallocatedblocks()))
-    return [*fams, lease, pending, served, rocksdb, held, ring, blocks]
+    return [*fams, lease, pending, served, rocksdb, held, ring, events, tomb, blocks]

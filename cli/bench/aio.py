@@ -21,7 +21,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from cli.bench.http import cpu_seconds, server_pids
+from cli.bench.http import server_pids
+from cli.bench.proc import cpu_seconds
 from rangetable import TableClient, TableServiceClient, aio
 from rangetable.kernel.stats import percentile_ms
 

@@ -38,7 +38,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from cli.bench.aio import ClientThreads
-from cli.bench.http import cpu_seconds, server_pids, stop_temp_cluster, wait_quiet
+from cli.bench.http import server_pids, stop_temp_cluster, wait_quiet
+from cli.bench.proc import cpu_seconds
 from cli.bench.replicas import SERVERS, LoadSampler, split_keys, start_cluster, table_partitions
 from cli.bench.scale import parallel_load
 from cli.workload.disk_loss_watch import dir_bytes

@@ -19,7 +19,8 @@ from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from cli.bench.http import cpu_seconds, server_pids, start_temp_cluster, stop_temp_cluster
+from cli.bench.http import server_pids, start_temp_cluster, stop_temp_cluster
+from cli.bench.proc import cpu_seconds
 
 
 class WrkMissing(RuntimeError):

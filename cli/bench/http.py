@@ -28,29 +28,10 @@ from collections.abc import Callable, Iterator, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from cli.bench.proc import cpu_seconds
+
 AZURITE_MS = {"insert": 1.2, "get": 1.2, "upsert": 1.2, "batch100": 21.0, "pk_query": 4.8, "pk_query_big": 4.8,
               "scan_page": 34.0}
-_TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
-
-
-def stat_cpu(path: str) -> tuple[str, float]:
-    """(command name, user+system CPU seconds) from a ``/proc/<pid>/stat`` or
-    ``/proc/<pid>/task/<tid>/stat`` file; ``("", 0.0)`` when it is gone or unreadable."""
-    try:
-        with open(path) as f:
-            stat = f.read()
-        name, rest = stat[stat.index("(") + 1:].rsplit(")", 1)
-        fields = rest.split()
-        return name, (int(fields[11]) + int(fields[12])) / _TICK  # utime, stime (fields 14 and 15)
-    except (OSError, IndexError, ValueError):
-        return "", 0.0
-
-
-def cpu_seconds(pids: list[int]) -> float:
-    """Sum of user+system CPU seconds of processes (and their threads); missing pids count 0."""
-    return sum(stat_cpu(f"/proc/{pid}/stat")[1] for pid in pids)
-
-
 def server_pids(doc: dict, roles: tuple[str, ...] = ("http-frontend", "partition-server")) -> list[int]:
     """Pids of the processes of a cluster.json with these roles (default: HTTP frontends and partition servers)."""
     return [p["pid"] for p in doc.get("processes", []) if p.get("role") in roles and p.get("pid")]
@@ -173,7 +154,7 @@ def _parallel(pool: Any, procs: int, kind: str, n: int) -> int:
 
 def rss_total(pids: list[int]) -> int:
     """Resident set size of processes together, in bytes."""
-    from cli.bench.soak import rss_bytes
+    from cli.bench.proc import rss_bytes
 
     return sum(rss_bytes(pid) for pid in pids)
 
@@ -318,9 +299,9 @@ def _unwind_on_sigterm() -> None:
         signal.signal(signal.SIGTERM, lambda signum, _frame: sys.exit(128 + signum))
 
 
-def start_temp_cluster(servers: int = 2, frontends: int = 1, extra: Sequence[str] = ()) -> tuple[str, dict]:
-    """Start a cluster in a temporary data dir (``rangetable up --detach``, plus the flags ``extra``; one copy of
-    each range, ``--replicas 1``, unless ``extra`` says otherwise); returns
+def start_temp_cluster(servers: int | None = None, frontends: int = 1, extra: Sequence[str] = ()) -> tuple[str, dict]:
+    """Start a cluster in a temporary data dir: ``rangetable up --detach`` with its defaults (three partition
+    servers, three replicas of every range) unless ``servers`` or the flags ``extra`` say otherwise; returns
     (data_dir, cluster.json). From now on a SIGTERM to this process unwinds, so a caller's
     ``finally: stop_temp_cluster`` runs."""
     from cli.cluster_file import read_cluster
@@ -329,8 +310,8 @@ def start_temp_cluster(servers: int = 2, frontends: int = 1, extra: Sequence[str
 
     data_dir = tempfile.mkdtemp(prefix="rt-bench-http-")
     argv = [sys.executable, "-m", "cli.main", "up", "--detach", "--data-dir", data_dir, "--native-port", "0",
-            "--http-port", "0", "--dashboard-port", "0", "--servers", str(servers), "--frontends", str(frontends)]
-    argv += [] if any(a.split("=")[0] == "--replicas" for a in extra) else ["--replicas", "1"]  # benchmarks: one copy
+            "--http-port", "0", "--dashboard-port", "0", "--frontends", str(frontends)]
+    argv += [] if servers is None else ["--servers", str(servers)]
     argv += extra
     out = subprocess.run(argv, capture_output=True, text=True, timeout=120)
     if out.returncode != 0:

@@ -63,7 +63,8 @@ from typing import TYPE_CHECKING, Any, cast
 
 from cli.bench.aio import ClientThreads
 from cli.bench.feed import PARTITIONS, REPLICAS, Rows, write_figures
-from cli.bench.http import cpu_seconds, server_pids, stop_temp_cluster, wait_quiet
+from cli.bench.http import server_pids, stop_temp_cluster, wait_quiet
+from cli.bench.proc import cpu_seconds
 from cli.bench.replicas import SERVERS, LoadSampler, split_keys, start_cluster
 from cli.bench.scale import parallel_load
 from cli.cluster_file import read_cluster

@@ -19,7 +19,7 @@ from typing import Any
 
 import zmq
 
-from cli.bench.http import cpu_seconds
+from cli.bench.proc import cpu_seconds
 from rangetable import curve, protocol
 from rangetable.client.bulk import bulk_upsert
 from rangetable.kernel.stats import percentile_ms

@@ -39,7 +39,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from cli.bench.aio import Mix, run_threads
-from cli.bench.http import cpu_seconds, server_pids, start_temp_cluster, stop_temp_cluster
+from cli.bench.http import server_pids, start_temp_cluster, stop_temp_cluster
+from cli.bench.proc import cpu_seconds
 from cli.bench.scale import ROWS_PER_PARTITION, parallel_load
 from cli.coordinator_client import call
 from cli.workload.disk_loss_watch import RestoreWatch, dir_bytes, events_since

@@ -29,7 +29,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from cli.bench.http import cpu_seconds, server_pids
+from cli.bench.http import server_pids
+from cli.bench.proc import cpu_seconds
 from cli.bench.soak import disk_bytes
 from cli.bench.store import make_props
 from rangetable.kernel.stats import percentile_ms

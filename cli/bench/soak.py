@@ -2,10 +2,13 @@
 
 Worker threads, each with its own client (the native client, or with ``http`` the Azure SDK over
 REST), run a mix of operations for ``minutes``. Every ``interval`` seconds one row is printed: ops/s,
-p50/p99/max latency, the RSS of every cluster process (for a partition server also what its metrics say
-it holds: block cache, memtables, replica-log rings, table readers), bytes on disk under the data root,
-RocksDB's pending-compaction estimate summed over all ranges and the machine's load average. The last line is the verdict: the last row holds
-at least 90% of the first full row's ops/s, and the cluster's RSS grew at most 10% after warm-up.
+p50/p99/max latency, the RSS and CPU of every cluster process and of this client (for a partition server
+also what its metrics say it holds: block cache, memtables, replica-log rings, table readers), bytes on
+disk under the data root, RocksDB's pending-compaction estimate summed over all ranges, what RocksDB's own
+statistics counted in the interval over every partition server (keys iterators skipped per seek, block
+cache hit rate, write stalls, bytes compaction wrote, tombstones held) and the machine's load average. The
+last line is the verdict: the last row holds at least 90% of the first full row's ops/s, and the cluster's
+RSS grew at most 10% after warm-up.
 
 Mixes (weights per operation):
 
@@ -30,6 +33,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from cli.bench.proc import cpu_seconds, rss_bytes
 from rangetable.kernel.stats import percentile_ms
 
 MIXES: dict[str, dict[str, int]] = {
@@ -161,18 +165,6 @@ class Worker(threading.Thread):
 # --- what the cluster looks like --------------------------------------------------------------
 
 
-def rss_bytes(pid: int) -> int:
-    """Resident set size of a process (0 if it is gone)."""
-    try:
-        with open(f"/proc/{pid}/status") as f:
-            for line in f:
-                if line.startswith("VmRSS:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return 0
-
-
 def disk_bytes(path: str) -> int:
     """Bytes allocated on disk under ``path`` (hard links counted once)."""
     seen: set[tuple[int, int]] = set()
@@ -218,21 +210,63 @@ def parse_memory(text: str) -> dict[str, int]:
     return out
 
 
-def server_memory(doc: dict) -> dict[str, dict[str, int]]:
-    """Each partition server's memory figures by row letter, from its Prometheus metrics (empty without
-    them): ``c`` the block cache's charge, ``m`` memtables, ``r`` replica-log rings, ``t`` table readers."""
+def parse_rocksdb(text: str) -> dict[str, float]:
+    """One partition server's RocksDB figures from its Prometheus text: every event counter of
+    ``rangetable_server_rocksdb_events_total`` by event, and ``tombstones`` (a gauge)."""
+    out: dict[str, float] = {}
+    for line in text.splitlines():
+        if line.startswith("rangetable_server_rocksdb_events_total{") and 'event="' in line:
+            out[line.split('event="', 1)[1].split('"', 1)[0]] = float(line.rsplit(" ", 1)[1])
+        elif line.startswith("rangetable_server_rocksdb_tombstones{"):
+            out["tombstones"] = float(line.rsplit(" ", 1)[1])
+    return out
+
+
+def rocksdb_interval(before: dict[str, dict[str, float]], after: dict[str, dict[str, float]]) -> dict[str, float]:
+    """What RocksDB counted between two scrapes of every partition server (by server id, as
+    :func:`parse_rocksdb` reads them), summed over the servers: ``skip_per_seek`` (internal keys iterators
+    stepped over per seek: tombstones and old versions), ``cache_hit`` (block cache hits per lookup, 0..1),
+    ``stall_ms``, ``compaction_mib`` (bytes compaction wrote) and ``tombstones`` (held at the end). A server
+    that restarted (a counter went back) counts from 0."""
+    def delta(event: str) -> float:
+        total = 0.0
+        for sid, now in after.items():
+            prev = before.get(sid, {}).get(event, 0.0)
+            cur = now.get(event, 0.0)
+            total += cur - prev if cur >= prev else cur
+        return total
+
+    seeks, hits, misses = delta("seeks"), delta("block_cache_hits"), delta("block_cache_misses")
+    return {"skip_per_seek": round(delta("iter_skips") / seeks, 2) if seeks else 0.0,
+            "cache_hit": round(hits / (hits + misses), 4) if hits + misses else 0.0,
+            "stall_ms": round(delta("stall_micros") / 1000, 1),
+            "compaction_mib": round(delta("compaction_write_bytes") / (1 << 20), 1),
+            "tombstones": sum(m.get("tombstones", 0.0) for m in after.values())}
+
+
+def scrape_servers(doc: dict) -> dict[str, str]:
+    """Each partition server's Prometheus text by id (a server without metrics, or not answering, is left out)."""
     import urllib.request
 
-    out: dict[str, dict[str, int]] = {}
+    out: dict[str, str] = {}
     for p in doc.get("processes", []):
         if p.get("role") != "partition-server" or not p.get("metrics"):
             continue
         try:
             with urllib.request.urlopen(p["metrics"], timeout=5) as resp:
-                out[p["id"]] = parse_memory(resp.read().decode())
+                out[p["id"]] = resp.read().decode()
         except OSError:
             continue
     return out
+
+
+def cpu_shares(before: dict[str, float], after: dict[str, float], seconds: float) -> dict[str, float]:
+    """Each process's CPU over an interval, in % of one core, from its CPU seconds at both ends (a process
+    that restarted counts from 0)."""
+    if seconds <= 0:
+        return {}
+    return {k: round(100 * (v - before.get(k, 0.0) if v >= before.get(k, 0.0) else v) / seconds, 1)
+            for k, v in after.items()}
 
 
 def process_ids(doc: dict) -> list[tuple[str, int]]:
@@ -245,9 +279,12 @@ def process_ids(doc: dict) -> list[tuple[str, int]]:
 
 def make_row(t: float, seconds: float, tally: Tally, rss: dict[str, int], disk: int, pending: int,
              cache: dict[str, int] | None = None, held: dict[str, dict[str, int]] | None = None,
-             load: float = 0.0) -> dict[str, Any]:
+             load: float = 0.0, cpu: dict[str, float] | None = None,
+             rocksdb: dict[str, float] | None = None) -> dict[str, Any]:
     """One interval's figures; ``cache`` is each partition server's block-cache charge (in its RSS),
-    ``held`` its other memory figures by letter (:func:`server_memory`), ``load`` the machine's load average."""
+    ``held`` its other memory figures by letter (:func:`parse_memory`), ``load`` the machine's load average,
+    ``cpu`` each process's CPU in % of a core (:func:`cpu_shares`), ``rocksdb`` what RocksDB counted
+    (:func:`rocksdb_interval`)."""
     lat = tally.lat
     cache = cache or {}
     held = {k: {x: n for x, n in v.items() if x != "c"} for k, v in (held or {}).items()}
@@ -255,31 +292,39 @@ def make_row(t: float, seconds: float, tally: Tally, rss: dict[str, int], disk: 
             "p50_ms": percentile_ms(lat, 0.5), "p99_ms": percentile_ms(lat, 0.99), "max_ms": percentile_ms(lat, 1.0),
             "errors": dict(tally.errors), "by_kind": dict(tally.by_kind), "rss": rss,
             "rss_total": sum(rss.values()), "cache": cache, "cache_total": sum(cache.values()),
-            "disk_bytes": disk, "pending_compaction_bytes": pending, "held": held, "load": round(load, 2)}
+            "disk_bytes": disk, "pending_compaction_bytes": pending, "held": held, "load": round(load, 2),
+            "cpu": cpu or {}, "rocksdb": rocksdb or {}}
 
 
 def format_row(row: dict[str, Any]) -> str:
     """A row of the soak table: a partition server's RSS is followed by its block cache (``/c``), memtables
-    (``/m``), replica-log rings (``/r``) and table readers (``/t``) when its metrics give them."""
+    (``/m``), replica-log rings (``/r``) and table readers (``/t``) when its metrics give them, and every
+    process's by its CPU in % of a core (``@``)."""
     mib = 1 << 20
-    cache, held = row.get("cache", {}), row.get("held", {})
+    cache, held, cpu = row.get("cache", {}), row.get("held", {}), row.get("cpu", {})
 
     def proc(k: str, v: int) -> str:
         parts = [f"c{cache[k] // mib}"] if k in cache else []
         mine = held.get(k, {})
         parts += [f"{x}{mine[x] // mib}" for x in "mrt" if x in mine]
-        return f"{k} {v // mib}" + "".join("/" + p for p in parts)
+        return f"{k} {v // mib}" + "".join("/" + p for p in parts) + (f"@{cpu[k]:.0f}%" if k in cpu else "")
 
     rss = " ".join(proc(k, v) for k, v in row["rss"].items())
+    if "client" in cpu:
+        rss += f" client @{cpu['client']:.0f}%"
     errs = sum(row["errors"].values())
+    rk = row.get("rocksdb") or {}
+    rocks = (f"{rk.get('skip_per_seek', 0.0):>9.1f} {rk.get('cache_hit', 0.0) * 100:>5.1f} "
+             f"{rk.get('tombstones', 0.0) / 1000:>7.1f} {rk.get('stall_ms', 0.0):>6.0f} {rk.get('compaction_mib', 0.0):>7.1f}")
     return (f"{row['t_s']:>7.0f} {row['ops_s']:>9.1f} {row['p50_ms']:>7.2f} {row['p99_ms']:>7.2f} "
             f"{row['max_ms']:>8.1f} {errs:>6} {row['disk_bytes'] / mib:>9.1f} "
-            f"{row['pending_compaction_bytes'] / mib:>8.1f} {row.get('load', 0.0):>5.1f}  {rss}")
+            f"{row['pending_compaction_bytes'] / mib:>8.1f} {rocks} {row.get('load', 0.0):>5.1f}  {rss}")
 
 
 HEADER = f"{'t (s)':>7} {'ops/s':>9} {'p50 ms':>7} {'p99 ms':>7} {'max ms':>8} {'errors':>6} {'disk MiB':>9} " \
-         f"{'pend MiB':>8} {'load':>5}  RSS MiB per process (of it: /c RocksDB block cache, /m memtables, " \
-         "/r replica-log rings, /t table readers)"
+         f"{'pend MiB':>8} {'skip/seek':>9} {'hit %':>5} {'tomb k':>7} {'stall':>6} {'cmp MiB':>7} {'load':>5}  " \
+         "RSS MiB per process (of it: /c RocksDB block cache, /m memtables, /r replica-log rings, /t table readers), " \
+         "@ its CPU in % of a core"
 
 
 def trend(rows: list[dict[str, Any]]) -> float:
@@ -399,6 +444,11 @@ def run_soak(doc: dict, data_dir: str, *, minutes: float = 10.0, threads: int = 
     echo(f"soak: {mix} mix, {threads} threads, {'REST (Azure SDK)' if http else 'native client'}, "
          f"{minutes:g} min, a row every {interval:g} s")
     echo(HEADER)
+    def cpu_now(cur: dict) -> dict[str, float]:
+        return {**{pid_id: cpu_seconds([pid]) for pid_id, pid in process_ids(cur)}, "client": cpu_seconds([os.getpid()])}
+
+    rocks_before = {sid: parse_rocksdb(text) for sid, text in scrape_servers(doc).items()}
+    cpu_before = cpu_now(doc)
     start = last = time.monotonic()
     for w in workers:
         w.start()
@@ -410,18 +460,22 @@ def run_soak(doc: dict, data_dir: str, *, minutes: float = 10.0, threads: int = 
         while (now := time.monotonic()) < boundary:
             time.sleep(min(1.0, boundary - now))
         tally = rec.take()
+        cur = read_cluster(data_dir) or doc  # a restarted process has a new pid
+        cpu_after = cpu_now(cur)
         try:
             pending = pending_compaction(call(doc["coordinator"], {"op": "status"}, timeout=5))
         except Exception:
             pending = -1
-        cur = read_cluster(data_dir) or doc  # a restarted process has a new pid
-        mem = server_memory(cur)
+        texts = scrape_servers(cur)
+        mem = {sid: parse_memory(text) for sid, text in texts.items()}
+        rocks_after = {sid: parse_rocksdb(text) for sid, text in texts.items()}
         row = make_row(now - start, now - last, tally, {pid_id: rss_bytes(pid) for pid_id, pid in process_ids(cur)},
                        disk_bytes(data_dir), pending, {k: m["c"] for k, m in mem.items() if "c" in m}, mem,
-                       os.getloadavg()[0])
+                       os.getloadavg()[0], cpu_shares(cpu_before, cpu_after, now - last),
+                       rocksdb_interval(rocks_before, rocks_after))
         rows.append(row)
         echo(format_row(row))
-        last = now
+        last, cpu_before, rocks_before = now, cpu_after, rocks_after
     for w in workers:
         w.join(timeout=30)
     try:

@@ -21,7 +21,8 @@ from typing import Any
 
 import zmq
 
-from cli.bench.http import bench_cluster, cpu_seconds, server_pids
+from cli.bench.http import bench_cluster, server_pids
+from cli.bench.proc import cpu_seconds
 from cli.coordinator_client import call
 from rangetable import curve, protocol
 from rangetable.client.bulk import bulk_upsert

@@ -31,6 +31,7 @@ II's primary-backup, :mod:`partition_server.replication.protocol`).
 from __future__ import annotations
 
 import os
+import re
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -122,6 +123,7 @@ class _Closed:
 
 
 _CLOSED = _Closed()
+_DELETIONS = re.compile(r"# (?:range )?deletions=(\d+)")  # in RocksDB's aggregated table properties
 
 
 class RangeStore:
@@ -646,6 +648,15 @@ class RangeStore:
         db = self._db
         return {"memtables": db.property_int_value("rocksdb.cur-size-all-mem-tables") or 0,
                 "table_readers": db.property_int_value("rocksdb.estimate-table-readers-mem") or 0}
+
+    def tombstones(self) -> int:
+        """Deletions this store's files and memtables hold (point and range tombstones, RocksDB's table
+        properties and memtable counts): what scans may step over until compaction drops them."""
+        db = self._db
+        props = db.property_value("rocksdb.aggregated-table-properties") or ""
+        held = sum(int(m) for m in _DELETIONS.findall(props))
+        return held + sum(db.property_int_value(p) or 0 for p in
+                          ("rocksdb.num-deletes-active-mem-table", "rocksdb.num-deletes-imm-mem-tables"))
 
     # --- split / merge (see range_split.py) ---------------------------------------------------
 

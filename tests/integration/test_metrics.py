@@ -45,6 +45,11 @@ def test_every_process_counts_the_traffic(tmp_path, cluster_factory: ClusterFact
         assert total(ps, "rangetable_range_entities_accessed_total", table="Metered") == 31 + 13
         assert total(ps, "rangetable_range_request_seconds_count", table="Metered") == 31 + 13  # the miss is not timed
         assert total(ps, "rangetable_server_lease") == 3
+        # RocksDB's own statistics, shared by every store of a process: the 31 writes and their replicas
+        # (3 copies; each write also puts meta keys), the gets' seeks; tombstones held (none deleted yet)
+        assert total(ps, "rangetable_server_rocksdb_events_total", event="keys_written") >= 3 * 31
+        assert total(ps, "rangetable_server_rocksdb_events_total", event="seeks") > 0
+        assert total(ps, "rangetable_server_rocksdb_tombstones") >= 0
         fe = scrape(urls["fe-1"])
         assert total(fe, "rangetable_frontend_requests_total", op="write", status="ok") == 30
         assert total(fe, "rangetable_frontend_requests_total", op="get", status="ok") == 12

@@ -32,7 +32,7 @@ def test_a_bench_stopped_by_sigterm_stops_the_cluster_it_started(tmp_path):
 
     script = ("import sys, time\n"
               "from cli.bench.http import start_temp_cluster, stop_temp_cluster\n"
-              "d, doc = start_temp_cluster(servers=1)\n"
+              "d, doc = start_temp_cluster()\n"
               "try:\n"
               "    print(d, flush=True)\n"
               "    time.sleep(60)\n"

@@ -8,7 +8,8 @@ import os
 
 import pytest
 
-from cli.bench.http import cpu_seconds, external_doc, server_pids, wrong_key
+from cli.bench.http import external_doc, server_pids, wrong_key
+from cli.bench.proc import cpu_seconds
 
 CONN = ("DefaultEndpointsProtocol=http;AccountName=devstoreaccount1;AccountKey=a2V5;"
         "TableEndpoint=http://127.0.0.1:10012/devstoreaccount1;")

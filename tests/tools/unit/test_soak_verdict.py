@@ -80,3 +80,29 @@ def test_the_verdict_also_shows_growth_less_every_bounded_pool() -> None:
     assert v["rest_growth"] == 0.0 and v["held_mib"] == [20, 50]
     assert "rings and table readers too (20 -> 50 MiB), RSS grew +0.0%" in format_verdict(v)
     assert "rings" not in format_verdict(verdict([row(60, 1000, 100, 10), row(120, 1000, 100, 10)], 1))
+
+
+def test_a_row_shows_what_rocksdb_counted_over_the_servers_and_each_process_cpu() -> None:
+    from cli.bench.soak import cpu_shares, parse_rocksdb, rocksdb_interval
+
+    def text(seeks: int, skips: int, hits: int, misses: int, stall: int, cmp: int, tomb: int) -> str:
+        events = {"seeks": seeks, "iter_skips": skips, "block_cache_hits": hits, "block_cache_misses": misses,
+                  "stall_micros": stall, "compaction_write_bytes": cmp}
+        return "\n".join([f'rangetable_server_rocksdb_events_total{{event="{k}",server="ps-1"}} {float(v)}'
+                          for k, v in events.items()] + [f'rangetable_server_rocksdb_tombstones{{server="ps-1"}} {tomb}'])
+
+    before = {"ps-1": parse_rocksdb(text(100, 50, 900, 100, 0, 0, 10)), "ps-2": parse_rocksdb(text(500, 300, 0, 0, 0, 0, 0))}
+    assert before["ps-1"]["seeks"] == 100 and before["ps-1"]["tombstones"] == 10
+    after = {"ps-1": parse_rocksdb(text(300, 450, 1800, 200, 2500, 3 * MIB, 4000)),
+             "ps-2": parse_rocksdb(text(100, 100, 0, 0, 0, 0, 0))}  # ps-2 restarted: its counters went back
+    r = rocksdb_interval(before, after)
+    assert r == {"skip_per_seek": round((400 + 100) / (200 + 100), 2), "cache_hit": 0.9, "stall_ms": 2.5,
+                 "compaction_mib": 3.0, "tombstones": 4000.0}
+    cpu = cpu_shares({"ps-1": 10.0, "client": 5.0}, {"ps-1": 40.0, "client": 65.0, "fe-1": 3.0}, 60.0)
+    assert cpu == {"ps-1": 50.0, "client": 100.0, "fe-1": 5.0}
+    row_ = make_row(60, 60.0, Tally(lat=[0.001]), {"ps-1": 150 * MIB}, 0, 0, cpu=cpu, rocksdb=r)
+    line = format_row(row_)
+    assert "ps-1 150@50%" in line and "client @100%" in line and " 1.7  90.0     4.0      2     3.0 " in line
+    assert row_["rocksdb"] == r and row_["cpu"] == cpu
+    assert rocksdb_interval({}, {}) == {"skip_per_seek": 0.0, "cache_hit": 0.0, "stall_ms": 0.0,
+                                        "compaction_mib": 0.0, "tombstones": 0}
