@@ -16,7 +16,8 @@ and the HTTP one, where the index's applier runs), over the row, divided by its 
    the planner scans the base table; the answers must carry no index plan; a scan of the whole table is slow,
    so it runs as often as ``query_seconds`` allows but at least :data:`MIN_SCANS` times: see ``queries``),
    (c) ``PartitionKey eq 'p…'`` (:data:`MATCH` rows of one partition), (d) query (a) through the unchanged
-   Azure SDK (``azure.data.tables``, the cluster's connection string) over REST. Each: queries/s, p50/p99 and
+   Azure SDK (``azure.data.tables``, the cluster's connection string) over REST, (e) query (b) through the Azure
+   SDK (a base scan over REST; with (b), the server CPU per row scanned). Each: queries/s, p50/p99 and
    the CPU per query; every answer must have :data:`MATCH` rows (``wrong`` counts those that did not). The
    servers' CPU while idle (the applier polls the feed) is measured first, and the ``net`` CPU per query is the
    steady CPU less that rate. The ratios the issue aims at: index CPU / scan CPU (net; aim <= 1/100) and index
@@ -385,11 +386,15 @@ def run_query_phases(doc: dict, table: str, rows: int, seconds: float, interval:
         def by_sdk(rng: random.Random) -> tuple[int, bool]:
             return sum(1 for _ in az.query_entities(f"Cat eq 'c{rng.randrange(n):07d}'")), False
 
+        def by_sdk_scan(rng: random.Random) -> tuple[int, bool]:
+            return sum(1 for _ in az.query_entities(f"Cat eq 'c{rng.randrange(n):07d}' and PartitionKey ge ''")), False
+
         out: dict[str, Any] = {"idle_server_cpu_ms_s": round(idle_ps * 1000, 2),
                                "idle_frontend_cpu_ms_s": round(idle_fe * 1000, 2)}
         for seed, (key, label, fn, min_n) in enumerate((("index", "index", by_index, 1),
                                                         ("scan", "scan", by_scan, MIN_SCANS),
-                                                        ("pk", "pk query", by_pk, 1), ("sdk", "sdk index", by_sdk, 1))):
+                                                        ("pk", "pk query", by_pk, 1), ("sdk", "sdk index", by_sdk, 1),
+                                                        ("sdk_scan", "sdk scan", by_sdk_scan, MIN_SCANS))):
             res = run_queries(label, fn, seconds, interval, doc, echo, min_n, seed)
             st = res["steady"]
             st["server_cpu_net_ms"] = net_cpu_ms(res["cpu_s"], idle_ps, res["seconds"], st["queries"])
@@ -407,6 +412,8 @@ def run_query_phases(doc: dict, table: str, rows: int, seconds: float, interval:
         out["cpu_ratio_raw"] = ratio(i["server_cpu_ms"], s["server_cpu_ms"])
         out["latency_ratio"] = ratio(i["p50_ms"], p["p50_ms"])
         out["latency_ratio_p99"] = ratio(i["p99_ms"], p["p99_ms"])
+        for key in ("scan", "sdk_scan"):  # a base scan reads every row: its server CPU per row scanned
+            out[key]["steady"]["server_us_per_row"] = round(out[key]["steady"]["server_cpu_net_ms"] * 1000 / rows, 3)
         for line in verdict_lines(out):
             echo(line)
         return out
@@ -834,10 +841,18 @@ def format_table(res: dict[str, Any]) -> str:
                      f"{q['idle_frontend_cpu_ms_s']:.1f} ms/s)")
         lines.append(f"  {'':26}{'n':>7}{'q/s':>9}{'p50 ms':>9}{'p99 ms':>9}{'PS ms/q':>10}{'net':>9}{'FE ms/q':>9}")
         for key, label in (("index", "(a) Cat eq, index"), ("scan", "(b) Cat eq, base scan"),
-                           ("pk", "(c) PartitionKey eq"), ("sdk", "(d) Cat eq, Azure SDK")):
+                           ("pk", "(c) PartitionKey eq"), ("sdk", "(d) Cat eq, Azure SDK"),
+                           ("sdk_scan", "(e) Cat eq, SDK base scan")):
+            if key not in q:
+                continue
             s = q[key]["steady"]
             lines.append(f"  {label:26}{s['queries']:>7,}{s['qps']:>9,.1f}{s['p50_ms']:>9.2f}{s['p99_ms']:>9.2f}"
                          f"{s['server_cpu_ms']:>10.3f}{s['server_cpu_net_ms']:>9.3f}{s['frontend_cpu_ms']:>9.3f}")
+        per_row = [f"{label} {q[key]['steady']['server_us_per_row']:.2f} µs" for key, label in
+                   (("scan", "(b) native"), ("sdk_scan", "(e) REST"))
+                   if "server_us_per_row" in q.get(key, {}).get("steady", {})]
+        if per_row:
+            lines.append("  server CPU per row scanned (net): " + ", ".join(per_row))
         lines.append(f"  plans: (a) {q['index']['steady']['via_index']} of {q['index']['steady']['queries']} through "
                      f"ByCat, (b) {q['scan']['steady']['via_index']} through an index: "
                      + ("as intended" if q["index_plan_ok"] and q["scan_plan_ok"] else "NOT as intended"))

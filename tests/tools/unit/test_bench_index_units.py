@@ -106,8 +106,11 @@ def test_write_costs_and_the_final_table():
               "frontend_cpu_ms": 0.2, "wrong": 0, "via_index": 10}
     queries = {"idle_server_cpu_ms_s": 100.0, "idle_frontend_cpu_ms_s": 50.0, "index_plan_ok": True,
                "scan_plan_ok": True, "cpu_ratio": 0.005, "cpu_ratio_raw": 0.01, "latency_ratio": 2.5,
-               "latency_ratio_p99": 1.5, **{k: {"steady": dict(steady)} for k in ("index", "scan", "pk", "sdk")}}
+               "latency_ratio_p99": 1.5,
+               **{k: {"steady": dict(steady)} for k in ("index", "scan", "pk", "sdk", "sdk_scan")}}
     queries["scan"]["steady"]["via_index"] = 0
+    queries["scan"]["steady"]["server_us_per_row"] = 1.9
+    queries["sdk_scan"]["steady"]["server_us_per_row"] = 2.45
     lines = verdict_lines(queries)
     assert "aim met" in lines[0] and "aim MISSED" in lines[1]
     res = {"servers": 3, "replicas": 3, "cpus": 2, "rows": 1000, "threads": 8, "seconds": 10.0,
@@ -119,7 +122,8 @@ def test_write_costs_and_the_final_table():
                                  "verify": {"queries": 300, "mismatches": 0, "fallbacks": 0, "literal_scans": 5,
                                             "literal_mismatches": 0}}}}
     text = format_table(res)
-    assert "(b) Cat eq, base scan" in text and "as intended" in text
+    assert "(b) Cat eq, base scan" in text and "(e) Cat eq, SDK base scan" in text and "as intended" in text
+    assert "server CPU per row scanned (net): (b) native 1.90 µs, (e) REST 2.45 µs" in text
     assert "3 indexes (Cat,Tag,Qty)" in text and "0.40" in text
     assert "split r000002 at 1.0 s (during the build)" in text and "(AFTER the build)" in text
     assert "300 queries through ByTag against a base scan: 0 mismatches" in text
