@@ -1,4 +1,5 @@
-"""What ``/proc`` says of a process: its CPU seconds and its resident memory (the benchmarks' meters)."""
+"""What ``/proc`` says of a process: its CPU seconds, by thread kind too, and its resident memory (the
+benchmarks' meters)."""
 
 from __future__ import annotations
 
@@ -23,6 +24,35 @@ def stat_cpu(path: str) -> tuple[str, float]:
 def cpu_seconds(pids: list[int]) -> float:
     """Sum of user+system CPU seconds of processes (and their threads); missing pids count 0."""
     return sum(stat_cpu(f"/proc/{pid}/stat")[1] for pid in pids)
+
+
+def thread_kind(pid: int, tid: int, name: str) -> str:
+    """What a thread of a rangetable process is, by its name: ``loop`` (the main thread, where requests and
+    replication are handled), ``zmq_io`` (ZeroMQ's I/O thread: sockets, CURVE), ``rocksdb`` (flushes and
+    compactions) or ``other`` (metrics, the reclaimer, ZeroMQ's reaper, ...)."""
+    if tid == pid:
+        return "loop"
+    if name.startswith("ZMQbg/IO"):
+        return "zmq_io"
+    if name.startswith("rocksdb"):
+        return "rocksdb"
+    return "other"
+
+
+def thread_cpu(pid: int) -> dict[str, float]:
+    """User+system CPU seconds of a process's threads, summed by :func:`thread_kind` (empty when it is gone;
+    a thread that ended took its seconds with it)."""
+    out: dict[str, float] = {}
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return out
+    for t in tids:
+        name, secs = stat_cpu(f"/proc/{pid}/task/{t}/stat")
+        if name:
+            kind = thread_kind(pid, int(t), name)
+            out[kind] = out.get(kind, 0.0) + secs
+    return out
 
 
 def rss_bytes(pid: int) -> int:

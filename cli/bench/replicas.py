@@ -40,7 +40,7 @@ from typing import Any
 
 from cli.bench.aio import Mix, run_threads
 from cli.bench.http import server_pids, start_temp_cluster, stop_temp_cluster
-from cli.bench.proc import cpu_seconds
+from cli.bench.proc import cpu_seconds, thread_cpu
 from cli.bench.scale import ROWS_PER_PARTITION, parallel_load
 from cli.coordinator_client import call
 from cli.workload.disk_loss_watch import RestoreWatch, dir_bytes, events_since
@@ -125,6 +125,7 @@ def run_setting(replicas: int, *, seconds: float, interval: float, threads: int,
                           label=f"replicas {replicas}", frontend_pids=fe)
         out: dict[str, Any] = {"replicas": replicas, "ranges": len(ranges), "primaries": primaries,
                                "rows": res["rows"], "writes": summarize_writes(res["rows"])}
+        out["one_range"] = run_roles(doc, replicas, threads, seconds, interval, echo)
         if bulk:
             cpu0 = cpu_seconds(ps)
             secs = parallel_load(native, table, 0, bulk, loaders, window=32)
@@ -135,6 +136,59 @@ def run_setting(replicas: int, *, seconds: float, interval: float, threads: int,
         return out
     finally:
         stop_temp_cluster(temp)
+
+
+THREAD_KINDS = ("loop", "zmq_io", "rocksdb", "other")
+
+
+def role_costs(primary: str, replicas: list[str], before: dict[str, dict[str, float]],
+               after: dict[str, dict[str, float]], writes: int) -> dict[str, dict[str, float]]:
+    """Partition-server CPU per write (µs) of one range's writes, by the server's role in the range (``primary``,
+    ``follower``: the mean of its followers) and by thread kind (:func:`cli.bench.proc.thread_kind`), from
+    each server's :func:`cli.bench.proc.thread_cpu` before and after; ``total`` sums a role's kinds."""
+    out: dict[str, dict[str, float]] = {}
+    for role, ids in (("primary", [primary]), ("follower", [s for s in replicas if s != primary])):
+        ids = [s for s in ids if s in after]
+        if not ids or writes <= 0:
+            continue
+        per = {k: sum(after[s].get(k, 0.0) - before.get(s, {}).get(k, 0.0) for s in ids) / len(ids) / writes * 1e6
+               for k in THREAD_KINDS}
+        out[role] = {**{k: round(v, 1) for k, v in per.items()}, "total": round(sum(per.values()), 1)}
+    return out
+
+
+def format_roles(roles: dict[str, dict[str, float]]) -> str:
+    """``primary: loop 286, ZeroMQ I/O 68, RocksDB 8, other 0 = 362 µs; follower (each): …``."""
+    names = {"loop": "loop", "zmq_io": "ZeroMQ I/O", "rocksdb": "RocksDB", "other": "other"}
+    return "; ".join(f"{role}{' (each)' if role == 'follower' else ''}: "
+                     + ", ".join(f"{names[k]} {c[k]:,.0f}" for k in THREAD_KINDS) + f" = {c['total']:,.0f} µs"
+                     for role, c in roles.items())
+
+
+def run_roles(doc: dict, replicas: int, threads: int, seconds: float, interval: float, echo: Echo) -> dict[str, Any]:
+    """The same upserts into a table of ONE range (its primary on one server, its followers on the others):
+    each server's CPU per write by its role and by thread (:func:`role_costs`), and the frontend's."""
+    native, coord = doc["native"], doc["coordinator"]
+    table = f"benchrole{uuid.uuid4().hex[:8]}"
+    rec = spread_table(coord, native, table, [])[0]
+    primary, members = rec["primary"], list(rec.get("replicas") or [rec["primary"]])
+    procs = {p["id"]: p["pid"] for p in doc.get("processes", []) if p.get("role") == "partition-server"}
+    fe = server_pids(doc, ("frontend",))
+    echo(f"replicas {replicas}, one range: primary {primary}, followers {', '.join(s for s in members if s != primary) or '-'}")
+    before = {sid: thread_cpu(pid) for sid, pid in procs.items()}
+    fe0 = cpu_seconds(fe)
+    res = run_threads(native, table, FreshUpserts(partitions=RANGES), threads, seconds, interval, list(procs.values()),
+                      echo, label=f"replicas {replicas}, one range")
+    after = {sid: thread_cpu(pid) for sid, pid in procs.items()}
+    writes = round(sum(r["ops_per_s"] * interval for r in res["rows"]))
+    roles = role_costs(primary, members, before, after, writes)
+    fe_us = round((cpu_seconds(fe) - fe0) / max(1, writes) * 1e6, 1)
+    echo(f"replicas {replicas}, one range, partition-server CPU per write by role and thread: {format_roles(roles)}; "
+         f"frontend {fe_us:,.0f} µs")
+    followers = len(members) - 1
+    every = sum(c["total"] * (followers if role == "follower" else 1) for role, c in roles.items())
+    return {"primary": primary, "replicas": members, "writes": writes, "ops_s": steady(res["rows"], "ops_per_s"),
+            "roles": roles, "all_copies_us": round(every, 1), "frontend_cpu_us": fe_us}
 
 
 def load_blobs(native: str, table: str, mb: float) -> int:
@@ -252,6 +306,17 @@ def format_table(res: dict[str, Any]) -> str:
     line("write p99 ms", lambda s: f"{s['writes']['p99_ms']:.2f}")
     line("partition-server CPU µs/write", lambda s: f"{s['writes']['cpu_us']:,.0f}")
     line("frontend CPU µs/write", lambda s: f"{s['writes']['frontend_cpu_us']:,.0f}")
+    if all("one_range" in by[n] for n in cols):
+        def role_cell(role: str, kind: str) -> Callable[[dict[str, Any]], str]:
+            def cell(st: dict[str, Any]) -> str:
+                c = st["one_range"]["roles"].get(role)
+                return f"{c[kind]:,.0f}" if c else "-"
+            return cell
+
+        for role in ("primary", "follower"):
+            for kind, name in (("total", ""), ("loop", " loop"), ("zmq_io", " ZeroMQ I/O"), ("rocksdb", " RocksDB")):
+                line(f"one range: {role}{' (each)' if role == 'follower' else ''}{name} µs/w", role_cell(role, kind))
+        line("one range: every copy µs/write", lambda st: f"{st['one_range']['all_copies_us']:,.0f}")
     if all("bulk" in by[n] for n in cols):
         line("bulk ingest entities/s", lambda s: f"{s['bulk']['entities_s']:,.0f}")
         line("bulk partition-server CPU µs/ent.", lambda s: f"{s['bulk']['cpu_us']:,.0f}")

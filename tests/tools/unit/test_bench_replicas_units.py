@@ -99,3 +99,36 @@ def test_the_rebuild_line_is_read_from_the_rebuilt_servers_log(tmp_path):
     assert rebuilt_from_logs(str(tmp_path), "r000001") == {"server": "ps-2", "primary": "ps-1", "mb": 210.5,
                                                             "seconds": 2.3, "mb_s": 91.5}
     assert rebuilt_from_logs(str(tmp_path), "r000002") is None
+
+
+def test_one_range_costs_by_role_and_thread():
+    from cli.bench.proc import thread_kind
+    from cli.bench.replicas import format_roles, role_costs
+
+    assert [thread_kind(10, t, n) for t, n in ((10, "python3.11"), (11, "ZMQbg/IO/0"), (12, "rocksdb:low"),
+                                               (13, "ZMQbg/Reaper"), (14, "python3.11"))] == \
+        ["loop", "zmq_io", "rocksdb", "other", "other"]
+    before = {"ps-1": {"loop": 1.0, "zmq_io": 0.5}, "ps-2": {"loop": 2.0}, "ps-3": {}}
+    after = {"ps-1": {"loop": 1.3, "zmq_io": 0.56, "rocksdb": 0.01},  # 1,000 writes
+             "ps-2": {"loop": 2.1, "zmq_io": 0.02}, "ps-3": {"loop": 0.12, "zmq_io": 0.04}}
+    roles = role_costs("ps-1", ["ps-1", "ps-2", "ps-3"], before, after, 1000)
+    assert roles["primary"] == {"loop": 300.0, "zmq_io": 60.0, "rocksdb": 10.0, "other": 0.0, "total": 370.0}
+    assert roles["follower"] == {"loop": 110.0, "zmq_io": 30.0, "rocksdb": 0.0, "other": 0.0, "total": 140.0}
+    assert format_roles(roles) == ("primary: loop 300, ZeroMQ I/O 60, RocksDB 10, other 0 = 370 µs; "
+                                   "follower (each): loop 110, ZeroMQ I/O 30, RocksDB 0, other 0 = 140 µs")
+    assert set(role_costs("ps-1", ["ps-1"], before, after, 1000)) == {"primary"}  # one copy: no followers
+    assert role_costs("ps-1", ["ps-1"], before, after, 0) == {}
+
+
+def test_the_table_shows_one_ranges_costs_by_role():
+    one, three = _setting(1, 2000, 10), _setting(3, 1000, 30)
+    p = {"loop": 190.0, "zmq_io": 50.0, "rocksdb": 5.0, "other": 0.0, "total": 245.0}
+    one["one_range"] = {"replicas": ["ps-1"], "roles": {"primary": p}, "all_copies_us": 245.0}
+    f = {"loop": 100.0, "zmq_io": 25.0, "rocksdb": 5.0, "other": 0.0, "total": 130.0}
+    three["one_range"] = {"replicas": ["ps-1", "ps-2", "ps-3"], "roles": {"primary": {**p, "total": 360.0}, "follower": f},
+                          "all_copies_us": 620.0}
+    text = format_table({"servers": 3, "cpus": 2, "threads": 8, "settings": [one, three], "cost": cost(one, three)})
+    lines = {ln.split("  ")[0]: ln.split() for ln in text.splitlines()}
+    assert lines["one range: primary µs/w"][-2:] == ["245", "360"]
+    assert lines["one range: follower (each) µs/w"][-2:] == ["-", "130"]
+    assert lines["one range: every copy µs/write"][-2:] == ["245", "620"]
