@@ -238,6 +238,9 @@ def test_typed_to_entity() -> None:
     assert e["Big"] == EntityProperty(1099511627776, EdmType.INT64) and e["Id"] == U
     assert isinstance(e["Exact"], TablesDatetime) and e["Exact"].ticks == TICKS7
     assert e.metadata["etag"] == etag_from_ticks(TS) and e.metadata["timestamp"].ticks == TS
+    assert e.metadata is e.metadata  # made on first use (the fast path), then kept: a caller's change stays
+    lazy = typed_to_entity(STORED)
+    assert copy.copy(lazy).metadata == e.metadata == lazy.metadata  # a copy made before first use makes it too
     assert typed_to_entity(STORED, include_timestamp=True)["Timestamp"].ticks == TS
     sel = typed_to_entity(STORED, ["Age", "Nope", "RowKey"])
     assert sel == {"RowKey": "r", "Age": 23, "Nope": None} and sel.metadata["timestamp"] is None
