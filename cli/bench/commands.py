@@ -5,7 +5,8 @@ throughput), ``aio`` (the asyncio native client against the blocking one), ``sto
 counters against ETag retries), ``point-or`` (an `or` of 200 point keys against table size),
 ``replicas`` (the cost of replication: replicas 1 against 3), ``feed`` (the cost of the change feed: off
 against on, a following reader's lag, catch-up and disk) and ``index`` (what secondary indexes cost: queries
-through one at size, writes with 0, 1 and 3, the lag, an online build through a split and a failover).
+through one at size, writes with 0, 1 and 3, the lag, an online build through a split and a failover) and
+``host`` (what this machine charges for waking an idle thread).
 
 Plain click commands; :mod:`cli.main` adds them to the ``bench`` group.
 """
@@ -508,3 +509,19 @@ def bench_index(rows: int, seconds: float, query_seconds: float, interval: float
                           write_rows=write_rows, loaders=loaders, verify=verify, parts=parts or PARTS,
                           echo=progress(as_json))
     click.echo(json.dumps(res, indent=2) if as_json else "\n" + format_table(res))
+
+
+@click.command("host")
+@click.option("--seconds", default=2.0, show_default=True, help="Seconds per measurement.")
+@json_option
+def bench_host(seconds: float, as_json: bool) -> None:
+    """What this machine charges for waking up: the CPU of a ZeroMQ send and of a fixed Python loop, back to back
+    and after idle gaps of 0.5 and 2 ms, and a ZeroMQ round trip. Every hop of a request wakes an idle thread,
+    so this sets the CPU a lightly loaded cluster spends per operation here. Starts no cluster."""
+    from cli.bench.host import run_host_bench
+
+    if seconds <= 0:
+        raise click.UsageError("--seconds must be positive.")
+    res = run_host_bench(seconds, echo=progress(as_json))
+    if as_json:
+        click.echo(json.dumps(res, indent=2))
