@@ -313,10 +313,11 @@ def format_table(res: dict[str, Any]) -> str:
                 return f"{c[kind]:,.0f}" if c else "-"
             return cell
 
+        lines.append("one range, partition-server CPU µs/write by role (a follower: each) and thread:")
         for role in ("primary", "follower"):
             for kind, name in (("total", ""), ("loop", " loop"), ("zmq_io", " ZeroMQ I/O"), ("rocksdb", " RocksDB")):
-                line(f"one range: {role}{' (each)' if role == 'follower' else ''}{name} µs/w", role_cell(role, kind))
-        line("one range: every copy µs/write", lambda st: f"{st['one_range']['all_copies_us']:,.0f}")
+                line(f"  {role}{name}", role_cell(role, kind))
+        line("  every copy", lambda st: f"{st['one_range']['all_copies_us']:,.0f}")
     if all("bulk" in by[n] for n in cols):
         line("bulk ingest entities/s", lambda s: f"{s['bulk']['entities_s']:,.0f}")
         line("bulk partition-server CPU µs/ent.", lambda s: f"{s['bulk']['cpu_us']:,.0f}")

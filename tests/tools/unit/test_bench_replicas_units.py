@@ -128,7 +128,8 @@ def test_the_table_shows_one_ranges_costs_by_role():
     three["one_range"] = {"replicas": ["ps-1", "ps-2", "ps-3"], "roles": {"primary": {**p, "total": 360.0}, "follower": f},
                           "all_copies_us": 620.0}
     text = format_table({"servers": 3, "cpus": 2, "threads": 8, "settings": [one, three], "cost": cost(one, three)})
-    lines = {ln.split("  ")[0]: ln.split() for ln in text.splitlines()}
-    assert lines["one range: primary µs/w"][-2:] == ["245", "360"]
-    assert lines["one range: follower (each) µs/w"][-2:] == ["-", "130"]
-    assert lines["one range: every copy µs/write"][-2:] == ["245", "620"]
+    lines = {ln[:34].strip(): ln.split() for ln in text.splitlines()}
+    assert "one range, partition-server CPU µs/write by role (a follower: each) and thread:" in text
+    assert lines["primary"][-2:] == ["245", "360"] and lines["primary loop"][-2:] == ["190", "190"]
+    assert lines["follower"][-2:] == ["-", "130"] and lines["follower ZeroMQ I/O"][-2:] == ["-", "25"]
+    assert lines["every copy"][-2:] == ["245", "620"]
