@@ -55,19 +55,20 @@ def test_steady_figures_are_medians_of_the_intervals_after_the_first():
                                       "frontend_cpu_us": 110.0, "errors": 2}
 
 
-def _setting(n: int, ops: float, p99: float, bulk: float | None = None) -> dict:
-    s = {"replicas": n, "writes": {"ops_s": ops, "p50_ms": 1.0, "p99_ms": p99, "cpu_us": 100.0 * n,
-                                   "frontend_cpu_us": 50.0, "errors": 0}}
+def _setting(n: int, ops: float, p99: float, bulk: float | None = None, cpu: float | None = None) -> dict:
+    s = {"replicas": n, "writes": {"ops_s": ops, "p50_ms": 1.0, "p99_ms": p99,
+                                   "cpu_us": 100.0 * n if cpu is None else cpu, "frontend_cpu_us": 50.0, "errors": 0}}
     if bulk is not None:
         s["bulk"] = {"entities_s": bulk, "cpu_us": 10.0 * n}
     return s
 
 
 def test_cost_judges_the_issue_goal():
-    assert cost(_setting(1, 1000, 10), _setting(3, 600, 20)) == {"throughput_share": 0.6, "p99_ratio": 2.0,
-                                                                 "goal_met": True}
-    assert not cost(_setting(1, 1000, 10), _setting(3, 599, 10))["goal_met"]
-    assert not cost(_setting(1, 1000, 10), _setting(3, 900, 21))["goal_met"]
+    assert cost(_setting(1, 1000, 10), _setting(3, 700, 15, cpu=200)) == {
+        "throughput_share": 0.7, "p99_ratio": 1.5, "cpu_ratio": 2.0, "goal_met": True}
+    assert not cost(_setting(1, 1000, 10), _setting(3, 699, 10, cpu=200))["goal_met"]
+    assert not cost(_setting(1, 1000, 10), _setting(3, 900, 16, cpu=200))["goal_met"]
+    assert not cost(_setting(1, 1000, 10), _setting(3, 900, 10, cpu=201))["goal_met"]
     assert cost(_setting(1, 1000, 10, 5000), _setting(3, 900, 10, 2000))["bulk_share"] == 0.4
     assert cost(None, _setting(3, 900, 10)) == {}
 
@@ -84,7 +85,8 @@ def test_the_table_shows_both_settings_the_verdict_and_each_rebuild():
     assert "replicas 1" in text and "replicas 3" in text
     assert "load average (1 min) during the run: 1.5 to 3.25, median 2.0" in text
     assert "2,000" in text and "1,000" in text and "9,000" in text
-    assert "write throughput 50% (goal >= 60%), p99 3.00x (goal <= 2x): goal MISSED; bulk ingest 33%" in text
+    assert ("write throughput 50% (goal >= 70%), p99 3.00x (goal <= 1.5x), partition-server CPU 3.00x (goal <= 2x): "
+            "goal MISSED; bulk ingest 33%") in text
     assert ("--rebuild-mb-s 100 MB/s: 210 MB range back at 3 in-sync replicas 6.5 s after the kill (lost copy "
             "dropped at 2.4 s) = 32.3 MB/s end to end") in text
     assert "copy 95.4 MB/s" in text
