@@ -19,10 +19,11 @@ Each figure is the median of as many samples as ``seconds`` allows per gap.
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import zmq
@@ -66,23 +67,30 @@ def cpu_after_gaps(call: Callable[[], Any], seconds: float) -> dict[str, float]:
     return out
 
 
-def _peer(echo: bool) -> tuple[Any, str]:
+@contextlib.contextmanager
+def _connected(echo: bool) -> Iterator[zmq.Socket]:
+    """A DEALER connected over TCP to a ROUTER in a child process (which echoes what it gets with ``echo``);
+    both are gone when the block ends."""
     probe: zmq.Socket = zmq.Context.instance().socket(zmq.ROUTER)
     port = probe.bind_to_random_port("tcp://127.0.0.1")
     probe.close(0)
     endpoint = f"tcp://127.0.0.1:{port}"
     proc = multiprocessing.get_context("spawn").Process(target=_sink, args=(endpoint, echo), daemon=True)
     proc.start()
-    return proc, endpoint
-
-
-def round_trip(seconds: float) -> dict[str, float]:
-    """p50/p99 (µs) and rate of one 1 KiB echo at a time through a ROUTER in another process."""
-    proc, endpoint = _peer(True)
     sock: zmq.Socket = zmq.Context.instance().socket(zmq.DEALER)
     sock.setsockopt(zmq.LINGER, 0)
     try:
         sock.connect(endpoint)
+        yield sock
+    finally:
+        sock.close(0)
+        proc.kill()
+        proc.join(5)
+
+
+def round_trip(seconds: float) -> dict[str, float]:
+    """p50/p99 (µs) and rate of one 1 KiB echo at a time through a ROUTER in another process."""
+    with _connected(True) as sock:
         msg = b"x" * 1024
         for _ in range(200):  # connect and warm up
             sock.send(msg)
@@ -94,31 +102,19 @@ def round_trip(seconds: float) -> dict[str, float]:
             sock.send(msg)
             sock.recv()
             lat.append(time.perf_counter() - t0)
-        lat.sort()
-        return {"per_s": round(len(lat) / seconds), "p50_us": round(lat[len(lat) // 2] * 1e6, 1),
-                "p99_us": round(lat[int(len(lat) * 0.99)] * 1e6, 1)}
-    finally:
-        sock.close(0)
-        proc.kill()
-        proc.join(5)
+    lat.sort()
+    return {"per_s": round(len(lat) / seconds), "p50_us": round(lat[len(lat) // 2] * 1e6, 1),
+            "p99_us": round(lat[int(len(lat) * 0.99)] * 1e6, 1)}
 
 
 def zmq_send(seconds: float) -> dict[str, float]:
     """:func:`cpu_after_gaps` of a 200-byte send to a ROUTER in another process."""
-    proc, endpoint = _peer(False)
-    sock: zmq.Socket = zmq.Context.instance().socket(zmq.DEALER)
-    sock.setsockopt(zmq.LINGER, 0)
-    try:
-        sock.connect(endpoint)
+    with _connected(False) as sock:
         msg = b"x" * 200
         for _ in range(200):
             sock.send(msg)
         time.sleep(0.2)
         return cpu_after_gaps(lambda: sock.send(msg), seconds)
-    finally:
-        sock.close(0)
-        proc.kill()
-        proc.join(5)
 
 
 def run_host_bench(seconds: float = 2.0, echo: Callable[[str], None] = print) -> dict[str, Any]:
