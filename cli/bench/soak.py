@@ -222,6 +222,11 @@ def parse_rocksdb(text: str) -> dict[str, float]:
     return out
 
 
+def growth(prev: float, cur: float) -> float:
+    """How much a counter grew between two reads; one that went back (its process restarted) counts from 0."""
+    return cur - prev if cur >= prev else cur
+
+
 def rocksdb_interval(before: dict[str, dict[str, float]], after: dict[str, dict[str, float]]) -> dict[str, float]:
     """What RocksDB counted between two scrapes of every partition server (by server id, as
     :func:`parse_rocksdb` reads them), summed over the servers: ``skip_per_seek`` (internal keys iterators
@@ -229,12 +234,7 @@ def rocksdb_interval(before: dict[str, dict[str, float]], after: dict[str, dict[
     ``stall_ms``, ``compaction_mib`` (bytes compaction wrote) and ``tombstones`` (held at the end). A server
     that restarted (a counter went back) counts from 0."""
     def delta(event: str) -> float:
-        total = 0.0
-        for sid, now in after.items():
-            prev = before.get(sid, {}).get(event, 0.0)
-            cur = now.get(event, 0.0)
-            total += cur - prev if cur >= prev else cur
-        return total
+        return sum(growth(before.get(sid, {}).get(event, 0.0), now.get(event, 0.0)) for sid, now in after.items())
 
     seeks, hits, misses = delta("seeks"), delta("block_cache_hits"), delta("block_cache_misses")
     return {"skip_per_seek": round(delta("iter_skips") / seeks, 2) if seeks else 0.0,
@@ -265,8 +265,7 @@ def cpu_shares(before: dict[str, float], after: dict[str, float], seconds: float
     that restarted counts from 0)."""
     if seconds <= 0:
         return {}
-    return {k: round(100 * (v - before.get(k, 0.0) if v >= before.get(k, 0.0) else v) / seconds, 1)
-            for k, v in after.items()}
+    return {k: round(100 * growth(before.get(k, 0.0), v) / seconds, 1) for k, v in after.items()}
 
 
 def process_ids(doc: dict) -> list[tuple[str, int]]:
