@@ -9,7 +9,10 @@ with one table split into :data:`RANGES` ranges whose primaries are spread round
    write of the partition servers (their user+system time from ``/proc/<pid>/stat`` over the interval,
    divided by the writes) and, apart, of the frontend. The steady figures are the medians of the
    intervals after the first;
-2. **bulk ingest**: ``bulk`` entities through the native bulk path (:func:`cli.bench.scale.parallel_load`):
+2. **one range, by role** (:func:`run_roles`): the same upserts into a table of one range, whose primary is on
+   one server and followers on the others; each server's CPU per write by thread (its loop, ZeroMQ's I/O thread,
+   RocksDB's background threads: ``/proc/<pid>/task``), so the primary's and a follower's costs show apart;
+3. **bulk ingest**: ``bulk`` entities through the native bulk path (:func:`cli.bench.scale.parallel_load`):
    entities/s and partition-server CPU per entity.
 
 Then, at ``--replicas 3`` only, **re-replication**: a cluster whose table is one range of about ``rebuild_mb``
