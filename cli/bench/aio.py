@@ -88,8 +88,8 @@ class Mix:
 def _row(label: str, t: float, ops: int, lat: list[float], errors: int, interval: float, client_cpu: float,
          server_cpu: float, frontend_cpu: float | None = None) -> dict[str, Any]:
     n = max(1, ops)
-    row = {"client": label, "t": round(t), "ops_per_s": round(ops / interval, 1), "p50_ms": percentile_ms(lat, 0.5),
-           "p99_ms": percentile_ms(lat, 0.99), "errors": errors,
+    row = {"client": label, "t": round(t), "ops": ops, "ops_per_s": round(ops / interval, 1),
+           "p50_ms": percentile_ms(lat, 0.5), "p99_ms": percentile_ms(lat, 0.99), "errors": errors,
            "client_cpu_us": round(client_cpu / n * 1e6, 1), "server_cpu_us": round(server_cpu / n * 1e6, 1)}
     if frontend_cpu is not None:
         row["frontend_cpu_us"] = round(frontend_cpu / n * 1e6, 1)

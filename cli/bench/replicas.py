@@ -184,7 +184,7 @@ def run_roles(doc: dict, replicas: int, threads: int, seconds: float, interval: 
     res = run_threads(native, table, FreshUpserts(partitions=RANGES), threads, seconds, interval, list(procs.values()),
                       echo, label=f"replicas {replicas}, one range")
     after = {sid: thread_cpu(pid) for sid, pid in procs.items()}
-    writes = round(sum(r["ops_per_s"] * interval for r in res["rows"]))
+    writes = sum(r["ops"] for r in res["rows"])
     roles = role_costs(primary, members, before, after, writes)
     fe_us = round((cpu_seconds(fe) - fe0) / max(1, writes) * 1e6, 1)
     echo(f"replicas {replicas}, one range, partition-server CPU per write by role and thread: {format_roles(roles)}; "

@@ -117,11 +117,10 @@ def queue_scan(path: str, n: int, compact_deletions: bool, settle_s: float = 5.0
 
 def background_cpu_s() -> float:
     """CPU seconds used so far by this process's RocksDB background threads (flushes and compactions:
-    the threads RocksDB names ``rocksdb:high`` and ``rocksdb:low``), from ``/proc/self/task``."""
-    from cli.bench.proc import stat_cpu
+    the threads RocksDB names ``rocksdb:high`` and ``rocksdb:low``: :func:`cli.bench.proc.thread_kind`)."""
+    from cli.bench.proc import thread_cpu
 
-    threads = (stat_cpu(f"/proc/self/task/{tid}/stat") for tid in os.listdir("/proc/self/task"))
-    return sum(cpu for name, cpu in threads if name.startswith("rocksdb"))
+    return thread_cpu(os.getpid()).get("rocksdb", 0.0)
 
 
 def hot_range_compaction(path: str, n: int, settle_s: float = 30.0, **kw: Any) -> dict[str, Any]:
