@@ -290,9 +290,10 @@ def test_format_batch_reads_back(responses: list[batch.SubResponse], changeset: 
     for (status, reason, headers, payload), r in zip(got, responses, strict=True):
         assert status == r.status and reason == _STATUS_TEXT.get(r.status, batch._REASONS.get(r.status, "Unknown"))
         want = ({"Content-ID": r.content_id} if r.content_id is not None else {}) | dict(r.headers)
-        if all("\r" not in v and "\n" not in v and ": " not in k for k, v in want.items()) \
-                and len({k for k, _ in r.headers} | ({"Content-ID"} if r.content_id is not None else set())) \
-                == len(r.headers) + (r.content_id is not None):
+        if any("\r" in v or "\n" in v for v in want.values()):
+            continue  # a line break in a header value ends the header block early: no HTTP message can carry it
+        if all(": " not in k for k in want) and len({k for k, _ in r.headers} | (
+                {"Content-ID"} if r.content_id is not None else set())) == len(r.headers) + (r.content_id is not None):
             assert headers == want
         assert payload == (r.body + b"\r\n" if r.body else b"")
 
