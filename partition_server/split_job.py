@@ -27,7 +27,7 @@ import rocksdict
 
 from partition_server.store.keys import META_COUNT
 from partition_server.store.range_store import RangeStore
-from partition_server.store.tee import Ops, RangeEnd
+from partition_server.store.tee import Ops, RangeEnd, add_op
 from rangetable.errors import TableError
 from rangetable.kernel.stats import StepClock
 from rangetable.keys import META_PREFIX
@@ -44,6 +44,7 @@ def replay(records: list[Ops], split_key: bytes,
     if not records:
         return 0
     batches = (rocksdict.WriteBatch(raw_mode=True), rocksdict.WriteBatch(raw_mode=True))
+    families = (left.feed.family, right.feed.family)
     writes: tuple[list[tuple[bytes, bytes | None]], list[tuple[bytes, bytes | None]]] = ([], [])
     recount = False
     n = 0
@@ -52,35 +53,29 @@ def replay(records: list[Ops], split_key: bytes,
             n += 1
             if type(value) is RangeEnd:
                 recount = recount or key < META_PREFIX
-                _replay_range(batches, key, value.end, split_key)
+                _replay_range(batches, families, key, value.end, split_key)
                 continue
             if key < META_PREFIX:
                 side = 0 if key < split_key else 1
                 writes[side].append((key, value))  # type: ignore[arg-type]  # not a RangeEnd here
-                targets = batches[side:side + 1]
-            elif key == META_COUNT:
-                continue
-            else:
-                targets = batches
-            for wb in targets:
-                if value is None:
-                    wb.delete(key)
-                else:
-                    wb.put(key, value)  # type: ignore[arg-type]
+                add_op(batches[side], key, value, families[side])
+            elif key != META_COUNT:
+                for wb, family in zip(batches, families, strict=True):
+                    add_op(wb, key, value, family)
     left.write_raw(batches[0], writes[0], recount)
     right.write_raw(batches[1], writes[1], recount)
     return n
 
 
-def _replay_range(batches: tuple[rocksdict.WriteBatch, rocksdict.WriteBatch], begin: bytes, end: bytes,
+def _replay_range(batches: tuple[rocksdict.WriteBatch, rocksdict.WriteBatch],
+                  families: tuple[rocksdict.ColumnFamily, rocksdict.ColumnFamily], begin: bytes, end: bytes,
                   split_key: bytes) -> None:
     """A recorded range delete ``[begin, end)`` into the halves: its entity keys below ``split_key`` to
-    the left, its other entity keys to the right, its meta keys to both."""
-    left, right = batches
-    for wb, lo, hi in ((left, begin, min(end, split_key)), (left, max(begin, META_PREFIX), end),
-                       (right, max(begin, split_key), end)):
+    the left, its other entity keys to the right, its meta keys to both (the feed's into their family)."""
+    for side, lo, hi in ((0, begin, min(end, split_key)), (0, max(begin, META_PREFIX), end),
+                         (1, max(begin, split_key), end)):
         if lo < hi:
-            wb.delete_range(lo, hi)
+            add_op(batches[side], lo, RangeEnd(hi), families[side])
 
 
 class SplitJob:

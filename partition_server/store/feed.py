@@ -2,7 +2,7 @@
 
 The feed rides in the range's replicated log (``../shared/DESIGN.md``, "The log as the one mechanism"):
 each write, transaction and TTL reclaim that changes entities puts, in the same RocksDB WriteBatch, one
-**feed record** per changed entity::
+**feed record** per changed entity, in the store's column family :data:`FAMILY`::
 
     FEED_PREFIX + >Q Timestamp + entity key  ->  kind (1 byte) + >I len(before) + before + value
 
@@ -13,6 +13,14 @@ value comes last, so the replica log sends it once although the batch writes it 
 (:func:`shared_tail`). Being ordinary keys of the
 batch, records reach the followers with it, survive restarts, failovers and re-replication as the data
 does, are copied into both halves of a split (each half reads only its own span) and united by a merge.
+
+**A column family of their own.** Records are appended in Timestamp order and deleted only from the oldest
+end (:func:`trim`). Kept among the entities, every memtable mixed both, so each L0 file spanned the whole key
+space and every L0 → base compaction rewrote the feed's whole history with the entities (docs/scale.md,
+"Where the time goes"). In a family of their own, each flush writes a file above every older one, which
+compaction moves down without rewriting it. A record's key keeps its prefix, so the operations of a batch
+(:data:`~partition_server.store.tee.Ops`) say by their keys alone which family they go to
+(:func:`~partition_server.store.tee.add_op`); :func:`migrate` moves the records of a store written before.
 
 **Positions.** A range hands out strictly increasing Timestamps, a split's halves and a merge's result
 continue above their parents', and a new primary holds every committed batch: so ``(Timestamp, entity
@@ -44,9 +52,11 @@ from partition_server.store.counts import count_span
 from partition_server.store.keys import META_FEED
 from rangetable.edm import ticks_to_iso
 from rangetable.errors import TableError
+from rangetable.kernel.storage import column_family
 from rangetable.keys import META_PREFIX
 from rangetable.table_settings import DEFAULT_FEED_RETENTION_S, TICKS_PER_SECOND
 
+FAMILY = "feed"  # the store's column family that holds the records
 FEED_PREFIX = META_PREFIX + b"f/"
 FEED_END = META_PREFIX + b"f0"  # the byte after "/": the end of the feed's span
 _TS = struct.Struct(">Q")
@@ -129,7 +139,8 @@ def merged_state(left: bytes | None, right: bytes | None, left_ts: int, right_ts
 
 
 def newest(db: Any) -> int:
-    """The Timestamp of the newest record of the feed (one seek back from its end), -1 when it has none."""
+    """The Timestamp of the newest record of the feed (one seek back from its end), -1 when it has none
+    (``db``: the feed's family, :attr:`Feed.db`)."""
     it = db.iter()
     try:
         it.seek_for_prev(FEED_END)
@@ -143,7 +154,8 @@ def newest(db: Any) -> int:
 
 
 def count(db: Any, below: bytes = FEED_END) -> tuple[int, int]:
-    """(records, bytes) of the feed's records with keys below ``below`` (all by default), counted by a pass."""
+    """(records, bytes) of the feed's records with keys below ``below`` (all by default), counted by a pass
+    (``db``: the feed's family, :attr:`Feed.db`)."""
     return count_span(db, FEED_PREFIX, below)
 
 
@@ -156,13 +168,45 @@ class Change(NamedTuple):
     before: bytes | None  # the stored value before it (None: absent)
 
 
+def migrate(db: Any, family: Any, handle: Any) -> int:
+    """Move the records a store written before they had a family of their own keeps among its entities (in
+    ``db``'s default family) into the feed's (``family``, ``handle``), in batches of about 1 MiB that each
+    put a run of records there and delete it here, atomically; returns how many moved (0: one seek)."""
+    ro = rocksdict.ReadOptions()
+    ro.set_iterate_upper_bound(FEED_END)
+    moved = 0
+    while True:
+        wb = rocksdict.WriteBatch(raw_mode=True)
+        size, last = 0, None
+        it = db.items(from_key=FEED_PREFIX, read_opt=ro)
+        try:
+            for k, v in it:
+                wb.put(k, v, handle)
+                size += len(k) + len(v)
+                last = k
+                moved += 1
+                if size >= 1 << 20:
+                    break
+        finally:
+            it = None  # a live iterator would keep the DB LOCK after close()
+        if last is None:
+            return moved
+        wb.delete_range(FEED_PREFIX, last + b"\x00")
+        db.write(wb)
+
+
 class Feed:
-    """A store's feed settings and persisted state; the store calls it under its write lock."""
+    """A store's feed settings and persisted state, and its records' column family (:attr:`db`); the store
+    calls it under its write lock."""
 
     def __init__(self, db: Any, last_ts: int) -> None:
         self.want = False  # the table's setting: records are written while True
         self.before_images = False
         self.retention_ticks = DEFAULT_FEED_RETENTION_S * TICKS_PER_SECOND
+        self.db: Any  # the records' column family: a view of it (an Rdict) and its handle for WriteBatches
+        self.family: Any
+        self.db, self.family = column_family(db, FAMILY)
+        migrate(db, self.db, self.family)
         self.reload(db, last_ts)
 
     def reload(self, db: Any, last_ts: int) -> None:
@@ -172,7 +216,7 @@ class Feed:
         self.stored_on: bool | None = self.on if stored is not None else None  # what META_FEED says (None: absent)
         self.top: int | None = None  # the newest record's Timestamp (-1: none), once known: see nothing_after
 
-    def nothing_after(self, db: Any, after: tuple[int, bytes | None]) -> bool:
+    def nothing_after(self, after: tuple[int, bytes | None]) -> bool:
         """True when the store holds no record after position ``after``, known without a read of the records
         (a query's freshness check asks this of every base range: frontend/indexes/query.py). The newest
         record's Timestamp is found by one seek the first time, then kept by :meth:`note`; the store forgets it
@@ -180,7 +224,7 @@ class Feed:
         replay)."""
         top = self.top
         if top is None:
-            top = self.top = newest(db)
+            top = self.top = newest(self.db)
         return top < after[0] or (top == after[0] and after[1] is None)
 
     def configure(self, on: bool, before_images: bool, retention_s: int | None) -> None:
@@ -209,7 +253,7 @@ class Feed:
             for c in changes:
                 fk = record_key(ts, c.key)
                 record = pack_record(c.kind, c.value, c.before if keep else None)
-                wb.put(fk, record)
+                wb.put(fk, record, self.family)
                 size += len(fk) + len(record)
             self.records += len(changes)
             self.nbytes += size
@@ -228,7 +272,7 @@ class Feed:
     def trim(self, wb: Any, cutoff: int, gone: tuple[int, int]) -> None:
         """Put into ``wb`` the deletion of every record at or below ``cutoff`` (``gone``: their count and bytes,
         :func:`count`) and the raised floor."""
-        wb.delete_range(FEED_PREFIX, FEED_PREFIX + _TS.pack(cutoff + 1))
+        wb.delete_range(FEED_PREFIX, FEED_PREFIX + _TS.pack(cutoff + 1), self.family)
         self.floor = cutoff
         self.records = max(0, self.records - gone[0])
         self.nbytes = max(0, self.nbytes - gone[1])
@@ -273,7 +317,7 @@ def read(db: Any, after: tuple[int, bytes | None] | None, floor: int, upto: int,
          limit: int) -> FeedPage:
     """The records after ``after`` (None: from the oldest kept, above ``floor``) with Timestamps at or below
     ``upto``, of entity keys in ``[lo, hi)``, at most about ``limit`` (a Timestamp's records are never split
-    between pages; ``limit`` 0 answers no record and frontier ``upto``). A read looks at about
+    between pages; ``limit`` 0 answers no record and frontier ``upto``; ``db``: the feed's family). A read looks at about
     :data:`MAX_SCANNED` records at most, so one over a span that holds few of them (a split's half, whose
     store keeps its sibling's records until they age out) answers ``more`` with what it found so far."""
     if limit <= 0:

@@ -20,12 +20,13 @@ import rocksdict
 from partition_server.store import index_state
 from partition_server.store.counts import Counts, half_counts, left_share, pack_counts, read_counts
 from partition_server.store.expiry import MARK_KEY, merged_mark
+from partition_server.store.feed import FAMILY as FEED_FAMILY
 from partition_server.store.feed import count as count_feed
 from partition_server.store.feed import merged_state
 from partition_server.store.keys import DROP_KEY, META_COUNT, META_FEED, META_INDEX, META_TS
 from partition_server.store.request_records import REQT_END, REQT_PREFIX, Window, pack_meta, unpack_meta
 from rangetable.kernel.checkpoint import create_checkpoint
-from rangetable.kernel.storage import open_range_db
+from rangetable.kernel.storage import column_family, open_range_db
 from rangetable.keys import META_PREFIX
 
 COPY_BATCH_BYTES = 1 << 20
@@ -135,6 +136,10 @@ def merge_stores(left_path: str, right_path: str, out_path: str) -> None:
         ldb.close()
     odb = open_range_db(out_path, create=False)
     try:
+        # flushed below; a crash before that is repaired by re-running.  rocksdict's stub has a disable_wal
+        # method; at run time it is a settable property
+        wo = rocksdict.WriteOptions()
+        wo.disable_wal = True  # type: ignore[method-assign, assignment]
         rdb = open_range_db(right_path, create=False)
         try:
             right_ts = unpack_meta(rdb.get(META_TS))[0]
@@ -142,41 +147,49 @@ def merge_stores(left_path: str, right_path: str, out_path: str) -> None:
             mark = merged_mark(left_mark, rdb.get(MARK_KEY))
             right_feed = rdb.get(META_FEED)
             index = index_state.merged(left_index, rdb.get(META_INDEX))
-            wo = rocksdict.WriteOptions()
-            # flushed below; a crash before that is repaired by re-running.  rocksdict's stub has a
-            # disable_wal method; at run time it is a settable property
-            wo.disable_wal = True  # type: ignore[method-assign, assignment]
-            wb = rocksdict.WriteBatch(raw_mode=True)
-            size = 0
-            it: Iterator[tuple[bytes, bytes]] | None
-            # raw mode: bytes keys and values (rocksdict's stub types the keys every mode allows)
-            it = cast("Iterator[tuple[bytes, bytes]]", rdb.items())
-            try:
-                for k, v in it:
-                    if k == META_TS or k == MARK_KEY or k == META_COUNT or k == META_FEED or k == META_INDEX:
-                        continue
-                    wb.put(k, v)
-                    size += len(k) + len(v)
-                    if size >= COPY_BATCH_BYTES:
-                        odb.write(wb, wo)
-                        wb = rocksdict.WriteBatch(raw_mode=True)
-                        size = 0
-            finally:
-                it = None
-            if len(wb):
-                odb.write(wb, wo)
+            _copy(rdb, odb, None, wo, skip=(META_TS, MARK_KEY, META_COUNT, META_FEED, META_INDEX))
+            records, family = column_family(odb, FEED_FAMILY)
+            _copy(column_family(rdb, FEED_FAMILY)[0], odb, family, wo, skip=())
+            feed_count = count_feed(records)
+            del records, family  # they hold the DB
         finally:
             rdb.close()
         odb.put(META_TS, pack_meta(max(left_ts, right_ts), _request_window(odb)), wo)
         odb.put(META_COUNT, pack_counts(counts), wo)
-        odb.put(META_FEED, merged_state(left_feed, right_feed, left_ts, right_ts, *count_feed(odb)), wo)
+        odb.put(META_FEED, merged_state(left_feed, right_feed, left_ts, right_ts, *feed_count), wo)
         if mark is not None:
             odb.put(MARK_KEY, mark, wo)
         if index is not None:
             odb.put(META_INDEX, index, wo)
         odb.flush(True)
+        column_family(odb, FEED_FAMILY)[0].flush(True)
     finally:
         odb.close()
+
+
+def _copy(src: rocksdict.Rdict, odb: rocksdict.Rdict, family: rocksdict.ColumnFamily | None,
+          wo: rocksdict.WriteOptions, skip: tuple[bytes, ...]) -> None:
+    """Put every key of ``src`` (a store or one of its column families) but ``skip`` into ``odb``'s column
+    family ``family`` (None: the default one), in WriteBatches of about :data:`COPY_BATCH_BYTES`."""
+    wb = rocksdict.WriteBatch(raw_mode=True)
+    size = 0
+    it: Iterator[tuple[bytes, bytes]] | None
+    # raw mode: bytes keys and values (rocksdict's stub types the keys every mode allows)
+    it = cast("Iterator[tuple[bytes, bytes]]", src.items())
+    try:
+        for k, v in it:
+            if k in skip:
+                continue
+            wb.put(k, v, family)
+            size += len(k) + len(v)
+            if size >= COPY_BATCH_BYTES:
+                odb.write(wb, wo)
+                wb = rocksdict.WriteBatch(raw_mode=True)
+                size = 0
+    finally:
+        it = None
+    if len(wb):
+        odb.write(wb, wo)
 
 
 # --- the split key --------------------------------------------------------------------------

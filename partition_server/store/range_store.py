@@ -9,6 +9,7 @@ Layout (all raw bytes, opened only through :func:`rangetable.kernel.storage.open
   carried a request id (``kind`` "w" or "b"), so a retry gets the same answer without re-applying it;
 * ``REQT_PREFIX + >Q ts + request_id`` → ``>I size``, the same records ordered oldest first for purging
   (both in :mod:`partition_server.store.request_records`);
+* the change feed's records, in a column family of their own (:mod:`partition_server.store.feed`);
 * ``META_COUNT`` → ``>QQ``: the entities the store holds and their bytes, exact, put by every batch that
   changes them (:mod:`partition_server.store.counts`);
 * ``DROP_KEY`` → ``msgpack([lo, hi])`` after ``split(compact=False)``: the span deleted but not yet
@@ -197,6 +198,7 @@ class RangeStore:
             if db is _CLOSED:
                 return
             self._db = _CLOSED
+            self.feed.db = self.feed.family = _CLOSED  # the feed family's view and handle hold the DB too
             try:
                 db.close()
             except rocksdict.DbClosedError:
@@ -242,8 +244,9 @@ class RangeStore:
         return True
 
     def flush(self) -> None:
-        """Flush memtables to SST files (for moves and checkpoints)."""
+        """Flush memtables to SST files, the feed's too (for moves and checkpoints)."""
         self._db.flush(True)
+        self.feed.db.flush(True)
 
     def checkpoint(self, path: str) -> dict[str, Any]:
         """A consistent copy of the store at ``path`` (flush, then hard links; see
@@ -323,7 +326,6 @@ class RangeStore:
         ``pending_compaction_bytes`` is RocksDB's estimate of the bytes compaction must still rewrite to
         bring every level under its target.
         """
-        db = self._db
         c = self.counts()
         return {
             "entities": c.entities,
@@ -331,8 +333,12 @@ class RangeStore:
             "feed_records": self.feed.records,
             "feed_bytes": self.feed.nbytes,
             "compaction_pending": self._drop_pending,
-            "pending_compaction_bytes": db.property_int_value("rocksdb.estimate-pending-compaction-bytes") or 0,
+            "pending_compaction_bytes": self._property("rocksdb.estimate-pending-compaction-bytes"),
         }
+
+    def _property(self, name: str) -> int:
+        """RocksDB's integer property ``name`` summed over the store's column families (the feed's too)."""
+        return sum(db.property_int_value(name) or 0 for db in (self._db, self.feed.db))
 
     def split_key(self) -> str | None:
         """A PartitionKey near the median entity that leaves both halves non-empty (None if < 2 pks).
@@ -617,9 +623,9 @@ class RangeStore:
         if close and should_close(self._last_ts, self.clock(), need):
             self.close_timestamp()
         last = self._last_ts  # every record at or below it is written (it moves after the write)
-        if after is not None and feed.nothing_after(self._db, after):  # fast path: no iterator (tested beside read)
+        if after is not None and feed.nothing_after(after):  # fast path: no iterator (tested beside read)
             return FeedPage([], last if upto is None else min(upto, last), False, feed.read_floor(last))
-        return read_feed(self._db, after, feed.read_floor(last), last if upto is None else min(upto, last), lo, hi,
+        return read_feed(feed.db, after, feed.read_floor(last), last if upto is None else min(upto, last), lo, hi,
                          limit)
 
     def trim_feed(self) -> int:
@@ -630,7 +636,7 @@ class RangeStore:
         cutoff = feed.cutoff(self.clock())
         if cutoff is None or self._db is _CLOSED:
             return feed.floor
-        gone = count_feed(self._db, record_key(cutoff + 1, b""))
+        gone = count_feed(feed.db, record_key(cutoff + 1, b""))
         if not gone[0]:
             return feed.floor  # nothing aged out: no batch (an idle range writes nothing)
         with self._lock:
@@ -645,18 +651,16 @@ class RangeStore:
         """RocksDB memory this store holds outside the shared block cache, from its properties (cheap):
         ``memtables`` (active and immutable, pinned ones included) and ``table_readers`` (index and filter
         blocks not charged to the cache; near 0 while they are)."""
-        db = self._db
-        return {"memtables": db.property_int_value("rocksdb.cur-size-all-mem-tables") or 0,
-                "table_readers": db.property_int_value("rocksdb.estimate-table-readers-mem") or 0}
+        return {"memtables": self._property("rocksdb.cur-size-all-mem-tables"),
+                "table_readers": self._property("rocksdb.estimate-table-readers-mem")}
 
     def tombstones(self) -> int:
         """Deletions this store's files and memtables hold (point and range tombstones, RocksDB's table
         properties and memtable counts): what scans may step over until compaction drops them."""
-        db = self._db
-        props = db.property_value("rocksdb.aggregated-table-properties") or ""
+        props = "".join(db.property_value("rocksdb.aggregated-table-properties") or "" for db in (self._db, self.feed.db))
         held = sum(int(m) for m in _DELETIONS.findall(props))
-        return held + sum(db.property_int_value(p) or 0 for p in
-                          ("rocksdb.num-deletes-active-mem-table", "rocksdb.num-deletes-imm-mem-tables"))
+        return held + sum(self._property(p) for p in ("rocksdb.num-deletes-active-mem-table",
+                                                      "rocksdb.num-deletes-imm-mem-tables"))
 
     # --- split / merge (see range_split.py) ---------------------------------------------------
 
@@ -729,7 +733,7 @@ class RangeStore:
 
     def apply_batch(self, ops: Ops, epoch: int, seq: int) -> None:
         """As follower, write a batch of the primary's log with its position, atomically."""
-        wb = write_batch(ops)
+        wb = write_batch(ops, self.feed.family)
         wb.put(META_REPL, pack_position(epoch, seq))
         with self._lock:
             self._db.write(wb, self._wo)

@@ -24,7 +24,7 @@ import msgpack
 import rocksdict
 
 from partition_server.store.feed import FEED_PREFIX, shared_tail
-from partition_server.store.tee import Ops, RangeEnd
+from partition_server.store.tee import Ops, RangeEnd, add_op
 from rangetable.keys import META_PREFIX
 
 _REPL = struct.Struct(">QQ")
@@ -87,16 +87,11 @@ def decode_ops(blob: bytes) -> Ops:
     return ops
 
 
-def write_batch(ops: Ops) -> rocksdict.WriteBatch:
-    """A raw WriteBatch carrying ``ops``."""
+def write_batch(ops: Ops, family: rocksdict.ColumnFamily) -> rocksdict.WriteBatch:
+    """A raw WriteBatch carrying ``ops``, the change-feed records into ``family`` (:func:`add_op`)."""
     wb = rocksdict.WriteBatch(raw_mode=True)
     for k, v in ops:
-        if v is None:
-            wb.delete(k)
-        elif isinstance(v, RangeEnd):
-            wb.delete_range(k, v.end)
-        else:
-            wb.put(k, v)
+        add_op(wb, k, v, family)
     return wb
 
 

@@ -8,6 +8,8 @@ from typing import Any, NamedTuple, Protocol
 
 import rocksdict
 
+from partition_server.store.feed import FEED_PREFIX
+
 
 class RangeEnd(NamedTuple):
     """The end (exclusive) of a recorded range delete: ``(begin, RangeEnd(end))``."""
@@ -28,9 +30,10 @@ class RecordingBatch:
         self.wb = rocksdict.WriteBatch(raw_mode=True)
         self.ops: Ops = []
 
-    def put(self, key: bytes, value: bytes) -> None:
-        """Put ``key`` (and record it)."""
-        self.wb.put(key, value)
+    def put(self, key: bytes, value: bytes, family: rocksdict.ColumnFamily | None = None) -> None:
+        """Put ``key`` into column family ``family`` (None: the default one), and record it (the key says
+        the family again on replay: :func:`add_op`)."""
+        self.wb.put(key, value, family)
         self.ops.append((key, value))
 
     def put_all(self, keys: list[bytes], values: list[bytes]) -> None:
@@ -43,9 +46,9 @@ class RecordingBatch:
         self.wb.delete(key)
         self.ops.append((key, None))
 
-    def delete_range(self, begin: bytes, end: bytes) -> None:
-        """Delete the keys ``[begin, end)`` (and record it)."""
-        self.wb.delete_range(begin, end)
+    def delete_range(self, begin: bytes, end: bytes, family: rocksdict.ColumnFamily | None = None) -> None:
+        """Delete the keys ``[begin, end)`` of column family ``family`` (None: the default one), and record it."""
+        self.wb.delete_range(begin, end, family)
         self.ops.append((begin, RangeEnd(end)))
 
     def __len__(self) -> int:
@@ -106,6 +109,20 @@ class Tee:
         """The batches recorded since the last take; recording stops."""
         out, self.records = self.records or [], None
         return out
+
+
+def add_op(wb: rocksdict.WriteBatch, key: bytes, value: bytes | None | RangeEnd,
+           family: rocksdict.ColumnFamily) -> None:
+    """Add one recorded operation to ``wb`` (a follower's apply, a split's replay): a change-feed record's (a
+    key under ``FEED_PREFIX``, the first of a range delete's keys for one) into ``family``, the store's feed
+    family (:mod:`partition_server.store.feed`); any other into the default family."""
+    cf = family if key.startswith(FEED_PREFIX) else None
+    if value is None:
+        wb.delete(key, cf)
+    elif type(value) is RangeEnd:
+        wb.delete_range(key, value.end, cf)
+    else:
+        wb.put(key, value, cf)  # type: ignore[arg-type]  # bytes here
 
 
 def put_all(wb: Any, keys: list[bytes], values: list[bytes]) -> None:

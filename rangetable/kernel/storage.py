@@ -13,7 +13,9 @@ Every range store (and anything else holding a RocksDB) must open it through :fu
   OPTIONS file and drop the table factory);
 * every store of the process opens with one of two Options objects (:func:`default_options`), so they share
   one RocksDB Statistics: :func:`rocksdb_tickers` reads the process's counters (keys skipped by iterators,
-  block cache hits and misses, write stalls, compaction bytes), which never go back when a store closes.
+  block cache hits and misses, write stalls, compaction bytes), which never go back when a store closes;
+* it opens every column family the directory holds (RocksDB refuses an open that leaves one out), each with
+  the same Options; :func:`column_family` gives a store's view of one, made on first use.
 
 A test checks that no other module calls ``Rdict(`` directly.
 """
@@ -243,13 +245,30 @@ def open_range_db(path: str | os.PathLike[str], *, create: bool = True,
     else:
         os.makedirs(os.path.dirname(os.path.abspath(p)), exist_ok=True)
     opts = options if options is not None else default_options(create)
-    # Name the default column family: without it rocksdict reopens an existing DB's column families
-    # with options loaded from its OPTIONS file, which lose the table factory (no bloom filter, no
-    # shared block cache) — every range opened again after a move, split or restart ran without them.
+    # Name every column family: without it rocksdict reopens an existing DB's column families with
+    # options loaded from its OPTIONS file, which lose the table factory (no bloom filter, no shared block
+    # cache) — every range opened again after a move, split or restart ran without them.
+    families = {name: opts for name in ["default", *families_of(p)]}
     if secondary is not None:
-        return rocksdict.Rdict(p, opts, column_families={"default": opts},
+        return rocksdict.Rdict(p, opts, column_families=families,
                                access_type=rocksdict.AccessType.secondary(secondary))
     if read_only:
-        return rocksdict.Rdict(p, opts, column_families={"default": opts},
+        return rocksdict.Rdict(p, opts, column_families=families,
                                access_type=rocksdict.AccessType.read_only(False))
-    return rocksdict.Rdict(p, opts, column_families={"default": opts})
+    return rocksdict.Rdict(p, opts, column_families=families)
+
+
+def families_of(path: str) -> list[str]:
+    """The column families of the RocksDB at ``path`` other than the default one ([] when there is no DB)."""
+    if not os.path.exists(os.path.join(path, "CURRENT")):
+        return []
+    return [name for name in rocksdict.Rdict.list_cf(path) if name != "default"]
+
+
+def column_family(db: rocksdict.Rdict, name: str) -> tuple[rocksdict.Rdict, rocksdict.ColumnFamily]:
+    """``db``'s column family ``name``: a view of it (an Rdict whose reads and writes go to that family) and
+    its handle (a WriteBatch's ``column_family``), the family made with :func:`default_options` when the DB
+    has none yet. Both hold the DB: drop them before ``db.close()``, or its LOCK stays taken."""
+    if name not in db.list_cf(db.path()):
+        db.create_column_family(name, default_options(True))
+    return db.get_column_family(name), db.get_column_family_handle(name)

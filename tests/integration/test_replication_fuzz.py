@@ -14,6 +14,7 @@ from typing import Any
 import msgpack
 import zmq
 
+from partition_server.store.feed import FAMILY as FEED_FAMILY
 from partition_server.store.replica_log import encode_ops
 from rangetable import TableServiceClient, curve
 from rangetable.kernel.storage import open_range_db
@@ -31,10 +32,13 @@ def _repl_endpoint(c: Cluster, sid: str) -> str:
 
 
 def _dump(c: Cluster, sid: str, rec: dict) -> dict[bytes, bytes]:
-    """Every key of ``sid``'s copy of the range (opened read-only while the server runs)."""
+    """Every key of ``sid``'s copy of the range, the change feed's records included (opened read-only while the
+    server runs)."""
     db = open_range_db(os.path.join(c.data_dir, "servers", sid, "ranges", rec["id"]), create=False, read_only=True)
     try:
-        return dict(db.items())
+        keys = dict(db.items())
+        keys.update(db.get_column_family(FEED_FAMILY).items())  # its keys keep their prefix: none is an entity's
+        return keys
     finally:
         db.close()
 

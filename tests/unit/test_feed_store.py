@@ -6,11 +6,14 @@ from __future__ import annotations
 
 import msgpack
 import pytest
+import rocksdict
 
 from partition_server.replication.protocol import Following
+from partition_server.store import feed
 from partition_server.store.feed import (
     DELETE,
     EXPIRE,
+    FEED_PREFIX,
     FRESH_TICKS,
     IDLE_TICKS,
     INSERT,
@@ -24,6 +27,7 @@ from partition_server.store.range_store import RangeStore
 from partition_server.store.replica_log import ReplicaLog, decode_ops, encode_ops
 from rangetable.edm import ticks_to_iso
 from rangetable.errors import TableError
+from rangetable.kernel.storage import column_family, open_range_db
 from rangetable.keys import decode_key, encode_key
 from tests.unit.range_store_helpers import P, ins, store_fixture  # noqa: F401  (a fixture)
 
@@ -70,7 +74,7 @@ def test_every_kind_in_order_with_its_entity(store: RangeStore) -> None:
         ("p", "b", INSERT, P(w=4)), ("p", "a", DELETE, None)]
     stamps = [ts for *_, ts in got]
     assert stamps == sorted(stamps) and len(set(stamps)) == 5
-    assert (store.stats()["feed_records"], store.stats()["feed_bytes"]) == count(store._db) == (5, count(store._db)[1])
+    assert (store.stats()["feed_records"], store.stats()["feed_bytes"]) == count(store.feed.db) == (5, count(store.feed.db)[1])
     assert all(before is None for *_, before, _ in got)  # no before-images unless asked
 
 
@@ -153,7 +157,7 @@ def test_retention_trims_and_a_reader_behind_it_is_told(tmp_path) -> None:
         floor = store.trim_feed()
         assert first <= floor < store.last_ts
         assert [rk for _, rk, *_ in changes(store)] == ["b"]
-        assert store.stats()["feed_records"] == 1 and store.stats()["feed_bytes"] == count(store._db)[1] > 0
+        assert store.stats()["feed_records"] == 1 and store.stats()["feed_bytes"] == count(store.feed.db)[1] > 0
         with pytest.raises(TableError) as e:
             store.read_changes((first - 1, None), b"", None, 10)
         assert e.value.error_code == "FeedTrimmed" and ticks_to_iso(first - 1, full=True) in e.value.message
@@ -190,7 +194,7 @@ def test_split_halves_read_their_own_span_and_a_merge_unites_them(tmp_path, stor
         got = changes(merged)
         # both halves held a copy of the parent's records under the same keys: the merge holds each once
         assert [pk for pk, *_ in got] == ["a", "b", "m", "z", "c", "n"]
-        assert merged.stats()["feed_records"] == 6 and merged.stats()["feed_bytes"] == count(merged._db)[1]
+        assert merged.stats()["feed_records"] == 6 and merged.stats()["feed_bytes"] == count(merged.feed.db)[1]
         merged.write(ins("d", "r", v=3))
         assert merged.last_ts > max(ts for *_, ts in got)
     finally:
@@ -255,8 +259,6 @@ def test_a_follower_holds_the_same_records(tmp_path) -> None:
 
 
 def test_a_read_over_a_sparse_span_stops_after_looking_at_enough_records(store: RangeStore, monkeypatch) -> None:
-    from partition_server.store import feed
-
     monkeypatch.setattr(feed, "MAX_SCANNED", 3)
     store.set_feed(True)
     for i in range(10):
@@ -290,16 +292,16 @@ def test_knowing_nothing_lies_after_a_position_answers_as_the_read_does(tmp_path
         positions = [(0, None), (store.last_ts, None), *((t, None) for t in tss), *zip(tss, keys, strict=True),
                      *((t - 1, None) for t in tss)]
         for pos in positions:
-            plain = read(store._db, pos, store.feed.floor, store.last_ts, b"", None, 10)
+            plain = read(store.feed.db, pos, store.feed.floor, store.last_ts, b"", None, 10)
             assert store.read_changes(pos, b"", None, 10) == plain, pos
-            if store.feed.nothing_after(store._db, pos):  # never says so wrongly (it may not know: a key at the top)
+            if store.feed.nothing_after(pos):  # never says so wrongly (it may not know: a key at the top)
                 assert plain.records == [], pos
-        assert store.feed.nothing_after(store._db, (tss[-1], None)) if tss else True  # the common case: known
+        assert store.feed.nothing_after((tss[-1], None)) if tss else True  # the common case: known
 
     try:
         primary.set_feed(True)
         primary.replicate(ship)
-        assert primary.feed.nothing_after(primary._db, (0, None)) and primary.feed.top == -1  # no record yet
+        assert primary.feed.nothing_after((0, None)) and primary.feed.top == -1  # no record yet
         primary.write(ins("p", "a", v=1))
         agree(primary)
         primary.batch([ins("p", "b", v=2), ins("p", "c", v=3)])  # two records at one Timestamp
@@ -318,3 +320,88 @@ def test_knowing_nothing_lies_after_a_position_answers_as_the_read_does(tmp_path
     finally:
         primary.close()
         follower.close()
+
+
+def _default_family_records(store: RangeStore) -> list[bytes]:
+    """Feed keys in the store's default column family (where the entities are): none belong there."""
+    return [k for k in store._db.keys(from_key=FEED_PREFIX) if k.startswith(FEED_PREFIX)]
+
+
+def test_records_live_in_their_own_family_on_a_follower_and_after_a_trim(tmp_path) -> None:
+    """The primary's records, a follower's copies of them and a trim's range delete all land in the feed's column
+    family (feed.FAMILY): the default family, which holds the entities, never sees a record."""
+    now = [10_000_000_000]
+    primary = RangeStore.open(tmp_path / "p", clock=lambda: now[0])
+    follower = RangeStore.open(tmp_path / "f")
+    ship = Ship()
+    try:
+        primary.set_feed(True, retention_s=60)
+        primary.replicate(ship)
+        primary.write(ins("p", "a", v=1))
+        now[0] += 90 * 10_000_000
+        primary.batch([ins("p", "b", v=2), ins("p", "c", v=3)])
+        assert primary.trim_feed() > 0
+        primary.write(ins("p", "d", v=4))
+        f = Following("r", 1, follower, ReplicaLog(0), "a", "ea")
+        f.apply(1, [(i + 1, encode_ops(ops)) for i, ops in enumerate(ship.batches)])
+        follower.reload_meta()
+        follower.set_feed(True, retention_s=60)
+        for store in (primary, follower):
+            assert _default_family_records(store) == []
+            assert [rk for _, rk, *_ in changes(store)] == ["b", "c", "d"]  # "a" trimmed, on both
+            assert count(store.feed.db)[0] == 3 == store.stats()["feed_records"]
+    finally:
+        primary.close()
+        follower.close()
+
+
+def test_a_split_prepared_while_writes_go_on_replays_records_into_each_halfs_family(tmp_path, store: RangeStore) -> None:
+    from partition_server.split_job import SplitJob
+
+    store.set_feed(True)
+    for pk in ("a", "z"):
+        store.write(ins(pk, "r", v=1))
+    job = SplitJob(store, "m", str(tmp_path / "L"), str(tmp_path / "R")).start()
+    job.done.wait(10)
+    store.write(ins("b", "r", v=2))  # recorded by the tee, replayed at the switch-over
+    store.write(ins("y", "r", v=2))
+    left, right = job.finish()
+    try:
+        for half in (left, right):
+            half.set_feed(True)
+            assert _default_family_records(half) == []
+        assert [pk for pk, *_ in changes(left, hi=b"m")] == ["a", "b"]
+        assert [pk for pk, *_ in changes(right, lo=b"m")] == ["z", "y"]
+    finally:
+        left.close()
+        right.close()
+
+
+def test_a_store_written_before_the_family_moves_its_records_there_on_open(tmp_path) -> None:
+    """A store whose records sit among its entities (as every version before the feed's column family wrote
+    them) moves them into the family when it opens, in batches, keeping every record and the feed's state."""
+    store = RangeStore.open(tmp_path / "r")
+    store.set_feed(True)
+    for i in range(300):
+        store.write(ins("p", f"{i:04}", pad="x" * 5000))  # ~1.5 MB of records: two batches of the move
+    want = changes(store)
+    store.feed.db.flush(True)
+    old = list(store.feed.db.items())
+    store.close()
+    db = open_range_db(tmp_path / "r", create=False)
+    records, family = column_family(db, feed.FAMILY)
+    wb = rocksdict.WriteBatch(raw_mode=True)  # the layout an earlier version left: records in the default family
+    for k, v in old:
+        wb.put(k, v)
+        wb.delete(k, family)
+    db.write(wb)
+    del records, family
+    db.close()
+    store = RangeStore.open(tmp_path / "r")
+    try:
+        store.set_feed(True)
+        assert _default_family_records(store) == [] and list(store.feed.db.items()) == old
+        assert changes(store) == want and store.stats()["feed_records"] == 300
+        assert feed.migrate(store._db, store.feed.db, store.feed.family) == 0  # nothing left to move
+    finally:
+        store.close()
