@@ -71,10 +71,19 @@ def rangetable(*args: str) -> subprocess.CompletedProcess:
 
 
 def put(native: str, table: str, pk: str, rk: str, props: dict) -> int:
-    """Upsert one entity; returns its Timestamp."""
-    res = call(native, {"op": "write", "table": table, "write": {
-        "op": "insert_or_replace", "pk": pk, "rk": rk, "props": props, "if_match": None}}, timeout=30)
-    return res[2]
+    """Upsert one entity; returns its Timestamp. Retried while the cluster answers ServerBusy (503, which the
+    SDKs retry too): a cluster just started on restored data may re-promote a primary whose first heartbeat
+    came before the coordinator led, and its followers are out of sync for a moment."""
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            res = call(native, {"op": "write", "table": table, "write": {
+                "op": "insert_or_replace", "pk": pk, "rk": rk, "props": props, "if_match": None}}, timeout=30)
+            return res[2]
+        except TableError as exc:
+            if exc.error_code != "ServerBusy" or time.monotonic() > deadline:
+                raise
+        time.sleep(0.2)
 
 
 def _plain(v: Any) -> Any:

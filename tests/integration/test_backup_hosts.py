@@ -23,6 +23,19 @@ from tests.three_hosts import HOSTS, Hosts
 ROLES = ("coordinator", "partition-server", "frontend", "http-frontend")
 
 
+def _retry_busy(run, timeout_s: float):  # type: ignore[no-untyped-def]
+    """``run()`` again while the cluster answers ServerBusy (a backup refused while the balancer moves a range
+    says "retry the backup"; a refused backup leaves nothing behind), any other failure at once."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            return run()
+        except AssertionError as exc:
+            if "ServerBusy" not in str(exc) or time.monotonic() > deadline:
+                raise
+        time.sleep(1.0)
+
+
 def _until(check, timeout_s: float, what: str):  # type: ignore[no-untyped-def]
     deadline = time.monotonic() + timeout_s
     last = None
@@ -91,7 +104,7 @@ def test_backup_and_restore_across_three_hosts(tmp_path: Path) -> None:
         before = content(hs.native("c"))
         assert before[0] == 300
 
-        out = hs.rangetable("backup", "--to", str(hs.admin / "bk"), *admin, timeout_s=120)
+        out = _retry_busy(lambda: hs.rangetable("backup", "--to", str(hs.admin / "bk"), *admin, timeout_s=120), 60)
         assert "2 ranges (of a cluster keeping 3 replicas)" in out, out
         for h in HOSTS:  # the backup lives on the admin machine only; no host kept a checkpoint of it
             assert not [p for p in (hs.root / f"host-{h}").rglob("backup.json")], h
