@@ -23,4 +23,5 @@ def test_native_and_http_benches_print_json_alone(cluster_factory) -> None:
     native = _bench(["-n", "200", "--data-dir", cluster.data_dir])
     assert native and all(isinstance(v, (dict, int, float, str, list)) for v in native.values())
     rest = _bench(["http", "-n", "20", "--batches", "1", "--big", "50", "--procs", "1", "--data-dir", cluster.data_dir])
-    assert rest["insert"]["ops"] == 20 and rest["get"]["cpu_ms_per_op"] > 0
+    # 20 gets may cost the servers less than one 10 ms tick of /proc's CPU clock on a fast machine: 0 is a figure
+    assert rest["insert"]["ops"] == 20 and isinstance(rest["get"]["cpu_ms_per_op"], float) and rest["get"]["cpu_ms_per_op"] >= 0
