@@ -733,10 +733,11 @@ class RangeStore:
 
     def apply_batch(self, ops: Ops, epoch: int, seq: int) -> None:
         """As follower, write a batch of the primary's log with its position, atomically."""
-        wb = write_batch(ops, self.feed.family)
-        wb.put(META_REPL, pack_position(epoch, seq))
         with self._lock:
-            self._db.write(wb, self._wo)
+            write = self._db.write  # RangeBusy once closed (the feed's family handle is gone then too)
+            wb = write_batch(ops, self.feed.family)
+            wb.put(META_REPL, pack_position(epoch, seq))
+            write(wb, self._wo)
             self.feed.top = None  # records may have come other than through Feed.note
 
     def write_raw(self, wb: rocksdict.WriteBatch, writes: list[tuple[bytes, bytes | None]] | None = None,
