@@ -348,13 +348,13 @@ def held_total(row: dict[str, Any]) -> int:
     return sum(sum(m.values()) for m in row.get("held", {}).values())
 
 
-def hold_rows(rows: list[dict[str, Any]]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+def hold_rows(rows: list[dict[str, Any]]) -> tuple[int, list[dict[str, Any]]]:
     """The row throughput is measured from and the rows judged against it: minute 2 (the second row; the first
     is the client's and the caches' warm-up) and the last :data:`HOLD_WINDOW_S` (at most the last third of the
     rows, at least the last one), as issue 36's goal reads ("the last 10 minutes hold >= 90% of minute 2's
     ops/s"). A run of fewer than 4 rows is measured from its first. One lucky or unlucky minute at either end
-    does not decide it."""
-    ref = rows[1] if len(rows) >= 4 else rows[0]
+    does not decide it. Returns the first row's index and the rows judged."""
+    ref = 1 if len(rows) >= 4 else 0
     window = sum(1 for r in rows if r["t_s"] > rows[-1]["t_s"] - HOLD_WINDOW_S)
     return ref, rows[-max(1, min(window, len(rows) // 3)):]
 
@@ -371,7 +371,8 @@ def verdict(rows: list[dict[str, Any]], warmup_rows: int) -> dict[str, Any]:
     printed beside the verdict, not judged."""
     if len(rows) < 2:
         return {"ok": False, "reason": "fewer than two intervals: run longer"}
-    ref, tail = hold_rows(rows)
+    at, tail = hold_rows(rows)
+    ref = rows[at]
     held = sum(r["ops_s"] for r in tail) / len(tail)
     hold = held / ref["ops_s"] if ref["ops_s"] else 0.0
     last = rows[-1]
@@ -387,7 +388,7 @@ def verdict(rows: list[dict[str, Any]], warmup_rows: int) -> dict[str, Any]:
             "held_mib": [round(held_total(base) / (1 << 20)), round(held_total(last) / (1 << 20))],
             "rss_growth_raw": round(growth(lambda r: r["rss_total"]), 3),
             "block_cache_mib": [round(base.get("cache_total", 0) / (1 << 20)), round(last.get("cache_total", 0) / (1 << 20))],
-            "from_row": rows.index(ref) + 1, "from_ops_s": ref["ops_s"], "held_rows": len(tail),
+            "from_row": at + 1, "from_ops_s": ref["ops_s"], "held_rows": len(tail),
             "held_ops_s": round(held, 1), "trend": round(trend(rows), 3)}
 
 

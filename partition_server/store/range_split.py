@@ -135,6 +135,8 @@ def merge_stores(left_path: str, right_path: str, out_path: str) -> None:
     finally:
         ldb.close()
     odb = open_range_db(out_path, create=False)
+    records: rocksdict.Rdict | None = None
+    family: rocksdict.ColumnFamily | None = None
     try:
         # flushed below; a crash before that is repaired by re-running.  rocksdict's stub has a disable_wal
         # method; at run time it is a settable property
@@ -150,20 +152,19 @@ def merge_stores(left_path: str, right_path: str, out_path: str) -> None:
             _copy(rdb, odb, None, wo, skip=(META_TS, MARK_KEY, META_COUNT, META_FEED, META_INDEX))
             records, family = column_family(odb, FEED_FAMILY)
             _copy(column_family(rdb, FEED_FAMILY)[0], odb, family, wo, skip=())
-            feed_count = count_feed(records)
-            del records, family  # they hold the DB
         finally:
             rdb.close()
         odb.put(META_TS, pack_meta(max(left_ts, right_ts), _request_window(odb)), wo)
         odb.put(META_COUNT, pack_counts(counts), wo)
-        odb.put(META_FEED, merged_state(left_feed, right_feed, left_ts, right_ts, *feed_count), wo)
+        odb.put(META_FEED, merged_state(left_feed, right_feed, left_ts, right_ts, *count_feed(records)), wo)
         if mark is not None:
             odb.put(MARK_KEY, mark, wo)
         if index is not None:
             odb.put(META_INDEX, index, wo)
         odb.flush(True)
-        column_family(odb, FEED_FAMILY)[0].flush(True)
+        records.flush(True)
     finally:
+        records = family = None  # they hold the DB: dropped before it closes
         odb.close()
 
 

@@ -269,6 +269,9 @@ def column_family(db: rocksdict.Rdict, name: str) -> tuple[rocksdict.Rdict, rock
     """``db``'s column family ``name``: a view of it (an Rdict whose reads and writes go to that family) and
     its handle (a WriteBatch's ``column_family``), the family made with :func:`default_options` when the DB
     has none yet. Both hold the DB: drop them before ``db.close()``, or its LOCK stays taken."""
-    if name not in db.list_cf(db.path()):
+    try:
+        handle = db.get_column_family_handle(name)
+    except Exception:  # rocksdict's plain Exception: "column name `…` does not exist"
         db.create_column_family(name, default_options(True))
-    return db.get_column_family(name), db.get_column_family_handle(name)
+        handle = db.get_column_family_handle(name)
+    return db.get_column_family(name), handle

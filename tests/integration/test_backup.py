@@ -26,6 +26,7 @@ from cli.commands.backup_pull import pull_backup
 from cli.commands.restore import RestoreError, missing_files, read_manifest, restore
 from cli.coordinator_client import call
 from rangetable import curve, protocol
+from rangetable.client.retry import FixedRetry, call_with_retry
 from rangetable.edm import INT32, STRING
 from rangetable.errors import TableError
 from tests.cluster import ROOT, Cluster, ClusterFactory
@@ -71,19 +72,13 @@ def rangetable(*args: str) -> subprocess.CompletedProcess:
 
 
 def put(native: str, table: str, pk: str, rk: str, props: dict) -> int:
-    """Upsert one entity; returns its Timestamp. Retried while the cluster answers ServerBusy (503, which the
-    SDKs retry too): a cluster just started on restored data may re-promote a primary whose first heartbeat
-    came before the coordinator led, and its followers are out of sync for a moment."""
-    deadline = time.monotonic() + 30
-    while True:
-        try:
-            res = call(native, {"op": "write", "table": table, "write": {
-                "op": "insert_or_replace", "pk": pk, "rk": rk, "props": props, "if_match": None}}, timeout=30)
-            return res[2]
-        except TableError as exc:
-            if exc.error_code != "ServerBusy" or time.monotonic() > deadline:
-                raise
-        time.sleep(0.2)
+    """Upsert one entity; returns its Timestamp. Retried by the native client's own retry (every 0.2 s for 30 s)
+    while the cluster answers ServerBusy (503, which the SDKs retry too): a cluster just started on restored data
+    may re-promote a primary whose first heartbeat came before the coordinator led, and its followers are out of
+    sync for a moment."""
+    body = {"op": "write", "table": table, "write": {
+        "op": "insert_or_replace", "pk": pk, "rk": rk, "props": props, "if_match": None}}
+    return call_with_retry(lambda: call(native, body, timeout=30), FixedRetry(0.2, 150))[2]
 
 
 def _plain(v: Any) -> Any:
