@@ -139,7 +139,8 @@ def bench_soak(minutes: float, threads: int, mix: str, interval: float, preload:
                data_dir: str | None, as_json: bool) -> None:
     """A workload held for minutes: ops/s, latency, RSS of every process, bytes on disk and RocksDB's
     pending compaction per interval, then a verdict (exit 1 on FAIL): the last 10 minutes hold on average
-    90% of minute 2's ops/s and RSS less block caches grew at most 10% after warm-up."""
+    90% of minute 2's ops/s, and RSS less block caches, on average over those minutes, grew at most 10% over
+    its average in as many minutes after warm-up."""
     from cli.bench.http import bench_cluster
     from cli.bench.soak import run_soak
 

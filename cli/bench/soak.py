@@ -8,7 +8,8 @@ disk under the data root, RocksDB's pending-compaction estimate summed over all 
 statistics counted in the interval over every partition server (keys iterators skipped per seek, block
 cache hit rate, write stalls, bytes compaction wrote, tombstones held) and the machine's load average. The
 last line is the verdict, as issue 36's goal reads: the last 10 minutes hold on average at least 90% of minute
-2's ops/s (:func:`hold_rows`), and the cluster's RSS less its block caches grew at most 10% after warm-up.
+2's ops/s (:func:`hold_rows`), and the cluster's RSS less its block caches, on average over those minutes, grew at
+most 10% over its average in as many minutes after warm-up (:func:`memory_windows`).
 
 Mixes (weights per operation):
 
@@ -359,9 +360,20 @@ def hold_rows(rows: list[dict[str, Any]]) -> tuple[int, list[dict[str, Any]]]:
     return ref, rows[-max(1, min(window, len(rows) // 3)):]
 
 
+def memory_windows(n_rows: int, warmup_rows: int, judged: int) -> tuple[range, range]:
+    """The indexes of the rows whose memory is compared: the last ``judged`` rows (as many as throughput
+    judges) against as many from the end of warm-up on (the last warm-up row first), never overlapping
+    them unless the run is too short for both, at least one row each. Means over windows, not two single rows: memtables fill and flush in
+    cycles of minutes (99–203 MiB over three servers from one minute to the next), so two single rows
+    would measure where each stood in its cycle, not growth."""
+    start = min(max(warmup_rows, 1), n_rows - 1) - 1
+    return range(start, max(start + 1, min(start + judged, n_rows - judged))), range(n_rows - judged, n_rows)
+
+
 def verdict(rows: list[dict[str, Any]], warmup_rows: int) -> dict[str, Any]:
     """Did throughput hold and memory stay flat? Compares the mean ops/s of the last minutes with minute 2's
-    (:func:`hold_rows`) and the cluster's memory at the end of warm-up with its memory at the end.
+    (:func:`hold_rows`) and the cluster's mean memory over the same last minutes with its mean over as many
+    minutes from the end of warm-up (:func:`memory_windows`).
 
     The memory judged is RSS less the block caches: a block cache fills up to its fixed capacity
     (``--block-cache-mb``) as reads touch more of the data, which is warm-up however long it takes;
@@ -375,19 +387,24 @@ def verdict(rows: list[dict[str, Any]], warmup_rows: int) -> dict[str, Any]:
     ref = rows[at]
     held = sum(r["ops_s"] for r in tail) / len(tail)
     hold = held / ref["ops_s"] if ref["ops_s"] else 0.0
-    last = rows[-1]
-    base = rows[min(max(warmup_rows, 1), len(rows) - 1) - 1]
+    windows = memory_windows(len(rows), warmup_rows, len(tail))
+    before, after = ([rows[i] for i in w] for w in windows)
+
+    def mean(window: list[dict[str, Any]], key: Callable[[dict[str, Any]], int]) -> float:
+        return sum(key(r) for r in window) / len(window)
 
     def growth(key: Callable[[dict[str, Any]], int]) -> float:
-        return key(last) / key(base) - 1 if key(base) else 0.0
+        base = mean(before, key)
+        return mean(after, key) / base - 1 if base else 0.0
 
     heap = growth(lambda r: r["rss_total"] - r.get("cache_total", 0))
     ok = hold >= HOLD_SHARE and heap <= RSS_GROWTH
     pools = growth(lambda r: r["rss_total"] - r.get("cache_total", 0) - held_total(r))
     return {"ok": ok, "hold": round(hold, 3), "rss_growth": round(heap, 3), "rest_growth": round(pools, 3),
-            "held_mib": [round(held_total(base) / (1 << 20)), round(held_total(last) / (1 << 20))],
+            "held_mib": [round(mean(w, held_total) / (1 << 20)) for w in (before, after)],
             "rss_growth_raw": round(growth(lambda r: r["rss_total"]), 3),
-            "block_cache_mib": [round(base.get("cache_total", 0) / (1 << 20)), round(last.get("cache_total", 0) / (1 << 20))],
+            "block_cache_mib": [round(mean(w, lambda r: r.get("cache_total", 0)) / (1 << 20)) for w in (before, after)],
+            "memory_rows": [[w[0] + 1, w[-1] + 1] for w in windows],
             "from_row": at + 1, "from_ops_s": ref["ops_s"], "held_rows": len(tail),
             "held_ops_s": round(held, 1), "trend": round(trend(rows), 3)}
 
@@ -399,12 +416,13 @@ def format_verdict(v: dict[str, Any]) -> str:
     word = "PASS" if v["ok"] else "FAIL"
     c0, c1 = v.get("block_cache_mib", (0, 0))
     h0, h1 = v.get("held_mib", (0, 0))
+    (a0, a1), (b0, b1) = v.get("memory_rows", ((0, 0), (0, 0)))
     rest = (f"; less memtables, replica-log rings and table readers too ({h0} -> {h1} MiB), RSS grew "
             f"{v.get('rest_growth', 0) * 100:+.1f}%") if h0 or h1 else ""
     return (f"{word}  last {v['held_rows']} intervals {v['held_ops_s']:.1f} ops/s on average = "
             f"{v['hold'] * 100:.1f}% of interval {v['from_row']}'s ({v['from_ops_s']:.1f}; needs >= "
             f"{HOLD_SHARE * 100:.0f}%), RSS less block caches grew "
-            f"{v['rss_growth'] * 100:+.1f}% after warm-up (needs <= {RSS_GROWTH * 100:.0f}%; RSS "
+            f"{v['rss_growth'] * 100:+.1f}% after warm-up, intervals {b0}-{b1} against {a0}-{a1} on average (needs <= {RSS_GROWTH * 100:.0f}%; RSS "
             f"{v.get('rss_growth_raw', 0) * 100:+.1f}%, block caches {c0} -> {c1} MiB); fitted over every "
             f"interval, ops/s ended at {v.get('trend', 0) * 100:.1f}% of their start" + rest)
 
