@@ -107,6 +107,8 @@ _CODES = [
     ErrorCode("IndexNotFound", 404, "The specified index does not exist."),
     ErrorCode("IndexAlreadyExists", 409, "The table already has an index of this name."),
     ErrorCode("IndexFenced", 409, "A newer applier of this index has written to the range: this one stops."),
+    # A secondary cluster (rangetable's own; issue 35).
+    ErrorCode("SourceFenced", 409, "A newer applier of the source cluster's feed has written to the range: this one stops."),
     # Internal routing answers between frontends and partition servers; never shown to clients.
     ErrorCode("NotPrimary", 503, "The partition server does not serve this range at this epoch.", True),
     ErrorCode("RangeBusy", 503, "The range is offline for a move, split or merge.", True),

@@ -1,5 +1,7 @@
-"""What a range of an index's entries table remembers of its applier: ``META_INDEX`` → ``msgpack([claim,
-position])``, written in the same WriteBatch as the entries it describes.
+"""What a range remembers of the applier of a change feed that writes into it: ``msgpack([claim, position])``,
+written in the same WriteBatch as what it applied — under ``META_INDEX`` in a range of an index's entries
+table, under ``META_SOURCE`` in a range of a secondary cluster (:meth:`RangeStore.apply_source
+<partition_server.store.range_store.RangeStore.apply_source>`).
 
 * ``claim`` — the fencing token (Kleppmann's) of the applier that wrote last: the coordinator numbers each
   grant of an index's claim above every earlier one, and a range refuses a batch under a lower claim
@@ -37,12 +39,13 @@ def pack(claim: int, pos: Position | None) -> bytes:
     return protocol.pack([claim, None if pos is None else list(pos)])
 
 
-def admit(stored: tuple[int, Position | None], claim: int, pos: Position | None) -> bool:
-    """Whether a batch of ``claim`` at ``pos`` is applied on a range holding ``stored``: IndexFenced under a
-    lower claim; False (skip) at or below the stored position; True otherwise."""
+def admit(stored: tuple[int, Position | None], claim: int, pos: Position | None, fenced: str = "IndexFenced") -> bool:
+    """Whether a batch of ``claim`` at ``pos`` is applied on a range holding ``stored``: the error ``fenced``
+    (IndexFenced for an index's applier, SourceFenced for a secondary cluster's) under a lower claim; False
+    (skip) at or below the stored position; True otherwise."""
     held, last = stored
     if claim < held:
-        raise TableError("IndexFenced", f"claim {claim} is below the range's {held}: a newer applier holds the index")
+        raise TableError(fenced, f"claim {claim} is below the range's {held}: a newer applier holds it")
     return pos is None or last is None or pos > last
 
 

@@ -10,3 +10,4 @@ META_REPL = META_PREFIX + b"repl"  # >QQ: the epoch and sequence of the last rep
 META_COUNT = META_PREFIX + b"count"  # >QQ: the entities the store holds and their bytes, exact (store_counts.py)
 META_FEED = META_PREFIX + b"feed"  # msgpack [on, floor]: the change feed's state (feed.py)
 META_INDEX = META_PREFIX + b"index"  # msgpack [claim, position]: what an index's applier wrote last (index_state.py)
+META_SOURCE = META_PREFIX + b"source"  # msgpack [claim, position]: the source's feed applied so far (index_state.py)

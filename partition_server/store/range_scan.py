@@ -18,6 +18,7 @@ from typing import Any
 import msgpack
 import rocksdict
 
+from partition_server.store import cut
 from partition_server.store.fast_path import entity as wire_entity
 from partition_server.store.fast_path import key_prefix, stored_ts
 from partition_server.store.prefilter import Needles, matcher
@@ -147,6 +148,7 @@ def scan_span(
     oldest: int = 0,
     points: list[bytes] | None = None,
     wanted: Needles = (),
+    at: int | None = None,
 ) -> tuple[list[Any], bytes | None]:
     """Scan entity keys in ``[lo, hi)`` of ``db`` (``hi`` None: to the end of the entities).
 
@@ -163,9 +165,12 @@ def scan_span(
     keys, in place of ``[lo, hi)``) the page is the one a scan of each of those spans in turn would
     give, read with one RocksDB multi-get instead of an iterator per key; a stopped page then goes on
     after the last key examined, found or not.
+
+    With ``at`` every entity is read as it stood at that cut of a secondary cluster (:mod:`.cut`): the
+    entities merged with their undo records.
     """
     if points is not None:
-        return _read_points(db, points, predicate, select, limit, budget_s, wire, needs_ts, needs_props, oldest,
+        return _read_points(db, points, at, predicate, select, limit, budget_s, wire, needs_ts, needs_props, oldest,
                             wanted)
     upper = META_PREFIX if hi is None or hi > META_PREFIX else hi
     if lo >= upper:
@@ -174,19 +179,23 @@ def scan_span(
     ro.set_iterate_upper_bound(upper)  # never set_iterate_lower_bound (rocksdict bug)
     ro.fill_cache(fills_cache(lo, hi))  # type: ignore[call-arg]  # the stub is wrong: it takes a bool
     it = db.items(from_key=lo, read_opt=ro)
+    pairs = it if at is None else cut.versions_at(it, cut.items(db, lo, hi), at)
     try:
         with _gc_paused():
-            out, _, stopped = _collect(it, predicate, select, limit, budget_s, wire, needs_ts, needs_props, oldest,
-                                       wanted)
-        after = next(it, None) if stopped else None  # the first entity not examined
+            out, _, stopped = _collect(pairs, predicate, select, limit, budget_s, wire, needs_ts, needs_props,
+                                       oldest, wanted)
+        after = next(pairs, None) if stopped else None  # the first entity not examined
         return out, None if after is None else after[0]
     finally:
-        it = None  # drop the iterator now: a live one keeps the DB LOCK after close()
+        it = pairs = None  # drop the iterators now: a live one keeps the DB LOCK after close()
 
 
-def _read_points(db: Any, keys: list[bytes], *args: Any) -> tuple[list[Any], bytes | None]:
-    """:func:`scan_span` over point spans: ``keys`` read by one multi-get, then ``_collect(*args)``."""
+def _read_points(db: Any, keys: list[bytes], at: int | None, *args: Any) -> tuple[list[Any], bytes | None]:
+    """:func:`scan_span` over point spans: ``keys`` read by one multi-get (each as of the cut ``at`` when
+    given), then ``_collect(*args)``."""
     values = db.get(keys)  # batched_multi_get; releases the GIL
+    if at is not None:
+        values = [cut.version_at(db, k, at, v) for k, v in zip(keys, values, strict=True)]
     found = [i for i, v in enumerate(values) if v is not None]
     with _gc_paused():
         out, n, stopped = _collect(((keys[i], values[i]) for i in found), *args)

@@ -23,7 +23,7 @@ from partition_server.store.expiry import MARK_KEY, merged_mark
 from partition_server.store.feed import FAMILY as FEED_FAMILY
 from partition_server.store.feed import count as count_feed
 from partition_server.store.feed import merged_state
-from partition_server.store.keys import DROP_KEY, META_COUNT, META_FEED, META_INDEX, META_TS
+from partition_server.store.keys import DROP_KEY, META_COUNT, META_FEED, META_INDEX, META_SOURCE, META_TS
 from partition_server.store.request_records import REQT_END, REQT_PREFIX, Window, pack_meta, unpack_meta
 from rangetable.kernel.checkpoint import create_checkpoint
 from rangetable.kernel.storage import column_family, open_range_db
@@ -117,8 +117,9 @@ def _request_window(db: rocksdict.Rdict) -> Window:
 
 
 def merge_stores(left_path: str, right_path: str, out_path: str) -> None:
-    """Write ``out_path`` = left ∪ right (entities, request records and change-feed records; last Timestamp =
-    max; the feed's state: :func:`~partition_server.store.feed.merged_state`)."""
+    """Write ``out_path`` = left ∪ right (entities, request records, change-feed records and a secondary
+    cluster's undo records; last Timestamp = max; the feed's state: :func:`~partition_server.store.feed.merged_state`;
+    what an index's or a source's applier wrote: :func:`~partition_server.store.index_state.merged`)."""
     if not os.path.isdir(left_path) or not os.path.isdir(right_path):
         raise FileNotFoundError(f"merge inputs missing: {left_path}, {right_path}")
     if len({os.path.realpath(p) for p in (left_path, right_path, out_path)}) != 3:
@@ -131,6 +132,7 @@ def merge_stores(left_path: str, right_path: str, out_path: str) -> None:
         left_mark = ldb.get(MARK_KEY)
         left_feed = ldb.get(META_FEED)
         left_index = ldb.get(META_INDEX)
+        left_source = ldb.get(META_SOURCE)
         create_checkpoint(ldb, out_path)
     finally:
         ldb.close()
@@ -149,7 +151,8 @@ def merge_stores(left_path: str, right_path: str, out_path: str) -> None:
             mark = merged_mark(left_mark, rdb.get(MARK_KEY))
             right_feed = rdb.get(META_FEED)
             index = index_state.merged(left_index, rdb.get(META_INDEX))
-            _copy(rdb, odb, None, wo, skip=(META_TS, MARK_KEY, META_COUNT, META_FEED, META_INDEX))
+            source = index_state.merged(left_source, rdb.get(META_SOURCE))
+            _copy(rdb, odb, None, wo, skip=(META_TS, MARK_KEY, META_COUNT, META_FEED, META_INDEX, META_SOURCE))
             records, family = column_family(odb, FEED_FAMILY)
             _copy(column_family(rdb, FEED_FAMILY)[0], odb, family, wo, skip=())
         finally:
@@ -161,6 +164,8 @@ def merge_stores(left_path: str, right_path: str, out_path: str) -> None:
             odb.put(MARK_KEY, mark, wo)
         if index is not None:
             odb.put(META_INDEX, index, wo)
+        if source is not None:
+            odb.put(META_SOURCE, source, wo)
         odb.flush(True)
         records.flush(True)
     finally:

@@ -42,7 +42,7 @@ from typing import Any, Literal, overload
 import msgpack
 import rocksdict
 
-from partition_server.store import fast_path, index_state
+from partition_server.store import cut, fast_path, index_state
 from partition_server.store.counts import (
     Counts,
     capture,
@@ -67,7 +67,7 @@ from partition_server.store.feed import (
 )
 from partition_server.store.feed import count as count_feed
 from partition_server.store.feed import read as read_feed
-from partition_server.store.keys import DROP_KEY, META_COUNT, META_INDEX, META_REPL, META_TS
+from partition_server.store.keys import DROP_KEY, META_COUNT, META_INDEX, META_REPL, META_SOURCE, META_TS
 from partition_server.store.prefilter import Needles
 from partition_server.store.range_ops import check_batch_shape, prepare_op
 from partition_server.store.range_scan import scan_span, span_may_hold
@@ -283,34 +283,48 @@ class RangeStore:
         expired)."""
         return self._read()(key)
 
+    def get_at(self, pk: str, rk: str, at: int) -> Entity | None:
+        """The entity at (pk, rk) as it stood at the cut ``at`` of a secondary cluster (:mod:`.cut`), or None
+        (absent then, or expired now)."""
+        key = encode_key(pk, rk)
+        v = cut.version_at(self._db, key, at, self._db.get(key))
+        if v is None:
+            return None
+        ts, props = msgpack.unpackb(v)
+        oldest = self.expiry.oldest(self.clock())
+        return None if oldest and ts < oldest else Entity(pk, rk, ts, props)
+
     @overload
     def scan(self, lo: bytes, hi: bytes | None, predicate: Predicate | None = None,
              select: list[str] | None = None, limit: int = 1000, budget_s: float | None = None, *,
              wire: Literal[False] = False, needs_ts: bool = True, needs_props: bool = True,
-             points: list[bytes] | None = None, wanted: Needles = ()) -> tuple[list[Entity], bytes | None]: ...
+             points: list[bytes] | None = None, wanted: Needles = (),
+             at: int | None = None) -> tuple[list[Entity], bytes | None]: ...
 
     @overload
     def scan(self, lo: bytes, hi: bytes | None, predicate: Predicate | None = None,
              select: list[str] | None = None, limit: int = 1000, budget_s: float | None = None, *,
              wire: Literal[True], needs_ts: bool = True, needs_props: bool = True,
-             points: list[bytes] | None = None, wanted: Needles = ()) -> tuple[list[bytes], bytes | None]: ...
+             points: list[bytes] | None = None, wanted: Needles = (),
+             at: int | None = None) -> tuple[list[bytes], bytes | None]: ...
 
     def scan(self, lo: bytes, hi: bytes | None, predicate: Predicate | None = None,
              select: list[str] | None = None, limit: int = 1000, budget_s: float | None = None, *,
              wire: bool = False, needs_ts: bool = True, needs_props: bool = True,
-             points: list[bytes] | None = None,
-             wanted: Needles = ()) -> tuple[list[Entity], bytes | None] | tuple[list[bytes], bytes | None]:
+             points: list[bytes] | None = None, wanted: Needles = (),
+             at: int | None = None) -> tuple[list[Entity], bytes | None] | tuple[list[bytes], bytes | None]:
         """Forward scan of entity keys in ``[lo, hi)`` (``hi`` None: to the end of the entities): the
         matching entities and the key to resume from (see :func:`~partition_server.store.range_scan.scan_span`).
 
         With ``wire`` each match is the bytes of its wire form ``[pk, rk, ts, props]``, spliced from
         the stored value when possible; ``needs_ts`` / ``needs_props`` then say what ``predicate`` reads.
         With ``points`` it reads those entity keys (the point spans of an ``or`` of point keys) by one multi-get.
-        ``wanted``: the filter's prefilter (:mod:`partition_server.store.prefilter`).
+        ``wanted``: the filter's prefilter (:mod:`partition_server.store.prefilter`). ``at``: read as of that cut of
+        a secondary cluster (:mod:`partition_server.store.cut`).
         """
         return scan_span(self._db, lo, hi, predicate, select, limit, budget_s, wire=wire, needs_ts=needs_ts,
                          needs_props=needs_props, oldest=self.expiry.oldest(self.clock()), points=points,
-                         wanted=wanted)
+                         wanted=wanted, at=at)
 
     def counts(self) -> Counts:
         """The entities this store holds and their bytes (key + stored value), exact, as of its last
@@ -589,6 +603,67 @@ class RangeStore:
             wb.put(META_INDEX, index_state.pack(*index_state.after(stored, claim, pos)))
             self._commit(wb, ts, None, WRITE, b"", None, self._batch_change(ops, {}, False))
         return True
+
+    # --- a secondary cluster's range (see cut.py) ----------------------------------------------
+
+    def apply_source(self, records: Sequence[Sequence[Any]], claim: int, pos: index_state.Position) -> int:
+        """Apply the source cluster's change-feed records ``[ts, key, kind, value, before]`` (position order;
+        ``value`` the source's stored value, None after a delete or an expiry) in one batch with an undo record
+        each (:mod:`.cut`), this range's feed records (the source's, Timestamps kept) and ``META_SOURCE`` at
+        ``pos``: the position through which the range now holds every change of its span (at or after the last
+        record's; ``(R, b"\xff")`` for all of Timestamp R). A record at or below the stored position was
+        applied already and is skipped, so an applier that resumes from an older cursor, or regroups its
+        batches, never applies a change twice. SourceFenced under a claim lower than the range's; a higher one is
+        kept, so the applier it replaced is fenced from then on. Returns how many records were applied."""
+        with self._lock:
+            stored = index_state.unpack(self._db.get(META_SOURCE))
+            index_state.admit(stored, claim, pos, "SourceFenced")
+            state = index_state.after(stored, claim, pos)  # a higher claim is kept even when all is skipped
+            last = stored[1]
+            todo = [r for r in records if last is None or (r[0], r[1]) > last]
+            if not todo and state == stored:
+                return 0
+            keys = list(dict.fromkeys(r[1] for r in todo))
+            now = dict(zip(keys, self._db.get(keys) if keys else [], strict=True))  # raw: expired ones too
+            first = dict(now)
+            wb = self._tee.new_batch()
+            changes: dict[int, list[Change]] = {}
+            for ts, key, kind, value, _before in todo:
+                before = now[key]
+                wb.put(cut.undo_key(key, ts), cut.ABSENT if before is None else before)
+                if value is None:
+                    wb.delete(key)
+                else:
+                    wb.put(key, value)
+                    self.expiry.note_write(wb, ts, [key])
+                now[key] = value
+                changes.setdefault(ts, []).append(Change(key, kind, value, before))
+            feed = self.feed
+            if feed.want or feed.stored_on:
+                prev = self._last_ts
+                for ts, group in changes.items():  # ascending: the records come in position order
+                    feed.note(wb, ts, group, prev)
+                    prev = ts
+            wb.put(META_SOURCE, index_state.pack(*state))
+            top = max([self._last_ts, pos[0], *changes])  # a promoted secondary stamps above all it applied
+            self._commit(wb, top, None, WRITE, b"", None, delta(now.items(), first.__getitem__))
+        return len(todo)
+
+    def source_state(self) -> tuple[int, index_state.Position | None]:
+        """(claim, position) of the source's feed this range applied (:meth:`apply_source`); (0, None) if none."""
+        return index_state.unpack(self._db.get(META_SOURCE))
+
+    def trim_undo(self, upto: int, limit: int = 10_000) -> int:
+        """Delete up to ``limit`` undo records at or below Timestamp ``upto`` (no read asks for a cut below it
+        any more), in one replicated batch; returns how many."""
+        with self._lock:
+            gone = cut.expired(self._db, upto, limit)
+            if gone:
+                wb = self._tee.new_batch()
+                for ukey in gone:
+                    wb.delete(ukey)
+                self._tee.write(self._db, wb, self._wo)
+            return len(gone)
 
     # --- the change feed (see feed.py) ---------------------------------------------------------
 

@@ -1,0 +1,247 @@
+"""A range of a secondary cluster: the source's feed applied exactly once, and reads at any cut ``T`` that give
+exactly the source's state at ``T`` (``partition_server/store/cut.py``, ``RangeStore.apply_source``)."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import msgpack
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from partition_server.store import cut
+from partition_server.store.range_store import RangeStore
+from rangetable.errors import TableError
+from rangetable.keys import encode_key
+from tests.unit.range_store_helpers import P
+
+# --- the merge of entities and undo records, on its own ---------------------------------------------
+
+
+def _undo(key: bytes, ts: int, before: bytes | None) -> tuple[bytes, bytes]:
+    return cut.undo_key(key, ts), cut.ABSENT if before is None else before
+
+
+def test_undo_keys_sort_by_entity_key_then_timestamp_in_the_entities_order() -> None:
+    keys = sorted([encode_key(pk, rk) for pk in ("p", "pa", "p\u00e9") for rk in ("", "a", "ab", "b")])
+    undo = sorted(cut.undo_key(k, ts) for k in keys for ts in (5, 300, 2**40))
+    assert [cut.parse_undo_key(u)[0] for u in undo] == [k for k in keys for _ in range(3)]
+    assert [cut.parse_undo_key(u)[1] for u in undo] == [5, 300, 2**40] * len(keys)
+    assert cut.span(b"p", b"pa") == (cut.UNDO_PREFIX + b"p", cut.UNDO_PREFIX + b"pa")
+    assert cut.span(b"", None)[1] == cut.UNDO_END
+
+
+def test_the_version_at_a_cut_is_the_undo_record_of_the_first_change_after_it() -> None:
+    a, b, c, d = (encode_key("p", x) for x in "abcd")
+    entities = [(a, b"A3"), (c, b"C2")]  # now: a changed at 1 and 3, b inserted at 2 then deleted at 4, c at 2
+    undo = sorted([_undo(a, 1, None), _undo(a, 3, b"A1"), _undo(b, 2, None), _undo(b, 4, b"B2"),
+                   _undo(c, 2, b"C0"), _undo(d, 1, b"D0")])  # d deleted at 1
+
+    def at(t: int) -> list[tuple[bytes, bytes]]:
+        return list(cut.versions_at(iter(entities), iter(undo), t))
+
+    assert at(0) == [(c, b"C0"), (d, b"D0")]
+    assert at(1) == [(a, b"A1"), (c, b"C0")]
+    assert at(2) == [(a, b"A1"), (b, b"B2"), (c, b"C2")]
+    assert at(3) == [(a, b"A3"), (b, b"B2"), (c, b"C2")]
+    assert at(4) == at(99) == entities
+    assert list(cut.versions_at(iter([]), iter([]), 3)) == []
+
+
+# --- a secondary range fed from a real source range's feed --------------------------------------------
+
+
+def _source(tmp_path: Path, name: str = "src") -> RangeStore:
+    s = RangeStore.open(tmp_path / name)
+    s.set_feed(True)
+    return s
+
+
+def _state(store: RangeStore, at: int | None = None, lo: bytes = b"",
+           hi: bytes | None = None) -> dict[tuple[str, str], tuple[int, dict]]:
+    entities, _ = store.scan(lo, hi, limit=100_000, at=at)
+    return {(e.pk, e.rk): (e.ts, e.props) for e in entities}
+
+
+def _history(src: RangeStore, rng: random.Random, n: int) -> list[tuple[int, dict]]:
+    """``n`` random writes and transactions on ``src``; the source's whole state after each (by Timestamp)."""
+    states: list[tuple[int, dict]] = [(0, {})]
+    for i in range(n):
+        rk = rng.choice("abcdefgh")
+        roll = rng.random()
+        try:
+            if roll < 0.15:  # a transaction: one Timestamp for several entities
+                rks = rng.sample("abcdefgh", 3)
+                src.batch([{"op": "insert_or_merge", "pk": "p", "rk": r, "props": P(v=i, t=r)} for r in rks])
+            elif roll < 0.35:
+                src.write({"op": "delete", "pk": "p", "rk": rk})
+            elif roll < 0.65:
+                src.write({"op": "insert_or_merge", "pk": rng.choice("pq"), "rk": rk, "props": P(m=i)})
+            else:
+                src.write({"op": "insert_or_replace", "pk": rng.choice("pq"), "rk": rk, "props": P(v=i)})
+        except TableError:  # a delete of an absent entity: no change, no record
+            continue
+        states.append((src.last_ts, _state(src)))
+    return states
+
+
+def _records(src: RangeStore) -> list[list]:
+    return src.read_changes(None, b"", None, 100_000).records
+
+
+def test_every_cut_reads_exactly_the_source_state_at_it(tmp_path: Path) -> None:
+    src, dst = _source(tmp_path), _source(tmp_path, "dst")  # the secondary's feed on, as its table's is
+    states = _history(src, random.Random(1), 150)
+    records = _records(src)
+    assert dst.apply_source(records, 1, (records[-1][0], records[-1][1])) == len(records)
+    assert _state(dst) == _state(src)
+    for ts, state in states:
+        assert _state(dst, at=ts) == state, ts
+        for pk in "pq":
+            for rk in "abcdefgh":
+                e = dst.get_at(pk, rk, ts)
+                assert (None if e is None else (e.ts, e.props)) == state.get((pk, rk))
+        points = [encode_key("p", rk) for rk in "aceg"]  # an `or` of point keys: one multi-get, then the cut
+        found, _ = dst.scan(b"", None, points=points, at=ts)
+        assert {(e.pk, e.rk): (e.ts, e.props) for e in found} == {k: v for k, v in state.items()
+                                                                   if k[0] == "p" and k[1] in "aceg"}
+        wire, _ = dst.scan(b"", None, wire=True, at=ts)  # the wire form splices the version at the cut
+        assert [msgpack.unpackb(w)[:3] for w in wire] == [[pk, rk, t] for (pk, rk), (t, _) in sorted(state.items())]
+    assert dst.last_ts == src.last_ts  # a promoted secondary stamps above all it applied
+    assert [r[:4] for r in dst.read_changes(None, b"", None, 100_000).records] == [r[:4] for r in records]
+    src.close()
+    dst.close()
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(seed=st.integers(0, 10**6), cuts=st.lists(st.integers(1, 60), min_size=1, max_size=6))
+def test_an_applier_that_resumes_from_older_cursors_and_regroups_applies_each_change_once(
+        tmp_path_factory: pytest.TempPathFactory, seed: int, cuts: list[int]) -> None:
+    """Records re-sent (a crash before the cursor was saved, a second applier racing the first) are skipped by
+    position, one by one, however the batches are cut: the state and every cut read stay the source's."""
+    tmp = tmp_path_factory.mktemp("resume")
+    src, dst = _source(tmp), RangeStore.open(tmp / "dst")
+    rng = random.Random(seed)
+    states = _history(src, rng, 60)
+    records = _records(src)
+    done = 0
+    for c in cuts:  # each batch starts before the last one ended (up to 10 records again), ends at c records
+        start = max(0, min(done, c) - rng.randint(0, 10))
+        end = min(len(records), max(c, start + 1))
+        batch = records[start:end]
+        if batch:
+            dst.apply_source(batch, 1, (batch[-1][0], batch[-1][1]))
+            done = max(done, end)
+    dst.apply_source(records, 1, (records[-1][0], records[-1][1]))  # the rest, with all of it again
+    assert _state(dst) == _state(src)
+    for ts, state in states:
+        assert _state(dst, at=ts) == state
+    src.close()
+    dst.close()
+
+
+def test_a_transaction_is_all_or_nothing_at_every_cut(tmp_path: Path) -> None:
+    src, dst = _source(tmp_path), RangeStore.open(tmp_path / "dst")
+    src.write({"op": "insert", "pk": "p", "rk": "a", "props": P(v=0)})
+    ts = src.batch([{"op": "insert_or_replace", "pk": "p", "rk": r, "props": P(v=1)} for r in "abc"],
+                   answer="timestamp")
+    records = _records(src)
+    dst.apply_source(records, 1, (records[-1][0], records[-1][1]))
+    before, after = _state(dst, at=ts - 1), _state(dst, at=ts)
+    assert sorted(before) == [("p", "a")] and before[("p", "a")][1] == P(v=0)
+    assert sorted(after) == [("p", "a"), ("p", "b"), ("p", "c")] and {v[0] for v in after.values()} == {ts}
+    src.close()
+    dst.close()
+
+
+def test_a_lower_claim_is_fenced_and_a_position_mark_advances_without_records(tmp_path: Path) -> None:
+    src, dst = _source(tmp_path), RangeStore.open(tmp_path / "dst")
+    src.write({"op": "insert", "pk": "p", "rk": "a", "props": P(v=0)})
+    records = _records(src)
+    assert dst.apply_source(records, 2, (records[-1][0], records[-1][1])) == 1
+    with pytest.raises(TableError) as exc:
+        dst.apply_source(records, 1, (records[-1][0], records[-1][1]))
+    assert exc.value.error_code == "SourceFenced"
+    resolved = src.close_timestamp()
+    assert dst.apply_source([], 2, (resolved, b"\xff")) == 0
+    assert dst.source_state() == (2, (resolved, b"\xff")) and dst.last_ts == resolved
+    assert dst.apply_source(records, 3, (records[-1][0], records[-1][1])) == 0  # below the position: skipped
+    assert dst.source_state() == (3, (resolved, b"\xff"))
+    src.close()
+    dst.close()
+
+
+def test_trimmed_undo_records_leave_every_later_cut_right(tmp_path: Path) -> None:
+    src, dst = _source(tmp_path), RangeStore.open(tmp_path / "dst")
+    states = _history(src, random.Random(7), 80)
+    records = _records(src)
+    dst.apply_source(records, 1, (records[-1][0], records[-1][1]))
+    mid = states[len(states) // 2][0]
+    held = len(list(cut.items(dst._db, b"", None)))
+    assert held == len(records)
+    gone = dst.trim_undo(mid, limit=5)
+    assert gone == 5
+    gone += dst.trim_undo(mid)
+    assert gone == sum(1 for r in records if r[0] <= mid)
+    assert len(list(cut.items(dst._db, b"", None))) == held - gone
+    for ts, state in states:
+        if ts >= mid:
+            assert _state(dst, at=ts) == state
+    src.close()
+    dst.close()
+
+
+def test_split_halves_read_their_own_span_at_a_cut_and_a_merge_keeps_the_lower_position(tmp_path: Path) -> None:
+    src, dst = _source(tmp_path), RangeStore.open(tmp_path / "dst")
+    states = _history(src, random.Random(3), 100)
+    records = _records(src)
+    half = len(records) // 2
+    dst.apply_source(records[:half], 1, (records[half - 1][0], records[half - 1][1]))
+    dst.split("q", tmp_path / "l", tmp_path / "r")
+    left, right = RangeStore.open(tmp_path / "l"), RangeStore.open(tmp_path / "r")
+    for h, lo, hi in ((left, b"", b"q"), (right, b"q", None)):
+        mine = [r for r in records[half:] if r[1] >= lo and (hi is None or r[1] < hi)]
+        h.apply_source(records[half - 3:half] + mine, 1, (records[-1][0], records[-1][1]))  # a few again
+    right.apply_source([], 1, (records[-1][0] + 5, b"\xff"))  # right is further along
+    for ts, state in states:  # each half keeps every undo record, and reads only its own span (as the feed's)
+        assert _state(left, ts, b"", b"q") == {k: v for k, v in state.items() if k[0] < "q"}
+        assert _state(right, ts, b"q") == {k: v for k, v in state.items() if k[0] >= "q"}
+    left.close()
+    right.close()
+    RangeStore.merge(tmp_path / "l", tmp_path / "r", tmp_path / "m")
+    merged = RangeStore.open(tmp_path / "m")
+    assert merged.source_state() == (1, (records[-1][0], records[-1][1]))  # the lower of the two
+    for ts, state in states:
+        assert _state(merged, at=ts) == state
+    merged.close()
+    src.close()
+    dst.close()
+
+
+def test_expired_entities_stay_hidden_at_every_cut(tmp_path: Path) -> None:
+    now = [10**17]
+    src = RangeStore.open(tmp_path / "src", clock=lambda: now[0])
+    src.set_feed(True)
+    dst = RangeStore.open(tmp_path / "dst", clock=lambda: now[0])
+    src.write({"op": "insert", "pk": "p", "rk": "a", "props": P(v=0)})
+    records = _records(src)
+    dst.apply_source(records, 1, (records[-1][0], records[-1][1]))
+    assert dst.get_at("p", "a", records[-1][0]) is not None
+    dst.set_ttl(10_000_000)  # one second
+    now[0] += 20_000_000
+    assert dst.get_at("p", "a", records[-1][0]) is None and _state(dst, at=records[-1][0]) == {}
+    src.close()
+    dst.close()
+
+
+def test_stored_values_are_the_sources_bytes(tmp_path: Path) -> None:
+    src, dst = _source(tmp_path), RangeStore.open(tmp_path / "dst")
+    src.write({"op": "insert", "pk": "p", "rk": "a", "props": P(v=0, s="x")})
+    records = _records(src)
+    dst.apply_source(records, 1, (records[-1][0], records[-1][1]))
+    key = encode_key("p", "a")
+    assert dst.get_raw(key) == src.get_raw(key) and msgpack.unpackb(dst.get_raw(key))[1] == P(v=0, s="x")
+    src.close()
+    dst.close()
