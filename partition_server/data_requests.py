@@ -18,18 +18,20 @@ from typing import Any, NamedTuple
 
 from partition_server.served import Served
 from partition_server.store import fast_path, index_state
+from partition_server.store.feed import KINDS
 from partition_server.store.prefilter import Needles, needles
 from partition_server.store.range_scan import is_point_span
 from rangetable import feed_cursor, protocol
 from rangetable.errors import TableError
 from rangetable.filter import CACHED_FILTER_CHARS, Predicate, compile_cached, properties_used
-from rangetable.keys import encode_key
+from rangetable.keys import META_PREFIX, encode_key
 from rangetable.messages import (
     ChangesRequest,
     RangeBatchRequest,
     RangeGetRequest,
     RangeWriteRequest,
     ScanRequest,
+    SourceApplyRequest,
 )
 from rangetable.protocol import Packed, entity_to_wire
 
@@ -84,11 +86,26 @@ def scan_filter(text: str | None) -> ScanFilter:
     return _scan_filter_memo(text)
 
 
+def cut_of(req: RangeGetRequest | ScanRequest) -> int | None:
+    """The cut ``at`` a secondary cluster's read asks for (None: now); InvalidInput unless a Timestamp."""
+    at = req.get("at")
+    if at is not None and (type(at) is not int or at < 0):
+        raise TableError("InvalidInput", "at must be a Timestamp")
+    return at
+
+
 def get(served: Served, req: RangeGetRequest, budget_s: float) -> Any:
-    """A point read: the entity spliced from the stored bytes, decoded only for ``$select``."""
+    """A point read: the entity spliced from the stored bytes, decoded only for ``$select``; with ``at``,
+    decoded as it stood at that cut."""
     pk, rk, select = req["pk"], req["rk"], req.get("select")
     store = served.store
-    if select:
+    at = cut_of(req)
+    if at is not None:
+        e = store.get_at(pk, rk, at)
+        if e is not None:
+            return entity_to_wire(e if not select else e._replace(props={k: v for k, v in e.props.items()
+                                                                         if k in select}))
+    elif select:
         e = store.get(pk, rk)
         if e is not None:
             return entity_to_wire(e._replace(props={k: v for k, v in e.props.items() if k in select}))
@@ -168,6 +185,7 @@ def scan(served: Served, req: ScanRequest, budget_s: float) -> ScanPage:
         raise TableError("InvalidInput", "feed must be a changes request")
     checked = None if feed is None else changes(served, feed, budget_s).result  # type: ignore[arg-type]
     pred, needs_ts, needs_props, wanted = scan_filter(req.get("filter"))
+    at = cut_of(req)
     budget = min(float(req.get("budget_ms", 1e9)) / 1000.0, budget_s)
     deadline = time.perf_counter() + budget
     limit = int(req.get("limit", 1000))
@@ -181,7 +199,7 @@ def scan(served: Served, req: ScanRequest, budget_s: float) -> ScanPage:
             nxt = lo  # the page is full, or its time is up: go on from this span
             break
         got, nxt = store.scan(lo, hi, pred, select, limit=limit - len(items), budget_s=max(left, 0.0), wire=True,
-                              needs_ts=needs_ts, needs_props=needs_props, points=points, wanted=wanted)
+                              needs_ts=needs_ts, needs_props=needs_props, points=points, wanted=wanted, at=at)
         items += got
         if nxt is not None:
             break
@@ -231,6 +249,40 @@ def index_apply(served: Served, req: dict, budget_s: float) -> Any:
     return {"applied": served.store.apply_index(entries, claim, pos)}
 
 
+def source_apply(served: Served, req: SourceApplyRequest, budget_s: float) -> Any:
+    """Write a secondary cluster's share of its source's feed records into the range (see
+    :class:`~rangetable.messages.SourceApplyRequest`): ``{"applied": n}``. InvalidInput for a malformed record,
+    records out of position order or past ``pos``; NotPrimary for a key outside the range."""
+    claim, pos = index_state.check(req.get("claim"), req.get("pos"))
+    records = req.get("records")
+    if pos is None or not isinstance(records, list):
+        raise TableError("InvalidInput", "source_apply needs records and a position")
+    prev: tuple[int, bytes] | None = None
+    for r in records:
+        if not (isinstance(r, list) and len(r) == 5 and type(r[0]) is int and isinstance(r[1], bytes)
+                and r[2] in KINDS and (r[3] is None or isinstance(r[3], bytes))):
+            raise TableError("InvalidInput", "a source record is [Timestamp, key, kind, value or nil, before or nil]")
+        if (r[3] is None) != (r[2] in ("delete", "expire")):
+            raise TableError("InvalidInput", "a deletion carries no value, any other change one")
+        key = r[1]
+        if key < served.lo or (served.hi is not None and key >= served.hi) or key >= META_PREFIX:
+            raise TableError("NotPrimary", "a source record lies outside this range: ask the map again")
+        here = (r[0], key)
+        if prev is not None and here <= prev:
+            raise TableError("InvalidInput", "source records must come in position order")
+        prev = here
+    if prev is not None and prev > pos:
+        raise TableError("InvalidInput", "the position must be at or after the last record's")
+    return {"applied": served.store.apply_source(records, claim, pos)}
+
+
+def _source_target(req: dict) -> tuple[str | None, int]:
+    """The PartitionKey of a source batch's first record (its load sample) and its records."""
+    recs = req.get("records") or ()
+    first = recs[0][1] if recs and isinstance(recs[0], list) and len(recs[0]) > 1 and isinstance(recs[0][1], bytes) else None
+    return (None if first is None else first.partition(b"\x00")[0].decode("utf-8", "replace")), len(recs)
+
+
 def _index_target(req: dict) -> tuple[str | None, int]:
     """The PartitionKey of an index write's first entry (its load sample) and its entries."""
     ops = req.get("ops") or ()
@@ -250,4 +302,5 @@ DATA_OPS: dict[str, DataOp] = {
     "scan": DataOp(True, None, scan),
     "changes": DataOp(True, None, changes),
     "index_apply": DataOp(False, _index_target, index_apply),
+    "source_apply": DataOp(False, _source_target, source_apply),
 }

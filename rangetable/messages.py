@@ -231,6 +231,7 @@ class RangeGetRequest(TypedDict):
     pk: str
     rk: str
     select: list[str] | None
+    at: NotRequired[int]  # a secondary cluster's read: as of this cut (partition_server/store/cut.py)
 
 
 class RangeWriteRequest(TypedDict):
@@ -269,6 +270,7 @@ class ScanRequest(TypedDict):
     limit: int
     budget_ms: float
     feed: NotRequired[dict[str, Any]]  # a ChangesRequest's fields but op, range and epoch: answered beside
+    at: NotRequired[int]  # a secondary cluster's read: as of this cut (partition_server/store/cut.py)
 
 
 class ScanAnswer(TypedDict):
@@ -297,6 +299,21 @@ class ChangesRequest(TypedDict):
     limit: int
     close: bool
     need: NotRequired[int | None]
+
+
+class SourceApplyRequest(TypedDict):
+    """A secondary cluster's applier writes its source's feed records into a range: ``records`` as a
+    :class:`ChangesAnswer` holds them, in position order, all in the range; ``pos`` the position
+    ``[Timestamp, key]`` through which the range then holds every change of its span (``b"\xff"`` as the key:
+    all of that Timestamp); ``claim`` the applier's fencing token. Answered ``{"applied": n}``
+    (``RangeStore.apply_source``)."""
+
+    op: Literal["source_apply"]
+    range: str
+    epoch: int
+    records: list[list]
+    pos: list
+    claim: int
 
 
 class ChangesAnswer(TypedDict):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import random
 from pathlib import Path
+from typing import Any
 
 import msgpack
 import pytest
@@ -243,5 +244,92 @@ def test_stored_values_are_the_sources_bytes(tmp_path: Path) -> None:
     dst.apply_source(records, 1, (records[-1][0], records[-1][1]))
     key = encode_key("p", "a")
     assert dst.get_raw(key) == src.get_raw(key) and msgpack.unpackb(dst.get_raw(key))[1] == P(v=0, s="x")
+    src.close()
+    dst.close()
+
+
+# --- the partition server's requests: source_apply, and get and scan at a cut ---------------------------
+
+
+def _served(store: RangeStore, low: str = "", high: str | None = None):  # type: ignore[no-untyped-def]
+    from partition_server.served import Served
+    from rangetable.keys import range_bounds
+
+    lo, hi = range_bounds(low, high)
+    return Served({"id": "r1", "low": low, "high": high, "epoch": 1}, store, lo=lo, hi=hi)
+
+
+def test_source_apply_and_reads_at_a_cut_through_the_servers_requests(tmp_path: Path) -> None:
+    from partition_server import data_requests as dr
+    from rangetable import protocol
+
+    src, dst = _source(tmp_path), RangeStore.open(tmp_path / "dst")
+    src.write({"op": "insert", "pk": "p", "rk": "a", "props": P(v=1)})
+    t1 = src.last_ts
+    src.write({"op": "insert_or_replace", "pk": "p", "rk": "a", "props": P(v=2, w=3)})
+    records = _records(src)
+    served = _served(dst)
+    req = {"op": "source_apply", "range": "r1", "epoch": 1, "records": records, "claim": 1,
+           "pos": [records[-1][0], records[-1][1]]}
+    assert dr.source_apply(served, req, 1.0) == {"applied": 2}  # type: ignore[arg-type]
+    assert dr.source_apply(served, req, 1.0) == {"applied": 0}  # type: ignore[arg-type]  # applied already
+    got = dr.get(served, {"op": "get", "range": "r1", "epoch": 1, "pk": "p", "rk": "a", "select": None, "at": t1}, 1.0)
+    assert protocol.unpack(protocol.pack(got))[3] == P(v=1)
+    got = dr.get(served, {"op": "get", "range": "r1", "epoch": 1, "pk": "p", "rk": "a", "select": ["w"]}, 1.0)
+    assert protocol.unpack(protocol.pack(got))[3] == P(w=3)
+    with pytest.raises(TableError) as exc:
+        dr.get(served, {"op": "get", "range": "r1", "epoch": 1, "pk": "p", "rk": "a", "select": None, "at": t1 - 1},
+               1.0)
+    assert exc.value.error_code == "ResourceNotFound"  # not there yet at that cut
+    page = dr.scan(served, {"op": "scan", "range": "r1", "epoch": 1, "lo": b"", "hi": None, "filter": "v eq 1",
+                            "select": None, "limit": 10, "budget_ms": 1000.0, "at": t1}, 1.0)
+    assert page.entities == 1
+    page = dr.scan(served, {"op": "scan", "range": "r1", "epoch": 1, "lo": b"", "hi": None, "filter": "v eq 1",
+                            "select": None, "limit": 10, "budget_ms": 1000.0}, 1.0)
+    assert page.entities == 0  # now v is 2
+    src.close()
+    dst.close()
+
+
+@pytest.mark.parametrize(("change", "code"), [
+    (lambda r: r.__setitem__(2, "upsert"), "InvalidInput"),  # not a kind of the feed
+    (lambda r: r.__setitem__(3, None), "InvalidInput"),  # an insert without its value
+    (lambda r: r.__setitem__(1, b"zz\x00a"), "NotPrimary"),  # outside the range [a, q)
+    (lambda r: r.__setitem__(1, b"\xffmeta"), "NotPrimary"),  # not an entity key
+    (lambda r: r.__setitem__(0, "7"), "InvalidInput"),
+])
+def test_source_apply_refuses_what_is_not_a_record_of_its_range(tmp_path: Path, change, code: str) -> None:  # type: ignore[no-untyped-def]
+    from partition_server import data_requests as dr
+
+    src, dst = _source(tmp_path), RangeStore.open(tmp_path / "dst")
+    src.write({"op": "insert", "pk": "p", "rk": "a", "props": P(v=1)})
+    records = _records(src)
+    change(records[0])
+    with pytest.raises(TableError) as exc:
+        dr.source_apply(_served(dst, "a", "q"), {"op": "source_apply", "range": "r1", "epoch": 1,  # type: ignore[arg-type]
+                                                 "records": records, "claim": 1, "pos": [2**62, b"\xff"]}, 1.0)
+    assert exc.value.error_code == code
+    assert dst.source_state() == (0, None)  # nothing written
+    src.close()
+    dst.close()
+
+
+def test_source_apply_refuses_records_out_of_order_or_past_the_position(tmp_path: Path) -> None:
+    from partition_server import data_requests as dr
+
+    src, dst = _source(tmp_path), RangeStore.open(tmp_path / "dst")
+    src.write({"op": "insert", "pk": "p", "rk": "a", "props": P(v=1)})
+    src.write({"op": "insert", "pk": "p", "rk": "b", "props": P(v=1)})
+    records = _records(src)
+    for recs, pos in ((records[::-1], [2**62, b"\xff"]), (records, [records[0][0], records[0][1]]),
+                      (records, None), ("x", [1, b"a"])):
+        with pytest.raises(TableError) as exc:
+            bad: Any = {"op": "source_apply", "range": "r1", "epoch": 1, "records": recs, "claim": 1, "pos": pos}
+            dr.source_apply(_served(dst), bad, 1.0)
+        assert exc.value.error_code == "InvalidInput"
+    with pytest.raises(TableError) as exc:
+        dr.get(_served(dst), {"op": "get", "range": "r1", "epoch": 1, "pk": "p", "rk": "a", "select": None,
+                              "at": -1}, 1.0)
+    assert exc.value.error_code == "InvalidInput"
     src.close()
     dst.close()
