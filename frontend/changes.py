@@ -20,11 +20,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from frontend.routing import MapCache, Route
+from frontend.spans import Span, SpanCover
 from rangetable import feed_cursor
 from rangetable.feed_cursor import Position
-from rangetable.keys import range_bounds
-
-Span = tuple[bytes, bytes | None]  # [lo, hi) of entity keys; hi None: to the table's end
 
 
 @dataclass
@@ -41,55 +39,39 @@ class ChangesWalk:
     floor: int = 0  # the highest floor seen (where a read from the beginning starts)
     more: bool = False  # some range had more records than it answered
     records: list = field(default_factory=list)
-    answered: list[Span] = field(default_factory=list)
-    asked: dict[int, Span] = field(default_factory=dict)  # part id -> its span, while its answer is awaited
-    _ids: int = 0
+    cover: SpanCover = field(init=False)  # the parts of the span answered and awaited
+
+    def __post_init__(self) -> None:
+        self.cover = SpanCover(self.start, self.end)
 
     def gaps(self) -> list[Span]:
         """The parts of the span neither answered nor asked."""
-        out: list[Span] = []
-        pos: bytes | None = self.start
-        for lo, hi in sorted([*self.answered, *self.asked.values()], key=lambda s: s[0]):
-            if pos is None:
-                break
-            if lo > pos:
-                out.append((pos, lo))
-            pos = None if hi is None else max(pos, hi)
-        if pos is not None and (self.end is None or pos < self.end):
-            out.append((pos, self.end))
-        return out
+        return self.cover.gaps()
 
     @property
     def done(self) -> bool:
         """True once every part of the span has answered."""
-        return not self.asked and not self.gaps()
+        return self.cover.done
+
+    @property
+    def asked(self) -> dict[int, Span]:
+        """The parts awaited: part id -> span."""
+        return self.cover.asked
 
     def segments(self, cache: MapCache, table: str) -> list[tuple[Route, bytes, bytes | None]]:
-        """The parts to ask now: each gap cut at the boundaries of the ranges that hold it, by ``cache``."""
-        out = []
-        for lo, hi in self.gaps():
-            pos = lo
-            while True:
-                route = cache.route_key(table, pos)
-                _, rhi = range_bounds(route.range["low"], route.range["high"])
-                part_hi = rhi if hi is None else (hi if rhi is None else min(rhi, hi))
-                out.append((route, pos, part_hi))
-                if part_hi is None or part_hi == hi:
-                    break
-                pos = part_hi
-        return out
+        """The parts to ask now (:meth:`SpanCover.segments <frontend.spans.SpanCover.segments>`)."""
+        return self.cover.segments(cache, table)
 
     def ask(self, route: Route, lo: bytes, hi: bytes | None) -> tuple[int, dict[str, Any]]:
         """Note part ``[lo, hi)`` as asked of ``route``'s range: its id and the partition server request."""
-        self._ids += 1
-        self.asked[self._ids] = (lo, hi)
-        return self._ids, {"op": "changes", "range": route.range["id"], "epoch": route.range["epoch"], "lo": lo,
-                           "hi": hi, "after": None if self.after is None else feed_cursor.to_wire(self.after),
-                           "upto": self.upto, "limit": self.limit, "close": True, "need": _max(self.need, self.high)}
+        return self.cover.ask(lo, hi), {
+            "op": "changes", "range": route.range["id"], "epoch": route.range["epoch"], "lo": lo, "hi": hi,
+            "after": None if self.after is None else feed_cursor.to_wire(self.after), "upto": self.upto,
+            "limit": self.limit, "close": True, "need": _max(self.need, self.high)}
 
     def failed(self, part: int) -> None:
         """Part ``part`` got no usable answer: it is a gap again."""
-        self.asked.pop(part, None)
+        self.cover.failed(part)
 
     def result(self) -> dict[str, Any]:
         """The page once :attr:`done` (:meth:`page`)."""
@@ -97,10 +79,8 @@ class ChangesWalk:
 
     def take(self, part: int, answer: dict) -> None:
         """Take part ``part``'s answer (a :class:`rangetable.messages.ChangesAnswer`)."""
-        span = self.asked.pop(part, None)
-        if span is None:
+        if self.cover.take(part) is None:
             return  # a part given up on meanwhile
-        self.answered.append(span)
         self.records.extend(answer["records"])
         frontier = int(answer["frontier"])
         self.upto = frontier if self.upto is None else min(self.upto, frontier)
