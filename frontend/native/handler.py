@@ -19,6 +19,7 @@ from dataclasses import replace
 from typing import Any, Protocol, TypeVar
 
 from frontend.changes import ChangesWalk
+from frontend.geo.write import SourceWrite
 from frontend.indexes.query import IndexQuery, is_index_token
 from frontend.indexes.write import IndexWrite
 from frontend.routing import MapCache, QueryCursor, Route, token_to_key
@@ -92,6 +93,9 @@ class Driver(Protocol):
 _T = TypeVar("_T")
 
 
+PARTS = ("changes", "index_write", "source_write")  # requests asked of many ranges at once, part by part
+
+
 def internal(p: Pending) -> bool:
     """True for a request of this process itself (an index's applier), never a client's: it has no client
     identity and says so."""
@@ -136,6 +140,8 @@ class Handler:
             self._changes(p)
         elif op == "index_write":
             self._index_write(p)
+        elif op == "source_write":
+            self._source_write(p)
         elif op == "explain":
             self._explain(p)
         elif op in COORDINATOR_OPS:
@@ -488,12 +494,32 @@ class Handler:
             w.sent(part, body)
             self.fe.send_ps(p, route.endpoint, body, ("index_write", part))  # type: ignore[arg-type]
 
+    def _source_write(self, p: Pending) -> None:
+        """A page of a source cluster's changes, to every range of a secondary table (:mod:`frontend.geo.write`);
+        only from this process's own applier."""
+        if not internal(p):
+            raise TableError("InvalidInput", "unknown op 'source_write'")
+        w: SourceWrite | None = p.state
+        if w is None:
+            w = p.state = SourceWrite.from_request(p.req)
+            if not self.fe.cache.has_table(w.table):
+                raise TableError("TableNotFound", f"the secondary table {w.table} is not in the map")
+        if w.done:
+            self.fe.reply_ok(p, w.result())
+            return
+        for route, lo, hi in w.segments(self.fe.cache):  # every range at once
+            if route.endpoint is None:
+                self.fe.retry_later(p, f"range {route.range['id']} has no serving primary")
+                return
+            part, body = w.ask(route, lo, hi)
+            self.fe.send_ps(p, route.endpoint, body, ("source_write", part))
+
     def abandon(self, p: Pending, step: Any) -> None:
         """The driver gave up on a sub-request of ``p`` (no answer in time, or its server left the map) and
         will run ``p`` again: a change-feed part becomes a gap to ask again, an index write's part is asked again."""
         if not isinstance(step, tuple):
             return
-        if step[0] in ("changes", "index_write") and isinstance(p.state, ChangesWalk | IndexWrite):
+        if step[0] in PARTS and isinstance(p.state, ChangesWalk | IndexWrite | SourceWrite):
             p.state.failed(step[1])
         elif step[0] == "ixq" and isinstance(p.state, IndexQuery):
             p.state.lost(step)
@@ -509,7 +535,7 @@ class Handler:
     def answer(self, p: Pending, step: Any, reply: dict, raw: bytes) -> None:
         """Take the answer to a sub-request."""
         err = reply.get("error") if isinstance(reply, dict) else None
-        if isinstance(step, tuple) and (step[0] == "changes" or step[0] == "index_write"):
+        if isinstance(step, tuple) and step[0] in PARTS:
             self._part_answer(p, step[1], reply, raw, err)
             return
         if isinstance(step, tuple) and step[0] == "ixq":
@@ -535,10 +561,11 @@ class Handler:
                 self.run(p)
 
     def _part_answer(self, p: Pending, part: int, reply: dict, raw: bytes, err: dict | None) -> None:
-        """One range's part of a request asked of every range at once — a change-feed page (:class:`ChangesWalk`)
-        or an index write (:class:`IndexWrite`): its result once every part is in; a part that must be asked
-        again (the range moved, split, is busy) is asked by the map of then."""
-        parts: ChangesWalk | IndexWrite = p.state
+        """One range's part of a request asked of every range at once — a change-feed page (:class:`ChangesWalk`),
+        an index write (:class:`IndexWrite`) or a secondary's write of its source's changes (:class:`SourceWrite`):
+        its result once every part is in; a part that must be asked again (the range moved, split, is busy) is
+        asked by the map of then."""
+        parts: ChangesWalk | IndexWrite | SourceWrite = p.state
         if err is not None:
             if err.get("code") not in RETRY_CODES:
                 self.fe.reply(p, raw)

@@ -333,3 +333,78 @@ def test_source_apply_refuses_records_out_of_order_or_past_the_position(tmp_path
     assert exc.value.error_code == "InvalidInput"
     src.close()
     dst.close()
+
+
+# --- the frontend's write of a page into every range of a secondary table --------------------------------
+
+
+def _map(lows: list[str], version: int):  # type: ignore[no-untyped-def]
+    from frontend.routing import MapCache
+
+    cache = MapCache()
+    highs = lows[1:] + [None]
+    cache.apply({"version": version, "tables": ["t"], "servers": {"s1": "tcp://a"},
+                 "ranges": [{"id": f"r{version}-{i}", "table": "t", "low": lo, "high": hi, "epoch": 1, "primary": "s1"}
+                            for i, (lo, hi) in enumerate(zip(lows, highs, strict=True))]})
+    return cache
+
+
+def test_a_page_reaches_every_range_and_a_failed_part_is_cut_again_by_the_new_map(tmp_path: Path) -> None:
+    """The frontend's source_write: each range gets its share of a page and the page's position (a range the
+    page did not touch too), a part that failed is cut again by the map of then (here: its range split), and
+    the table then reads at the page's frontier exactly as the source stood there."""
+    from frontend.geo.write import SourceWrite
+    from partition_server import data_requests as dr
+    from rangetable.keys import range_bounds
+
+    src = _source(tmp_path)
+    states = _history(src, random.Random(11), 80)
+    page = src.read_changes(None, b"", None, 100_000)
+    frontier = page.frontier
+    w = SourceWrite.from_request({"table": "t", "claim": 1, "records": page.records, "pos": [frontier, b"\xff"]})
+    stores: dict[str, RangeStore] = {}
+
+    def serve(route, body: dict) -> dict:  # type: ignore[no-untyped-def]  # a partition server's answer
+        rid = route.range["id"]
+        store = stores.setdefault(rid, RangeStore.open(tmp_path / rid))
+        lo, hi = range_bounds(route.range["low"], route.range["high"])
+        from partition_server.served import Served
+
+        return dr.source_apply(Served(dict(route.range), store, lo=lo, hi=hi), body, 1.0)  # type: ignore[arg-type]
+
+    first = [(route, *w.ask(route, lo, hi)) for route, lo, hi in w.segments(_map(["", "pz", "q"], 1))]
+    assert [b["records"] == [] for _, _, b in first] == [False, True, False]  # "pz" holds none: a mark alone
+    assert all(b["pos"] == [frontier, b"\xff"] and b["op"] == "source_apply" for _, _, b in first)
+    (r0, a, body_a), (r1, b, body_b), (r2, c, body_c) = first
+    w.take(a, serve(r0, body_a))
+    w.take(b, serve(r1, body_b))
+    w.failed(c)  # "q.." split meanwhile: asked again by the new map
+    assert not w.done and not w.asked
+    again = [(route, *w.ask(route, lo, hi)) for route, lo, hi in w.segments(_map(["", "pz", "q", "q5"], 2))]
+    assert [(b["range"], len(b["records"]) > 0) for _, _, b in again] == [("r2-2", True), ("r2-3", False)]
+    for route, part, body in again:
+        w.take(part, serve(route, body))
+    w.take(c, {"applied": 99})  # a late answer to the part given up on: not counted
+    assert w.done and w.result() == {"applied": len(page.records)}
+    spans = {"r1-0": (b"", b"pz"), "r1-1": (b"pz", b"q"), "r2-2": (b"q", b"q5"), "r2-3": (b"q5", None)}
+    for ts, state in states:  # every range holds every change at or below the frontier: reads at any cut there
+        got: dict = {}
+        for rid, (lo, hi) in spans.items():
+            got.update(_state(stores[rid], ts, lo, hi))
+        assert got == state
+    assert {s.source_state()[1] for s in stores.values()} == {(frontier, b"\xff")}
+    for s in stores.values():
+        s.close()
+    src.close()
+
+
+def test_a_source_write_that_is_not_one_is_refused() -> None:
+    from frontend.geo.write import SourceWrite
+
+    for req in ({"table": "t", "claim": "1", "records": [], "pos": [1, b"\xff"]},
+                {"table": "t", "claim": 1, "records": [], "pos": [1, "x"]},
+                {"table": "t", "claim": 1, "records": [[1, "k", "insert", None, None]], "pos": [1, b"\xff"]},
+                {"claim": 1, "records": [], "pos": [1, b"\xff"]}):
+        with pytest.raises(TableError) as exc:
+            SourceWrite.from_request(req)
+        assert exc.value.error_code == "InvalidInput"
