@@ -339,14 +339,9 @@ def test_source_apply_refuses_records_out_of_order_or_past_the_position(tmp_path
 
 
 def _map(lows: list[str], version: int):  # type: ignore[no-untyped-def]
-    from frontend.routing import MapCache
+    from tests.unit.map_helpers import one_table_map
 
-    cache = MapCache()
-    highs = lows[1:] + [None]
-    cache.apply({"version": version, "tables": ["t"], "servers": {"s1": "tcp://a"},
-                 "ranges": [{"id": f"r{version}-{i}", "table": "t", "low": lo, "high": hi, "epoch": 1, "primary": "s1"}
-                            for i, (lo, hi) in enumerate(zip(lows, highs, strict=True))]})
-    return cache
+    return one_table_map("t", lows, version)
 
 
 def test_a_page_reaches_every_range_and_a_failed_part_is_cut_again_by_the_new_map(tmp_path: Path) -> None:

@@ -12,15 +12,11 @@ from frontend.routing import MapCache
 from rangetable.edm import STRING
 from rangetable.errors import TableError
 from rangetable.keys import encode_key
+from tests.unit.map_helpers import one_table_map
 
 
 def _map(lows: list[str], version: int) -> MapCache:
-    cache = MapCache()
-    highs = lows[1:] + [None]
-    cache.apply({"version": version, "tables": ["t$ix"], "servers": {"s1": "tcp://a"},
-                 "ranges": [{"id": f"r{version}-{i}", "table": "t$ix", "low": lo, "high": hi, "epoch": 1, "primary": "s1"}
-                            for i, (lo, hi) in enumerate(zip(lows, highs, strict=True))]})
-    return cache
+    return one_table_map("t$ix", lows, version)
 
 
 def _k(pk: str) -> bytes:
