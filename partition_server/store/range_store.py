@@ -611,7 +611,7 @@ class RangeStore:
         ``value`` the source's stored value, None after a delete or an expiry) in one batch with an undo record
         each (:mod:`.cut`), this range's feed records (the source's, Timestamps kept) and ``META_SOURCE`` at
         ``pos``: the position through which the range now holds every change of its span (at or after the last
-        record's; ``(R, b"\xff")`` for all of Timestamp R). A record at or below the stored position was
+        record's; ``(R, b"\\xff")`` for all of Timestamp R). A record at or below the stored position was
         applied already and is skipped, so an applier that resumes from an older cursor, or regroups its
         batches, never applies a change twice. SourceFenced under a claim lower than the range's; a higher one is
         kept, so the applier it replaced is fenced from then on. Returns how many records were applied."""
