@@ -15,7 +15,10 @@ Layout (all raw bytes, opened only through :func:`rangetable.kernel.storage.open
 * ``DROP_KEY`` → ``msgpack([lo, hi])`` after ``split(compact=False)``: the span deleted but not yet
   compacted (disk space is freed by :meth:`RangeStore.compact_pending`);
 * while the table has a TTL, the expiry index (:mod:`partition_server.store.expiry`): one entry per write,
-  in Timestamp order, and ``MARK_KEY``. Expired entities read as absent everywhere (:meth:`RangeStore.set_ttl`).
+  in Timestamp order, and ``MARK_KEY``. Expired entities read as absent everywhere (:meth:`RangeStore.set_ttl`);
+* in a range of a secondary cluster, an undo record per change applied from the source (for reads at a cut,
+  :mod:`partition_server.store.cut`) and ``META_SOURCE`` → ``msgpack([claim, position])`` of its applier
+  (:meth:`RangeStore.apply_source`).
 
 Every write is one WriteBatch that carries the entity change, the new ``META_TS``, the new counts and any
 request record, so Timestamps stay strictly increasing across restarts and retries stay exactly-once.
