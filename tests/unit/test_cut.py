@@ -17,6 +17,7 @@ from partition_server.store.range_store import RangeStore
 from rangetable.errors import TableError
 from rangetable.keys import encode_key
 from tests.unit.range_store_helpers import P
+from tests.unit.source_helpers import history, read_state, records_of, source_store
 
 # --- the merge of entities and undo records, on its own ---------------------------------------------
 
@@ -54,52 +55,14 @@ def test_the_version_at_a_cut_is_the_undo_record_of_the_first_change_after_it() 
 # --- a secondary range fed from a real source range's feed --------------------------------------------
 
 
-def _source(tmp_path: Path, name: str = "src") -> RangeStore:
-    s = RangeStore.open(tmp_path / name)
-    s.set_feed(True)
-    return s
-
-
-def _state(store: RangeStore, at: int | None = None, lo: bytes = b"",
-           hi: bytes | None = None) -> dict[tuple[str, str], tuple[int, dict]]:
-    entities, _ = store.scan(lo, hi, limit=100_000, at=at)
-    return {(e.pk, e.rk): (e.ts, e.props) for e in entities}
-
-
-def _history(src: RangeStore, rng: random.Random, n: int) -> list[tuple[int, dict]]:
-    """``n`` random writes and transactions on ``src``; the source's whole state after each (by Timestamp)."""
-    states: list[tuple[int, dict]] = [(0, {})]
-    for i in range(n):
-        rk = rng.choice("abcdefgh")
-        roll = rng.random()
-        try:
-            if roll < 0.15:  # a transaction: one Timestamp for several entities
-                rks = rng.sample("abcdefgh", 3)
-                src.batch([{"op": "insert_or_merge", "pk": "p", "rk": r, "props": P(v=i, t=r)} for r in rks])
-            elif roll < 0.35:
-                src.write({"op": "delete", "pk": "p", "rk": rk})
-            elif roll < 0.65:
-                src.write({"op": "insert_or_merge", "pk": rng.choice("pq"), "rk": rk, "props": P(m=i)})
-            else:
-                src.write({"op": "insert_or_replace", "pk": rng.choice("pq"), "rk": rk, "props": P(v=i)})
-        except TableError:  # a delete of an absent entity: no change, no record
-            continue
-        states.append((src.last_ts, _state(src)))
-    return states
-
-
-def _records(src: RangeStore) -> list[list]:
-    return src.read_changes(None, b"", None, 100_000).records
-
-
 def test_every_cut_reads_exactly_the_source_state_at_it(tmp_path: Path) -> None:
-    src, dst = _source(tmp_path), _source(tmp_path, "dst")  # the secondary's feed on, as its table's is
-    states = _history(src, random.Random(1), 150)
-    records = _records(src)
+    src, dst = source_store(tmp_path), source_store(tmp_path, "dst")  # the secondary's feed on, as its table's is
+    states = history(src, random.Random(1), 150)
+    records = records_of(src)
     assert dst.apply_source(records, 1, (records[-1][0], records[-1][1])) == len(records)
-    assert _state(dst) == _state(src)
+    assert read_state(dst) == read_state(src)
     for ts, state in states:
-        assert _state(dst, at=ts) == state, ts
+        assert read_state(dst, at=ts) == state, ts
         for pk in "pq":
             for rk in "abcdefgh":
                 e = dst.get_at(pk, rk, ts)
@@ -123,10 +86,10 @@ def test_an_applier_that_resumes_from_older_cursors_and_regroups_applies_each_ch
     """Records re-sent (a crash before the cursor was saved, a second applier racing the first) are skipped by
     position, one by one, however the batches are cut: the state and every cut read stay the source's."""
     tmp = tmp_path_factory.mktemp("resume")
-    src, dst = _source(tmp), RangeStore.open(tmp / "dst")
+    src, dst = source_store(tmp), RangeStore.open(tmp / "dst")
     rng = random.Random(seed)
-    states = _history(src, rng, 60)
-    records = _records(src)
+    states = history(src, rng, 60)
+    records = records_of(src)
     done = 0
     for c in cuts:  # each batch starts before the last one ended (up to 10 records again), ends at c records
         start = max(0, min(done, c) - rng.randint(0, 10))
@@ -136,31 +99,31 @@ def test_an_applier_that_resumes_from_older_cursors_and_regroups_applies_each_ch
             dst.apply_source(batch, 1, (batch[-1][0], batch[-1][1]))
             done = max(done, end)
     dst.apply_source(records, 1, (records[-1][0], records[-1][1]))  # the rest, with all of it again
-    assert _state(dst) == _state(src)
+    assert read_state(dst) == read_state(src)
     for ts, state in states:
-        assert _state(dst, at=ts) == state
+        assert read_state(dst, at=ts) == state
     src.close()
     dst.close()
 
 
 def test_a_transaction_is_all_or_nothing_at_every_cut(tmp_path: Path) -> None:
-    src, dst = _source(tmp_path), RangeStore.open(tmp_path / "dst")
+    src, dst = source_store(tmp_path), RangeStore.open(tmp_path / "dst")
     src.write({"op": "insert", "pk": "p", "rk": "a", "props": P(v=0)})
     ts = src.batch([{"op": "insert_or_replace", "pk": "p", "rk": r, "props": P(v=1)} for r in "abc"],
                    answer="timestamp")
-    records = _records(src)
+    records = records_of(src)
     dst.apply_source(records, 1, (records[-1][0], records[-1][1]))
-    before, after = _state(dst, at=ts - 1), _state(dst, at=ts)
+    before, after = read_state(dst, at=ts - 1), read_state(dst, at=ts)
     assert sorted(before) == [("p", "a")] and before[("p", "a")][1] == P(v=0)
     assert sorted(after) == [("p", "a"), ("p", "b"), ("p", "c")] and {v[0] for v in after.values()} == {ts}
     src.close()
     dst.close()
 
 
-def test_a_lower_claim_is_fenced_and_a_position_mark_advances_without_records(tmp_path: Path) -> None:
-    src, dst = _source(tmp_path), RangeStore.open(tmp_path / "dst")
+def test_a_lower_claim_is_fenced_and_a_position_mark_advances_withoutrecords_of(tmp_path: Path) -> None:
+    src, dst = source_store(tmp_path), RangeStore.open(tmp_path / "dst")
     src.write({"op": "insert", "pk": "p", "rk": "a", "props": P(v=0)})
-    records = _records(src)
+    records = records_of(src)
     assert dst.apply_source(records, 2, (records[-1][0], records[-1][1])) == 1
     with pytest.raises(TableError) as exc:
         dst.apply_source(records, 1, (records[-1][0], records[-1][1]))
@@ -175,9 +138,9 @@ def test_a_lower_claim_is_fenced_and_a_position_mark_advances_without_records(tm
 
 
 def test_trimmed_undo_records_leave_every_later_cut_right(tmp_path: Path) -> None:
-    src, dst = _source(tmp_path), RangeStore.open(tmp_path / "dst")
-    states = _history(src, random.Random(7), 80)
-    records = _records(src)
+    src, dst = source_store(tmp_path), RangeStore.open(tmp_path / "dst")
+    states = history(src, random.Random(7), 80)
+    records = records_of(src)
     dst.apply_source(records, 1, (records[-1][0], records[-1][1]))
     mid = states[len(states) // 2][0]
     held = len(list(cut.items(dst._db, b"", None)))
@@ -189,15 +152,15 @@ def test_trimmed_undo_records_leave_every_later_cut_right(tmp_path: Path) -> Non
     assert len(list(cut.items(dst._db, b"", None))) == held - gone
     for ts, state in states:
         if ts >= mid:
-            assert _state(dst, at=ts) == state
+            assert read_state(dst, at=ts) == state
     src.close()
     dst.close()
 
 
 def test_split_halves_read_their_own_span_at_a_cut_and_a_merge_keeps_the_lower_position(tmp_path: Path) -> None:
-    src, dst = _source(tmp_path), RangeStore.open(tmp_path / "dst")
-    states = _history(src, random.Random(3), 100)
-    records = _records(src)
+    src, dst = source_store(tmp_path), RangeStore.open(tmp_path / "dst")
+    states = history(src, random.Random(3), 100)
+    records = records_of(src)
     half = len(records) // 2
     dst.apply_source(records[:half], 1, (records[half - 1][0], records[half - 1][1]))
     dst.split("q", tmp_path / "l", tmp_path / "r")
@@ -207,15 +170,15 @@ def test_split_halves_read_their_own_span_at_a_cut_and_a_merge_keeps_the_lower_p
         h.apply_source(records[half - 3:half] + mine, 1, (records[-1][0], records[-1][1]))  # a few again
     right.apply_source([], 1, (records[-1][0] + 5, b"\xff"))  # right is further along
     for ts, state in states:  # each half keeps every undo record, and reads only its own span (as the feed's)
-        assert _state(left, ts, b"", b"q") == {k: v for k, v in state.items() if k[0] < "q"}
-        assert _state(right, ts, b"q") == {k: v for k, v in state.items() if k[0] >= "q"}
+        assert read_state(left, ts, b"", b"q") == {k: v for k, v in state.items() if k[0] < "q"}
+        assert read_state(right, ts, b"q") == {k: v for k, v in state.items() if k[0] >= "q"}
     left.close()
     right.close()
     RangeStore.merge(tmp_path / "l", tmp_path / "r", tmp_path / "m")
     merged = RangeStore.open(tmp_path / "m")
     assert merged.source_state() == (1, (records[-1][0], records[-1][1]))  # the lower of the two
     for ts, state in states:
-        assert _state(merged, at=ts) == state
+        assert read_state(merged, at=ts) == state
     merged.close()
     src.close()
     dst.close()
@@ -227,20 +190,20 @@ def test_expired_entities_stay_hidden_at_every_cut(tmp_path: Path) -> None:
     src.set_feed(True)
     dst = RangeStore.open(tmp_path / "dst", clock=lambda: now[0])
     src.write({"op": "insert", "pk": "p", "rk": "a", "props": P(v=0)})
-    records = _records(src)
+    records = records_of(src)
     dst.apply_source(records, 1, (records[-1][0], records[-1][1]))
     assert dst.get_at("p", "a", records[-1][0]) is not None
     dst.set_ttl(10_000_000)  # one second
     now[0] += 20_000_000
-    assert dst.get_at("p", "a", records[-1][0]) is None and _state(dst, at=records[-1][0]) == {}
+    assert dst.get_at("p", "a", records[-1][0]) is None and read_state(dst, at=records[-1][0]) == {}
     src.close()
     dst.close()
 
 
 def test_stored_values_are_the_sources_bytes(tmp_path: Path) -> None:
-    src, dst = _source(tmp_path), RangeStore.open(tmp_path / "dst")
+    src, dst = source_store(tmp_path), RangeStore.open(tmp_path / "dst")
     src.write({"op": "insert", "pk": "p", "rk": "a", "props": P(v=0, s="x")})
-    records = _records(src)
+    records = records_of(src)
     dst.apply_source(records, 1, (records[-1][0], records[-1][1]))
     key = encode_key("p", "a")
     assert dst.get_raw(key) == src.get_raw(key) and msgpack.unpackb(dst.get_raw(key))[1] == P(v=0, s="x")
@@ -263,11 +226,11 @@ def test_source_apply_and_reads_at_a_cut_through_the_servers_requests(tmp_path: 
     from partition_server import data_requests as dr
     from rangetable import protocol
 
-    src, dst = _source(tmp_path), RangeStore.open(tmp_path / "dst")
+    src, dst = source_store(tmp_path), RangeStore.open(tmp_path / "dst")
     src.write({"op": "insert", "pk": "p", "rk": "a", "props": P(v=1)})
     t1 = src.last_ts
     src.write({"op": "insert_or_replace", "pk": "p", "rk": "a", "props": P(v=2, w=3)})
-    records = _records(src)
+    records = records_of(src)
     served = _served(dst)
     req = {"op": "source_apply", "range": "r1", "epoch": 1, "records": records, "claim": 1,
            "pos": [records[-1][0], records[-1][1]]}
@@ -301,9 +264,9 @@ def test_source_apply_and_reads_at_a_cut_through_the_servers_requests(tmp_path: 
 def test_source_apply_refuses_what_is_not_a_record_of_its_range(tmp_path: Path, change, code: str) -> None:  # type: ignore[no-untyped-def]
     from partition_server import data_requests as dr
 
-    src, dst = _source(tmp_path), RangeStore.open(tmp_path / "dst")
+    src, dst = source_store(tmp_path), RangeStore.open(tmp_path / "dst")
     src.write({"op": "insert", "pk": "p", "rk": "a", "props": P(v=1)})
-    records = _records(src)
+    records = records_of(src)
     change(records[0])
     with pytest.raises(TableError) as exc:
         dr.source_apply(_served(dst, "a", "q"), {"op": "source_apply", "range": "r1", "epoch": 1,  # type: ignore[arg-type]
@@ -317,10 +280,10 @@ def test_source_apply_refuses_what_is_not_a_record_of_its_range(tmp_path: Path, 
 def test_source_apply_refuses_records_out_of_order_or_past_the_position(tmp_path: Path) -> None:
     from partition_server import data_requests as dr
 
-    src, dst = _source(tmp_path), RangeStore.open(tmp_path / "dst")
+    src, dst = source_store(tmp_path), RangeStore.open(tmp_path / "dst")
     src.write({"op": "insert", "pk": "p", "rk": "a", "props": P(v=1)})
     src.write({"op": "insert", "pk": "p", "rk": "b", "props": P(v=1)})
-    records = _records(src)
+    records = records_of(src)
     for recs, pos in ((records[::-1], [2**62, b"\xff"]), (records, [records[0][0], records[0][1]]),
                       (records, None), ("x", [1, b"a"])):
         with pytest.raises(TableError) as exc:
@@ -333,73 +296,3 @@ def test_source_apply_refuses_records_out_of_order_or_past_the_position(tmp_path
     assert exc.value.error_code == "InvalidInput"
     src.close()
     dst.close()
-
-
-# --- the frontend's write of a page into every range of a secondary table --------------------------------
-
-
-def _map(lows: list[str], version: int):  # type: ignore[no-untyped-def]
-    from tests.unit.map_helpers import one_table_map
-
-    return one_table_map("t", lows, version)
-
-
-def test_a_page_reaches_every_range_and_a_failed_part_is_cut_again_by_the_new_map(tmp_path: Path) -> None:
-    """The frontend's source_write: each range gets its share of a page and the page's position (a range the
-    page did not touch too), a part that failed is cut again by the map of then (here: its range split), and
-    the table then reads at the page's frontier exactly as the source stood there."""
-    from frontend.geo.write import SourceWrite
-    from partition_server import data_requests as dr
-    from rangetable.keys import range_bounds
-
-    src = _source(tmp_path)
-    states = _history(src, random.Random(11), 80)
-    page = src.read_changes(None, b"", None, 100_000)
-    frontier = page.frontier
-    w = SourceWrite.from_request({"table": "t", "claim": 1, "records": page.records, "pos": [frontier, b"\xff"]})
-    stores: dict[str, RangeStore] = {}
-
-    def serve(route, body: dict) -> dict:  # type: ignore[no-untyped-def]  # a partition server's answer
-        rid = route.range["id"]
-        store = stores.setdefault(rid, RangeStore.open(tmp_path / rid))
-        lo, hi = range_bounds(route.range["low"], route.range["high"])
-        from partition_server.served import Served
-
-        return dr.source_apply(Served(dict(route.range), store, lo=lo, hi=hi), body, 1.0)  # type: ignore[arg-type]
-
-    first = [(route, *w.ask(route, lo, hi)) for route, lo, hi in w.segments(_map(["", "pz", "q"], 1))]
-    assert [b["records"] == [] for _, _, b in first] == [False, True, False]  # "pz" holds none: a mark alone
-    assert all(b["pos"] == [frontier, b"\xff"] and b["op"] == "source_apply" for _, _, b in first)
-    (r0, a, body_a), (r1, b, body_b), (r2, c, body_c) = first
-    w.take(a, serve(r0, body_a))
-    w.take(b, serve(r1, body_b))
-    w.failed(c)  # "q.." split meanwhile: asked again by the new map
-    assert not w.done and not w.asked
-    again = [(route, *w.ask(route, lo, hi)) for route, lo, hi in w.segments(_map(["", "pz", "q", "q5"], 2))]
-    assert [(b["range"], len(b["records"]) > 0) for _, _, b in again] == [("r2-2", True), ("r2-3", False)]
-    for route, part, body in again:
-        w.take(part, serve(route, body))
-    w.take(c, {"applied": 99})  # a late answer to the part given up on: not counted
-    assert w.done and w.result() == {"applied": len(page.records)}
-    spans = {"r1-0": (b"", b"pz"), "r1-1": (b"pz", b"q"), "r2-2": (b"q", b"q5"), "r2-3": (b"q5", None)}
-    for ts, state in states:  # every range holds every change at or below the frontier: reads at any cut there
-        got: dict = {}
-        for rid, (lo, hi) in spans.items():
-            got.update(_state(stores[rid], ts, lo, hi))
-        assert got == state
-    assert {s.source_state()[1] for s in stores.values()} == {(frontier, b"\xff")}
-    for s in stores.values():
-        s.close()
-    src.close()
-
-
-def test_a_source_write_that_is_not_one_is_refused() -> None:
-    from frontend.geo.write import SourceWrite
-
-    for req in ({"table": "t", "claim": "1", "records": [], "pos": [1, b"\xff"]},
-                {"table": "t", "claim": 1, "records": [], "pos": [1, "x"]},
-                {"table": "t", "claim": 1, "records": [[1, "k", "insert", None, None]], "pos": [1, b"\xff"]},
-                {"claim": 1, "records": [], "pos": [1, b"\xff"]}):
-        with pytest.raises(TableError) as exc:
-            SourceWrite.from_request(req)
-        assert exc.value.error_code == "InvalidInput"

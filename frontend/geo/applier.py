@@ -1,0 +1,104 @@
+"""The applier of a secondary table: it keeps the table in step with its source table's change feed
+(``docs/geo.md``, issue 35).
+
+One applier per secondary table runs at a time, in a frontend of the secondary cluster: the one holding the
+table's claim, which the secondary's coordinator grants and numbers above every earlier grant (as it does an
+index's: :mod:`frontend.indexes.applier`); the number goes with every write as a fencing token, so an applier
+that lost its claim and still runs writes nothing (``SourceFenced``). Each turn:
+
+1. reads the page of the source table's feed after the cursor (the source cluster's native client, with the
+   source's client key): records in position order and a cursor ``(F, after every key)`` — every change at or
+   below the page's frontier ``F`` is in this page or an earlier one;
+2. writes the page into every range of the secondary table (``source_write``: :mod:`frontend.geo.write`),
+   each range its share and the position ``(F, b"\\xff")``;
+3. publishes ``F`` as the table's cut ``T`` to the secondary's coordinator, with the lag behind the source's
+   clock: every read of the table is then answered at ``T``.
+
+It resumes from the cut last published: at or below every range's own position, so the records a range holds
+already are skipped, one by one (``RangeStore.apply_source``). Nothing here touches a socket: the source and the
+secondary are what :class:`Source` and :class:`Secondary` say; the frontend gives the real ones.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import NamedTuple, Protocol
+
+from rangetable import feed_cursor
+from rangetable.edm import TICKS_PER_SECOND, now_ticks
+
+TOP = 1000  # records asked per page of the source's feed
+MARK = b"\xff"  # a position's key after every entity key: all changes of its Timestamp
+
+
+class SourcePage(NamedTuple):
+    """A page of the source table's feed: records ``[ts, key, kind, value, before]`` in position order, the
+    cursor after them, and the source table's resolved Timestamp when the page reached the live edge."""
+
+    records: list[list]
+    cursor: str
+    resolved: int | None
+
+
+class Source(Protocol):
+    """The source cluster, as an applier reads it."""
+
+    async def page(self, table: str, cursor: str | None, top: int) -> SourcePage:
+        """The page of ``table``'s feed after ``cursor`` (None: from the oldest change kept); FeedTrimmed when
+        the source no longer holds the changes after it."""
+
+
+class Secondary(Protocol):
+    """The secondary cluster, as an applier writes it."""
+
+    async def claim(self, table: str) -> tuple[int, int | None]:
+        """Take or renew the table's claim: (its number, the cut published so far or None); LostClaim when
+        another holder has it."""
+
+    async def write(self, table: str, claim: int, records: list[list], pos: list) -> int:
+        """Write a page into every range of the table (``source_write``); how many records the ranges applied."""
+
+    async def publish(self, table: str, claim: int, cut: int, lag_s: float) -> None:
+        """Make ``cut`` the table's cut (never lower than the one before) and report the lag."""
+
+
+def frontier(cursor: str) -> int:
+    """The Timestamp at or below which every change is in the pages before ``cursor``."""
+    ts, key = feed_cursor.decode(cursor)
+    return ts if key is None else ts - 1
+
+
+class TableApplier:
+    """Keeps one secondary table in step with its source table while this process holds its claim."""
+
+    def __init__(self, table: str, source: Source, secondary: Secondary,
+                 clock: Callable[[], int] = now_ticks) -> None:
+        self.table = table
+        self.source = source
+        self.secondary = secondary
+        self.clock = clock
+        self.claim = 0
+        self.cursor: str | None = None
+        self.cut: int | None = None
+        self.lag_s: float | None = None  # the source's clock less the cut, at the last publish
+        self.applied = 0  # records applied since this applier started
+
+    async def start(self) -> None:
+        """Take the claim and resume from the cut last published (from the beginning of the source's feed for a
+        table never applied)."""
+        self.claim, cut = await self.secondary.claim(self.table)
+        self.cut = cut
+        self.cursor = None if cut is None else feed_cursor.encode((cut, None))
+
+    async def step(self) -> SourcePage:
+        """One turn: read a page, write it into every range, publish its frontier as the cut. Returns the page
+        (its ``resolved`` says whether it reached the live edge)."""
+        page = await self.source.page(self.table, self.cursor, TOP)
+        top = frontier(page.cursor)
+        self.applied += await self.secondary.write(self.table, self.claim, page.records, [top, MARK])
+        self.lag_s = max(0.0, (self.clock() - top) / TICKS_PER_SECOND)
+        if self.cut is None or top > self.cut:
+            await self.secondary.publish(self.table, self.claim, top, self.lag_s)
+            self.cut = top
+        self.cursor = page.cursor
+        return page

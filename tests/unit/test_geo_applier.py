@@ -1,0 +1,193 @@
+"""A secondary table's applier (``frontend/geo``): the frontend's write of a page of the source's changes into every
+range of the table, and the applier that reads the source's feed page by page and publishes the table's cut.
+Real stores behind fake sockets; no processes."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import pytest
+
+from partition_server.store.range_store import RangeStore
+from rangetable.errors import TableError
+from tests.unit.source_helpers import history, read_state, records_of, source_store
+
+# --- the frontend's write of a page into every range of a secondary table --------------------------------
+
+
+def _map(lows: list[str], version: int):  # type: ignore[no-untyped-def]
+    from tests.unit.map_helpers import one_table_map
+
+    return one_table_map("t", lows, version)
+
+
+def test_a_page_reaches_every_range_and_a_failed_part_is_cut_again_by_the_new_map(tmp_path: Path) -> None:
+    """The frontend's source_write: each range gets its share of a page and the page's position (a range the
+    page did not touch too), a part that failed is cut again by the map of then (here: its range split), and
+    the table then reads at the page's frontier exactly as the source stood there."""
+    from frontend.geo.write import SourceWrite
+    from partition_server import data_requests as dr
+    from rangetable.keys import range_bounds
+
+    src = source_store(tmp_path)
+    states = history(src, random.Random(11), 80)
+    page = src.read_changes(None, b"", None, 100_000)
+    frontier = page.frontier
+    w = SourceWrite.from_request({"table": "t", "claim": 1, "records": page.records, "pos": [frontier, b"\xff"]})
+    stores: dict[str, RangeStore] = {}
+
+    def serve(route, body: dict) -> dict:  # type: ignore[no-untyped-def]  # a partition server's answer
+        rid = route.range["id"]
+        store = stores.setdefault(rid, RangeStore.open(tmp_path / rid))
+        lo, hi = range_bounds(route.range["low"], route.range["high"])
+        from partition_server.served import Served
+
+        return dr.source_apply(Served(dict(route.range), store, lo=lo, hi=hi), body, 1.0)  # type: ignore[arg-type]
+
+    first = [(route, *w.ask(route, lo, hi)) for route, lo, hi in w.segments(_map(["", "pz", "q"], 1))]
+    assert [b["records"] == [] for _, _, b in first] == [False, True, False]  # "pz" holds none: a mark alone
+    assert all(b["pos"] == [frontier, b"\xff"] and b["op"] == "source_apply" for _, _, b in first)
+    (r0, a, body_a), (r1, b, body_b), (r2, c, body_c) = first
+    w.take(a, serve(r0, body_a))
+    w.take(b, serve(r1, body_b))
+    w.failed(c)  # "q.." split meanwhile: asked again by the new map
+    assert not w.done and not w.asked
+    again = [(route, *w.ask(route, lo, hi)) for route, lo, hi in w.segments(_map(["", "pz", "q", "q5"], 2))]
+    assert [(b["range"], len(b["records"]) > 0) for _, _, b in again] == [("r2-2", True), ("r2-3", False)]
+    for route, part, body in again:
+        w.take(part, serve(route, body))
+    w.take(c, {"applied": 99})  # a late answer to the part given up on: not counted
+    assert w.done and w.result() == {"applied": len(page.records)}
+    spans = {"r1-0": (b"", b"pz"), "r1-1": (b"pz", b"q"), "r2-2": (b"q", b"q5"), "r2-3": (b"q5", None)}
+    for ts, state in states:  # every range holds every change at or below the frontier: reads at any cut there
+        got: dict = {}
+        for rid, (lo, hi) in spans.items():
+            got.update(read_state(stores[rid], ts, lo, hi))
+        assert got == state
+    assert {s.source_state()[1] for s in stores.values()} == {(frontier, b"\xff")}
+    for s in stores.values():
+        s.close()
+    src.close()
+
+
+def test_a_source_write_that_is_not_one_is_refused() -> None:
+    from frontend.geo.write import SourceWrite
+
+    for req in ({"table": "t", "claim": "1", "records": [], "pos": [1, b"\xff"]},
+                {"table": "t", "claim": 1, "records": [], "pos": [1, "x"]},
+                {"table": "t", "claim": 1, "records": [[1, "k", "insert", None, None]], "pos": [1, b"\xff"]},
+                {"claim": 1, "records": [], "pos": [1, b"\xff"]}):
+        with pytest.raises(TableError) as exc:
+            SourceWrite.from_request(req)
+        assert exc.value.error_code == "InvalidInput"
+
+
+# --- the applier: pages of the source's feed into a secondary table, its cut published ---------------------
+
+
+class _Source:
+    """A source table of one range, read as the source cluster's frontend would answer (a page closes the range
+    when it reaches the live edge)."""
+
+    def __init__(self, store: RangeStore) -> None:
+        self.store = store
+
+    async def page(self, table: str, cursor: str | None, top: int):  # type: ignore[no-untyped-def]
+        from frontend.geo.applier import SourcePage
+        from rangetable import feed_cursor
+
+        after = None if cursor is None else feed_cursor.decode(cursor)
+        page = self.store.read_changes(after, b"", None, top, close=True)
+        return SourcePage(page.records, feed_cursor.encode((page.frontier, None)),
+                          None if page.more else page.frontier)
+
+
+class _Secondary:
+    """A secondary table of ranges on real stores, split at ``splits``; its claims and cut as its coordinator
+    would keep them."""
+
+    def __init__(self, root: Path, splits: list[str]) -> None:
+        from partition_server.served import Served
+        from rangetable.keys import range_bounds
+
+        lows = ["", *splits]
+        self.cache = _map(lows, 1)
+        self.served = {}
+        for i, (lo, hi) in enumerate(zip(lows, [*splits, None], strict=True)):
+            rid = f"r1-{i}"
+            b = range_bounds(lo, hi)
+            self.served[rid] = Served({"id": rid, "low": lo, "high": hi, "epoch": 1}, RangeStore.open(root / rid),
+                                      lo=b[0], hi=b[1])
+        self.claims = 0
+        self.cut: int | None = None
+        self.cuts: list[int] = []
+
+    async def claim(self, table: str) -> tuple[int, int | None]:
+        self.claims += 1
+        return self.claims, self.cut
+
+    async def write(self, table: str, claim: int, records: list[list], pos: list) -> int:
+        from frontend.geo.write import SourceWrite
+        from partition_server import data_requests as dr
+
+        w = SourceWrite.from_request({"table": table, "claim": claim, "records": records, "pos": pos})
+        for route, lo, hi in w.segments(self.cache):
+            part, body = w.ask(route, lo, hi)
+            w.take(part, dr.source_apply(self.served[route.range["id"]], body, 1.0))  # type: ignore[arg-type]
+        assert w.done
+        return w.result()["applied"]
+
+    async def publish(self, table: str, claim: int, cut: int, lag_s: float) -> None:
+        assert self.cut is None or cut > self.cut
+        self.cut = cut
+        self.cuts.append(cut)
+
+    def read_state(self, at: int) -> dict:
+        out: dict = {}
+        for s in self.served.values():
+            out.update(read_state(s.store, at, s.lo, s.hi))
+        return out
+
+    def close(self) -> None:
+        for s in self.served.values():
+            s.store.close()
+
+
+def test_the_applier_publishes_cuts_that_read_as_the_source_stood_and_a_successor_fences_it(tmp_path: Path) -> None:
+    import asyncio
+
+    from frontend.geo import applier as ga
+
+    src = source_store(tmp_path)
+    states = history(src, random.Random(5), 120)
+    sec = _Secondary(tmp_path, ["pm", "q"])
+
+    async def run() -> None:
+        a = ga.TableApplier("t", _Source(src), sec)  # type: ignore[arg-type]
+        await a.start()
+        ga.TOP = 7  # small pages: many cuts
+        try:
+            await a.step()
+            await a.step()
+            states.extend(history(src, random.Random(6), 40))  # the source goes on meanwhile
+            b = ga.TableApplier("t", _Source(src), sec)  # a successor (the first one paused): from the cut
+            await b.start()
+            assert b.claim == 2 and b.cursor is not None
+            while (await b.step()).resolved is None or b.cut != src.last_ts:
+                pass
+            with pytest.raises(TableError) as exc:  # the paused one wakes up: fenced
+                await a.step()
+            assert exc.value.error_code == "SourceFenced"
+            assert b.applied + a.applied == len(records_of(src))  # each change applied once, across both
+        finally:
+            ga.TOP = 1000
+
+    asyncio.run(run())
+    assert len(sec.cuts) > 10 and sec.cut == src.last_ts
+    by_ts = dict(states)
+    for t in sec.cuts:  # every cut published reads as the source stood at it
+        at_or_below = max(ts for ts in by_ts if ts <= t)
+        assert sec.read_state(t) == by_ts[at_or_below], t
+    sec.close()
+    src.close()
