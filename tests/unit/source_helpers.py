@@ -13,6 +13,7 @@ from tests.unit.range_store_helpers import P
 
 
 def source_store(tmp_path: Path, name: str = "src") -> RangeStore:
+    """A range store with its change feed on, in ``tmp_path / name``."""
     s = RangeStore.open(tmp_path / name)
     s.set_feed(True)
     return s
@@ -20,6 +21,7 @@ def source_store(tmp_path: Path, name: str = "src") -> RangeStore:
 
 def read_state(store: RangeStore, at: int | None = None, lo: bytes = b"",
            hi: bytes | None = None) -> dict[tuple[str, str], tuple[int, dict]]:
+    """(pk, rk) -> (Timestamp, props) of every entity of ``[lo, hi)`` in ``store``, now or as of the cut ``at``."""
     entities, _ = store.scan(lo, hi, limit=100_000, at=at)
     return {(e.pk, e.rk): (e.ts, e.props) for e in entities}
 
@@ -47,4 +49,5 @@ def history(src: RangeStore, rng: random.Random, n: int) -> list[tuple[int, dict
 
 
 def records_of(src: RangeStore) -> list[list]:
+    """Every record of ``src``'s feed, ``[ts, key, kind, value, before]`` in position order."""
     return src.read_changes(None, b"", None, 100_000).records
