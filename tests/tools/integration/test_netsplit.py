@@ -31,7 +31,6 @@ def _leftovers(token: str) -> list[str]:
 
 
 @pytest.mark.slow
-@pytest.mark.serial  # wall-clock bounds (an etcd leader's cut must stop writes for at most 1 s): alone, not beside 3 workers
 @pytest.mark.skipif(REASON is not None, reason=f"the netsplit drill cannot run here: {REASON}")
 def test_netsplit_drill_short_profile_passes_and_cleans_up(monkeypatch: pytest.MonkeyPatch) -> None:
     tokens = []
