@@ -88,9 +88,11 @@ class _Etcd:
 
     def __init__(self, term: int) -> None:
         self.term, self.down, self.calls = term, False, []  # type: ignore[var-annotated]
+        self.timeouts: list[float | None] = []
 
-    def keepalive(self, lease: int) -> int:
+    def keepalive(self, lease: int, timeout_s: float | None = None) -> int:
         self.calls.append("keepalive")
+        self.timeouts.append(timeout_s)
         if self.down:
             raise TableError("ServerBusy", "etcd did not answer")
         return 2
@@ -122,6 +124,7 @@ def test_the_loop_asks_whether_it_was_deposed_without_a_call_to_etcd() -> None:
     fake.down = True
     le.beat()  # etcd unreachable: not deposed until a whole TTL passes without a renewal
     assert not le.deposed() and fake.calls == ["keepalive"]
+    assert fake.timeouts == [le.ttl_s / 4]  # a keep-alive that meets an election is tried again within the TTL
     le._renewed -= le.ttl_s + 0.01
     assert le.deposed() and fake.calls == ["keepalive"]
 
