@@ -79,9 +79,8 @@ def early_lease(co: TakeoverHost) -> LeaseAnswer:
 
 
 def _beat(co: TakeoverHost) -> None:
-    """The leader's beat (what tells standbys it lives; with etcd also the check of the leader key) from a
-    thread of its own, so loading a large map or a long request in the loop does not look like a pause
-    (SIGSTOP stops this thread too), and a slow etcd never holds up the loop."""
+    """Beat for standbys from a thread of its own, so loading a large map or a long request in the
+    loop does not look like a pause (SIGSTOP stops this thread too)."""
     election = co.election()
     while not co.stopping:
         try:

@@ -191,8 +191,7 @@ class EtcdClient:
         res = self.call("lease/grant", {"TTL": str(ttl_s)})
         return int(res["ID"]), int(res.get("TTL", 0))
 
-    def keepalive(self, lease: int, timeout_s: float | None = None) -> int:
-        """Renew a lease (each member within ``timeout_s``, by default the client's); returns its TTL (0: it
-        had expired, and is gone)."""
-        res = self.call("lease/keepalive", {"ID": str(lease)}, timeout_s)
+    def keepalive(self, lease: int) -> int:
+        """Renew a lease; returns its TTL (0: it had expired, and is gone)."""
+        res = self.call("lease/keepalive", {"ID": str(lease)})
         return int(res.get("result", res).get("TTL", 0))

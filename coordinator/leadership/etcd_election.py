@@ -8,16 +8,11 @@ the lock on the data root (:mod:`coordinator.leadership.lock_election`), with th
 * **Liveness** is the lease: the leader keeps it alive every ``BEAT_S`` (the beat); a leader that
   dies or pauses stops renewing it, etcd deletes the leader key when its TTL runs out, and a
   standby wins the next term.
-* **Fencing.** A leader is deposed as soon as the leader key no longer names its term (read after
-  every keep-alive, on the beat's thread), or when no keep-alive got through for a whole TTL. Every
-  write to the meta store in etcd (:mod:`coordinator.meta.etcd_store`) is a transaction that compares
-  the term key, so a deposed leader's commit is refused by etcd itself.
-* **Nothing of this blocks the loop**: :meth:`EtcdLeadership.deposed`, which the loop asks on every
-  turn, reads the clock and what the beat found. It once read the leader key itself (every 50 ms):
-  while etcd elected a new leader, each read waited up to a second per member, the loop answered
-  no heartbeat meanwhile, and partition servers' leases lapsed though this leader's term held (the
-  netsplit drill's etcd-minority cut: writes stopped 3.7-3.9 s in 2 of ~9 runs). A keep-alive waits at
-  most a quarter of the TTL per member, so one that meets an election is tried again within the TTL.
+* **Fencing.** A leader is deposed as soon as the leader key no longer names its term (read at most
+  every ``CHECK_EVERY_S``: the loop asks on every turn), or when no keep-alive got through for a
+  whole TTL. Every write
+  to the meta store in etcd (:mod:`coordinator.meta.etcd_store`) is a transaction that compares the
+  term key, so a deposed leader's commit is refused by etcd itself.
 """
 
 from __future__ import annotations
@@ -36,6 +31,7 @@ from rangetable.config import CoordinatorConfig
 from rangetable.errors import TableError
 
 META_NAME = "etcd"  # what a term record names as its meta store
+CHECK_EVERY_S = 0.05  # a leader reads the leader key at most this often (the loop asks every turn)
 
 
 def leader_key(prefix: str) -> bytes:
@@ -63,6 +59,7 @@ class EtcdLeadership:
         self.won_revision = 0  # etcd's revision of the transaction that won this term (warm takeover)
         self._lost = False  # the lease expired under this leader (it paused past its TTL)
         self._renewed = 0.0  # when the last successful grant or keep-alive was *sent* (monotonic)
+        self._checked = float("-inf")  # when the leader key last named this term
         self._lock = threading.Lock()
 
     def read_latest(self) -> TermRecord | None:
@@ -98,33 +95,38 @@ class EtcdLeadership:
         return rec
 
     def beat(self) -> None:
-        """Keep the lease alive (the beat), then read the leader key: a lease found expired, or a key that no
-        longer names this term, deposes this leader. Runs on a thread of its own, never the loop's."""
+        """Keep the lease alive (the beat); a lease found expired deposes this leader."""
         with self._lock:
             if not self.lease or self._lost:
                 return
             sent = time.monotonic()
             try:
-                ttl = self.client.keepalive(self.lease, timeout_s=self.ttl_s / 4)
+                ttl = self.client.keepalive(self.lease)
             except TableError:
                 return  # etcd unreachable: deposed() counts from the last renewal that got through
             if ttl <= 0:
                 self._lost = True
-                return
-            self._renewed = sent
-            try:
-                cur = self.read_latest()
-            except TableError:
-                return  # etcd's transactions fence every meta-store write; the TTL rule stops this leader
-            if cur is None or cur.term != self.term:
-                self._lost = True  # deposed for good
+            else:
+                self._renewed = sent
 
     def deposed(self) -> bool:
-        """True once the beat found the leader key no longer naming this term (lease lapsed, or a later term
-        won), or when no keep-alive got through for a whole TTL (etcd may have expired the lease: a leader
-        cut off from etcd stops by its own clock, counted from when its last renewal was sent). Reads no
-        more than the clock: the loop asks on every turn."""
-        return self.term <= 0 or self._lost or time.monotonic() - self._renewed > self.ttl_s
+        """True once the leader key no longer names this term (lease lapsed, or a later term won),
+        or when no keep-alive got through for a whole TTL (etcd may have expired the lease: a leader
+        cut off from etcd stops by its own clock, counted from when its last renewal was sent)."""
+        now = time.monotonic()
+        if self.term <= 0 or self._lost or now - self._renewed > self.ttl_s:
+            return True
+        if now - self._checked < CHECK_EVERY_S:
+            return False  # etcd's transactions fence every meta-store write in between
+        try:
+            cur = self.read_latest()
+        except TableError:
+            return False  # etcd unreachable: the TTL rule above stops this leader in time
+        if cur is None or cur.term != self.term:
+            self._lost = True  # deposed for good
+            return True
+        self._checked = now
+        return False
 
     def set_meta(self, meta: str) -> None:
         """The meta store is in etcd: nothing to record."""

@@ -4,8 +4,6 @@ The tests that start no process; those that do are in tests/integration/test_etc
 """
 from __future__ import annotations
 
-import json
-
 import pytest
 
 from cli.cluster.port_reservation import PortReservation
@@ -81,60 +79,3 @@ def test_a_client_fails_over_to_the_member_that_answers_and_stays_there() -> Non
     finally:
         busy.shutdown()
         busy.server_close()
-
-
-class _Etcd:
-    """What a leader's election asks of etcd, answered from memory; ``down`` makes every call fail."""
-
-    def __init__(self, term: int) -> None:
-        self.term, self.down, self.calls = term, False, []  # type: ignore[var-annotated]
-        self.timeouts: list[float | None] = []
-
-    def keepalive(self, lease: int, timeout_s: float | None = None) -> int:
-        self.calls.append("keepalive")
-        self.timeouts.append(timeout_s)
-        if self.down:
-            raise TableError("ServerBusy", "etcd did not answer")
-        return 2
-
-    def get(self, key: bytes) -> tuple[bytes | None, int]:
-        self.calls.append("get")
-        if self.down:
-            raise TableError("ServerBusy", "etcd did not answer")
-        rec = {"term": self.term, "endpoint": "tcp://a:1", "pub": "tcp://a:2", "meta": "etcd", "pid": 1, "host": "h"}
-        return json.dumps(rec).encode(), 1
-
-
-def _leading(term: int) -> tuple[EtcdLeadership, _Etcd]:
-    import time
-
-    le = EtcdLeadership("etcd://127.0.0.1:1/p", "tcp://a:1", "tcp://a:2", timeout_s=1.5)
-    fake = _Etcd(term)
-    le.client = fake  # type: ignore[assignment]
-    le.term, le.lease, le._renewed = term, 9, time.monotonic()
-    return le, fake
-
-
-def test_the_loop_asks_whether_it_was_deposed_without_a_call_to_etcd() -> None:
-    """deposed() is asked on every turn of the coordinator's loop: it reads the clock and what the beat found,
-    never etcd (a read there held up the loop for seconds while etcd elected a leader, and servers' leases
-    lapsed under a leader whose term held)."""
-    le, fake = _leading(4)
-    assert not le.deposed() and fake.calls == []
-    fake.down = True
-    le.beat()  # etcd unreachable: not deposed until a whole TTL passes without a renewal
-    assert not le.deposed() and fake.calls == ["keepalive"]
-    assert fake.timeouts == [le.ttl_s / 4]  # a keep-alive that meets an election is tried again within the TTL
-    le._renewed -= le.ttl_s + 0.01
-    assert le.deposed() and fake.calls == ["keepalive"]
-
-
-def test_the_beat_deposes_a_leader_whose_key_names_another_term() -> None:
-    le, fake = _leading(4)
-    le.beat()
-    assert not le.deposed() and fake.calls == ["keepalive", "get"]
-    fake.term = 5  # a later term won
-    le.beat()
-    assert le.deposed()
-    le.beat()  # deposed for good: nothing more is asked
-    assert fake.calls == ["keepalive", "get", "keepalive", "get"] and le.deposed()
