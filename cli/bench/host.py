@@ -40,10 +40,13 @@ def spin() -> int:
     return s
 
 
-def _sink(endpoint: str, echo: bool) -> None:
+def _sink(port_to: Any, echo: bool) -> None:
+    """A ROUTER bound to a free port of 127.0.0.1 that it names through the pipe ``port_to`` (so no other
+    process can take the port between a probe and this bind), echoing what it gets with ``echo``."""
     ctx = zmq.Context()
     sock = ctx.socket(zmq.ROUTER)
-    sock.bind(endpoint)
+    port_to.send(sock.bind_to_random_port("tcp://127.0.0.1"))
+    port_to.close()
     while True:
         frames = sock.recv_multipart()
         if echo:
@@ -71,16 +74,17 @@ def cpu_after_gaps(call: Callable[[], Any], seconds: float) -> dict[str, float]:
 def _connected(echo: bool) -> Iterator[zmq.Socket]:
     """A DEALER connected over TCP to a ROUTER in a child process (which echoes what it gets with ``echo``);
     both are gone when the block ends."""
-    probe: zmq.Socket = zmq.Context.instance().socket(zmq.ROUTER)
-    port = probe.bind_to_random_port("tcp://127.0.0.1")
-    probe.close(0)
-    endpoint = f"tcp://127.0.0.1:{port}"
-    proc = multiprocessing.get_context("spawn").Process(target=_sink, args=(endpoint, echo), daemon=True)
+    spawn = multiprocessing.get_context("spawn")
+    mine, theirs = spawn.Pipe(duplex=False)
+    proc = spawn.Process(target=_sink, args=(theirs, echo), daemon=True)
     proc.start()
+    theirs.close()
     sock: zmq.Socket = zmq.Context.instance().socket(zmq.DEALER)
     sock.setsockopt(zmq.LINGER, 0)
     try:
-        sock.connect(endpoint)
+        if not mine.poll(60):
+            raise RuntimeError("the echo process did not start within 60 s")
+        sock.connect(f"tcp://127.0.0.1:{mine.recv()}")
         yield sock
     finally:
         sock.close(0)
