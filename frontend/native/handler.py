@@ -15,6 +15,7 @@ from __future__ import annotations
 import itertools
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Any, Protocol, TypeVar
 
@@ -465,12 +466,7 @@ class Handler:
         if walk.done:
             self.fe.reply_ok(p, walk.page())
             return
-        for route, lo, hi in walk.segments(self.fe.cache, table):  # every range at once
-            if route.endpoint is None:
-                self.fe.retry_later(p, f"range {route.range['id']} has no serving primary")
-                return
-            part, body = walk.ask(route, lo, hi)
-            self.fe.send_ps(p, route.endpoint, body, ("changes", part))
+        self._ask_parts(p, walk.segments(self.fe.cache, table), walk.ask, "changes")
 
     def _index_write(self, p: Pending) -> None:
         """Entries of an index, to every range of its table that holds some (:mod:`frontend.indexes.write`);
@@ -507,12 +503,18 @@ class Handler:
         if w.done:
             self.fe.reply_ok(p, w.result())
             return
-        for route, lo, hi in w.segments(self.fe.cache):  # every range at once
+        self._ask_parts(p, w.segments(self.fe.cache), w.ask, "source_write")
+
+    def _ask_parts(self, p: Pending, segments: list[tuple[Route, bytes, bytes | None]],
+                   ask: Callable[[Route, bytes, bytes | None], tuple[int, dict[str, Any]]], step: str) -> None:
+        """Ask every range of ``segments`` for its part at once (a change-feed page, a source write); at a range
+        without a serving primary, stop and run ``p`` again later (the parts not asked stay gaps)."""
+        for route, lo, hi in segments:
             if route.endpoint is None:
                 self.fe.retry_later(p, f"range {route.range['id']} has no serving primary")
                 return
-            part, body = w.ask(route, lo, hi)
-            self.fe.send_ps(p, route.endpoint, body, ("source_write", part))
+            part, body = ask(route, lo, hi)
+            self.fe.send_ps(p, route.endpoint, body, (step, part))
 
     def abandon(self, p: Pending, step: Any) -> None:
         """The driver gave up on a sub-request of ``p`` (no answer in time, or its server left the map) and

@@ -51,3 +51,8 @@ def history(src: RangeStore, rng: random.Random, n: int) -> list[tuple[int, dict
 def records_of(src: RangeStore) -> list[list]:
     """Every record of ``src``'s feed, ``[ts, key, kind, value, before]`` in position order."""
     return src.read_changes(None, b"", None, 100_000).records
+
+
+def position_of(record: list) -> tuple[int, bytes]:
+    """The feed position ``(Timestamp, key)`` of a record ``[ts, key, kind, value, before]``."""
+    return record[0], record[1]

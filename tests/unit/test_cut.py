@@ -17,7 +17,7 @@ from partition_server.store.range_store import RangeStore
 from rangetable.errors import TableError
 from rangetable.keys import encode_key
 from tests.unit.range_store_helpers import P
-from tests.unit.source_helpers import history, read_state, records_of, source_store
+from tests.unit.source_helpers import history, position_of, read_state, records_of, source_store
 
 # --- the merge of entities and undo records, on its own ---------------------------------------------
 
@@ -59,7 +59,7 @@ def test_every_cut_reads_exactly_the_source_state_at_it(tmp_path: Path) -> None:
     src, dst = source_store(tmp_path), source_store(tmp_path, "dst")  # the secondary's feed on, as its table's is
     states = history(src, random.Random(1), 150)
     records = records_of(src)
-    assert dst.apply_source(records, 1, (records[-1][0], records[-1][1])) == len(records)
+    assert dst.apply_source(records, 1, position_of(records[-1])) == len(records)
     assert read_state(dst) == read_state(src)
     for ts, state in states:
         assert read_state(dst, at=ts) == state, ts
@@ -96,9 +96,9 @@ def test_an_applier_that_resumes_from_older_cursors_and_regroups_applies_each_ch
         end = min(len(records), max(c, start + 1))
         batch = records[start:end]
         if batch:
-            dst.apply_source(batch, 1, (batch[-1][0], batch[-1][1]))
+            dst.apply_source(batch, 1, position_of(batch[-1]))
             done = max(done, end)
-    dst.apply_source(records, 1, (records[-1][0], records[-1][1]))  # the rest, with all of it again
+    dst.apply_source(records, 1, position_of(records[-1]))  # the rest, with all of it again
     assert read_state(dst) == read_state(src)
     for ts, state in states:
         assert read_state(dst, at=ts) == state
@@ -112,7 +112,7 @@ def test_a_transaction_is_all_or_nothing_at_every_cut(tmp_path: Path) -> None:
     ts = src.batch([{"op": "insert_or_replace", "pk": "p", "rk": r, "props": P(v=1)} for r in "abc"],
                    answer="timestamp")
     records = records_of(src)
-    dst.apply_source(records, 1, (records[-1][0], records[-1][1]))
+    dst.apply_source(records, 1, position_of(records[-1]))
     before, after = read_state(dst, at=ts - 1), read_state(dst, at=ts)
     assert sorted(before) == [("p", "a")] and before[("p", "a")][1] == P(v=0)
     assert sorted(after) == [("p", "a"), ("p", "b"), ("p", "c")] and {v[0] for v in after.values()} == {ts}
@@ -124,14 +124,14 @@ def test_a_lower_claim_is_fenced_and_a_position_mark_advances_withoutrecords_of(
     src, dst = source_store(tmp_path), RangeStore.open(tmp_path / "dst")
     src.write({"op": "insert", "pk": "p", "rk": "a", "props": P(v=0)})
     records = records_of(src)
-    assert dst.apply_source(records, 2, (records[-1][0], records[-1][1])) == 1
+    assert dst.apply_source(records, 2, position_of(records[-1])) == 1
     with pytest.raises(TableError) as exc:
-        dst.apply_source(records, 1, (records[-1][0], records[-1][1]))
+        dst.apply_source(records, 1, position_of(records[-1]))
     assert exc.value.error_code == "SourceFenced"
     resolved = src.close_timestamp()
     assert dst.apply_source([], 2, (resolved, b"\xff")) == 0
     assert dst.source_state() == (2, (resolved, b"\xff")) and dst.last_ts == resolved
-    assert dst.apply_source(records, 3, (records[-1][0], records[-1][1])) == 0  # below the position: skipped
+    assert dst.apply_source(records, 3, position_of(records[-1])) == 0  # below the position: skipped
     assert dst.source_state() == (3, (resolved, b"\xff"))
     src.close()
     dst.close()
@@ -141,7 +141,7 @@ def test_trimmed_undo_records_leave_every_later_cut_right(tmp_path: Path) -> Non
     src, dst = source_store(tmp_path), RangeStore.open(tmp_path / "dst")
     states = history(src, random.Random(7), 80)
     records = records_of(src)
-    dst.apply_source(records, 1, (records[-1][0], records[-1][1]))
+    dst.apply_source(records, 1, position_of(records[-1]))
     mid = states[len(states) // 2][0]
     held = len(list(cut.items(dst._db, b"", None)))
     assert held == len(records)
@@ -162,12 +162,12 @@ def test_split_halves_read_their_own_span_at_a_cut_and_a_merge_keeps_the_lower_p
     states = history(src, random.Random(3), 100)
     records = records_of(src)
     half = len(records) // 2
-    dst.apply_source(records[:half], 1, (records[half - 1][0], records[half - 1][1]))
+    dst.apply_source(records[:half], 1, position_of(records[half - 1]))
     dst.split("q", tmp_path / "l", tmp_path / "r")
     left, right = RangeStore.open(tmp_path / "l"), RangeStore.open(tmp_path / "r")
     for h, lo, hi in ((left, b"", b"q"), (right, b"q", None)):
         mine = [r for r in records[half:] if r[1] >= lo and (hi is None or r[1] < hi)]
-        h.apply_source(records[half - 3:half] + mine, 1, (records[-1][0], records[-1][1]))  # a few again
+        h.apply_source(records[half - 3:half] + mine, 1, position_of(records[-1]))  # a few again
     right.apply_source([], 1, (records[-1][0] + 5, b"\xff"))  # right is further along
     for ts, state in states:  # each half keeps every undo record, and reads only its own span (as the feed's)
         assert read_state(left, ts, b"", b"q") == {k: v for k, v in state.items() if k[0] < "q"}
@@ -176,7 +176,7 @@ def test_split_halves_read_their_own_span_at_a_cut_and_a_merge_keeps_the_lower_p
     right.close()
     RangeStore.merge(tmp_path / "l", tmp_path / "r", tmp_path / "m")
     merged = RangeStore.open(tmp_path / "m")
-    assert merged.source_state() == (1, (records[-1][0], records[-1][1]))  # the lower of the two
+    assert merged.source_state() == (1, position_of(records[-1]))  # the lower of the two
     for ts, state in states:
         assert read_state(merged, at=ts) == state
     merged.close()
@@ -191,7 +191,7 @@ def test_expired_entities_stay_hidden_at_every_cut(tmp_path: Path) -> None:
     dst = RangeStore.open(tmp_path / "dst", clock=lambda: now[0])
     src.write({"op": "insert", "pk": "p", "rk": "a", "props": P(v=0)})
     records = records_of(src)
-    dst.apply_source(records, 1, (records[-1][0], records[-1][1]))
+    dst.apply_source(records, 1, position_of(records[-1]))
     assert dst.get_at("p", "a", records[-1][0]) is not None
     dst.set_ttl(10_000_000)  # one second
     now[0] += 20_000_000
@@ -204,7 +204,7 @@ def test_stored_values_are_the_sources_bytes(tmp_path: Path) -> None:
     src, dst = source_store(tmp_path), RangeStore.open(tmp_path / "dst")
     src.write({"op": "insert", "pk": "p", "rk": "a", "props": P(v=0, s="x")})
     records = records_of(src)
-    dst.apply_source(records, 1, (records[-1][0], records[-1][1]))
+    dst.apply_source(records, 1, position_of(records[-1]))
     key = encode_key("p", "a")
     assert dst.get_raw(key) == src.get_raw(key) and msgpack.unpackb(dst.get_raw(key))[1] == P(v=0, s="x")
     src.close()
