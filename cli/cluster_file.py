@@ -10,6 +10,7 @@ import signal
 import time
 
 CLUSTER_FILE = "cluster.json"
+SOURCE_FILE = "source.json"  # a secondary cluster: the connection file of the cluster it follows (docs/geo.md)
 
 
 def pid_alive(pid: int) -> bool:

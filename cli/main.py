@@ -41,6 +41,7 @@ COMMANDS: dict[str, str] = {
     "move": "cli.commands.map_admin:move_cmd",
     "merge": "cli.commands.map_admin:merge_cmd",
     "replica": "cli.commands.replicas:replica_group",
+    "geo": "cli.commands.geo:geo_group",
     "balancer": "cli.commands.balance:balancer_cmd",
     "top": "cli.commands.balance:top_cmd",
     "backup": "cli.commands.backup:backup_cmd",

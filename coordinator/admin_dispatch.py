@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, cast
 
-from coordinator import acl, backup, client_keys, leases, sync_time
+from coordinator import acl, backup, client_keys, geo_follow, leases, sync_time
 from coordinator.control import operations as ops
 from coordinator.control import replica_move
 from coordinator.map.holdings import holdings, range_reports
@@ -79,6 +79,8 @@ def handle(co: AdminHost, ident: bytes, rid: bytes, req: dict, role: str | None)
     if op in ("status", "ranges"):
         return protocol.ok(status(co))
     if op == "sync_time":  # the -secondary endpoint's LastSyncTime (Get Service Stats)
+        if co.cfg.source:  # a secondary cluster: the lowest cut of its tables
+            return protocol.ok(geo_follow.sync_time(maps, time.time()))
         with maps.lock:
             return protocol.ok(sync_time.last_sync(maps.pmap.ranges.values(), cl.registry.servers, time.monotonic(),
                                                    time.time()))
@@ -106,6 +108,8 @@ def handle(co: AdminHost, ident: bytes, rid: bytes, req: dict, role: str | None)
             return protocol.ok({"table": name, **maps.table_settings.show(name), "indexes": indexes})
     if op == "index_claim":
         return protocol.ok(index_claim(co, req))
+    if op in geo_follow.OPS:
+        return protocol.ok(geo_follow.handle(co, op, req))
     if op in acl.OPS:
         return protocol.ok(acl.handle(maps, op, req))
 
@@ -135,7 +139,7 @@ def user_table(co: AdminHost, table: str) -> str:
 
 
 def index_claim(co: AdminHost, req: dict) -> dict:
-    """Grant, renew or refuse the claim of applying an index's changes (:class:`coordinator.map.indexes.IndexClaims`);
+    """Grant, renew or refuse the claim of applying an index's changes (:class:`coordinator.map.claims.Claims`);
     a new grant's number is committed before it is answered."""
     maps = co.cluster.map
     with maps.lock:

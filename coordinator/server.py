@@ -76,6 +76,7 @@ class Coordinator:
         maps = MapService(self.notify)
         self.cluster = Cluster(cfg, self.keys, maps, ServerRegistry(maps), EventLog(maps))
         self.keys_version = 0  # client keys (client_keys.py): loaded with the meta store at takeover
+        self._cuts_sent, self._cuts_due = -1, 0.0  # a secondary cluster: the cuts last sent, when due again
         self.stopping = False
         self.leadership: Leadership | EtcdLeadership | None = None
         self.term = 0  # the term this coordinator leads (0: standby)
@@ -273,6 +274,8 @@ class Coordinator:
             now = time.monotonic()
             if now >= next_tick:
                 next_tick = now + 0.1
+                if self.cfg.source:
+                    self._send_cuts(now)
                 if leases.overdue(self.cluster, now):
                     # Never declare a server dead while its heartbeats may still wait in our own
                     # queue: a coordinator that fell behind (a burst of registrations, a busy host)
@@ -296,6 +299,18 @@ class Coordinator:
                 next_hugz = now + 1.0
                 hugz: Hugz = {"version": self.cluster.map.pmap.version, "term": self.term, "keys": self.keys_version}
                 self.pub.send_multipart([b"hugz", protocol.pack(hugz)])
+
+    def _send_cuts(self, now: float) -> None:
+        """A secondary cluster: send every table's cut to the frontends when one moved, and every second anyway
+        (a frontend that joined or missed one has them within a second; the whole set each time, so none is
+        missed for long)."""
+        cuts = self.cluster.map.cuts
+        if cuts.version == self._cuts_sent and now < self._cuts_due:
+            return
+        with self.cluster.map.lock:
+            self._cuts_sent, wire = cuts.version, cuts.wire()
+        self._cuts_due = now + 1.0
+        self.pub.send_multipart([b"cuts", protocol.pack({"cuts": wire, "term": self.term})])
 
     def _freeze_map(self) -> None:
         """Keep the loaded map out of the collector's walks from now on.

@@ -75,6 +75,8 @@ class MapCache:
         self.holding: dict[str, IndexDef] = {}  # base table lower -> an index of it that holds its writes (behind)
         self.pub = ""
         self.received = float("-inf")  # monotonic time the current map was last confirmed
+        self.cuts: dict[str, int] = {}  # a secondary cluster: table lower -> the cut its reads are answered at
+        self.cuts_heard = False  # a secondary cluster: the coordinator's cuts arrived once at least
 
     @property
     def snapshot(self) -> dict:
@@ -147,6 +149,16 @@ class MapCache:
         self.version = delta["version"]
         self.pub = delta.get("pub", self.pub)  # a map answer names the leader's PUB
         return True
+
+    def set_cuts(self, wire: Any) -> None:
+        """Install the cuts a secondary cluster's coordinator sent (``{table lower: cut}``: every table's). A
+        cut never moves back here (a new leader may start from one persisted a moment earlier); a table not named
+        is gone, its cut with it."""
+        if not isinstance(wire, dict):
+            return
+        old = self.cuts
+        self.cuts = {t: max(c, old.get(t, c)) for t, c in wire.items() if isinstance(t, str) and type(c) is int}
+        self.cuts_heard = True
 
     def _set_indexes(self, wire: dict[str, list[dict]]) -> None:
         self.indexes = {t: [IndexDef.from_wire(d) for d in ds] for t, ds in wire.items()}

@@ -43,6 +43,7 @@ class CoordinatorConfig:
     replicas: int = 1  # copies of each range on distinct servers (1: one copy, under the shared data root)
     min_insync: int = 2  # a replicated range refuses writes with fewer in-sync replicas (Kafka's min.insync.replicas)
     rereplicate_after_s: float = 10.0  # a replica on a server dead this long is rebuilt on another server
+    source: str = ""  # the connection file of the cluster this one follows (a secondary cluster); empty = none
 
 
 @dataclass
@@ -93,6 +94,7 @@ class FrontendConfig:
     key: str = ""  # PEM private key of --cert
     oauth: str = ""  # "basic": accept well-formed bearer tokens for the storage audience (HTTPS only; Azurite's flag)
     keys_dir: str = FALLBACK_DATA_DIR + "/keys"  # CURVE keys (rangetable/curve.py): this role's pair, the others' public keys
+    source: str = ""  # the connection file of the cluster this one follows (a secondary: reads only); empty = none
 
 
 @dataclass

@@ -86,12 +86,16 @@ def parse_zones(text: str) -> list[str]:
 @click.option("--zones", default="", metavar="Z1,Z2,...",
               help="Zone labels given to the partition servers round-robin (each one's --zone): the replicas of a "
                    "range go to distinct zones. E.g. --servers 4 --zones a,b,c,c.")
+@click.option("--secondary-of", "secondary_of", default="", metavar="CLUSTER",
+              help="Follow another cluster (its data dir, or its cluster.json or a connection file of `rangetable "
+                   "keys add`): every table of it is copied and kept in step, reads are answered at a consistent "
+                   "cut, writes are refused (docs/geo.md). Remembered in the data dir.")
 @click.option("--json", "as_json", is_flag=True, help="Print cluster.json once ready.")
 def up_cmd(data_dir: str, servers: int, coordinators: int, frontends: int, native_port: int, http_port: int,
            detach: bool, no_restart: bool, sync: bool, lease_s: float, partition_target: float, cert: str, key: str,
            bind_host: str, advertise_host: str, metrics: bool, dashboard: bool, dashboard_port: int,
            oauth: str | None, meta: str, replicas: int, min_insync: int, rereplicate_after_s: float,
-           rebuild_mb_s: float, zones: str, as_json: bool) -> None:
+           rebuild_mb_s: float, zones: str, secondary_of: str, as_json: bool) -> None:
     """Start a local cluster: coordinators (one leads), partition servers and frontends."""
     from cli.cluster.supervisor import ClusterSpec, supervise
     from cli.cluster_file import down, pid_alive, read_cluster
@@ -130,10 +134,11 @@ def up_cmd(data_dir: str, servers: int, coordinators: int, frontends: int, nativ
             parse_url(meta)
         except ValueError as exc:
             raise click.BadParameter(str(exc), param_hint="--meta") from None
+    source = keep_source(data_dir, secondary_of)
     spec = ClusterSpec(os.path.abspath(data_dir), servers, frontends, native_port, not no_restart, sync, lease_s,
                        http_port, partition_target, metrics, cert, key, bind_host, advertise_host, dashboard,
                        dashboard_port, coordinators, oauth or "", meta, replicas, min(min_insync, replicas),
-                       rereplicate_after_s, rebuild_mb_s, zone_list)
+                       rereplicate_after_s, rebuild_mb_s, zone_list, source)
 
     def ready(doc: dict) -> None:
         if as_json:
@@ -149,6 +154,8 @@ def up_cmd(data_dir: str, servers: int, coordinators: int, frontends: int, nativ
         click.echo(f"  {'coordinators:' if coordinators > 1 else 'coordinator:':<18}{doc['coordinator']}")
         if doc.get("dashboard"):
             click.echo(f"  dashboard:        {doc['dashboard']}")
+        if source:
+            click.echo(f"  follows:          {doc.get('source_native')} (reads only; `rangetable geo status`)")
         click.echo(f"  logs:             {os.path.join(spec.data_dir, 'logs')}")
         click.echo("Stop with Ctrl-C" + ("" if not detach else f" or `rangetable down --data-dir {data_dir}`"))
 
@@ -187,6 +194,30 @@ def up_cmd(data_dir: str, servers: int, coordinators: int, frontends: int, nativ
         time.sleep(0.1)
     proc.terminate()
     raise click.ClickException("the cluster did not become ready within 60 s")
+
+
+def keep_source(data_dir: str, secondary_of: str) -> str:
+    """The source connection file a secondary cluster follows: ``secondary_of`` (a data dir, a cluster.json or a
+    connection file) copied into ``data_dir`` as :data:`SOURCE_FILE`; without it, the copy kept by an earlier
+    start (a secondary stays one across restarts); "" for a primary cluster."""
+    from cli.cluster_file import SOURCE_FILE
+    from frontend.geo.runner import read_source
+    from rangetable.files import write_json_atomic
+
+    kept = os.path.abspath(os.path.join(data_dir, SOURCE_FILE))
+    if not secondary_of:
+        return kept if os.path.exists(kept) else ""
+    path = os.path.join(secondary_of, "cluster.json") if os.path.isdir(secondary_of) else secondary_of
+    try:
+        doc = read_source(path)
+    except (OSError, ValueError) as exc:
+        raise click.BadParameter(f"{path}: {exc}", param_hint="--secondary-of") from None
+    if os.path.abspath(doc.get("data_dir") or "") == os.path.abspath(data_dir):
+        raise click.BadParameter("a cluster cannot follow itself", param_hint="--secondary-of")
+    os.makedirs(data_dir, exist_ok=True)
+    keep = {k: doc[k] for k in ("native", "frontends", "coordinator", "pub", "curve", "data_dir") if k in doc}
+    write_json_atomic(kept, keep, private=True, indent=2)  # a client key of the source
+    return kept
 
 
 @click.command("down")

@@ -8,6 +8,7 @@ back-off), and stops everything on Ctrl-C, SIGTERM or ``rangetable down``.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -82,6 +83,7 @@ class ClusterSpec:
     rereplicate_after_s: float = 10.0  # a replica on a server dead this long is rebuilt elsewhere
     rebuild_mb_s: float = 100.0  # a partition server rebuilds a lost replica at most this fast (0: no limit)
     zones: list[str] = field(default_factory=list)  # zone labels given to the partition servers round-robin
+    source: str = ""  # the connection file of the cluster this one follows (a secondary cluster: docs/geo.md)
 
 
 class Supervisor:
@@ -100,6 +102,10 @@ class Supervisor:
     def _cmd(self, *args: str) -> list[str]:
         """A ``rangetable`` command line in this interpreter: the prefix prefork recognises and forks."""
         return [*RANGETABLE, *args]
+
+    def _source(self) -> list[str]:
+        """The ``--source`` of a secondary cluster's coordinators and frontends (none for a primary cluster)."""
+        return ["--source", self.spec.source] if self.spec.source else []
 
     def server_dir(self, sid: str) -> str:
         """The data directory of partition server ``sid`` in a replicated cluster (its own disk on a real host)."""
@@ -140,7 +146,7 @@ class Supervisor:
                 "--pub-advertise", pub, "--lease-s", lease, "--keys-dir", self.keys_dir,
                 "--replicas", str(self.spec.replicas), "--min-insync", str(self.spec.min_insync),
                 "--rereplicate-after-s", str(self.spec.rereplicate_after_s),
-                *(["--meta", self.spec.meta] if self.spec.meta else [])),
+                *(["--meta", self.spec.meta] if self.spec.meta else []), *self._source()),
                 os.path.join(self.logs, f"{cid}.log"), {"endpoint": endpoint, "pub": pub}))
         self.coordinator = ",".join(endpoints)  # every process gets the whole list and finds the leader
         self.pub = self.pubs[0]
@@ -170,7 +176,7 @@ class Supervisor:
             fid = f"fe-{i}"
             self.children.append(Child("frontend", fid, self._cmd(
                 "frontend", "--coordinator", self.coordinator, "--native", f"tcp://{bind_host}:{port}",
-                "--frontend-id", fid, "--keys-dir", self.keys_dir),
+                "--frontend-id", fid, "--keys-dir", self.keys_dir, *self._source()),
                 os.path.join(self.logs, f"{fid}.log"), {"native": native}))
         # Every HTTP frontend listens on the one REST port (SO_REUSEPORT when there are several), so
         # the SDK's one connection string reaches all of them and the kernel spreads connections.
@@ -187,7 +193,7 @@ class Supervisor:
             hid = f"http-{i}"
             self.children.append(Child("http-frontend", hid, self._cmd(
                 "http-frontend", "--coordinator", self.coordinator, "--http", f"{bind_host}:{port}",
-                "--frontend-id", hid, "--keys-dir", self.keys_dir, *shared), os.path.join(self.logs, f"{hid}.log"),
+                "--frontend-id", hid, "--keys-dir", self.keys_dir, *shared, *self._source()), os.path.join(self.logs, f"{hid}.log"),
                 {"http": url}))
         self.dashboard = ""
         if self.spec.dashboard:
@@ -221,6 +227,9 @@ class Supervisor:
             "metrics": [c.extra["metrics"] for c in self.children if "metrics" in c.extra],
             "dashboard": self.dashboard or None,
         }
+        if self.spec.source:  # a secondary cluster: what it follows
+            with open(self.spec.source) as f:
+                doc.update(source=self.spec.source, source_native=json.load(f).get("native"))
         write_json_atomic(os.path.join(self.data_dir, CLUSTER_FILE), doc, private=True, indent=2)  # the admin key
 
     def wait_ready(self, timeout: float = 30.0) -> None:

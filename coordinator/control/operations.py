@@ -148,11 +148,13 @@ def delete_table(cl: Cluster, ctl: Controller, name: str) -> None:
         gone, writes = pm.delete_table(name)
         writes[1].append(acl_key(name))  # the table's stored access policies go with it
         writes[1].extend(cl.map.table_settings.put(name, {})[1])  # and its settings
+        writes[1].extend(cl.map.cuts.forget(name))  # and, on a secondary cluster, its cut
         for d in defs:
             _merge(writes, _drop_index_writes(cl, gone, d))
         cl.map.commit(writes)
     for d in defs:
         cl.map.claims.forget(d["table"], d["name"])
+    cl.map.source_claims.forget(name, "")
     _destroy(cl, ctl, gone)
 
 
@@ -252,7 +254,7 @@ def index_ready(cl: Cluster, ctl: Controller, table: str, name: str) -> dict:
 def judge_lag(cl: Cluster, table: str, d: dict, lag_s: float | None) -> None:
     """Back-pressure, decided here only: put on ``d`` (a definition of ``table``'s, the map lock held) how far
     behind its table it is (:func:`rangetable.index_def.holding_writes` of ``lag_s``, from
-    :meth:`coordinator.map.indexes.IndexClaims.lag_of`), committing the map when that crosses the bound; every
+    :meth:`coordinator.map.claims.Claims.lag_of`), committing the map when that crosses the bound; every
     frontend then holds (or lets go) the table's writes."""
     if lag_s is None:
         return

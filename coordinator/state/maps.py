@@ -14,9 +14,10 @@ import time
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, cast
 
+from coordinator.map.claims import CLAIM_PREFIX, SOURCE_CLAIM_PREFIX, Claims
 from coordinator.map.deltas import DeltaLog, PendingChanges, build_delta
-from coordinator.map.indexes import CLAIM_PREFIX, IndexClaims
 from coordinator.map.partition_map import PartitionMap
+from coordinator.map.source_cuts import CUT_PREFIX, SourceCuts
 from coordinator.map.table_settings import TableSettings
 from rangetable import protocol
 
@@ -38,7 +39,9 @@ class MapService:
         self.meta: MetaStoreLike | None = None  # opened when this coordinator wins a term (takeover)
         self.pmap = PartitionMap.load([])
         self.table_settings = TableSettings()  # TTLs and reserved throughput (loaded at takeover)
-        self.claims = IndexClaims()  # who applies each index's changes (numbers loaded at takeover)
+        self.claims = Claims()  # who applies each index's changes (numbers loaded at takeover)
+        self.source_claims = Claims(SOURCE_CLAIM_PREFIX)  # a secondary cluster: who applies each table's source
+        self.cuts = SourceCuts()  # a secondary cluster: the cut each table is read at
         self.changes = PendingChanges()  # what the next published delta carries
         self.deltas = DeltaLog()
         self.published = self.pmap.version
@@ -59,7 +62,10 @@ class MapService:
         with self.lock:
             self.meta, self.pmap = meta, pmap
             self.table_settings.load(settings, term)
-            self.claims.load(meta.items(CLAIM_PREFIX), time.monotonic())
+            now = time.monotonic()
+            self.claims.load(meta.items(CLAIM_PREFIX), now)
+            self.source_claims.load(meta.items(SOURCE_CLAIM_PREFIX), now)
+            self.cuts.load(meta.items(CUT_PREFIX), now)
             self.published = pmap.version
 
     def commit(self, writes: tuple[dict, list]) -> None:

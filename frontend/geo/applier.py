@@ -95,7 +95,8 @@ class TableApplier:
         (its ``resolved`` says whether it reached the live edge)."""
         page = await self.source.page(self.table, self.cursor, TOP)
         top = frontier(page.cursor)
-        self.applied += await self.secondary.write(self.table, self.claim, page.records, [top, MARK])
+        if page.records:  # an empty page changes no range: the cut moves on its word alone
+            self.applied += await self.secondary.write(self.table, self.claim, page.records, [top, MARK])
         self.lag_s = max(0.0, (self.clock() - top) / TICKS_PER_SECOND)
         if self.cut is None or top > self.cut:
             await self.secondary.publish(self.table, self.claim, top, self.lag_s)

@@ -42,9 +42,10 @@ class RestApp:
                  oauth: str = "") -> None:
         self.fe = fe
         self.own_frontend = own_frontend
+        self.read_only = bool(getattr(fe, "handler", None) and fe.handler.secondary)  # a secondary cluster (docs/geo.md)
         self.security = Security(accounts or [], self.fetch_acl, oauth)
         self._props: tuple[float, dict] | None = None
-        self._sync: tuple[float, float] | None = None  # (monotonic time asked, LastSyncTime)
+        self._sync: tuple[float, float | None] | None = None  # (monotonic time asked, LastSyncTime)
         # AioFrontend.submit: the callback path of serve()
         self._submit: Callable[[dict, Answer], None] | None = getattr(fe, "submit", None)
         self.answers = Answers()  # responses by (method, status code), for the Prometheus metrics
@@ -75,9 +76,10 @@ class RestApp:
         """Drop the cached service properties (after a Set through this frontend)."""
         self._props = None
 
-    async def last_sync_time(self) -> float:
+    async def last_sync_time(self) -> float | None:
         """The ``-secondary`` endpoint's LastSyncTime in wall-clock seconds: the coordinator's ``sync_time``
-        (:mod:`coordinator.sync_time`), asked at most once a second."""
+        (:mod:`coordinator.sync_time`; a secondary cluster's, :func:`coordinator.geo_follow.sync_time`), asked at
+        most once a second; None while a secondary cluster has not reached a cut of every table (bootstrap)."""
         now = time.monotonic()
         if self._sync is not None and now - self._sync[0] < SYNC_TTL_S:
             return self._sync[1]
@@ -87,7 +89,8 @@ class RestApp:
             if self._sync is not None and exc.retriable:
                 return self._sync[1]  # an older answer is still true: LastSyncTime only moves forward
             raise
-        self._sync = (now, float(res["last_sync"]))
+        last = res.get("last_sync")
+        self._sync = (now, None if last is None else float(last))
         return self._sync[1]
 
     # --- ASGI -----------------------------------------------------------------------------------
@@ -202,7 +205,7 @@ class RestApp:
                 return
             rq.auth = self.security.authenticate_now(rq.method, rq.raw_path, rq.query, rq.headers, rq.scheme,
                                                      rq.client_ip)
-            refuse_secondary_write(res, method)
+            refuse_secondary_write(res, method, self.read_only)
             req, finisher = plan(rq)
         except Exception as exc:
             done(finish(rq, failure(rq, exc), self.answers))
@@ -240,7 +243,7 @@ class RestApp:
                                                    rq.scheme, rq.client_ip)
         if "origin" in rq.headers:
             rq.cors_rule = await cors.cors_rule_for(self, rq, method)
-        refuse_secondary_write(res, method)  # after the CORS lookup: the refusal carries CORS headers too
+        refuse_secondary_write(res, method, self.read_only)  # after the CORS lookup: the refusal carries CORS headers too
         plan = routes.plan_for(res, method, comp)
         if plan is not None:
             req, finisher = plan(rq)

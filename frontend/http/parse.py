@@ -344,8 +344,10 @@ class Services(Protocol):
     def forget_properties(self) -> None:
         """Drop the cached service properties."""
 
-    async def last_sync_time(self) -> float:
-        """The ``-secondary`` endpoint's LastSyncTime, wall-clock seconds (cached for a second)."""
+    read_only: bool  # a secondary cluster's frontend: reads only, on every account (docs/geo.md)
+
+    async def last_sync_time(self) -> float | None:
+        """The ``-secondary`` endpoint's LastSyncTime, wall-clock seconds (cached for a second; None: bootstrap)."""
 
 
 def next_request_id() -> str:
@@ -453,9 +455,10 @@ def parse(rq: Request, too_big: bool) -> tuple[str, str | None]:
     return method, comp
 
 
-def refuse_secondary_write(res: Resource, method: str) -> None:
-    """403 InsufficientAccountPermissions for anything but a read on the ``-secondary`` account: like
-    Azure's read-access geo-redundant secondary, it serves reads (queries, gets, ACL, service
-    properties and stats) and refuses writes."""
-    if res.secondary and method not in READS:
+def refuse_secondary_write(res: Resource, method: str, read_only: bool = False) -> None:
+    """403 InsufficientAccountPermissions for anything but a read on the ``-secondary`` account, and on every
+    account of a ``read_only`` frontend (a secondary cluster's, ``docs/geo.md``): like Azure's read-access
+    geo-redundant secondary, it serves reads (queries, gets, ACL, service properties and stats) and refuses
+    writes."""
+    if (res.secondary or read_only) and method not in READS:
         raise TableError("InsufficientAccountPermissions", "Write operations are not allowed.")

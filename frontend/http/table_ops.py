@@ -124,9 +124,10 @@ async def get_stats(app: Services, rq: Request) -> Response:
     InvalidQueryParameterValue on the primary)."""
     res = rq.res
     assert res is not None  # parse() set it
-    if not res.secondary:
+    if not (res.secondary or app.read_only):  # a secondary cluster serves it on every account
         raise TableError("InvalidQueryParameterValue", "Get Service Stats is served on the secondary endpoint "
                          f"({res.account}-secondary) only.")
     check(rq.auth, "service_read", None)
     last_sync = await app.last_sync_time()
-    return Response(200, [XML_TYPE], xmldocs.format_stats(formatdate(int(last_sync), usegmt=True)))
+    body = xmldocs.format_stats("" if last_sync is None else formatdate(int(last_sync), usegmt=True))
+    return Response(200, [XML_TYPE], body)

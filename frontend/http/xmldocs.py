@@ -175,8 +175,10 @@ def format_properties(props: dict[str, Any] | None) -> bytes:
 
 
 def format_stats(last_sync: str) -> bytes:
-    """The Get Service Stats body (``last_sync`` as RFC 1123)."""
-    return (f"{XML_HEAD}<StorageServiceStats><GeoReplication><Status>live</Status>"
+    """The Get Service Stats body (``last_sync`` as RFC 1123; empty: a secondary cluster still copying, whose
+    status is Azure's ``bootstrap``)."""
+    status = "live" if last_sync else "bootstrap"
+    return (f"{XML_HEAD}<StorageServiceStats><GeoReplication><Status>{status}</Status>"
             f"<LastSyncTime>{escape(last_sync)}</LastSyncTime></GeoReplication></StorageServiceStats>").encode()
 
 

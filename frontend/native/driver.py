@@ -47,7 +47,7 @@ class DriverCore:
         self.keys = curve.KeyRing.load(cfg.keys_dir, own="frontend")
         self.id = cfg.frontend_id or f"{socket.gethostname()}-{uuid.uuid4().hex[:6]}"
         self.cache = MapCache()
-        self.handler = Handler(self)
+        self.handler = Handler(self, secondary=bool(cfg.source))
         self._ids = itertools.count(1)
         self._sub: dict[bytes, tuple[Pending, Any, float, str]] = {}  # sub rid -> (pending, step, sent, target)
         self._map_asked = 0.0
@@ -245,6 +245,8 @@ class DriverCore:
             return
         if frames[0] in (b"delta", b"map") and isinstance(msg, dict):
             self._apply_map(msg)
+        elif frames[0] == b"cuts" and isinstance(msg, dict):  # a secondary cluster's cuts (docs/geo.md)
+            self.cache.set_cuts(msg.get("cuts"))
         elif frames[0] == b"hugz" and isinstance(msg, dict):
             if msg.get("version", -1) > self.cache.version:
                 self.refresh_map()  # we missed an update: ask for what changed since our version

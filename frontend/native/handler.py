@@ -40,8 +40,14 @@ COORDINATOR_OPS = frozenset(
     {"create_table", "delete_table", "list_tables", "get_table", "set_table", "split", "move", "merge", "events", "servers",
      "status", "get_acl", "set_acl", "get_service_properties", "set_service_properties", "sync_time",
      "create_index", "drop_index", "list_indexes", "index_ready", "index_claim", "index_check",
-     "index_checked"}
+     "index_checked", "source_claim", "source_publish", "geo_status"}
 )
+# A secondary cluster (docs/geo.md) serves reads only: these are refused from clients (its own appliers, whose
+# requests are internal, write what the source wrote). The rest reads, or runs the cluster (split, move, merge).
+SECONDARY_REFUSES = frozenset(
+    {"write", "batch", "create_table", "delete_table", "set_table", "set_acl", "set_service_properties",
+     "create_index", "drop_index", "index_check", "changes"})
+INTERNAL_OPS = frozenset({"source_claim", "source_publish"})  # a secondary's appliers, to their coordinator
 MAX_PAGE = 1000
 TABLE_WAIT_ATTEMPTS = 5  # how often a request for an unknown table waits for a fresher map
 _picks = itertools.count()  # spreads -secondary reads over a range's in-sync followers
@@ -124,15 +130,18 @@ def page_size(req: dict) -> int:
 class Handler:
     """Request logic of a frontend (the loop in :mod:`frontend.native.server` moves the messages)."""
 
-    def __init__(self, fe: Driver) -> None:
+    def __init__(self, fe: Driver, secondary: bool = False) -> None:
         self.fe = fe
         self._rid_prefix = uuid.uuid4().hex[:16] + "-"  # unique per process, so ids never repeat
         self._rids = itertools.count(1)
         self._applied: dict[tuple[str, str], list] = {}  # (table, index) lower -> the last progress cursor read
+        self.secondary = secondary  # this cluster follows another (docs/geo.md): reads at each table's cut
 
     def run(self, p: Pending) -> None:
         """Start or continue a request."""
         op = p.req["op"]
+        if (self.secondary and op in SECONDARY_REFUSES or op in INTERNAL_OPS) and not internal(p):
+            self._refuse(op)
         if op == "get" or op == "write" or op == "batch":  # the common cases first
             self._entity_op(p)
         elif op == "query":
@@ -159,6 +168,29 @@ class Handler:
             self.fe.reply(p, protocol.ok({"version": cache.version, "ranges": len(cache.ranges)}))
         else:
             raise TableError("InvalidInput", f"unknown op {op!r}")
+
+    def _refuse(self, op: str) -> None:
+        """A client's request a secondary cluster does not take (or an internal op a client sent)."""
+        if op in INTERNAL_OPS:
+            raise TableError("InvalidInput", f"unknown op {op!r}")
+        if op == "changes":  # its ranges would close Timestamps of their own, which the source stamps
+            raise TableError("InsufficientAccountPermissions", "This cluster is a secondary: read the change feed "
+                             "of its source cluster.")
+        raise TableError("InsufficientAccountPermissions", "This cluster is a secondary of another: it serves "
+                         "reads only. Write operations are not allowed.")
+
+    def _cut(self, p: Pending, table: str) -> int | None:
+        """The cut a secondary cluster's read of ``table`` is answered at (the same for every range it reads); None
+        until the coordinator's cuts arrived (the request runs again later). A table without a cut yet reads at
+        0: empty, as the source stood before anything was applied."""
+        at = p.extra.get("at")
+        if at is None:
+            cache = self.fe.cache
+            if not cache.cuts_heard:
+                self.fe.retry_later(p, "the cuts of this secondary cluster have not arrived yet")
+                return None
+            at = p.extra["at"] = cache.cuts.get(table.lower(), 0)
+        return at
 
     # --- routing helpers ----------------------------------------------------------------------
 
@@ -194,6 +226,11 @@ class Handler:
                 pk = _require(req, "pk", str)
                 rk = _require(req, "rk", str)
             body = {"op": "get", "pk": pk, "rk": rk, "select": req.get("select")}
+            if self.secondary:
+                at = self._cut(p, table)
+                if at is None:
+                    return
+                body["at"] = at
         elif op == "write":
             w = _require(req, "write", dict)
             pk = _require(w, "pk", str)
@@ -281,6 +318,11 @@ class Handler:
         body = {"op": "scan", "range": route.range["id"], "epoch": route.range["epoch"], "lo": lo, "hi": hi,
                 "filter": req.get("filter") or None, "select": req.get("select"), "limit": cur.remaining,
                 "budget_ms": left_ms}
+        if self.secondary:
+            at = self._cut(p, table)
+            if at is None:
+                return
+            body["at"] = at
         endpoint = self._secondary(p, route, body) if req.get("secondary") else route.endpoint
         if endpoint is None:
             self.fe.retry_later(p, f"range {route.range['id']} has no serving primary")

@@ -11,8 +11,9 @@ import pytest
 
 from coordinator import admin_dispatch
 from coordinator.control import operations as ops
+from coordinator.map.claims import CLAIM_PREFIX, Claims, claim_key
 from coordinator.map.deltas import PendingChanges, build_delta, fold
-from coordinator.map.indexes import CLAIM_PREFIX, IndexClaims, claim_key, index_key
+from coordinator.map.indexes import index_key
 from coordinator.map.partition_map import PartitionMap
 from coordinator.map.server_info import ServerInfo
 from coordinator.state.cluster import Cluster
@@ -189,9 +190,9 @@ def test_deltas_and_the_frontend_cache_carry_the_indexes(cluster) -> None:
 # --- claims ------------------------------------------------------------------------------------------
 
 
-def _claims() -> tuple[IndexClaims, dict[bytes, Any]]:
+def _claims() -> tuple[Claims, dict[bytes, Any]]:
     store: dict[bytes, Any] = {}
-    c = IndexClaims()
+    c = Claims()
     c.load([], now=-1000.0)
     return c, store
 
@@ -218,7 +219,7 @@ def test_claim_numbers_survive_a_takeover_and_a_new_leader_waits_a_ttl() -> None
     c, store = _claims()
     c.claim("T", "ix", "a", 10, 0.0, store.update)
     c.claim("T", "ix", "b", 10, 20.0, store.update)  # a's lease ran out: b holds claim 2
-    new = IndexClaims()
+    new = Claims()
     new.load([(k, v) for k, v in store.items() if k.startswith(CLAIM_PREFIX)], now=100.0)  # a new leader
     refused = new.claim("T", "ix", "c", 10, 105.0, store.update)
     assert refused["granted"] is False and refused["holder"] == "b" and refused["claim"] == 2 and refused["ttl_s"] == 5.0
@@ -227,7 +228,7 @@ def test_claim_numbers_survive_a_takeover_and_a_new_leader_waits_a_ttl() -> None
     assert new.claim("T", "ix", "c", 10, 115.0, store.update)["granted"] is False  # b renewed until 116
     got = new.claim("T", "ix", "c", 10, 116.0, store.update)
     assert got["granted"] and got["claim"] == 3
-    third = IndexClaims()
+    third = Claims()
     third.load(list(store.items()), now=200.0)
     assert not third.claim("T", "ix", "d", 1, 201.0, store.update)["granted"]  # waits the last grant's ttl too
     assert third.claim("T", "ix", "d", 1, 210.0, store.update)["claim"] == 4  # strictly greater, always

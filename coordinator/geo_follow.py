@@ -1,0 +1,86 @@
+"""A secondary cluster's coordinator: the claims of its tables' appliers and the cuts they publish (issue 35,
+``docs/geo.md``).
+
+* ``source_claim`` {table, holder, ttl_s}: grant, renew or refuse the claim of applying the source's changes to
+  a table (:class:`coordinator.map.claims.Claims`, numbered and persisted before it is answered), with the
+  table's cut so far: a new holder resumes from it;
+* ``source_publish`` {table, claim, cut, lag_s}: the holder of the live claim makes ``cut`` the table's cut
+  (:class:`coordinator.map.source_cuts.SourceCuts`); the loop sends the cuts to every frontend
+  (``[b"cuts", …]`` on the PUB socket), which reads the table as of it;
+* ``geo_status``: per table its cut, lag and applier (``rangetable geo status``);
+* ``sync_time`` on a secondary cluster: the lowest cut over its tables (Get Service Stats' LastSyncTime).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, Any
+
+from rangetable import protocol
+from rangetable.edm import TICKS_PER_SECOND, UNIX_EPOCH_TICKS
+from rangetable.errors import TableError
+from rangetable.index_def import is_index_table
+
+if TYPE_CHECKING:
+    from coordinator.interfaces import AdminHost
+    from coordinator.state.maps import MapService
+
+OPS = frozenset({"source_claim", "source_publish", "geo_status"})
+
+
+def _table(maps: MapService, req: dict) -> str:
+    """The user table a request names, as created (under the map lock); TableNotFound otherwise."""
+    name = protocol.field(req, "table", str)
+    if is_index_table(name):
+        raise TableError("TableNotFound")
+    return maps.pmap.table_name(name)
+
+
+def handle(co: AdminHost, op: str, req: dict) -> dict[str, Any]:
+    """Answer one of :data:`OPS`."""
+    maps = co.cluster.map
+    now = time.monotonic()
+    if op == "geo_status":
+        return status(maps, now)
+    if op == "source_claim":
+        with maps.lock:
+            table = _table(maps, req)
+            got = maps.source_claims.claim(table, "", req.get("holder"), req.get("ttl_s"), now,
+                                           lambda puts: maps.meta_store().commit(puts, []))
+            if got["granted"]:
+                maps.source_claims.report(table, "", req["holder"], req.get("progress"), now)
+            cur = maps.cuts.cuts.get(table.lower())
+            return {**got, "cut": None if cur is None else cur.cut}
+    with maps.lock:  # source_publish
+        table = _table(maps, req)
+        claim = protocol.field(req, "claim", int)
+        if not maps.source_claims.holds(table, "", claim, now):
+            raise TableError("SourceFenced", f"claim {claim} of table {table} is not the live one")
+        puts = maps.cuts.publish(table, req.get("cut"), req.get("lag_s"), now)
+    if puts:
+        maps.meta_store().commit(puts, [])
+    return {"cut": maps.cuts.cuts[table.lower()].cut}
+
+
+def status(maps: MapService, now: float) -> dict[str, Any]:
+    """Every user table's cut, lag and applier, and the account's LastSyncTime (ticks; None before every table
+    has a cut)."""
+    with maps.lock:
+        tables = sorted((t for t in maps.pmap.tables.values() if not is_index_table(t)), key=str.lower)
+        rows = maps.cuts.status(tables, now)
+        for row in rows:
+            got = maps.source_claims.progress_of(row["table"], "", now)
+            row["applier"] = got.get("holder")
+            row["applied"] = got.get("applied")
+        return {"tables": rows, "last_sync": maps.cuts.last_sync(tables)}
+
+
+def sync_time(maps: MapService, wall: float) -> dict[str, Any]:
+    """Get Service Stats on a secondary cluster: ``{"last_sync": wall-clock seconds or None, "status": "live"
+    or "bootstrap" (some table has no cut yet), "lag_s"}``."""
+    got = status(maps, time.monotonic())
+    ticks = got["last_sync"]
+    if ticks is None:
+        return {"last_sync": None, "status": "bootstrap", "lag_s": None}
+    at = (ticks - UNIX_EPOCH_TICKS) / TICKS_PER_SECOND
+    return {"last_sync": at, "status": "live", "lag_s": round(max(0.0, wall - at), 4)}

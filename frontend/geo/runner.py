@@ -1,0 +1,203 @@
+"""A secondary cluster's frontend runs the appliers of its tables (issue 35, ``docs/geo.md``).
+
+Each HTTP frontend of a secondary cluster (``rangetable up --secondary-of``) runs :class:`Followers`: every
+:data:`RECONCILE_S` it lists the source cluster's tables, creates on its own cluster those it lacks and deletes
+those the source no longer has (every frontend may: a table created or deleted twice answers TableAlreadyExists
+or TableNotFound, which is the same outcome), and runs one :class:`Follower` per table. A follower takes the
+table's claim from its coordinator (``source_claim``: one holder at a time, numbered, renewed every
+:data:`RENEW_S`) and runs the table's :class:`~frontend.geo.applier.TableApplier` while it holds it: pages of the
+source's feed read with the source's client key (:class:`NativeSource`), written into every range
+(``source_write``) and their frontiers published as the table's cut (``source_publish``), at once while pages
+are full and every :data:`LIVE_PAUSE_S` to :data:`IDLE_PAUSE_S` at the live edge.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+from typing import Any
+
+from frontend.geo.applier import SourcePage, TableApplier
+from frontend.indexes.applier import Frontend, LostClaim
+from rangetable import curve, feed_cursor, feed_page
+from rangetable.client.aio.transport import AsyncTransport
+from rangetable.errors import TableError
+from rangetable.index_def import is_index_table
+
+log = logging.getLogger("rangetable.geo")
+
+CLAIM_TTL_S = 10.0  # a follower's lease on its table
+RENEW_S = 1.0
+RECONCILE_S = 1.0  # how often the source's tables are listed and the followers matched to them
+LIVE_PAUSE_S = 0.05  # between pages at the live edge after one that had changes …
+IDLE_PAUSE_S = 0.2  # … doubling after each without, up to this
+
+
+def read_source(path: str) -> dict[str, Any]:
+    """The source cluster's connection file (its ``cluster.json``, or a copy ``up --secondary-of`` kept)."""
+    with open(path) as f:
+        doc = json.load(f)
+    if not isinstance(doc, dict) or not isinstance(doc.get("curve"), dict):
+        raise ValueError(f"{path} is not a cluster's connection file (it has no curve keys)")
+    return doc
+
+
+class NativeSource:
+    """The source cluster through its native endpoint, with the client key of its connection file
+    (:class:`~frontend.geo.applier.Source`)."""
+
+    def __init__(self, doc: dict[str, Any]) -> None:
+        curve.remember_cluster(doc)
+        endpoint = doc.get("native")
+        if not isinstance(endpoint, str) or not endpoint:
+            raise ValueError("the source's connection file names no native endpoint")
+        self.endpoint = endpoint
+        self.transport = AsyncTransport(endpoint)
+
+    async def page(self, table: str, cursor: str | None, top: int) -> SourcePage:
+        """The page of ``table``'s feed after ``cursor`` (None: from the oldest change kept)."""
+        start = feed_page.BEGINNING if cursor is None else feed_cursor.decode(cursor)
+        answer = await self.transport.request(feed_page.request(table, top, start))
+        return SourcePage(answer["records"], feed_cursor.encode(feed_cursor.from_wire(answer["cursor"])),
+                          answer.get("resolved"))
+
+    async def tables(self) -> list[str]:
+        """The source's tables."""
+        return list((await self.transport.request({"op": "list_tables"}))["tables"])
+
+    async def close(self) -> None:
+        """Close the connection."""
+        await self.transport.close()
+
+
+class OwnCluster:
+    """The secondary cluster through its own frontend's internal requests (:class:`~frontend.geo.applier.Secondary`)."""
+
+    def __init__(self, fe: Frontend, holder: str) -> None:
+        self.fe = fe
+        self.holder = holder
+        self.progress: dict[str, dict[str, Any]] = {}  # table lower -> what its holder reports with each renewal
+
+    async def claim(self, table: str) -> tuple[int, int | None]:
+        """Take or renew the table's claim: (its number, the cut so far); LostClaim when another holder has it."""
+        got = await self.fe.request({"op": "source_claim", "internal": True, "table": table, "holder": self.holder,
+                                     "ttl_s": CLAIM_TTL_S, "progress": self.progress.get(table.lower())})
+        if not got.get("granted"):
+            raise LostClaim(f"table {table} is applied by {got.get('holder')}")
+        return int(got["claim"]), got.get("cut")
+
+    async def write(self, table: str, claim: int, records: list[list], pos: list) -> int:
+        """Write a page into every range of the table; how many records the ranges applied."""
+        got = await self.fe.request({"op": "source_write", "internal": True, "table": table, "claim": claim,
+                                     "records": records, "pos": pos})
+        return int(got["applied"])
+
+    async def publish(self, table: str, claim: int, cut: int, lag_s: float) -> None:
+        """Make ``cut`` the table's cut."""
+        await self.fe.request({"op": "source_publish", "internal": True, "table": table, "claim": claim,
+                               "cut": cut, "lag_s": round(lag_s, 3)})
+
+
+class Follower:
+    """Keeps one table in step with its source while this process holds the table's claim."""
+
+    def __init__(self, table: str, source: NativeSource, own: OwnCluster) -> None:
+        self.table = table
+        self.source = source
+        self.own = own
+
+    async def run(self) -> None:
+        """Claim the table and apply it, again after any failure, until cancelled."""
+        while True:
+            try:
+                applier = TableApplier(self.table, self.source, self.own)
+                await applier.start()
+                renew = asyncio.create_task(self._renew(applier))
+                try:
+                    await self._apply(applier, renew)
+                finally:
+                    renew.cancel()
+            except asyncio.CancelledError:
+                raise
+            except LostClaim:
+                await asyncio.sleep(RENEW_S)
+            except TableError as e:
+                level = logging.ERROR if e.error_code == "FeedTrimmed" else logging.WARNING
+                log.log(level, "following table %s: %s", self.table, e)
+                await asyncio.sleep(1.0)
+            except Exception:  # never let one table stop the frontend's others
+                log.exception("following table %s", self.table)
+                await asyncio.sleep(1.0)
+
+    async def _renew(self, applier: TableApplier) -> None:
+        while True:
+            await asyncio.sleep(RENEW_S)
+            self.own.progress[self.table.lower()] = {"applied": applier.applied, "lag_s": applier.lag_s}
+            await self.own.claim(self.table)  # LostClaim ends the task: _apply sees it and stops
+
+    async def _apply(self, applier: TableApplier, renew: asyncio.Task) -> None:
+        pause = LIVE_PAUSE_S
+        while True:
+            if renew.done():
+                renew.result()  # raises what ended it (LostClaim, or the error that kept it from renewing)
+                raise LostClaim(f"table {self.table}: the claim's renewal stopped")
+            page = await applier.step()
+            if page.resolved is None:
+                pause = LIVE_PAUSE_S
+                continue  # more follow at once
+            pause = LIVE_PAUSE_S if page.records else min(pause * 2, IDLE_PAUSE_S)
+            await asyncio.sleep(pause)
+
+
+class Followers:
+    """The followers of every table of the source, started and stopped as tables come and go."""
+
+    def __init__(self, fe: Frontend, doc: dict[str, Any]) -> None:
+        self.fe = fe
+        self.source = NativeSource(doc)
+        self.own = OwnCluster(fe, f"{fe.id}/{os.getpid()}")
+        self.running: dict[str, asyncio.Task] = {}
+
+    async def run(self) -> None:
+        """Match the tables and their followers to the source every :data:`RECONCILE_S`, until cancelled."""
+        try:
+            while True:
+                try:
+                    await self.reconcile()
+                except TableError as e:
+                    log.warning("listing the source's tables: %s", e)
+                await asyncio.sleep(RECONCILE_S)
+        finally:
+            for t in self.running.values():
+                t.cancel()
+            await self.source.close()
+
+    async def reconcile(self) -> None:
+        """Create the tables the source has and this cluster lacks, delete those it no longer has, and run a
+        follower for each."""
+        theirs = {t.lower(): t for t in await self.source.tables()}
+        ours = {k: t for k, t in self.fe.cache.tables.items() if not is_index_table(t)}
+        for key, name in theirs.items():
+            if key not in ours:
+                await self._ask({"op": "create_table", "table": name}, "TableAlreadyExists")
+        for key, name in ours.items():
+            if key not in theirs:
+                task = self.running.pop(key, None)
+                if task is not None:
+                    task.cancel()
+                await self._ask({"op": "delete_table", "table": name}, "ResourceNotFound", "TableNotFound")
+        for key in [k for k in self.running if k not in theirs]:
+            self.running.pop(key).cancel()
+        for key, name in theirs.items():
+            if key not in self.running or self.running[key].done():
+                self.running[key] = asyncio.create_task(Follower(name, self.source, self.own).run())
+
+    async def _ask(self, req: dict[str, Any], *fine: str) -> None:
+        try:
+            await self.fe.request({**req, "internal": True})
+            log.info("%s %s, as the source did", req["op"], req["table"])
+        except TableError as e:
+            if e.error_code not in fine:
+                raise

@@ -1,0 +1,145 @@
+"""A secondary cluster (issue 35, ``docs/geo.md``) on real processes: two clusters as `rangetable up` starts them
+(3 servers, 3 replicas each), the second started with ``--secondary-of`` the first. Tables created and deleted at
+the source follow; what the unchanged Azure SDK writes at the source is read at the secondary; every read there is
+one cut of the source's history (never half a transaction, never a later write without an earlier one); writes
+there are refused as Azure's secondary refuses them; Get Service Stats and ``rangetable geo status`` show the cut."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from rangetable import TableServiceClient
+from rangetable.errors import TableError
+from tests.cluster import Cluster
+from tests.rest_helpers import DEV_ACCOUNT, DEV_KEY, assert_secondary_refuses_writes
+
+tables = pytest.importorskip("azure.data.tables")
+from azure.core.credentials import AzureNamedKeyCredential  # noqa: E402
+from azure.core.exceptions import HttpResponseError  # noqa: E402
+
+CRED = AzureNamedKeyCredential(DEV_ACCOUNT, DEV_KEY)
+
+
+@pytest.fixture(scope="module")
+def pair(cluster_factory: Any) -> Iterator[tuple[Cluster, Cluster]]:
+    source = cluster_factory(extra=["--no-dashboard"])
+    secondary = cluster_factory(extra=["--no-dashboard", "--secondary-of", str(source.data_dir)])
+    yield source, secondary
+
+
+def _sdk(c: Cluster) -> Any:
+    return tables.TableServiceClient(c.http, credential=CRED)
+
+
+def _poll(fn: Any, want: Any, timeout: float = 20.0) -> None:
+    t0 = time.monotonic()
+    got = None
+    while time.monotonic() - t0 < timeout:
+        try:
+            got = fn()
+        except (HttpResponseError, TableError) as e:
+            got = e
+        if got == want:
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"not {want!r} after {timeout} s: {got!r}")
+
+
+def _names(svc: Any) -> list[str]:
+    return sorted(t.name for t in svc.list_tables())
+
+
+def test_tables_and_entities_follow_and_writes_are_refused(pair: tuple[Cluster, Cluster]) -> None:
+    source, secondary = pair
+    with _sdk(source) as src, _sdk(secondary) as sec:
+        src.create_table("geoorders")
+        t = src.get_table_client("geoorders")
+        for i in range(30):
+            t.upsert_entity({"PartitionKey": f"p{i % 3}", "RowKey": f"{i:03d}", "qty": i})
+        t.submit_transaction([("upsert", {"PartitionKey": "tx", "RowKey": r, "v": 1}) for r in "abc"])
+        t.delete_entity("p0", "000")
+        _poll(lambda: "geoorders" in _names(sec), True)
+        s = sec.get_table_client("geoorders")
+        want = sorted((e["PartitionKey"], e["RowKey"], e.get("qty"), e.metadata["etag"]) for e in t.list_entities())
+        _poll(lambda: sorted((e["PartitionKey"], e["RowKey"], e.get("qty"), e.metadata["etag"])
+                             for e in s.list_entities()), want)  # the source's values and ETags
+        assert s.get_entity("p1", "001")["qty"] == 1
+        assert [e["qty"] for e in s.query_entities("PartitionKey eq 'p2' and qty ge 20")] == [20, 23, 26, 29]
+
+        assert_secondary_refuses_writes(s, "p1", "001")  # on the plain account name too: the cluster is a secondary
+        with pytest.raises(HttpResponseError) as ei:
+            sec.create_table("mine")
+        assert ei.value.status_code == 403
+        native = TableServiceClient.from_cluster(secondary.data_dir)
+        with pytest.raises(TableError) as te:
+            native.get_table_client("geoorders").upsert_entity({"PartitionKey": "p", "RowKey": "r"})
+        assert te.value.error_code == "InsufficientAccountPermissions"
+        assert native.get_table_client("geoorders").get_entity("p1", "004")["qty"] == 4
+
+        stats = sec.get_service_stats()["geo_replication"]
+        assert stats["status"] == "live", stats
+
+        src.delete_table("geoorders")
+        _poll(lambda: "geoorders" in _names(sec), False)
+
+
+def test_every_read_is_one_cut_of_the_source(pair: tuple[Cluster, Cluster]) -> None:
+    """A writer appends rows 0, 1, 2, … one write each, and rewrites a three-row group in one transaction
+    each time; every read at the secondary sees a prefix of the rows and a group of one value."""
+    source, secondary = pair
+    src = TableServiceClient.from_cluster(source.data_dir)
+    src.create_table("geocut")
+    t = src.get_table_client("geocut")
+    stop = threading.Event()
+    written = [0]
+
+    def write() -> None:
+        i = 0
+        while not stop.is_set():
+            t.upsert_entity({"PartitionKey": "log", "RowKey": f"{i:06d}", "i": i})
+            t.submit_transaction([("upsert", {"PartitionKey": "group", "RowKey": r, "v": i}) for r in "abc"])
+            i += 1
+            written[0] = i
+
+    writer = threading.Thread(target=write, daemon=True)
+    writer.start()
+    try:
+        sec = TableServiceClient.from_cluster(secondary.data_dir)
+        deadline = time.monotonic() + 60
+        while "geocut" not in [x.name for x in sec.list_tables()]:
+            assert time.monotonic() < deadline, "the table never reached the secondary"
+            time.sleep(0.1)
+        s = sec.get_table_client("geocut")
+        reads = seen = 0
+        t_end = time.monotonic() + 8
+        while time.monotonic() < t_end:
+            rows = list(s.query_entities("PartitionKey eq 'group' or PartitionKey eq 'log'"))
+            log = [e["i"] for e in rows if e["PartitionKey"] == "log"]
+            group = {e["v"] for e in rows if e["PartitionKey"] == "group"}
+            assert log == list(range(len(log))), log[:20]  # a prefix: no later write without the earlier ones
+            assert len(group) <= 1, group  # a transaction is all or nothing
+            if group and len(rows) < 1000:  # one page, one cut: the group written right after its row, or before
+                assert group <= {len(log) - 1, len(log) - 2}, (group, len(log))
+            reads += 1
+            seen = max(seen, len(log))
+        assert reads > 10 and seen > 0, (reads, seen)
+    finally:
+        stop.set()
+        writer.join(10)
+    n = written[0]
+    _poll(lambda: len(list(s.query_entities("PartitionKey eq 'log'"))) >= n, True, timeout=30)
+
+    out = subprocess.run([sys.executable, "-m", "cli.main", "geo", "status", "--data-dir", str(secondary.data_dir),
+                          "--json"], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    row = next(r for r in json.loads(out.stdout)["tables"] if r["table"] == "geocut")
+    assert row["cut"] is not None and row["lag_s"] is not None and row["lag_s"] < 10, row
+    assert row["applier"], row

@@ -1,0 +1,155 @@
+"""A secondary cluster's control plane (``docs/geo.md``): the cuts its coordinator keeps and sends, the claims of
+its tables' appliers, a frontend's copy of the cuts, and the frontend's reads at a cut and refusal of writes."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from coordinator.map.claims import SOURCE_CLAIM_PREFIX, Claims, claim_key
+from coordinator.map.source_cuts import PERSIST_S, SourceCuts, cut_key
+from frontend.native.handler import Handler, Pending
+from frontend.routing import MapCache
+from rangetable.config import FrontendConfig
+from rangetable.errors import TableError
+from tests.unit.map_helpers import one_table_map
+
+
+def test_a_cut_never_moves_back_and_is_persisted_at_most_once_a_period() -> None:
+    cuts = SourceCuts()
+    assert cuts.publish("Orders", 100, 0.5, now=10.0) == {cut_key("orders"): {"cut": 100, "lag_s": 0.5}}
+    assert cuts.publish("orders", 150, 0.2, now=10.1) == {}  # kept in memory, written within PERSIST_S
+    assert cuts.wire() == {"orders": 150}
+    assert cuts.publish("orders", 120, 0.0, now=10.2) == {}  # a resumed applier below the cut: the cut stays
+    assert cuts.wire() == {"orders": 150}
+    assert cuts.publish("orders", 160, 0.1, now=10.0 + PERSIST_S) == {cut_key("orders"): {"cut": 160, "lag_s": 0.1}}
+    assert cuts.lag_of("orders", now=13.0) == pytest.approx(0.1 + 3.0 - PERSIST_S)  # nobody published since
+    assert cuts.lag_of("other", now=13.0) is None
+    for bad in (-1, "1", 1.5, True):
+        with pytest.raises(TableError):
+            cuts.publish("orders", bad, 0.0, now=14.0)
+    with pytest.raises(TableError):
+        cuts.publish("orders", 170, -1, now=14.0)
+
+
+def test_last_sync_is_the_lowest_cut_and_none_while_a_table_has_none() -> None:
+    cuts = SourceCuts()
+    assert cuts.last_sync([]) is None
+    cuts.publish("a", 300, 0.0, now=1.0)
+    assert cuts.last_sync(["a", "b"]) is None  # b is still being copied: bootstrap
+    cuts.publish("b", 200, 0.0, now=1.0)
+    assert cuts.last_sync(["a", "b"]) == 200
+    assert cuts.status(["a", "c"], now=1.0) == [{"table": "a", "cut": 300, "lag_s": 0.0},
+                                                {"table": "c", "cut": None, "lag_s": None}]
+    assert cuts.forget("B") == [cut_key("b")] and cuts.wire() == {"a": 300}
+
+
+def test_a_new_leader_loads_the_persisted_cuts() -> None:
+    cuts = SourceCuts()
+    cuts.load([(cut_key("t"), {"cut": 42, "lag_s": 1.5}), (b"sourcecut/bad", {"cut": "x"})], now=5.0)
+    assert cuts.wire() == {"t": 42}
+    assert cuts.lag_of("t", now=7.0) == pytest.approx(3.5)  # its lag grows from the takeover until a publish
+
+
+def test_source_claims_are_claims_of_their_own_kind() -> None:
+    store: dict[bytes, Any] = {}
+    claims = Claims(SOURCE_CLAIM_PREFIX)
+    got = claims.claim("Orders", "", "fe-1/7", 10.0, now=0.0, persist=store.update)
+    assert got["granted"] and got["claim"] == 1
+    assert store == {claim_key("orders", "", SOURCE_CLAIM_PREFIX): {"claim": 1, "holder": "fe-1/7", "ttl_s": 10.0}}
+    assert b"".join(store) == b"sourceclaim/orders/"
+    assert claims.holds("orders", "", 1, now=5.0) and not claims.holds("orders", "", 0, now=5.0)
+    assert not claims.holds("orders", "", 1, now=10.0)  # the lease ran out
+    reloaded = Claims(SOURCE_CLAIM_PREFIX)
+    reloaded.load(list(store.items()) + [(b"indexclaim/orders/ix", {"claim": 9, "holder": "x"})], now=0.0)
+    assert list(reloaded.persisted) == ["orders/"]  # an index's claim is not a source claim
+
+
+def test_a_frontend_keeps_the_highest_cut_of_each_table_it_was_sent() -> None:
+    cache = MapCache()
+    assert not cache.cuts_heard
+    cache.set_cuts({"a": 10, "b": 5})
+    cache.set_cuts({"a": 8, "b": 6})  # a new leader, loaded from a cut persisted a moment earlier
+    assert cache.cuts == {"a": 10, "b": 6} and cache.cuts_heard
+    cache.set_cuts({"b": 7, "bad": "x"})  # a deleted, its cut with it
+    assert cache.cuts == {"b": 7}
+    cache.set_cuts(None)
+    assert cache.cuts == {"b": 7}
+
+
+class _Driver:
+    """What a handler uses of its frontend, recording what it would send."""
+
+    def __init__(self, cache: MapCache) -> None:
+        self.cache = cache
+        self.cfg = FrontendConfig()
+        self.sent: list[tuple[str, dict]] = []
+        self.later: list[str] = []
+
+    def send_ps(self, p: Pending, endpoint: str, body: dict, step: Any) -> None:
+        self.sent.append((endpoint, body))
+
+    def retry_later(self, p: Pending, why: str) -> None:
+        self.later.append(why)
+
+    def send_coordinator(self, p: Pending, body: dict, step: Any) -> None:
+        self.sent.append(("coordinator", body))
+
+
+def _secondary() -> tuple[Handler, _Driver]:
+    cache = one_table_map("orders", ["", "m"], 3)
+    for r in cache.ranges.values():
+        r["state"] = "serving"
+    fe = _Driver(cache)
+    return Handler(fe, secondary=True), fe  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("req", [
+    {"op": "write", "table": "orders", "write": {"op": "upsert", "pk": "p", "rk": "r", "props": {}}},
+    {"op": "batch", "table": "orders", "ops": [{"op": "upsert", "pk": "p", "rk": "r", "props": {}}]},
+    {"op": "create_table", "table": "mine"}, {"op": "delete_table", "table": "orders"},
+    {"op": "set_acl", "table": "orders"}, {"op": "create_index", "table": "orders", "name": "ix"},
+    {"op": "changes", "table": "orders"},
+])
+def test_a_secondary_refuses_a_clients_writes(req: dict) -> None:
+    handler, fe = _secondary()
+    with pytest.raises(TableError) as e:
+        handler.run(Pending(b"client", b"1", req, 1e18))
+    assert e.value.error_code == "InsufficientAccountPermissions"
+    assert fe.sent == []
+
+
+def test_only_the_process_itself_claims_and_publishes() -> None:
+    handler, fe = _secondary()
+    for op in ("source_claim", "source_publish"):
+        with pytest.raises(TableError) as e:
+            handler.run(Pending(b"client", b"1", {"op": op, "table": "orders"}, 1e18))
+        assert e.value.error_code == "InvalidInput"
+        handler.run(Pending(b"", b"2", {"op": op, "table": "orders", "internal": True}, 1e18))
+    assert [b["op"] for _, b in fe.sent] == ["source_claim", "source_publish"]
+    primary = Handler(fe)  # type: ignore[arg-type]
+    with pytest.raises(TableError):  # a primary cluster's frontend takes no client's either
+        primary.run(Pending(b"client", b"3", {"op": "source_publish", "table": "orders"}, 1e18))
+    handler.run(Pending(b"", b"4", {"op": "create_table", "table": "orders", "internal": True}, 1e18))
+    assert fe.sent[-1] == ("coordinator", {"op": "create_table", "table": "orders", "internal": True})
+
+
+def test_a_secondary_reads_every_range_at_the_tables_cut_once_the_cuts_arrived() -> None:
+    handler, fe = _secondary()
+    get = {"op": "get", "table": "orders", "pk": "p", "rk": "r"}
+    handler.run(Pending(b"client", b"1", dict(get), 1e18))
+    assert fe.sent == [] and fe.later == ["the cuts of this secondary cluster have not arrived yet"]
+    fe.cache.set_cuts({"other": 9})
+    handler.run(Pending(b"client", b"2", dict(get), 1e18))
+    assert fe.sent[-1][1]["at"] == 0  # no cut yet: as the source stood before anything was applied
+    fe.cache.set_cuts({"orders": 1234})
+    handler.run(Pending(b"client", b"3", dict(get), 1e18))
+    assert fe.sent[-1][1]["at"] == 1234
+    fe.sent.clear()
+    handler.run(Pending(b"client", b"4", {"op": "query", "table": "orders"}, 1e18))
+    assert [(b["op"], b["at"]) for _, b in fe.sent] == [("scan", 1234)]
+    primary = Handler(fe)  # type: ignore[arg-type]
+    fe.sent.clear()
+    primary.run(Pending(b"client", b"5", dict(get), 1e18))
+    assert "at" not in fe.sent[-1][1]
