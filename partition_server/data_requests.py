@@ -273,7 +273,16 @@ def source_apply(served: Served, req: SourceApplyRequest, budget_s: float) -> An
         prev = here
     if prev is not None and prev > pos:
         raise TableError("InvalidInput", "the position must be at or after the last record's")
-    return {"applied": served.store.apply_source(records, claim, pos)}
+    trim = req.get("trim")
+    if trim is not None and (type(trim) is not int or trim < 0):
+        raise TableError("InvalidInput", "trim must be a Timestamp")
+    applied = served.store.apply_source(records, claim, pos)
+    if trim:  # no reader asks for a cut below it any more: its undo records go (a bounded number per write)
+        served.store.trim_undo(trim, TRIM_BATCH)
+    return {"applied": applied}
+
+
+TRIM_BATCH = 20_000  # undo records trimmed with one source_apply at most (a page carries 1,000 records or fewer)
 
 
 def _source_target(req: dict) -> tuple[str | None, int]:

@@ -305,8 +305,9 @@ class SourceApplyRequest(TypedDict):
     """A secondary cluster's applier writes its source's feed records into a range: ``records`` as a
     :class:`ChangesAnswer` holds them, in position order, all in the range; ``pos`` the position
     ``[Timestamp, key]`` through which the range then holds every change of its span (``b"\xff"`` as the key:
-    all of that Timestamp); ``claim`` the applier's fencing token. Answered ``{"applied": n}``
-    (``RangeStore.apply_source``)."""
+    all of that Timestamp); ``claim`` the applier's fencing token; ``trim`` a Timestamp below every cut a reader
+    may still use (the undo records at or below it are deleted, reads below it refused: ``RangeStore.trim_undo``).
+    Answered ``{"applied": n}`` (``RangeStore.apply_source``)."""
 
     op: Literal["source_apply"]
     range: str
@@ -314,6 +315,7 @@ class SourceApplyRequest(TypedDict):
     records: list[list]
     pos: list
     claim: int
+    trim: NotRequired[int]
 
 
 class ChangesAnswer(TypedDict):

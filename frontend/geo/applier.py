@@ -28,6 +28,7 @@ from rangetable import feed_cursor
 from rangetable.edm import TICKS_PER_SECOND, now_ticks
 
 TOP = 1000  # records asked per page of the source's feed
+TRIM_BEHIND_S = 60.0  # undo records this far below the cut are deleted: a reader's cut is older than that never
 MARK = b"\xff"  # a position's key after every entity key: all changes of its Timestamp
 
 
@@ -55,8 +56,9 @@ class Secondary(Protocol):
         """Take or renew the table's claim: (its number, the cut published so far or None); LostClaim when
         another holder has it."""
 
-    async def write(self, table: str, claim: int, records: list[list], pos: list) -> int:
-        """Write a page into every range of the table (``source_write``); how many records the ranges applied."""
+    async def write(self, table: str, claim: int, records: list[list], pos: list, trim: int | None) -> int:
+        """Write a page into every range of the table (``source_write``), deleting the undo records at or below
+        ``trim``; how many records the ranges applied."""
 
     async def publish(self, table: str, claim: int, cut: int, lag_s: float) -> None:
         """Make ``cut`` the table's cut (never lower than the one before) and report the lag."""
@@ -96,7 +98,8 @@ class TableApplier:
         page = await self.source.page(self.table, self.cursor, TOP)
         top = frontier(page.cursor)
         if page.records:  # an empty page changes no range: the cut moves on its word alone
-            self.applied += await self.secondary.write(self.table, self.claim, page.records, [top, MARK])
+            trim = None if self.cut is None else max(0, self.cut - int(TRIM_BEHIND_S * TICKS_PER_SECOND))
+            self.applied += await self.secondary.write(self.table, self.claim, page.records, [top, MARK], trim)
         self.lag_s = max(0.0, (self.clock() - top) / TICKS_PER_SECOND)
         if self.cut is None or top > self.cut:
             await self.secondary.publish(self.table, self.claim, top, self.lag_s)

@@ -88,10 +88,11 @@ class OwnCluster:
             raise LostClaim(f"table {table} is applied by {got.get('holder')}")
         return int(got["claim"]), got.get("cut")
 
-    async def write(self, table: str, claim: int, records: list[list], pos: list) -> int:
-        """Write a page into every range of the table; how many records the ranges applied."""
+    async def write(self, table: str, claim: int, records: list[list], pos: list, trim: int | None) -> int:
+        """Write a page into every range of the table, trimming undo records at or below ``trim``; how many
+        records the ranges applied."""
         got = await self.fe.request({"op": "source_write", "internal": True, "table": table, "claim": claim,
-                                     "records": records, "pos": pos})
+                                     "records": records, "pos": pos, "trim": trim})
         return int(got["applied"])
 
     async def publish(self, table: str, claim: int, cut: int, lag_s: float) -> None:

@@ -30,6 +30,7 @@ class SourceWrite:
     claim: int
     records: list[list]  # [ts, key, kind, value, before], in position order
     pos: list  # [Timestamp, key]: every change at or below it is in this page or an earlier one
+    trim: int | None = None  # undo records at or below it go (no reader asks for a cut below it)
     cover: SpanCover = field(default_factory=SpanCover)
     applied: int = 0  # records the ranges applied (those applied already are skipped, not counted)
 
@@ -44,7 +45,10 @@ class SourceWrite:
             raise TableError("InvalidInput", "source_write needs the position [Timestamp, key] its page reaches")
         if not all(isinstance(r, list) and len(r) == 5 and isinstance(r[1], bytes) for r in records):
             raise TableError("InvalidInput", "a source record is [Timestamp, key, kind, value or nil, before or nil]")
-        return cls(table, claim, records, pos)
+        trim = req.get("trim")
+        if trim is not None and type(trim) is not int:
+            raise TableError("InvalidInput", "trim must be a Timestamp")
+        return cls(table, claim, records, pos, trim)
 
     @property
     def done(self) -> bool:
@@ -64,9 +68,11 @@ class SourceWrite:
         """Note part ``[lo, hi)`` as asked of ``route``'s range: its id and the partition server request, with the
         page's records of that span (in position order)."""
         share = [r for r in self.records if r[1] >= lo and (hi is None or r[1] < hi)]
-        return self.cover.ask(lo, hi), {"op": "source_apply", "range": route.range["id"],
-                                        "epoch": route.range["epoch"], "records": share, "pos": self.pos,
-                                        "claim": self.claim}
+        body = {"op": "source_apply", "range": route.range["id"], "epoch": route.range["epoch"], "records": share,
+                "pos": self.pos, "claim": self.claim}
+        if self.trim is not None:
+            body["trim"] = self.trim
+        return self.cover.ask(lo, hi), body
 
     def failed(self, part: int) -> None:
         """Part ``part`` got no usable answer: its span is asked again."""

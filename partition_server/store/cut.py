@@ -11,8 +11,15 @@ WriteBatch, the entity's stored value just before that change::
 (MVCC's undo log, as Oracle's and InnoDB's consistent reads use it.) The version of an entity at ``T`` is then
 the undo record of its first change after ``T``, or, when it changed at or before ``T`` only, the current
 one. Undo records sort by entity key and then Timestamp, so a scan merges them into the entities' own order
-(:func:`versions_at`) and a point read takes one seek (:func:`version_at`); once no reader asks for a cut
-below ``T`` the records at or below it are deleted (:func:`trim`).
+(:func:`versions_at`) and a point read takes one seek (:func:`version_at`).
+
+Once no reader asks for a cut below ``F`` the records at or below it are deleted (:func:`expired`), found in
+time order through one more key written with each::
+
+    UNDO_TIME_PREFIX + >Q Timestamp + entity key  ->  b""
+
+and ``F`` is kept as the range's **floor** (:data:`UNDO_FLOOR`): a read at a cut below it is refused
+(:func:`check_floor`), never answered from the records that are left.
 
 Entity keys never contain ``b"\\x00"`` after their RowKey nor ``b"\\xff"`` (:mod:`rangetable.keys`), so
 ``key + b"\\x00"`` sorts right after ``key`` and before every longer key: the undo records of one entity are
@@ -29,10 +36,13 @@ from typing import Any
 
 import rocksdict
 
+from rangetable.errors import TableError
 from rangetable.keys import META_PREFIX
 
 UNDO_PREFIX = META_PREFIX + b"u/"
 UNDO_END = META_PREFIX + b"u0"  # the byte after "/": the end of the undo records' span
+UNDO_TIME_PREFIX = META_PREFIX + b"ut/"  # the undo records in time order (past UNDO_END: outside their span)
+UNDO_FLOOR = META_PREFIX + b"ufloor"  # >Q: no read at a cut below it is answered (past UNDO_END too)
 ABSENT = b""  # an undo record's value when the entity did not exist before the change
 _TS = struct.Struct(">Q")
 _TAIL = 1 + _TS.size  # b"\x00" + Timestamp after the entity key
@@ -41,6 +51,11 @@ _TAIL = 1 + _TS.size  # b"\x00" + Timestamp after the entity key
 def undo_key(key: bytes, ts: int) -> bytes:
     """The undo record's key of the change of entity ``key`` at Timestamp ``ts``."""
     return UNDO_PREFIX + key + b"\x00" + _TS.pack(ts)
+
+
+def time_key(key: bytes, ts: int) -> bytes:
+    """The key that finds, in time order, the undo record of the change of ``key`` at ``ts``."""
+    return UNDO_TIME_PREFIX + _TS.pack(ts) + key
 
 
 def parse_undo_key(ukey: bytes) -> tuple[bytes, int]:
@@ -117,12 +132,38 @@ def items(db: Any, lo: bytes, hi: bytes | None) -> Iterator[tuple[bytes, bytes]]
 
 
 def expired(db: Any, upto: int, limit: int) -> list[bytes]:
-    """Keys of undo records at or below ``upto`` (no reader needs them once every cut asked is at or above it),
-    at most ``limit``."""
-    out = []
-    for ukey, _ in items(db, b"", None):
-        if parse_undo_key(ukey)[1] <= upto:
-            out.append(ukey)
-            if len(out) >= limit:
+    """The keys to delete of the undo records at or below ``upto`` (no reader needs them once every cut asked is
+    at or above it), at most ``limit`` records: each one's time key and record key."""
+    ro = rocksdict.ReadOptions()
+    ro.set_iterate_upper_bound(UNDO_TIME_PREFIX + _TS.pack(upto + 1))
+    it = db.keys(from_key=UNDO_TIME_PREFIX, read_opt=ro)
+    out: list[bytes] = []
+    try:
+        for tkey in it:
+            at = len(UNDO_TIME_PREFIX)
+            out += [tkey, undo_key(tkey[at + _TS.size:], _TS.unpack_from(tkey, at)[0])]
+            if len(out) >= 2 * limit:
                 break
+    finally:
+        it = None  # a live iterator would keep the DB LOCK after close()
     return out
+
+
+def floor(db: Any) -> int:
+    """The range's floor: the lowest cut it answers reads at (0: nothing trimmed)."""
+    raw = db.get(UNDO_FLOOR)
+    return 0 if raw is None else _TS.unpack(raw)[0]
+
+
+def pack_floor(ts: int) -> bytes:
+    """The stored form of a floor."""
+    return _TS.pack(ts)
+
+
+def check_floor(db: Any, at: int) -> None:
+    """ServerBusy for a read at a cut below the range's floor: the undo records it needs are gone (a reader whose
+    cut is far older than the secondary's: it asks again with a newer one)."""
+    low = floor(db)
+    if at < low:
+        raise TableError("ServerBusy", f"a read at a cut older than this range keeps (below {low}): the "
+                         "secondary's cuts moved on, ask again")

@@ -17,7 +17,7 @@ from typing import cast
 import msgpack
 import rocksdict
 
-from partition_server.store import index_state
+from partition_server.store import cut, index_state
 from partition_server.store.counts import Counts, half_counts, left_share, pack_counts, read_counts
 from partition_server.store.expiry import MARK_KEY, merged_mark
 from partition_server.store.feed import FAMILY as FEED_FAMILY
@@ -133,6 +133,7 @@ def merge_stores(left_path: str, right_path: str, out_path: str) -> None:
         left_feed = ldb.get(META_FEED)
         left_index = ldb.get(META_INDEX)
         left_source = ldb.get(META_SOURCE)
+        left_floor = cut.floor(ldb)
         create_checkpoint(ldb, out_path)
     finally:
         ldb.close()
@@ -152,7 +153,9 @@ def merge_stores(left_path: str, right_path: str, out_path: str) -> None:
             right_feed = rdb.get(META_FEED)
             index = index_state.merged(left_index, rdb.get(META_INDEX))
             source = index_state.merged(left_source, rdb.get(META_SOURCE))
-            _copy(rdb, odb, None, wo, skip=(META_TS, MARK_KEY, META_COUNT, META_FEED, META_INDEX, META_SOURCE))
+            floor = max(left_floor, cut.floor(rdb))
+            _copy(rdb, odb, None, wo,
+                  skip=(META_TS, MARK_KEY, META_COUNT, META_FEED, META_INDEX, META_SOURCE, cut.UNDO_FLOOR))
             records, family = column_family(odb, FEED_FAMILY)
             _copy(column_family(rdb, FEED_FAMILY)[0], odb, family, wo, skip=())
         finally:
@@ -166,6 +169,8 @@ def merge_stores(left_path: str, right_path: str, out_path: str) -> None:
             odb.put(META_INDEX, index, wo)
         if source is not None:
             odb.put(META_SOURCE, source, wo)
+        if floor:
+            odb.put(cut.UNDO_FLOOR, cut.pack_floor(floor), wo)
         odb.flush(True)
         records.flush(True)
     finally:

@@ -290,6 +290,7 @@ class RangeStore:
         """The entity at (pk, rk) as it stood at the cut ``at`` of a secondary cluster (:mod:`.cut`), or None
         (absent then, or expired now)."""
         key = encode_key(pk, rk)
+        cut.check_floor(self._db, at)
         v = cut.version_at(self._db, key, at, self._db.get(key))
         if v is None:
             return None
@@ -634,6 +635,7 @@ class RangeStore:
             for ts, key, kind, value, _before in todo:
                 before = now[key]
                 wb.put(cut.undo_key(key, ts), cut.ABSENT if before is None else before)
+                wb.put(cut.time_key(key, ts), b"")
                 if value is None:
                     wb.delete(key)
                 else:
@@ -657,16 +659,20 @@ class RangeStore:
         return index_state.unpack(self._db.get(META_SOURCE))
 
     def trim_undo(self, upto: int, limit: int = 10_000) -> int:
-        """Delete up to ``limit`` undo records at or below Timestamp ``upto`` (no read asks for a cut below it
-        any more), in one replicated batch; returns how many."""
+        """Delete up to ``limit`` undo records at or below Timestamp ``upto`` and raise the range's floor to it
+        (no read asks for a cut below it any more; one below is refused), in one replicated batch; returns how
+        many records went."""
         with self._lock:
             gone = cut.expired(self._db, upto, limit)
-            if gone:
+            higher = upto > cut.floor(self._db)
+            if gone or higher:
                 wb = self._tee.new_batch()
-                for ukey in gone:
-                    wb.delete(ukey)
+                for k in gone:
+                    wb.delete(k)
+                if higher:
+                    wb.put(cut.UNDO_FLOOR, cut.pack_floor(upto))
                 self._tee.write(self._db, wb, self._wo)
-            return len(gone)
+            return len(gone) // 2
 
     # --- the change feed (see feed.py) ---------------------------------------------------------
 

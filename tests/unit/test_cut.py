@@ -150,9 +150,18 @@ def test_trimmed_undo_records_leave_every_later_cut_right(tmp_path: Path) -> Non
     gone += dst.trim_undo(mid)
     assert gone == sum(1 for r in records if r[0] <= mid)
     assert len(list(cut.items(dst._db, b"", None))) == held - gone
+    assert len(cut.expired(dst._db, 2**63, 10**6)) == 2 * (held - gone)  # each left has its time key, and only those
     for ts, state in states:
         if ts >= mid:
             assert read_state(dst, at=ts) == state
+            assert all(dst.get_at(pk, rk, ts) is not None for pk, rk in state)
+        else:  # below the floor: refused, by scans and point reads
+            with pytest.raises(TableError) as exc:
+                read_state(dst, at=ts)
+            assert exc.value.error_code == "ServerBusy"
+            with pytest.raises(TableError):
+                dst.get_at("p", "a", ts)
+    assert dst.trim_undo(mid - 1) == 0 and cut.floor(dst._db) == mid  # the floor never moves back
     src.close()
     dst.close()
 
@@ -178,6 +187,16 @@ def test_split_halves_read_their_own_span_at_a_cut_and_a_merge_keeps_the_lower_p
     merged = RangeStore.open(tmp_path / "m")
     assert merged.source_state() == (1, position_of(records[-1]))  # the lower of the two
     for ts, state in states:
+        assert read_state(merged, at=ts) == state
+    merged.close()
+    for h, floor in ((left, states[10][0]), (right, states[5][0])):  # each half trimmed to its own floor
+        h = RangeStore.open(h.path)
+        h.trim_undo(floor)
+        h.close()
+    RangeStore.merge(tmp_path / "l", tmp_path / "r", tmp_path / "m2")
+    merged = RangeStore.open(tmp_path / "m2")
+    assert cut.floor(merged._db) == states[10][0]  # the higher: below it the left half's records are gone
+    for ts, state in states[10:]:
         assert read_state(merged, at=ts) == state
     merged.close()
     src.close()
@@ -290,6 +309,13 @@ def test_source_apply_refuses_records_out_of_order_or_past_the_position(tmp_path
             bad: Any = {"op": "source_apply", "range": "r1", "epoch": 1, "records": recs, "claim": 1, "pos": pos}
             dr.source_apply(_served(dst), bad, 1.0)
         assert exc.value.error_code == "InvalidInput"
+    for trim in (-1, "5", 1.5):
+        with pytest.raises(TableError) as exc:
+            bad = {"op": "source_apply", "range": "r1", "epoch": 1, "records": records, "claim": 1,
+                   "pos": [2**62, b"\xff"], "trim": trim}
+            dr.source_apply(_served(dst), bad, 1.0)
+        assert exc.value.error_code == "InvalidInput"
+    assert dst.source_state() == (0, None)  # nothing applied by a refused request
     with pytest.raises(TableError) as exc:
         dr.get(_served(dst), {"op": "get", "range": "r1", "epoch": 1, "pk": "p", "rk": "a", "select": None,
                               "at": -1}, 1.0)

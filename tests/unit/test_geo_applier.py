@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from partition_server.store import cut
 from partition_server.store.range_store import RangeStore
 from rangetable.errors import TableError
 from tests.unit.source_helpers import history, read_state, records_of, source_store
@@ -77,7 +78,8 @@ def test_a_source_write_that_is_not_one_is_refused() -> None:
     for req in ({"table": "t", "claim": "1", "records": [], "pos": [1, b"\xff"]},
                 {"table": "t", "claim": 1, "records": [], "pos": [1, "x"]},
                 {"table": "t", "claim": 1, "records": [[1, "k", "insert", None, None]], "pos": [1, b"\xff"]},
-                {"claim": 1, "records": [], "pos": [1, b"\xff"]}):
+                {"claim": 1, "records": [], "pos": [1, b"\xff"]},
+                {"table": "t", "claim": 1, "records": [], "pos": [1, b"\xff"], "trim": "5"}):
         with pytest.raises(TableError) as exc:
             SourceWrite.from_request(req)
         assert exc.value.error_code == "InvalidInput"
@@ -122,16 +124,18 @@ class _Secondary:
         self.claims = 0
         self.cut: int | None = None
         self.cuts: list[int] = []
+        self.trims: list[int | None] = []
 
     async def claim(self, table: str) -> tuple[int, int | None]:
         self.claims += 1
         return self.claims, self.cut
 
-    async def write(self, table: str, claim: int, records: list[list], pos: list) -> int:
+    async def write(self, table: str, claim: int, records: list[list], pos: list, trim: int | None) -> int:
         from frontend.geo.write import SourceWrite
         from partition_server import data_requests as dr
 
-        w = SourceWrite.from_request({"table": table, "claim": claim, "records": records, "pos": pos})
+        self.trims.append(trim)
+        w = SourceWrite.from_request({"table": table, "claim": claim, "records": records, "pos": pos, "trim": trim})
         for route, lo, hi in w.segments(self.cache):
             part, body = w.ask(route, lo, hi)
             w.take(part, dr.source_apply(self.served[route.range["id"]], body, 1.0))  # type: ignore[arg-type]
@@ -189,5 +193,42 @@ def test_the_applier_publishes_cuts_that_read_as_the_source_stood_and_a_successo
     for t in sec.cuts:  # every cut published reads as the source stood at it
         at_or_below = max(ts for ts in by_ts if ts <= t)
         assert sec.read_state(t) == by_ts[at_or_below], t
+    sec.close()
+    src.close()
+
+
+def test_the_applier_trims_undo_records_below_its_cut_and_a_read_below_the_floor_is_refused(tmp_path: Path) -> None:
+    import asyncio
+
+    from frontend.geo import applier as ga
+
+    src = source_store(tmp_path)
+    states = history(src, random.Random(8), 100)
+    sec = _Secondary(tmp_path, ["pm"])
+
+    async def run() -> None:
+        a = ga.TableApplier("t", _Source(src), sec)  # type: ignore[arg-type]
+        await a.start()
+        ga.TOP, ga.TRIM_BEHIND_S = 9, 0.0  # small pages, and every cut but the newest trimmed below
+        try:
+            while (await a.step()).resolved is None or a.cut != src.last_ts:
+                pass
+        finally:
+            ga.TOP, ga.TRIM_BEHIND_S = 1000, 60.0
+
+    asyncio.run(run())
+    trims = [t for t in sec.trims if t is not None]
+    assert trims and trims == sorted(trims) and trims[0] == sec.cuts[0]  # each write trims below the cut before it
+    floor = trims[-1]
+    left = sum(len(list(cut.items(s.store._db, b"", None))) for s in sec.served.values())
+    assert 0 < left < len(records_of(src))  # those at or below the last trim are gone
+    by_ts = dict(states)
+    for t in sec.cuts:
+        if t >= floor:  # every cut a reader may still use reads right
+            assert sec.read_state(t) == by_ts[max(ts for ts in by_ts if ts <= t)], t
+        else:  # one below the floor is refused, never answered from the records that are left
+            with pytest.raises(TableError) as exc:
+                sec.read_state(t)
+            assert exc.value.error_code == "ServerBusy"
     sec.close()
     src.close()
