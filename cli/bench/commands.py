@@ -476,6 +476,28 @@ def bench_feed(seconds: float, interval: float, threads: int, rows: int, catchup
     click.echo(json.dumps(res, indent=2) if as_json else "\n" + format_table(res))
 
 
+@click.command("geo")
+@click.option("--minutes", default=5.0, show_default=True, help="Minutes of writes at the source's full rate.")
+@click.option("--interval", default=30.0, show_default=True, help="Seconds per printed row.")
+@click.option("--threads", default=8, show_default=True, help="Client threads writing (a native client each).")
+@click.option("--rows", default=100_000, show_default=True, help="Rows the writes upsert, at random.")
+@click.option("--cut-s", default=60.0, show_default=True,
+              help="Seconds the secondary's appliers are stopped under the writes, then timed catching up.")
+@json_option
+def bench_geo(minutes: float, interval: float, threads: int, rows: int, cut_s: float, as_json: bool) -> None:
+    """What a secondary cluster costs and how far behind it stays: two clusters as `rangetable up` starts them, the
+    second following the first; the source's writes/s against the secondary's applied records/s, the RPO (now less
+    the cut) p50/p99/max and the secondary's CPU per record every --interval; then catch-up after its appliers
+    stop for --cut-s; then every entity compared. Starts its own clusters."""
+    from cli.bench.geo import format_table, run_geo_bench
+
+    if minutes * 60 < interval or interval <= 0 or threads < 1 or rows < 1 or cut_s < 0:
+        raise click.UsageError("need --minutes * 60 >= --interval > 0, --threads/--rows >= 1 and --cut-s >= 0.")
+    res = run_geo_bench(minutes=minutes, interval=interval, threads=threads, rows=rows, cut_s=cut_s,
+                        echo=progress(as_json))
+    click.echo(json.dumps(res, indent=2) if as_json else "\n" + format_table(res))
+
+
 @click.command("index")
 @click.option("--rows", default=1_000_000, show_default=True,
               help="Entities bulk-loaded for the queries and the online build (100 per PartitionKey and per value of "

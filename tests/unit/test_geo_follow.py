@@ -153,3 +153,20 @@ def test_a_secondary_reads_every_range_at_the_tables_cut_once_the_cuts_arrived()
     fe.sent.clear()
     primary.run(Pending(b"client", b"5", dict(get), 1e18))
     assert "at" not in fe.sent[-1][1]
+
+
+def test_the_geo_bench_passes_a_secondary_that_kept_up_and_explains_a_fail() -> None:
+    from cli.bench.geo import format_table, verdict
+
+    def row(w: float, a: float, rpo: float) -> dict:
+        return {"at": "1.0m", "writes_s": w, "errors": 0, "p50_ms": 4.0, "p99_ms": 9.0, "applied_s": a,
+                "rpo_p50_s": rpo, "rpo_p99_s": rpo, "rpo_max_s": rpo, "secondary_cpu_us_per_record": 80.0}
+
+    kept = {"intervals": [row(900, 800, 0.1), row(1000, 1000, 0.05), row(1000, 995, 0.06)],
+            "check": {"differences": 0}}
+    assert verdict(kept)[0] and format_table(kept).splitlines()[-1].startswith("PASS  applied 99.8%")
+    behind = {**kept, "intervals": [row(900, 800, 0.1), row(1000, 900, 0.5), row(1000, 900, 3.0)]}
+    ok, why = verdict(behind)
+    assert not ok and "applied 90.0%" in why and "0.500 s in the first and 3.000 s in the last" in why
+    lost = {**kept, "check": {"differences": 2}}
+    assert not verdict(lost)[0] and "2 entities differ" in format_table(lost)
