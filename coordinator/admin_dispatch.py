@@ -169,6 +169,8 @@ def status(co: AdminHost) -> dict:
                           for r in snap["ranges"]]
         snap["pub"] = co.pub_endpoint
         snap["endpoints"] = live_endpoints(servers)
+        if co.cfg.source:  # a secondary cluster: each table's cut and lag (the dashboard's geo section)
+            snap["geo"] = {**geo_follow.status(cl.map, now), "alarm_s": co.cfg.geo_lag_alarm_s}
         return {**snap, "term": co.term, "leader": co.endpoint, "takeover": co.takeover,
                 "servers": server_list(cl, now), "replicas": co.cfg.replicas}
 

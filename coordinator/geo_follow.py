@@ -7,7 +7,8 @@
 * ``source_publish`` {table, claim, cut, lag_s}: the holder of the live claim makes ``cut`` the table's cut
   (:class:`coordinator.map.source_cuts.SourceCuts`); the loop sends the cuts to every frontend
   (``[b"cuts", …]`` on the PUB socket), which reads the table as of it;
-* ``geo_status``: per table its cut, lag and applier (``rangetable geo status``);
+* ``geo_status``: per table its cut, lag, applier and whether its lag is over the alarm threshold
+  (``--geo-lag-alarm-s``; crossing it either way is an event, ``geo_lag_alarm`` or ``geo_lag_ok``);
 * ``sync_time`` on a secondary cluster: the lowest cut over its tables (Get Service Stats' LastSyncTime).
 """
 
@@ -41,7 +42,7 @@ def handle(co: AdminHost, op: str, req: dict) -> dict[str, Any]:
     maps = co.cluster.map
     now = time.monotonic()
     if op == "geo_status":
-        return status(maps, now)
+        return {**status(maps, now), "alarm_s": co.cfg.geo_lag_alarm_s}
     if op == "source_claim":
         with maps.lock:
             table = _table(maps, req)
@@ -62,16 +63,27 @@ def handle(co: AdminHost, op: str, req: dict) -> dict[str, Any]:
     return {"cut": maps.cuts.cuts[table.lower()].cut}
 
 
+def user_tables(maps: MapService) -> list[str]:
+    """The secondary's user tables (under the map lock), as created."""
+    return sorted((t for t in maps.pmap.tables.values() if not is_index_table(t)), key=str.lower)
+
+
+def judge(maps: MapService, threshold_s: float, now: float) -> list[dict[str, Any]]:
+    """The lag alarm's events (:meth:`coordinator.map.source_cuts.SourceCuts.judge`), under the map lock."""
+    with maps.lock:
+        return maps.cuts.judge(user_tables(maps), threshold_s, now)
+
+
 def status(maps: MapService, now: float) -> dict[str, Any]:
     """Every user table's cut, lag and applier, and the account's LastSyncTime (ticks; None before every table
     has a cut)."""
     with maps.lock:
-        tables = sorted((t for t in maps.pmap.tables.values() if not is_index_table(t)), key=str.lower)
+        tables = user_tables(maps)
         rows = maps.cuts.status(tables, now)
         for row in rows:
             got = maps.source_claims.progress_of(row["table"], "", now)
             row["applier"] = got.get("holder")
-            row["applied"] = got.get("applied")
+            row.update({k: got.get(k) for k in ("applied", "copied", "error")})
         return {"tables": rows, "last_sync": maps.cuts.last_sync(tables)}
 
 

@@ -38,6 +38,8 @@ def collect(cl: Cluster, term: int) -> list:
         moving = sum(1 for r in repl if r.get("move"))
         reports = range_reports(cl.map.pmap.ranges.values(), cl.registry.servers)
         held = holdings(cl.map.pmap.ranges.values(), reports, cl.registry.servers)
+        geo = [(r["table"], r["lag_s"], r["alarm"]) for r in cl.map.cuts.status(list(tables), now)
+               if r["lag_s"] is not None] if cl.map.cuts.cuts else []
         feeds: dict[str, list[int]] = {}
         for r in cl.map.pmap.ranges.values():
             rep = reports.get(r["id"]) or {}
@@ -45,6 +47,15 @@ def collect(cl: Cluster, term: int) -> list:
             f[0] += int(rep.get("feed_records", 0) or 0)
             f[1] += int(rep.get("feed_bytes", 0) or 0)
     fams: list = []
+    if geo:  # a secondary cluster (docs/geo.md)
+        lag = GaugeMetricFamily("rangetable_geo_lag_seconds", "How far each table of a secondary cluster is behind "
+                                "its source: now less its cut (the RPO of a failover now).", labels=["table"])
+        alarm = GaugeMetricFamily("rangetable_geo_lag_alarm", "1 while a table's lag is over --geo-lag-alarm-s.",
+                                  labels=["table"])
+        for table, seconds, on in geo:
+            lag.add_metric([table], seconds)
+            alarm.add_metric([table], 1 if on else 0)
+        fams += [lag, alarm]
     g = GaugeMetricFamily("rangetable_coordinator_term", "The term this coordinator leads (0: a standby).")
     g.add_metric([], term)
     fams.append(g)

@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING
 
 import zmq
 
-from coordinator import admin_dispatch, leases, takeover
+from coordinator import admin_dispatch, geo_follow, leases, takeover
 from coordinator.backup import BackupSessions
 from coordinator.control import operations as ops
 from coordinator.control import replica_move, replica_ops
@@ -309,6 +309,8 @@ class Coordinator:
             return
         with self.cluster.map.lock:
             self._cuts_sent, wire = cuts.version, cuts.wire()
+            if now >= self._cuts_due:  # once a second: the lag alarm (geo_follow.judge)
+                self.cluster.events.record_many(geo_follow.judge(self.cluster.map, self.cfg.geo_lag_alarm_s, now))
         self._cuts_due = now + 1.0
         self.pub.send_multipart([b"cuts", protocol.pack({"cuts": wire, "term": self.term})])
 

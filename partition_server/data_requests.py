@@ -32,6 +32,7 @@ from rangetable.messages import (
     RangeWriteRequest,
     ScanRequest,
     SourceApplyRequest,
+    SourceCopyRequest,
 )
 from rangetable.protocol import Packed, entity_to_wire
 
@@ -282,6 +283,24 @@ def source_apply(served: Served, req: SourceApplyRequest, budget_s: float) -> An
     return {"applied": applied}
 
 
+def source_copy(served: Served, req: SourceCopyRequest, budget_s: float) -> Any:
+    """Put a secondary table's first copy of its source's entities into the range (see
+    :class:`~rangetable.messages.SourceCopyRequest`): ``{"applied": n}``. InvalidInput for a malformed entity;
+    NotPrimary for a key outside the range."""
+    claim, _ = index_state.check(req.get("claim"), None)
+    values = req.get("values")
+    if not isinstance(values, list):
+        raise TableError("InvalidInput", "source_copy needs values")
+    out: list[tuple[bytes, bytes]] = []
+    for v in values:
+        if not (isinstance(v, list) and len(v) == 2 and isinstance(v[0], bytes) and isinstance(v[1], bytes) and v[1]):
+            raise TableError("InvalidInput", "a copied entity is [key, stored value]")
+        if v[0] < served.lo or (served.hi is not None and v[0] >= served.hi) or v[0] >= META_PREFIX:
+            raise TableError("NotPrimary", "a copied entity lies outside this range: ask the map again")
+        out.append((v[0], v[1]))
+    return {"applied": served.store.copy_source(out, claim)}
+
+
 TRIM_BATCH = 20_000  # undo records trimmed with one source_apply at most (a page carries 1,000 records or fewer)
 
 
@@ -290,6 +309,13 @@ def _source_target(req: dict) -> tuple[str | None, int]:
     recs = req.get("records") or ()
     first = recs[0][1] if recs and isinstance(recs[0], list) and len(recs[0]) > 1 and isinstance(recs[0][1], bytes) else None
     return (None if first is None else first.partition(b"\x00")[0].decode("utf-8", "replace")), len(recs)
+
+
+def _copy_target(req: dict) -> tuple[str | None, int]:
+    """The PartitionKey of a copy's first entity (its load sample) and its entities."""
+    values = req.get("values") or ()
+    first = values[0][0] if values and isinstance(values[0], list) and values[0] and isinstance(values[0][0], bytes) else None
+    return (None if first is None else first.partition(b"\x00")[0].decode("utf-8", "replace")), len(values)
 
 
 def _index_target(req: dict) -> tuple[str | None, int]:
@@ -312,4 +338,5 @@ DATA_OPS: dict[str, DataOp] = {
     "changes": DataOp(True, None, changes),
     "index_apply": DataOp(False, _index_target, index_apply),
     "source_apply": DataOp(False, _source_target, source_apply),
+    "source_copy": DataOp(False, _copy_target, source_copy),
 }

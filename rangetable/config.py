@@ -44,6 +44,7 @@ class CoordinatorConfig:
     min_insync: int = 2  # a replicated range refuses writes with fewer in-sync replicas (Kafka's min.insync.replicas)
     rereplicate_after_s: float = 10.0  # a replica on a server dead this long is rebuilt on another server
     source: str = ""  # the connection file of the cluster this one follows (a secondary cluster); empty = none
+    geo_lag_alarm_s: float = 60.0  # a secondary cluster: a table further behind its source than this raises an alarm
 
 
 @dataclass

@@ -318,6 +318,18 @@ class SourceApplyRequest(TypedDict):
     trim: NotRequired[int]
 
 
+class SourceCopyRequest(TypedDict):
+    """A secondary cluster's first copy of a table: ``values`` ``[key, stored value]`` of entities the source's
+    scan read, all in the range, put as they are (``RangeStore.copy_source``); ``claim`` the applier's fencing
+    token. Answered ``{"applied": n}``."""
+
+    op: Literal["source_copy"]
+    range: str
+    epoch: int
+    values: list[list]
+    claim: int
+
+
 class ChangesAnswer(TypedDict):
     """A range's feed page: ``records`` ``[ts, key, kind, value, before]`` in position order (``value`` and
     ``before``: stored values ``msgpack([ts, props])`` or nil); every record of the span at or below

@@ -483,18 +483,23 @@ def bench_feed(seconds: float, interval: float, threads: int, rows: int, catchup
 @click.option("--rows", default=100_000, show_default=True, help="Rows the writes upsert, at random.")
 @click.option("--cut-s", default=60.0, show_default=True,
               help="Seconds the secondary's appliers are stopped under the writes, then timed catching up.")
+@click.option("--preload", default=0, show_default=True,
+              help="Entities bulk-loaded into the source's table before the secondary starts (timed: its first copy).")
 @json_option
-def bench_geo(minutes: float, interval: float, threads: int, rows: int, cut_s: float, as_json: bool) -> None:
+def bench_geo(minutes: float, interval: float, threads: int, rows: int, cut_s: float, preload: int,
+              as_json: bool) -> None:
     """What a secondary cluster costs and how far behind it stays: two clusters as `rangetable up` starts them, the
     second following the first; the source's writes/s against the secondary's applied records/s, the RPO (now less
     the cut) p50/p99/max and the secondary's CPU per record every --interval; then catch-up after its appliers
-    stop for --cut-s; then every entity compared. Starts its own clusters."""
+    stop for --cut-s; then every entity compared. With --preload, first the time the secondary takes to copy the
+    table. Starts its own clusters."""
     from cli.bench.geo import format_table, run_geo_bench
 
-    if minutes * 60 < interval or interval <= 0 or threads < 1 or rows < 1 or cut_s < 0:
-        raise click.UsageError("need --minutes * 60 >= --interval > 0, --threads/--rows >= 1 and --cut-s >= 0.")
+    if minutes * 60 < interval or interval <= 0 or threads < 1 or rows < 1 or cut_s < 0 or preload < 0:
+        raise click.UsageError("need --minutes * 60 >= --interval > 0, --threads/--rows >= 1 and --cut-s, "
+                               "--preload >= 0.")
     res = run_geo_bench(minutes=minutes, interval=interval, threads=threads, rows=rows, cut_s=cut_s,
-                        echo=progress(as_json))
+                        preload=preload, echo=progress(as_json))
     click.echo(json.dumps(res, indent=2) if as_json else "\n" + format_table(res))
 
 

@@ -3,6 +3,9 @@
 Two clusters as ``rangetable up`` starts them (3 partition servers, 3 replicas each), the second started with
 ``--secondary-of`` the first, on this one host (they share its cores). On them:
 
+0. **first copy** (with ``preload``): the table is bulk-loaded with ``preload`` entities at the source before
+   the secondary starts, and the time from its start to the table's first cut is the copy (a scan of the
+   source, put into every range, then the feed replayed), with its rate.
 1. **full write rate**: ``threads`` native clients upsert random rows of ``rows`` into a table of the source,
    back to back, for ``minutes``. Four times a second the secondary's coordinator is asked for the table's cut
    (``geo_status``); the **RPO** at that moment is the wall clock less the cut: how much a failover right then
@@ -32,6 +35,7 @@ from cli.bench.aio import ClientThreads
 from cli.bench.feed import Rows
 from cli.bench.http import server_pids, start_temp_cluster, stop_temp_cluster
 from cli.bench.proc import cpu_seconds
+from cli.bench.scale import parallel_load
 from cli.coordinator_client import call
 from rangetable import TableClient
 from rangetable.edm import TICKS_PER_SECOND, now_ticks
@@ -40,6 +44,7 @@ from rangetable.kernel.stats import percentile, percentile_ms
 Echo = Callable[[str], None]
 TABLE = "geobench"
 SAMPLE_S = 0.25  # how often the secondary's cut is asked
+LOADERS = 2  # bulk-load processes of a preload
 CAUGHT_UP_S = 2.0  # the RPO under which the secondary has caught up after the cut
 GOAL_KEEP_UP = 0.98  # applied records over the steady intervals against the source's writes
 
@@ -125,18 +130,28 @@ def _entities(native: str) -> dict[tuple[str, str], tuple[Any, str]]:
         return {(e["PartitionKey"], e["RowKey"]): (e.get("Seq"), e.metadata["etag"]) for e in t.list_entities()}
 
 
-def run_geo_bench(*, minutes: float, interval: float, threads: int, rows: int, cut_s: float,
+def run_geo_bench(*, minutes: float, interval: float, threads: int, rows: int, cut_s: float, preload: int = 0,
                   echo: Echo) -> dict[str, Any]:
-    """The three phases of the module docstring; the figures as a dict (``format_table`` prints them)."""
+    """The phases of the module docstring; the figures as a dict (``format_table`` prints them)."""
     flags = ["--no-dashboard", "--no-metrics"]
     src_dir, src = start_temp_cluster(extra=flags)
     sec_dir = ""
+    out: dict[str, Any] = {"threads": threads, "rows": rows, "preload": preload, "intervals": []}
     try:
-        sec_dir, sec = start_temp_cluster(extra=[*flags, "--secondary-of", src_dir])
         call(src["coordinator"], {"op": "create_table", "table": TABLE}, timeout=60)
+        if preload:
+            took = parallel_load(src["native"], TABLE, 0, preload, LOADERS, window=32)
+            echo(f"source: {preload:,} entities bulk-loaded in {took:.1f} s")
+        t0 = time.monotonic()
+        sec_dir, sec = start_temp_cluster(extra=[*flags, "--secondary-of", src_dir])
         sampler = CutSampler(sec["coordinator"])
         sampler.start()
-        _wait("the table's first cut at the secondary", lambda: sampler.last_rpo is not None, 60)
+        _wait("the table's first cut at the secondary", lambda: sampler.last_rpo is not None, max(60.0, preload / 1000))
+        copy_s = time.monotonic() - t0
+        out["copy"] = {"entities": preload, "seconds": round(copy_s, 2),
+                       "per_s": round(preload / copy_s, 1) if preload else None}
+        echo(f"secondary: started and its first cut of the table {copy_s:.1f} s later"
+             + (f" ({preload / copy_s:,.0f} entities/s copied)" if preload else ""))
         sec_pids = server_pids(sec, ("partition-server", "http-frontend", "frontend", "coordinator"))
         appliers = server_pids(sec, ("http-frontend",))
         echo(f"source {src_dir}, secondary {sec_dir}: {threads} threads upserting random rows of {rows:,} for "
@@ -144,7 +159,6 @@ def run_geo_bench(*, minutes: float, interval: float, threads: int, rows: int, c
         echo(HEADER)
         gen = Rows(rows)
         writers = ClientThreads(src["native"], TABLE, threads, lambda c, rng: c.upsert_entity(gen.next(rng)))
-        out: dict[str, Any] = {"threads": threads, "rows": rows, "intervals": []}
         try:
             sampler.take()
             writers.tally.take()
@@ -221,6 +235,10 @@ def verdict(res: dict[str, Any]) -> tuple[bool, str]:
 def format_table(res: dict[str, Any]) -> str:
     """The whole result as text, with the verdict."""
     lines = [HEADER, *(format_row(r) for r in res["intervals"])]
+    cp = res.get("copy")
+    if cp and cp["entities"]:
+        lines.insert(0, f"first copy of {cp['entities']:,} entities: {cp['seconds']} s from the secondary's start "
+                        f"to the table's first cut ({cp['per_s']:,.0f} entities/s)")
     c = res.get("cut")
     if c:
         lines.append(f"appliers stopped {c['cut_s']:g} s: resumed {c['rpo_at_resume_s']} s behind, caught up in "

@@ -23,14 +23,17 @@ def render(st: dict) -> str:
     rows = st["tables"]
     if not rows:
         return "no tables yet"
-    lines = [f"{'table':<24} {'cut (reads are as of)':<30} {'lag s':>8} {'applied':>9}  applier"]
+    lines = [f"{'table':<24} {'cut (reads are as of)':<30} {'lag s':>14} {'applied':>9}  applier"]
     for r in rows:
         cut = "- (copying)" if r["cut"] is None else ticks_to_iso(r["cut"])
-        lag = "-" if r["lag_s"] is None else f"{r['lag_s']:.3f}"
+        lag = "-" if r["lag_s"] is None else f"{r['lag_s']:.3f}" + (" ALARM" if r.get("alarm") else "")
         applied = "-" if r.get("applied") is None else str(r["applied"])
-        lines.append(f"{r['table']:<24} {cut:<30} {lag:>8} {applied:>9}  {r.get('applier') or '-'}")
+        lines.append(f"{r['table']:<24} {cut:<30} {lag:>14} {applied:>9}  {r.get('applier') or '-'}")
+        if r.get("error"):
+            lines.append(f"{'':<24} {r['error']}")
     last = st.get("last_sync")
-    lines.append(f"LastSyncTime (every table): {'- (bootstrap)' if last is None else ticks_to_iso(last)}")
+    lines.append(f"LastSyncTime (every table): {'- (bootstrap)' if last is None else ticks_to_iso(last)}; "
+                 f"alarm over {st.get('alarm_s', 0):g} s of lag")
     return "\n".join(lines)
 
 

@@ -60,7 +60,8 @@ def state_view(status: Mapping[str, Any], lease_s: float) -> dict[str, Any]:
                for role in ("primary", "follower")},
         })
     return {"version": status.get("version"), "tables": list(status.get("tables", [])),
-            "servers": servers, "ranges": ranges, "replication": replication_summary(status, ranges, want)}
+            "servers": servers, "ranges": ranges, "replication": replication_summary(status, ranges, want),
+            "geo": status.get("geo")}
 
 
 def replica_view(r: Mapping[str, Any]) -> dict[str, Any]:

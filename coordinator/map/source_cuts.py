@@ -41,6 +41,7 @@ class SourceCuts:
     def __init__(self) -> None:
         self.cuts: dict[str, Cut] = {}  # table lower -> its cut
         self.version = 0  # moves with every change: the loop publishes the cuts when it moved
+        self.alarmed: set[str] = set()  # tables whose lag is over the alarm threshold (table lower)
 
     def load(self, items: list[tuple[bytes, Any]], now: float) -> None:
         """Install the cuts of the meta store at a takeover at ``now``."""
@@ -89,6 +90,25 @@ class SourceCuts:
             return None
         return cur.lag_s + max(0.0, now - cur.at)
 
+    def judge(self, tables: list[str], threshold_s: float, now: float) -> list[dict[str, Any]]:
+        """The alarm: the tables (of ``tables``, the user tables of the secondary) whose lag is over
+        ``threshold_s`` at ``now`` — a table without a cut counts as behind once it has had one, and never
+        before — kept in :attr:`alarmed`; returns the events of tables that crossed it either way since the last
+        judgement (``geo_lag_alarm`` with the lag, ``geo_lag_ok``)."""
+        events = []
+        over = set()
+        for t in tables:
+            lag = self.lag_of(t, now)
+            if lag is not None and lag > threshold_s:
+                over.add(t.lower())
+                if t.lower() not in self.alarmed:
+                    events.append({"kind": "geo_lag_alarm", "table": t, "lag_s": round(lag, 1),
+                                   "threshold_s": threshold_s})
+        for t in sorted(self.alarmed - over):
+            events.append({"kind": "geo_lag_ok", "table": t})
+        self.alarmed = over
+        return events
+
     def status(self, tables: list[str], now: float) -> list[dict[str, Any]]:
         """Per table (every user table of the secondary): its cut (None before the first) and lag."""
         out = []
@@ -96,7 +116,7 @@ class SourceCuts:
             cur = self.cuts.get(t.lower())
             lag = self.lag_of(t, now)
             out.append({"table": t, "cut": None if cur is None else cur.cut,
-                        "lag_s": None if lag is None else round(lag, 3)})
+                        "lag_s": None if lag is None else round(lag, 3), "alarm": t.lower() in self.alarmed})
         return out
 
     def last_sync(self, tables: list[str]) -> int | None:

@@ -15,17 +15,25 @@ that lost its claim and still runs writes nothing (``SourceFenced``). Each turn:
    clock: every read of the table is then answered at ``T``.
 
 It resumes from the cut last published: at or below every range's own position, so the records a range holds
-already are skipped, one by one (``RangeStore.apply_source``). Nothing here touches a socket: the source and the
+already are skipped, one by one (``RangeStore.apply_source``). A table without a cut is copied first
+(:meth:`TableApplier.copy`): the position of the present noted, the source table read page by page (an ordinary
+query) and each page's entities put as they are (``source_copy``), then the feed replayed from the noted
+position: what changed during the scan is applied again, in order. The scan may have read an entity's later
+version than the record replayed over it (so that record's undo record holds the later one), so no cut is
+published before the replay has passed the present noted after the scan: from there on every range holds the
+source's state and every undo record is right. Leftovers of an earlier copy (it stopped halfway, or the source's feed
+lost changes the secondary needed: ``FeedTrimmed``) are cleared first, the table created anew. Nothing here touches a socket: the source and the
 secondary are what :class:`Source` and :class:`Secondary` say; the frontend gives the real ones.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import NamedTuple, Protocol
+from typing import Any, NamedTuple, Protocol
 
-from rangetable import feed_cursor
+from rangetable import feed_cursor, protocol
 from rangetable.edm import TICKS_PER_SECOND, now_ticks
+from rangetable.keys import encode_key
 
 TOP = 1000  # records asked per page of the source's feed
 TRIM_BEHIND_S = 60.0  # undo records this far below the cut are deleted: a reader's cut is older than that never
@@ -48,6 +56,13 @@ class Source(Protocol):
         """The page of ``table``'s feed after ``cursor`` (None: from the oldest change kept); FeedTrimmed when
         the source no longer holds the changes after it."""
 
+    async def now(self, table: str) -> str:
+        """The cursor of the present of ``table``'s feed: the changes after it are those not committed yet."""
+
+    async def scan(self, table: str, token: Any) -> tuple[list[list], Any]:
+        """A page of ``table``'s entities ``[pk, rk, ts, props]`` from continuation ``token`` (None: the first),
+        and the next token (None after the last page)."""
+
 
 class Secondary(Protocol):
     """The secondary cluster, as an applier writes it."""
@@ -62,6 +77,15 @@ class Secondary(Protocol):
 
     async def publish(self, table: str, claim: int, cut: int, lag_s: float) -> None:
         """Make ``cut`` the table's cut (never lower than the one before) and report the lag."""
+
+    async def copy(self, table: str, claim: int, values: list[list]) -> int:
+        """Put entities ``[key, stored value]`` into the table's ranges (the first copy); how many."""
+
+    async def empty(self, table: str) -> bool:
+        """Whether the table holds no entity."""
+
+    async def reset(self, table: str) -> None:
+        """Delete the table and create it again, empty and without a cut."""
 
 
 def frontier(cursor: str) -> int:
@@ -84,13 +108,34 @@ class TableApplier:
         self.cut: int | None = None
         self.lag_s: float | None = None  # the source's clock less the cut, at the last publish
         self.applied = 0  # records applied since this applier started
+        self.copied = 0  # entities put by its first copy
+        self.hold = 0  # no cut below it is published (the end of the first copy's scan)
 
     async def start(self) -> None:
-        """Take the claim and resume from the cut last published (from the beginning of the source's feed for a
-        table never applied)."""
+        """Take the claim and resume from the cut last published; copy a table without one first."""
         self.claim, cut = await self.secondary.claim(self.table)
         self.cut = cut
-        self.cursor = None if cut is None else feed_cursor.encode((cut, None))
+        if cut is None:
+            await self.copy()
+        else:
+            self.cursor = feed_cursor.encode((cut, None))
+
+    async def copy(self) -> None:
+        """The table's first copy (see the module docstring); the feed is then read from before the scan."""
+        if not await self.secondary.empty(self.table):
+            await self.secondary.reset(self.table)  # an earlier copy's leftovers: the table anew, without a cut
+            self.claim, _ = await self.secondary.claim(self.table)
+        start = await self.source.now(self.table)
+        token = None
+        while True:
+            entities, token = await self.source.scan(self.table, token)
+            if entities:
+                values = [[encode_key(pk, rk), protocol.pack([ts, props])] for pk, rk, ts, props in entities]
+                self.copied += await self.secondary.copy(self.table, self.claim, values)
+            if token is None:
+                break
+        self.hold = frontier(await self.source.now(self.table))
+        self.cursor = start
 
     async def step(self) -> SourcePage:
         """One turn: read a page, write it into every range, publish its frontier as the cut. Returns the page
@@ -101,7 +146,7 @@ class TableApplier:
             trim = None if self.cut is None else max(0, self.cut - int(TRIM_BEHIND_S * TICKS_PER_SECOND))
             self.applied += await self.secondary.write(self.table, self.claim, page.records, [top, MARK], trim)
         self.lag_s = max(0.0, (self.clock() - top) / TICKS_PER_SECOND)
-        if self.cut is None or top > self.cut:
+        if top >= self.hold and (self.cut is None or top > self.cut):
             await self.secondary.publish(self.table, self.claim, top, self.lag_s)
             self.cut = top
         self.cursor = page.cursor

@@ -30,6 +30,7 @@ log = logging.getLogger("rangetable.geo")
 
 CLAIM_TTL_S = 10.0  # a follower's lease on its table
 RENEW_S = 1.0
+SCAN_TOP = 1000  # entities per page of a first copy
 RECONCILE_S = 1.0  # how often the source's tables are listed and the followers matched to them
 LIVE_PAUSE_S = 0.05  # between pages at the live edge after one that had changes …
 IDLE_PAUSE_S = 0.2  # … doubling after each without, up to this
@@ -63,6 +64,16 @@ class NativeSource:
         return SourcePage(answer["records"], feed_cursor.encode(feed_cursor.from_wire(answer["cursor"])),
                           answer.get("resolved"))
 
+    async def now(self, table: str) -> str:
+        """The cursor of the present of ``table``'s feed."""
+        answer = await self.transport.request(feed_page.request(table, 1, feed_page.NOW))
+        return feed_cursor.encode(feed_cursor.from_wire(answer["cursor"]))
+
+    async def scan(self, table: str, token: Any) -> tuple[list[list], Any]:
+        """A page of ``table``'s entities from continuation ``token``, and the next token."""
+        answer = await self.transport.request({"op": "query", "table": table, "top": SCAN_TOP, "next": token})
+        return answer["entities"], answer.get("next")
+
     async def tables(self) -> list[str]:
         """The source's tables."""
         return list((await self.transport.request({"op": "list_tables"}))["tables"])
@@ -70,6 +81,17 @@ class NativeSource:
     async def close(self) -> None:
         """Close the connection."""
         await self.transport.close()
+
+
+async def ask(fe: Frontend, req: dict[str, Any], *fine: str) -> None:
+    """Run an internal request of the secondary's own (a table created or deleted); the error codes ``fine`` say
+    it was done already."""
+    try:
+        await fe.request({**req, "internal": True})
+        log.info("%s %s", req["op"], req["table"])
+    except TableError as e:
+        if e.error_code not in fine:
+            raise
 
 
 class OwnCluster:
@@ -83,7 +105,7 @@ class OwnCluster:
     async def claim(self, table: str) -> tuple[int, int | None]:
         """Take or renew the table's claim: (its number, the cut so far); LostClaim when another holder has it."""
         got = await self.fe.request({"op": "source_claim", "internal": True, "table": table, "holder": self.holder,
-                                     "ttl_s": CLAIM_TTL_S, "progress": self.progress.get(table.lower())})
+                                     "ttl_s": CLAIM_TTL_S, "progress": self.progress.get(table.lower(), {})})
         if not got.get("granted"):
             raise LostClaim(f"table {table} is applied by {got.get('holder')}")
         return int(got["claim"]), got.get("cut")
@@ -99,6 +121,28 @@ class OwnCluster:
         """Make ``cut`` the table's cut."""
         await self.fe.request({"op": "source_publish", "internal": True, "table": table, "claim": claim,
                                "cut": cut, "lag_s": round(lag_s, 3)})
+
+    async def copy(self, table: str, claim: int, values: list[list]) -> int:
+        """Put a page of the first copy into the table's ranges."""
+        got = await self.fe.request({"op": "source_write", "internal": True, "table": table, "claim": claim,
+                                     "records": values, "copy": True})
+        return int(got["applied"])
+
+    async def empty(self, table: str) -> bool:
+        """Whether the table holds no entity (read now, not at a cut)."""
+        page = await self.fe.request({"op": "query", "internal": True, "table": table, "top": 1})
+        return not page["entities"]
+
+    async def reset(self, table: str) -> None:
+        """Delete the table and create it again (its cut goes with it); returns once the map has it again."""
+        log.warning("table %s: clearing it for a new copy from the source", table)
+        await ask(self.fe, {"op": "delete_table", "table": table}, "ResourceNotFound", "TableNotFound")
+        await ask(self.fe, {"op": "create_table", "table": table}, "TableAlreadyExists")
+        for _ in range(100):
+            if self.fe.cache.has_table(table):
+                return
+            await asyncio.sleep(0.1)
+        raise TableError("ServerBusy", f"table {table} created again is not in this frontend's map")
 
 
 class Follower:
@@ -125,9 +169,13 @@ class Follower:
             except LostClaim:
                 await asyncio.sleep(RENEW_S)
             except TableError as e:
-                level = logging.ERROR if e.error_code == "FeedTrimmed" else logging.WARNING
-                log.log(level, "following table %s: %s", self.table, e)
-                await asyncio.sleep(1.0)
+                self.own.progress[self.table.lower()] = {"error": f"{e.error_code}: {e}"}  # geo status shows it
+                if e.error_code == "FeedTrimmed":  # the source lost changes the table needs: copy it again
+                    log.error("following table %s: %s: copying it again", self.table, e)
+                    await self.own.reset(self.table)
+                else:
+                    log.warning("following table %s: %s", self.table, e)
+                    await asyncio.sleep(1.0)
             except Exception:  # never let one table stop the frontend's others
                 log.exception("following table %s", self.table)
                 await asyncio.sleep(1.0)
@@ -135,7 +183,8 @@ class Follower:
     async def _renew(self, applier: TableApplier) -> None:
         while True:
             await asyncio.sleep(RENEW_S)
-            self.own.progress[self.table.lower()] = {"applied": applier.applied, "lag_s": applier.lag_s}
+            self.own.progress[self.table.lower()] = {"applied": applier.applied, "copied": applier.copied,
+                                                     "lag_s": applier.lag_s}
             await self.own.claim(self.table)  # LostClaim ends the task: _apply sees it and stops
 
     async def _apply(self, applier: TableApplier, renew: asyncio.Task) -> None:
@@ -182,23 +231,16 @@ class Followers:
         ours = {k: t for k, t in self.fe.cache.tables.items() if not is_index_table(t)}
         for key, name in theirs.items():
             if key not in ours:
-                await self._ask({"op": "create_table", "table": name}, "TableAlreadyExists")
+                await ask(self.fe, {"op": "create_table", "table": name}, "TableAlreadyExists")
         for key, name in ours.items():
             if key not in theirs:
                 task = self.running.pop(key, None)
                 if task is not None:
                     task.cancel()
-                await self._ask({"op": "delete_table", "table": name}, "ResourceNotFound", "TableNotFound")
+                await ask(self.fe, {"op": "delete_table", "table": name}, "ResourceNotFound", "TableNotFound")
         for key in [k for k in self.running if k not in theirs]:
             self.running.pop(key).cancel()
         for key, name in theirs.items():
             if key not in self.running or self.running[key].done():
                 self.running[key] = asyncio.create_task(Follower(name, self.source, self.own).run())
 
-    async def _ask(self, req: dict[str, Any], *fine: str) -> None:
-        try:
-            await self.fe.request({**req, "internal": True})
-            log.info("%s %s, as the source did", req["op"], req["table"])
-        except TableError as e:
-            if e.error_code not in fine:
-                raise

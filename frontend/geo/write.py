@@ -10,6 +10,9 @@ there (``source_apply``: :meth:`RangeStore.apply_source <partition_server.store.
 A part whose answer failed (the range moved, split, merged or lost its primary) is cut anew by the map of then
 and asked again with the same records, claim and position; a range skips what it applied already, record by
 record. The write is done when every part of the table's span has answered. Pure: no sockets.
+
+A *copy* (``copy`` true) is the table's first copy instead: ``records`` are ``[key, stored value]`` of entities
+the source's scan read, each range puts its share as it is (``source_copy``), and there is no position.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ class SourceWrite:
     records: list[list]  # [ts, key, kind, value, before], in position order
     pos: list  # [Timestamp, key]: every change at or below it is in this page or an earlier one
     trim: int | None = None  # undo records at or below it go (no reader asks for a cut below it)
+    copy: bool = False  # records are [key, stored value] of the first copy (no position)
     cover: SpanCover = field(default_factory=SpanCover)
     applied: int = 0  # records the ranges applied (those applied already are skipped, not counted)
 
@@ -41,6 +45,10 @@ class SourceWrite:
         records, claim, pos, table = req.get("records"), req.get("claim"), req.get("pos"), req.get("table")
         if not isinstance(table, str) or not isinstance(records, list) or type(claim) is not int:
             raise TableError("InvalidInput", "source_write needs a table, records and a claim")
+        if req.get("copy") is True:
+            if not all(isinstance(r, list) and len(r) == 2 and isinstance(r[0], bytes) for r in records):
+                raise TableError("InvalidInput", "a copied entity is [key, stored value]")
+            return cls(table, claim, records, [], copy=True)
         if not (isinstance(pos, list) and len(pos) == 2 and type(pos[0]) is int and isinstance(pos[1], bytes)):
             raise TableError("InvalidInput", "source_write needs the position [Timestamp, key] its page reaches")
         if not all(isinstance(r, list) and len(r) == 5 and isinstance(r[1], bytes) for r in records):
@@ -67,11 +75,15 @@ class SourceWrite:
     def ask(self, route: Route, lo: bytes, hi: bytes | None) -> tuple[int, dict[str, Any]]:
         """Note part ``[lo, hi)`` as asked of ``route``'s range: its id and the partition server request, with the
         page's records of that span (in position order)."""
-        share = [r for r in self.records if r[1] >= lo and (hi is None or r[1] < hi)]
-        body = {"op": "source_apply", "range": route.range["id"], "epoch": route.range["epoch"], "records": share,
-                "pos": self.pos, "claim": self.claim}
-        if self.trim is not None:
-            body["trim"] = self.trim
+        k = 0 if self.copy else 1  # where a record's entity key is
+        share = [r for r in self.records if r[k] >= lo and (hi is None or r[k] < hi)]
+        body: dict[str, Any] = {"range": route.range["id"], "epoch": route.range["epoch"], "claim": self.claim}
+        if self.copy:
+            body.update(op="source_copy", values=share)
+        else:
+            body.update(op="source_apply", records=share, pos=self.pos)
+            if self.trim is not None:
+                body["trim"] = self.trim
         return self.cover.ask(lo, hi), body
 
     def failed(self, part: int) -> None:

@@ -255,19 +255,20 @@ def _parse_resource(raw_path: str, query: dict[str, list[str]], host: str | None
 
 CHANGES = "$changes"
 INDEXES = "$indexes"
+GEO = "$geo"
 
 
 def _changes(res: Resource, rest: str) -> Resource:
-    """``{table}/$changes``: a table's change feed; ``{table}/$indexes[/{index}]``: its secondary indexes (the
-    only resources with more than one segment)."""
+    """``{table}/$changes``: a table's change feed; ``{table}/$indexes[/{index}]``: its secondary indexes;
+    ``{table}/$geo``: its cut on a secondary cluster (the only resources with more than one segment)."""
     name, _, tail = rest.partition("/")
     name = name if "%" not in name else _decode(name)
     tail = tail if "%" not in tail else _decode(tail)
     if not name or _NAME.fullmatch(name) is None or name.lower() == "tables" or name.startswith("$") or "$" in name:
         raise bad_uri()
     res.table = name
-    if tail == CHANGES:
-        res.kind = "changes"
+    if tail == CHANGES or tail == GEO:
+        res.kind = "changes" if tail == CHANGES else "geo"
         return res
     first, _, index = tail.partition("/")
     if first != INDEXES or "/" in index:

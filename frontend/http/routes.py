@@ -15,6 +15,7 @@ from collections.abc import Awaitable, Callable
 from frontend.http.batch_ops import run_batch
 from frontend.http.changes_ops import read_changes
 from frontend.http.entity_ops import PLANS, Plan
+from frontend.http.geo_ops import table_cut
 from frontend.http.index_ops import create_index, drop_index, list_indexes
 from frontend.http.parse import Request, Resource, Services
 from frontend.http.render import Response
@@ -42,7 +43,7 @@ async def not_allowed(app: Services, rq: Request) -> Response:
 _ROUTES: dict[tuple[str, str], Handler] = {
     ("tables", "GET"): query_tables, ("tables", "POST"): create_table,
     ("table", "DELETE"): delete_table, ("table", "GET"): get_table,
-    ("batch", "POST"): run_batch, ("changes", "GET"): read_changes,
+    ("batch", "POST"): run_batch, ("changes", "GET"): read_changes, ("geo", "GET"): table_cut,
     ("indexes", "GET"): list_indexes, ("index", "PUT"): create_index, ("index", "DELETE"): drop_index,
 }
 

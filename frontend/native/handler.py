@@ -181,15 +181,19 @@ class Handler:
 
     def _cut(self, p: Pending, table: str) -> int | None:
         """The cut a secondary cluster's read of ``table`` is answered at (the same for every range it reads); None
-        until the coordinator's cuts arrived (the request runs again later). A table without a cut yet reads at
-        0: empty, as the source stood before anything was applied."""
+        until the coordinator's cuts arrived (the request runs again later). ServerBusy for a table without a cut
+        yet: its first copy is under way, and a read would see it half done."""
         at = p.extra.get("at")
         if at is None:
             cache = self.fe.cache
             if not cache.cuts_heard:
                 self.fe.retry_later(p, "the cuts of this secondary cluster have not arrived yet")
                 return None
-            at = p.extra["at"] = cache.cuts.get(table.lower(), 0)
+            at = cache.cuts.get(table.lower())
+            if at is None:
+                raise TableError("ServerBusy", f"Table {table} is being copied from the source cluster: it is "
+                                               "readable here once the copy is done.")
+            p.extra["at"] = at
         return at
 
     # --- routing helpers ----------------------------------------------------------------------
@@ -226,7 +230,7 @@ class Handler:
                 pk = _require(req, "pk", str)
                 rk = _require(req, "rk", str)
             body = {"op": "get", "pk": pk, "rk": rk, "select": req.get("select")}
-            if self.secondary:
+            if self.secondary and not internal(p):  # its own appliers read what is there now
                 at = self._cut(p, table)
                 if at is None:
                     return
@@ -318,7 +322,7 @@ class Handler:
         body = {"op": "scan", "range": route.range["id"], "epoch": route.range["epoch"], "lo": lo, "hi": hi,
                 "filter": req.get("filter") or None, "select": req.get("select"), "limit": cur.remaining,
                 "budget_ms": left_ms}
-        if self.secondary:
+        if self.secondary and not internal(p):
             at = self._cut(p, table)
             if at is None:
                 return

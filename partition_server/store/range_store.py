@@ -654,6 +654,27 @@ class RangeStore:
             self._commit(wb, top, None, WRITE, b"", None, delta(now.items(), first.__getitem__))
         return len(todo)
 
+    def copy_source(self, values: Sequence[tuple[bytes, bytes]], claim: int) -> int:
+        """Put entities of the source's table as its scan read them (``(key, stored value)``, the source's bytes)
+        in one batch: a secondary table's first copy, before its applier replays the source's feed from the
+        position noted before the scan. No undo record (no reader asks for a cut before the copy is done), no
+        feed record, no position; SourceFenced under a claim lower than the range's. Returns how many."""
+        with self._lock:
+            stored = index_state.unpack(self._db.get(META_SOURCE))
+            index_state.admit(stored, claim, None, "SourceFenced")
+            state = index_state.after(stored, claim, None)
+            if not values and state == stored:
+                return 0
+            keys = [k for k, _ in values]
+            before = dict(zip(keys, self._db.get(keys) if keys else [], strict=True))
+            wb = self._tee.new_batch()
+            for key, value in values:
+                wb.put(key, value)
+                self.expiry.note_write(wb, fast_path.stored_ts(value), [key])
+            wb.put(META_SOURCE, index_state.pack(*state))
+            self._commit(wb, self._last_ts, None, WRITE, b"", None, delta(values, before.__getitem__))
+        return len(values)
+
     def source_state(self) -> tuple[int, index_state.Position | None]:
         """(claim, position) of the source's feed this range applied (:meth:`apply_source`); (0, None) if none."""
         return index_state.unpack(self._db.get(META_SOURCE))

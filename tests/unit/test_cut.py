@@ -322,3 +322,29 @@ def test_source_apply_refuses_records_out_of_order_or_past_the_position(tmp_path
     assert exc.value.error_code == "InvalidInput"
     src.close()
     dst.close()
+
+
+def test_a_first_copy_puts_the_sources_bytes_counted_without_undo_records_and_is_fenced(tmp_path: Path) -> None:
+    from partition_server import data_requests as dr
+    from rangetable import protocol
+
+    dst = RangeStore.open(tmp_path / "dst")
+    values = [(encode_key("p", r), protocol.pack([100 + i, {"v": [1, i]}])) for i, r in enumerate("abc")]
+    assert dst.copy_source(values, 2) == 3
+    assert dst.counts().entities == 3 and list(cut.items(dst._db, b"", None)) == []
+    got = dst.get("p", "b")
+    assert got is not None and got.ts == 101 and dst.source_state() == (2, None)
+    assert dst.copy_source([], 2) == 0
+    with pytest.raises(TableError) as exc:
+        dst.copy_source(values, 1)
+    assert exc.value.error_code == "SourceFenced"
+    served = _served(dst, "a", "q")
+    for bad in ([[b"p\x00a"]], [[b"p\x00a", b""]], [["p", b"x"]]):
+        with pytest.raises(TableError) as exc:
+            dr.source_copy(served, {"op": "source_copy", "range": "r1", "epoch": 1, "values": bad, "claim": 2}, 1.0)  # type: ignore[arg-type]
+        assert exc.value.error_code == "InvalidInput"
+    with pytest.raises(TableError) as exc:  # outside the range
+        dr.source_copy(served, {"op": "source_copy", "range": "r1", "epoch": 1,  # type: ignore[arg-type]
+                                "values": [[encode_key("z", "a"), values[0][1]]], "claim": 2}, 1.0)
+    assert exc.value.error_code == "NotPrimary"
+    dst.close()

@@ -88,12 +88,17 @@ def test_a_source_write_that_is_not_one_is_refused() -> None:
 # --- the applier: pages of the source's feed into a secondary table, its cut published ---------------------
 
 
+SCAN_PAGE = 3  # entities per page of a first copy's scan: many pages
+
+
 class _Source:
     """A source table of one range, read as the source cluster's frontend would answer (a page closes the range
     when it reaches the live edge)."""
 
-    def __init__(self, store: RangeStore) -> None:
+    def __init__(self, store: RangeStore, during_scan=None) -> None:  # type: ignore[no-untyped-def]
         self.store = store
+        self.during_scan = during_scan  # run once, after the first page of a copy's scan: the source goes on
+        self.noted: list[int] = []  # the presents it was asked for
 
     async def page(self, table: str, cursor: str | None, top: int):  # type: ignore[no-untyped-def]
         from frontend.geo.applier import SourcePage
@@ -103,6 +108,24 @@ class _Source:
         page = self.store.read_changes(after, b"", None, top, close=True)
         return SourcePage(page.records, feed_cursor.encode((page.frontier, None)),
                           None if page.more else page.frontier)
+
+    async def now(self, table: str) -> str:
+        from rangetable import feed_cursor
+
+        self.noted.append(self.store.last_ts)  # every change at or below it is committed (one thread writes)
+        return feed_cursor.encode((self.noted[-1], None))
+
+    async def scan(self, table: str, token):  # type: ignore[no-untyped-def]
+        from rangetable.keys import encode_key
+
+        lo = b"" if token is None else token
+        entities, nxt = self.store.scan(lo, None, limit=SCAN_PAGE)
+        if nxt is None and len(entities) == SCAN_PAGE:
+            nxt = encode_key(entities[-1].pk, entities[-1].rk) + b"\x00"
+        if self.during_scan is not None:
+            self.during_scan()
+            self.during_scan = None
+        return [[e.pk, e.rk, e.ts, e.props] for e in entities], nxt
 
 
 class _Secondary:
@@ -125,6 +148,7 @@ class _Secondary:
         self.cut: int | None = None
         self.cuts: list[int] = []
         self.trims: list[int | None] = []
+        self.resets = 0
 
     async def claim(self, table: str) -> tuple[int, int | None]:
         self.claims += 1
@@ -142,6 +166,28 @@ class _Secondary:
         assert w.done
         return w.result()["applied"]
 
+    async def copy(self, table: str, claim: int, values: list[list]) -> int:
+        from frontend.geo.write import SourceWrite
+        from partition_server import data_requests as dr
+
+        w = SourceWrite.from_request({"table": table, "claim": claim, "records": values, "copy": True})
+        for route, lo, hi in w.segments(self.cache):
+            part, body = w.ask(route, lo, hi)
+            w.take(part, dr.source_copy(self.served[route.range["id"]], body, 1.0))  # type: ignore[arg-type]
+        assert w.done
+        return w.result()["applied"]
+
+    async def empty(self, table: str) -> bool:
+        return not any(s.store.scan(s.lo, s.hi, limit=1)[0] for s in self.served.values())
+
+    async def reset(self, table: str) -> None:
+        self.resets += 1
+        self.cut = None
+        for s in self.served.values():
+            s.store.close()
+            path = s.store.path
+            s.store = RangeStore.open(f"{path}-{self.resets}")
+
     async def publish(self, table: str, claim: int, cut: int, lag_s: float) -> None:
         assert self.cut is None or cut > self.cut
         self.cut = cut
@@ -158,7 +204,8 @@ class _Secondary:
             s.store.close()
 
 
-def test_the_applier_publishes_cuts_that_read_as_the_source_stood_and_a_successor_fences_it(tmp_path: Path) -> None:
+def test_the_applier_copies_then_publishes_cuts_that_read_as_the_source_stood_and_a_successor_fences_it(
+        tmp_path: Path) -> None:
     import asyncio
 
     from frontend.geo import applier as ga
@@ -167,12 +214,17 @@ def test_the_applier_publishes_cuts_that_read_as_the_source_stood_and_a_successo
     states = history(src, random.Random(5), 120)
     sec = _Secondary(tmp_path, ["pm", "q"])
 
+    src_view = _Source(src, lambda: states.extend(history(src, random.Random(9), 30)))
+
     async def run() -> None:
-        a = ga.TableApplier("t", _Source(src), sec)  # type: ignore[arg-type]
-        await a.start()
+        a = ga.TableApplier("t", src_view, sec)  # type: ignore[arg-type]
+        await a.start()  # the first copy, the source changing during its scan
+        assert a.copied > 0 and sec.resets == 0
         ga.TOP = 7  # small pages: many cuts
         try:
-            await a.step()
+            while sec.cut is None:  # none before the replay passed the end of the copy's scan
+                await a.step()
+            assert sec.cut >= a.hold
             await a.step()
             states.extend(history(src, random.Random(6), 40))  # the source goes on meanwhile
             b = ga.TableApplier("t", _Source(src), sec)  # a successor (the first one paused): from the cut
@@ -183,12 +235,13 @@ def test_the_applier_publishes_cuts_that_read_as_the_source_stood_and_a_successo
             with pytest.raises(TableError) as exc:  # the paused one wakes up: fenced
                 await a.step()
             assert exc.value.error_code == "SourceFenced"
-            assert b.applied + a.applied == len(records_of(src))  # each change applied once, across both
+            after = [r for r in records_of(src) if r[0] > src_view.noted[0]]  # the feed from before the copy's scan
+            assert b.applied + a.applied == len(after)  # each change applied once, across both
         finally:
             ga.TOP = 1000
 
     asyncio.run(run())
-    assert len(sec.cuts) > 10 and sec.cut == src.last_ts
+    assert len(sec.cuts) > 5 and sec.cut == src.last_ts
     by_ts = dict(states)
     for t in sec.cuts:  # every cut published reads as the source stood at it
         at_or_below = max(ts for ts in by_ts if ts <= t)
@@ -203,12 +256,13 @@ def test_the_applier_trims_undo_records_below_its_cut_and_a_read_below_the_floor
     from frontend.geo import applier as ga
 
     src = source_store(tmp_path)
-    states = history(src, random.Random(8), 100)
+    states = history(src, random.Random(8), 20)
     sec = _Secondary(tmp_path, ["pm"])
 
     async def run() -> None:
         a = ga.TableApplier("t", _Source(src), sec)  # type: ignore[arg-type]
-        await a.start()
+        await a.start()  # the first copy; then the feed of what follows
+        states.extend(history(src, random.Random(9), 100))
         ga.TOP, ga.TRIM_BEHIND_S = 9, 0.0  # small pages, and every cut but the newest trimmed below
         try:
             while (await a.step()).resolved is None or a.cut != src.last_ts:
@@ -230,5 +284,32 @@ def test_the_applier_trims_undo_records_below_its_cut_and_a_read_below_the_floor
             with pytest.raises(TableError) as exc:
                 sec.read_state(t)
             assert exc.value.error_code == "ServerBusy"
+    sec.close()
+    src.close()
+
+
+def test_a_copy_that_stopped_halfway_is_cleared_and_made_again(tmp_path: Path) -> None:
+    import asyncio
+
+    from frontend.geo import applier as ga
+    from rangetable import protocol
+    from rangetable.keys import encode_key
+
+    src = source_store(tmp_path)
+    states = history(src, random.Random(11), 40)
+    sec = _Secondary(tmp_path, ["pm"])
+
+    async def run() -> None:
+        first = ga.TableApplier("t", _Source(src), sec)  # type: ignore[arg-type]
+        first.claim, _ = await sec.claim("t")
+        await sec.copy("t", first.claim, [[encode_key("zz", "gone"), protocol.pack([1, {}])]])  # then it died
+        second = ga.TableApplier("t", _Source(src), sec)  # type: ignore[arg-type]
+        await second.start()
+        assert sec.resets == 1
+        while (await second.step()).resolved is None or second.cut != src.last_ts:
+            pass
+
+    asyncio.run(run())
+    assert sec.read_state(src.last_ts) == states[-1][1]  # the leftover is gone, the copy whole
     sec.close()
     src.close()

@@ -40,8 +40,8 @@ def test_last_sync_is_the_lowest_cut_and_none_while_a_table_has_none() -> None:
     assert cuts.last_sync(["a", "b"]) is None  # b is still being copied: bootstrap
     cuts.publish("b", 200, 0.0, now=1.0)
     assert cuts.last_sync(["a", "b"]) == 200
-    assert cuts.status(["a", "c"], now=1.0) == [{"table": "a", "cut": 300, "lag_s": 0.0},
-                                                {"table": "c", "cut": None, "lag_s": None}]
+    assert cuts.status(["a", "c"], now=1.0) == [{"table": "a", "cut": 300, "lag_s": 0.0, "alarm": False},
+                                                {"table": "c", "cut": None, "lag_s": None, "alarm": False}]
     assert cuts.forget("B") == [cut_key("b")] and cuts.wire() == {"a": 300}
 
 
@@ -141,8 +141,11 @@ def test_a_secondary_reads_every_range_at_the_tables_cut_once_the_cuts_arrived()
     handler.run(Pending(b"client", b"1", dict(get), 1e18))
     assert fe.sent == [] and fe.later == ["the cuts of this secondary cluster have not arrived yet"]
     fe.cache.set_cuts({"other": 9})
-    handler.run(Pending(b"client", b"2", dict(get), 1e18))
-    assert fe.sent[-1][1]["at"] == 0  # no cut yet: as the source stood before anything was applied
+    with pytest.raises(TableError) as e:  # no cut yet: its first copy is under way
+        handler.run(Pending(b"client", b"2", dict(get), 1e18))
+    assert e.value.error_code == "ServerBusy" and fe.sent == []
+    handler.run(Pending(b"", b"2", {**get, "internal": True}, 1e18))  # its own applier reads what is there
+    assert "at" not in fe.sent[-1][1]
     fe.cache.set_cuts({"orders": 1234})
     handler.run(Pending(b"client", b"3", dict(get), 1e18))
     assert fe.sent[-1][1]["at"] == 1234
@@ -170,3 +173,19 @@ def test_the_geo_bench_passes_a_secondary_that_kept_up_and_explains_a_fail() -> 
     assert not ok and "applied 90.0%" in why and "0.500 s in the first and 3.000 s in the last" in why
     lost = {**kept, "check": {"differences": 2}}
     assert not verdict(lost)[0] and "2 entities differ" in format_table(lost)
+
+
+def test_the_lag_alarm_is_raised_and_cleared_once_each_way() -> None:
+    cuts = SourceCuts()
+    assert cuts.judge(["A", "b"], 5.0, now=0.0) == []  # no cut yet: copying, not behind
+    cuts.publish("a", 100, 0.5, now=0.0)
+    cuts.publish("b", 100, 0.5, now=0.0)
+    assert cuts.judge(["A", "b"], 5.0, now=2.0) == []
+    cuts.publish("b", 200, 0.1, now=6.0)
+    assert cuts.judge(["A", "b"], 5.0, now=6.0) == [{"kind": "geo_lag_alarm", "table": "A", "lag_s": 6.5,
+                                                     "threshold_s": 5.0}]
+    assert cuts.judge(["A", "b"], 5.0, now=7.0) == []  # still over: no second event
+    assert [r["alarm"] for r in cuts.status(["A", "b"], now=7.0)] == [True, False]
+    cuts.publish("a", 300, 0.2, now=8.0)
+    assert cuts.judge(["A", "b"], 5.0, now=8.0) == [{"kind": "geo_lag_ok", "table": "a"}]
+    assert cuts.alarmed == set()

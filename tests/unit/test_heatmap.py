@@ -212,7 +212,9 @@ def test_state_view_servers_and_ranges() -> None:
     assert (r1["ops_s"], r1["entities"], r1["reported"]) == (8.0, 5, True)
     assert (r2["state"], r2["primary"], r2["reported"], r2["ops_s"]) == ("moving", "ps-2", False, 0.0)
     assert state_view({}, 2.0) == {"version": None, "tables": [], "servers": [], "ranges": [], "replication": {
-        "replicas": 1, "replicated": 0, "under_replicated": 0, "not_in_sync": 0, "rebuilding": []}}
+        "replicas": 1, "replicated": 0, "under_replicated": 0, "not_in_sync": 0, "rebuilding": []}, "geo": None}
+    geo = {"tables": [{"table": "t", "cut": 5, "lag_s": 0.1, "alarm": False}], "last_sync": 5, "alarm_s": 60.0}
+    assert state_view({"geo": geo}, 2.0)["geo"] == geo  # a secondary cluster's section, as the coordinator said
 
 
 def test_rows_are_capped_and_a_coarse_row_shows_its_hottest_range() -> None:
