@@ -42,7 +42,9 @@ def handle(co: AdminHost, op: str, req: dict) -> dict[str, Any]:
     maps = co.cluster.map
     now = time.monotonic()
     if op == "geo_status":
-        return {**status(maps, now), "alarm_s": co.cfg.geo_lag_alarm_s}
+        if not co.cfg.source:  # a primary cluster: nothing follows here
+            return {"secondary": False, "tables": [], "last_sync": None, "alarm_s": co.cfg.geo_lag_alarm_s}
+        return {"secondary": True, **status(maps, now), "alarm_s": co.cfg.geo_lag_alarm_s}
     if op == "source_claim":
         with maps.lock:
             table = _table(maps, req)
@@ -58,9 +60,10 @@ def handle(co: AdminHost, op: str, req: dict) -> dict[str, Any]:
         if not maps.source_claims.holds(table, "", claim, now):
             raise TableError("SourceFenced", f"claim {claim} of table {table} is not the live one")
         puts = maps.cuts.publish(table, req.get("cut"), req.get("lag_s"), now)
-    if puts:
+        cut = maps.cuts.cuts[table.lower()].cut
+    if puts:  # outside the map lock: a meta-store round trip holds up nobody else
         maps.meta_store().commit(puts, [])
-    return {"cut": maps.cuts.cuts[table.lower()].cut}
+    return {"cut": cut}
 
 
 def user_tables(maps: MapService) -> list[str]:

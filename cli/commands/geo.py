@@ -21,6 +21,8 @@ def geo_group() -> None:
 def render(st: dict) -> str:
     """The table ``geo status`` prints."""
     rows = st["tables"]
+    if not st.get("secondary", True):
+        return "this cluster follows no other (start a secondary with `rangetable up --secondary-of CLUSTER`)"
     if not rows:
         return "no tables yet"
     lines = [f"{'table':<24} {'cut (reads are as of)':<30} {'lag s':>14} {'applied':>9}  applier"]

@@ -112,13 +112,21 @@ class TableApplier:
         self.hold = 0  # no cut below it is published (the end of the first copy's scan)
 
     async def start(self) -> None:
-        """Take the claim and resume from the cut last published; copy a table without one first."""
-        self.claim, cut = await self.secondary.claim(self.table)
-        self.cut = cut
-        if cut is None:
+        """Take the claim (:meth:`take`) and resume (:meth:`resume`)."""
+        await self.take()
+        await self.resume()
+
+    async def take(self) -> None:
+        """Take the table's claim, and learn the cut published so far."""
+        self.claim, self.cut = await self.secondary.claim(self.table)
+
+    async def resume(self) -> None:
+        """Go on from the cut last published; copy a table without one first (its holder renews the claim
+        meanwhile: a copy may take minutes)."""
+        if self.cut is None:
             await self.copy()
         else:
-            self.cursor = feed_cursor.encode((cut, None))
+            self.cursor = feed_cursor.encode((self.cut, None))
 
     async def copy(self) -> None:
         """The table's first copy (see the module docstring); the feed is then read from before the scan."""

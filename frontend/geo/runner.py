@@ -17,6 +17,7 @@ import asyncio
 import json
 import logging
 import os
+import time
 from typing import Any
 
 from frontend.geo.applier import SourcePage, TableApplier
@@ -158,9 +159,10 @@ class Follower:
         while True:
             try:
                 applier = TableApplier(self.table, self.source, self.own)
-                await applier.start()
-                renew = asyncio.create_task(self._renew(applier))
+                await applier.take()
+                renew = asyncio.create_task(self._renew(applier))  # from the claim on: during a copy too
                 try:
+                    await applier.resume()
                     await self._apply(applier, renew)
                 finally:
                     renew.cancel()
@@ -181,11 +183,20 @@ class Follower:
                 await asyncio.sleep(1.0)
 
     async def _renew(self, applier: TableApplier) -> None:
+        """Renew the claim every :data:`RENEW_S` with a report of the work; ends (and so stops the applier) with
+        LostClaim when another holder has it, or when renewals failed for as long as the claim lasts."""
+        renewed = time.monotonic()
         while True:
             await asyncio.sleep(RENEW_S)
             self.own.progress[self.table.lower()] = {"applied": applier.applied, "copied": applier.copied,
                                                      "lag_s": applier.lag_s}
-            await self.own.claim(self.table)  # LostClaim ends the task: _apply sees it and stops
+            try:
+                await self.own.claim(self.table)
+                renewed = time.monotonic()
+            except TableError as e:  # the coordinator away a moment: the claim lasts CLAIM_TTL_S
+                if time.monotonic() - renewed >= CLAIM_TTL_S:
+                    raise LostClaim(f"table {self.table}: no renewal for {CLAIM_TTL_S:g} s ({e})") from e
+                log.warning("table %s: renewing the claim: %s", self.table, e)
 
     async def _apply(self, applier: TableApplier, renew: asyncio.Task) -> None:
         pause = LIVE_PAUSE_S
