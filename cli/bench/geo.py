@@ -56,7 +56,8 @@ class CutSampler:
 
     coordinator: str
     rpo: list[float] = field(default_factory=list)
-    applied: int = 0  # the applier's count as last reported
+    applied: int = 0  # records applied since sampling began, across appliers
+    _count: int = 0  # the applier's own count as last reported
     last_rpo: float | None = None
     last_cut: int = 0
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -79,7 +80,9 @@ class CutSampler:
             with self.lock:
                 self.rpo.append(rpo)
                 self.last_rpo, self.last_cut = rpo, row["cut"]
-                self.applied = max(self.applied, int(row.get("applied") or 0))
+                count = int(row.get("applied") or 0)  # since its applier started: a new one counts from 0
+                self.applied += count - self._count if count >= self._count else count
+                self._count = count
 
     def take(self) -> tuple[list[float], int]:
         """The RPO samples since the last take, and the applied count now."""
@@ -204,16 +207,18 @@ def _catch_up(appliers: list[int], sampler: CutSampler, writers: ClientThreads, 
     finally:
         for pid in appliers:
             os.kill(pid, signal.SIGCONT)
-    behind = sampler.last_rpo or 0.0
+    behind, cut0 = sampler.last_rpo or 0.0, sampler.last_cut
     lat, _ = writers.tally.take()
-    applied0 = sampler.applied
     took = _wait("catching up", lambda: sampler.last_rpo is not None and sampler.last_rpo < CAUGHT_UP_S
-                 and sampler.applied > applied0, max(600.0, 10 * cut_s))
-    rate = (sampler.applied - applied0) / max(took, 1e-9)
-    res = {"cut_s": cut_s, "writes_s_during": round(len(lat) / cut_s, 1), "rpo_at_resume_s": round(behind, 2),
-           "catch_up_s": round(took, 2), "catch_up_applied_s": round(rate, 1)}
-    echo(f"resumed {behind:.1f} s behind; caught up (RPO < {CAUGHT_UP_S:g} s) in {took:.1f} s, "
-         f"applying {rate:,.0f} records/s meanwhile (the source wrote {res['writes_s_during']:,.0f}/s)")
+                 and sampler.last_cut > cut0, max(600.0, 10 * cut_s))
+    speed = (sampler.last_cut - cut0) / TICKS_PER_SECOND / max(took, 1e-9)  # seconds of the source's history per second
+    writes_s = len(lat) / cut_s
+    res = {"cut_s": cut_s, "writes_s_during": round(writes_s, 1), "rpo_at_resume_s": round(behind, 2),
+           "catch_up_s": round(took, 2), "history_per_s": round(speed, 2),
+           "catch_up_applied_s": round(speed * writes_s, 1)}
+    echo(f"resumed {behind:.1f} s behind; caught up (RPO < {CAUGHT_UP_S:g} s) in {took:.1f} s: the cut crossed "
+         f"{speed:.2f} s of the source's history a second, about {speed * writes_s:,.0f} records/s (the source "
+         f"wrote {writes_s:,.0f}/s)")
     return res
 
 

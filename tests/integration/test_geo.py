@@ -29,9 +29,15 @@ CRED = AzureNamedKeyCredential(DEV_ACCOUNT, DEV_KEY)
 
 
 @pytest.fixture(scope="module")
-def pair(cluster_factory: Any) -> Iterator[tuple[Cluster, Cluster]]:
+def pair(cluster_factory: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Cluster, Cluster]]:
+    """A source and a secondary following it with a client key of the source (`rangetable keys add`), not its
+    admin key: reading its tables and feed is all a secondary does there."""
     source = cluster_factory(extra=["--no-dashboard"])
-    secondary = cluster_factory(extra=["--no-dashboard", "--secondary-of", str(source.data_dir)])
+    key = tmp_path_factory.mktemp("geokey") / "secondary.rangetable.json"
+    out = subprocess.run([sys.executable, "-m", "cli.main", "keys", "add", "secondary", "--out", str(key),
+                          "--data-dir", str(source.data_dir)], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    secondary = cluster_factory(extra=["--no-dashboard", "--secondary-of", str(key)])
     yield source, secondary
 
 

@@ -204,6 +204,24 @@ class _Secondary:
             s.store.close()
 
 
+async def _to_the_edge(applier, src: RangeStore) -> None:  # type: ignore[no-untyped-def]
+    """Step ``applier`` until it has published the source's last Timestamp."""
+    while (await applier.step()).resolved is None or applier.cut != src.last_ts:
+        pass
+
+
+def _cuts_read_right(sec: _Secondary, states: list[tuple[int, dict]], floor: int = 0) -> None:
+    """Every cut ``sec`` published at or above ``floor`` reads as the source stood at it; one below is refused."""
+    by_ts = dict(states)
+    for t in sec.cuts:
+        if t >= floor:
+            assert sec.read_state(t) == by_ts[max(ts for ts in by_ts if ts <= t)], t
+        else:  # never answered from the undo records that are left
+            with pytest.raises(TableError) as exc:
+                sec.read_state(t)
+            assert exc.value.error_code == "ServerBusy"
+
+
 def test_the_applier_copies_then_publishes_cuts_that_read_as_the_source_stood_and_a_successor_fences_it(
         tmp_path: Path) -> None:
     import asyncio
@@ -230,8 +248,7 @@ def test_the_applier_copies_then_publishes_cuts_that_read_as_the_source_stood_an
             b = ga.TableApplier("t", _Source(src), sec)  # a successor (the first one paused): from the cut
             await b.start()
             assert b.claim == 2 and b.cursor is not None
-            while (await b.step()).resolved is None or b.cut != src.last_ts:
-                pass
+            await _to_the_edge(b, src)
             with pytest.raises(TableError) as exc:  # the paused one wakes up: fenced
                 await a.step()
             assert exc.value.error_code == "SourceFenced"
@@ -242,10 +259,7 @@ def test_the_applier_copies_then_publishes_cuts_that_read_as_the_source_stood_an
 
     asyncio.run(run())
     assert len(sec.cuts) > 5 and sec.cut == src.last_ts
-    by_ts = dict(states)
-    for t in sec.cuts:  # every cut published reads as the source stood at it
-        at_or_below = max(ts for ts in by_ts if ts <= t)
-        assert sec.read_state(t) == by_ts[at_or_below], t
+    _cuts_read_right(sec, states)
     sec.close()
     src.close()
 
@@ -265,8 +279,7 @@ def test_the_applier_trims_undo_records_below_its_cut_and_a_read_below_the_floor
         states.extend(history(src, random.Random(9), 100))
         ga.TOP, ga.TRIM_BEHIND_S = 9, 0.0  # small pages, and every cut but the newest trimmed below
         try:
-            while (await a.step()).resolved is None or a.cut != src.last_ts:
-                pass
+            await _to_the_edge(a, src)
         finally:
             ga.TOP, ga.TRIM_BEHIND_S = 1000, 60.0
 
@@ -276,14 +289,7 @@ def test_the_applier_trims_undo_records_below_its_cut_and_a_read_below_the_floor
     floor = trims[-1]
     left = sum(len(list(cut.items(s.store._db, b"", None))) for s in sec.served.values())
     assert 0 < left < len(records_of(src))  # those at or below the last trim are gone
-    by_ts = dict(states)
-    for t in sec.cuts:
-        if t >= floor:  # every cut a reader may still use reads right
-            assert sec.read_state(t) == by_ts[max(ts for ts in by_ts if ts <= t)], t
-        else:  # one below the floor is refused, never answered from the records that are left
-            with pytest.raises(TableError) as exc:
-                sec.read_state(t)
-            assert exc.value.error_code == "ServerBusy"
+    _cuts_read_right(sec, states, floor)
     sec.close()
     src.close()
 
@@ -306,8 +312,7 @@ def test_a_copy_that_stopped_halfway_is_cleared_and_made_again(tmp_path: Path) -
         second = ga.TableApplier("t", _Source(src), sec)  # type: ignore[arg-type]
         await second.start()
         assert sec.resets == 1
-        while (await second.step()).resolved is None or second.cut != src.last_ts:
-            pass
+        await _to_the_edge(second, src)
 
     asyncio.run(run())
     assert sec.read_state(src.last_ts) == states[-1][1]  # the leftover is gone, the copy whole
