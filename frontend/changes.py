@@ -35,6 +35,7 @@ class ChangesWalk:
     end: bytes | None = None
     need: int | None = None  # the reader's hint: ranges below it close first (the previous page's ``high``)
     upto: int | None = None  # the lowest frontier so far
+    cut: int | None = None  # a secondary cluster's table: read at its cut (docs/geo.md), no range closed
     high: int | None = None  # the highest frontier so far
     floor: int = 0  # the highest floor seen (where a read from the beginning starts)
     more: bool = False  # some range had more records than it answered
@@ -67,7 +68,7 @@ class ChangesWalk:
         return self.cover.ask(lo, hi), {
             "op": "changes", "range": route.range["id"], "epoch": route.range["epoch"], "lo": lo, "hi": hi,
             "after": None if self.after is None else feed_cursor.to_wire(self.after), "upto": self.upto,
-            "limit": self.limit, "close": True, "need": _max(self.need, self.high)}
+            "limit": self.limit, "close": self.cut is None, "need": _max(self.need, self.high), "cut": self.cut}
 
     def failed(self, part: int) -> None:
         """Part ``part`` got no usable answer: it is a gap again."""

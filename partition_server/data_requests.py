@@ -218,12 +218,12 @@ def changes(served: Served, req: ChangesRequest, budget_s: float) -> ScanPage:
     hi = req.get("hi")
     if served.hi is not None and (hi is None or hi > served.hi):
         hi = served.hi
-    upto, need = req.get("upto"), req.get("need")
-    if not all(v is None or type(v) is int for v in (upto, need)):
-        raise TableError("InvalidInput", "upto and need must be Timestamps")
+    upto, need, cut = req.get("upto"), req.get("need"), req.get("cut")
+    if not all(v is None or type(v) is int for v in (upto, need, cut)):
+        raise TableError("InvalidInput", "upto, need and cut must be Timestamps")
     limit = int(req.get("limit", 1000))
     page = served.store.read_changes(None if req.get("after") is None else feed_cursor.from_wire(req["after"]), lo, hi, limit,
-                                     bool(req.get("close")), need, upto)
+                                     bool(req.get("close")), need, upto, cut)
     answer = {"records": page.records, "frontier": page.frontier, "more": page.more, "floor": page.floor,
               "last": served.store.last_ts}
     return ScanPage(Packed(protocol.pack(answer)), len(page.records), None, counts=bool(page.records))
@@ -288,9 +288,9 @@ def source_copy(served: Served, req: SourceCopyRequest, budget_s: float) -> Any:
     :class:`~rangetable.messages.SourceCopyRequest`): ``{"applied": n}``. InvalidInput for a malformed entity;
     NotPrimary for a key outside the range."""
     claim, _ = index_state.check(req.get("claim"), None)
-    values = req.get("values")
-    if not isinstance(values, list):
-        raise TableError("InvalidInput", "source_copy needs values")
+    values, floor = req.get("values"), req.get("floor", 0)
+    if not isinstance(values, list) or type(floor) is not int or floor < 0:
+        raise TableError("InvalidInput", "source_copy needs values and a floor")
     out: list[tuple[bytes, bytes]] = []
     for v in values:
         if not (isinstance(v, list) and len(v) == 2 and isinstance(v[0], bytes) and isinstance(v[1], bytes) and v[1]):
@@ -298,7 +298,7 @@ def source_copy(served: Served, req: SourceCopyRequest, budget_s: float) -> Any:
         if v[0] < served.lo or (served.hi is not None and v[0] >= served.hi) or v[0] >= META_PREFIX:
             raise TableError("NotPrimary", "a copied entity lies outside this range: ask the map again")
         out.append((v[0], v[1]))
-    return {"applied": served.store.copy_source(out, claim)}
+    return {"applied": served.store.copy_source(out, claim, floor)}
 
 
 TRIM_BATCH = 20_000  # undo records trimmed with one source_apply at most (a page carries 1,000 records or fewer)

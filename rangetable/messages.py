@@ -286,7 +286,8 @@ class ChangesRequest(TypedDict):
     """A page of a range's change feed: the records of entity keys in ``[lo, hi)`` after position ``after``
     (``[Timestamp, key or nil]``; nil: from the oldest kept), at or below ``upto`` (nil: the range's resolved
     Timestamp). ``close``: the range first moves its resolved Timestamp to now when it lags (``need``: the
-    highest frontier the reader saw elsewhere; ``partition_server/store/feed.py: should_close``). Sent by a frontend to
+    highest frontier the reader saw elsewhere; ``partition_server/store/feed.py: should_close``); ``cut``: a
+    secondary cluster's table, read up to its cut, which is the frontier (``docs/geo.md``). Sent by a frontend to
     the range's primary (``partition_server/store/feed.py``)."""
 
     op: Literal["changes"]
@@ -299,6 +300,7 @@ class ChangesRequest(TypedDict):
     limit: int
     close: bool
     need: NotRequired[int | None]
+    cut: NotRequired[int | None]
 
 
 class SourceApplyRequest(TypedDict):
@@ -321,13 +323,15 @@ class SourceApplyRequest(TypedDict):
 class SourceCopyRequest(TypedDict):
     """A secondary cluster's first copy of a table: ``values`` ``[key, stored value]`` of entities the source's
     scan read, all in the range, put as they are (``RangeStore.copy_source``); ``claim`` the applier's fencing
-    token. Answered ``{"applied": n}``."""
+    token; ``floor`` the Timestamp the copy starts the feed from (the range's feed floor is raised to it).
+    Answered ``{"applied": n}``."""
 
     op: Literal["source_copy"]
     range: str
     epoch: int
     values: list[list]
     claim: int
+    floor: NotRequired[int]
 
 
 class ChangesAnswer(TypedDict):

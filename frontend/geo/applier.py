@@ -78,8 +78,9 @@ class Secondary(Protocol):
     async def publish(self, table: str, claim: int, cut: int, lag_s: float) -> None:
         """Make ``cut`` the table's cut (never lower than the one before) and report the lag."""
 
-    async def copy(self, table: str, claim: int, values: list[list]) -> int:
-        """Put entities ``[key, stored value]`` into the table's ranges (the first copy); how many."""
+    async def copy(self, table: str, claim: int, values: list[list], floor: int) -> int:
+        """Put entities ``[key, stored value]`` into the table's ranges (the first copy), whose feeds then start
+        after ``floor``; how many."""
 
     async def empty(self, table: str) -> bool:
         """Whether the table holds no entity."""
@@ -139,7 +140,7 @@ class TableApplier:
             entities, token = await self.source.scan(self.table, token)
             if entities:
                 values = [[encode_key(pk, rk), protocol.pack([ts, props])] for pk, rk, ts, props in entities]
-                self.copied += await self.secondary.copy(self.table, self.claim, values)
+                self.copied += await self.secondary.copy(self.table, self.claim, values, frontier(start))
             if token is None:
                 break
         self.hold = frontier(await self.source.now(self.table))

@@ -18,6 +18,7 @@ import json
 import logging
 import os
 import time
+from collections.abc import Callable
 from typing import Any
 
 from frontend.geo.applier import SourcePage, TableApplier
@@ -47,37 +48,52 @@ def read_source(path: str) -> dict[str, Any]:
 
 
 class NativeSource:
-    """The source cluster through its native endpoint, with the client key of its connection file
-    (:class:`~frontend.geo.applier.Source`)."""
+    """The source cluster through its native endpoints, with the client key of its connection file
+    (:class:`~frontend.geo.applier.Source`). It asks one frontend of the source; one that does not answer in time
+    (its host down, the link to it cut) is left for the next one its connection file lists, round the list."""
 
-    def __init__(self, doc: dict[str, Any]) -> None:
+    def __init__(self, doc: dict[str, Any], connect: Callable[[str], Any] = AsyncTransport) -> None:
         curve.remember_cluster(doc)
-        endpoint = doc.get("native")
-        if not isinstance(endpoint, str) or not endpoint:
+        endpoints = [e for e in [doc.get("native"), *(doc.get("frontends") or [])] if isinstance(e, str) and e]
+        if not endpoints:
             raise ValueError("the source's connection file names no native endpoint")
-        self.endpoint = endpoint
-        self.transport = AsyncTransport(endpoint)
+        self.endpoints = list(dict.fromkeys(endpoints))
+        self.connect = connect
+        self.at = 0  # the endpoint asked now
+        self.transport = connect(self.endpoints[0])
+
+    async def _ask(self, body: Any) -> Any:
+        try:
+            return await self.transport.request(body)
+        except TableError as e:
+            if e.error_code == "OperationTimedOut" and len(self.endpoints) > 1:  # the next frontend, next time
+                old, self.at = self.transport, (self.at + 1) % len(self.endpoints)
+                self.transport = self.connect(self.endpoints[self.at])
+                await old.close()
+                log.warning("source frontend %s did not answer: asking %s", self.endpoints[self.at - 1],
+                            self.endpoints[self.at])
+            raise
 
     async def page(self, table: str, cursor: str | None, top: int) -> SourcePage:
         """The page of ``table``'s feed after ``cursor`` (None: from the oldest change kept)."""
         start = feed_page.BEGINNING if cursor is None else feed_cursor.decode(cursor)
-        answer = await self.transport.request(feed_page.request(table, top, start))
+        answer = await self._ask(feed_page.request(table, top, start))
         return SourcePage(answer["records"], feed_cursor.encode(feed_cursor.from_wire(answer["cursor"])),
                           answer.get("resolved"))
 
     async def now(self, table: str) -> str:
         """The cursor of the present of ``table``'s feed."""
-        answer = await self.transport.request(feed_page.request(table, 1, feed_page.NOW))
+        answer = await self._ask(feed_page.request(table, 1, feed_page.NOW))
         return feed_cursor.encode(feed_cursor.from_wire(answer["cursor"]))
 
     async def scan(self, table: str, token: Any) -> tuple[list[list], Any]:
         """A page of ``table``'s entities from continuation ``token``, and the next token."""
-        answer = await self.transport.request({"op": "query", "table": table, "top": SCAN_TOP, "next": token})
+        answer = await self._ask({"op": "query", "table": table, "top": SCAN_TOP, "next": token})
         return answer["entities"], answer.get("next")
 
     async def tables(self) -> list[str]:
         """The source's tables."""
-        return list((await self.transport.request({"op": "list_tables"}))["tables"])
+        return list((await self._ask({"op": "list_tables"}))["tables"])
 
     async def close(self) -> None:
         """Close the connection."""
@@ -123,10 +139,10 @@ class OwnCluster:
         await self.fe.request({"op": "source_publish", "internal": True, "table": table, "claim": claim,
                                "cut": cut, "lag_s": round(lag_s, 3)})
 
-    async def copy(self, table: str, claim: int, values: list[list]) -> int:
-        """Put a page of the first copy into the table's ranges."""
+    async def copy(self, table: str, claim: int, values: list[list], floor: int) -> int:
+        """Put a page of the first copy into the table's ranges, their feeds starting after ``floor``."""
         got = await self.fe.request({"op": "source_write", "internal": True, "table": table, "claim": claim,
-                                     "records": values, "copy": True})
+                                     "records": values, "copy": True, "floor": floor})
         return int(got["applied"])
 
     async def empty(self, table: str) -> bool:

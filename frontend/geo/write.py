@@ -12,7 +12,8 @@ and asked again with the same records, claim and position; a range skips what it
 record. The write is done when every part of the table's span has answered. Pure: no sockets.
 
 A *copy* (``copy`` true) is the table's first copy instead: ``records`` are ``[key, stored value]`` of entities
-the source's scan read, each range puts its share as it is (``source_copy``), and there is no position.
+the source's scan read, each range puts its share as it is (``source_copy``), and there is no position; ``floor``
+(the Timestamp the copy's feed replay starts after) becomes each range's feed floor.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ class SourceWrite:
     pos: list  # [Timestamp, key]: every change at or below it is in this page or an earlier one
     trim: int | None = None  # undo records at or below it go (no reader asks for a cut below it)
     copy: bool = False  # records are [key, stored value] of the first copy (no position)
+    floor: int = 0  # a copy: the ranges' feed floor from now on
     cover: SpanCover = field(default_factory=SpanCover)
     applied: int = 0  # records the ranges applied (those applied already are skipped, not counted)
 
@@ -46,9 +48,12 @@ class SourceWrite:
         if not isinstance(table, str) or not isinstance(records, list) or type(claim) is not int:
             raise TableError("InvalidInput", "source_write needs a table, records and a claim")
         if req.get("copy") is True:
+            floor = req.get("floor", 0)
             if not all(isinstance(r, list) and len(r) == 2 and isinstance(r[0], bytes) for r in records):
                 raise TableError("InvalidInput", "a copied entity is [key, stored value]")
-            return cls(table, claim, records, [], copy=True)
+            if type(floor) is not int:
+                raise TableError("InvalidInput", "floor must be a Timestamp")
+            return cls(table, claim, records, [], copy=True, floor=floor)
         if not (isinstance(pos, list) and len(pos) == 2 and type(pos[0]) is int and isinstance(pos[1], bytes)):
             raise TableError("InvalidInput", "source_write needs the position [Timestamp, key] its page reaches")
         if not all(isinstance(r, list) and len(r) == 5 and isinstance(r[1], bytes) for r in records):
@@ -79,7 +84,7 @@ class SourceWrite:
         share = [r for r in self.records if r[k] >= lo and (hi is None or r[k] < hi)]
         body: dict[str, Any] = {"range": route.range["id"], "epoch": route.range["epoch"], "claim": self.claim}
         if self.copy:
-            body.update(op="source_copy", values=share)
+            body.update(op="source_copy", values=share, floor=self.floor)
         else:
             body.update(op="source_apply", records=share, pos=self.pos)
             if self.trim is not None:

@@ -46,7 +46,7 @@ COORDINATOR_OPS = frozenset(
 # requests are internal, write what the source wrote). The rest reads, or runs the cluster (split, move, merge).
 SECONDARY_REFUSES = frozenset(
     {"write", "batch", "create_table", "delete_table", "set_table", "set_acl", "set_service_properties",
-     "create_index", "drop_index", "index_check", "changes"})
+     "create_index", "drop_index", "index_check"})
 INTERNAL_OPS = frozenset({"source_claim", "source_publish"})  # a secondary's appliers, to their coordinator
 MAX_PAGE = 1000
 TABLE_WAIT_ATTEMPTS = 5  # how often a request for an unknown table waits for a fresher map
@@ -173,9 +173,6 @@ class Handler:
         """A client's request a secondary cluster does not take (or an internal op a client sent)."""
         if op in INTERNAL_OPS:
             raise TableError("InvalidInput", f"unknown op {op!r}")
-        if op == "changes":  # its ranges would close Timestamps of their own, which the source stamps
-            raise TableError("InsufficientAccountPermissions", "This cluster is a secondary: read the change feed "
-                             "of its source cluster.")
         raise TableError("InsufficientAccountPermissions", "This cluster is a secondary of another: it serves "
                          "reads only. Write operations are not allowed.")
 
@@ -508,6 +505,10 @@ class Handler:
                 walk = ChangesWalk(None, 0, pos, end, need)
             else:
                 raise TableError("InvalidInput", "start must be 'beginning' or 'now' (or give a position in 'after')")
+            if self.secondary and not internal(p):  # read at the table's cut: the source's feed up to it
+                walk.cut = self._cut(p, table)
+                if walk.cut is None:
+                    return
             p.state = walk
         if walk.done:
             self.fe.reply_ok(p, walk.page())

@@ -263,6 +263,13 @@ class Feed:
             return
         wb.put(META_FEED, pack_state(self.on, self.floor, self.records, self.nbytes))
 
+    def raise_floor(self, wb: Any, ts: int) -> None:
+        """Put into ``wb`` a floor raised to ``ts``: the changes at or below it are not in this feed (a secondary
+        range's first copy put them without records)."""
+        if ts > self.floor:
+            self.floor = ts
+            wb.put(META_FEED, pack_state(self.on, self.floor, self.records, self.nbytes))
+
     def cutoff(self, now: int) -> int | None:
         """The Timestamp at or below which records are older than the retention at ``now``; None when nothing
         more is to trim."""

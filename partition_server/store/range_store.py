@@ -654,16 +654,18 @@ class RangeStore:
             self._commit(wb, top, None, WRITE, b"", None, delta(now.items(), first.__getitem__))
         return len(todo)
 
-    def copy_source(self, values: Sequence[tuple[bytes, bytes]], claim: int) -> int:
+    def copy_source(self, values: Sequence[tuple[bytes, bytes]], claim: int, floor: int = 0) -> int:
         """Put entities of the source's table as its scan read them (``(key, stored value)``, the source's bytes)
         in one batch: a secondary table's first copy, before its applier replays the source's feed from the
-        position noted before the scan. No undo record (no reader asks for a cut before the copy is done), no
-        feed record, no position; SourceFenced under a claim lower than the range's. Returns how many."""
+        position noted before the scan, ``floor``. No undo record (no reader asks for a cut before the copy is
+        done), no feed record — the feed's floor is raised to ``floor`` instead, so a reader of this range's feed
+        from before it gets FeedTrimmed, never a silent gap —, no position; SourceFenced under a claim lower
+        than the range's. Returns how many."""
         with self._lock:
             stored = index_state.unpack(self._db.get(META_SOURCE))
             index_state.admit(stored, claim, None, "SourceFenced")
             state = index_state.after(stored, claim, None)
-            if not values and state == stored:
+            if not values and state == stored and floor <= self.feed.floor:
                 return 0
             keys = [k for k, _ in values]
             before = dict(zip(keys, self._db.get(keys) if keys else [], strict=True))
@@ -672,6 +674,7 @@ class RangeStore:
                 wb.put(key, value)
                 self.expiry.note_write(wb, fast_path.stored_ts(value), [key])
             wb.put(META_SOURCE, index_state.pack(*state))
+            self.feed.raise_floor(wb, floor)
             self._commit(wb, self._last_ts, None, WRITE, b"", None, delta(values, before.__getitem__))
         return len(values)
 
@@ -716,22 +719,25 @@ class RangeStore:
             return ts
 
     def read_changes(self, after: tuple[int, bytes | None] | None, lo: bytes, hi: bytes | None, limit: int,
-                     close: bool = False, need: int | None = None, upto: int | None = None) -> FeedPage:
+                     close: bool = False, need: int | None = None, upto: int | None = None,
+                     cut: int | None = None) -> FeedPage:
         """The feed's records of entity keys in ``[lo, hi)`` after position ``after`` (None: from the oldest
         kept), up to the range's last Timestamp (or ``upto`` when lower), at most about ``limit``: a
         :class:`~partition_server.store.feed.FeedPage`. With ``close`` the range first closes its last Timestamp
         when :func:`~partition_server.store.feed.should_close` says so (``need``: the highest frontier the reader
-        saw elsewhere), so the table's resolved Timestamp keeps up. FeedDisabled while the feed is off;
-        FeedTrimmed below the floor."""
+        saw elsewhere), so the table's resolved Timestamp keeps up. A secondary cluster's range is read at its
+        table's ``cut`` instead (never closed: only the source stamps its Timestamps): up to the cut, which is
+        then the frontier, whatever the range's own last Timestamp (it holds every change of the source at or
+        below the cut, changed or not). FeedDisabled while the feed is off; FeedTrimmed below the floor."""
         feed = self.feed
         check_position(feed.want, feed.read_floor(self._last_ts), after)
-        if close and should_close(self._last_ts, self.clock(), need):
+        if cut is None and close and should_close(self._last_ts, self.clock(), need):
             self.close_timestamp()
         last = self._last_ts  # every record at or below it is written (it moves after the write)
+        top = (last if upto is None else min(upto, last)) if cut is None else min(cut, cut if upto is None else upto)
         if after is not None and feed.nothing_after(after):  # fast path: no iterator (tested beside read)
-            return FeedPage([], last if upto is None else min(upto, last), False, feed.read_floor(last))
-        return read_feed(feed.db, after, feed.read_floor(last), last if upto is None else min(upto, last), lo, hi,
-                         limit)
+            return FeedPage([], top, False, feed.read_floor(last))
+        return read_feed(feed.db, after, feed.read_floor(last), top, lo, hi, limit)
 
     def trim_feed(self) -> int:
         """Delete the feed's records older than its retention (a replicated batch; none when no record aged out)

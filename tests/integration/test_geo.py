@@ -85,6 +85,7 @@ def test_tables_and_entities_follow_and_writes_are_refused(pair: tuple[Cluster, 
             sec.create_table("mine")
         assert ei.value.status_code == 403
         native = TableServiceClient.from_cluster(secondary.data_dir)
+        native_src = TableServiceClient.from_cluster(source.data_dir)
         with pytest.raises(TableError) as te:
             native.get_table_client("geoorders").upsert_entity({"PartitionKey": "p", "RowKey": "r"})
         assert te.value.error_code == "InsufficientAccountPermissions"
@@ -92,6 +93,12 @@ def test_tables_and_entities_follow_and_writes_are_refused(pair: tuple[Cluster, 
 
         stats = sec.get_service_stats()["geo_replication"]
         assert stats["status"] == "live", stats
+        t.upsert_entity({"PartitionKey": "p9", "RowKey": "late", "qty": 99})  # after the table's first copy
+        _poll(lambda: s.get_entity("p9", "late")["qty"], 99)
+        theirs = {r.cursor: (r.kind, r.entity) for r in native_src.get_table_client("geoorders").read_changes()}
+        ours = {r.cursor: (r.kind, r.entity) for r in native.get_table_client("geoorders").read_changes()}
+        assert any(e is not None and e["RowKey"] == "late" for _, e in ours.values())  # the secondary's feed, at its cut:
+        assert all(theirs[k] == v for k, v in ours.items())  # the source's records, as they were
         raw = Raw(secondary.http)
         try:
             doc = json.loads(raw.get("/geoorders/$geo").body)  # the table's own cut (a REST extension)

@@ -329,8 +329,13 @@ def test_a_first_copy_puts_the_sources_bytes_counted_without_undo_records_and_is
     from rangetable import protocol
 
     dst = RangeStore.open(tmp_path / "dst")
+    dst.set_feed(True)
     values = [(encode_key("p", r), protocol.pack([100 + i, {"v": [1, i]}])) for i, r in enumerate("abc")]
-    assert dst.copy_source(values, 2) == 3
+    assert dst.copy_source(values, 2, floor=500) == 3
+    with pytest.raises(TableError) as exc:  # the copy's history is not in this feed: no silent gap
+        dst.read_changes((400, None), b"", None, 10, cut=600)
+    assert exc.value.error_code == "FeedTrimmed"
+    assert dst.read_changes(None, b"", None, 10, cut=600).records == []  # from the beginning: after the floor
     assert dst.counts().entities == 3 and list(cut.items(dst._db, b"", None)) == []
     got = dst.get("p", "b")
     assert got is not None and got.ts == 101 and dst.source_state() == (2, None)
@@ -339,12 +344,31 @@ def test_a_first_copy_puts_the_sources_bytes_counted_without_undo_records_and_is
         dst.copy_source(values, 1)
     assert exc.value.error_code == "SourceFenced"
     served = _served(dst, "a", "q")
-    for bad in ([[b"p\x00a"]], [[b"p\x00a", b""]], [["p", b"x"]]):
+    for bad, floor in (([[b"p\x00a"]], 0), ([[b"p\x00a", b""]], 0), ([["p", b"x"]], 0), ([], -1), ([], "1")):
+        req: Any = {"op": "source_copy", "range": "r1", "epoch": 1, "values": bad, "claim": 2, "floor": floor}
         with pytest.raises(TableError) as exc:
-            dr.source_copy(served, {"op": "source_copy", "range": "r1", "epoch": 1, "values": bad, "claim": 2}, 1.0)  # type: ignore[arg-type]
+            dr.source_copy(served, req, 1.0)
         assert exc.value.error_code == "InvalidInput"
     with pytest.raises(TableError) as exc:  # outside the range
         dr.source_copy(served, {"op": "source_copy", "range": "r1", "epoch": 1,  # type: ignore[arg-type]
                                 "values": [[encode_key("z", "a"), values[0][1]]], "claim": 2}, 1.0)
     assert exc.value.error_code == "NotPrimary"
+    dst.close()
+
+
+def test_a_secondary_ranges_feed_is_read_up_to_the_cut_never_closed(tmp_path: Path) -> None:
+    src, dst = source_store(tmp_path), RangeStore.open(tmp_path / "dst")
+    dst.set_feed(True)
+    history(src, random.Random(13), 40)
+    records = records_of(src)
+    mid = records[len(records) // 2][0]
+    dst.apply_source(records, 1, position_of(records[-1]))
+    last = dst.last_ts
+    page = dst.read_changes(None, b"", None, 1000, close=True, cut=mid)
+    assert page.frontier == mid and [r[:3] for r in page.records] == [r[:3] for r in records if r[0] <= mid]
+    ahead = records[-1][0] + 10**7  # a cut past the range's own last change (a range the last pages left alone)
+    page = dst.read_changes((mid, None), b"", None, 1000, close=True, cut=ahead)
+    assert page.frontier == ahead and [r[:3] for r in page.records] == [r[:3] for r in records if r[0] > mid]
+    assert dst.last_ts == last  # nothing closed: only the source stamps Timestamps here
+    src.close()
     dst.close()

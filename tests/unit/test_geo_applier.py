@@ -166,11 +166,11 @@ class _Secondary:
         assert w.done
         return w.result()["applied"]
 
-    async def copy(self, table: str, claim: int, values: list[list]) -> int:
+    async def copy(self, table: str, claim: int, values: list[list], floor: int) -> int:
         from frontend.geo.write import SourceWrite
         from partition_server import data_requests as dr
 
-        w = SourceWrite.from_request({"table": table, "claim": claim, "records": values, "copy": True})
+        w = SourceWrite.from_request({"table": table, "claim": claim, "records": values, "copy": True, "floor": floor})
         for route, lo, hi in w.segments(self.cache):
             part, body = w.ask(route, lo, hi)
             w.take(part, dr.source_copy(self.served[route.range["id"]], body, 1.0))  # type: ignore[arg-type]
@@ -308,7 +308,7 @@ def test_a_copy_that_stopped_halfway_is_cleared_and_made_again(tmp_path: Path) -
     async def run() -> None:
         first = ga.TableApplier("t", _Source(src), sec)  # type: ignore[arg-type]
         first.claim, _ = await sec.claim("t")
-        await sec.copy("t", first.claim, [[encode_key("zz", "gone"), protocol.pack([1, {}])]])  # then it died
+        await sec.copy("t", first.claim, [[encode_key("zz", "gone"), protocol.pack([1, {}])]], 0)  # then it died
         second = ga.TableApplier("t", _Source(src), sec)  # type: ignore[arg-type]
         await second.start()
         assert sec.resets == 1

@@ -110,7 +110,6 @@ def _secondary() -> tuple[Handler, _Driver]:
     {"op": "batch", "table": "orders", "ops": [{"op": "upsert", "pk": "p", "rk": "r", "props": {}}]},
     {"op": "create_table", "table": "mine"}, {"op": "delete_table", "table": "orders"},
     {"op": "set_acl", "table": "orders"}, {"op": "create_index", "table": "orders", "name": "ix"},
-    {"op": "changes", "table": "orders"},
 ])
 def test_a_secondary_refuses_a_clients_writes(req: dict) -> None:
     handler, fe = _secondary()
@@ -152,10 +151,15 @@ def test_a_secondary_reads_every_range_at_the_tables_cut_once_the_cuts_arrived()
     fe.sent.clear()
     handler.run(Pending(b"client", b"4", {"op": "query", "table": "orders"}, 1e18))
     assert [(b["op"], b["at"]) for _, b in fe.sent] == [("scan", 1234)]
+    fe.sent.clear()
+    handler.run(Pending(b"client", b"5", {"op": "changes", "table": "orders", "after": [5, None]}, 1e18))
+    assert [(b["cut"], b["close"]) for _, b in fe.sent] == [(1234, False), (1234, False)]  # every range, no close
     primary = Handler(fe)  # type: ignore[arg-type]
     fe.sent.clear()
-    primary.run(Pending(b"client", b"5", dict(get), 1e18))
+    primary.run(Pending(b"client", b"6", dict(get), 1e18))
     assert "at" not in fe.sent[-1][1]
+    primary.run(Pending(b"client", b"7", {"op": "changes", "table": "orders", "after": [5, None]}, 1e18))
+    assert fe.sent[-1][1]["cut"] is None and fe.sent[-1][1]["close"]
 
 
 def test_the_geo_bench_passes_a_secondary_that_kept_up_and_explains_a_fail() -> None:
@@ -189,3 +193,38 @@ def test_the_lag_alarm_is_raised_and_cleared_once_each_way() -> None:
     cuts.publish("a", 300, 0.2, now=8.0)
     assert cuts.judge(["A", "b"], 5.0, now=8.0) == [{"kind": "geo_lag_ok", "table": "a"}]
     assert cuts.alarmed == set()
+
+
+def test_the_source_is_asked_at_its_next_frontend_when_one_does_not_answer() -> None:
+    import asyncio
+
+    from frontend.geo.runner import NativeSource
+
+    class Transport:
+        def __init__(self, endpoint: str) -> None:
+            self.endpoint, self.closed = endpoint, False
+
+        async def request(self, body: Any) -> Any:
+            if self.endpoint == "tcp://a":
+                raise TableError("OperationTimedOut", "no answer")
+            return {"tables": [self.endpoint]}
+
+        async def close(self) -> None:
+            self.closed = True
+
+    made: list[Transport] = []
+
+    def connect(endpoint: str) -> Transport:
+        made.append(Transport(endpoint))
+        return made[-1]
+
+    doc = {"native": "tcp://a", "frontends": ["tcp://a", "tcp://b"]}  # no keys: none remembered
+    src = NativeSource(doc, connect)
+
+    async def run() -> None:
+        with pytest.raises(TableError):  # this one times out; the follower asks again a moment later
+            await src.tables()
+        assert await src.tables() == ["tcp://b"]
+
+    asyncio.run(run())
+    assert [t.endpoint for t in made] == ["tcp://a", "tcp://b"] and made[0].closed
