@@ -4,6 +4,8 @@
 * ``source_claim`` {table, holder, ttl_s}: grant, renew or refuse the claim of applying the source's changes to
   a table (:class:`coordinator.map.claims.Claims`, numbered and persisted before it is answered), with the
   table's cut so far: a new holder resumes from it;
+* ``source_copied`` {table, claim, copy}: the holder of the live claim notes how far the table's first copy got
+  (``{start, next, copied}``); ``source_claim`` answers it as ``copy`` until the table's first cut;
 * ``source_publish`` {table, claim, cut, lag_s}: the holder of the live claim makes ``cut`` the table's cut
   (:class:`coordinator.map.source_cuts.SourceCuts`); the loop sends the cuts to every frontend
   (``[b"cuts", …]`` on the PUB socket), which reads the table as of it;
@@ -26,7 +28,7 @@ if TYPE_CHECKING:
     from coordinator.interfaces import AdminHost
     from coordinator.state.maps import MapService
 
-OPS = frozenset({"source_claim", "source_publish", "geo_status"})
+OPS = frozenset({"source_claim", "source_publish", "source_copied", "geo_status"})
 
 
 def _table(maps: MapService, req: dict) -> str:
@@ -53,17 +55,22 @@ def handle(co: AdminHost, op: str, req: dict) -> dict[str, Any]:
             if got["granted"]:
                 maps.source_claims.report(table, "", req["holder"], req.get("progress"), now)
             cur = maps.cuts.cuts.get(table.lower())
-            return {**got, "cut": None if cur is None else cur.cut}
-    with maps.lock:  # source_publish
+            return {**got, "cut": None if cur is None else cur.cut, "copy": maps.cuts.copies.get(table.lower())}
+    with maps.lock:  # source_publish, source_copied: from the live claim's holder only
         table = _table(maps, req)
         claim = protocol.field(req, "claim", int)
         if not maps.source_claims.holds(table, "", claim, now):
             raise TableError("SourceFenced", f"claim {claim} of table {table} is not the live one")
-        puts = maps.cuts.publish(table, req.get("cut"), req.get("lag_s"), now)
-        cut = maps.cuts.cuts[table.lower()].cut
-    if puts:  # outside the map lock: a meta-store round trip holds up nobody else
-        maps.meta_store().commit(puts, [])
-    return {"cut": cut}
+        deletes: list[bytes] = []
+        if op == "source_copied":
+            puts = maps.cuts.note_copy(table, req.get("copy"), now)
+            answer: dict[str, Any] = {}
+        else:
+            puts, deletes = maps.cuts.publish(table, req.get("cut"), req.get("lag_s"), now)
+            answer = {"cut": maps.cuts.cuts[table.lower()].cut}
+    if puts or deletes:  # outside the map lock: a meta-store round trip holds up nobody else
+        maps.meta_store().commit(puts, deletes)
+    return answer
 
 
 def user_tables(maps: MapService) -> list[str]:

@@ -6,6 +6,12 @@ answered as of ``T``. A cut never moves back: a lower one (an applier that resum
 the higher. Each is kept in memory and persisted (``sourcecut/<table lower>`` → ``{"cut", "lag_s"}``) at most
 every :data:`PERSIST_S`, so a new leader may start up to that far behind: still a cut every range has passed
 (a range's position only grows), so reads stay consistent, only that much older until the next publish.
+
+While a table has no cut its applier is copying it (``docs/geo.md``), and it notes how far after each page of
+the source's scan (``{"start": the feed cursor noted before the scan, "next": the scan's continuation, "copied":
+entities so far}``, under ``sourcecopy/<table lower>``, persisted at most every :data:`PERSIST_S` too): an
+applier that takes the claim over goes on from there instead of copying the table again. The table's first cut
+ends the copy and deletes its record.
 """
 
 from __future__ import annotations
@@ -16,12 +22,19 @@ from typing import Any
 from rangetable.errors import TableError
 
 CUT_PREFIX = b"sourcecut/"
+COPY_PREFIX = b"sourcecopy/"
+Writes = tuple[dict[bytes, Any], list[bytes]]  # meta-store puts and deletes
 PERSIST_S = 1.0  # a cut is written to the meta store at most this often per table
 
 
 def cut_key(table: str) -> bytes:
     """Meta-store key of a table's cut (case-insensitive)."""
     return CUT_PREFIX + table.lower().encode()
+
+
+def copy_key(table: str) -> bytes:
+    """Meta-store key of a table's first copy under way (case-insensitive)."""
+    return COPY_PREFIX + table.lower().encode()
 
 
 @dataclass(slots=True)
@@ -42,41 +55,66 @@ class SourceCuts:
         self.cuts: dict[str, Cut] = {}  # table lower -> its cut
         self.version = 0  # moves with every change: the loop publishes the cuts when it moved
         self.alarmed: set[str] = set()  # tables whose lag is over the alarm threshold (table lower)
+        self.copies: dict[str, dict[str, Any]] = {}  # table lower -> its first copy's progress (no cut yet)
+        self._copy_saved: dict[str, float] = {}  # table lower -> when its progress was last persisted
 
     def load(self, items: list[tuple[bytes, Any]], now: float) -> None:
-        """Install the cuts of the meta store at a takeover at ``now``."""
-        self.cuts = {}
+        """Install the cuts and copies under way of the meta store at a takeover at ``now``."""
+        self.cuts, self.copies, self._copy_saved = {}, {}, {}
         for k, v in items:
             if k.startswith(CUT_PREFIX) and isinstance(v, dict) and type(v.get("cut")) is int:
                 self.cuts[k[len(CUT_PREFIX):].decode()] = Cut(v["cut"], float(v.get("lag_s") or 0.0), now)
+            elif k.startswith(COPY_PREFIX) and isinstance(v, dict):
+                self.copies[k[len(COPY_PREFIX):].decode()] = v
         self.version += 1
 
-    def publish(self, table: str, cut: Any, lag_s: Any, now: float) -> dict[bytes, Any]:
+    def note_copy(self, table: str, progress: Any, now: float) -> dict[bytes, Any]:
+        """Keep how far a table's first copy got (see the module docstring); returns the meta-store puts due."""
+        if not (isinstance(progress, dict) and isinstance(progress.get("start"), str)
+                and type(progress.get("copied")) is int and isinstance(progress.get("next"), list | None)):
+            raise TableError("InvalidInput", "a copy's progress is {start: cursor, next: token, copied: n}")
+        key = table.lower()
+        if key in self.cuts:
+            return {}  # copied already: a late report of an applier that lost the claim
+        self.copies[key] = {"start": progress["start"], "next": progress["next"], "copied": progress["copied"]}
+        if now - self._copy_saved.get(key, float("-inf")) < PERSIST_S:
+            return {}
+        self._copy_saved[key] = now
+        return {copy_key(key): self.copies[key]}
+
+    def publish(self, table: str, cut: Any, lag_s: Any, now: float) -> Writes:
         """Make ``cut`` the table's cut at ``now`` (a lower one keeps the higher) with the reported lag; returns
-        the meta-store puts due (none when the last was written less than :data:`PERSIST_S` ago)."""
+        the meta-store writes due (none when the last was written less than :data:`PERSIST_S` ago; the first
+        cut also deletes the copy's record)."""
         if type(cut) is not int or cut < 0:
             raise TableError("InvalidInput", "cut must be a Timestamp in ticks")
         if isinstance(lag_s, bool) or not isinstance(lag_s, int | float) or lag_s < 0:
             raise TableError("InvalidInput", "lag_s must be a number of seconds")
         key = table.lower()
         cur = self.cuts.get(key)
+        done: list[bytes] = []
         if cur is None:
             cur = self.cuts[key] = Cut(cut, float(lag_s), now)
+            if self.copies.pop(key, None) is not None:
+                self._copy_saved.pop(key, None)
+                done.append(copy_key(key))
         elif cut >= cur.cut:
             cur.cut, cur.lag_s, cur.at = cut, float(lag_s), now
         else:
             cur.at = now  # its applier is alive, behind the cut it resumed below
         self.version += 1
         if now - cur.persisted < PERSIST_S:
-            return {}
+            return {}, done
         cur.persisted = now
-        return {cut_key(key): {"cut": cur.cut, "lag_s": round(cur.lag_s, 3)}}
+        return {cut_key(key): {"cut": cur.cut, "lag_s": round(cur.lag_s, 3)}}, done
 
     def forget(self, table: str) -> list[bytes]:
-        """The table is gone: its cut with it; returns the meta-store key to delete."""
+        """The table is gone: its cut and copy with it; returns the meta-store keys to delete."""
         if self.cuts.pop(table.lower(), None) is not None:
             self.version += 1
-        return [cut_key(table)]
+        self.copies.pop(table.lower(), None)
+        self._copy_saved.pop(table.lower(), None)
+        return [cut_key(table), copy_key(table)]
 
     def wire(self) -> dict[str, int]:
         """table lower -> cut: what frontends read at."""

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, cast
 from coordinator.map.claims import CLAIM_PREFIX, SOURCE_CLAIM_PREFIX, Claims
 from coordinator.map.deltas import DeltaLog, PendingChanges, build_delta
 from coordinator.map.partition_map import PartitionMap
-from coordinator.map.source_cuts import CUT_PREFIX, SourceCuts
+from coordinator.map.source_cuts import COPY_PREFIX, CUT_PREFIX, SourceCuts
 from coordinator.map.table_settings import TableSettings
 from rangetable import protocol
 
@@ -65,7 +65,7 @@ class MapService:
             now = time.monotonic()
             self.claims.load(meta.items(CLAIM_PREFIX), now)
             self.source_claims.load(meta.items(SOURCE_CLAIM_PREFIX), now)
-            self.cuts.load(meta.items(CUT_PREFIX), now)
+            self.cuts.load(meta.items(CUT_PREFIX) + meta.items(COPY_PREFIX), now)
             self.published = pmap.version
 
     def commit(self, writes: tuple[dict, list]) -> None:

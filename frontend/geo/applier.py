@@ -22,7 +22,8 @@ position: what changed during the scan is applied again, in order. The scan may 
 version than the record replayed over it (so that record's undo record holds the later one), so no cut is
 published before the replay has passed the present noted after the scan: from there on every range holds the
 source's state and every undo record is right. Leftovers of an earlier copy (it stopped halfway, or the source's feed
-lost changes the secondary needed: ``FeedTrimmed``) are cleared first, the table created anew. Nothing here touches a socket: the source and the
+lost changes the secondary needed: ``FeedTrimmed``) are cleared first, the table created anew — unless the
+copy noted how far it got (after each page, with its coordinator): then its successor goes on from there. Nothing here touches a socket: the source and the
 secondary are what :class:`Source` and :class:`Secondary` say; the frontend gives the real ones.
 """
 
@@ -49,6 +50,14 @@ class SourcePage(NamedTuple):
     resolved: int | None
 
 
+class Grant(NamedTuple):
+    """A claim taken: its number, the table's cut (None before the first) and its first copy's progress so far."""
+
+    claim: int
+    cut: int | None
+    copy: dict[str, Any] | None = None
+
+
 class Source(Protocol):
     """The source cluster, as an applier reads it."""
 
@@ -67,9 +76,9 @@ class Source(Protocol):
 class Secondary(Protocol):
     """The secondary cluster, as an applier writes it."""
 
-    async def claim(self, table: str) -> tuple[int, int | None]:
-        """Take or renew the table's claim: (its number, the cut published so far or None); LostClaim when
-        another holder has it."""
+    async def claim(self, table: str) -> Grant:
+        """Take or renew the table's claim: its number, the cut published so far and, while there is none, how far
+        the first copy got; LostClaim when another holder has it."""
 
     async def write(self, table: str, claim: int, records: list[list], pos: list, trim: int | None) -> int:
         """Write a page into every range of the table (``source_write``), deleting the undo records at or below
@@ -87,6 +96,9 @@ class Secondary(Protocol):
 
     async def reset(self, table: str) -> None:
         """Delete the table and create it again, empty and without a cut."""
+
+    async def copied(self, table: str, claim: int, progress: dict[str, Any]) -> None:
+        """Note how far the first copy got (``{"start", "next", "copied"}``): a successor goes on from there."""
 
 
 def frontier(cursor: str) -> int:
@@ -111,6 +123,7 @@ class TableApplier:
         self.applied = 0  # records applied since this applier started
         self.copied = 0  # entities put by its first copy
         self.hold = 0  # no cut below it is published (the end of the first copy's scan)
+        self.progress: dict[str, Any] | None = None  # how far a first copy got, as the claim's grant said
 
     async def start(self) -> None:
         """Take the claim (:meth:`take`) and resume (:meth:`resume`)."""
@@ -118,8 +131,9 @@ class TableApplier:
         await self.resume()
 
     async def take(self) -> None:
-        """Take the table's claim, and learn the cut published so far."""
-        self.claim, self.cut = await self.secondary.claim(self.table)
+        """Take the table's claim, and learn the cut published so far (or how far the first copy got)."""
+        grant = await self.secondary.claim(self.table)
+        self.claim, self.cut, self.progress = grant.claim, grant.cut, grant.copy
 
     async def resume(self) -> None:
         """Go on from the cut last published; copy a table without one first (its holder renews the claim
@@ -130,12 +144,15 @@ class TableApplier:
             self.cursor = feed_cursor.encode((self.cut, None))
 
     async def copy(self) -> None:
-        """The table's first copy (see the module docstring); the feed is then read from before the scan."""
-        if not await self.secondary.empty(self.table):
-            await self.secondary.reset(self.table)  # an earlier copy's leftovers: the table anew, without a cut
-            self.claim, _ = await self.secondary.claim(self.table)
-        start = await self.source.now(self.table)
-        token = None
+        """The table's first copy (see the module docstring), from where an earlier applier's stopped if it noted
+        that; the feed is then read from before the scan."""
+        if self.progress is not None:  # the scan goes on from where it was, the feed from the same present
+            start, token, self.copied = self.progress["start"], self.progress["next"], self.progress["copied"]
+        else:
+            if not await self.secondary.empty(self.table):
+                await self.secondary.reset(self.table)  # leftovers of a copy that noted nothing: the table anew
+                self.claim = (await self.secondary.claim(self.table)).claim
+            start, token = await self.source.now(self.table), None
         while True:
             entities, token = await self.source.scan(self.table, token)
             if entities:
@@ -143,6 +160,7 @@ class TableApplier:
                 self.copied += await self.secondary.copy(self.table, self.claim, values, frontier(start))
             if token is None:
                 break
+            await self.secondary.copied(self.table, self.claim, {"start": start, "next": token, "copied": self.copied})
         self.hold = frontier(await self.source.now(self.table))
         self.cursor = start
 

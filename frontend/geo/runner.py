@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from frontend.geo.applier import SourcePage, TableApplier
+from frontend.geo.applier import Grant, SourcePage, TableApplier
 from frontend.indexes.applier import Frontend, LostClaim
 from rangetable import curve, feed_cursor, feed_page
 from rangetable.client.aio.transport import AsyncTransport
@@ -119,13 +119,18 @@ class OwnCluster:
         self.holder = holder
         self.progress: dict[str, dict[str, Any]] = {}  # table lower -> what its holder reports with each renewal
 
-    async def claim(self, table: str) -> tuple[int, int | None]:
-        """Take or renew the table's claim: (its number, the cut so far); LostClaim when another holder has it."""
+    async def claim(self, table: str) -> Grant:
+        """Take or renew the table's claim; LostClaim when another holder has it."""
         got = await self.fe.request({"op": "source_claim", "internal": True, "table": table, "holder": self.holder,
                                      "ttl_s": CLAIM_TTL_S, "progress": self.progress.get(table.lower(), {})})
         if not got.get("granted"):
             raise LostClaim(f"table {table} is applied by {got.get('holder')}")
-        return int(got["claim"]), got.get("cut")
+        return Grant(int(got["claim"]), got.get("cut"), got.get("copy"))
+
+    async def copied(self, table: str, claim: int, progress: dict[str, Any]) -> None:
+        """Note how far the table's first copy got."""
+        await self.fe.request({"op": "source_copied", "internal": True, "table": table, "claim": claim,
+                               "copy": progress})
 
     async def write(self, table: str, claim: int, records: list[list], pos: list, trim: int | None) -> int:
         """Write a page into every range of the table, trimming undo records at or below ``trim``; how many

@@ -40,14 +40,14 @@ COORDINATOR_OPS = frozenset(
     {"create_table", "delete_table", "list_tables", "get_table", "set_table", "split", "move", "merge", "events", "servers",
      "status", "get_acl", "set_acl", "get_service_properties", "set_service_properties", "sync_time",
      "create_index", "drop_index", "list_indexes", "index_ready", "index_claim", "index_check",
-     "index_checked", "source_claim", "source_publish", "geo_status"}
+     "index_checked", "source_claim", "source_publish", "source_copied", "geo_status"}
 )
 # A secondary cluster (docs/geo.md) serves reads only: these are refused from clients (its own appliers, whose
 # requests are internal, write what the source wrote). The rest reads, or runs the cluster (split, move, merge).
 SECONDARY_REFUSES = frozenset(
     {"write", "batch", "create_table", "delete_table", "set_table", "set_acl", "set_service_properties",
      "create_index", "drop_index", "index_check"})
-INTERNAL_OPS = frozenset({"source_claim", "source_publish"})  # a secondary's appliers, to their coordinator
+INTERNAL_OPS = frozenset({"source_claim", "source_publish", "source_copied"})  # a secondary's appliers, to their coordinator
 MAX_PAGE = 1000
 TABLE_WAIT_ATTEMPTS = 5  # how often a request for an unknown table waits for a fresher map
 _picks = itertools.count()  # spreads -secondary reads over a range's in-sync followers

@@ -149,10 +149,16 @@ class _Secondary:
         self.cuts: list[int] = []
         self.trims: list[int | None] = []
         self.resets = 0
+        self.progress: dict | None = None  # how far a first copy got, as its coordinator keeps it
 
-    async def claim(self, table: str) -> tuple[int, int | None]:
+    async def claim(self, table: str):  # type: ignore[no-untyped-def]
+        from frontend.geo.applier import Grant
+
         self.claims += 1
-        return self.claims, self.cut
+        return Grant(self.claims, self.cut, None if self.cut is not None else self.progress)
+
+    async def copied(self, table: str, claim: int, progress: dict) -> None:
+        self.progress = progress
 
     async def write(self, table: str, claim: int, records: list[list], pos: list, trim: int | None) -> int:
         from frontend.geo.write import SourceWrite
@@ -182,7 +188,7 @@ class _Secondary:
 
     async def reset(self, table: str) -> None:
         self.resets += 1
-        self.cut = None
+        self.cut = self.progress = None
         for s in self.served.values():
             s.store.close()
             path = s.store.path
@@ -307,7 +313,7 @@ def test_a_copy_that_stopped_halfway_is_cleared_and_made_again(tmp_path: Path) -
 
     async def run() -> None:
         first = ga.TableApplier("t", _Source(src), sec)  # type: ignore[arg-type]
-        first.claim, _ = await sec.claim("t")
+        first.claim = (await sec.claim("t")).claim
         await sec.copy("t", first.claim, [[encode_key("zz", "gone"), protocol.pack([1, {}])]], 0)  # then it died
         second = ga.TableApplier("t", _Source(src), sec)  # type: ignore[arg-type]
         await second.start()
@@ -316,5 +322,45 @@ def test_a_copy_that_stopped_halfway_is_cleared_and_made_again(tmp_path: Path) -
 
     asyncio.run(run())
     assert sec.read_state(src.last_ts) == states[-1][1]  # the leftover is gone, the copy whole
+    sec.close()
+    src.close()
+
+
+def test_a_copy_that_noted_how_far_it_got_is_taken_over_from_there(tmp_path: Path) -> None:
+    import asyncio
+
+    from frontend.geo import applier as ga
+
+    src = source_store(tmp_path)
+    states = history(src, random.Random(12), 60)
+    sec = _Secondary(tmp_path, ["pm"])
+
+    class Dying(_Source):
+        pages = 0
+
+        async def scan(self, table: str, token):  # type: ignore[no-untyped-def]
+            self.pages += 1
+            if self.pages == 3:  # the first applier dies during its copy's third page
+                raise TableError("ServerBusy", "gone")
+            return await super().scan(table, token)
+
+    async def run() -> None:
+        first = ga.TableApplier("t", Dying(src), sec)  # type: ignore[arg-type]
+        with pytest.raises(TableError):
+            await first.start()
+        assert sec.progress is not None and sec.progress["copied"] == 2 * SCAN_PAGE
+        states.extend(history(src, random.Random(13), 20))  # the source goes on meanwhile
+        second = ga.TableApplier("t", _Source(src), sec)  # type: ignore[arg-type]
+        await second.start()
+        assert sec.resets == 0 and second.copied > 2 * SCAN_PAGE  # went on from the third page
+        ga.TOP = 7
+        try:
+            await _to_the_edge(second, src)
+        finally:
+            ga.TOP = 1000
+
+    asyncio.run(run())
+    assert sec.read_state(src.last_ts) == states[-1][1]
+    _cuts_read_right(sec, states)
     sec.close()
     src.close()

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from coordinator.map.claims import SOURCE_CLAIM_PREFIX, Claims, claim_key
-from coordinator.map.source_cuts import PERSIST_S, SourceCuts, cut_key
+from coordinator.map.source_cuts import PERSIST_S, SourceCuts, copy_key, cut_key
 from frontend.native.handler import Handler, Pending
 from frontend.routing import MapCache
 from rangetable.config import FrontendConfig
@@ -18,12 +18,13 @@ from tests.unit.map_helpers import one_table_map
 
 def test_a_cut_never_moves_back_and_is_persisted_at_most_once_a_period() -> None:
     cuts = SourceCuts()
-    assert cuts.publish("Orders", 100, 0.5, now=10.0) == {cut_key("orders"): {"cut": 100, "lag_s": 0.5}}
-    assert cuts.publish("orders", 150, 0.2, now=10.1) == {}  # kept in memory, written within PERSIST_S
+    assert cuts.publish("Orders", 100, 0.5, now=10.0) == ({cut_key("orders"): {"cut": 100, "lag_s": 0.5}}, [])
+    assert cuts.publish("orders", 150, 0.2, now=10.1) == ({}, [])  # kept in memory, written within PERSIST_S
     assert cuts.wire() == {"orders": 150}
-    assert cuts.publish("orders", 120, 0.0, now=10.2) == {}  # a resumed applier below the cut: the cut stays
+    assert cuts.publish("orders", 120, 0.0, now=10.2) == ({}, [])  # a resumed applier below the cut: the cut stays
     assert cuts.wire() == {"orders": 150}
-    assert cuts.publish("orders", 160, 0.1, now=10.0 + PERSIST_S) == {cut_key("orders"): {"cut": 160, "lag_s": 0.1}}
+    assert cuts.publish("orders", 160, 0.1, now=10.0 + PERSIST_S) == (
+        {cut_key("orders"): {"cut": 160, "lag_s": 0.1}}, [])
     assert cuts.lag_of("orders", now=13.0) == pytest.approx(0.1 + 3.0 - PERSIST_S)  # nobody published since
     assert cuts.lag_of("other", now=13.0) is None
     for bad in (-1, "1", 1.5, True):
@@ -42,13 +43,30 @@ def test_last_sync_is_the_lowest_cut_and_none_while_a_table_has_none() -> None:
     assert cuts.last_sync(["a", "b"]) == 200
     assert cuts.status(["a", "c"], now=1.0) == [{"table": "a", "cut": 300, "lag_s": 0.0, "alarm": False},
                                                 {"table": "c", "cut": None, "lag_s": None, "alarm": False}]
-    assert cuts.forget("B") == [cut_key("b")] and cuts.wire() == {"a": 300}
+    assert cuts.forget("B") == [cut_key("b"), copy_key("b")] and cuts.wire() == {"a": 300}
+
+
+def test_a_first_copy_notes_how_far_it_got_until_the_first_cut_ends_it() -> None:
+    cuts = SourceCuts()
+    first = {"start": "c0", "next": ["p", "r1"], "copied": 1000}
+    assert cuts.note_copy("T", first, now=0.0) == {copy_key("t"): first}
+    second = {**first, "next": ["p", "r2"], "copied": 2000}
+    assert cuts.note_copy("t", second, now=0.5) == {}  # in memory, written within PERSIST_S
+    assert cuts.copies == {"t": second}
+    for bad in (None, {"start": 1, "next": None, "copied": 0}, {"start": "c", "next": "x", "copied": 0},
+                {"start": "c", "next": None, "copied": "1"}):
+        with pytest.raises(TableError):
+            cuts.note_copy("t", bad, now=1.0)
+    assert cuts.publish("t", 500, 0.1, now=2.0) == ({cut_key("t"): {"cut": 500, "lag_s": 0.1}}, [copy_key("t")])
+    assert cuts.copies == {} and cuts.note_copy("t", second, now=3.0) == {}  # a late report: copied already
+    assert cuts.copies == {}
 
 
 def test_a_new_leader_loads_the_persisted_cuts() -> None:
     cuts = SourceCuts()
-    cuts.load([(cut_key("t"), {"cut": 42, "lag_s": 1.5}), (b"sourcecut/bad", {"cut": "x"})], now=5.0)
-    assert cuts.wire() == {"t": 42}
+    cuts.load([(cut_key("t"), {"cut": 42, "lag_s": 1.5}), (b"sourcecut/bad", {"cut": "x"}),
+               (copy_key("u"), {"start": "c", "next": None, "copied": 3})], now=5.0)
+    assert cuts.wire() == {"t": 42} and cuts.copies == {"u": {"start": "c", "next": None, "copied": 3}}
     assert cuts.lag_of("t", now=7.0) == pytest.approx(3.5)  # its lag grows from the takeover until a publish
 
 

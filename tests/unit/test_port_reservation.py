@@ -35,3 +35,19 @@ def test_a_planned_cluster_uses_every_port_once(tmp_path) -> None:
     ports = [e.rsplit(":", 1)[1].split("/")[0] for e in endpoints]
     assert len(ports) == 2 + 4 + 3 + 1 + 1 + (1 + 4 + 3 + 3 + 1)
     assert len(set(ports)) == len(ports)
+
+
+def test_a_port_handed_out_is_not_handed_out_again_by_another_reservation_meanwhile(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    from cli.cluster import port_reservation as pr
+
+    monkeypatch.setattr(pr, "RECENT_FILE", str(tmp_path / "ports.json"))
+    first = pr.PortReservation()
+    taken = {first.take() for _ in range(20)}
+    first.release()  # unbound: the cluster's processes are starting and will bind them
+    second = pr.PortReservation()
+    again = {second.take() for _ in range(20)}
+    second.release()
+    assert not taken & again  # another cluster planned meanwhile draws none of them
+    monkeypatch.setattr(pr, "RECENT_S", 0.0)  # once they are old, they are free to draw again
+    with pr._recent() as recent:
+        assert recent == {}
