@@ -166,6 +166,7 @@ class RangeStore:
             db.put(META_COUNT, pack_counts(self._counts), self._wo)
         self.expiry = Expiry(db)  # the table's TTL and its expiry index
         self.feed = Feed(db, self._last_ts)  # the change feed's settings and state (feed.py)
+        self._trimmed = b""  # a secondary range: the undo time key its next trim reads from (cut.expired)
 
     @classmethod
     def open(cls, path: str | os.PathLike[str], *, create: bool = True, **limits: Any) -> RangeStore:
@@ -687,7 +688,7 @@ class RangeStore:
         (no read asks for a cut below it any more; one below is refused), in one replicated batch; returns how
         many records went."""
         with self._lock:
-            gone = cut.expired(self._db, upto, limit)
+            gone = cut.expired(self._db, upto, limit, self._trimmed)
             higher = upto > cut.floor(self._db)
             if gone or higher:
                 wb = self._tee.new_batch()
@@ -696,6 +697,8 @@ class RangeStore:
                 if higher:
                     wb.put(cut.UNDO_FLOOR, cut.pack_floor(upto))
                 self._tee.write(self._db, wb, self._wo)
+            if gone:
+                self._trimmed = gone[-2] + b"\x00"  # right after the last time key deleted: the next trim reads on
             return len(gone) // 2
 
     # --- the change feed (see feed.py) ---------------------------------------------------------
