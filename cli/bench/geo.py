@@ -134,11 +134,11 @@ def _entities(native: str) -> dict[tuple[str, str], tuple[Any, str]]:
 
 
 def run_geo_bench(*, minutes: float, interval: float, threads: int, rows: int, cut_s: float, preload: int = 0,
-                  echo: Echo) -> dict[str, Any]:
+                  echo: Echo, keep_on_fail: bool = False) -> dict[str, Any]:
     """The phases of the module docstring; the figures as a dict (``format_table`` prints them)."""
     flags = ["--no-dashboard", "--no-metrics"]
     src_dir, src = start_temp_cluster(extra=flags)
-    sec_dir = ""
+    sec_dir, keep = "", False
     out: dict[str, Any] = {"threads": threads, "rows": rows, "preload": preload, "intervals": []}
     try:
         call(src["coordinator"], {"op": "create_table", "table": TABLE}, timeout=60)
@@ -184,15 +184,27 @@ def run_geo_bench(*, minutes: float, interval: float, threads: int, rows: int, c
         drained = _wait("the secondary's cut past the last write", lambda: sampler.last_cut > last, 120)
         sampler.stop.set()
         theirs, ours = _entities(src["native"]), _entities(sec["native"])
-        lost = sum(1 for k, v in theirs.items() if ours.get(k) != v) + sum(1 for k in ours if k not in theirs)
-        out["check"] = {"entities": len(theirs), "differences": lost, "drain_s": round(drained, 2)}
-        echo(f"checked: {len(theirs):,} entities at the source, {lost} differ at the secondary "
-             f"(its cut passed the last write {drained:.1f} s after the writers stopped)")
+        missing = sorted(k for k in theirs if k not in ours)
+        changed = sorted(k for k in theirs if k in ours and ours[k] != theirs[k])
+        extra = sorted(k for k in ours if k not in theirs)
+        lost = len(missing) + len(changed) + len(extra)
+        out["check"] = {"entities": len(theirs), "differences": lost, "missing": len(missing),
+                        "changed": len(changed), "extra": len(extra), "drain_s": round(drained, 2),
+                        "examples": [[*k, theirs.get(k), ours.get(k)] for k in (missing[:3] + changed[:3] + extra[:3])]}
+        echo(f"checked: {len(theirs):,} entities at the source, {lost} differ at the secondary ({len(missing)} "
+             f"missing, {len(changed)} changed, {len(extra)} extra; its cut passed the last write {drained:.1f} s "
+             f"after the writers stopped)")
+        for ex in out["check"]["examples"]:
+            echo(f"  e.g. {ex[0]!r} {ex[1]!r}: source {ex[2]!r}, secondary {ex[3]!r}")
+        keep = lost > 0 and keep_on_fail
+        if keep:
+            echo(f"kept for a look: source {src_dir}, secondary {sec_dir} (`rangetable down --data-dir` each)")
         return out
     finally:
-        if sec_dir:
-            stop_temp_cluster(sec_dir)
-        stop_temp_cluster(src_dir)
+        if not keep:
+            if sec_dir:
+                stop_temp_cluster(sec_dir)
+            stop_temp_cluster(src_dir)
 
 
 def _catch_up(appliers: list[int], sampler: CutSampler, writers: ClientThreads, cut_s: float,
