@@ -53,7 +53,7 @@ def _forms(node: Compare) -> list[list[Any]]:
             forms.append([INT64, n])
     forms.append([DOUBLE, as_float])
     if as_float == 0.0:
-        forms.append([DOUBLE, -0.0])  # equal to 0 but packed otherwise
+        forms.append([DOUBLE, -math.copysign(0.0, as_float)])  # the other zero: equal, but packed otherwise
     return forms
 
 
