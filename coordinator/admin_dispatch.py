@@ -20,7 +20,7 @@ from coordinator.map.server_info import live_endpoints
 from coordinator.replicas.sets import health
 from rangetable import curve, protocol
 from rangetable.errors import TableError
-from rangetable.index_def import find, is_index_table
+from rangetable.index_def import find
 from rangetable.messages import is_replicated
 
 if TYPE_CHECKING:
@@ -96,11 +96,10 @@ def handle(co: AdminHost, ident: bytes, rid: bytes, req: dict, role: str | None)
         return protocol.ok(cl.events.since(since, limit))
     if op == "list_tables":  # a user's tables: never an index's
         with maps.lock:
-            return protocol.ok({"tables": sorted((t for t in maps.pmap.tables.values() if not is_index_table(t)),
-                                                 key=str.lower), "next": None})
+            return protocol.ok({"tables": maps.pmap.user_tables(), "next": None})
     if op in ("get_table", "list_indexes"):
         with maps.lock:
-            name = user_table(co, protocol.field(req, "table", str))
+            name = maps.pmap.user_table(protocol.field(req, "table", str))
             now = time.monotonic()
             indexes = [{**d, **maps.claims.progress_of(name, d["name"], now)} for d in maps.pmap.indexes_of(name)]
             if op == "list_indexes":
@@ -131,19 +130,12 @@ def handle(co: AdminHost, ident: bytes, rid: bytes, req: dict, role: str | None)
     return None
 
 
-def user_table(co: AdminHost, table: str) -> str:
-    """A user's table as created (under the map lock); TableNotFound for it and for an index's table."""
-    if is_index_table(table):
-        raise TableError("TableNotFound")
-    return co.cluster.map.pmap.table_name(table)
-
-
 def index_claim(co: AdminHost, req: dict) -> dict:
     """Grant, renew or refuse the claim of applying an index's changes (:class:`coordinator.map.claims.Claims`);
     a new grant's number is committed before it is answered."""
     maps = co.cluster.map
     with maps.lock:
-        table = user_table(co, protocol.field(req, "table", str))
+        table = maps.pmap.user_table(protocol.field(req, "table", str))
         d = find(maps.pmap.indexes_of(table), protocol.field(req, "name", str))
         if d is None:
             raise TableError("IndexNotFound", f"Table {table} has no index {req['name']}.")
@@ -170,7 +162,7 @@ def status(co: AdminHost) -> dict:
         snap["pub"] = co.pub_endpoint
         snap["endpoints"] = live_endpoints(servers)
         if co.cfg.source:  # a secondary cluster: each table's cut and lag (the dashboard's geo section)
-            snap["geo"] = {**geo_follow.status(cl.map, now), "alarm_s": co.cfg.geo_lag_alarm_s}
+            snap["geo"] = geo_follow.report(co, now)
         return {**snap, "term": co.term, "leader": co.endpoint, "takeover": co.takeover,
                 "servers": server_list(cl, now), "replicas": co.cfg.replicas}
 

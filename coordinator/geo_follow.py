@@ -22,7 +22,6 @@ from typing import TYPE_CHECKING, Any
 from rangetable import protocol
 from rangetable.edm import TICKS_PER_SECOND, UNIX_EPOCH_TICKS
 from rangetable.errors import TableError
-from rangetable.index_def import is_index_table
 
 if TYPE_CHECKING:
     from coordinator.interfaces import AdminHost
@@ -31,25 +30,15 @@ if TYPE_CHECKING:
 OPS = frozenset({"source_claim", "source_publish", "source_copied", "geo_status"})
 
 
-def _table(maps: MapService, req: dict) -> str:
-    """The user table a request names, as created (under the map lock); TableNotFound otherwise."""
-    name = protocol.field(req, "table", str)
-    if is_index_table(name):
-        raise TableError("TableNotFound")
-    return maps.pmap.table_name(name)
-
-
 def handle(co: AdminHost, op: str, req: dict) -> dict[str, Any]:
     """Answer one of :data:`OPS`."""
     maps = co.cluster.map
     now = time.monotonic()
     if op == "geo_status":
-        if not co.cfg.source:  # a primary cluster: nothing follows here
-            return {"secondary": False, "tables": [], "last_sync": None, "alarm_s": co.cfg.geo_lag_alarm_s}
-        return {"secondary": True, **status(maps, now), "alarm_s": co.cfg.geo_lag_alarm_s}
+        return report(co, now)
     if op == "source_claim":
         with maps.lock:
-            table = _table(maps, req)
+            table = maps.pmap.user_table(protocol.field(req, "table", str))
             got = maps.source_claims.claim(table, "", req.get("holder"), req.get("ttl_s"), now,
                                            lambda puts: maps.meta_store().commit(puts, []))
             if got["granted"]:
@@ -57,7 +46,7 @@ def handle(co: AdminHost, op: str, req: dict) -> dict[str, Any]:
             cur = maps.cuts.cuts.get(table.lower())
             return {**got, "cut": None if cur is None else cur.cut, "copy": maps.cuts.copies.get(table.lower())}
     with maps.lock:  # source_publish, source_copied: from the live claim's holder only
-        table = _table(maps, req)
+        table = maps.pmap.user_table(protocol.field(req, "table", str))
         claim = protocol.field(req, "claim", int)
         if not maps.source_claims.holds(table, "", claim, now):
             raise TableError("SourceFenced", f"claim {claim} of table {table} is not the live one")
@@ -73,22 +62,25 @@ def handle(co: AdminHost, op: str, req: dict) -> dict[str, Any]:
     return answer
 
 
-def user_tables(maps: MapService) -> list[str]:
-    """The secondary's user tables (under the map lock), as created."""
-    return sorted((t for t in maps.pmap.tables.values() if not is_index_table(t)), key=str.lower)
+def report(co: AdminHost, now: float) -> dict[str, Any]:
+    """``geo_status``'s answer (and the status' ``geo`` section): :func:`status` on a secondary cluster, an
+    empty one on a primary, with the alarm threshold."""
+    if not co.cfg.source:  # a primary cluster: nothing follows here
+        return {"secondary": False, "tables": [], "last_sync": None, "alarm_s": co.cfg.geo_lag_alarm_s}
+    return {"secondary": True, **status(co.cluster.map, now), "alarm_s": co.cfg.geo_lag_alarm_s}
 
 
 def judge(maps: MapService, threshold_s: float, now: float) -> list[dict[str, Any]]:
     """The lag alarm's events (:meth:`coordinator.map.source_cuts.SourceCuts.judge`), under the map lock."""
     with maps.lock:
-        return maps.cuts.judge(user_tables(maps), threshold_s, now)
+        return maps.cuts.judge(maps.pmap.user_tables(), threshold_s, now)
 
 
 def status(maps: MapService, now: float) -> dict[str, Any]:
     """Every user table's cut, lag and applier, and the account's LastSyncTime (ticks; None before every table
     has a cut)."""
     with maps.lock:
-        tables = user_tables(maps)
+        tables = maps.pmap.user_tables()
         rows = maps.cuts.status(tables, now)
         for row in rows:
             got = maps.source_claims.progress_of(row["table"], "", now)

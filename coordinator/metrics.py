@@ -38,7 +38,7 @@ def collect(cl: Cluster, term: int) -> list:
         moving = sum(1 for r in repl if r.get("move"))
         reports = range_reports(cl.map.pmap.ranges.values(), cl.registry.servers)
         held = holdings(cl.map.pmap.ranges.values(), reports, cl.registry.servers)
-        geo = [(r["table"], r["lag_s"], r["alarm"]) for r in cl.map.cuts.status(list(tables), now)
+        geo = [(r["table"], r["lag_s"], r["alarm"]) for r in cl.map.cuts.status(cl.map.pmap.user_tables(), now)
                if r["lag_s"] is not None] if cl.map.cuts.cuts else []
         feeds: dict[str, list[int]] = {}
         for r in cl.map.pmap.ranges.values():

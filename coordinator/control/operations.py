@@ -112,19 +112,12 @@ def _push_settings(cl: Cluster, ctl: Controller, table: str) -> None:
         log.warning("table settings of %s not applied on %s yet: %s", table, server, exc)
 
 
-def _user_table(cl: Cluster, name: str) -> str:
-    """A user's table as created (under the map lock); TableNotFound for it and for an index's table."""
-    if is_index_table(name):
-        raise TableError("TableNotFound")
-    return cl.map.pmap.table_name(name)
-
-
 def set_table(cl: Cluster, ctl: Controller, name: str, changes: dict) -> dict:
     """Change a table's settings (controller job): commit them, then have every live partition
     server apply them before answering, so a TTL change holds for reads when this returns. The change
     feed and its before-images stay on while the table has indexes (their applier reads them)."""
     with cl.map.lock:
-        table = _user_table(cl, name)
+        table = cl.map.pmap.user_table(name)
         state = cl.map.table_settings
         settings = check_settings(changes, state.of(table))
         defs = cl.map.pmap.indexes_of(table)
@@ -198,7 +191,7 @@ def create_index(cl: Cluster, ctl: Controller, table: str, name: Any, on: Any, i
     checked = check_def(table, name, on, include)
     with cl.map.lock:
         pm = cl.map.pmap
-        base = _user_table(cl, table)
+        base = cl.map.pmap.user_table(table)
         entries = index_table(base, checked.name)
         defs = pm.indexes_of(base)
         if pm.created_by(entries, rid) and (done := find(defs, checked.name)) is not None:
@@ -225,7 +218,7 @@ def drop_index(cl: Cluster, ctl: Controller, table: str, name: str) -> dict:
     """Drop an index: its definition and its entries table (IndexNotFound when there is none)."""
     gone: list[dict] = []
     with cl.map.lock:
-        base = _user_table(cl, table)
+        base = cl.map.pmap.user_table(table)
         d = find(cl.map.pmap.indexes_of(base), name)
         if d is None:
             raise TableError("IndexNotFound", f"Table {base} has no index {name}.")
@@ -239,7 +232,7 @@ def drop_index(cl: Cluster, ctl: Controller, table: str, name: str) -> dict:
 def index_ready(cl: Cluster, ctl: Controller, table: str, name: str) -> dict:
     """An index's build caught up with its table (its applier says so): ``building`` → ``ready`` (idempotent)."""
     with cl.map.lock:
-        base = _user_table(cl, table)
+        base = cl.map.pmap.user_table(table)
         d = find(cl.map.pmap.indexes_of(base), name)
         if d is None:
             raise TableError("IndexNotFound", f"Table {base} has no index {name}.")
@@ -283,7 +276,7 @@ def index_check(cl: Cluster, ctl: Controller, table: str, name: str, repair: boo
     a check of the same kind already asked for is joined (one of the other kind refused). Answers ``{"id"}``: ``last_check`` carries it once
     done."""
     with cl.map.lock:
-        base = _user_table(cl, table)
+        base = cl.map.pmap.user_table(table)
         d = find(cl.map.pmap.indexes_of(base), name)
         if d is None:
             raise TableError("IndexNotFound", f"Table {base} has no index {name}.")
@@ -303,7 +296,7 @@ def index_checked(cl: Cluster, ctl: Controller, table: str, name: str, check_id:
     """The applier's report of check ``check_id``: kept as the definition's ``last_check``, the request
     cleared (a report of a check no longer asked for is dropped)."""
     with cl.map.lock:
-        base = _user_table(cl, table)
+        base = cl.map.pmap.user_table(table)
         d = find(cl.map.pmap.indexes_of(base), name)
         if d is None:
             raise TableError("IndexNotFound", f"Table {base} has no index {name}.")

@@ -18,6 +18,7 @@ from typing import Any
 
 from coordinator.map.indexes import INDEX_PREFIX, index_key
 from rangetable.errors import TableError
+from rangetable.index_def import is_index_table
 
 Writes = tuple[dict[bytes, Any], list[bytes]]
 
@@ -120,6 +121,16 @@ class PartitionMap:
             return self.tables[name.lower()]
         except KeyError:
             raise TableError("TableNotFound") from None
+
+    def user_table(self, name: str) -> str:
+        """A user's table as created; TableNotFound for it and for an index's table."""
+        if is_index_table(name):
+            raise TableError("TableNotFound")
+        return self.table_name(name)
+
+    def user_tables(self) -> list[str]:
+        """The users' tables as created, by name (never an index's)."""
+        return sorted((t for t in self.tables.values() if not is_index_table(t)), key=str.lower)
 
     def indexes_of(self, table: str) -> list[dict]:
         """A table's index definitions (wire form), by name."""

@@ -40,12 +40,11 @@ def copy_key(table: str) -> bytes:
 @dataclass(slots=True)
 class Cut:
     """A table's cut: Timestamp ``cut`` (ticks), the lag its applier reported with it, when it was published
-    (monotonic seconds; a cut loaded at a takeover counts from then) and when last persisted."""
+    (monotonic seconds; a cut loaded at a takeover counts from then)."""
 
     cut: int
     lag_s: float
     at: float
-    persisted: float = float("-inf")
 
 
 class SourceCuts:
@@ -56,11 +55,11 @@ class SourceCuts:
         self.version = 0  # moves with every change: the loop publishes the cuts when it moved
         self.alarmed: set[str] = set()  # tables whose lag is over the alarm threshold (table lower)
         self.copies: dict[str, dict[str, Any]] = {}  # table lower -> its first copy's progress (no cut yet)
-        self._copy_saved: dict[str, float] = {}  # table lower -> when its progress was last persisted
+        self._saved: dict[bytes, float] = {}  # meta-store key -> when it was last written (cuts and copies)
 
     def load(self, items: list[tuple[bytes, Any]], now: float) -> None:
         """Install the cuts and copies under way of the meta store at a takeover at ``now``."""
-        self.cuts, self.copies, self._copy_saved = {}, {}, {}
+        self.cuts, self.copies, self._saved = {}, {}, {}
         for k, v in items:
             if k.startswith(CUT_PREFIX) and isinstance(v, dict) and type(v.get("cut")) is int:
                 self.cuts[k[len(CUT_PREFIX):].decode()] = Cut(v["cut"], float(v.get("lag_s") or 0.0), now)
@@ -77,10 +76,7 @@ class SourceCuts:
         if key in self.cuts:
             return {}  # copied already: a late report of an applier that lost the claim
         self.copies[key] = {"start": progress["start"], "next": progress["next"], "copied": progress["copied"]}
-        if now - self._copy_saved.get(key, float("-inf")) < PERSIST_S:
-            return {}
-        self._copy_saved[key] = now
-        return {copy_key(key): self.copies[key]}
+        return self._due(copy_key(key), self.copies[key], now)
 
     def publish(self, table: str, cut: Any, lag_s: Any, now: float) -> Writes:
         """Make ``cut`` the table's cut at ``now`` (a lower one keeps the higher) with the reported lag; returns
@@ -96,25 +92,31 @@ class SourceCuts:
         if cur is None:
             cur = self.cuts[key] = Cut(cut, float(lag_s), now)
             if self.copies.pop(key, None) is not None:
-                self._copy_saved.pop(key, None)
+                self._saved.pop(copy_key(key), None)
                 done.append(copy_key(key))
         elif cut >= cur.cut:
             cur.cut, cur.lag_s, cur.at = cut, float(lag_s), now
         else:
             cur.at = now  # its applier is alive, behind the cut it resumed below
         self.version += 1
-        if now - cur.persisted < PERSIST_S:
-            return {}, done
-        cur.persisted = now
-        return {cut_key(key): {"cut": cur.cut, "lag_s": round(cur.lag_s, 3)}}, done
+        return self._due(cut_key(key), {"cut": cur.cut, "lag_s": round(cur.lag_s, 3)}, now), done
 
     def forget(self, table: str) -> list[bytes]:
         """The table is gone: its cut and copy with it; returns the meta-store keys to delete."""
         if self.cuts.pop(table.lower(), None) is not None:
             self.version += 1
         self.copies.pop(table.lower(), None)
-        self._copy_saved.pop(table.lower(), None)
-        return [cut_key(table), copy_key(table)]
+        gone = [cut_key(table), copy_key(table)]
+        for k in gone:
+            self._saved.pop(k, None)
+        return gone
+
+    def _due(self, key: bytes, value: dict[str, Any], now: float) -> dict[bytes, Any]:
+        """``{key: value}`` to write when ``key`` was last written :data:`PERSIST_S` or more ago, else nothing."""
+        if now - self._saved.get(key, float("-inf")) < PERSIST_S:
+            return {}
+        self._saved[key] = now
+        return {key: value}
 
     def wire(self) -> dict[str, int]:
         """table lower -> cut: what frontends read at."""

@@ -48,6 +48,7 @@ SECONDARY_REFUSES = frozenset(
     {"write", "batch", "create_table", "delete_table", "set_table", "set_acl", "set_service_properties",
      "create_index", "drop_index", "index_check"})
 INTERNAL_OPS = frozenset({"source_claim", "source_publish", "source_copied"})  # a secondary's appliers, to their coordinator
+_NOW = (True, None)  # what Handler._cut answers on a primary cluster: read now
 MAX_PAGE = 1000
 TABLE_WAIT_ATTEMPTS = 5  # how often a request for an unknown table waits for a fresher map
 _picks = itertools.count()  # spreads -secondary reads over a range's in-sync followers
@@ -140,8 +141,9 @@ class Handler:
     def run(self, p: Pending) -> None:
         """Start or continue a request."""
         op = p.req["op"]
-        if (self.secondary and op in SECONDARY_REFUSES or op in INTERNAL_OPS) and not internal(p):
-            self._refuse(op)
+        if self.secondary and op in SECONDARY_REFUSES and not internal(p):
+            raise TableError("InsufficientAccountPermissions", "This cluster is a secondary of another: it serves "
+                             "reads only. Write operations are not allowed.")
         if op == "get" or op == "write" or op == "batch":  # the common cases first
             self._entity_op(p)
         elif op == "query":
@@ -155,6 +157,8 @@ class Handler:
         elif op == "explain":
             self._explain(p)
         elif op in COORDINATOR_OPS:
+            if op in INTERNAL_OPS and not internal(p):
+                raise TableError("InvalidInput", f"unknown op {op!r}")
             self.fe.send_coordinator(p, p.req, "relay")
         elif op == "hello":
             if p.req.get("version") != protocol.VERSION:
@@ -169,29 +173,25 @@ class Handler:
         else:
             raise TableError("InvalidInput", f"unknown op {op!r}")
 
-    def _refuse(self, op: str) -> None:
-        """A client's request a secondary cluster does not take (or an internal op a client sent)."""
-        if op in INTERNAL_OPS:
-            raise TableError("InvalidInput", f"unknown op {op!r}")
-        raise TableError("InsufficientAccountPermissions", "This cluster is a secondary of another: it serves "
-                         "reads only. Write operations are not allowed.")
-
-    def _cut(self, p: Pending, table: str) -> int | None:
-        """The cut a secondary cluster's read of ``table`` is answered at (the same for every range it reads); None
-        until the coordinator's cuts arrived (the request runs again later). ServerBusy for a table without a cut
-        yet: its first copy is under way, and a read would see it half done."""
+    def _cut(self, p: Pending, table: str) -> tuple[bool, int | None]:
+        """The cut a read of ``table`` is answered at: ``(True, None)`` (now) on a primary cluster and for this
+        process's own requests; on a secondary the table's cut, the same for every range the request reads;
+        ``(False, None)`` until the coordinator's cuts arrived (the request runs again later). ServerBusy for a
+        table without a cut yet: its first copy is under way, and a read would see it half done."""
+        if not self.secondary or internal(p):  # its own appliers read what is there now
+            return True, None
         at = p.extra.get("at")
         if at is None:
             cache = self.fe.cache
             if not cache.cuts_heard:
                 self.fe.retry_later(p, "the cuts of this secondary cluster have not arrived yet")
-                return None
+                return False, None
             at = cache.cuts.get(table.lower())
             if at is None:
                 raise TableError("ServerBusy", f"Table {table} is being copied from the source cluster: it is "
                                                "readable here once the copy is done.")
             p.extra["at"] = at
-        return at
+        return True, at
 
     # --- routing helpers ----------------------------------------------------------------------
 
@@ -227,10 +227,10 @@ class Handler:
                 pk = _require(req, "pk", str)
                 rk = _require(req, "rk", str)
             body = {"op": "get", "pk": pk, "rk": rk, "select": req.get("select")}
-            if self.secondary and not internal(p):  # its own appliers read what is there now
-                at = self._cut(p, table)
-                if at is None:
-                    return
+            ready, at = self._cut(p, table) if self.secondary else _NOW  # no call on a primary's hot path
+            if not ready:
+                return
+            if at is not None:
                 body["at"] = at
         elif op == "write":
             w = _require(req, "write", dict)
@@ -319,10 +319,10 @@ class Handler:
         body = {"op": "scan", "range": route.range["id"], "epoch": route.range["epoch"], "lo": lo, "hi": hi,
                 "filter": req.get("filter") or None, "select": req.get("select"), "limit": cur.remaining,
                 "budget_ms": left_ms}
-        if self.secondary and not internal(p):
-            at = self._cut(p, table)
-            if at is None:
-                return
+        ready, at = self._cut(p, table) if self.secondary else _NOW
+        if not ready:
+            return
+        if at is not None:
             body["at"] = at
         endpoint = self._secondary(p, route, body) if req.get("secondary") else route.endpoint
         if endpoint is None:
@@ -505,10 +505,9 @@ class Handler:
                 walk = ChangesWalk(None, 0, pos, end, need)
             else:
                 raise TableError("InvalidInput", "start must be 'beginning' or 'now' (or give a position in 'after')")
-            if self.secondary and not internal(p):  # read at the table's cut: the source's feed up to it
-                walk.cut = self._cut(p, table)
-                if walk.cut is None:
-                    return
+            ready, walk.cut = self._cut(p, table)  # a secondary: the source's feed up to the table's cut
+            if not ready:
+                return
             p.state = walk
         if walk.done:
             self.fe.reply_ok(p, walk.page())

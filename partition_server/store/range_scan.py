@@ -179,9 +179,10 @@ def scan_span(
     ro.set_iterate_upper_bound(upper)  # never set_iterate_lower_bound (rocksdict bug)
     ro.fill_cache(fills_cache(lo, hi))  # type: ignore[call-arg]  # the stub is wrong: it takes a bool
     it = db.items(from_key=lo, read_opt=ro)
-    if at is not None:
+    pairs = it
+    if at is not None:  # a secondary cluster's read at a cut
         cut.check_floor(db, at)
-    pairs = it if at is None else cut.versions_at(it, cut.items(db, lo, hi), at)
+        pairs = cut.versions_at(it, cut.items(db, lo, hi), at)
     try:
         with _gc_paused():
             out, _, stopped = _collect(pairs, predicate, select, limit, budget_s, wire, needs_ts, needs_props,

@@ -737,7 +737,9 @@ class RangeStore:
         if cut is None and close and should_close(self._last_ts, self.clock(), need):
             self.close_timestamp()
         last = self._last_ts  # every record at or below it is written (it moves after the write)
-        top = (last if upto is None else min(upto, last)) if cut is None else min(cut, cut if upto is None else upto)
+        top = last if cut is None else cut  # a secondary range holds every change at or below its table's cut
+        if upto is not None:
+            top = min(top, upto)
         if after is not None and feed.nothing_after(after):  # fast path: no iterator (tested beside read)
             return FeedPage([], top, False, feed.read_floor(last))
         return read_feed(feed.db, after, feed.read_floor(last), top, lo, hi, limit)
