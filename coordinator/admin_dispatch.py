@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, cast
 
-from coordinator import acl, backup, client_keys, geo_follow, leases, sync_time
+from coordinator import acl, backup, client_keys, geo_follow, geo_roles, leases, sync_time
 from coordinator.control import operations as ops
 from coordinator.control import replica_move
 from coordinator.map.holdings import holdings, range_reports
@@ -58,7 +58,8 @@ def handle(co: AdminHost, ident: bytes, rid: bytes, req: dict, role: str | None)
     """
     op = req["op"]
     kind = ("heartbeat" if op == "heartbeat" else "keys_list" if op == "keys_list"
-            else "keys_admin" if op in client_keys.OPS else "backup" if op in backup.OPS else "admin")
+            else "keys_admin" if op in client_keys.OPS else "backup" if op in backup.OPS
+            else "geo" if op in geo_roles.OPS else "admin")
     if not curve.may("coordinator", kind, role):
         raise TableError("AuthorizationPermissionMismatch", f"{op!r} is not accepted from a {role or 'client'} key")
     cl = co.cluster
@@ -79,7 +80,7 @@ def handle(co: AdminHost, ident: bytes, rid: bytes, req: dict, role: str | None)
     if op in ("status", "ranges"):
         return protocol.ok(status(co))
     if op == "sync_time":  # the -secondary endpoint's LastSyncTime (Get Service Stats)
-        if co.cfg.source:  # a secondary cluster: the lowest cut of its tables
+        if maps.geo.follows:  # a secondary cluster: the lowest cut of its tables
             return protocol.ok(geo_follow.sync_time(maps, time.time()))
         with maps.lock:
             return protocol.ok(sync_time.last_sync(maps.pmap.ranges.values(), cl.registry.servers, time.monotonic(),
@@ -109,6 +110,8 @@ def handle(co: AdminHost, ident: bytes, rid: bytes, req: dict, role: str | None)
         return protocol.ok(index_claim(co, req))
     if op in geo_follow.OPS:
         return protocol.ok(geo_follow.handle(co, op, req))
+    if op in geo_roles.OPS:
+        return protocol.ok(geo_roles.handle(co, req))
     if op in acl.OPS:
         return protocol.ok(acl.handle(maps, op, req))
 

@@ -36,6 +36,8 @@ def handle(co: AdminHost, op: str, req: dict) -> dict[str, Any]:
     now = time.monotonic()
     if op == "geo_status":
         return report(co, now)
+    if not maps.geo.follows:  # an applier of a role this cluster left (a failover made it a primary)
+        raise TableError("SourceFenced", f"this cluster is {maps.geo.role}: it follows no source")
     if op == "source_claim":
         with maps.lock:
             table = maps.pmap.user_table(protocol.field(req, "table", str))
@@ -65,9 +67,11 @@ def handle(co: AdminHost, op: str, req: dict) -> dict[str, Any]:
 def report(co: AdminHost, now: float) -> dict[str, Any]:
     """``geo_status``'s answer (and the status' ``geo`` section): :func:`status` on a secondary cluster, an
     empty one on a primary, with the alarm threshold."""
-    if not co.cfg.source:  # a primary cluster: nothing follows here
-        return {"secondary": False, "tables": [], "last_sync": None, "alarm_s": co.cfg.geo_lag_alarm_s}
-    return {"secondary": True, **status(co.cluster.map, now), "alarm_s": co.cfg.geo_lag_alarm_s}
+    geo = co.cluster.map.geo
+    role = {"role": geo.role, "epoch": geo.epoch, "source": (geo.source or {}).get("native")}
+    if not geo.follows:  # nothing follows here
+        return {"secondary": False, **role, "tables": [], "last_sync": None, "alarm_s": co.cfg.geo_lag_alarm_s}
+    return {"secondary": True, **role, **status(co.cluster.map, now), "alarm_s": co.cfg.geo_lag_alarm_s}
 
 
 def judge(maps: MapService, threshold_s: float, now: float) -> list[dict[str, Any]]:

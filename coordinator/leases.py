@@ -45,6 +45,9 @@ def heartbeat(cl: Cluster, ctl: Controller, balancer: BalancerLoop, term: int, r
             info = ServerInfo(sid, req["endpoint"], req["incarnation"], now, int(req.get("pid", 0)))
             registry.register(info)  # persisted with this batch's registrations, before any answer leaves
         info.last_seen = now
+        geo = req.get("geo")
+        if type(geo) is int:  # the geo role's epoch it enforces (coordinator/map/geo_role.py)
+            info.geo_epoch = geo
         peers_moved = False
         if "repl_endpoint" in req:  # a replicated cluster: where its replicas reach it, and their progress
             peers_moved = known_repl is not None and known_repl != req["repl_endpoint"]
@@ -86,7 +89,8 @@ def heartbeat(cl: Cluster, ctl: Controller, balancer: BalancerLoop, term: int, r
         ctl.submit(replica_ops.adjust_insync, cl, ctl, sid, key=f"insync:{sid}")
     if peers_moved:  # its primaries were configured without its endpoint (a takeover) or an old one
         ctl.submit(replica_ops.refresh_peers, cl, ctl, sid, key=f"peers:{sid}")
-    answer: LeaseAnswer = {"lease_s": cl.cfg.lease_s, "version": maps.pmap.version, "term": term}
+    answer: LeaseAnswer = {"lease_s": cl.cfg.lease_s, "version": maps.pmap.version, "term": term,
+                           "geo": maps.geo.lease()}
     answer.update(extra)  # type: ignore[typeddict-item]  # settings, settings_v, shares (see LeaseAnswer)
     return answer
 

@@ -76,7 +76,7 @@ class Coordinator:
         maps = MapService(self.notify)
         self.cluster = Cluster(cfg, self.keys, maps, ServerRegistry(maps), EventLog(maps))
         self.keys_version = 0  # client keys (client_keys.py): loaded with the meta store at takeover
-        self._cuts_sent, self._cuts_due = -1, 0.0  # a secondary cluster: the cuts last sent, when due again
+        self._cuts_sent, self._cuts_due = (-1, -1), 0.0  # the cuts and geo role last sent, when due again
         self.stopping = False
         self.leadership: Leadership | EtcdLeadership | None = None
         self.term = 0  # the term this coordinator leads (0: standby)
@@ -274,8 +274,7 @@ class Coordinator:
             now = time.monotonic()
             if now >= next_tick:
                 next_tick = now + 0.1
-                if self.cfg.source:
-                    self._send_cuts(now)
+                self._send_cuts(now)
                 if leases.overdue(self.cluster, now):
                     # Never declare a server dead while its heartbeats may still wait in our own
                     # queue: a coordinator that fell behind (a burst of registrations, a busy host)
@@ -301,18 +300,18 @@ class Coordinator:
                 self.pub.send_multipart([b"hugz", protocol.pack(hugz)])
 
     def _send_cuts(self, now: float) -> None:
-        """A secondary cluster: send every table's cut to the frontends when one moved, and every second anyway
-        (a frontend that joined or missed one has them within a second; the whole set each time, so none is
-        missed for long)."""
-        cuts = self.cluster.map.cuts
-        if cuts.version == self._cuts_sent and now < self._cuts_due:
+        """Send the geo role and, on a secondary, every table's cut to the frontends when one changed, and every
+        second anyway (a frontend that joined or missed one has them within a second; the whole set each time,
+        so none is missed for long)."""
+        maps = self.cluster.map
+        if (maps.cuts.version, maps.geo.epoch) == self._cuts_sent and now < self._cuts_due:
             return
-        with self.cluster.map.lock:
-            self._cuts_sent, wire = cuts.version, cuts.wire()
-            if now >= self._cuts_due:  # once a second: the lag alarm (geo_follow.judge)
-                self.cluster.events.record_many(geo_follow.judge(self.cluster.map, self.cfg.geo_lag_alarm_s, now))
+        with maps.lock:
+            self._cuts_sent, wire, geo = (maps.cuts.version, maps.geo.epoch), maps.cuts.wire(), maps.geo.wire()
+            if now >= self._cuts_due and maps.geo.follows:  # once a second: the lag alarm (geo_follow.judge)
+                self.cluster.events.record_many(geo_follow.judge(maps, self.cfg.geo_lag_alarm_s, now))
         self._cuts_due = now + 1.0
-        self.pub.send_multipart([b"cuts", protocol.pack({"cuts": wire, "term": self.term})])
+        self.pub.send_multipart([b"cuts", protocol.pack({"cuts": wire, "geo": geo, "term": self.term})])
 
     def _freeze_map(self) -> None:
         """Keep the loaded map out of the collector's walks from now on.

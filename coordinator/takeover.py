@@ -40,6 +40,7 @@ from coordinator.meta.etcd_store import open_etcd_for_term
 from coordinator.meta.store import MetaStore, open_for_term
 from coordinator.standby.etcd_follower import EtcdFollower
 from coordinator.standby.warm import WarmFollower
+from rangetable import curve
 
 if TYPE_CHECKING:
     from coordinator.interfaces import TakeoverHost
@@ -113,13 +114,14 @@ def _load(co: TakeoverHost, rec: TermRecord) -> None:
             pmap = PartitionMap.load(items)
             events = [v for k, v in items if k.startswith(b"event/")][-MAX_EVENTS:]
             servers = {k[len(b"server/"):].decode(): v for k, v in items if k.startswith(b"server/")}
+        geo_seed = curve.read_cluster_doc(co.cfg.source) if co.cfg.source else None  # --secondary-of's source
     except Exception:
         log.exception("taking over term %d failed", rec.term)
         co.step_down()
         return
     cl = co.cluster
     with cl.map.lock:
-        cl.map.take_over(meta, pmap, meta.items(TABLE_SETTINGS), rec.term)
+        cl.map.take_over(meta, pmap, meta.items(TABLE_SETTINGS), rec.term, geo_seed)
         cl.events.load(events)
         co.keys_version = client_keys.load(cl.map)[0]
         cl.registry.take_over(servers)

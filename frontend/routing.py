@@ -77,6 +77,7 @@ class MapCache:
         self.received = float("-inf")  # monotonic time the current map was last confirmed
         self.cuts: dict[str, int] = {}  # a secondary cluster: table lower -> the cut its reads are answered at
         self.cuts_heard = False  # a secondary cluster: the coordinator's cuts arrived once at least
+        self.geo: dict[str, Any] | None = None  # the geo role the coordinator sent last (coordinator/map/geo_role.py)
 
     @property
     def snapshot(self) -> dict:
@@ -149,6 +150,13 @@ class MapCache:
         self.version = delta["version"]
         self.pub = delta.get("pub", self.pub)  # a map answer names the leader's PUB
         return True
+
+    def set_geo(self, geo: Any) -> None:
+        """Install the geo role the coordinator sent (``{"role", "epoch", "source"}``), unless older than the one
+        held."""
+        if (isinstance(geo, dict) and geo.get("role") in ("primary", "fenced", "secondary")
+                and type(geo.get("epoch")) is int and (self.geo is None or geo["epoch"] >= self.geo["epoch"])):
+            self.geo = geo
 
     def set_cuts(self, wire: Any) -> None:
         """Install the cuts a secondary cluster's coordinator sent (``{table lower: cut}``: every table's). A

@@ -330,6 +330,8 @@ def _batch_target(req: dict) -> tuple[str | None, int]:
     return (ops[0].get("pk") if ops else None), len(ops)
 
 
+SOURCE_WRITES = frozenset({"source_apply", "source_copy"})  # a secondary's appliers' writes: its only ones
+
 DATA_OPS: dict[str, DataOp] = {
     "get": DataOp(True, lambda req: (req["pk"], 1), get),
     "write": DataOp(False, lambda req: (req["write"].get("pk"), 1), write),

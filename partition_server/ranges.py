@@ -21,7 +21,7 @@ from collections.abc import Callable
 from typing import Any
 
 from partition_server.backup_source import BackupSource
-from partition_server.data_requests import DATA_OPS
+from partition_server.data_requests import DATA_OPS, SOURCE_WRITES
 from partition_server.metrics import RangeTotals
 from partition_server.replication.replicator import Replicator
 from partition_server.served import FULL_REPORT_S, LAT_SAMPLES, Deferred, Load, Served, only_changed
@@ -49,7 +49,8 @@ class RangeSet:
                              "backup_open", "backup_chunk", "backup_close", "table_settings", "seal"})
 
     def __init__(self, data_dir: str, *, sync: bool = False, scan_budget_ms: int = 200,
-                 partition_target: float = 0.0, request_window: tuple[float, int, int] = (600.0, 100_000, 64 << 20)) -> None:
+                 partition_target: float = 0.0, request_window: tuple[float, int, int] = (600.0, 100_000, 64 << 20),
+                 geo_writes: str = "all") -> None:
         self.data_dir = data_dir
         self.throttle = PartitionThrottle(partition_target)
         self.sync = sync
@@ -63,6 +64,9 @@ class RangeSet:
         self.notify: Callable[[], None] = lambda: None  # wakes the server's loop (a split is ready)
         self.totals = RangeTotals()  # what every open range served since it opened (Prometheus metrics)
         self.tables = TableConfig()  # the tables' TTLs and this server's shares of reserved throughput
+        self.geo_epoch = -1  # the cluster's geo role as the last lease said (coordinator/map/geo_role.py) …
+        self.geo_writes = geo_writes  # … and the writes it takes: "all", "source" (a secondary's appliers' only),
+        # or "none" (a partition server's until its first lease says)
         self.version = 0  # highest map version seen in a command
         self._last_report = time.monotonic()
         self._sent: dict[str, dict] = {}  # the last load report sent per range
@@ -168,7 +172,10 @@ class RangeSet:
             self.tables.apply(rid, served)
 
     def on_lease(self, answer: dict) -> None:
-        """Take the table settings (when newer) and capacity shares a lease answer carries."""
+        """Take the table settings (when newer), capacity shares and geo role a lease answer carries."""
+        geo = answer.get("geo")
+        if isinstance(geo, dict) and type(geo.get("epoch")) is int and geo["epoch"] >= self.geo_epoch:
+            self.geo_epoch, self.geo_writes = geo["epoch"], "all" if geo.get("writes") == "all" else "source"
         if self.tables.learn(answer):
             self.apply_settings()
         if "shares" in answer:
@@ -345,6 +352,15 @@ class RangeSet:
             raise TableError("NotPrimary", f"range {rid} epoch {epoch} is not served here")
         return served
 
+    def _refuse_for_geo_role(self, op: str) -> None:
+        """A write the cluster's geo role does not take (:meth:`_serving`)."""
+        if self.geo_writes == "none":
+            raise TableError("ServerBusy", "This server has not learnt the cluster's geo role yet.")
+        if op in SOURCE_WRITES:
+            raise TableError("SourceFenced", "This cluster is a primary: it applies no source's changes.")
+        raise TableError("InsufficientAccountPermissions", "This cluster is a secondary of another, or is failing "
+                         "over to its secondary: it takes no writes.")
+
     def _serving(self, req: dict, pk: str | None, cost: int = 1, write: bool = False) -> Served:
         rid = req.get("range")
         served = self._served(rid, int(req.get("epoch", -2)))
@@ -355,6 +371,8 @@ class RangeSet:
                 raise TableError("RangeBusy", f"range {served.record['id']} is {served.state}")
             if write or not req.get("secondary"):  # a follower's copy serves the -secondary endpoint's reads only
                 raise TableError("NotPrimary", f"range {rid} is only followed here")
+        if write and self.geo_writes != ("source" if req.get("op") in SOURCE_WRITES else "all"):
+            self._refuse_for_geo_role(str(req.get("op")))
         if write and self.repl is not None and not self.repl.writable(rid):
             served.load.busy += 1
             raise TableError("ServerBusy", f"range {rid} has fewer in-sync replicas than --min-insync: "

@@ -75,7 +75,8 @@ class PartitionServer:
         self.incarnation = uuid.uuid4().hex[:12]
         self.ranges = RangeSet(cfg.data_dir, sync=cfg.sync, scan_budget_ms=cfg.scan_budget_ms,
                                partition_target=cfg.partition_target, request_window=(
-                                   cfg.request_window_s, cfg.request_window_max, cfg.request_window_mb << 20))
+                                   cfg.request_window_s, cfg.request_window_max, cfg.request_window_mb << 20),
+                               geo_writes="none")  # until the first lease carries the geo role
         self.lease_until = 0.0  # monotonic; no lease until the coordinator first answers
         self.reclaimer = Reclaimer(self.ranges.serving_stores)  # table TTL: reclaims expired entities
         self.had_lease = False
@@ -173,6 +174,7 @@ class PartitionServer:
             "load": self.ranges.changed_load_report(),
             "pending": self.pending,
             "settings_v": self.ranges.tables.version,
+            "geo": self.ranges.geo_epoch,  # the geo role it enforces (coordinator/map/geo_role.py)
         }
         if self.repl is not None:
             body["repl_endpoint"] = self.repl.endpoint

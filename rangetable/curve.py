@@ -61,6 +61,7 @@ _MAY: dict[tuple[str, str], frozenset[str]] = {
     ("coordinator", "keys_list"): frozenset({"admin", "frontend"}),
     ("coordinator", "admin"): frozenset({"admin", "frontend"}),
     ("coordinator", "backup"): frozenset({"admin"}),  # a backup reads every table: the operator's key only
+    ("coordinator", "geo"): frozenset({"admin"}),  # a cluster's geo role (failover): the operator's key only
     ("frontend", "request"): frozenset({"admin", "client"}),
 }
 
@@ -249,6 +250,18 @@ def remember_cluster(doc: dict) -> None:
         if doc.get(name) and "coordinator" in servers:
             for ep in doc[name].split(","):  # several coordinators: one key, every endpoint
                 remember(ep, servers["coordinator"].encode(), client)
+
+
+def read_cluster_doc(path: str) -> dict[str, Any]:
+    """A cluster's connection file (its ``cluster.json``, a ``rangetable keys add`` file, or the copy of a
+    secondary's source that ``up --secondary-of`` kept); ValueError unless it holds curve keys."""
+    import json
+
+    with open(path) as f:
+        doc = json.load(f)
+    if not isinstance(doc, dict) or not isinstance(doc.get("curve"), dict):
+        raise ValueError(f"{path} is not a cluster's connection file (it has no curve keys)")
+    return doc
 
 
 def keys_for(endpoint: str) -> tuple[bytes, KeyPair] | None:

@@ -542,6 +542,7 @@ class Heartbeat(TypedDict):
     repl_endpoint: NotRequired[str]  # a replicated cluster: the server's replication endpoint …
     repl: NotRequired[dict[str, dict[str, Any]]]  # … its replicated ranges' progress (Replicator.report) …
     zone: NotRequired[str]  # … and its failure-domain label
+    geo: NotRequired[int]  # the epoch of the geo role it enforces (coordinator/map/geo_role.py)
 
 
 class LeaseAnswer(TypedDict):
@@ -554,6 +555,7 @@ class LeaseAnswer(TypedDict):
     settings: NotRequired[dict[str, dict[str, int]]]  # the table settings, when the server's are older
     settings_v: NotRequired[int]
     shares: NotRequired[dict[str, list[float]]]  # range id -> [reads/s, writes/s] of reserved throughput
+    geo: NotRequired[dict[str, Any]]  # the geo role: {"epoch", "writes": "all" or "source"} (coordinator/map/geo_role.py)
 
 
 # --- coordinator → frontends (the partition map) -----------------------------------------------

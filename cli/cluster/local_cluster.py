@@ -201,7 +201,7 @@ def keep_source(data_dir: str, secondary_of: str) -> str:
     connection file) copied into ``data_dir`` as :data:`SOURCE_FILE`; without it, the copy kept by an earlier
     start (a secondary stays one across restarts); "" for a primary cluster."""
     from cli.cluster_file import SOURCE_FILE
-    from frontend.geo.runner import read_source
+    from rangetable.curve import read_cluster_doc
     from rangetable.files import write_json_atomic
 
     kept = os.path.abspath(os.path.join(data_dir, SOURCE_FILE))
@@ -209,7 +209,7 @@ def keep_source(data_dir: str, secondary_of: str) -> str:
         return kept if os.path.exists(kept) else ""
     path = os.path.join(secondary_of, "cluster.json") if os.path.isdir(secondary_of) else secondary_of
     try:
-        doc = read_source(path)
+        doc = read_cluster_doc(path)
     except (OSError, ValueError) as exc:
         raise click.BadParameter(f"{path}: {exc}", param_hint="--secondary-of") from None
     if os.path.abspath(doc.get("data_dir") or "") == os.path.abspath(data_dir):

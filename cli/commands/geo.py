@@ -1,16 +1,24 @@
 """``rangetable geo``: a secondary cluster that follows another (issue 35, ``docs/geo.md``).
 
 ``geo status`` shows, per table of the secondary, the cut its reads are answered at, how far that is behind the
-source (the RPO a failover at this moment would have) and which frontend applies it.
+source (the RPO a failover at this moment would have) and which frontend applies it; ``geo failover --planned``
+swaps the roles of a secondary and its source (:mod:`cli.geo_failover`).
 """
 
 from __future__ import annotations
 
+import os
+
 import click
 
+from cli import geo_failover
+from cli.cluster_file import CLUSTER_FILE, SOURCE_FILE
 from cli.coordinator_client import call
+from cli.geo_failover import CATCH_UP_TIMEOUT_S
 from cli.options import coordinator_endpoint, coordinator_option, data_dir_option, emit, json_option
 from rangetable.edm import ticks_to_iso
+from rangetable.errors import TableError
+from rangetable.files import write_json_atomic
 
 
 @click.group("geo")
@@ -21,11 +29,16 @@ def geo_group() -> None:
 def render(st: dict) -> str:
     """The table ``geo status`` prints."""
     rows = st["tables"]
-    if not st.get("secondary", True):
-        return "this cluster follows no other (start a secondary with `rangetable up --secondary-of CLUSTER`)"
+    role, epoch = st.get("role", "secondary"), st.get("epoch", 0)
+    if role == "primary":
+        return (f"this cluster is a primary (geo epoch {epoch}): it follows no other (start a secondary with "
+                "`rangetable up --secondary-of CLUSTER`)")
+    if role == "fenced":
+        return f"this cluster is fenced (geo epoch {epoch}): it takes no writes while it fails over to its secondary"
+    head = f"a secondary of {st.get('source') or '?'} (geo epoch {epoch})"
     if not rows:
-        return "no tables yet"
-    lines = [f"{'table':<24} {'cut (reads are as of)':<30} {'lag s':>14} {'applied':>9}  applier"]
+        return f"{head}: no tables yet"
+    lines = [head, f"{'table':<24} {'cut (reads are as of)':<30} {'lag s':>14} {'applied':>9}  applier"]
     for r in rows:
         cut = "- (copying)" if r["cut"] is None else ticks_to_iso(r["cut"])
         lag = "-" if r["lag_s"] is None else f"{r['lag_s']:.3f}" + (" ALARM" if r.get("alarm") else "")
@@ -47,3 +60,61 @@ def geo_status_cmd(data_dir: str, coordinator: str | None, as_json: bool) -> Non
     """Each table's cut, lag behind the source and applier, on a secondary cluster."""
     st = call(coordinator_endpoint(data_dir, coordinator), {"op": "geo_status"})
     emit(st, as_json, render(st))
+
+
+def _admin_doc(where: str, what: str) -> dict:
+    """The connection document of a cluster to change roles at: its data dir or cluster.json, with its coordinator
+    and admin key."""
+    from rangetable.curve import read_cluster_doc
+
+    path = os.path.join(where, CLUSTER_FILE) if os.path.isdir(where) else where
+    try:
+        doc = read_cluster_doc(path)
+    except (OSError, ValueError) as exc:
+        raise click.ClickException(f"{what}: {exc}") from None
+    if not doc.get("coordinator"):
+        raise click.ClickException(f"{what}: {path} names no coordinator (a client key's connection file cannot "
+                                   "change a cluster's role: give the cluster's data dir or cluster.json)")
+    return doc
+
+
+@geo_group.command("failover")
+@click.option("--planned", is_flag=True, help="Drain the source, swap the roles, lose nothing (the only kind yet).")
+@click.option("--source", "source", default=None,
+              help="The source cluster's data dir or cluster.json (its coordinator and admin key) "
+                   "[default: the source this secondary was started with, when that is one].")
+@click.option("--timeout", default=CATCH_UP_TIMEOUT_S, show_default=True,
+              help="Seconds the secondary may take to reach the drained source before the failover is abandoned.")
+@data_dir_option
+@json_option
+def geo_failover_cmd(planned: bool, source: str | None, timeout: float, data_dir: str, as_json: bool) -> None:
+    """Make this secondary cluster the primary and its source a secondary of it.
+
+    With --planned the source stops taking writes, this cluster applies everything it acknowledged, the roles
+    swap, and the old source follows this cluster from there without a copy: nothing is lost, and writes are
+    refused for the seconds it prints. A forced failover (the source unreachable) is not offered yet."""
+    from cli.commands.security import register_client
+
+    if not planned:
+        raise click.UsageError("give --planned: a failover that drains the source first (a forced one, without "
+                               "the source, is not offered yet: docs/geo.md)")
+    secondary = _admin_doc(data_dir, "this cluster")
+    kept = os.path.join(data_dir, SOURCE_FILE)
+    src_doc = _admin_doc(source or kept, "--source")
+    natives = tuple(secondary.get("frontends") or [secondary["native"]])
+    echo = (lambda _m: None) if as_json else click.echo
+    try:
+        res = geo_failover.planned(src_doc, secondary,
+                                   lambda name: register_client(secondary, name, "devstoreaccount1", natives)[1],
+                                   echo, timeout)
+    except TableError as exc:
+        raise click.ClickException(f"{exc.error_code}: {exc.message}") from None
+    if os.path.exists(kept):  # this cluster follows nobody now; the old source's data dir keeps whom it follows
+        os.remove(kept)
+    src_dir = src_doc.get("data_dir")
+    if isinstance(src_dir, str) and os.path.isdir(src_dir):
+        write_json_atomic(os.path.join(src_dir, SOURCE_FILE), res.pop("follow"), private=True, indent=2)
+    else:
+        res.pop("follow")
+    emit(res, as_json, f"planned failover done in {res['seconds']:.2f} s: this cluster is the primary (writes "
+                       f"refused for {res['writes_refused_s']:.2f} s), its old source follows it")

@@ -148,26 +148,33 @@ def keys_add(name: str, account: str, out: str | None, natives: tuple[str, ...],
 
     Use it from Python with TableServiceClient.from_cluster("NAME.rangetable.json").
     """
-    from cli.coordinator_client import call
-    from rangetable import curve
-
     doc = _cluster_doc(data_dir, coordinator, natives)
     natives = natives or tuple(doc.get("frontends") or [doc["native"]])
     if not natives or not natives[0]:
         raise click.ClickException("give the native endpoint(s) clients use with --native")
-    pair = curve.KeyPair.generate()
-    assert pair.secret is not None  # generate() makes both keys
-    rec = call(doc["coordinator"], {"op": "keys_add", "name": name, "account": account, "public": pair.user_id})
+    rec, conn = register_client(doc, name, account, natives)
     out = out or f"{name}.rangetable.json"
-    conn = {"native": natives[0], "frontends": list(natives), "account": account,
-            "curve": {"servers": {"frontend": doc["curve"]["servers"]["frontend"]},
-                      "client": {"public": pair.public.decode(), "secret": pair.secret.decode(), "name": name}}}
     write_json_atomic(out, conn, private=True, indent=2)
     if as_json:
         click.echo(json.dumps({**rec, "connection_file": os.path.abspath(out)}, indent=2))
         return
     click.echo(f"registered {name} for account {account}: public key {rec['public']}")
     click.echo(f"connection file {os.path.abspath(out)} (holds the secret key; mode 0600)")
+
+
+def register_client(doc: dict, name: str, account: str, natives: tuple[str, ...]) -> tuple[dict, dict]:
+    """Register a new client key ``name`` for ``account`` at the cluster of ``doc`` (its cluster.json): the
+    coordinator's record and the connection file's document (native endpoints ``natives``, the secret key)."""
+    from cli.coordinator_client import call
+    from rangetable import curve
+
+    pair = curve.KeyPair.generate()
+    assert pair.secret is not None  # generate() makes both keys
+    rec = call(doc["coordinator"], {"op": "keys_add", "name": name, "account": account, "public": pair.user_id})
+    conn = {"native": natives[0], "frontends": list(natives), "account": account,
+            "curve": {"servers": {"frontend": doc["curve"]["servers"]["frontend"]},
+                      "client": {"public": pair.public.decode(), "secret": pair.secret.decode(), "name": name}}}
+    return rec, conn
 
 
 @keys_group.command("list")

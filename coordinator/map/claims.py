@@ -67,6 +67,11 @@ class Claims:
         self.progress.pop(_pair(table, name), None)
         self.reported_at.pop(_pair(table, name), None)
 
+    def end_all(self) -> None:
+        """Every live lease ends now (the work they were for stopped: a secondary cluster became a primary); the
+        numbers stay, so a later grant counts on above every earlier one."""
+        self.live.clear()
+
     def report(self, table: str, name: str, holder: str, progress: Any, now: float) -> dict[str, Any] | None:
         """Keep what the claim's ``holder`` reports of its work at ``now`` (``{"phase", "built", "applied",
         "lag_s", ...}``: shown by ``index list``); None when it is not the holder or the report is not a map."""

@@ -29,6 +29,7 @@ class ServerInfo:
     repl_endpoint: str = ""  # its replication endpoint (a cluster with --replicas > 1)
     repl: dict = field(default_factory=dict)  # its last replication report, per range (replicator.report)
     zone: str = ""  # its --zone: replicas of a range go to distinct zones
+    geo_epoch: int = -1  # the geo role's epoch its last heartbeat said it enforces (coordinator/map/geo_role.py)
 
 
 def live_endpoints(servers: Mapping[str, ServerInfo]) -> dict[str, str]:

@@ -101,6 +101,27 @@ class SourceCuts:
         self.version += 1
         return self._due(cut_key(key), {"cut": cur.cut, "lag_s": round(cur.lag_s, 3)}, now), done
 
+    def install(self, cuts: Any, now: float) -> Writes:
+        """Become a secondary at ``cuts`` (``{table: cut}``, every table's: a failover's old primary, which holds
+        the new one's state at those cuts): they replace every cut and copy kept; returns the meta-store writes."""
+        if not (isinstance(cuts, dict) and all(isinstance(t, str) and type(c) is int and c >= 0
+                                               for t, c in cuts.items())):
+            raise TableError("InvalidInput", "cuts must be {table: Timestamp in ticks}")
+        deletes = self.clear()
+        self.cuts = {t.lower(): Cut(c, 0.0, now) for t, c in cuts.items()}
+        puts: dict[bytes, Any] = {}
+        for t, c in self.cuts.items():
+            self._saved[cut_key(t)] = now
+            puts[cut_key(t)] = {"cut": c.cut, "lag_s": 0.0}
+        return puts, [k for k in deletes if k not in puts]
+
+    def clear(self) -> list[bytes]:
+        """No table has a cut any more (a secondary became a primary); returns the meta-store keys to delete."""
+        gone = [cut_key(t) for t in self.cuts] + [copy_key(t) for t in self.copies]
+        self.cuts, self.copies, self._saved, self.alarmed = {}, {}, {}, set()
+        self.version += 1
+        return gone
+
     def forget(self, table: str) -> list[bytes]:
         """The table is gone: its cut and copy with it; returns the meta-store keys to delete."""
         if self.cuts.pop(table.lower(), None) is not None:

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from coordinator.map.claims import CLAIM_PREFIX, SOURCE_CLAIM_PREFIX, Claims
 from coordinator.map.deltas import DeltaLog, PendingChanges, build_delta
+from coordinator.map.geo_role import ROLE_KEY, GeoRole
 from coordinator.map.partition_map import PartitionMap
 from coordinator.map.source_cuts import COPY_PREFIX, CUT_PREFIX, SourceCuts
 from coordinator.map.table_settings import TableSettings
@@ -42,6 +43,7 @@ class MapService:
         self.claims = Claims()  # who applies each index's changes (numbers loaded at takeover)
         self.source_claims = Claims(SOURCE_CLAIM_PREFIX)  # a secondary cluster: who applies each table's source
         self.cuts = SourceCuts()  # a secondary cluster: the cut each table is read at
+        self.geo = GeoRole()  # primary, fenced or secondary (loaded at takeover)
         self.changes = PendingChanges()  # what the next published delta carries
         self.deltas = DeltaLog()
         self.published = self.pmap.version
@@ -57,8 +59,10 @@ class MapService:
         return meta
 
     def take_over(self, meta: MetaStoreLike, pmap: PartitionMap, settings: list[tuple[bytes, Any]],
-                  term: int = 0) -> None:
-        """Hold the map and table settings loaded from ``meta`` at a takeover of ``term`` (under :attr:`lock`)."""
+                  term: int = 0, geo_seed: dict[str, Any] | None = None) -> None:
+        """Hold the map, table settings and geo role loaded from ``meta`` at a takeover of ``term`` (under
+        :attr:`lock`); ``geo_seed``: the source a cluster started with ``--secondary-of`` follows until a role is
+        persisted."""
         with self.lock:
             self.meta, self.pmap = meta, pmap
             self.table_settings.load(settings, term)
@@ -66,6 +70,7 @@ class MapService:
             self.claims.load(meta.items(CLAIM_PREFIX), now)
             self.source_claims.load(meta.items(SOURCE_CLAIM_PREFIX), now)
             self.cuts.load(meta.items(CUT_PREFIX) + meta.items(COPY_PREFIX), now)
+            self.geo.load(dict(meta.items(ROLE_KEY)).get(ROLE_KEY), geo_seed)
             self.published = pmap.version
 
     def commit(self, writes: tuple[dict, list]) -> None:

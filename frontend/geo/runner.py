@@ -14,7 +14,6 @@ are full and every :data:`LIVE_PAUSE_S` to :data:`IDLE_PAUSE_S` at the live edge
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import os
 import time
@@ -33,18 +32,10 @@ log = logging.getLogger("rangetable.geo")
 CLAIM_TTL_S = 10.0  # a follower's lease on its table
 RENEW_S = 1.0
 SCAN_TOP = 1000  # entities per page of a first copy
+ROLE_POLL_S = 0.2  # how often the geo role the coordinator sent is looked at
 RECONCILE_S = 1.0  # how often the source's tables are listed and the followers matched to them
 LIVE_PAUSE_S = 0.05  # between pages at the live edge after one that had changes …
 IDLE_PAUSE_S = 0.2  # … doubling after each without, up to this
-
-
-def read_source(path: str) -> dict[str, Any]:
-    """The source cluster's connection file (its ``cluster.json``, or a copy ``up --secondary-of`` kept)."""
-    with open(path) as f:
-        doc = json.load(f)
-    if not isinstance(doc, dict) or not isinstance(doc.get("curve"), dict):
-        raise ValueError(f"{path} is not a cluster's connection file (it has no curve keys)")
-    return doc
 
 
 class NativeSource:
@@ -231,6 +222,33 @@ class Follower:
                 continue  # more follow at once
             pause = LIVE_PAUSE_S if page.records else min(pause * 2, IDLE_PAUSE_S)
             await asyncio.sleep(pause)
+
+
+class GeoRole:
+    """Runs :class:`Followers` while the cluster's geo role (as its coordinator sends it: ``MapCache.geo``) is
+    ``secondary``, again from the start when the role changes (a new epoch: another source, or the same after a
+    failover and back), and none otherwise."""
+
+    def __init__(self, fe: Frontend) -> None:
+        self.fe = fe
+
+    async def run(self) -> None:
+        """Follow the role until cancelled."""
+        running: tuple[int, asyncio.Task] | None = None
+        try:
+            while True:
+                geo = self.fe.cache.geo
+                epoch = geo["epoch"] if geo is not None and geo["role"] == "secondary" else None
+                if running is not None and running[0] != epoch:
+                    running[1].cancel()
+                    running = None
+                if running is None and epoch is not None and geo is not None:
+                    log.info("geo role: secondary of %s (epoch %d)", (geo["source"] or {}).get("native"), epoch)
+                    running = epoch, asyncio.create_task(Followers(self.fe, geo["source"]).run())
+                await asyncio.sleep(ROLE_POLL_S)
+        finally:
+            if running is not None:
+                running[1].cancel()
 
 
 class Followers:

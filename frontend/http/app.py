@@ -42,7 +42,6 @@ class RestApp:
                  oauth: str = "") -> None:
         self.fe = fe
         self.own_frontend = own_frontend
-        self.read_only = bool(getattr(fe, "handler", None) and fe.handler.secondary)  # a secondary cluster (docs/geo.md)
         self.security = Security(accounts or [], self.fetch_acl, oauth)
         self._props: tuple[float, dict] | None = None
         self._sync: tuple[float, float | None] | None = None  # (monotonic time asked, LastSyncTime)
@@ -75,6 +74,13 @@ class RestApp:
     def forget_properties(self) -> None:
         """Drop the cached service properties (after a Set through this frontend)."""
         self._props = None
+
+    @property
+    def geo_role(self) -> str:
+        """The cluster's geo role as this frontend knows it (``docs/geo.md``): ``primary``, ``fenced`` or
+        ``secondary``."""
+        handler = getattr(self.fe, "handler", None)
+        return "primary" if handler is None else str(handler.role)
 
     async def last_sync_time(self) -> float | None:
         """The ``-secondary`` endpoint's LastSyncTime in wall-clock seconds: the coordinator's ``sync_time``
@@ -205,7 +211,7 @@ class RestApp:
                 return
             rq.auth = self.security.authenticate_now(rq.method, rq.raw_path, rq.query, rq.headers, rq.scheme,
                                                      rq.client_ip)
-            refuse_secondary_write(res, method, self.read_only)
+            refuse_secondary_write(res, method, self.geo_role)
             req, finisher = plan(rq)
         except Exception as exc:
             done(finish(rq, failure(rq, exc), self.answers))
@@ -243,7 +249,7 @@ class RestApp:
                                                    rq.scheme, rq.client_ip)
         if "origin" in rq.headers:
             rq.cors_rule = await cors.cors_rule_for(self, rq, method)
-        refuse_secondary_write(res, method, self.read_only)  # after the CORS lookup: the refusal carries CORS headers too
+        refuse_secondary_write(res, method, self.geo_role)  # after the CORS lookup: the refusal carries CORS headers too
         plan = routes.plan_for(res, method, comp)
         if plan is not None:
             req, finisher = plan(rq)

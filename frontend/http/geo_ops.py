@@ -26,7 +26,7 @@ async def table_cut(app: Services, rq: Request) -> Response:
     res = rq.res
     assert res is not None and res.table is not None  # parsed: a $geo URL names its table
     check(rq.auth, "get_table", res.table)
-    if not app.read_only:
+    if app.geo_role != "secondary":
         raise TableError("InvalidQueryParameterValue", "$geo is served by a secondary cluster only (rangetable up "
                                                        "--secondary-of).")
     st = await app.fe.request({"op": "geo_status"})

@@ -345,7 +345,9 @@ class Services(Protocol):
     def forget_properties(self) -> None:
         """Drop the cached service properties."""
 
-    read_only: bool  # a secondary cluster's frontend: reads only, on every account (docs/geo.md)
+    @property
+    def geo_role(self) -> str:
+        """The cluster's geo role (``docs/geo.md``): ``primary``; ``fenced`` or ``secondary`` take no writes."""
 
     async def last_sync_time(self) -> float | None:
         """The ``-secondary`` endpoint's LastSyncTime, wall-clock seconds (cached for a second; None: bootstrap)."""
@@ -456,10 +458,10 @@ def parse(rq: Request, too_big: bool) -> tuple[str, str | None]:
     return method, comp
 
 
-def refuse_secondary_write(res: Resource, method: str, read_only: bool = False) -> None:
+def refuse_secondary_write(res: Resource, method: str, geo_role: str = "primary") -> None:
     """403 InsufficientAccountPermissions for anything but a read on the ``-secondary`` account, and on every
-    account of a ``read_only`` frontend (a secondary cluster's, ``docs/geo.md``): like Azure's read-access
-    geo-redundant secondary, it serves reads (queries, gets, ACL, service properties and stats) and refuses
-    writes."""
-    if (res.secondary or read_only) and method not in READS:
+    account of a cluster whose ``geo_role`` is not ``primary`` (a secondary cluster's, or one failing over to
+    it: ``docs/geo.md``): like Azure's read-access geo-redundant secondary, it serves reads (queries, gets, ACL,
+    service properties and stats) and refuses writes."""
+    if (res.secondary or geo_role != "primary") and method not in READS:
         raise TableError("InsufficientAccountPermissions", "Write operations are not allowed.")

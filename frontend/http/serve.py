@@ -16,7 +16,7 @@ import socket
 import ssl
 
 from frontend.auth.bearer import check_oauth
-from frontend.geo.runner import Followers, read_source
+from frontend.geo.runner import GeoRole
 from frontend.http.app import RestApp
 from frontend.indexes.applier import Appliers
 from frontend.native.asyncio_driver import AioFrontend
@@ -63,13 +63,12 @@ async def serve_async(cfg: FrontendConfig) -> None:
         log.info("metrics on %s", serve_metrics(cfg.metrics, lambda: collect_http(app.fe.id, app.answers)))
     tune_gc()
     appliers = asyncio.create_task(Appliers(app.fe).run())  # the indexes this process may claim
-    followers = asyncio.create_task(Followers(app.fe, read_source(cfg.source)).run()) if cfg.source else None
+    geo = asyncio.create_task(GeoRole(app.fe).run())  # a secondary cluster's: the tables this process may follow
     try:
         await _serve(app, host, port, loop, server, cfg.reuse_port, tls, cfg)
     finally:
         appliers.cancel()
-        if followers is not None:  # a secondary cluster: the tables this process may follow
-            followers.cancel()
+        geo.cancel()
         await app.fe.close()
 
 

@@ -124,7 +124,7 @@ async def get_stats(app: Services, rq: Request) -> Response:
     InvalidQueryParameterValue on the primary)."""
     res = rq.res
     assert res is not None  # parse() set it
-    if not (res.secondary or app.read_only):  # a secondary cluster serves it on every account
+    if not (res.secondary or app.geo_role == "secondary"):  # a secondary cluster serves it on every account
         raise TableError("InvalidQueryParameterValue", "Get Service Stats is served on the secondary endpoint "
                          f"({res.account}-secondary) only.")
     check(rq.auth, "service_read", None)

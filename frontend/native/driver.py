@@ -245,7 +245,8 @@ class DriverCore:
             return
         if frames[0] in (b"delta", b"map") and isinstance(msg, dict):
             self._apply_map(msg)
-        elif frames[0] == b"cuts" and isinstance(msg, dict):  # a secondary cluster's cuts (docs/geo.md)
+        elif frames[0] == b"cuts" and isinstance(msg, dict):  # the geo role and a secondary's cuts (docs/geo.md)
+            self.cache.set_geo(msg.get("geo"))
             self.cache.set_cuts(msg.get("cuts"))
         elif frames[0] == b"hugz" and isinstance(msg, dict):
             if msg.get("version", -1) > self.cache.version:

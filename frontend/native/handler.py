@@ -136,14 +136,26 @@ class Handler:
         self._rid_prefix = uuid.uuid4().hex[:16] + "-"  # unique per process, so ids never repeat
         self._rids = itertools.count(1)
         self._applied: dict[tuple[str, str], list] = {}  # (table, index) lower -> the last progress cursor read
-        self.secondary = secondary  # this cluster follows another (docs/geo.md): reads at each table's cut
+        self._start_role = "secondary" if secondary else "primary"  # until the coordinator's word arrives
+
+    @property
+    def role(self) -> str:
+        """The cluster's geo role (``docs/geo.md``): ``primary``; ``fenced`` (failing over: no writes);
+        ``secondary`` (follows another: reads at each table's cut, no writes)."""
+        geo = self.fe.cache.geo
+        return self._start_role if geo is None else str(geo["role"])
+
+    @property
+    def secondary(self) -> bool:
+        """True while the cluster follows another."""
+        return self.role == "secondary"
 
     def run(self, p: Pending) -> None:
         """Start or continue a request."""
         op = p.req["op"]
-        if self.secondary and op in SECONDARY_REFUSES and not internal(p):
-            raise TableError("InsufficientAccountPermissions", "This cluster is a secondary of another: it serves "
-                             "reads only. Write operations are not allowed.")
+        if op in SECONDARY_REFUSES and not internal(p) and self.role != "primary":
+            raise TableError("InsufficientAccountPermissions", "This cluster is a secondary of another, or is "
+                             "failing over to its secondary: it serves reads only. Write operations are not allowed.")
         if op == "get" or op == "write" or op == "batch":  # the common cases first
             self._entity_op(p)
         elif op == "query":

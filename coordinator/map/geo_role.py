@@ -1,0 +1,96 @@
+"""A cluster's geo role, on its coordinator (issue 35, ``docs/geo.md``, "Failover"). Pure data.
+
+One of three, decided here and nowhere else, persisted (``georole`` → ``{"role", "epoch", "source"}``) and sent
+to every frontend with the cuts (``[b"cuts", …]`` on the PUB socket) and to every partition server with its
+lease:
+
+* ``primary``: takes writes;
+* ``fenced``: takes no write (a planned failover drains it before its secondary takes over);
+* ``secondary``: follows ``source`` (the connection file of the cluster it copies) and takes no write but its
+  appliers'.
+
+Every change raises the **geo epoch**. Partition servers enforce the role (a lease answer carries
+:meth:`GeoRole.lease`: ``writes`` ``"all"`` or ``"source"``, the latter refusing every write but a secondary's
+``source_apply``/``source_copy``), so a frontend that has not heard of a change yet writes nothing a fenced
+cluster would acknowledge; each heartbeat echoes the epoch its server enforces, and a change is **in force**
+once every live server echoed it (:meth:`GeoRole.waiting`): a server that cannot be reached stops serving when
+its lease runs out, before it is declared dead. A cluster started with ``--secondary-of`` begins as a secondary
+of that source (:meth:`GeoRole.load`'s ``seed``); once a role is persisted, it wins over the flag.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from coordinator.map.server_info import ServerInfo
+from rangetable.errors import TableError
+
+ROLE_KEY = b"georole"
+ROLES = ("primary", "fenced", "secondary")
+
+
+@dataclass
+class GeoRole:
+    """The cluster's geo role (see the module docstring)."""
+
+    role: str = "primary"
+    epoch: int = 0
+    source: dict[str, Any] | None = None  # a secondary's source: its connection file's document
+
+    def load(self, stored: Any, seed: dict[str, Any] | None) -> None:
+        """Install the persisted role at a takeover; none persisted: a secondary of ``seed`` when given (the
+        ``--secondary-of`` a cluster was started with), else a primary."""
+        if isinstance(stored, dict) and stored.get("role") in ROLES and type(stored.get("epoch")) is int:
+            self.role, self.epoch, self.source = stored["role"], stored["epoch"], stored.get("source")
+        elif seed is not None:
+            self.role, self.epoch, self.source = "secondary", 0, seed
+        else:
+            self.role, self.epoch, self.source = "primary", 0, None
+
+    def change(self, role: Any, source: Any = None) -> dict[bytes, Any]:
+        """Take role ``role`` (a secondary's ``source`` a connection document with curve keys); returns the
+        meta-store put. The same role again (and the same source) changes nothing and returns no put."""
+        if role not in ROLES:
+            raise TableError("InvalidInput", f"role must be one of {', '.join(ROLES)}")
+        if role == "secondary":
+            if not (isinstance(source, dict) and isinstance(source.get("curve"), dict)
+                    and (source.get("native") or source.get("frontends"))):
+                raise TableError("InvalidInput", "a secondary needs its source's connection file (curve keys and "
+                                                 "a native endpoint)")
+        else:
+            source = None
+        if role == self.role and source == self.source:
+            return {}
+        self.role, self.epoch, self.source = role, self.epoch + 1, source
+        return {ROLE_KEY: self.stored()}
+
+    def stored(self) -> dict[str, Any]:
+        """The persisted form."""
+        return {"role": self.role, "epoch": self.epoch, "source": self.source}
+
+    @property
+    def follows(self) -> bool:
+        """True on a secondary: its frontends apply the source's changes and read at each table's cut."""
+        return self.role == "secondary"
+
+    def lease(self) -> dict[str, Any]:
+        """What a lease answer carries: the epoch and which writes the servers take (``all`` or ``source``)."""
+        return {"epoch": self.epoch, "writes": "all" if self.role == "primary" else "source"}
+
+    def wire(self) -> dict[str, Any]:
+        """What frontends are sent: the role, its epoch and a secondary's source."""
+        return {"role": self.role, "epoch": self.epoch, "source": self.source}
+
+    def waiting(self, servers: Iterable[ServerInfo]) -> list[str]:
+        """The live servers whose last heartbeat did not say they enforce this epoch; empty once the role is in
+        force."""
+        return sorted(s.id for s in servers if s.alive and s.geo_epoch < self.epoch)
+
+    def status(self, servers: Iterable[ServerInfo]) -> dict[str, Any]:
+        """``geo_role``'s answer: the role, epoch, a secondary's source endpoint, and whether it is in force."""
+        waiting = self.waiting(servers)
+        src = self.source or {}
+        return {"role": self.role, "epoch": self.epoch, "source": src.get("native"), "in_force": not waiting,
+                "waiting": waiting}

@@ -1,0 +1,137 @@
+"""A planned failover and back (issue 35, ``docs/geo.md``, "Failover") on real processes: two clusters as
+`rangetable up` starts them (3 servers, 3 replicas each), the second started with ``--secondary-of`` the first's
+data dir. Under writes of the unchanged Azure SDK, `rangetable geo failover --planned` makes the secondary the
+primary: every write the source acknowledged is there with its ETag, the source refuses writes from the moment it
+is fenced, and then follows the new primary without a copy; a second failover brings the roles back."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from tests.cluster import Cluster
+from tests.rest_helpers import DEV_ACCOUNT, DEV_KEY
+
+tables = pytest.importorskip("azure.data.tables")
+from azure.core.credentials import AzureNamedKeyCredential  # noqa: E402
+from azure.core.exceptions import HttpResponseError  # noqa: E402
+
+CRED = AzureNamedKeyCredential(DEV_ACCOUNT, DEV_KEY)
+TABLE = "geofail"
+
+
+@pytest.fixture(scope="module")
+def pair(cluster_factory: Any) -> Iterator[tuple[Cluster, Cluster]]:
+    """A source and a secondary started with `--secondary-of` its data dir."""
+    source = cluster_factory(extra=["--no-dashboard"])
+    secondary = cluster_factory(extra=["--no-dashboard", "--secondary-of", source.data_dir])
+    yield source, secondary
+
+
+def _rangetable(*args: str) -> dict:
+    out = subprocess.run([sys.executable, "-m", "cli.main", *args, "--json"], capture_output=True, text=True,
+                         timeout=180)
+    assert out.returncode == 0, out.stdout + out.stderr
+    return dict(json.loads(out.stdout))
+
+
+def _cut(c: Cluster) -> int | None:
+    """The table's cut at secondary ``c`` (None before it has one)."""
+    rows = [r for r in _rangetable("geo", "status", "--data-dir", c.data_dir)["tables"] if r["table"] == TABLE]
+    return rows[0]["cut"] if rows else None
+
+
+def _entities(c: Cluster) -> dict[str, tuple[Any, str]]:
+    with tables.TableClient(c.http, TABLE, credential=CRED) as t:
+        return {e["RowKey"]: (e.get("n"), e.metadata["etag"]) for e in t.list_entities()}
+
+
+class Writer:
+    """Upserts rows ``w<k>`` into the table at ``url`` back to back, keeping what was acknowledged (RowKey ->
+    n, ETag) and the error codes of what was refused."""
+
+    def __init__(self, url: str) -> None:
+        self.client = tables.TableClient(url, TABLE, credential=CRED)
+        self.acked: dict[str, tuple[int, str]] = {}
+        self.refused: list[str] = []
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        k = 0
+        while not self.stop.is_set():
+            k += 1
+            row = f"w{k % 400:04d}"
+            try:
+                got = self.client.upsert_entity({"PartitionKey": "p", "RowKey": row, "n": k})
+                self.acked[row] = (k, got["etag"])
+            except HttpResponseError as e:
+                self.refused.append(str(getattr(e.error_code, "value", e.error_code)))
+                time.sleep(0.02)
+
+    def close(self) -> None:
+        self.stop.set()
+        self.thread.join(30)
+        self.client.close()
+
+
+def _wait(fn: Any, timeout: float = 30.0, what: str = "condition") -> Any:
+    t0 = time.monotonic()
+    last: Any = None
+    while time.monotonic() - t0 < timeout:
+        try:
+            last = fn()
+            if last:
+                return last
+        except (HttpResponseError, AssertionError) as e:
+            last = e
+        time.sleep(0.2)
+    raise AssertionError(f"{what}: not after {timeout} s ({last!r})")
+
+
+def _fail_over(to: Cluster, other: Cluster) -> None:
+    """A planned failover to ``to`` under writes at ``other`` (its source): every acknowledged write arrives, the
+    old source refuses writes from then on and follows ``to``."""
+    writer = Writer(other.http)
+    try:
+        _wait(lambda: len(writer.acked) > 50, what="writes acknowledged at the source")
+        res = _rangetable("geo", "failover", "--planned", "--data-dir", to.data_dir, "--source", other.data_dir)
+        assert res["primary"]["epoch"] >= 1 and TABLE in res["tables"], res
+        n = len(writer.refused)
+        _wait(lambda: len(writer.refused) > n + 3, what="writes refused at the old source")
+    finally:
+        writer.close()
+    assert set(writer.refused) == {"InsufficientAccountPermissions"}, set(writer.refused)
+    ours = _entities(to)
+    missing = {r: v for r, v in writer.acked.items() if ours.get(r) != v}
+    assert not missing, f"acknowledged at the old source, not at the new primary: {sorted(missing.items())[:5]}"
+    assert _rangetable("geo", "status", "--data-dir", to.data_dir)["role"] == "primary"
+    assert _rangetable("geo", "status", "--data-dir", other.data_dir)["role"] == "secondary"
+    assert _cut(other) is not None  # at once: it follows from the drain point, without a copy
+
+
+def test_planned_failover_and_back(pair: tuple[Cluster, Cluster]) -> None:
+    source, secondary = pair
+    with tables.TableServiceClient(source.http, credential=CRED) as svc:
+        svc.create_table(TABLE)
+    _wait(lambda: _cut(secondary), what="the secondary's first cut")
+
+    _fail_over(secondary, source)
+    with tables.TableClient(secondary.http, TABLE, credential=CRED) as t:  # the new primary
+        t.upsert_entity({"PartitionKey": "q", "RowKey": "after", "n": 1})
+        want = _entities(secondary)
+    _wait(lambda: _entities(source) == want, what="the old source following the new primary")
+
+    _fail_over(source, secondary)  # and back
+    with tables.TableClient(source.http, TABLE, credential=CRED) as t:
+        t.upsert_entity({"PartitionKey": "q", "RowKey": "back", "n": 2})
+        want = _entities(source)
+    _wait(lambda: _entities(secondary) == want, what="the first secondary following again")
