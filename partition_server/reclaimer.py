@@ -36,8 +36,10 @@ TRIM_S = 30.0  # how often a range's change feed is trimmed to its retention
 class Reclaimer:
     """Reclaims expired entities of the stores ``stores()`` returns, on a daemon thread."""
 
-    def __init__(self, stores: Callable[[], list[RangeStore]], round_s: float = ROUND_S) -> None:
+    def __init__(self, stores: Callable[[], list[RangeStore]], round_s: float = ROUND_S,
+                 writes: Callable[[], bool] = lambda: True) -> None:
         self.stores = stores
+        self.writes = writes  # False while the cluster's geo role takes no writes: nothing is reclaimed then
         self.round_s = round_s
         self.deleted = 0  # entities since start (metrics)
         self.deleted_bytes = 0
@@ -73,7 +75,7 @@ class Reclaimer:
         total = 0
         stores = self.stores()
         self._trim(stores, t0)
-        for store in stores:
+        for store in stores if self.writes() else ():  # a fenced or secondary cluster reclaims nothing itself
             if not store.expiry.due:
                 continue
             while time.perf_counter() < deadline:

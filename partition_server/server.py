@@ -78,7 +78,8 @@ class PartitionServer:
                                    cfg.request_window_s, cfg.request_window_max, cfg.request_window_mb << 20),
                                geo_writes="none")  # until the first lease carries the geo role
         self.lease_until = 0.0  # monotonic; no lease until the coordinator first answers
-        self.reclaimer = Reclaimer(self.ranges.serving_stores)  # table TTL: reclaims expired entities
+        self.reclaimer = Reclaimer(self.ranges.serving_stores,  # table TTL: reclaims expired entities …
+                                   writes=lambda: self.ranges.geo_writes == "all")  # … where the cluster takes writes
         self.had_lease = False
         self.stopping = False
         self.endpoint = ""
@@ -88,6 +89,8 @@ class PartitionServer:
         self._hb_due = False  # the answer to the latest heartbeat has not been processed yet
         self._nbytes = 0
         self._range: object = None  # the range the request being handled names (its reply may be held)
+        self._geo_marked: tuple[int, dict] = (-1, {})  # the geo epoch last seen and its primaries' batches then
+        self._geo_echoed = -1  # the geo epoch the heartbeat says this server enforces (_geo_echo)
         self.pending = 0  # requests handled back to back, each already queued (the backlog)
         self.deferred: list[tuple[bytes, bytes, Deferred]] = []  # commands answered when ready
         self._wake_r, self._wake_w = socket.socketpair()  # a split job's thread wakes the loop
@@ -174,13 +177,24 @@ class PartitionServer:
             "load": self.ranges.changed_load_report(),
             "pending": self.pending,
             "settings_v": self.ranges.tables.version,
-            "geo": self.ranges.geo_epoch,  # the geo role it enforces (coordinator/map/geo_role.py)
+            "geo": self._geo_echo(),  # the geo role it enforces (coordinator/map/geo_role.py)
         }
         if self.repl is not None:
             body["repl_endpoint"] = self.repl.endpoint
             body["zone"] = self.cfg.zone
             body["repl"] = self.repl.report(time.monotonic())
         self.coord.send_multipart([rid, protocol.pack(body)])
+
+    def _geo_echo(self) -> int:
+        """The epoch of the geo role this server enforces, as its heartbeat says: a new one once every write it
+        accepted under the role before is committed (a write accepted just before a fence is acknowledged only
+        after its batch commits: until then it could be missing from the drain point a planned failover reads)."""
+        epoch = self.ranges.geo_epoch
+        if epoch != self._geo_marked[0]:  # a new role: where each primary range stands now
+            self._geo_marked = (epoch, self.repl.marks() if self.repl is not None else {})
+        if self._geo_echoed != epoch and (self.repl is None or self.repl.settled(self._geo_marked[1])):
+            self._geo_echoed = epoch
+        return self._geo_echoed
 
     def _on_heartbeat_reply(self, frames: list[bytes]) -> None:
         if len(frames) != 2:

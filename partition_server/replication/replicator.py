@@ -455,6 +455,16 @@ class Replicator:
                 out.extend(p.releasable())
         return out
 
+    def marks(self) -> dict[str, tuple[Primary, int]]:
+        """Where each range this server is primary of stands now: its last batch written (see :meth:`settled`)."""
+        return {rid: (p, p.outbox.seq) for rid, p in self.primaries.items()}
+
+    def settled(self, marks: dict[str, tuple[Primary, int]]) -> bool:
+        """True once every batch written before ``marks`` (:meth:`marks`) is committed, so every write accepted
+        then has been answered, or its range is no longer this server's primary (its held answers were dropped:
+        such a write was never acknowledged)."""
+        return all(self.primaries.get(rid) is not p or p.committed >= seq for rid, (p, seq) in marks.items())
+
     def report(self, now: float) -> dict[str, dict]:
         """Per replicated range: the primary's view (seq, commit point, followers' progress, who lags or
         has caught up) or the follower's position."""

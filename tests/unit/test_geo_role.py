@@ -160,3 +160,33 @@ def test_a_frontend_that_never_heard_keeps_the_role_it_started_with() -> None:
     handler, fe = _secondary()
     assert fe.cache.geo is None and handler.secondary
     assert Handler(fe).role == "primary"  # type: ignore[arg-type]
+
+
+def test_a_server_confirms_a_new_role_once_every_write_it_accepted_before_is_committed(tmp_path: Path) -> None:
+    """A write accepted just before a fence is answered only once its batch commits; until then the server does
+    not echo the fence's epoch, so a planned failover reads no drain point that could miss it."""
+    import zmq
+
+    from partition_server.replication.protocol import Primary
+    from partition_server.replication.replicator import Replicator
+    from partition_server.store.range_store import RangeStore
+    from partition_server.store.replica_log import ReplicaLog
+    from rangetable import curve
+
+    rep = Replicator(zmq.Context.instance(), curve.KeyRing.create(str(tmp_path / "keys")), data_dir=str(tmp_path))
+    store = RangeStore.open(tmp_path / "p")
+    try:
+        p = rep.primaries["r1"] = Primary("r1", 1, store, ReplicaLog(0), {"b": "tcp://b"}, ["a", "b"], "a", 2)
+        store.write({"op": "insert_or_replace", "pk": "p", "rk": "r", "props": {}})  # its reply is held
+        marks = rep.marks()  # the fence arrives now
+        assert not rep.settled(marks)
+        p.on_ack("b", p.outbox.seq, 0.0)  # its batch commits: the held reply leaves
+        assert rep.settled(marks)
+        store.write({"op": "insert_or_replace", "pk": "p", "rk": "s", "props": {}})
+        later = rep.marks()
+        assert not rep.settled(later)
+        del rep.primaries["r1"]  # the range moved away: its held replies were dropped, never acknowledged
+        assert rep.settled(later)
+    finally:
+        rep.close()
+        store.close()
