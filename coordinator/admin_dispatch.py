@@ -110,8 +110,6 @@ def handle(co: AdminHost, ident: bytes, rid: bytes, req: dict, role: str | None)
         return protocol.ok(index_claim(co, req))
     if op in geo_follow.OPS:
         return protocol.ok(geo_follow.handle(co, op, req))
-    if op in geo_roles.OPS:
-        return protocol.ok(geo_roles.handle(co, req))
     if op in acl.OPS:
         return protocol.ok(acl.handle(maps, op, req))
 
@@ -119,6 +117,9 @@ def handle(co: AdminHost, ident: bytes, rid: bytes, req: dict, role: str | None)
         """Send the job's answer to the requester (through the loop thread)."""
         co.notify([b"reply", ident, rid, protocol.error(err) if err else protocol.ok(res)])
 
+    if op in geo_roles.OPS:
+        got = geo_roles.handle(co, req, reply)
+        return None if got is None else protocol.ok(got)
     if op in backup.OPS:  # the admin key only: a backup reads every table (coordinator/backup.py)
         backup.dispatch(cl, co.controller, co.backups, req, reply)
         return None

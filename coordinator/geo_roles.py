@@ -1,15 +1,19 @@
 """A cluster's geo role, asked and changed through its coordinator (issue 35, ``docs/geo.md``, "Failover").
 
-* ``geo_role`` {}: the role (:class:`coordinator.map.geo_role.GeoRole`), its epoch, a secondary's source and
-  whether every live partition server enforces it (``in_force``, ``waiting``);
-* ``geo_role`` {role, source?, cuts?}: take ``role`` — ``fenced`` (no write any more: a planned failover
-  drains this cluster), ``primary`` (a secondary stops following and takes writes: its appliers' claims end and
-  its cuts go), or ``secondary`` of ``source`` (a connection document) at ``cuts`` (``{table: Timestamp}``: the
-  state it holds of the new primary, so it follows from there without a copy). Persisted before it is
-  answered; the frontends hear it on the PUB socket within a second, the partition servers with their next
-  lease. The operator's key only.
+* ``geo_role`` {}: the role (:class:`coordinator.map.geo_role.GeoRole`), its epoch, a secondary's source, the
+  cuts a forced failover promoted it at, and whether every live partition server enforces it (``in_force``,
+  ``waiting``);
+* ``geo_role`` {role, source?, cuts?, expect?}: take ``role`` — ``fenced`` (no write any more: a failover
+  drains or fences this cluster), ``primary`` (a secondary stops following and takes writes: its appliers'
+  claims end and its cuts go), or ``secondary`` of ``source`` (a connection document) at ``cuts``
+  (``{table: Timestamp}``: the state it holds of the new primary, so it follows from there without a copy; a
+  table without one is copied). With ``expect`` only while the epoch is that one (``UpdateConditionNotSatisfied``
+  otherwise: a fence sent long ago does not land on a later role). Persisted before it is answered; the
+  frontends hear it on the PUB socket within a second, the partition servers with their next lease;
+* ``geo_role`` {role: primary, force: true} on a secondary: :func:`promote_at_cuts`, a forced failover's
+  promotion (a controller job: it waits for servers).
 
-The steps of a failover, each asked of one of the two clusters, are in :mod:`cli.geo_failover`.
+The operator's key only. The steps of a failover across the two clusters are in :mod:`cli.geo_failover`.
 """
 
 from __future__ import annotations
@@ -17,40 +21,127 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Any
 
+from coordinator.control import operations as ops
 from coordinator.map.geo_role import GeoRole
 from coordinator.map.source_cuts import COPY_PREFIX, CUT_PREFIX
+from rangetable.errors import TableError
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from coordinator.control.controller import Controller
     from coordinator.interfaces import AdminHost
+    from coordinator.state.cluster import Cluster
 
 OPS = frozenset({"geo_role"})
+IN_FORCE_TIMEOUT_S = 30.0  # a forced promotion waits this long at most for every server to stop the appliers
+SEAL_ROUNDS = 20  # rounds of sealing the ranges left (each after a fresh look at the map)
 
 
-def handle(co: AdminHost, req: dict) -> dict[str, Any]:
-    """Answer ``geo_role`` (see the module docstring)."""
+def handle(co: AdminHost, req: dict, reply: Callable[[Any, TableError | None], None]) -> dict[str, Any] | None:
+    """Answer ``geo_role`` (see the module docstring); None when a controller job answers through ``reply``."""
     cl = co.cluster
-    maps = cl.map
+    if req.get("role") == "primary" and req.get("force"):
+        co.controller.submit(promote_at_cuts, cl, co.controller, reply=reply)
+        return None
     if "role" in req:
-        with maps.lock:
-            nxt = GeoRole(maps.geo.role, maps.geo.epoch, maps.geo.source)
-        puts = nxt.change(req["role"], req.get("source"))
-        if puts:
-            now = time.monotonic()
-            with maps.lock:
-                if nxt.follows:
-                    more, deletes = maps.cuts.install(req.get("cuts") or {}, now)
-                else:
-                    more, deletes = {}, maps.cuts.clear()
-            try:
-                maps.meta_store().commit({**puts, **more}, deletes)  # persisted before anyone acts on it
-            except Exception:
-                with maps.lock:  # the cuts as they are stored: the role stays what it was
-                    maps.cuts.load(maps.meta_store().items(CUT_PREFIX) + maps.meta_store().items(COPY_PREFIX), now)
-                raise
-            with maps.lock:
-                maps.geo = nxt
-                maps.source_claims.end_all()  # appliers of the role before stop: their claims are no longer live
-            cl.events.record("geo_role", role=nxt.role, epoch=nxt.epoch, source=(nxt.source or {}).get("native"))
-    with maps.lock:
-        return maps.geo.status(cl.registry.servers.values())
+        expect = req.get("expect")
+        with cl.map.lock:
+            if expect is not None and expect != cl.map.geo.epoch:
+                raise TableError("UpdateConditionNotSatisfied", f"the geo role is at epoch {cl.map.geo.epoch}, "
+                                                                f"not {expect}")
+        take(cl, req["role"], req.get("source"), req.get("cuts"))
+    return status(cl)
 
+
+def status(cl: Cluster) -> dict[str, Any]:
+    """``geo_role``'s answer."""
+    with cl.map.lock:
+        return cl.map.geo.status(cl.registry.servers.values())
+
+
+def take(cl: Cluster, role: Any, source: Any = None, cuts: Any = None,
+         promoted: dict[str, int] | None = None) -> GeoRole:
+    """Take a role (see the module docstring) and persist it with what goes with it; returns it. The same role
+    again changes nothing."""
+    maps = cl.map
+    with maps.lock:
+        nxt = GeoRole(maps.geo.role, maps.geo.epoch, maps.geo.source, maps.geo.promoted)
+    puts = nxt.change(role, source, promoted)
+    if not puts:
+        return nxt
+    now = time.monotonic()
+    with maps.lock:
+        if nxt.follows:
+            more, deletes = maps.cuts.install(cuts or {}, now)
+        else:
+            more, deletes = {}, maps.cuts.clear()
+    try:
+        maps.meta_store().commit({**puts, **more}, deletes)  # persisted before anyone acts on it
+    except Exception:
+        with maps.lock:  # the cuts as they are stored: the role stays what it was
+            maps.cuts.load(maps.meta_store().items(CUT_PREFIX) + maps.meta_store().items(COPY_PREFIX), now)
+        raise
+    with maps.lock:
+        maps.geo = nxt
+        maps.source_claims.end_all()  # appliers of the role before stop: their claims are no longer live
+    cl.events.record("geo_role", role=nxt.role, epoch=nxt.epoch, source=(nxt.source or {}).get("native"))
+    return nxt
+
+
+def wait_in_force(cl: Cluster, timeout: float) -> None:
+    """Until every live server enforces the role (TableError OperationTimedOut after ``timeout`` seconds)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        with cl.map.lock:
+            waiting = cl.map.geo.waiting(cl.registry.servers.values())
+        if not waiting:
+            return
+        if time.monotonic() > deadline:
+            raise TableError("OperationTimedOut", f"servers {', '.join(waiting)} have not confirmed the geo role")
+        time.sleep(0.05)
+
+
+def promote_at_cuts(cl: Cluster, ctl: Controller) -> dict[str, Any]:
+    """A forced failover's promotion of this secondary: fenced first (its appliers' writes refused by every
+    server, so nothing moves under what follows), then every range of every table sealed at its table's cut
+    (``source_seal``: what was applied past it goes back), a table without a cut (its first copy was under way)
+    emptied, and then the primary, at those cuts (kept with the role: the old source's loss ledger starts
+    there)."""
+    with cl.map.lock:
+        if cl.map.geo.role != "secondary":
+            raise TableError("InvalidInput", f"this cluster is {cl.map.geo.role}: only a secondary is promoted")
+    take(cl, "fenced")
+    wait_in_force(cl, IN_FORCE_TIMEOUT_S)
+    with cl.map.lock:
+        cuts = {t: c.cut for t, c in cl.map.cuts.cuts.items()}
+        tables = cl.map.pmap.user_tables()
+    uncopied = [t for t in tables if t.lower() not in cuts]
+    restored = _seal(cl, ctl, {t: cuts[t.lower()] for t in tables if t.lower() in cuts})
+    for t in uncopied:  # half a copy is no state the source ever had
+        ops.delete_table(cl, ctl, t)
+        ops.create_table(cl, ctl, t)
+    promoted = {t: cuts[t.lower()] for t in tables if t.lower() in cuts}
+    take(cl, "primary", promoted=promoted)
+    return {**status(cl), "promoted": promoted, "restored": restored, "emptied": uncopied}
+
+
+def _seal(cl: Cluster, ctl: Controller, cuts: dict[str, int]) -> int:
+    """Seal every range of each table at its cut; how many entities went back. A table with a range that failed
+    (it moved or split meanwhile) is sealed again by the map of then: sealing twice changes nothing."""
+    todo, restored = set(cuts), 0
+    for _ in range(SEAL_ROUNDS):
+        calls, names = [], []
+        with cl.map.lock:
+            for t in sorted(todo):
+                for r in cl.map.pmap.ranges_of(t):
+                    calls.append((r["primary"] or "", {"op": "source_seal", "range": r["id"], "epoch": r["epoch"],
+                                                       "cut": cuts[t]}))
+                    names.append(t)
+        results = ctl.call_many(calls) if calls else []  # type: ignore[arg-type]
+        todo = {t for t, res in zip(names, results, strict=True) if isinstance(res, TableError)}
+        restored += sum(int(res["restored"]) for res in results if not isinstance(res, TableError))
+        if not todo:
+            return restored
+        time.sleep(0.2)  # a range moving or splitting: sealed where the map says it is next round
+    raise TableError("OperationTimedOut", f"ranges of {', '.join(sorted(todo))} could not be sealed at their cut")

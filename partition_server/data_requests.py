@@ -301,6 +301,15 @@ def source_copy(served: Served, req: SourceCopyRequest, budget_s: float) -> Any:
     return {"applied": served.store.copy_source(out, claim, floor)}
 
 
+def source_seal(served: Served, req: Any, budget_s: float) -> Any:
+    """Seal a secondary range at its table's cut ``cut`` before a forced failover makes the cluster a primary
+    (:meth:`RangeStore.seal_at <partition_server.store.range_store.RangeStore.seal_at>`): ``{"restored": n}``."""
+    at = req.get("cut")
+    if type(at) is not int or at < 0:
+        raise TableError("InvalidInput", "source_seal needs the cut, a Timestamp")
+    return {"restored": served.store.seal_at(at, served.lo, served.hi)}
+
+
 TRIM_BATCH = 20_000  # undo records trimmed with one source_apply at most (a page carries 1,000 records or fewer)
 
 
@@ -330,7 +339,10 @@ def _batch_target(req: dict) -> tuple[str | None, int]:
     return (ops[0].get("pk") if ops else None), len(ops)
 
 
-SOURCE_WRITES = frozenset({"source_apply", "source_copy"})  # a secondary's appliers' writes: its only ones
+# The geo role's writes a partition server takes, by its lease's "writes" (coordinator/map/geo_role.py): a
+# primary's ("all") are every other write.
+GEO_WRITES = {"source_apply": "source", "source_copy": "source",  # a secondary's appliers'
+              "source_seal": "none"}  # a fenced secondary's seal before its forced promotion
 
 DATA_OPS: dict[str, DataOp] = {
     "get": DataOp(True, lambda req: (req["pk"], 1), get),
@@ -341,4 +353,5 @@ DATA_OPS: dict[str, DataOp] = {
     "index_apply": DataOp(False, _index_target, index_apply),
     "source_apply": DataOp(False, _source_target, source_apply),
     "source_copy": DataOp(False, _copy_target, source_copy),
+    "source_seal": DataOp(False, lambda req: (None, 1), source_seal),
 }

@@ -21,7 +21,7 @@ from collections.abc import Callable
 from typing import Any
 
 from partition_server.backup_source import BackupSource
-from partition_server.data_requests import DATA_OPS, SOURCE_WRITES
+from partition_server.data_requests import DATA_OPS, GEO_WRITES
 from partition_server.metrics import RangeTotals
 from partition_server.replication.replicator import Replicator
 from partition_server.served import FULL_REPORT_S, LAT_SAMPLES, Deferred, Load, Served, only_changed
@@ -66,7 +66,7 @@ class RangeSet:
         self.tables = TableConfig()  # the tables' TTLs and this server's shares of reserved throughput
         self.geo_epoch = -1  # the cluster's geo role as the last lease said (coordinator/map/geo_role.py) …
         self.geo_writes = geo_writes  # … and the writes it takes: "all", "source" (a secondary's appliers' only),
-        # or "none" (a partition server's until its first lease says)
+        # "none" (fenced: a seal only), or "unknown" (a partition server's until its first lease says)
         self.version = 0  # highest map version seen in a command
         self._last_report = time.monotonic()
         self._sent: dict[str, dict] = {}  # the last load report sent per range
@@ -175,7 +175,8 @@ class RangeSet:
         """Take the table settings (when newer), capacity shares and geo role a lease answer carries."""
         geo = answer.get("geo")
         if isinstance(geo, dict) and type(geo.get("epoch")) is int and geo["epoch"] >= self.geo_epoch:
-            self.geo_epoch, self.geo_writes = geo["epoch"], "all" if geo.get("writes") == "all" else "source"
+            writes = geo.get("writes")
+            self.geo_epoch, self.geo_writes = geo["epoch"], writes if writes in ("all", "source", "none") else "none"
         if self.tables.learn(answer):
             self.apply_settings()
         if "shares" in answer:
@@ -354,10 +355,10 @@ class RangeSet:
 
     def _refuse_for_geo_role(self, op: str) -> None:
         """A write the cluster's geo role does not take (:meth:`_serving`)."""
-        if self.geo_writes == "none":
+        if self.geo_writes == "unknown":
             raise TableError("ServerBusy", "This server has not learnt the cluster's geo role yet.")
-        if op in SOURCE_WRITES:
-            raise TableError("SourceFenced", "This cluster is a primary: it applies no source's changes.")
+        if op in GEO_WRITES:
+            raise TableError("SourceFenced", f"This cluster's geo role takes no {op} now (its appliers stopped).")
         raise TableError("InsufficientAccountPermissions", "This cluster is a secondary of another, or is failing "
                          "over to its secondary: it takes no writes.")
 
@@ -371,7 +372,7 @@ class RangeSet:
                 raise TableError("RangeBusy", f"range {served.record['id']} is {served.state}")
             if write or not req.get("secondary"):  # a follower's copy serves the -secondary endpoint's reads only
                 raise TableError("NotPrimary", f"range {rid} is only followed here")
-        if write and self.geo_writes != ("source" if req.get("op") in SOURCE_WRITES else "all"):
+        if write and self.geo_writes != GEO_WRITES.get(req.get("op"), "all"):  # type: ignore[arg-type]
             self._refuse_for_geo_role(str(req.get("op")))
         if write and self.repl is not None and not self.repl.writable(rid):
             served.load.busy += 1

@@ -76,7 +76,7 @@ class PartitionServer:
         self.ranges = RangeSet(cfg.data_dir, sync=cfg.sync, scan_budget_ms=cfg.scan_budget_ms,
                                partition_target=cfg.partition_target, request_window=(
                                    cfg.request_window_s, cfg.request_window_max, cfg.request_window_mb << 20),
-                               geo_writes="none")  # until the first lease carries the geo role
+                               geo_writes="unknown")  # until the first lease carries the geo role
         self.lease_until = 0.0  # monotonic; no lease until the coordinator first answers
         self.reclaimer = Reclaimer(self.ranges.serving_stores,  # table TTL: reclaims expired entities …
                                    writes=lambda: self.ranges.geo_writes == "all")  # … where the cluster takes writes

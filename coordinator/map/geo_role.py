@@ -10,8 +10,8 @@ lease:
   appliers'.
 
 Every change raises the **geo epoch**. Partition servers enforce the role (a lease answer carries
-:meth:`GeoRole.lease`: ``writes`` ``"all"`` or ``"source"``, the latter refusing every write but a secondary's
-``source_apply``/``source_copy``), so a frontend that has not heard of a change yet writes nothing a fenced
+:meth:`GeoRole.lease`: ``writes`` ``"all"``, ``"source"`` — every write refused but a secondary's
+``source_apply``/``source_copy`` — or ``"none"`` — every one but the seal of a forced failover), so a frontend that has not heard of a change yet writes nothing a fenced
 cluster would acknowledge; each heartbeat echoes the epoch its server enforces, and a change is **in force**
 once every live server echoed it (:meth:`GeoRole.waiting`): a server that cannot be reached stops serving when
 its lease runs out, before it is declared dead. A cluster started with ``--secondary-of`` begins as a secondary
@@ -38,19 +38,23 @@ class GeoRole:
     role: str = "primary"
     epoch: int = 0
     source: dict[str, Any] | None = None  # a secondary's source: its connection file's document
+    promoted: dict[str, int] | None = None  # a primary a forced failover made: each table's cut it was promoted at
 
     def load(self, stored: Any, seed: dict[str, Any] | None) -> None:
         """Install the persisted role at a takeover; none persisted: a secondary of ``seed`` when given (the
         ``--secondary-of`` a cluster was started with), else a primary."""
+        self.promoted = None
         if isinstance(stored, dict) and stored.get("role") in ROLES and type(stored.get("epoch")) is int:
             self.role, self.epoch, self.source = stored["role"], stored["epoch"], stored.get("source")
+            self.promoted = stored.get("promoted")
         elif seed is not None:
             self.role, self.epoch, self.source = "secondary", 0, seed
         else:
             self.role, self.epoch, self.source = "primary", 0, None
 
-    def change(self, role: Any, source: Any = None) -> dict[bytes, Any]:
-        """Take role ``role`` (a secondary's ``source`` a connection document with curve keys); returns the
+    def change(self, role: Any, source: Any = None, promoted: dict[str, int] | None = None) -> dict[bytes, Any]:
+        """Take role ``role`` (a secondary's ``source`` a connection document with curve keys; a primary's
+        ``promoted`` the cuts a forced failover promoted it at, kept until its next change); returns the
         meta-store put. The same role again (and the same source) changes nothing and returns no put."""
         if role not in ROLES:
             raise TableError("InvalidInput", f"role must be one of {', '.join(ROLES)}")
@@ -61,14 +65,14 @@ class GeoRole:
                                                  "a native endpoint)")
         else:
             source = None
-        if role == self.role and source == self.source:
+        if role == self.role and source == self.source and promoted is None:
             return {}
-        self.role, self.epoch, self.source = role, self.epoch + 1, source
+        self.role, self.epoch, self.source, self.promoted = role, self.epoch + 1, source, promoted
         return {ROLE_KEY: self.stored()}
 
     def stored(self) -> dict[str, Any]:
         """The persisted form."""
-        return {"role": self.role, "epoch": self.epoch, "source": self.source}
+        return {"role": self.role, "epoch": self.epoch, "source": self.source, "promoted": self.promoted}
 
     @property
     def follows(self) -> bool:
@@ -76,8 +80,9 @@ class GeoRole:
         return self.role == "secondary"
 
     def lease(self) -> dict[str, Any]:
-        """What a lease answer carries: the epoch and which writes the servers take (``all`` or ``source``)."""
-        return {"epoch": self.epoch, "writes": "all" if self.role == "primary" else "source"}
+        """What a lease answer carries: the epoch and which writes the servers take: ``all`` on a primary,
+        ``source`` (its appliers') on a secondary, ``none`` but a seal when fenced."""
+        return {"epoch": self.epoch, "writes": {"primary": "all", "secondary": "source", "fenced": "none"}[self.role]}
 
     def wire(self) -> dict[str, Any]:
         """What frontends are sent: the role, its epoch and a secondary's source."""
@@ -92,5 +97,5 @@ class GeoRole:
         """``geo_role``'s answer: the role, epoch, a secondary's source endpoint, and whether it is in force."""
         waiting = self.waiting(servers)
         src = self.source or {}
-        return {"role": self.role, "epoch": self.epoch, "source": src.get("native"), "in_force": not waiting,
-                "waiting": waiting}
+        return {"role": self.role, "epoch": self.epoch, "source": src.get("native"), "promoted": self.promoted,
+                "in_force": not waiting, "waiting": waiting}

@@ -79,6 +79,9 @@ class RestApp:
     def geo_role(self) -> str:
         """The cluster's geo role as this frontend knows it (``docs/geo.md``): ``primary``, ``fenced`` or
         ``secondary``."""
+        return self._geo_role()
+
+    def _geo_role(self) -> str:
         handler = getattr(self.fe, "handler", None)
         return "primary" if handler is None else str(handler.role)
 
@@ -211,7 +214,7 @@ class RestApp:
                 return
             rq.auth = self.security.authenticate_now(rq.method, rq.raw_path, rq.query, rq.headers, rq.scheme,
                                                      rq.client_ip)
-            refuse_secondary_write(res, method, self.geo_role)
+            refuse_secondary_write(res, method, self._geo_role)
             req, finisher = plan(rq)
         except Exception as exc:
             done(finish(rq, failure(rq, exc), self.answers))
@@ -249,7 +252,7 @@ class RestApp:
                                                    rq.scheme, rq.client_ip)
         if "origin" in rq.headers:
             rq.cors_rule = await cors.cors_rule_for(self, rq, method)
-        refuse_secondary_write(res, method, self.geo_role)  # after the CORS lookup: the refusal carries CORS headers too
+        refuse_secondary_write(res, method, self._geo_role)  # after the CORS lookup: the refusal carries CORS headers too
         plan = routes.plan_for(res, method, comp)
         if plan is not None:
             req, finisher = plan(rq)

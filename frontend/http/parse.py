@@ -13,6 +13,7 @@ from __future__ import annotations
 import itertools
 import re
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 from urllib.parse import parse_qs, unquote
@@ -458,10 +459,10 @@ def parse(rq: Request, too_big: bool) -> tuple[str, str | None]:
     return method, comp
 
 
-def refuse_secondary_write(res: Resource, method: str, geo_role: str = "primary") -> None:
+def refuse_secondary_write(res: Resource, method: str, geo_role: Callable[[], str] = lambda: "primary") -> None:
     """403 InsufficientAccountPermissions for anything but a read on the ``-secondary`` account, and on every
-    account of a cluster whose ``geo_role`` is not ``primary`` (a secondary cluster's, or one failing over to
-    it: ``docs/geo.md``): like Azure's read-access geo-redundant secondary, it serves reads (queries, gets, ACL,
-    service properties and stats) and refuses writes."""
-    if (res.secondary or geo_role != "primary") and method not in READS:
+    account of a cluster whose ``geo_role()`` is not ``primary`` (a secondary cluster's, or one failing over to
+    it: ``docs/geo.md``; asked of writes only): like Azure's read-access geo-redundant secondary, it serves reads
+    (queries, gets, ACL, service properties and stats) and refuses writes."""
+    if method not in READS and (res.secondary or geo_role() != "primary"):
         raise TableError("InsufficientAccountPermissions", "Write operations are not allowed.")

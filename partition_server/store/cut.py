@@ -131,6 +131,19 @@ def items(db: Any, lo: bytes, hi: bytes | None) -> Iterator[tuple[bytes, bytes]]
         it = None  # a live iterator would keep the DB LOCK after close()
 
 
+def after(db: Any, lo: bytes, hi: bytes | None, at: int) -> tuple[dict[bytes, bytes | None], list[bytes]]:
+    """What sealing the entity keys ``[lo, hi)`` at cut ``at`` takes: each entity changed after it with its
+    stored value at ``at`` (None: absent then), and the keys of the undo records after it (each record's key and
+    time key) to delete."""
+    restore = dict(_first_after(items(db, lo, hi), at))
+    gone: list[bytes] = []
+    for ukey, _ in items(db, lo, hi):
+        key, ts = parse_undo_key(ukey)
+        if ts > at:
+            gone += [ukey, time_key(key, ts)]
+    return restore, gone
+
+
 def expired(db: Any, upto: int, limit: int, start: bytes = UNDO_TIME_PREFIX) -> list[bytes]:
     """The keys to delete of the undo records at or below ``upto`` (no reader needs them once every cut asked is
     at or above it), at most ``limit`` records: each one's time key and record key. ``start``: the time key to

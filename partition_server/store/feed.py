@@ -270,6 +270,27 @@ class Feed:
             self.floor = ts
             wb.put(META_FEED, pack_state(self.on, self.floor, self.records, self.nbytes))
 
+    def drop_after(self, wb: Any, ts: int, lo: bytes, hi: bytes | None) -> int:
+        """Put into ``wb`` the deletion of this range's records (entity keys ``[lo, hi)``) after Timestamp ``ts``
+        (a secondary sealed at that cut: changes it applied past it never happened here); returns how many."""
+        ro = rocksdict.ReadOptions()
+        ro.set_iterate_upper_bound(FEED_END)
+        it = self.db.items(from_key=FEED_PREFIX + _TS.pack(ts + 1), read_opt=ro)
+        n, size, at = 0, 0, len(FEED_PREFIX) + _TS.size
+        try:
+            for fk, record in it:
+                key = fk[at:]
+                if key >= lo and (hi is None or key < hi):
+                    wb.delete(fk, self.family)
+                    n, size = n + 1, size + len(fk) + len(record)
+        finally:
+            it = None  # a live iterator would keep the DB LOCK after close()
+        if n:
+            self.records, self.nbytes = max(0, self.records - n), max(0, self.nbytes - size)
+            self.top = None
+            wb.put(META_FEED, pack_state(self.on, self.floor, self.records, self.nbytes))
+        return n
+
     def cutoff(self, now: int) -> int | None:
         """The Timestamp at or below which records are older than the retention at ``now``; None when nothing
         more is to trim."""

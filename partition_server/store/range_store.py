@@ -679,6 +679,31 @@ class RangeStore:
             self._commit(wb, self._last_ts, None, WRITE, b"", None, delta(values, before.__getitem__))
         return len(values)
 
+    def seal_at(self, at: int, lo: bytes, hi: bytes | None) -> int:
+        """Make this secondary range (entity keys ``[lo, hi)``) hold its table's state at cut ``at`` and nothing
+        after, in one batch: every entity changed after the cut back to its value then (its undo records), those
+        undo records and the range's feed records after the cut deleted, and the source's position set to the
+        cut — a forced failover promotes the cluster at its cut (``docs/geo.md``). Returns how many entities went
+        back. Later writes still stamp above every Timestamp applied here, so no reader sees time go back."""
+        with self._lock:
+            restore, gone = cut.after(self._db, lo, hi, at)
+            keys = list(restore)
+            before = dict(zip(keys, self._db.get(keys) if keys else [], strict=True))
+            wb = self._tee.new_batch()
+            for key, value in restore.items():
+                if value is None:
+                    wb.delete(key)
+                else:
+                    wb.put(key, value)
+                    self.expiry.note_write(wb, fast_path.stored_ts(value), [key])
+            for k in gone:
+                wb.delete(k)
+            self.feed.drop_after(wb, at, lo, hi)
+            claim, _ = index_state.unpack(self._db.get(META_SOURCE))
+            wb.put(META_SOURCE, index_state.pack(claim, (at, b"\xff")))
+            self._commit(wb, self._last_ts, None, WRITE, b"", None, delta(restore.items(), before.__getitem__))
+        return len(restore)
+
     def source_state(self) -> tuple[int, index_state.Position | None]:
         """(claim, position) of the source's feed this range applied (:meth:`apply_source`); (0, None) if none."""
         return index_state.unpack(self._db.get(META_SOURCE))

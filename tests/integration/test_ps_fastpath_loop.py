@@ -48,7 +48,7 @@ class FakeCoordinator:
             self.pending.append(beat["pending"])
             if self.answer.is_set():
                 time.sleep(self.delay_s)
-                self.sock.send_multipart([ident, rid, protocol.ok({"lease_s": 2.0})])
+                self.sock.send_multipart([ident, rid, protocol.ok({"lease_s": 2.0, "geo": {"epoch": 0, "writes": "all"}})])
                 self.answered.append(time.monotonic())
         self.sock.close(0)
 

@@ -372,3 +372,30 @@ def test_a_secondary_ranges_feed_is_read_up_to_the_cut_never_closed(tmp_path: Pa
     assert dst.last_ts == last  # nothing closed: only the source stamps Timestamps here
     src.close()
     dst.close()
+
+
+def test_a_range_sealed_at_a_cut_holds_the_sources_state_then_and_nothing_after(tmp_path: Path) -> None:
+    """A forced failover promotes a secondary at its cut: each range goes back to it (its undo records), and its
+    undo and feed records past it go, only those of its own span (a split's halves share them)."""
+    src, dst = source_store(tmp_path), source_store(tmp_path, "dst")
+    states = history(src, random.Random(11), 120)
+    records = records_of(src)
+    dst.apply_source(records, 1, position_of(records[-1]))
+    mid = states[len(states) // 2][0]
+    counts = dst.counts()
+    other = dst.read_changes(None, encode_key("q", ""), None, 100_000).records  # another span's records stay
+    restored = dst.seal_at(mid, b"", encode_key("q", ""))
+    want = {k: v for k, v in dict(states)[mid].items() if k[0] == "p"}
+    assert read_state(dst, hi=encode_key("q", "")) == want == read_state(dst, at=mid, hi=encode_key("q", ""))
+    assert restored == len({r[1] for r in records if r[0] > mid and r[1] < encode_key("q", "")})
+    assert all(cut.parse_undo_key(k)[1] <= mid or k >= cut.UNDO_PREFIX + encode_key("q", "")
+               for k, _ in cut.items(dst._db, b"", None))
+    mine = dst.read_changes(None, b"", encode_key("q", ""), 100_000).records
+    assert [r[:4] for r in mine] == [r[:4] for r in records if r[0] <= mid and r[1] < encode_key("q", "")]
+    assert dst.read_changes(None, encode_key("q", ""), None, 100_000).records == other
+    assert dst.counts() != counts or restored == 0
+    assert dst.counts().entities == len(read_state(dst))  # the counts follow what went back
+    assert dst.source_state()[1] == (mid, b"\xff")
+    assert dst.last_ts == src.last_ts  # later writes stamp above every Timestamp it ever applied
+    src.close()
+    dst.close()

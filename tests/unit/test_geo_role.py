@@ -34,13 +34,13 @@ def test_a_persisted_role_wins_over_the_flag_a_cluster_was_started_with() -> Non
 
 def test_every_change_raises_the_epoch_and_is_persisted_and_the_same_role_again_is_nothing() -> None:
     g = GeoRole()
-    assert g.change("fenced") == {ROLE_KEY: {"role": "fenced", "epoch": 1, "source": None}}
+    assert g.change("fenced") == {ROLE_KEY: {"role": "fenced", "epoch": 1, "source": None, "promoted": None}}
     assert g.change("fenced") == {}
-    assert g.change("secondary", SOURCE) == {ROLE_KEY: {"role": "secondary", "epoch": 2, "source": SOURCE}}
+    assert g.change("secondary", SOURCE) == {ROLE_KEY: {"role": "secondary", "epoch": 2, "source": SOURCE, "promoted": None}}
     assert g.change("secondary", SOURCE) == {}
     other = {**SOURCE, "native": "tcp://10.0.0.2:1"}
     assert g.change("secondary", other)[ROLE_KEY]["epoch"] == 3  # another source is another role
-    assert g.change("primary", SOURCE) == {ROLE_KEY: {"role": "primary", "epoch": 4, "source": None}}
+    assert g.change("primary", SOURCE) == {ROLE_KEY: {"role": "primary", "epoch": 4, "source": None, "promoted": None}}
 
 
 @pytest.mark.parametrize("role,source", [("boss", None), ("secondary", None), ("secondary", {"native": "x"}),
@@ -57,7 +57,7 @@ def test_servers_take_all_writes_on_a_primary_and_only_a_sources_otherwise() -> 
     g = GeoRole()
     assert g.lease() == {"epoch": 0, "writes": "all"}
     g.change("fenced")
-    assert g.lease() == {"epoch": 1, "writes": "source"}
+    assert g.lease() == {"epoch": 1, "writes": "none"}
     g.change("secondary", SOURCE)
     assert g.lease() == {"epoch": 2, "writes": "source"}
 
@@ -68,7 +68,7 @@ def test_a_role_is_in_force_once_every_live_server_echoed_its_epoch() -> None:
     a, b, c = (ServerInfo(s, "", "i", 0.0) for s in ("ps-1", "ps-2", "ps-3"))
     assert g.waiting([a, b, c]) == ["ps-1", "ps-2", "ps-3"]
     a.geo_epoch, b.geo_epoch = 1, 0
-    assert g.status([a, b, c]) == {"role": "fenced", "epoch": 1, "source": None, "in_force": False,
+    assert g.status([a, b, c]) == {"role": "fenced", "epoch": 1, "source": None, "promoted": None, "in_force": False,
                                    "waiting": ["ps-2", "ps-3"]}
     b.geo_epoch, c.alive = 1, False  # a dead server's lease ran out before it was declared dead
     assert g.status([a, b, c])["in_force"] is True
@@ -102,7 +102,8 @@ APPLY = {"op": "source_apply", "range": "r1", "epoch": 3, "claim": 1, "records":
 
 
 @pytest.mark.parametrize("writes,write_code,apply_code", [
-    ("none", "ServerBusy", "ServerBusy"),  # before its first lease said: nothing
+    ("unknown", "ServerBusy", "ServerBusy"),  # before its first lease said: nothing
+    ("none", "InsufficientAccountPermissions", "SourceFenced"),  # fenced: not even its appliers
     ("all", None, "SourceFenced"),  # a primary: a late applier writes nothing
     ("source", "InsufficientAccountPermissions", None),  # fenced or a secondary: its appliers only
 ])
@@ -123,7 +124,7 @@ def test_a_partition_server_takes_the_writes_of_the_role_its_lease_said(tmp_path
 
 
 def test_a_lease_changes_the_role_a_server_enforces_and_an_older_one_does_not(tmp_path: Path) -> None:
-    rs = _store(tmp_path, "none")
+    rs = _store(tmp_path, "unknown")
     try:
         rs.on_lease({"geo": {"epoch": 2, "writes": "source"}})
         assert (rs.geo_epoch, rs.geo_writes) == (2, "source")
