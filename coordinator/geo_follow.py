@@ -67,8 +67,9 @@ def handle(co: AdminHost, op: str, req: dict) -> dict[str, Any]:
 def report(co: AdminHost, now: float) -> dict[str, Any]:
     """``geo_status``'s answer (and the status' ``geo`` section): :func:`status` on a secondary cluster, an
     empty one on a primary, with the alarm threshold."""
+    with co.cluster.map.lock:
+        role = co.cluster.map.geo.status(co.cluster.registry.servers.values())
     geo = co.cluster.map.geo
-    role = {"role": geo.role, "epoch": geo.epoch, "source": (geo.source or {}).get("native")}
     if not geo.follows:  # nothing follows here
         return {"secondary": False, **role, "tables": [], "last_sync": None, "alarm_s": co.cfg.geo_lag_alarm_s}
     return {"secondary": True, **role, **status(co.cluster.map, now), "alarm_s": co.cfg.geo_lag_alarm_s}

@@ -18,13 +18,16 @@ The operator's key only. The steps of a failover across the two clusters are in 
 
 from __future__ import annotations
 
+import logging
 import time
 from typing import TYPE_CHECKING, Any
 
 from coordinator.control import operations as ops
 from coordinator.map.geo_role import GeoRole
 from coordinator.map.source_cuts import COPY_PREFIX, CUT_PREFIX
+from rangetable import curve
 from rangetable.errors import TableError
+from rangetable.kernel.requests import call
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -32,6 +35,8 @@ if TYPE_CHECKING:
     from coordinator.control.controller import Controller
     from coordinator.interfaces import AdminHost
     from coordinator.state.cluster import Cluster
+
+log = logging.getLogger("rangetable.coordinator")
 
 OPS = frozenset({"geo_role"})
 IN_FORCE_TIMEOUT_S = 30.0  # a forced promotion waits this long at most for every server to stop the appliers
@@ -42,7 +47,7 @@ def handle(co: AdminHost, req: dict, reply: Callable[[Any, TableError | None], N
     """Answer ``geo_role`` (see the module docstring); None when a controller job answers through ``reply``."""
     cl = co.cluster
     if req.get("role") == "primary" and req.get("force"):
-        co.controller.submit(promote_at_cuts, cl, co.controller, reply=reply)
+        co.controller.submit(promote_at_cuts, cl, co.controller, req.get("fence"), reply=reply)
         return None
     if "role" in req:
         expect = req.get("expect")
@@ -61,21 +66,23 @@ def status(cl: Cluster) -> dict[str, Any]:
 
 
 def take(cl: Cluster, role: Any, source: Any = None, cuts: Any = None,
-         promoted: dict[str, int] | None = None) -> GeoRole:
+         promoted: dict[str, int] | None = None, fence: Any = None) -> GeoRole:
     """Take a role (see the module docstring) and persist it with what goes with it; returns it. The same role
     again changes nothing."""
     maps = cl.map
     with maps.lock:
-        nxt = GeoRole(maps.geo.role, maps.geo.epoch, maps.geo.source, maps.geo.promoted)
-    puts = nxt.change(role, source, promoted)
+        nxt = GeoRole(maps.geo.role, maps.geo.epoch, maps.geo.source, maps.geo.promoted, maps.geo.fence)
+    puts = nxt.change(role, source, promoted, fence)
     if not puts:
         return nxt
     now = time.monotonic()
     with maps.lock:
         if nxt.follows:
             more, deletes = maps.cuts.install(cuts or {}, now)
-        else:
+        elif nxt.role == "primary":
             more, deletes = {}, maps.cuts.clear()
+        else:  # fenced: a secondary's reads stay at its cuts while a forced failover promotes it
+            more, deletes = {}, []
     try:
         maps.meta_store().commit({**puts, **more}, deletes)  # persisted before anyone acts on it
     except Exception:
@@ -102,15 +109,17 @@ def wait_in_force(cl: Cluster, timeout: float) -> None:
         time.sleep(0.05)
 
 
-def promote_at_cuts(cl: Cluster, ctl: Controller) -> dict[str, Any]:
+def promote_at_cuts(cl: Cluster, ctl: Controller, fence: Any = None) -> dict[str, Any]:
     """A forced failover's promotion of this secondary: fenced first (its appliers' writes refused by every
     server, so nothing moves under what follows), then every range of every table sealed at its table's cut
     (``source_seal``: what was applied past it goes back), a table without a cut (its first copy was under way)
     emptied, and then the primary, at those cuts (kept with the role: the old source's loss ledger starts
-    there)."""
+    there). With ``fence`` (the old source's admin connection document) the coordinator fences the old source
+    as soon as it answers (:func:`fence_old`)."""
     with cl.map.lock:
         if cl.map.geo.role != "secondary":
             raise TableError("InvalidInput", f"this cluster is {cl.map.geo.role}: only a secondary is promoted")
+    GeoRole().change("primary", fence=fence)  # a bad fence document is refused before anything changes
     take(cl, "fenced")
     wait_in_force(cl, IN_FORCE_TIMEOUT_S)
     with cl.map.lock:
@@ -122,7 +131,7 @@ def promote_at_cuts(cl: Cluster, ctl: Controller) -> dict[str, Any]:
         ops.delete_table(cl, ctl, t)
         ops.create_table(cl, ctl, t)
     promoted = {t: cuts[t.lower()] for t in tables if t.lower() in cuts}
-    take(cl, "primary", promoted=promoted)
+    take(cl, "primary", promoted=promoted, fence=fence)
     return {**status(cl), "promoted": promoted, "restored": restored, "emptied": uncopied}
 
 
@@ -145,3 +154,34 @@ def _seal(cl: Cluster, ctl: Controller, cuts: dict[str, int]) -> int:
             return restored
         time.sleep(0.2)  # a range moving or splitting: sealed where the map says it is next round
     raise TableError("OperationTimedOut", f"ranges of {', '.join(sorted(todo))} could not be sealed at their cut")
+
+
+FENCE_EVERY_S = 2.0  # how often the old source is asked to stop while it does not answer
+
+
+def fence_old(cl: Cluster) -> bool:
+    """One attempt at fencing the old source of a forced failover (the loop starts one on a thread of its own
+    every :data:`FENCE_EVERY_S` until it lands): asked for its role, then to be fenced expecting the epoch it answered, so a request
+    delivered late never lands on a role it took since. Done once it answers a role other than primary: from
+    then on it acknowledges nothing, and what it acknowledged after the cuts is its loss ledger (``rangetable
+    geo rejoin``). Returns whether it is done."""
+    with cl.map.lock:
+        target = cl.map.geo.fencing
+    if target is None:
+        return True
+    curve.remember_cluster(target)
+    endpoint = str(target["coordinator"])
+    try:
+        st = call(endpoint, {"op": "geo_role"}, timeout=FENCE_EVERY_S)
+        if st["role"] == "primary":
+            st = call(endpoint, {"op": "geo_role", "role": "fenced", "expect": st["epoch"]}, timeout=FENCE_EVERY_S)
+    except TableError as exc:
+        log.info("the old source %s is not fenced yet: %s", endpoint, exc)
+        return False
+    with cl.map.lock:
+        if cl.map.geo.fencing is not target:
+            return True  # the role changed meanwhile
+        puts = cl.map.geo.fenced_old()
+    cl.map.meta_store().commit(puts, [])
+    cl.events.record("geo_old_source_fenced", source=endpoint, epoch=st["epoch"])
+    return True

@@ -30,10 +30,42 @@ if TYPE_CHECKING:
 log = logging.getLogger("rangetable.coordinator")
 
 
+LOCK_WAIT_S = 0.05  # a heartbeat waits this long for the map's lock before it is answered with a renewal alone
+
+
 def heartbeat(cl: Cluster, ctl: Controller, balancer: BalancerLoop, term: int, req: Heartbeat) -> LeaseAnswer:
     """Take one heartbeat (register the server when it is new or restarted, keep its ranges and
     load reports, ask the controller to reconcile it when its ranges differ from the map) and
-    return the lease of ``term``."""
+    return the lease of ``term``. While another thread holds the map's lock (a commit whose meta-store round
+    trip hangs: etcd losing its leader), a known server's heartbeat is answered by :func:`renewal` alone, so
+    leases do not lapse behind a slow commit."""
+    maps = cl.map
+    if not maps.lock.acquire(timeout=LOCK_WAIT_S):
+        quick = renewal(cl, term, req)
+        if quick is not None:
+            return quick
+        maps.lock.acquire()
+    try:
+        return _heartbeat(cl, ctl, balancer, term, req)
+    finally:
+        maps.lock.release()
+
+
+def renewal(cl: Cluster, term: int, req: Heartbeat) -> LeaseAnswer | None:
+    """The lease of a server known, alive and of the same incarnation, renewed without the map's lock and
+    without taking its report (the next heartbeat's is taken); None for any other (it registers, under the
+    lock). Only the loop thread changes what it reads and writes of the server."""
+    info = cl.registry.servers.get(req["server"])
+    if info is None or info.incarnation != req["incarnation"] or not info.alive:
+        return None
+    info.last_seen = time.monotonic()
+    geo = req.get("geo")
+    if type(geo) is int:
+        info.geo_epoch = geo
+    return {"lease_s": cl.cfg.lease_s, "version": cl.map.pmap.version, "term": term, "geo": cl.map.geo.lease()}
+
+
+def _heartbeat(cl: Cluster, ctl: Controller, balancer: BalancerLoop, term: int, req: Heartbeat) -> LeaseAnswer:
     sid = req["server"]
     now = time.monotonic()
     maps, registry = cl.map, cl.registry

@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING
 
 import zmq
 
-from coordinator import admin_dispatch, geo_follow, leases, takeover
+from coordinator import admin_dispatch, geo_follow, geo_roles, leases, takeover
 from coordinator.backup import BackupSessions
 from coordinator.control import operations as ops
 from coordinator.control import replica_move, replica_ops
@@ -238,6 +238,7 @@ class Coordinator:
         next_tick = 0.0
         next_hugz = next_index = 0.0
         next_gc = time.monotonic() + 2 * (self.cfg.lease_s + self.cfg.lease_grace_s)
+        next_fence, fencer = 0.0, None  # a forced failover's old source: asked to stop until it answers
         next_rerepl = next_gc if self.cfg.replicas > 1 else float("inf")
         held: list[tuple[list[bytes], str | None]] | None = []  # (request, sender role) held while the map loads
         self.gc.install()
@@ -291,6 +292,12 @@ class Coordinator:
                 next_index = now + 1.0
                 if self.cluster.map.claims.reported_at:
                     self.controller.submit(ops.judge_lapsed_indexes, self.cluster, self.controller, key="lapsed")
+            if now >= next_fence and self.cluster.map.geo.fencing is not None:  # a forced failover's old source
+                next_fence = now + geo_roles.FENCE_EVERY_S  # asked from a thread: it may not answer for long
+                if fencer is None or not fencer.is_alive():
+                    fencer = threading.Thread(target=geo_roles.fence_old, args=(self.cluster,), name="geo-fence",
+                                              daemon=True)
+                    fencer.start()
             if now >= next_gc:
                 next_gc = now + 30.0
                 self.controller.submit(ops.collect_garbage, self.cluster, self.controller, key="gc")
@@ -306,10 +313,16 @@ class Coordinator:
         maps = self.cluster.map
         if (maps.cuts.version, maps.geo.epoch) == self._cuts_sent and now < self._cuts_due:
             return
-        with maps.lock:
+        if not maps.lock.acquire(blocking=False):  # a commit holds the map: the next tick sends them
+            return
+        try:
             self._cuts_sent, wire, geo = (maps.cuts.version, maps.geo.epoch), maps.cuts.wire(), maps.geo.wire()
-            if now >= self._cuts_due and maps.geo.follows:  # once a second: the lag alarm (geo_follow.judge)
-                self.cluster.events.record_many(geo_follow.judge(maps, self.cfg.geo_lag_alarm_s, now))
+            alarms = geo_follow.judge(maps, self.cfg.geo_lag_alarm_s, now) \
+                if now >= self._cuts_due and maps.geo.follows else []  # once a second: the lag alarm
+        finally:
+            maps.lock.release()
+        if alarms:
+            self.cluster.events.record_many(alarms)
         self._cuts_due = now + 1.0
         self.pub.send_multipart([b"cuts", protocol.pack({"cuts": wire, "geo": geo, "term": self.term})])
 

@@ -7,6 +7,7 @@ swaps the roles of a secondary and its source (:mod:`cli.geo_failover`).
 
 from __future__ import annotations
 
+import json
 import os
 
 import click
@@ -78,31 +79,61 @@ def _admin_doc(where: str, what: str) -> dict:
     return doc
 
 
+def _maybe_admin_doc(path: str) -> dict | None:
+    """The admin connection document at ``path`` when it is one (a secondary started with its source's data dir
+    or cluster.json keeps it), else None (a client key's file cannot fence the source)."""
+    from rangetable.curve import read_cluster_doc
+
+    try:
+        doc = read_cluster_doc(path)
+    except (OSError, ValueError):
+        return None
+    return doc if doc.get("coordinator") else None
+
+
 @geo_group.command("failover")
-@click.option("--planned", is_flag=True, help="Drain the source, swap the roles, lose nothing (the only kind yet).")
+@click.option("--planned", is_flag=True, help="Drain the source, swap the roles, lose nothing.")
+@click.option("--force", is_flag=True, help="Without the source (it is down or cut off): promote this cluster at "
+                                            "its cuts; `geo rejoin` lists what the source acknowledged after them.")
 @click.option("--source", "source", default=None,
-              help="The source cluster's data dir or cluster.json (its coordinator and admin key) "
-                   "[default: the source this secondary was started with, when that is one].")
+              help="The source cluster's data dir or cluster.json (its coordinator and admin key): drained by "
+                   "--planned, fenced as soon as it answers after --force [default: the source this secondary was "
+                   "started with, when that is one].")
 @click.option("--timeout", default=CATCH_UP_TIMEOUT_S, show_default=True,
               help="Seconds the secondary may take to reach the drained source before the failover is abandoned.")
 @data_dir_option
 @json_option
-def geo_failover_cmd(planned: bool, source: str | None, timeout: float, data_dir: str, as_json: bool) -> None:
-    """Make this secondary cluster the primary and its source a secondary of it.
+def geo_failover_cmd(planned: bool, force: bool, source: str | None, timeout: float, data_dir: str,
+                     as_json: bool) -> None:
+    """Make this secondary cluster the primary.
 
     With --planned the source stops taking writes, this cluster applies everything it acknowledged, the roles
     swap, and the old source follows this cluster from there without a copy: nothing is lost, and writes are
-    refused for the seconds it prints. A forced failover (the source unreachable) is not offered yet."""
+    refused for the seconds it prints. With --force (the source is down or cut off) this cluster becomes the
+    primary at each table's cut at once; what the source acknowledged after the cuts is lost here until
+    `rangetable geo rejoin` fences the source, lists it (the loss ledger) and makes it a secondary."""
     from cli.commands.security import register_client
 
-    if not planned:
-        raise click.UsageError("give --planned: a failover that drains the source first (a forced one, without "
-                               "the source, is not offered yet: docs/geo.md)")
+    if planned == force:
+        raise click.UsageError("give --planned (drain the source first: nothing lost) or --force (without the "
+                               "source: what it acknowledged after the cuts goes to the loss ledger)")
     secondary = _admin_doc(data_dir, "this cluster")
+    echo = (lambda _m: None) if as_json else click.echo
+    if force:
+        kept = os.path.join(data_dir, SOURCE_FILE)
+        old = _admin_doc(source, "--source") if source else _maybe_admin_doc(kept)
+        try:
+            got = geo_failover.forced(secondary, echo, old)
+        except TableError as exc:
+            raise click.ClickException(f"{exc.error_code}: {exc.message}") from None
+        if os.path.exists(kept):  # this cluster follows nobody now
+            os.remove(kept)
+        emit(got, as_json, "forced failover done: this cluster is the primary; run `rangetable geo rejoin "
+                           "--source OLD` once the old source can be reached")
+        return
     kept = os.path.join(data_dir, SOURCE_FILE)
     src_doc = _admin_doc(source or kept, "--source")
     natives = tuple(secondary.get("frontends") or [secondary["native"]])
-    echo = (lambda _m: None) if as_json else click.echo
     try:
         res = geo_failover.planned(src_doc, secondary,
                                    lambda name: register_client(secondary, name, "devstoreaccount1", natives)[1],
@@ -118,3 +149,64 @@ def geo_failover_cmd(planned: bool, source: str | None, timeout: float, data_dir
         res.pop("follow")
     emit(res, as_json, f"planned failover done in {res['seconds']:.2f} s: this cluster is the primary (writes "
                        f"refused for {res['writes_refused_s']:.2f} s), its old source follows it")
+
+
+@geo_group.command("rejoin")
+@click.option("--source", "source", required=True,
+              help="The old source's data dir or cluster.json (its coordinator and admin key).")
+@click.option("--ledger", "ledger_path", default="geo-ledger.jsonl", show_default=True,
+              help="Where to write the loss ledger (JSON lines: the old source's changes after the cuts).")
+@click.option("--wait", "wait_s", default=60.0, show_default=True,
+              help="Seconds to keep asking an old source that does not answer.")
+@data_dir_option
+@json_option
+def geo_rejoin_cmd(source: str, ledger_path: str, wait_s: float, data_dir: str, as_json: bool) -> None:
+    """After `geo failover --force` to this cluster: fence the old source, write its loss ledger, make it a
+    secondary of this cluster.
+
+    Fencing comes first: from then on the old source acknowledges nothing, so the ledger — its change feed after
+    each table's cut — lists every write it acknowledged that this cluster lacks, during the outage included.
+    Replay what should be kept with `rangetable geo replay LEDGER`. The old source then follows this cluster,
+    copying every table again."""
+    from cli.commands.security import register_client
+
+    primary = _admin_doc(data_dir, "this cluster")
+    old = _admin_doc(source, "--source")
+    natives = tuple(primary.get("frontends") or [primary["native"]])
+    echo = (lambda _m: None) if as_json else click.echo
+    try:
+        res = geo_failover.rejoin(primary, old,
+                                  lambda name: register_client(primary, name, "devstoreaccount1", natives)[1],
+                                  wait_s, echo)
+    except TableError as exc:
+        raise click.ClickException(f"{exc.error_code}: {exc.message}") from None
+    with open(ledger_path, "w") as f:
+        for line in res.pop("ledger"):
+            f.write(json.dumps(line) + "\n")
+    follow = res.pop("follow")
+    old_dir = old.get("data_dir")
+    if isinstance(old_dir, str) and os.path.isdir(old_dir):
+        write_json_atomic(os.path.join(old_dir, SOURCE_FILE), follow, private=True, indent=2)
+    res["ledger_file"] = os.path.abspath(ledger_path)
+    emit(res, as_json, f"loss ledger written to {res['ledger_file']}; the old source follows this cluster")
+
+
+@geo_group.command("replay")
+@click.argument("ledger", type=click.Path(exists=True, dir_okay=False))
+@data_dir_option
+@json_option
+def geo_replay_cmd(ledger: str, data_dir: str, as_json: bool) -> None:
+    """Apply a loss ledger's changes (or the lines of it kept) to this cluster: each entity put as it was after
+    its change, or deleted."""
+    from cli.cluster_file import read_cluster
+
+    doc = read_cluster(data_dir) or {}
+    if not doc.get("native"):
+        raise click.ClickException(f"no cluster.json in {data_dir}")
+    with open(ledger) as f:
+        lines = [json.loads(line) for line in f if line.strip()]
+    try:
+        n = geo_failover.replay(doc["native"], lines)
+    except TableError as exc:
+        raise click.ClickException(f"{exc.error_code}: {exc.message}") from None
+    emit({"replayed": n}, as_json, f"replayed {n} change(s)")

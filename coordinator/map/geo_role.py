@@ -39,23 +39,32 @@ class GeoRole:
     epoch: int = 0
     source: dict[str, Any] | None = None  # a secondary's source: its connection file's document
     promoted: dict[str, int] | None = None  # a primary a forced failover made: each table's cut it was promoted at
+    fence: dict[str, Any] | None = None  # … and the old source it fences: {"target": its admin connection, "done"}
 
     def load(self, stored: Any, seed: dict[str, Any] | None) -> None:
         """Install the persisted role at a takeover; none persisted: a secondary of ``seed`` when given (the
         ``--secondary-of`` a cluster was started with), else a primary."""
-        self.promoted = None
+        self.promoted = self.fence = None
         if isinstance(stored, dict) and stored.get("role") in ROLES and type(stored.get("epoch")) is int:
             self.role, self.epoch, self.source = stored["role"], stored["epoch"], stored.get("source")
-            self.promoted = stored.get("promoted")
+            self.promoted, self.fence = stored.get("promoted"), stored.get("fence")
         elif seed is not None:
             self.role, self.epoch, self.source = "secondary", 0, seed
         else:
             self.role, self.epoch, self.source = "primary", 0, None
 
-    def change(self, role: Any, source: Any = None, promoted: dict[str, int] | None = None) -> dict[bytes, Any]:
+    def change(self, role: Any, source: Any = None, promoted: dict[str, int] | None = None,
+               fence: Any = None) -> dict[bytes, Any]:
         """Take role ``role`` (a secondary's ``source`` a connection document with curve keys; a primary's
-        ``promoted`` the cuts a forced failover promoted it at, kept until its next change); returns the
-        meta-store put. The same role again (and the same source) changes nothing and returns no put."""
+        ``promoted`` the cuts a forced failover promoted it at and ``fence`` the admin connection document of
+        the old source to fence, both kept until its next change); returns the meta-store put. The same role
+        again (and the same source) changes nothing and returns no put."""
+        keys = fence.get("curve") if isinstance(fence, dict) else None
+        if fence is not None and not (isinstance(fence, dict) and isinstance(fence.get("coordinator"), str)
+                                      and isinstance(keys, dict) and isinstance(keys.get("client"), dict)
+                                      and isinstance(keys.get("servers"), dict)
+                                      and isinstance(keys["servers"].get("coordinator"), str)):
+            raise TableError("InvalidInput", "the old source to fence needs its coordinator and admin key")
         if role not in ROLES:
             raise TableError("InvalidInput", f"role must be one of {', '.join(ROLES)}")
         if role == "secondary":
@@ -68,11 +77,24 @@ class GeoRole:
         if role == self.role and source == self.source and promoted is None:
             return {}
         self.role, self.epoch, self.source, self.promoted = role, self.epoch + 1, source, promoted
+        self.fence = None if fence is None else {"target": fence, "done": False}
+        return {ROLE_KEY: self.stored()}
+
+    @property
+    def fencing(self) -> dict[str, Any] | None:
+        """The admin connection document of the old source still to fence (None: none, or fenced already)."""
+        return None if self.fence is None or self.fence.get("done") else self.fence.get("target")
+
+    def fenced_old(self) -> dict[bytes, Any]:
+        """The old source is fenced: the meta-store put (the epoch stays: nothing changes here)."""
+        if self.fence is not None:
+            self.fence = {**self.fence, "done": True}
         return {ROLE_KEY: self.stored()}
 
     def stored(self) -> dict[str, Any]:
         """The persisted form."""
-        return {"role": self.role, "epoch": self.epoch, "source": self.source, "promoted": self.promoted}
+        return {"role": self.role, "epoch": self.epoch, "source": self.source, "promoted": self.promoted,
+                "fence": self.fence}
 
     @property
     def follows(self) -> bool:
@@ -97,5 +119,7 @@ class GeoRole:
         """``geo_role``'s answer: the role, epoch, a secondary's source endpoint, and whether it is in force."""
         waiting = self.waiting(servers)
         src = self.source or {}
+        fence = None if self.fence is None else {"source": (self.fence.get("target") or {}).get("coordinator"),
+                                                 "done": bool(self.fence.get("done"))}
         return {"role": self.role, "epoch": self.epoch, "source": src.get("native"), "promoted": self.promoted,
-                "in_force": not waiting, "waiting": waiting}
+                "fence": fence, "in_force": not waiting, "waiting": waiting}

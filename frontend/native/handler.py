@@ -145,11 +145,6 @@ class Handler:
         geo = self.fe.cache.geo
         return self._start_role if geo is None else str(geo["role"])
 
-    @property
-    def secondary(self) -> bool:
-        """True while the cluster follows another."""
-        return self.role == "secondary"
-
     def run(self, p: Pending) -> None:
         """Start or continue a request."""
         op = p.req["op"]
@@ -187,10 +182,12 @@ class Handler:
 
     def _cut(self, p: Pending, table: str) -> tuple[bool, int | None]:
         """The cut a read of ``table`` is answered at: ``(True, None)`` (now) on a primary cluster and for this
-        process's own requests; on a secondary the table's cut, the same for every range the request reads;
-        ``(False, None)`` until the coordinator's cuts arrived (the request runs again later). ServerBusy for a
-        table without a cut yet: its first copy is under way, and a read would see it half done."""
-        if not self.secondary or internal(p):  # its own appliers read what is there now
+        process's own requests; on a secondary (and while a fenced one is promoted) the table's cut, the same for
+        every range the request reads; ``(False, None)`` until the coordinator's cuts arrived (the request runs
+        again later). ServerBusy for a secondary's table without a cut yet: its first copy is under way, and a
+        read would see it half done. A fenced primary (a planned failover's source) has no cuts: it reads now."""
+        role = self.role
+        if role == "primary" or internal(p):  # its own appliers read what is there now
             return True, None
         at = p.extra.get("at")
         if at is None:
@@ -200,6 +197,8 @@ class Handler:
                 return False, None
             at = cache.cuts.get(table.lower())
             if at is None:
+                if role == "fenced":
+                    return True, None
                 raise TableError("ServerBusy", f"Table {table} is being copied from the source cluster: it is "
                                                "readable here once the copy is done.")
             p.extra["at"] = at
@@ -239,7 +238,7 @@ class Handler:
                 pk = _require(req, "pk", str)
                 rk = _require(req, "rk", str)
             body = {"op": "get", "pk": pk, "rk": rk, "select": req.get("select")}
-            ready, at = self._cut(p, table) if self.secondary else _NOW  # no call on a primary's hot path
+            ready, at = _NOW if self.role == "primary" else self._cut(p, table)  # no call on a primary's hot path
             if not ready:
                 return
             if at is not None:
@@ -331,7 +330,7 @@ class Handler:
         body = {"op": "scan", "range": route.range["id"], "epoch": route.range["epoch"], "lo": lo, "hi": hi,
                 "filter": req.get("filter") or None, "select": req.get("select"), "limit": cur.remaining,
                 "budget_ms": left_ms}
-        ready, at = self._cut(p, table) if self.secondary else _NOW
+        ready, at = _NOW if self.role == "primary" else self._cut(p, table)
         if not ready:
             return
         if at is not None:

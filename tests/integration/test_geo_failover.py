@@ -16,8 +16,10 @@ from typing import Any
 
 import pytest
 
+from rangetable.edm import ticks_from_etag
 from tests.cluster import Cluster
 from tests.rest_helpers import DEV_ACCOUNT, DEV_KEY
+from tests.tcp_link import Link
 
 tables = pytest.importorskip("azure.data.tables")
 from azure.core.credentials import AzureNamedKeyCredential  # noqa: E402
@@ -28,11 +30,22 @@ TABLE = "geofail"
 
 
 @pytest.fixture(scope="module")
-def pair(cluster_factory: Any) -> Iterator[tuple[Cluster, Cluster]]:
-    """A source and a secondary started with `--secondary-of` its data dir."""
+def linked(cluster_factory: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Cluster, Cluster, Any]]:
+    """A source and a secondary started with `--secondary-of` a copy of its cluster.json whose native endpoint and
+    coordinator are reached through links the test can cut (:class:`tests.tcp_link.Link`), and that file."""
     source = cluster_factory(extra=["--no-dashboard"])
-    secondary = cluster_factory(extra=["--no-dashboard", "--secondary-of", source.data_dir])
-    yield source, secondary
+    native, coordinator = Link(source.native), Link(source.coordinator)
+    doc = {**source.doc, "native": native.endpoint, "frontends": [native.endpoint],
+           "coordinator": coordinator.endpoint}
+    doc.pop("data_dir", None)
+    path = tmp_path_factory.mktemp("geolink") / "source-over-the-link.json"
+    path.write_text(json.dumps(doc))
+    try:
+        secondary = cluster_factory(extra=["--no-dashboard", "--secondary-of", str(path)])
+        yield source, secondary, (native, coordinator, str(path))
+    finally:
+        native.close()
+        coordinator.close()
 
 
 def _rangetable(*args: str) -> dict:
@@ -118,11 +131,97 @@ def _fail_over(to: Cluster, other: Cluster) -> None:
     assert _cut(other) is not None  # at once: it follows from the drain point, without a copy
 
 
-def test_planned_failover_and_back(pair: tuple[Cluster, Cluster]) -> None:
-    source, secondary = pair
+class History:
+    """Upserts rows ``h<k % 50>`` with ``n = k`` back to back at the table at ``url``, keeping every acknowledged
+    write in order: (RowKey, n, its Timestamp in ticks)."""
+
+    def __init__(self, url: str) -> None:
+        self.client = tables.TableClient(url, TABLE, credential=CRED)
+        self.acked: list[tuple[str, int, int]] = []
+        self.refused: list[str] = []
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        k = 0
+        while not self.stop.is_set():
+            k += 1
+            row = f"h{k % 50:03d}"
+            try:
+                got = self.client.upsert_entity({"PartitionKey": "h", "RowKey": row, "n": k})
+                self.acked.append((row, k, ticks_from_etag(got["etag"])))
+            except HttpResponseError as e:
+                self.refused.append(str(getattr(e.error_code, "value", e.error_code)))
+                time.sleep(0.02)
+
+    def close(self) -> None:
+        self.stop.set()
+        self.thread.join(30)
+        self.client.close()
+
+
+def _rows(c: Cluster) -> dict[str, int]:
+    return {r: v[0] for r, v in _entities(c).items() if r.startswith("h")}
+
+
+def test_forced_failover_fences_the_old_source_and_lists_every_write_it_acknowledged_after_the_cut(
+        linked: tuple[Cluster, Cluster, Any], tmp_path: Any) -> None:
+    source, secondary, (native, coordinator, over_link) = linked
     with tables.TableServiceClient(source.http, credential=CRED) as svc:
         svc.create_table(TABLE)
-    _wait(lambda: _cut(secondary), what="the secondary's first cut")
+    history = History(source.http)
+    try:
+        _wait(lambda: len(history.acked) > 100, what="writes acknowledged at the source")
+        _wait(lambda: (_cut(secondary) or 0) > history.acked[50][2], what="the secondary following")
+        native.cut()  # the link between the clusters: the secondary reads the source, and would fence it, through it
+        coordinator.cut()
+        n = len(history.acked)
+        _wait(lambda: len(history.acked) > n + 100, what="writes acknowledged while cut off")
+        res = _rangetable("geo", "failover", "--force", "--data-dir", secondary.data_dir, "--source", over_link)
+        n = len(history.acked)
+        _wait(lambda: len(history.acked) > n + 30, what="the isolated old source acknowledging on")
+        assert _rangetable("geo", "status", "--data-dir", source.data_dir)["role"] == "primary"
+        native.heal()
+        coordinator.heal()  # the new primary's coordinator fences the old source as soon as it answers
+        _wait(lambda: _rangetable("geo", "status", "--data-dir", source.data_dir)["role"] == "fenced",
+              what="the old source fenced by the new primary")
+        n = len(history.refused)
+        _wait(lambda: len(history.refused) > n + 3, what="writes refused at the fenced old source")
+        ledger = tmp_path / "ledger.jsonl"
+        got = _rangetable("geo", "rejoin", "--data-dir", secondary.data_dir, "--source", source.data_dir,
+                          "--ledger", str(ledger))
+    finally:
+        history.close()
+    assert _rangetable("geo", "status", "--data-dir", secondary.data_dir)["fence"]["done"] is True
+    cut = res["promoted"][TABLE]
+    at_cut: dict[str, int] = {}
+    for row, k, ts in history.acked:
+        if ts <= cut:
+            at_cut[row] = k
+    assert _rows(secondary) == at_cut  # the new primary holds the source's state at its cut, nothing after
+    after = [(row, k) for row, k, ts in history.acked if ts > cut]
+    lines = [json.loads(line) for line in ledger.read_text().splitlines()]
+    assert [(r["RowKey"], r["entity"]["n"]) for r in lines] == after, "the ledger is every acknowledged write " \
+                                                                      "after the cut, in order"
+    assert got["per_table"] == {TABLE: len(after)} and len(after) > 100
+    assert _rangetable("geo", "status", "--data-dir", source.data_dir)["role"] == "secondary"
+    with tables.TableClient(source.http, TABLE, credential=CRED) as t:
+        with pytest.raises(HttpResponseError) as e:
+            t.upsert_entity({"PartitionKey": "h", "RowKey": "late", "n": 0})
+        assert e.value.status_code == 403  # fenced, then a secondary: it acknowledges nothing more
+    _wait(lambda: _entities(source) == _entities(secondary), timeout=60, what="the old source copying the new primary")
+
+    assert _rangetable("geo", "replay", str(ledger), "--data-dir", secondary.data_dir)["replayed"] == len(after)
+    last = {row: k for row, k in after}
+    assert _rows(secondary) == {**at_cut, **last}
+
+
+def test_planned_failover_and_back(linked: tuple[Cluster, Cluster, Any]) -> None:
+    a, b, _ = linked
+    source, secondary = (a, b) if _rangetable("geo", "status", "--data-dir", a.data_dir)["role"] == "primary" \
+        else (b, a)  # after the forced failover, the roles are swapped
+    _wait(lambda: _cut(secondary), what="the secondary's cut")
 
     _fail_over(secondary, source)
     with tables.TableClient(secondary.http, TABLE, credential=CRED) as t:  # the new primary
@@ -135,3 +234,5 @@ def test_planned_failover_and_back(pair: tuple[Cluster, Cluster]) -> None:
         t.upsert_entity({"PartitionKey": "q", "RowKey": "back", "n": 2})
         want = _entities(source)
     _wait(lambda: _entities(secondary) == want, what="the first secondary following again")
+
+

@@ -114,3 +114,42 @@ def test_an_unchanged_range_list_keeps_the_stored_one() -> None:
     assert info.ranges is stored and not calls  # equal: the decoded list is dropped, nothing to reconcile
     leases.heartbeat(cl, controller, balancer, 1, {**req, "ranges": []})
     assert info.ranges == [] and calls  # changed: stored, and the server is reconciled
+
+
+def test_a_heartbeat_is_answered_while_a_commit_holds_the_map() -> None:
+    """A commit whose meta-store round trip hangs (etcd losing its leader) holds the map's lock: a known
+    server's heartbeat is answered with its lease renewed meanwhile, its report left for the next; a server
+    the coordinator does not know waits for the lock (its registration is persisted before any answer)."""
+    import threading
+
+    info = ServerInfo("s1", "tcp://a", "i1", 0.0)
+    maps = MapService(lambda frames: None)
+    registry = ServerRegistry(maps)
+    registry.servers["s1"] = info
+    cl = SimpleNamespace(map=maps, registry=registry, cfg=SimpleNamespace(lease_s=2.0))
+    balancer = SimpleNamespace(on_heartbeat=lambda *a: None)
+    controller = SimpleNamespace(submit=lambda *a, **k: None, jobs=SimpleNamespace(qsize=lambda: 0))
+    req = {"op": "heartbeat", "server": "s1", "endpoint": "tcp://a", "incarnation": "i1", "geo": 3,
+           "ranges": [["r000001", 1, "serving"]], "load": {}}
+    held, release = threading.Event(), threading.Event()
+
+    def commit() -> None:
+        with maps.lock:
+            held.set()
+            release.wait(5)
+
+    t = threading.Thread(target=commit)
+    t.start()
+    held.wait(5)
+    try:
+        t0 = time.monotonic()
+        got = leases.heartbeat(cl, controller, balancer, 7, req)
+        assert time.monotonic() - t0 < 1.0
+        assert got == {"lease_s": 2.0, "version": maps.pmap.version, "term": 7, "geo": {"epoch": 0, "writes": "all"}}
+        assert info.last_seen > 0 and info.geo_epoch == 3 and info.ranges == []  # renewed; the report waits
+        assert leases.renewal(cl, 7, {**req, "incarnation": "i2"}) is None  # restarted: it registers, locked
+    finally:
+        release.set()
+        t.join()
+    leases.heartbeat(cl, controller, balancer, 7, req)
+    assert info.ranges == [["r000001", 1, "serving"]]

@@ -18,6 +18,7 @@ from rangetable.errors import TableError
 from tests.unit.test_geo_follow import _secondary
 
 SOURCE = {"native": "tcp://10.0.0.1:1", "curve": {"servers": {}, "client": {}}}
+KEYS = {"servers": {"coordinator": "S" * 40}, "client": {"public": "P" * 40, "secret": "Q" * 40}}
 
 
 def test_a_persisted_role_wins_over_the_flag_a_cluster_was_started_with() -> None:
@@ -34,13 +35,15 @@ def test_a_persisted_role_wins_over_the_flag_a_cluster_was_started_with() -> Non
 
 def test_every_change_raises_the_epoch_and_is_persisted_and_the_same_role_again_is_nothing() -> None:
     g = GeoRole()
-    assert g.change("fenced") == {ROLE_KEY: {"role": "fenced", "epoch": 1, "source": None, "promoted": None}}
+    assert g.change("fenced") == {ROLE_KEY: {"role": "fenced", "epoch": 1, "source": None, "promoted": None, "fence": None}}
     assert g.change("fenced") == {}
-    assert g.change("secondary", SOURCE) == {ROLE_KEY: {"role": "secondary", "epoch": 2, "source": SOURCE, "promoted": None}}
+    assert g.change("secondary", SOURCE) == {ROLE_KEY: {"role": "secondary", "epoch": 2, "source": SOURCE, "promoted": None,
+                                                        "fence": None}}
     assert g.change("secondary", SOURCE) == {}
     other = {**SOURCE, "native": "tcp://10.0.0.2:1"}
     assert g.change("secondary", other)[ROLE_KEY]["epoch"] == 3  # another source is another role
-    assert g.change("primary", SOURCE) == {ROLE_KEY: {"role": "primary", "epoch": 4, "source": None, "promoted": None}}
+    assert g.change("primary", SOURCE) == {ROLE_KEY: {"role": "primary", "epoch": 4, "source": None, "promoted": None,
+                                                        "fence": None}}
 
 
 @pytest.mark.parametrize("role,source", [("boss", None), ("secondary", None), ("secondary", {"native": "x"}),
@@ -68,7 +71,8 @@ def test_a_role_is_in_force_once_every_live_server_echoed_its_epoch() -> None:
     a, b, c = (ServerInfo(s, "", "i", 0.0) for s in ("ps-1", "ps-2", "ps-3"))
     assert g.waiting([a, b, c]) == ["ps-1", "ps-2", "ps-3"]
     a.geo_epoch, b.geo_epoch = 1, 0
-    assert g.status([a, b, c]) == {"role": "fenced", "epoch": 1, "source": None, "promoted": None, "in_force": False,
+    assert g.status([a, b, c]) == {"role": "fenced", "epoch": 1, "source": None, "promoted": None, "fence": None,
+                                   "in_force": False,
                                    "waiting": ["ps-2", "ps-3"]}
     b.geo_epoch, c.alive = 1, False  # a dead server's lease ran out before it was declared dead
     assert g.status([a, b, c])["in_force"] is True
@@ -143,7 +147,7 @@ def test_frontends_follow_the_role_their_coordinator_sent_and_never_an_older_one
     write = {"op": "write", "table": "orders", "write": {"op": "upsert", "pk": "p", "rk": "r", "props": {}}}
     assert handler.role == "secondary"
     fe.cache.set_geo({"role": "primary", "epoch": 5, "source": None})
-    assert handler.role == "primary" and not handler.secondary
+    assert handler.role == "primary"
     handler.run(Pending(b"client", b"1", dict(write), 1e18))  # routed to the range's primary
     assert fe.sent and fe.sent[-1][1]["op"] == "write"
     fe.cache.set_geo({"role": "secondary", "epoch": 4, "source": SOURCE})  # older: ignored
@@ -152,14 +156,18 @@ def test_frontends_follow_the_role_their_coordinator_sent_and_never_an_older_one
     with pytest.raises(TableError) as e:
         handler.run(Pending(b"client", b"2", dict(write), 1e18))
     assert e.value.error_code == "InsufficientAccountPermissions"
-    assert not handler.secondary  # a fenced cluster reads now: it has no cuts
+    fe.cache.set_cuts({})
+    got = handler._cut(Pending(b"client", b"3", {"op": "get"}, 1e18), "orders")
+    assert got == (True, None)  # a fenced primary has no cuts: it reads now
+    fe.cache.set_cuts({"orders": 7})
+    assert handler._cut(Pending(b"client", b"4", {"op": "get"}, 1e18), "orders") == (True, 7)  # a fenced secondary
     fe.cache.set_geo({"role": "bogus", "epoch": 9})
     assert handler.role == "fenced"
 
 
 def test_a_frontend_that_never_heard_keeps_the_role_it_started_with() -> None:
     handler, fe = _secondary()
-    assert fe.cache.geo is None and handler.secondary
+    assert fe.cache.geo is None and handler.role == "secondary"
     assert Handler(fe).role == "primary"  # type: ignore[arg-type]
 
 
@@ -191,3 +199,53 @@ def test_a_server_confirms_a_new_role_once_every_write_it_accepted_before_is_com
     finally:
         rep.close()
         store.close()
+
+
+def test_a_forced_failover_keeps_whom_to_fence_until_it_is_fenced() -> None:
+    g = GeoRole("secondary", 3, SOURCE)
+    old = {"coordinator": "tcp://10.0.0.1:2", "curve": KEYS}
+    with pytest.raises(TableError):
+        g.change("primary", fence={"native": "x"})  # a client key's file cannot fence anybody
+    assert g.role == "secondary"
+    g.change("primary", promoted={"orders": 5}, fence=old)
+    assert g.fencing == old and g.status([])["fence"] == {"source": "tcp://10.0.0.1:2", "done": False}
+    assert g.fenced_old() == {ROLE_KEY: {**g.stored(), "fence": {"target": old, "done": True}}}
+    assert g.fencing is None and g.epoch == 4  # fencing the old source changes nothing here
+    loaded = GeoRole()
+    loaded.load(g.stored(), None)
+    assert (loaded.promoted, loaded.fencing, loaded.fence) == ({"orders": 5}, None, g.fence)
+    g.change("fenced")
+    assert g.fence is None and g.promoted is None  # kept until the next change
+
+
+def test_the_old_source_is_fenced_expecting_the_epoch_it_answered(monkeypatch: pytest.MonkeyPatch) -> None:
+    from types import SimpleNamespace
+
+    from coordinator import geo_roles
+
+    asked: list[dict] = []
+    answers: list[Any] = [TableError("OperationTimedOut", "no answer"), {"role": "primary", "epoch": 7},
+                          {"role": "fenced", "epoch": 8}]
+
+    def call(endpoint: str, body: dict, timeout: float = 10.0) -> Any:
+        asked.append(body)
+        got = answers.pop(0)
+        if isinstance(got, TableError):
+            raise got
+        return got
+
+    committed: list[dict] = []
+    geo = GeoRole("primary", 4, None, {"t": 1}, {"target": {"coordinator": "tcp://old:1", "curve": KEYS},
+                                                 "done": False})
+    import threading
+    maps = SimpleNamespace(geo=geo, lock=threading.RLock(),
+                           meta_store=lambda: SimpleNamespace(commit=lambda puts, deletes: committed.append(puts)))
+    events: list[tuple] = []
+    cl = SimpleNamespace(map=maps, events=SimpleNamespace(record=lambda kind, **f: events.append((kind, f))))
+    monkeypatch.setattr(geo_roles, "call", call)
+    assert geo_roles.fence_old(cl) is False  # the link is down: asked again later
+    assert geo_roles.fence_old(cl) is True
+    assert asked[1:] == [{"op": "geo_role"}, {"op": "geo_role", "role": "fenced", "expect": 7}]
+    assert geo.fencing is None and committed == [{ROLE_KEY: geo.stored()}]
+    assert events == [("geo_old_source_fenced", {"source": "tcp://old:1", "epoch": 8})]
+    assert geo_roles.fence_old(cl) is True and len(asked) == 3  # nothing more to do
