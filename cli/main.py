@@ -64,7 +64,7 @@ SUBCOMMANDS: dict[str, list[str]] = {
         "bench_replicas", "bench_feed", "bench_index", "bench_host", "bench_geo")],
     "drill": ["cli.drills.failover:drill_failover", "cli.drills.chaos:drill_chaos",
               "cli.drills.rebalance:drill_rebalance", "cli.drills.netsplit:drill_netsplit",
-              "cli.drills.disk_loss:drill_disk_loss"],
+              "cli.drills.disk_loss:drill_disk_loss", "cli.drills.geo:drill_geo"],
 }
 """The commands of the groups whose modules do not add them themselves (benches and drills)."""
 
