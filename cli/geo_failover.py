@@ -198,8 +198,9 @@ def rejoin(primary: dict[str, Any], old: dict[str, Any], register: Callable[[str
            wait_s: float, echo: Echo) -> dict[str, Any]:
     """After a forced failover to the cluster of ``primary``: fence the old source of ``old`` (both connection
     documents with coordinator and admin key; waiting up to ``wait_s`` for it to answer), read its loss ledger
-    (:func:`read_ledger`), and make it a secondary of the new primary, copying every table again. Returns the
-    ledger in ``ledger``."""
+    (:func:`read_ledger`), and make it a secondary of the new primary that copies only what differs: the keys of
+    its ledger, read at the new primary, then the new primary's feed from the cuts. Returns the ledger in
+    ``ledger``."""
     curve.remember_cluster(primary)
     st = call(primary["coordinator"], {"op": "geo_role"})
     if st["role"] != "primary" or not st.get("promoted"):
@@ -214,8 +215,8 @@ def rejoin(primary: dict[str, Any], old: dict[str, Any], register: Callable[[str
     echo(f"loss ledger: {len(ledger)} change(s) the old source acknowledged after the cuts "
          + (", ".join(f"{t} {n}" for t, n in sorted(per.items())) or "(none)"))
     follow = register(f"geo-follower-{st['epoch']}")
-    demoted = set_role(old["coordinator"], role="secondary", source=follow, cuts={})
-    echo(f"old source follows the new primary (geo epoch {demoted['epoch']}); it copies every table again")
+    demoted = set_role(old["coordinator"], role="secondary", source=follow, cuts={}, rejoin=st["promoted"])
+    echo(f"old source follows the new primary (geo epoch {demoted['epoch']}); it copies what differs from the cuts")
     return {"ledger": ledger, "per_table": per, "follow": follow, "secondary": {"epoch": demoted["epoch"]}}
 
 

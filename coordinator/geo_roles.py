@@ -6,8 +6,9 @@
 * ``geo_role`` {role, source?, cuts?, expect?}: take ``role`` — ``fenced`` (no write any more: a failover
   drains or fences this cluster), ``primary`` (a secondary stops following and takes writes: its appliers'
   claims end and its cuts go), or ``secondary`` of ``source`` (a connection document) at ``cuts``
-  (``{table: Timestamp}``: the state it holds of the new primary, so it follows from there without a copy; a
-  table without one is copied). With ``expect`` only while the epoch is that one (``UpdateConditionNotSatisfied``
+  (``{table: Timestamp}``: the state it holds of the new primary, so it follows from there without a copy) or
+  ``rejoin`` (the same, but for its own changes since: it copies what differs, :meth:`TableApplier.rejoin
+  <frontend.geo.applier.TableApplier.rejoin>`); a table in neither is copied whole. With ``expect`` only while the epoch is that one (``UpdateConditionNotSatisfied``
   otherwise: a fence sent long ago does not land on a later role). Persisted before it is answered; the
   frontends hear it on the PUB socket within a second, the partition servers with their next lease;
 * ``geo_role`` {role: primary, force: true} on a secondary: :func:`promote_at_cuts`, a forced failover's
@@ -55,7 +56,7 @@ def handle(co: AdminHost, req: dict, reply: Callable[[Any, TableError | None], N
             if expect is not None and expect != cl.map.geo.epoch:
                 raise TableError("UpdateConditionNotSatisfied", f"the geo role is at epoch {cl.map.geo.epoch}, "
                                                                 f"not {expect}")
-        take(cl, req["role"], req.get("source"), req.get("cuts"))
+        take(cl, req["role"], req.get("source"), req.get("cuts"), rejoin=req.get("rejoin"))
     return status(cl)
 
 
@@ -66,7 +67,7 @@ def status(cl: Cluster) -> dict[str, Any]:
 
 
 def take(cl: Cluster, role: Any, source: Any = None, cuts: Any = None,
-         promoted: dict[str, int] | None = None, fence: Any = None) -> GeoRole:
+         promoted: dict[str, int] | None = None, fence: Any = None, rejoin: Any = None) -> GeoRole:
     """Take a role (see the module docstring) and persist it with what goes with it; returns it. The same role
     again changes nothing."""
     maps = cl.map
@@ -78,7 +79,7 @@ def take(cl: Cluster, role: Any, source: Any = None, cuts: Any = None,
     now = time.monotonic()
     with maps.lock:
         if nxt.follows:
-            more, deletes = maps.cuts.install(cuts or {}, now)
+            more, deletes = maps.cuts.install(cuts or {}, now, rejoin)
         elif nxt.role == "primary":
             more, deletes = {}, maps.cuts.clear()
         else:  # fenced: a secondary's reads stay at its cuts while a forced failover promotes it

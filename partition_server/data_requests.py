@@ -291,10 +291,11 @@ def source_copy(served: Served, req: SourceCopyRequest, budget_s: float) -> Any:
     values, floor = req.get("values"), req.get("floor", 0)
     if not isinstance(values, list) or type(floor) is not int or floor < 0:
         raise TableError("InvalidInput", "source_copy needs values and a floor")
-    out: list[tuple[bytes, bytes]] = []
+    out: list[tuple[bytes, bytes | None]] = []
     for v in values:
-        if not (isinstance(v, list) and len(v) == 2 and isinstance(v[0], bytes) and isinstance(v[1], bytes) and v[1]):
-            raise TableError("InvalidInput", "a copied entity is [key, stored value]")
+        if not (isinstance(v, list) and len(v) == 2 and isinstance(v[0], bytes)
+                and (v[1] is None or isinstance(v[1], bytes) and v[1])):
+            raise TableError("InvalidInput", "a copied entity is [key, stored value or nil to delete]")
         if v[0] < served.lo or (served.hi is not None and v[0] >= served.hi) or v[0] >= META_PREFIX:
             raise TableError("NotPrimary", "a copied entity lies outside this range: ask the map again")
         out.append((v[0], v[1]))
@@ -304,10 +305,12 @@ def source_copy(served: Served, req: SourceCopyRequest, budget_s: float) -> Any:
 def source_seal(served: Served, req: Any, budget_s: float) -> Any:
     """Seal a secondary range at its table's cut ``cut`` before a forced failover makes the cluster a primary
     (:meth:`RangeStore.seal_at <partition_server.store.range_store.RangeStore.seal_at>`): ``{"restored": n}``."""
-    at = req.get("cut")
+    at, claim = req.get("cut"), req.get("claim")
     if type(at) is not int or at < 0:
         raise TableError("InvalidInput", "source_seal needs the cut, a Timestamp")
-    return {"restored": served.store.seal_at(at, served.lo, served.hi)}
+    if claim is not None:
+        claim, _ = index_state.check(claim, None)
+    return {"restored": served.store.seal_at(at, served.lo, served.hi, claim)}
 
 
 TRIM_BATCH = 20_000  # undo records trimmed with one source_apply at most (a page carries 1,000 records or fewer)
@@ -339,10 +342,13 @@ def _batch_target(req: dict) -> tuple[str | None, int]:
     return (ops[0].get("pk") if ops else None), len(ops)
 
 
-# The geo role's writes a partition server takes, by its lease's "writes" (coordinator/map/geo_role.py): a
-# primary's ("all") are every other write.
-GEO_WRITES = {"source_apply": "source", "source_copy": "source",  # a secondary's appliers'
-              "source_seal": "none"}  # a fenced secondary's seal before its forced promotion
+# The geo roles under which a partition server takes each write, by its lease's "writes"
+# (coordinator/map/geo_role.py): a primary's ("all") are every other write.
+GEO_WRITES: dict[str, frozenset[str]] = {
+    "source_apply": frozenset({"source"}), "source_copy": frozenset({"source"}),  # a secondary's appliers'
+    "source_seal": frozenset({"none", "source"}),  # a fenced secondary promoted by force; a rejoining one's applier
+}
+ALL_WRITES = frozenset({"all"})
 
 DATA_OPS: dict[str, DataOp] = {
     "get": DataOp(True, lambda req: (req["pk"], 1), get),

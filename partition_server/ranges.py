@@ -21,7 +21,7 @@ from collections.abc import Callable
 from typing import Any
 
 from partition_server.backup_source import BackupSource
-from partition_server.data_requests import DATA_OPS, GEO_WRITES
+from partition_server.data_requests import ALL_WRITES, DATA_OPS, GEO_WRITES
 from partition_server.metrics import RangeTotals
 from partition_server.replication.replicator import Replicator
 from partition_server.served import FULL_REPORT_S, LAT_SAMPLES, Deferred, Load, Served, only_changed
@@ -372,7 +372,7 @@ class RangeSet:
                 raise TableError("RangeBusy", f"range {served.record['id']} is {served.state}")
             if write or not req.get("secondary"):  # a follower's copy serves the -secondary endpoint's reads only
                 raise TableError("NotPrimary", f"range {rid} is only followed here")
-        if write and self.geo_writes != GEO_WRITES.get(req.get("op"), "all"):  # type: ignore[arg-type]
+        if write and self.geo_writes not in GEO_WRITES.get(req.get("op"), ALL_WRITES):  # type: ignore[arg-type]
             self._refuse_for_geo_role(str(req.get("op")))
         if write and self.repl is not None and not self.repl.writable(rid):
             served.load.busy += 1

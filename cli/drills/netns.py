@@ -153,6 +153,8 @@ class Network:
             deadline = time.monotonic() + 5
             while self.pids(host.name) and time.monotonic() < deadline:
                 time.sleep(0.05)
+            subprocess.run(["ip", "link", "del", host.veth_host], capture_output=True)  # the pair, at once (a namespace
+            # deleted while something still holds it keeps its veth until that lets go)
             out = subprocess.run(["ip", "netns", "del", host.netns], capture_output=True, text=True)
             if out.returncode != 0 and "No such file" not in out.stderr:
                 problems.append(f"netns {host.netns}: {out.stderr.strip()}")

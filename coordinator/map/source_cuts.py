@@ -19,6 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from rangetable import feed_cursor
 from rangetable.errors import TableError
 
 CUT_PREFIX = b"sourcecut/"
@@ -75,7 +76,8 @@ class SourceCuts:
         key = table.lower()
         if key in self.cuts:
             return {}  # copied already: a late report of an applier that lost the claim
-        self.copies[key] = {"start": progress["start"], "next": progress["next"], "copied": progress["copied"]}
+        self.copies[key] = {"start": progress["start"], "next": progress["next"], "copied": progress["copied"],
+                            **{k: progress[k] for k in ("rejoin", "sealed") if type(progress.get(k)) is int}}
         return self._due(copy_key(key), self.copies[key], now)
 
     def publish(self, table: str, cut: Any, lag_s: Any, now: float) -> Writes:
@@ -101,18 +103,27 @@ class SourceCuts:
         self.version += 1
         return self._due(cut_key(key), {"cut": cur.cut, "lag_s": round(cur.lag_s, 3)}, now), done
 
-    def install(self, cuts: Any, now: float) -> Writes:
-        """Become a secondary at ``cuts`` (``{table: cut}``, every table's: a failover's old primary, which holds
-        the new one's state at those cuts): they replace every cut and copy kept; returns the meta-store writes."""
-        if not (isinstance(cuts, dict) and all(isinstance(t, str) and type(c) is int and c >= 0
-                                               for t, c in cuts.items())):
-            raise TableError("InvalidInput", "cuts must be {table: Timestamp in ticks}")
+    def install(self, cuts: Any, now: float, rejoin: Any = None) -> Writes:
+        """Become a secondary at ``cuts`` (``{table: cut}``: a planned failover's old primary, which holds the new
+        one's state at those cuts) or, with ``rejoin`` (``{table: cut}``: a forced failover's old primary, which
+        holds it but for its own changes after them), with a copy of what differs under way from each cut (see
+        :meth:`frontend.geo.applier.TableApplier.rejoin`); they replace every cut and copy kept; returns the
+        meta-store writes. A table in neither is copied whole."""
+        for given in (cuts, rejoin or {}):
+            if not (isinstance(given, dict) and all(isinstance(t, str) and type(c) is int and c >= 0
+                                                    for t, c in given.items())):
+                raise TableError("InvalidInput", "cuts must be {table: Timestamp in ticks}")
         deletes = self.clear()
         self.cuts = {t.lower(): Cut(c, 0.0, now) for t, c in cuts.items()}
+        self.copies = {t.lower(): {"start": feed_cursor.encode((c, None)), "next": None, "copied": 0, "rejoin": c}
+                       for t, c in (rejoin or {}).items()}
         puts: dict[bytes, Any] = {}
         for t, c in self.cuts.items():
             self._saved[cut_key(t)] = now
             puts[cut_key(t)] = {"cut": c.cut, "lag_s": 0.0}
+        for t, progress in self.copies.items():
+            self._saved[copy_key(t)] = now
+            puts[copy_key(t)] = progress
         return puts, [k for k in deletes if k not in puts]
 
     def clear(self) -> list[bytes]:

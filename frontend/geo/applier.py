@@ -37,6 +37,7 @@ from rangetable.edm import TICKS_PER_SECOND, now_ticks
 from rangetable.keys import encode_key
 
 TOP = 1000  # records asked per page of the source's feed
+REJOIN_BATCH = 256  # keys read at the source and put per write of a rejoin
 TRIM_BEHIND_S = 60.0  # undo records this far below the cut are deleted: a reader's cut is older than that never
 MARK = b"\xff"  # a position's key after every entity key: all changes of its Timestamp
 
@@ -72,6 +73,9 @@ class Source(Protocol):
         """A page of ``table``'s entities ``[pk, rk, ts, props]`` from continuation ``token`` (None: the first),
         and the next token (None after the last page)."""
 
+    async def values(self, table: str, keys: list[bytes]) -> list[list]:
+        """``[key, stored value or None]`` of each entity key of ``table`` now (None: it holds none)."""
+
 
 class Secondary(Protocol):
     """The secondary cluster, as an applier writes it."""
@@ -99,6 +103,13 @@ class Secondary(Protocol):
 
     async def copied(self, table: str, claim: int, progress: dict[str, Any]) -> None:
         """Note how far the first copy got (``{"start", "next", "copied"}``): a successor goes on from there."""
+
+    async def changed_since(self, table: str, start: str) -> set[bytes]:
+        """The entity keys of the table's own change feed after cursor ``start`` (a rejoining secondary's own
+        changes since the promotion cut)."""
+
+    async def seal(self, table: str, claim: int, at: int) -> None:
+        """Every range of the table holds nothing after Timestamp ``at`` (``source_seal``)."""
 
 
 def frontier(cursor: str) -> int:
@@ -145,7 +156,11 @@ class TableApplier:
 
     async def copy(self) -> None:
         """The table's first copy (see the module docstring), from where an earlier applier's stopped if it noted
-        that; the feed is then read from before the scan."""
+        that; the feed is then read from before the scan. A rejoining secondary copies what differs instead
+        (:meth:`rejoin`)."""
+        if self.progress is not None and type(self.progress.get("rejoin")) is int:
+            await self.rejoin(self.progress)
+            return
         if self.progress is not None:  # the scan goes on from where it was, the feed from the same present
             start, token, self.copied = self.progress["start"], self.progress["next"], self.progress["copied"]
         else:
@@ -163,6 +178,27 @@ class TableApplier:
             await self.secondary.copied(self.table, self.claim, {"start": start, "next": token, "copied": self.copied})
         self.hold = frontier(await self.source.now(self.table))
         self.cursor = start
+
+    async def rejoin(self, progress: dict[str, Any]) -> None:
+        """The copy of a secondary that was its source's primary until a forced failover promoted the source at
+        cut ``T`` (``progress["rejoin"]``): it holds the source's state at ``T`` but for its own changes since
+        (its loss ledger, in its own feed after ``T``). Those keys are read at the source and put as they are
+        now (deleted where the source has none), the table is sealed at ``T`` (its own feed records after ``T``
+        dropped: they did not happen in the source's history) and the source's feed is replayed from ``T``; as
+        for a first copy, no cut is published before the replay passes the source's present noted after the
+        reads. A successor that finds the table sealed (``progress["sealed"]``) replays at once."""
+        start, at = progress["start"], int(progress["rejoin"])
+        hold = progress.get("sealed")
+        if type(hold) is not int:
+            keys = sorted(await self.secondary.changed_since(self.table, start))
+            for i in range(0, len(keys), REJOIN_BATCH):
+                values = await self.source.values(self.table, keys[i:i + REJOIN_BATCH])
+                self.copied += await self.secondary.copy(self.table, self.claim, values, 0)
+            hold = frontier(await self.source.now(self.table))
+            await self.secondary.seal(self.table, self.claim, at)
+            await self.secondary.copied(self.table, self.claim, {"start": start, "next": None, "copied": self.copied,
+                                                                 "rejoin": at, "sealed": hold})
+        self.hold, self.cursor = hold, start
 
     async def step(self) -> SourcePage:
         """One turn: read a page, write it into every range, publish its frontier as the cut. Returns the page

@@ -22,16 +22,18 @@ from typing import Any
 
 from frontend.geo.applier import Grant, SourcePage, TableApplier
 from frontend.indexes.applier import Frontend, LostClaim
-from rangetable import curve, feed_cursor, feed_page
+from rangetable import curve, feed_cursor, feed_page, protocol
 from rangetable.client.aio.transport import AsyncTransport
 from rangetable.errors import TableError
 from rangetable.index_def import is_index_table
+from rangetable.keys import decode_key
 
 log = logging.getLogger("rangetable.geo")
 
 CLAIM_TTL_S = 10.0  # a follower's lease on its table
 RENEW_S = 1.0
 SCAN_TOP = 1000  # entities per page of a first copy
+GET_WINDOW = 64  # point reads of a rejoin in flight at once
 ROLE_POLL_S = 0.2  # how often the geo role the coordinator sent is looked at
 RECONCILE_S = 1.0  # how often the source's tables are listed and the followers matched to them
 LIVE_PAUSE_S = 0.05  # between pages at the live edge after one that had changes …
@@ -81,6 +83,24 @@ class NativeSource:
         """A page of ``table``'s entities from continuation ``token``, and the next token."""
         answer = await self._ask({"op": "query", "table": table, "top": SCAN_TOP, "next": token})
         return answer["entities"], answer.get("next")
+
+    async def values(self, table: str, keys: list[bytes]) -> list[list]:
+        """``[key, stored value or None]`` of each entity key of ``table`` now: point reads, a window at a time."""
+
+        async def one(key: bytes) -> list:
+            pk, rk = decode_key(key)
+            try:
+                e = await self._ask({"op": "get", "table": table, "pk": pk, "rk": rk})
+            except TableError as exc:
+                if exc.error_code != "ResourceNotFound":
+                    raise
+                return [key, None]
+            return [key, protocol.pack([e[2], e[3]])]
+
+        out: list[list] = []
+        for i in range(0, len(keys), GET_WINDOW):
+            out += await asyncio.gather(*(one(k) for k in keys[i:i + GET_WINDOW]))
+        return out
 
     async def tables(self) -> list[str]:
         """The source's tables."""
@@ -140,6 +160,22 @@ class OwnCluster:
         got = await self.fe.request({"op": "source_write", "internal": True, "table": table, "claim": claim,
                                      "records": values, "copy": True, "floor": floor})
         return int(got["applied"])
+
+    async def changed_since(self, table: str, start: str) -> set[bytes]:
+        """The entity keys of the table's own change feed after cursor ``start``, read now to its live edge."""
+        keys: set[bytes] = set()
+        at: Any = feed_cursor.decode(start)
+        while True:
+            page = await self.fe.request({**feed_page.request(table, 1000, at), "internal": True})
+            keys.update(r[1] for r in page["records"])
+            at = feed_cursor.from_wire(page["cursor"])
+            if page.get("resolved") is not None:
+                return keys
+
+    async def seal(self, table: str, claim: int, at: int) -> None:
+        """Every range of the table holds nothing after ``at``."""
+        await self.fe.request({"op": "source_write", "internal": True, "table": table, "claim": claim,
+                               "records": [], "seal": at})
 
     async def empty(self, table: str) -> bool:
         """Whether the table holds no entity (read now, not at a cut)."""

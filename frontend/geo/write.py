@@ -12,8 +12,11 @@ and asked again with the same records, claim and position; a range skips what it
 record. The write is done when every part of the table's span has answered. Pure: no sockets.
 
 A *copy* (``copy`` true) is the table's first copy instead: ``records`` are ``[key, stored value]`` of entities
-the source's scan read, each range puts its share as it is (``source_copy``), and there is no position; ``floor``
-(the Timestamp the copy's feed replay starts after) becomes each range's feed floor.
+the source's scan read (a value nil deletes: a rejoining secondary's key its source lacks), each range puts its
+share as it is (``source_copy``), and there is no position; ``floor`` (the Timestamp the copy's feed replay
+starts after) becomes each range's feed floor. A *seal* (``seal`` a Timestamp) asks every range to hold nothing
+after it (``source_seal``: a rejoining secondary's own changes after its new source's promotion cut did not
+happen in the new history).
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ class SourceWrite:
     trim: int | None = None  # undo records at or below it go (no reader asks for a cut below it)
     copy: bool = False  # records are [key, stored value] of the first copy (no position)
     floor: int = 0  # a copy: the ranges' feed floor from now on
+    seal: int | None = None  # a seal: the cut every range holds nothing after
     cover: SpanCover = field(default_factory=SpanCover)
     applied: int = 0  # records the ranges applied (those applied already are skipped, not counted)
 
@@ -47,10 +51,15 @@ class SourceWrite:
         records, claim, pos, table = req.get("records"), req.get("claim"), req.get("pos"), req.get("table")
         if not isinstance(table, str) or not isinstance(records, list) or type(claim) is not int:
             raise TableError("InvalidInput", "source_write needs a table, records and a claim")
+        if req.get("seal") is not None:
+            seal = req["seal"]
+            if type(seal) is not int or seal < 0 or records:
+                raise TableError("InvalidInput", "a seal is a Timestamp, without records")
+            return cls(table, claim, [], [], seal=seal)
         if req.get("copy") is True:
             floor = req.get("floor", 0)
             if not all(isinstance(r, list) and len(r) == 2 and isinstance(r[0], bytes) for r in records):
-                raise TableError("InvalidInput", "a copied entity is [key, stored value]")
+                raise TableError("InvalidInput", "a copied entity is [key, stored value or nil]")
             if type(floor) is not int:
                 raise TableError("InvalidInput", "floor must be a Timestamp")
             return cls(table, claim, records, [], copy=True, floor=floor)
@@ -83,7 +92,9 @@ class SourceWrite:
         k = 0 if self.copy else 1  # where a record's entity key is
         share = [r for r in self.records if r[k] >= lo and (hi is None or r[k] < hi)]
         body: dict[str, Any] = {"range": route.range["id"], "epoch": route.range["epoch"], "claim": self.claim}
-        if self.copy:
+        if self.seal is not None:
+            body.update(op="source_seal", cut=self.seal)
+        elif self.copy:
             body.update(op="source_copy", values=share, floor=self.floor)
         else:
             body.update(op="source_apply", records=share, pos=self.pos)
@@ -96,9 +107,9 @@ class SourceWrite:
         self.cover.failed(part)
 
     def take(self, part: int, answer: dict[str, Any]) -> None:
-        """Part ``part``'s answer: ``{"applied": n}``."""
+        """Part ``part``'s answer: ``{"applied": n}`` (a seal's: ``{"restored": n}``)."""
         if self.cover.take(part) is not None:
-            self.applied += int(answer["applied"])
+            self.applied += int(answer.get("applied", answer.get("restored", 0)))
 
     def result(self) -> dict[str, int]:
         """The answer once :attr:`done`: how many records the ranges applied."""

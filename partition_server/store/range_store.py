@@ -655,9 +655,9 @@ class RangeStore:
             self._commit(wb, top, None, WRITE, b"", None, delta(now.items(), first.__getitem__))
         return len(todo)
 
-    def copy_source(self, values: Sequence[tuple[bytes, bytes]], claim: int, floor: int = 0) -> int:
-        """Put entities of the source's table as its scan read them (``(key, stored value)``, the source's bytes)
-        in one batch: a secondary table's first copy, before its applier replays the source's feed from the
+    def copy_source(self, values: Sequence[tuple[bytes, bytes | None]], claim: int, floor: int = 0) -> int:
+        """Put entities of the source's table as its scan read them (``(key, stored value)``, the source's bytes;
+        None deletes: a rejoining secondary's key its new source lacks) in one batch: a secondary table's first copy, before its applier replays the source's feed from the
         position noted before the scan, ``floor``. No undo record (no reader asks for a cut before the copy is
         done), no feed record — the feed's floor is raised to ``floor`` instead, so a reader of this range's feed
         from before it gets FeedTrimmed, never a silent gap —, no position; SourceFenced under a claim lower
@@ -672,6 +672,9 @@ class RangeStore:
             before = dict(zip(keys, self._db.get(keys) if keys else [], strict=True))
             wb = self._tee.new_batch()
             for key, value in values:
+                if value is None:  # a rejoining secondary's entity its new source no longer holds
+                    wb.delete(key)
+                    continue
                 wb.put(key, value)
                 self.expiry.note_write(wb, fast_path.stored_ts(value), [key])
             wb.put(META_SOURCE, index_state.pack(*state))
@@ -679,13 +682,19 @@ class RangeStore:
             self._commit(wb, self._last_ts, None, WRITE, b"", None, delta(values, before.__getitem__))
         return len(values)
 
-    def seal_at(self, at: int, lo: bytes, hi: bytes | None) -> int:
+    def seal_at(self, at: int, lo: bytes, hi: bytes | None, claim: int | None = None) -> int:
         """Make this secondary range (entity keys ``[lo, hi)``) hold its table's state at cut ``at`` and nothing
         after, in one batch: every entity changed after the cut back to its value then (its undo records), those
         undo records and the range's feed records after the cut deleted, and the source's position set to the
         cut — a forced failover promotes the cluster at its cut (``docs/geo.md``). Returns how many entities went
-        back. Later writes still stamp above every Timestamp applied here, so no reader sees time go back."""
+        back. Later writes still stamp above every Timestamp applied here, so no reader sees time go back. With
+        ``claim`` (a rejoining secondary's applier: its own records after the cut are changes that did not happen
+        in the new primary's history) SourceFenced under a claim lower than the range's."""
         with self._lock:
+            claimed, _ = index_state.unpack(self._db.get(META_SOURCE))
+            if claim is not None:
+                index_state.admit((claimed, None), claim, None, "SourceFenced")
+                claimed = max(claimed, claim)
             restore, gone = cut.after(self._db, lo, hi, at)
             keys = list(restore)
             before = dict(zip(keys, self._db.get(keys) if keys else [], strict=True))
@@ -699,8 +708,7 @@ class RangeStore:
             for k in gone:
                 wb.delete(k)
             self.feed.drop_after(wb, at, lo, hi)
-            claim, _ = index_state.unpack(self._db.get(META_SOURCE))
-            wb.put(META_SOURCE, index_state.pack(claim, (at, b"\xff")))
+            wb.put(META_SOURCE, index_state.pack(claimed, (at, b"\xff")))
             self._commit(wb, self._last_ts, None, WRITE, b"", None, delta(restore.items(), before.__getitem__))
         return len(restore)
 

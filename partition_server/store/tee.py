@@ -41,9 +41,9 @@ class RecordingBatch:
         deque(map(self.wb.put, keys, values), maxlen=0)
         self.ops.extend(zip(keys, values, strict=True))
 
-    def delete(self, key: bytes) -> None:
-        """Delete ``key`` (and record it)."""
-        self.wb.delete(key)
+    def delete(self, key: bytes, family: rocksdict.ColumnFamily | None = None) -> None:
+        """Delete ``key`` from column family ``family`` (None: the default one), and record it."""
+        self.wb.delete(key, family)
         self.ops.append((key, None))
 
     def delete_range(self, begin: bytes, end: bytes, family: rocksdict.ColumnFamily | None = None) -> None:

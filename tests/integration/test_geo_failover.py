@@ -210,7 +210,8 @@ def test_forced_failover_fences_the_old_source_and_lists_every_write_it_acknowle
         with pytest.raises(HttpResponseError) as e:
             t.upsert_entity({"PartitionKey": "h", "RowKey": "late", "n": 0})
         assert e.value.status_code == 403  # fenced, then a secondary: it acknowledges nothing more
-    _wait(lambda: _entities(source) == _entities(secondary), timeout=60, what="the old source copying the new primary")
+    _wait(lambda: _entities(source) == _entities(secondary), timeout=60,
+          what="the old source copying what differs from the new primary")
 
     assert _rangetable("geo", "replay", str(ledger), "--data-dir", secondary.data_dir)["replayed"] == len(after)
     last = {row: k for row, k in after}

@@ -374,10 +374,14 @@ def test_a_secondary_ranges_feed_is_read_up_to_the_cut_never_closed(tmp_path: Pa
     dst.close()
 
 
-def test_a_range_sealed_at_a_cut_holds_the_sources_state_then_and_nothing_after(tmp_path: Path) -> None:
+@pytest.mark.parametrize("recording", [False, True])  # True: batches recorded, as a replicated primary's are
+def test_a_range_sealed_at_a_cut_holds_the_sources_state_then_and_nothing_after(tmp_path: Path,
+                                                                                 recording: bool) -> None:
     """A forced failover promotes a secondary at its cut: each range goes back to it (its undo records), and its
     undo and feed records past it go, only those of its own span (a split's halves share them)."""
     src, dst = source_store(tmp_path), source_store(tmp_path, "dst")
+    if recording:
+        dst._tee.begin()
     states = history(src, random.Random(11), 120)
     records = records_of(src)
     dst.apply_source(records, 1, position_of(records[-1]))
@@ -397,5 +401,7 @@ def test_a_range_sealed_at_a_cut_holds_the_sources_state_then_and_nothing_after(
     assert dst.counts().entities == len(read_state(dst))  # the counts follow what went back
     assert dst.source_state()[1] == (mid, b"\xff")
     assert dst.last_ts == src.last_ts  # later writes stamp above every Timestamp it ever applied
+    if recording:  # what a follower replays: its feed records past the cut go too
+        assert any(v is None and k.startswith(b"\xfff/") for ops in dst._tee.take() for k, v in ops)
     src.close()
     dst.close()

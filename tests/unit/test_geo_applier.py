@@ -115,6 +115,9 @@ class _Source:
         self.noted.append(self.store.last_ts)  # every change at or below it is committed (one thread writes)
         return feed_cursor.encode((self.noted[-1], None))
 
+    async def values(self, table: str, keys: list[bytes]) -> list[list]:
+        return [[k, self.store.get_raw(k)] for k in keys]
+
     async def scan(self, table: str, token):  # type: ignore[no-untyped-def]
         from rangetable.keys import encode_key
 
@@ -185,6 +188,22 @@ class _Secondary:
 
     async def empty(self, table: str) -> bool:
         return not any(s.store.scan(s.lo, s.hi, limit=1)[0] for s in self.served.values())
+
+    async def changed_since(self, table: str, start: str) -> set[bytes]:
+        from rangetable import feed_cursor
+
+        after = feed_cursor.decode(start)
+        return {r[1] for s in self.served.values() for r in s.store.read_changes(after, s.lo, s.hi, 100_000).records}
+
+    async def seal(self, table: str, claim: int, at: int) -> None:
+        from frontend.geo.write import SourceWrite
+        from partition_server import data_requests as dr
+
+        w = SourceWrite.from_request({"table": table, "claim": claim, "records": [], "seal": at})
+        for route, lo, hi in w.segments(self.cache):
+            part, body = w.ask(route, lo, hi)
+            w.take(part, dr.source_seal(self.served[route.range["id"]], body, 1.0))
+        assert w.done
 
     async def reset(self, table: str) -> None:
         self.resets += 1
@@ -363,4 +382,51 @@ def test_a_copy_that_noted_how_far_it_got_is_taken_over_from_there(tmp_path: Pat
     assert sec.read_state(src.last_ts) == states[-1][1]
     _cuts_read_right(sec, states)
     sec.close()
+    src.close()
+
+
+def test_a_rejoining_old_primary_copies_only_what_differs_and_drops_its_own_changes_after_the_cut(
+        tmp_path: Path) -> None:
+    """A forced failover promoted the source at cut T; the old primary holds the source's state at T and its own
+    writes since (its loss ledger). Rejoining, it reads those keys at the source, seals itself at T (its own feed
+    records after T go) and replays the source's feed from T: every cut it publishes reads as the source stood,
+    and it ends equal to the source, without a copy of the rest."""
+    import asyncio
+
+    from frontend.geo import applier as ga
+    from rangetable import feed_cursor
+
+    src = source_store(tmp_path)
+    states = history(src, random.Random(21), 80)
+    t = src.last_ts
+    old = _Secondary(tmp_path, ["pm"])
+    for s in old.served.values():
+        s.store.set_feed(True)
+    asyncio.run(old.write("t", 1, records_of(src), [t, b"\xff"], None))  # it held the source's state at T …
+    for i in range(12):  # … and acknowledged writes of its own after it (its ledger)
+        for s in old.served.values():
+            key = f"p{'abcdefghijkl'[i]}".encode() + b"\x00x"
+            if s.lo <= key and (s.hi is None or key < s.hi):
+                s.store.write({"op": "insert_or_replace", "pk": "p" + "abcdefghijkl"[i], "rk": "x", "props": {}})
+    assert any(s.store.read_changes((t, None), s.lo, s.hi, 100).records for s in old.served.values())
+    states.extend(history(src, random.Random(22), 40))  # the promoted source goes on
+    old.progress = {"start": feed_cursor.encode((t, None)), "next": None, "copied": 0, "rejoin": t}
+
+    async def run() -> None:
+        applier = ga.TableApplier("t", _Source(src), old)  # type: ignore[arg-type]
+        await applier.start()
+        assert old.progress is not None and type(old.progress.get("sealed")) is int
+        assert applier.copied == 12  # the ledger's keys only
+        ga.TOP = 5
+        try:
+            await _to_the_edge(applier, src)
+        finally:
+            ga.TOP = 1000
+
+    asyncio.run(run())
+    assert old.resets == 0 and old.read_state(src.last_ts) == states[-1][1]
+    _cuts_read_right(old, [(ts, st) for ts, st in states if ts >= (old.progress or {}).get("sealed", 0)])
+    feed = [r for s in old.served.values() for r in s.store.read_changes((t, None), s.lo, s.hi, 100_000).records]
+    assert sorted(r[:3] for r in feed) == sorted(r[:3] for r in records_of(src) if r[0] > t)  # none of its own
+    old.close()
     src.close()
