@@ -61,7 +61,7 @@ SUBCOMMANDS: dict[str, list[str]] = {
     "bench": ["cli.bench.commands:" + f for f in (
         "bench_store", "bench_http", "bench_soak", "bench_scale", "bench_frontends", "bench_control_plane",
         "bench_takeover", "bench_ttl", "bench_capacity", "bench_aio", "bench_stock", "bench_point_or",
-        "bench_replicas", "bench_feed", "bench_index", "bench_host", "bench_geo")],
+        "bench_replicas", "bench_feed", "bench_index", "bench_host", "bench_geo", "bench_geo_rejoin")],
     "drill": ["cli.drills.failover:drill_failover", "cli.drills.chaos:drill_chaos",
               "cli.drills.rebalance:drill_rebalance", "cli.drills.netsplit:drill_netsplit",
               "cli.drills.disk_loss:drill_disk_loss", "cli.drills.geo:drill_geo"],

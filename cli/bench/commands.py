@@ -553,3 +553,20 @@ def bench_host(seconds: float, as_json: bool) -> None:
     res = run_host_bench(seconds, echo=progress(as_json))
     if as_json:
         click.echo(json.dumps(res, indent=2))
+
+
+@click.command("geo-rejoin")
+@click.option("--rows", default=100_000, show_default=True, help="Entities in the table.")
+@click.option("--outage", default=10_000, show_default=True,
+              help="Entities written again at the old primary while the secondary is cut off.")
+@json_option
+def bench_geo_rejoin(rows: int, outage: int, as_json: bool) -> None:
+    """What a failback costs: after a forced failover, the old primary rejoining by a diff (its loss ledger's keys
+    read at the new primary, then the new primary's feed from the cut) against a full copy of the table. Starts
+    its own clusters."""
+    from cli.bench.geo_rejoin import format_result, run_rejoin_bench
+
+    if rows < 1 or not 0 < outage <= rows:
+        raise click.UsageError("need --rows >= 1 and 0 < --outage <= --rows.")
+    res = run_rejoin_bench(rows, outage, progress(as_json))
+    click.echo(json.dumps(res, indent=2) if as_json else "\n" + format_result(res))
