@@ -249,3 +249,16 @@ def test_the_old_source_is_fenced_expecting_the_epoch_it_answered(monkeypatch: p
     assert geo.fencing is None and committed == [{ROLE_KEY: geo.stored()}]
     assert events == [("geo_old_source_fenced", {"source": "tcp://old:1", "epoch": 8})]
     assert geo_roles.fence_old(cl) is True and len(asked) == 3  # nothing more to do
+
+
+def test_a_rejoining_secondary_is_installed_with_a_diff_copy_under_way_from_each_cut() -> None:
+    from rangetable import feed_cursor
+
+    cuts = SourceCuts()
+    puts, deletes = cuts.install({}, 1.0, {"Orders": 50})
+    want = {"start": feed_cursor.encode((50, None)), "next": None, "copied": 0, "rejoin": 50}
+    assert cuts.wire() == {} and cuts.copies == {"orders": want} and puts == {copy_key("orders"): want}
+    cuts.note_copy("orders", {**want, "copied": 7, "sealed": 60, "junk": "x"}, 3.0)  # a successor replays at once
+    assert cuts.copies["orders"] == {**want, "copied": 7, "sealed": 60}
+    cuts.publish("orders", 61, 0.0, 4.0)
+    assert cuts.copies == {} and cuts.wire() == {"orders": 61}  # the first cut ends it
