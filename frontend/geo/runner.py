@@ -260,7 +260,7 @@ class Follower:
             await asyncio.sleep(pause)
 
 
-class GeoRole:
+class RoleWatch:
     """Runs :class:`Followers` while the cluster's geo role (as its coordinator sends it: ``MapCache.geo``) is
     ``secondary``, again from the start when the role changes (a new epoch: another source, or the same after a
     failover and back), and none otherwise."""

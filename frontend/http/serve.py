@@ -16,7 +16,7 @@ import socket
 import ssl
 
 from frontend.auth.bearer import check_oauth
-from frontend.geo.runner import GeoRole
+from frontend.geo.runner import RoleWatch
 from frontend.http.app import RestApp
 from frontend.indexes.applier import Appliers
 from frontend.native.asyncio_driver import AioFrontend
@@ -63,7 +63,7 @@ async def serve_async(cfg: FrontendConfig) -> None:
         log.info("metrics on %s", serve_metrics(cfg.metrics, lambda: collect_http(app.fe.id, app.answers)))
     tune_gc()
     appliers = asyncio.create_task(Appliers(app.fe).run())  # the indexes this process may claim
-    geo = asyncio.create_task(GeoRole(app.fe).run())  # a secondary cluster's: the tables this process may follow
+    geo = asyncio.create_task(RoleWatch(app.fe).run())  # a secondary cluster's: the tables this process may follow
     try:
         await _serve(app, host, port, loop, server, cfg.reuse_port, tls, cfg)
     finally:
