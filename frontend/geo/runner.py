@@ -36,8 +36,19 @@ SCAN_TOP = 1000  # entities per page of a first copy
 GET_WINDOW = 64  # point reads of a rejoin in flight at once
 ROLE_POLL_S = 0.2  # how often the geo role the coordinator sent is looked at
 RECONCILE_S = 1.0  # how often the source's tables are listed and the followers matched to them
+SETTINGS_EVERY = 10  # reconciles between two looks at the source's table settings
 LIVE_PAUSE_S = 0.05  # between pages at the live edge after one that had changes …
 IDLE_PAUSE_S = 0.2  # … doubling after each without, up to this
+
+
+def followed_settings(table: dict[str, Any]) -> dict[str, Any]:
+    """The settings of a ``get_table`` answer that a secondary table keeps as its source's: the TTL (its reads at
+    a cut hide what the source's hid then; its own reclaimer deletes nothing while it follows, the source's
+    expire records do) and the change feed's (its own feed, read at the cut, carries the source's records).
+    Reserved throughput is each cluster's own."""
+    return {"ttl_s": int(table.get("ttl_s") or 0), "feed_off": int(table.get("feed") == "off"),
+            "feed_before": int(bool(table.get("feed_before_images"))),
+            "feed_retention_s": table.get("feed_retention") or "1d"}
 
 
 class NativeSource:
@@ -101,6 +112,10 @@ class NativeSource:
         for i in range(0, len(keys), GET_WINDOW):
             out += await asyncio.gather(*(one(k) for k in keys[i:i + GET_WINDOW]))
         return out
+
+    async def settings(self, table: str) -> dict[str, Any]:
+        """The settings of the source's table that a secondary keeps too (:func:`followed_settings`)."""
+        return followed_settings(await self._ask({"op": "get_table", "table": table}))
 
     async def tables(self) -> list[str]:
         """The source's tables."""
@@ -295,6 +310,7 @@ class Followers:
         self.source = NativeSource(doc)
         self.own = OwnCluster(fe, f"{fe.id}/{os.getpid()}")
         self.running: dict[str, asyncio.Task] = {}
+        self.rounds = 0
 
     async def run(self) -> None:
         """Match the tables and their followers to the source every :data:`RECONCILE_S`, until cancelled."""
@@ -311,8 +327,8 @@ class Followers:
             await self.source.close()
 
     async def reconcile(self) -> None:
-        """Create the tables the source has and this cluster lacks, delete those it no longer has, and run a
-        follower for each."""
+        """Create the tables the source has and this cluster lacks, delete those it no longer has, run a follower
+        for each, and every :data:`SETTINGS_EVERY` rounds give each its source's settings."""
         theirs = {t.lower(): t for t in await self.source.tables()}
         ours = {k: t for k, t in self.fe.cache.tables.items() if not is_index_table(t)}
         for key, name in theirs.items():
@@ -329,4 +345,16 @@ class Followers:
         for key, name in theirs.items():
             if key not in self.running or self.running[key].done():
                 self.running[key] = asyncio.create_task(Follower(name, self.source, self.own).run())
+        self.rounds += 1
+        if self.rounds % SETTINGS_EVERY == 1:
+            for name in theirs.values():
+                await self.match_settings(name)
+
+    async def match_settings(self, table: str) -> None:
+        """Give the table its source's settings (:func:`followed_settings`) when they differ."""
+        want = await self.source.settings(table)
+        ours = followed_settings(await self.fe.request({"op": "get_table", "table": table, "internal": True}))
+        if ours != want:
+            await ask(self.fe, {"op": "set_table", "table": table, "settings": want},
+                      "ResourceNotFound", "TableNotFound")
 

@@ -238,7 +238,7 @@ class Handler:
                 pk = _require(req, "pk", str)
                 rk = _require(req, "rk", str)
             body = {"op": "get", "pk": pk, "rk": rk, "select": req.get("select")}
-            ready, at = _NOW if self.role == "primary" else self._cut(p, table)  # no call on a primary's hot path
+            ready, at = _NOW if self.role == "primary" else self._cut(p, table)  # a primary: no _cut call
             if not ready:
                 return
             if at is not None:

@@ -289,14 +289,14 @@ class RangeStore:
 
     def get_at(self, pk: str, rk: str, at: int) -> Entity | None:
         """The entity at (pk, rk) as it stood at the cut ``at`` of a secondary cluster (:mod:`.cut`), or None
-        (absent then, or expired now)."""
+        (absent then, or expired then: the table's TTL judged at the cut, as the source answered at it)."""
         key = encode_key(pk, rk)
         cut.check_floor(self._db, at)
         v = cut.version_at(self._db, key, at, self._db.get(key))
         if v is None:
             return None
         ts, props = msgpack.unpackb(v)
-        oldest = self.expiry.oldest(self.clock())
+        oldest = self.expiry.oldest(at)
         return None if oldest and ts < oldest else Entity(pk, rk, ts, props)
 
     @overload
@@ -328,8 +328,8 @@ class RangeStore:
         a secondary cluster (:mod:`partition_server.store.cut`).
         """
         return scan_span(self._db, lo, hi, predicate, select, limit, budget_s, wire=wire, needs_ts=needs_ts,
-                         needs_props=needs_props, oldest=self.expiry.oldest(self.clock()), points=points,
-                         wanted=wanted, at=at)
+                         needs_props=needs_props, oldest=self.expiry.oldest(self.clock() if at is None else at),
+                         points=points, wanted=wanted, at=at)
 
     def counts(self) -> Counts:
         """The entities this store holds and their bytes (key + stored value), exact, as of its last

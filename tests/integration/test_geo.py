@@ -228,3 +228,22 @@ def test_kills_on_either_side_lose_nothing(pair: tuple[Cluster, Cluster]) -> Non
     _poll(lambda: {e["RowKey"]: (e["v"], e.metadata["etag"]) for e in s.list_entities()}, theirs, timeout=90)
     after = _applier(secondary, "geokill")
     assert before and after and after != before  # another process took the claim over
+
+
+def test_table_settings_follow_and_a_ttl_is_judged_at_the_cut(pair: tuple[Cluster, Cluster]) -> None:
+    """The TTL and the change feed's settings of a source table are the secondary table's too (reserved throughput
+    is each cluster's own); an entity past the TTL is hidden at the secondary as at the source."""
+    source, secondary = pair
+    with _sdk(source) as src:
+        src.create_table("geosettings")
+        src.get_table_client("geosettings").upsert_entity({"PartitionKey": "p", "RowKey": "r", "v": 1})
+    source.admin({"op": "set_table", "table": "geosettings", "settings": {"ttl_s": "2s", "feed_before": "on"}})
+    want = {"ttl_s": 2, "feed_before_images": True, "feed": "on"}
+
+    def settings() -> dict:
+        got = secondary.admin({"op": "get_table", "table": "geosettings"})
+        return {k: got[k] for k in want}
+
+    _poll(settings, want, timeout=30)
+    with _sdk(secondary) as sec:
+        _poll(lambda: [e["RowKey"] for e in sec.get_table_client("geosettings").list_entities()], [], timeout=30)

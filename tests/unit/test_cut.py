@@ -203,7 +203,9 @@ def test_split_halves_read_their_own_span_at_a_cut_and_a_merge_keeps_the_lower_p
     dst.close()
 
 
-def test_expired_entities_stay_hidden_at_every_cut(tmp_path: Path) -> None:
+def test_a_ttl_is_judged_at_the_cut_as_the_source_judged_it_then(tmp_path: Path) -> None:
+    """Under a table's TTL an entity is live at a cut within the TTL of its Timestamp, as the source answered
+    then, however late the read; expired at a cut past it (before the source's expire record arrives)."""
     now = [10**17]
     src = RangeStore.open(tmp_path / "src", clock=lambda: now[0])
     src.set_feed(True)
@@ -211,10 +213,12 @@ def test_expired_entities_stay_hidden_at_every_cut(tmp_path: Path) -> None:
     src.write({"op": "insert", "pk": "p", "rk": "a", "props": P(v=0)})
     records = records_of(src)
     dst.apply_source(records, 1, position_of(records[-1]))
-    assert dst.get_at("p", "a", records[-1][0]) is not None
     dst.set_ttl(10_000_000)  # one second
-    now[0] += 20_000_000
-    assert dst.get_at("p", "a", records[-1][0]) is None and read_state(dst, at=records[-1][0]) == {}
+    ts = records[-1][0]
+    now[0] += 20_000_000  # read much later
+    assert dst.get_at("p", "a", ts) is not None and read_state(dst, at=ts) != {}
+    late = ts + 15_000_000  # a cut past the TTL
+    assert dst.get_at("p", "a", late) is None and read_state(dst, at=late) == {}
     src.close()
     dst.close()
 
