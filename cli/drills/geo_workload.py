@@ -7,7 +7,8 @@ the whole partition (one page: one cut) at the secondary again and again. The ch
 that history:
 
 * :func:`prefix_violation`: a read at a secondary is the state after the writes ``n <= k`` for its highest ``k``
-  (never a later write without an earlier one);
+  (never a later write without an earlier one), of the history that survived (after a forced failover, without
+  the writes the old primary acknowledged after the cut: its loss ledger);
 * :func:`state_after`: the state the history says a cluster holds;
 * :func:`ledger_check`: a forced failover's loss ledger against the writes the old primary acknowledged after
   the cut, which must be the same, in the same order.
@@ -17,7 +18,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any, NamedTuple
 
 from rangetable.client.blocking import TableServiceClient
@@ -134,6 +135,7 @@ class Reader(threading.Thread):
         self.tables = {name: c.get_table_client(table) for name, c in clients.items()}
         self.writer = writer
         self.target: str | None = None
+        self.lost: Callable[[Write], bool] = lambda w: False  # writes the history lost (a forced failover's ledger)
         self.reads = 0
         self.violations: list[str] = []
         self.stop = threading.Event()
@@ -147,8 +149,9 @@ class Reader(threading.Thread):
                 got = {e["RowKey"]: int(e["n"]) for e in self.tables[target].query_entities(f"PartitionKey eq '{PK}'")}
             except TableError:
                 continue  # a secondary busy at a failover's moment: no read, nothing to judge
-            acked, unsure, latest = list(self.writer.acked), set(self.writer.unsure), self.writer.n
-            top = acked[-1].n if acked else 0
+            latest, lost = self.writer.n, self.lost
+            acked, unsure = [w for w in self.writer.acked if not lost(w)], set(self.writer.unsure)
+            top = self.writer.acked[-1].n if self.writer.acked else 0
             unsure.update(range(top + 1, latest + 1))  # in flight: its answer may not have been taken yet
             why = prefix_violation(got, acked, unsure)
             self.reads += 1
