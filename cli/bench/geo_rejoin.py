@@ -52,7 +52,7 @@ def _differ(a: dict[str, Any], b: dict[str, Any]) -> int:
 
 def run_rejoin_bench(rows: int, outage: int, echo: Echo) -> dict[str, Any]:
     """The bench of the module docstring; its figures."""
-    from cli.commands.security import register_client
+    from cli.commands.security import follower_keys
 
     flags = ["--no-dashboard", "--no-metrics"]
     a_dir, a = start_temp_cluster(extra=flags)
@@ -74,10 +74,8 @@ def run_rejoin_bench(rows: int, outage: int, echo: Echo) -> dict[str, Any]:
             for pid in appliers:
                 os.kill(pid, signal.SIGCONT)
         echo(f"B promoted at its cut, RPO {forced['rpo_s'][TABLE]:.1f} s")
-        natives = tuple(b.get("frontends") or [b["native"]])
-        register = lambda name: register_client(b, name, "devstoreaccount1", natives)[1]  # noqa: E731
         t0 = time.monotonic()
-        res = geo_failover.rejoin(b, a, register, 60.0, lambda _m: None)
+        res = geo_failover.rejoin(b, a, follower_keys(b), 60.0, lambda _m: None)
         diff_s = time.monotonic() - t0 + _wait_cut(a, max(300.0, rows / 500))
         diff_bad = _differ(a, b)
         echo(f"A rejoined by the diff in {diff_s:.1f} s (its ledger: {len(res['ledger']):,} changes); "

@@ -112,7 +112,7 @@ def geo_failover_cmd(planned: bool, force: bool, source: str | None, timeout: fl
     refused for the seconds it prints. With --force (the source is down or cut off) this cluster becomes the
     primary at each table's cut at once; what the source acknowledged after the cuts is lost here until
     `rangetable geo rejoin` fences the source, lists it (the loss ledger) and makes it a secondary."""
-    from cli.commands.security import register_client
+    from cli.commands.security import follower_keys
 
     if planned == force:
         raise click.UsageError("give --planned (drain the source first: nothing lost) or --force (without the "
@@ -133,11 +133,8 @@ def geo_failover_cmd(planned: bool, force: bool, source: str | None, timeout: fl
         return
     kept = os.path.join(data_dir, SOURCE_FILE)
     src_doc = _admin_doc(source or kept, "--source")
-    natives = tuple(secondary.get("frontends") or [secondary["native"]])
     try:
-        res = geo_failover.planned(src_doc, secondary,
-                                   lambda name: register_client(secondary, name, "devstoreaccount1", natives)[1],
-                                   echo, timeout)
+        res = geo_failover.planned(src_doc, secondary, follower_keys(secondary), echo, timeout)
     except TableError as exc:
         raise click.ClickException(f"{exc.error_code}: {exc.message}") from None
     if os.path.exists(kept):  # this cluster follows nobody now; the old source's data dir keeps whom it follows
@@ -168,16 +165,13 @@ def geo_rejoin_cmd(source: str, ledger_path: str, wait_s: float, data_dir: str, 
     each table's cut — lists every write it acknowledged that this cluster lacks, during the outage included.
     Replay what should be kept with `rangetable geo replay LEDGER`. The old source then follows this cluster,
     copying every table again."""
-    from cli.commands.security import register_client
+    from cli.commands.security import follower_keys
 
     primary = _admin_doc(data_dir, "this cluster")
     old = _admin_doc(source, "--source")
-    natives = tuple(primary.get("frontends") or [primary["native"]])
     echo = (lambda _m: None) if as_json else click.echo
     try:
-        res = geo_failover.rejoin(primary, old,
-                                  lambda name: register_client(primary, name, "devstoreaccount1", natives)[1],
-                                  wait_s, echo)
+        res = geo_failover.rejoin(primary, old, follower_keys(primary), wait_s, echo)
     except TableError as exc:
         raise click.ClickException(f"{exc.error_code}: {exc.message}") from None
     with open(ledger_path, "w") as f:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
 
 import click
 
@@ -175,6 +176,13 @@ def register_client(doc: dict, name: str, account: str, natives: tuple[str, ...]
             "curve": {"servers": {"frontend": doc["curve"]["servers"]["frontend"]},
                       "client": {"public": pair.public.decode(), "secret": pair.secret.decode(), "name": name}}}
     return rec, conn
+
+
+def follower_keys(doc: dict) -> Callable[[str], dict]:
+    """``name`` -> the connection document of a client key registered for the default account at the cluster of
+    ``doc`` (its cluster.json): what another cluster follows it with (``rangetable geo failover``/``rejoin``)."""
+    natives = tuple(doc.get("frontends") or [doc["native"]])
+    return lambda name: register_client(doc, name, "devstoreaccount1", natives)[1]
 
 
 @keys_group.command("list")

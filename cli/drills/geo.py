@@ -38,6 +38,7 @@ import click
 
 from cli import geo_failover
 from cli.cluster_file import read_cluster
+from cli.commands.security import follower_keys
 from cli.coordinator_client import call
 from cli.drills.geo_workload import Reader, Write, Writer, ledger_check, read_state, state_after, summary
 from cli.drills.netns import NetnsUnavailable, Network, ip, unavailable_reason
@@ -173,7 +174,7 @@ def run_geo_drill(cut_s: float = 10.0, steady_s: float = 5.0, sabotage: str | No
         for to, frm in (("b", "a"), ("a", "b")):
             t0, a0, r0 = time.monotonic(), len(writer.acked), writer.refused
             reader.target = None
-            res = geo_failover.planned(docs[frm], docs[to], _register(docs[to]), lambda _m: None)
+            res = geo_failover.planned(docs[frm], docs[to], follower_keys(docs[to]), lambda _m: None)
             reader.target, lag.coordinator = frm, docs[frm]["coordinator"]
             _wait(lambda to=to, a0=a0: writer.at == to and len(writer.acked) > a0 + 20, 60,  # type: ignore[misc]
                   "writes at the new primary")
@@ -198,7 +199,7 @@ def run_geo_drill(cut_s: float = 10.0, steady_s: float = 5.0, sabotage: str | No
         _wait(lambda: writer.at == "b" and len(writer.acked_by("b")) > 10, 60, "writes at the new primary")
         writer.paused.set()
         t_rejoin = time.monotonic()
-        rejoined = geo_failover.rejoin(docs["b"], docs["a"], _register(docs["b"]), 30.0, lambda _m: None)
+        rejoined = geo_failover.rejoin(docs["b"], docs["a"], follower_keys(docs["b"]), 30.0, lambda _m: None)
         _wait(lambda: _cut_of(docs["a"]) is not None, 120, "the old primary's first cut after rejoining")
         rejoin_s = time.monotonic() - t_rejoin
         ledger = early if early is not None else rejoined["ledger"]
@@ -243,13 +244,6 @@ def run_geo_drill(cut_s: float = 10.0, steady_s: float = 5.0, sabotage: str | No
             shutil.rmtree(root, ignore_errors=True)
     report["passed"] = all(c["ok"] for c in checks) and bool(checks)
     return report
-
-
-def _register(doc: dict[str, Any]) -> Any:
-    from cli.commands.security import register_client
-
-    natives = tuple(doc.get("frontends") or [doc["native"]])
-    return lambda name: register_client(doc, name, "devstoreaccount1", natives)[1]
 
 
 def _cut_of(doc: dict[str, Any]) -> int | None:

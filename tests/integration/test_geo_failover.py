@@ -66,71 +66,6 @@ def _entities(c: Cluster) -> dict[str, tuple[Any, str]]:
         return {e["RowKey"]: (e.get("n"), e.metadata["etag"]) for e in t.list_entities()}
 
 
-class Writer:
-    """Upserts rows ``w<k>`` into the table at ``url`` back to back, keeping what was acknowledged (RowKey ->
-    n, ETag) and the error codes of what was refused."""
-
-    def __init__(self, url: str) -> None:
-        self.client = tables.TableClient(url, TABLE, credential=CRED)
-        self.acked: dict[str, tuple[int, str]] = {}
-        self.refused: list[str] = []
-        self.stop = threading.Event()
-        self.thread = threading.Thread(target=self._run, daemon=True)
-        self.thread.start()
-
-    def _run(self) -> None:
-        k = 0
-        while not self.stop.is_set():
-            k += 1
-            row = f"w{k % 400:04d}"
-            try:
-                got = self.client.upsert_entity({"PartitionKey": "p", "RowKey": row, "n": k})
-                self.acked[row] = (k, got["etag"])
-            except HttpResponseError as e:
-                self.refused.append(str(getattr(e.error_code, "value", e.error_code)))
-                time.sleep(0.02)
-
-    def close(self) -> None:
-        self.stop.set()
-        self.thread.join(30)
-        self.client.close()
-
-
-def _wait(fn: Any, timeout: float = 30.0, what: str = "condition") -> Any:
-    t0 = time.monotonic()
-    last: Any = None
-    while time.monotonic() - t0 < timeout:
-        try:
-            last = fn()
-            if last:
-                return last
-        except (HttpResponseError, AssertionError) as e:
-            last = e
-        time.sleep(0.2)
-    raise AssertionError(f"{what}: not after {timeout} s ({last!r})")
-
-
-def _fail_over(to: Cluster, other: Cluster) -> None:
-    """A planned failover to ``to`` under writes at ``other`` (its source): every acknowledged write arrives, the
-    old source refuses writes from then on and follows ``to``."""
-    writer = Writer(other.http)
-    try:
-        _wait(lambda: len(writer.acked) > 50, what="writes acknowledged at the source")
-        res = _rangetable("geo", "failover", "--planned", "--data-dir", to.data_dir, "--source", other.data_dir)
-        assert res["primary"]["epoch"] >= 1 and TABLE in res["tables"], res
-        n = len(writer.refused)
-        _wait(lambda: len(writer.refused) > n + 3, what="writes refused at the old source")
-    finally:
-        writer.close()
-    assert set(writer.refused) == {"InsufficientAccountPermissions"}, set(writer.refused)
-    ours = _entities(to)
-    missing = {r: v for r, v in writer.acked.items() if ours.get(r) != v}
-    assert not missing, f"acknowledged at the old source, not at the new primary: {sorted(missing.items())[:5]}"
-    assert _rangetable("geo", "status", "--data-dir", to.data_dir)["role"] == "primary"
-    assert _rangetable("geo", "status", "--data-dir", other.data_dir)["role"] == "secondary"
-    assert _cut(other) is not None  # at once: it follows from the drain point, without a copy
-
-
 class History:
     """Upserts rows ``h<k % 50>`` with ``n = k`` back to back at the table at ``url``, keeping every acknowledged
     write in order: (RowKey, n, its Timestamp in ticks)."""
@@ -159,6 +94,42 @@ class History:
         self.stop.set()
         self.thread.join(30)
         self.client.close()
+
+
+def _wait(fn: Any, timeout: float = 30.0, what: str = "condition") -> Any:
+    t0 = time.monotonic()
+    last: Any = None
+    while time.monotonic() - t0 < timeout:
+        try:
+            last = fn()
+            if last:
+                return last
+        except (HttpResponseError, AssertionError) as e:
+            last = e
+        time.sleep(0.2)
+    raise AssertionError(f"{what}: not after {timeout} s ({last!r})")
+
+
+def _fail_over(to: Cluster, other: Cluster) -> None:
+    """A planned failover to ``to`` under writes at ``other`` (its source): every acknowledged write arrives, the
+    old source refuses writes from then on and follows ``to``."""
+    history = History(other.http)
+    try:
+        _wait(lambda: len(history.acked) > 50, what="writes acknowledged at the source")
+        res = _rangetable("geo", "failover", "--planned", "--data-dir", to.data_dir, "--source", other.data_dir)
+        assert res["primary"]["epoch"] >= 1 and TABLE in res["tables"], res
+        n = len(history.refused)
+        _wait(lambda: len(history.refused) > n + 3, what="writes refused at the old source")
+    finally:
+        history.close()
+    assert set(history.refused) == {"InsufficientAccountPermissions"}, set(history.refused)
+    ours = {r: (v[0], ticks_from_etag(v[1])) for r, v in _entities(to).items()}
+    last = {row: (k, ts) for row, k, ts in history.acked}  # each row's last acknowledged write, its ETag's time
+    missing = {row: v for row, v in last.items() if ours.get(row) != v}
+    assert not missing, f"acknowledged at the old source, not at the new primary: {sorted(missing.items())[:5]}"
+    assert _rangetable("geo", "status", "--data-dir", to.data_dir)["role"] == "primary"
+    assert _rangetable("geo", "status", "--data-dir", other.data_dir)["role"] == "secondary"
+    assert _cut(other) is not None  # at once: it follows from the drain point, without a copy
 
 
 def _rows(c: Cluster) -> dict[str, int]:

@@ -229,10 +229,16 @@ class _Secondary:
             s.store.close()
 
 
-async def _to_the_edge(applier, src: RangeStore) -> None:  # type: ignore[no-untyped-def]
-    """Step ``applier`` until it has published the source's last Timestamp."""
-    while (await applier.step()).resolved is None or applier.cut != src.last_ts:
-        pass
+async def _to_the_edge(applier, src: RangeStore, top: int | None = None) -> None:  # type: ignore[no-untyped-def]
+    """Step ``applier`` until it has published the source's last Timestamp (with pages of ``top`` records)."""
+    from frontend.geo import applier as ga
+
+    ga.TOP = top or ga.TOP
+    try:
+        while (await applier.step()).resolved is None or applier.cut != src.last_ts:
+            pass
+    finally:
+        ga.TOP = 1000
 
 
 def _cuts_read_right(sec: _Secondary, states: list[tuple[int, dict]], floor: int = 0) -> None:
@@ -372,11 +378,7 @@ def test_a_copy_that_noted_how_far_it_got_is_taken_over_from_there(tmp_path: Pat
         second = ga.TableApplier("t", _Source(src), sec)  # type: ignore[arg-type]
         await second.start()
         assert sec.resets == 0 and second.copied > 2 * SCAN_PAGE  # went on from the third page
-        ga.TOP = 7
-        try:
-            await _to_the_edge(second, src)
-        finally:
-            ga.TOP = 1000
+        await _to_the_edge(second, src, top=7)
 
     asyncio.run(run())
     assert sec.read_state(src.last_ts) == states[-1][1]
@@ -417,11 +419,7 @@ def test_a_rejoining_old_primary_copies_only_what_differs_and_drops_its_own_chan
         await applier.start()
         assert old.progress is not None and type(old.progress.get("sealed")) is int
         assert applier.copied == 12  # the ledger's keys only
-        ga.TOP = 5
-        try:
-            await _to_the_edge(applier, src)
-        finally:
-            ga.TOP = 1000
+        await _to_the_edge(applier, src, top=5)
 
     asyncio.run(run())
     assert old.resets == 0 and old.read_state(src.last_ts) == states[-1][1]

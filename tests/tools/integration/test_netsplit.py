@@ -10,7 +10,6 @@ process behind.
 from __future__ import annotations
 
 import shutil
-import subprocess
 
 import pytest
 from click.testing import CliRunner
@@ -20,27 +19,15 @@ from cli.drills.netsplit import run_netsplit
 from cli.drills.netsplit_report import PROFILES, fault_problems, format_report
 from cli.main import main
 from tests.cluster import WORKLOAD_RATE
+from tests.netns_helpers import leftovers, record_networks
 
 REASON = netns.unavailable_reason() or (None if shutil.which("etcd") else "the `etcd` binary is not installed")
-
-
-def _leftovers(token: str) -> list[str]:
-    names = subprocess.run(["ip", "-o", "link"], capture_output=True, text=True).stdout
-    spaces = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
-    return [line for line in (names + spaces).splitlines() if token in line]
 
 
 @pytest.mark.slow
 @pytest.mark.skipif(REASON is not None, reason=f"the netsplit drill cannot run here: {REASON}")
 def test_netsplit_drill_short_profile_passes_and_cleans_up(monkeypatch: pytest.MonkeyPatch) -> None:
-    tokens = []
-    real = netns.Network.create
-
-    def create(self: netns.Network) -> None:
-        tokens.append(self.token)
-        real(self)
-
-    monkeypatch.setattr(netns.Network, "create", create)
+    tokens = record_networks(monkeypatch)
     r = run_netsplit(fault_seconds=4.0, lease_s=3.0, threads=4, seed=7, profile="short", echo=print,
                      rate=WORKLOAD_RATE)
     print(format_report(r))
@@ -52,7 +39,7 @@ def test_netsplit_drill_short_profile_passes_and_cleans_up(monkeypatch: pytest.M
     ps = r["faults"][0]
     assert ps["fence"]["lease_lapsed_after_cut_s"] is not None and ps["fence"]["answered_after_lease"] == 0
     assert not r["faults"][-1]["create_table_during_cut"]["ok"]  # no configuration change without an etcd quorum
-    assert _leftovers(f"rt-{tokens[0]}-") == [] and _leftovers(f"rtb{tokens[0]}") == []
+    assert leftovers(tokens[0]) == []
 
 
 def test_without_namespaces_exits_2_with_the_reason(monkeypatch: pytest.MonkeyPatch) -> None:
