@@ -156,7 +156,7 @@ def forced(secondary: dict[str, Any], echo: Echo, old: dict[str, Any] | None = N
     curve.remember_cluster(secondary)
     sec = secondary["coordinator"]
     st = call(sec, {"op": "geo_role"})
-    if st["role"] != "secondary":
+    if st["role"] != "secondary" and not (st["role"] == "fenced" and st["source"]):  # fenced: a promotion retried
         raise TableError("InvalidInput", f"the cluster to fail over to is {st['role']}, not a secondary")
     t0 = time.time()
     res = dict(call(sec, {"op": "geo_role", "role": "primary", "force": True, "fence": old}, timeout=120.0))

@@ -118,8 +118,9 @@ def promote_at_cuts(cl: Cluster, ctl: Controller, fence: Any = None) -> dict[str
     there). With ``fence`` (the old source's admin connection document) the coordinator fences the old source
     as soon as it answers (:func:`fence_old`)."""
     with cl.map.lock:
-        if cl.map.geo.role != "secondary":
-            raise TableError("InvalidInput", f"this cluster is {cl.map.geo.role}: only a secondary is promoted")
+        geo = cl.map.geo
+        if geo.role != "secondary" and not (geo.role == "fenced" and geo.source):  # (fenced: a promotion retried)
+            raise TableError("InvalidInput", f"this cluster is {geo.role}: only a secondary is promoted")
     GeoRole().change("primary", fence=fence)  # a bad fence document is refused before anything changes
     take(cl, "fenced")
     wait_in_force(cl, IN_FORCE_TIMEOUT_S)

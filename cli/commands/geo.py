@@ -34,6 +34,9 @@ def render(st: dict) -> str:
     if role == "primary":
         return (f"this cluster is a primary (geo epoch {epoch}): it follows no other (start a secondary with "
                 "`rangetable up --secondary-of CLUSTER`)")
+    if role == "fenced" and st.get("source"):
+        return (f"this cluster is fenced (geo epoch {epoch}): a forced failover is promoting it (it followed "
+                f"{st['source']}); `rangetable geo failover --force` again if it stopped")
     if role == "fenced":
         return f"this cluster is fenced (geo epoch {epoch}): it takes no writes while it fails over to its secondary"
     head = f"a secondary of {st.get('source') or '?'} (geo epoch {epoch})"

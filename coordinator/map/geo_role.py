@@ -72,8 +72,8 @@ class GeoRole:
                     and (source.get("native") or source.get("frontends"))):
                 raise TableError("InvalidInput", "a secondary needs its source's connection file (curve keys and "
                                                  "a native endpoint)")
-        else:
-            source = None
+        else:  # a fenced secondary (a forced failover promoting it) still names its source; a primary none
+            source = self.source if role == "fenced" else None
         if role == self.role and source == self.source and promoted is None:
             return {}
         self.role, self.epoch, self.source, self.promoted = role, self.epoch + 1, source, promoted

@@ -262,3 +262,12 @@ def test_a_rejoining_secondary_is_installed_with_a_diff_copy_under_way_from_each
     assert cuts.copies["orders"] == {**want, "copied": 7, "sealed": 60}
     cuts.publish("orders", 61, 0.0, 4.0)
     assert cuts.copies == {} and cuts.wire() == {"orders": 61}  # the first cut ends it
+
+
+def test_a_fenced_secondary_keeps_its_source_so_a_forced_promotion_can_be_retried() -> None:
+    g = GeoRole("secondary", 2, SOURCE)
+    g.change("fenced")  # a forced promotion under way, stopped halfway (a server did not confirm in time)
+    assert (g.role, g.source, g.follows, g.lease()["writes"]) == ("fenced", SOURCE, False, "none")
+    primary = GeoRole("primary", 2)
+    primary.change("fenced")  # a planned failover's source: nothing to promote it from
+    assert primary.source is None
