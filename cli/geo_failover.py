@@ -67,11 +67,8 @@ def set_role(endpoint: str, timeout: float = STEP_TIMEOUT_S, **change: Any) -> d
 def drain_points(native: str, tables: list[str]) -> dict[str, int]:
     """Each table's feed frontier now at the source reached through ``native``: every change acknowledged there
     lies at or below it."""
-    out = {}
-    for t in tables:
-        ts, key = feed_cursor.from_wire(call(native, dict(feed_page.request(t, 1, feed_page.NOW)))["cursor"])
-        out[t] = ts if key is None else ts - 1
-    return out
+    return {t: feed_cursor.frontier(feed_cursor.from_wire(call(native, dict(feed_page.request(t, 1, feed_page.NOW)))
+                                                          ["cursor"])) for t in tables}
 
 
 def wait_caught_up(endpoint: str, points: dict[str, int], timeout: float, echo: Echo) -> float:

@@ -64,3 +64,10 @@ def after(a: Position, b: Position) -> bool:
     if a[1] is None or b[1] is None:
         return a[1] is None and b[1] is not None
     return a[1] > b[1]
+
+
+def frontier(pos: Position) -> int:
+    """The Timestamp at or below which every change lies before position ``pos`` (a page's cursor: every change at
+    or below it is in that page or an earlier one)."""
+    ts, key = pos
+    return ts if key is None else ts - 1

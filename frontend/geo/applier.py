@@ -114,8 +114,7 @@ class Secondary(Protocol):
 
 def frontier(cursor: str) -> int:
     """The Timestamp at or below which every change is in the pages before ``cursor``."""
-    ts, key = feed_cursor.decode(cursor)
-    return ts if key is None else ts - 1
+    return feed_cursor.frontier(feed_cursor.decode(cursor))
 
 
 class TableApplier:
