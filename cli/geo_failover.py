@@ -1,7 +1,7 @@
 """Failovers between a source cluster and its secondary (issue 35, ``docs/geo.md``, "Failover").
 
-**Planned** (:func:`planned`): the roles swap with nothing lost, in five steps, each a request to one cluster's coordinator
-(:mod:`coordinator.geo_roles`), each waited for until in force:
+**Planned** (:func:`planned`): the roles swap with nothing lost, in five steps, each a request to one
+cluster's coordinator (:mod:`coordinator.geo_roles`), each waited for until in force:
 
 1. the source is **fenced**: its partition servers take no write from the moment their next lease says so, and
    the step is done once every live one echoed it (a server that cannot be reached stops serving when its lease

@@ -8,9 +8,10 @@
   claims end and its cuts go), or ``secondary`` of ``source`` (a connection document) at ``cuts``
   (``{table: Timestamp}``: the state it holds of the new primary, so it follows from there without a copy) or
   ``rejoin`` (the same, but for its own changes since: it copies what differs, :meth:`TableApplier.rejoin
-  <frontend.geo.applier.TableApplier.rejoin>`); a table in neither is copied whole. With ``expect`` only while the epoch is that one (``UpdateConditionNotSatisfied``
-  otherwise: a fence sent long ago does not land on a later role). Persisted before it is answered; the
-  frontends hear it on the PUB socket within a second, the partition servers with their next lease;
+  <frontend.geo.applier.TableApplier.rejoin>`); a table in neither is copied whole. With ``expect`` only while
+  the epoch is that one (``UpdateConditionNotSatisfied`` otherwise: a fence sent long ago does not land on a
+  later role). Persisted before it is answered; the frontends hear it on the PUB socket within a second, the
+  partition servers with their next lease;
 * ``geo_role`` {role: primary, force: true} on a secondary: :func:`promote_at_cuts`, a forced failover's
   promotion (a controller job: it waits for servers).
 
@@ -163,10 +164,10 @@ FENCE_EVERY_S = 2.0  # how often the old source is asked to stop while it does n
 
 def fence_old(cl: Cluster) -> bool:
     """One attempt at fencing the old source of a forced failover (the loop starts one on a thread of its own
-    every :data:`FENCE_EVERY_S` until it lands): asked for its role, then to be fenced expecting the epoch it answered, so a request
-    delivered late never lands on a role it took since. Done once it answers a role other than primary: from
-    then on it acknowledges nothing, and what it acknowledged after the cuts is its loss ledger (``rangetable
-    geo rejoin``). Returns whether it is done."""
+    every :data:`FENCE_EVERY_S` until it lands): asked for its role, then to be fenced expecting the epoch it
+    answered, so a request delivered late never lands on a role it took since. Done once it answers a role
+    other than primary: from then on it acknowledges nothing, and what it acknowledged after the cuts is its
+    loss ledger (``rangetable geo rejoin``). Returns whether it is done."""
     with cl.map.lock:
         target = cl.map.geo.fencing
     if target is None:

@@ -11,10 +11,11 @@ lease:
 
 Every change raises the **geo epoch**. Partition servers enforce the role (a lease answer carries
 :meth:`GeoRole.lease`: ``writes`` ``"all"``, ``"source"`` — every write refused but a secondary's
-``source_apply``/``source_copy`` — or ``"none"`` — every one but the seal of a forced failover), so a frontend that has not heard of a change yet writes nothing a fenced
-cluster would acknowledge; each heartbeat echoes the epoch its server enforces, and a change is **in force**
-once every live server echoed it (:meth:`GeoRole.waiting`): a server that cannot be reached stops serving when
-its lease runs out, before it is declared dead. A cluster started with ``--secondary-of`` begins as a secondary
+``source_apply``/``source_copy`` — or ``"none"`` — every one but the seal of a forced failover), so a frontend
+that has not heard of a change yet writes nothing a fenced cluster would acknowledge; each heartbeat echoes the
+epoch its server enforces, and a change is **in force** once every live server echoed it
+(:meth:`GeoRole.waiting`): a server that cannot be reached stops serving when its lease runs out, before it is
+declared dead. A cluster started with ``--secondary-of`` begins as a secondary
 of that source (:meth:`GeoRole.load`'s ``seed``); once a role is persisted, it wins over the flag.
 """
 

@@ -657,11 +657,11 @@ class RangeStore:
 
     def copy_source(self, values: Sequence[tuple[bytes, bytes | None]], claim: int, floor: int = 0) -> int:
         """Put entities of the source's table as its scan read them (``(key, stored value)``, the source's bytes;
-        None deletes: a rejoining secondary's key its new source lacks) in one batch: a secondary table's first copy, before its applier replays the source's feed from the
-        position noted before the scan, ``floor``. No undo record (no reader asks for a cut before the copy is
-        done), no feed record — the feed's floor is raised to ``floor`` instead, so a reader of this range's feed
-        from before it gets FeedTrimmed, never a silent gap —, no position; SourceFenced under a claim lower
-        than the range's. Returns how many."""
+        None deletes: a rejoining secondary's key its new source lacks) in one batch: a secondary table's first
+        copy, before its applier replays the source's feed from the position noted before the scan, ``floor``.
+        No undo record (no reader asks for a cut before the copy is done), no feed record — the feed's floor is
+        raised to ``floor`` instead, so a reader of this range's feed from before it gets FeedTrimmed, never a
+        silent gap —, no position; SourceFenced under a claim lower than the range's. Returns how many."""
         with self._lock:
             stored = index_state.unpack(self._db.get(META_SOURCE))
             index_state.admit(stored, claim, None, "SourceFenced")
