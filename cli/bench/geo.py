@@ -25,10 +25,8 @@ from __future__ import annotations
 
 import os
 import signal
-import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 from cli.bench.aio import ClientThreads
@@ -37,58 +35,16 @@ from cli.bench.http import server_pids, start_temp_cluster, stop_temp_cluster
 from cli.bench.proc import cpu_seconds
 from cli.bench.scale import parallel_load
 from cli.coordinator_client import call
+from cli.geo_cuts import CutSampler
 from rangetable import TableClient
 from rangetable.edm import TICKS_PER_SECOND, now_ticks
 from rangetable.kernel.stats import percentile, percentile_ms
 
 Echo = Callable[[str], None]
 TABLE = "geobench"
-SAMPLE_S = 0.25  # how often the secondary's cut is asked
 LOADERS = 2  # bulk-load processes of a preload
 CAUGHT_UP_S = 2.0  # the RPO under which the secondary has caught up after the cut
 GOAL_KEEP_UP = 0.98  # applied records over the steady intervals against the source's writes
-
-
-@dataclass
-class CutSampler:
-    """Samples the secondary's cut of :data:`TABLE` every :data:`SAMPLE_S` on a thread of its own: RPO seconds and
-    the applier's count, taken by the interval."""
-
-    coordinator: str
-    rpo: list[float] = field(default_factory=list)
-    applied: int = 0  # records applied since sampling began, across appliers
-    _count: int = 0  # the applier's own count as last reported
-    last_rpo: float | None = None
-    last_cut: int = 0
-    lock: threading.Lock = field(default_factory=threading.Lock)
-    stop: threading.Event = field(default_factory=threading.Event)
-
-    def start(self) -> None:
-        """Begin sampling."""
-        threading.Thread(target=self._run, daemon=True).start()
-
-    def _run(self) -> None:
-        while not self.stop.wait(SAMPLE_S):
-            try:
-                st = call(self.coordinator, {"op": "geo_status"}, timeout=5)
-            except Exception:
-                continue
-            row = next((r for r in st["tables"] if r["table"] == TABLE), None)
-            if row is None or row["cut"] is None:
-                continue
-            rpo = max(0.0, (now_ticks() - row["cut"]) / TICKS_PER_SECOND)
-            with self.lock:
-                self.rpo.append(rpo)
-                self.last_rpo, self.last_cut = rpo, row["cut"]
-                count = int(row.get("applied") or 0)  # since its applier started: a new one counts from 0
-                self.applied += count - self._count if count >= self._count else count
-                self._count = count
-
-    def take(self) -> tuple[list[float], int]:
-        """The RPO samples since the last take, and the applied count now."""
-        with self.lock:
-            out, self.rpo = self.rpo, []
-            return out, self.applied
 
 
 def _seconds(v: float | None) -> float | None:
@@ -147,7 +103,7 @@ def run_geo_bench(*, minutes: float, interval: float, threads: int, rows: int, c
             echo(f"source: {preload:,} entities bulk-loaded in {took:.1f} s")
         t0 = time.monotonic()
         sec_dir, sec = start_temp_cluster(extra=[*flags, "--secondary-of", src_dir])
-        sampler = CutSampler(sec["coordinator"])
+        sampler = CutSampler(sec["coordinator"], TABLE)
         sampler.start()
         _wait("the table's first cut at the secondary", lambda: sampler.last_rpo is not None, max(60.0, preload / 1000))
         copy_s = time.monotonic() - t0

@@ -21,20 +21,16 @@ from cli import geo_failover
 from cli.bench.http import server_pids, start_temp_cluster, stop_temp_cluster
 from cli.bench.scale import parallel_load
 from cli.coordinator_client import call
+from cli.geo_cuts import table_row
 from rangetable import TableClient
 
 TABLE = "georejoin"
 Echo = Callable[[str], None]
 
 
-def _cut(doc: dict[str, Any]) -> int | None:
-    rows = call(doc["coordinator"], {"op": "geo_status"}, timeout=10)["tables"]
-    return next((r["cut"] for r in rows if r["table"] == TABLE), None)
-
-
 def _wait_cut(doc: dict[str, Any], timeout: float) -> float:
     t0 = time.monotonic()
-    while _cut(doc) is None:
+    while (table_row(doc["coordinator"], TABLE, timeout=10) or {}).get("cut") is None:
         if time.monotonic() - t0 > timeout:
             raise RuntimeError(f"no cut of {TABLE} within {timeout:g} s")
         time.sleep(0.1)

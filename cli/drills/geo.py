@@ -8,7 +8,7 @@ address: each region keeps its clients, neither reaches the other. Region B's cl
 A's. The workload (cli/drills/geo_workload.py) writes at whichever cluster takes writes and reads at the
 secondary, judging every read against the history. Phases:
 
-1. **steady**: B follows A; the RPO (B's lag) sampled;
+1. **steady**: B follows A; the RPO (the clock less B's cut: cli/geo_cuts.py) sampled;
 2. **link cut** for ``--cut-s``, then healed: the RPO grows with the cut, and B catches up;
 3. **planned failover** to B, and **back** to A (`geo failover --planned`): nothing acknowledged is lost;
 4. **primary lost**: the link cut again, A (cut off, its clients still writing) goes on acknowledging; B is
@@ -16,7 +16,7 @@ secondary, judging every read against the history. Phases:
    fences A by itself, the writer moves to B; `geo rejoin` reads A's **loss ledger**, which must be exactly the
    writes A acknowledged after B's cut, in order, and A follows B again.
 
-Each phase reports its seconds, writes acknowledged and refused, the RPO seen (p50/max of B's lag) and the
+Each phase reports its seconds, writes acknowledged and refused, the RPO seen (p50/max of the secondary's) and the
 reads judged; the drill ends with every check and PASS or FAIL. ``--sabotage early-ledger`` reads the ledger
 before the old primary is fenced — the mistake the fence exists to prevent — and the drill must FAIL, saying
 which acknowledged writes the ledger lacks.
@@ -30,7 +30,6 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from typing import Any
 
@@ -39,9 +38,9 @@ import click
 from cli import geo_failover
 from cli.cluster_file import read_cluster
 from cli.commands.security import follower_keys
-from cli.coordinator_client import call
 from cli.drills.geo_workload import Reader, Write, Writer, ledger_check, read_state, state_after, summary
 from cli.drills.netns import NetnsUnavailable, Network, ip, unavailable_reason
+from cli.geo_cuts import CutSampler, table_row
 from cli.options import json_option
 from rangetable.client.blocking import TableServiceClient
 from rangetable.errors import TableError
@@ -91,32 +90,6 @@ def start_cluster(regions: Regions, host: str, data_dir: str, extra: list[str]) 
     return doc
 
 
-class Lag(threading.Thread):
-    """Samples the secondary's lag (the RPO a failover then would have) every 0.25 s into the current phase."""
-
-    def __init__(self) -> None:
-        super().__init__(name="geo-lag", daemon=True)
-        self.coordinator: str | None = None
-        self.samples: list[float] = []
-        self.stop = threading.Event()
-
-    def run(self) -> None:
-        while not self.stop.wait(0.25):
-            if self.coordinator is None:
-                continue
-            try:
-                rows = call(self.coordinator, {"op": "geo_status"}, timeout=2)["tables"]
-            except TableError:
-                continue
-            lags = [r["lag_s"] for r in rows if r["table"] == TABLE and r["lag_s"] is not None]
-            if lags:
-                self.samples.append(float(lags[0]))
-
-    def take(self) -> list[float]:
-        got, self.samples = self.samples, []
-        return got
-
-
 def run_geo_drill(cut_s: float = 10.0, steady_s: float = 5.0, sabotage: str | None = None,
                   echo: Any = None, keep: bool = False) -> dict[str, Any]:
     """Run the drill (see the module docstring); returns the report (``passed`` says it all). Raises
@@ -132,7 +105,7 @@ def run_geo_drill(cut_s: float = 10.0, steady_s: float = 5.0, sabotage: str | No
     checks: list[dict[str, Any]] = []
     writer: Writer | None = None
     reader: Reader | None = None
-    lag = Lag()
+    lag: CutSampler | None = None
     report: dict[str, Any] = {"table": TABLE, "phases": phases, "checks": checks, "sabotage": sabotage}
     try:
         docs = {"a": start_cluster(regions, "region-a", dirs["a"], [])}
@@ -144,13 +117,14 @@ def run_geo_drill(cut_s: float = 10.0, steady_s: float = 5.0, sabotage: str | No
         reader = Reader(clients, TABLE, writer)
         writer.start()
         reader.start()
-        lag.start()
         _wait(lambda: _cut_of(docs["b"]) is not None, 60, "the secondary's first copy")
-        reader.target, lag.coordinator = "b", docs["b"]["coordinator"]
+        lag = CutSampler(docs["b"]["coordinator"], TABLE)
+        lag.start()
+        reader.target = "b"
 
         def phase(name: str, t0: float, acked0: int, refused0: int, **extra: Any) -> dict[str, Any]:
-            assert writer is not None and reader is not None
-            rpo = summary(lag.take())
+            assert writer is not None and reader is not None and lag is not None
+            rpo = summary(lag.take()[0])
             row = {"phase": name, "seconds": round(time.monotonic() - t0, 2), "acked": len(writer.acked) - acked0,
                    "refused": writer.refused - refused0, "rpo_p50_s": rpo["p50"], "rpo_max_s": rpo["max"],
                    "reads": reader.reads, "violations": len(reader.violations), **extra}
@@ -168,7 +142,7 @@ def run_geo_drill(cut_s: float = 10.0, steady_s: float = 5.0, sabotage: str | No
         time.sleep(cut_s)
         regions.heal_link()
         healed = time.monotonic()
-        _wait(lambda: (_lag_of(docs["b"]) or 99.0) < 1.0, 120, "the secondary catching up")
+        _wait(lambda: (lag.last_rpo or 99.0) < 1.0, 120, "the secondary catching up")
         phase(f"link cut {cut_s:g} s", t0, a0, r0, catch_up_s=round(time.monotonic() - healed, 2))
 
         for to, frm in (("b", "a"), ("a", "b")):
@@ -247,13 +221,8 @@ def run_geo_drill(cut_s: float = 10.0, steady_s: float = 5.0, sabotage: str | No
 
 
 def _cut_of(doc: dict[str, Any]) -> int | None:
-    rows = call(doc["coordinator"], {"op": "geo_status"}, timeout=5)["tables"]
-    return next((r["cut"] for r in rows if r["table"] == TABLE), None)
-
-
-def _lag_of(doc: dict[str, Any]) -> float | None:
-    rows = call(doc["coordinator"], {"op": "geo_status"}, timeout=5)["tables"]
-    return next((r["lag_s"] for r in rows if r["table"] == TABLE), None)
+    row = table_row(doc["coordinator"], TABLE)
+    return None if row is None else row["cut"]
 
 
 def _wait(check: Any, timeout: float, what: str) -> None:
