@@ -135,12 +135,14 @@ def after(db: Any, lo: bytes, hi: bytes | None, at: int) -> tuple[dict[bytes, by
     """What sealing the entity keys ``[lo, hi)`` at cut ``at`` takes: each entity changed after it with its
     stored value at ``at`` (None: absent then), and the keys of the undo records after it (each record's key and
     time key) to delete."""
-    restore = dict(_first_after(items(db, lo, hi), at))
+    restore: dict[bytes, bytes | None] = {}
     gone: list[bytes] = []
-    for ukey, _ in items(db, lo, hi):
+    for ukey, before in items(db, lo, hi):  # one pass: an entity's records come in Timestamp order
         key, ts = parse_undo_key(ukey)
         if ts > at:
             gone += [ukey, time_key(key, ts)]
+            if key not in restore:  # its first change after the cut: the value then
+                restore[key] = before if before != ABSENT else None
     return restore, gone
 
 
