@@ -58,10 +58,21 @@ def renewal(cl: Cluster, term: int, req: Heartbeat) -> LeaseAnswer | None:
     info = cl.registry.servers.get(req["server"])
     if info is None or info.incarnation != req["incarnation"] or not info.alive:
         return None
-    info.last_seen = time.monotonic()
+    _heard(info, req, time.monotonic())
+    return _lease(cl, term)
+
+
+def _heard(info: ServerInfo, req: Heartbeat, now: float) -> None:
+    """A heartbeat of ``info``'s server arrived at ``now``, saying which geo role's epoch it enforces
+    (coordinator/map/geo_role.py)."""
+    info.last_seen = now
     geo = req.get("geo")
     if type(geo) is int:
         info.geo_epoch = geo
+
+
+def _lease(cl: Cluster, term: int) -> LeaseAnswer:
+    """The lease of ``term``, with the map's version and the geo role the server is to enforce."""
     return {"lease_s": cl.cfg.lease_s, "version": cl.map.pmap.version, "term": term, "geo": cl.map.geo.lease()}
 
 
@@ -76,10 +87,7 @@ def _heartbeat(cl: Cluster, ctl: Controller, balancer: BalancerLoop, term: int, 
         if info is None or fresh:
             info = ServerInfo(sid, req["endpoint"], req["incarnation"], now, int(req.get("pid", 0)))
             registry.register(info)  # persisted with this batch's registrations, before any answer leaves
-        info.last_seen = now
-        geo = req.get("geo")
-        if type(geo) is int:  # the geo role's epoch it enforces (coordinator/map/geo_role.py)
-            info.geo_epoch = geo
+        _heard(info, req, now)
         peers_moved = False
         if "repl_endpoint" in req:  # a replicated cluster: where its replicas reach it, and their progress
             peers_moved = known_repl is not None and known_repl != req["repl_endpoint"]
@@ -121,8 +129,7 @@ def _heartbeat(cl: Cluster, ctl: Controller, balancer: BalancerLoop, term: int, 
         ctl.submit(replica_ops.adjust_insync, cl, ctl, sid, key=f"insync:{sid}")
     if peers_moved:  # its primaries were configured without its endpoint (a takeover) or an old one
         ctl.submit(replica_ops.refresh_peers, cl, ctl, sid, key=f"peers:{sid}")
-    answer: LeaseAnswer = {"lease_s": cl.cfg.lease_s, "version": maps.pmap.version, "term": term,
-                           "geo": maps.geo.lease()}
+    answer = _lease(cl, term)
     answer.update(extra)  # type: ignore[typeddict-item]  # settings, settings_v, shares (see LeaseAnswer)
     return answer
 
