@@ -6,6 +6,7 @@ cluster that is still alive, so a failing test never leaks a process.
 
 from __future__ import annotations
 
+import datetime
 import os
 import signal
 import subprocess
@@ -181,6 +182,21 @@ class Cluster:
         for f in sorted(logdir.glob("*.log")) if logdir.exists() else []:
             out.append(f"== {f.name}\n" + "\n".join(f.read_text(errors="replace").splitlines()[-15:]))
         return "\n".join(out)
+
+    def logs_between(self, lo: float, hi: float, wall0: float = 0.0) -> str:
+        """Every log line stamped between wall times ``lo`` and ``hi``, merged in time order, each with its time
+        less ``wall0`` (a drill's history clock) and its process: what each process said around a failure."""
+        lines = []
+        logdir = Path(self.data_dir) / "logs"
+        for f in sorted(logdir.glob("*.log")) if logdir.exists() else []:
+            for line in f.read_text(errors="replace").splitlines():
+                try:
+                    at = datetime.datetime.strptime(line[:23], "%Y-%m-%d %H:%M:%S,%f").timestamp()
+                except ValueError:
+                    continue  # a traceback's continuation
+                if lo <= at <= hi:
+                    lines.append((at, f"t={at - wall0:7.2f} {f.stem:12} {line[24:]}"))
+        return "\n".join(text for _, text in sorted(lines))
 
     def stop(self) -> None:
         """Stop the cluster; SIGKILL anything left (once: a second call does nothing)."""

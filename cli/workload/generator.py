@@ -105,6 +105,7 @@ class Workload:
         self.timeout = timeout
         self.batches = batches
         self.t0 = time.monotonic()  # the history's clock: seconds since the workload was made
+        self.wall0 = time.time()  # the wall clock at t0 (logs and coordinator events are stamped with it)
         self.recorder = Recorder(clock=self.clock)
         self.history_dir = history_dir
         self.stats = Stats()

@@ -82,6 +82,28 @@ def describe_fault(f: dict[str, Any]) -> str:
     return f"{span}  {f['what']}"
 
 
+def coordinator_events(events: Iterable[dict[str, Any]], wall0: float) -> list[dict[str, Any]]:
+    """The coordinator's events (its ``events`` op) on the history's clock, shaped as faults are: ``t`` when one
+    began (its wall time, less its duration, less ``wall0``: the wall clock at the history's start), ``until``
+    when it was recorded, ``what`` in one line (its kind, then its fields)."""
+    out = []
+    for ev in events:
+        end = float(ev["time"]) - wall0
+        fields = " ".join(f"{k}={v}" for k, v in ev.items() if k not in ("seq", "time", "kind", "duration_ms"))
+        out.append({"t": round(end - float(ev.get("duration_ms") or 0) / 1000, 3), "until": round(end, 3),
+                    "what": f"{ev['kind']} {fields}"})
+    return out
+
+
+def event_lines(events: Iterable[dict[str, Any]], window: list[float] | None, indent: str = "  ") -> list[str]:
+    """What the coordinator recorded around a violation's ``window`` (:func:`coordinator_events`): the map
+    changes (promotions, failovers, in-sync sets, splits, merges, moves) the operations may have crossed."""
+    if not window:
+        return []
+    near = faults_in_window(events, window[0], window[1])
+    return [f"the coordinator's events in that window: {len(near)}", *(indent + describe_fault(e) for e in near)]
+
+
 def window_lines(faults: Iterable[dict[str, Any]], window: tuple[float, float], indent: str = "  ") -> list[str]:
     """``faults in the window t=…`` and one line per fault that overlaps ``window`` (a failure's explanation)."""
     lo, hi = window

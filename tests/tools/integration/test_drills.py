@@ -8,7 +8,7 @@ import random
 import pytest
 from click.testing import CliRunner
 
-from cli.drills.chaos import run_chaos
+from cli.drills.chaos import chaos_failure_lines, run_chaos
 from cli.drills.failover import format_report, run_failover_drill
 from cli.main import main
 from cli.workload.verify.feed import feed_lines, feed_summary
@@ -40,6 +40,10 @@ def test_seeded_chaos(cluster: Cluster) -> None:
     seed = int(os.environ.get("RANGETABLE_CHAOS_SEED", random.randrange(10**6)))
     print(f"chaos seed {seed} (replay with RANGETABLE_CHAOS_SEED={seed})")
     r = run_chaos(cluster.data_dir, seed=seed, duration=30.0, echo=print, rate=WORKLOAD_RATE)
+    if not r["passed"]:  # the explanation, and what every process logged around the violation
+        window = r.get("linearizability_window") or [0.0, r["duration_s"]]
+        print("\n".join(chaos_failure_lines(r)))
+        print(cluster.logs_between(r["wall_t0"] + window[0] - 5, r["wall_t0"] + window[1] + 2, r["wall_t0"]))
     assert r["converged"], f"seed {seed}: the cluster did not converge"
     assert not r["map_violations"], f"seed {seed}: {r['map_violations'][:3]}"
     assert r["lost_writes"] == 0, f"seed {seed}: {r['lost_detail']}"

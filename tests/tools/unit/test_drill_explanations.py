@@ -10,6 +10,8 @@ from click.testing import CliRunner
 from cli.main import main
 from cli.workload.verify import check, dump_history
 from cli.workload.verify.explain import (
+    coordinator_events,
+    event_lines,
     failure_lines,
     faults_in_window,
     lin_verdict,
@@ -38,6 +40,21 @@ def test_a_violation_names_the_key_the_op_its_neighbours_and_the_faults_in_its_w
     assert "paused ps-2" in text and "kill -9 ps-1" in text  # within the window or its margin
     assert "split r000004" not in text  # long after
     assert "rangetable verify history /tmp/h.jsonl" in text
+
+
+def test_the_coordinator_s_events_are_put_on_the_history_s_clock_and_listed_around_a_violation() -> None:
+    wall0 = 1_000_000.0
+    events = coordinator_events([
+        {"seq": 7, "time": wall0 + 2.5, "kind": "promote", "range": "r000016", "source": "ps-2", "target": "ps-3",
+         "reason": "ps-2 restarted", "duration_ms": 500.0},
+        {"seq": 8, "time": wall0 + 20.0, "kind": "split", "range": "r000004", "key": "p04"}], wall0)
+    assert events[0] == {"t": 2.0, "until": 2.5, "what": "promote range=r000016 source=ps-2 target=ps-3 "
+                                                         "reason=ps-2 restarted"}
+    assert events[1]["t"] == events[1]["until"] == 20.0
+    text = "\n".join(event_lines(events, [3.0, 3.5]))
+    assert "the coordinator's events in that window: 1" in text
+    assert "t=2.00-2.50 s  promote range=r000016" in text and "split" not in text
+    assert event_lines(events, None) == []
 
 
 def test_a_timeout_is_reported_as_undecided_with_the_key_and_its_size() -> None:
