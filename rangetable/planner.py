@@ -282,6 +282,25 @@ FULL_PLAN = Plan("full", (Scan(b"", None),))
 EMPTY_PLAN = Plan("empty", ())
 
 
+def keys_only(node: Node | None) -> bool:
+    """True when ``node`` says nothing but which keys match: ``PartitionKey eq 'p' and RowKey eq 'r'`` (either
+    order), or an ``or`` of such terms. A point plan of it reads exactly the entities that match, so the ranges
+    it reads need no filter (Orleans sends hundreds of such terms; a range parsing them costs milliseconds)."""
+    todo: list[Node | None] = [node]
+    while todo:  # a stack, not recursion: a long chain of ``or`` nests as deep as it is long
+        n = todo.pop()
+        if isinstance(n, Or):
+            todo += (n.left, n.right)
+            continue
+        if not (isinstance(n, And) and isinstance(n.left, Compare) and isinstance(n.right, Compare)):
+            return False
+        props = {n.left.prop, n.right.prop}
+        if (props != {"PartitionKey", "RowKey"} or n.left.op != "eq" or n.right.op != "eq"
+                or n.left.code != STRING or n.right.code != STRING):
+            return False
+    return True
+
+
 def plan(node: Node | None) -> Plan:
     """The scans that cover every entity the filter may match (see the module docstring)."""
     if node is None:

@@ -33,7 +33,7 @@ from rangetable.filter_syntax import Node
 from rangetable.index_def import LAG_BOUND_S, SEPARATOR, IndexDef, is_index_table
 from rangetable.index_plan import choose
 from rangetable.keys import range_bounds
-from rangetable.planner import Plan, plan
+from rangetable.planner import Plan, keys_only, plan
 
 RETRY_CODES = frozenset({"NotPrimary", "RangeBusy"})
 COORDINATOR_OPS = frozenset(
@@ -314,6 +314,8 @@ class Handler:
                 self._index_query(p)
                 return
             cur = QueryCursor(base, top)
+            if base.kind == "point" and keys_only(node):  # its point reads are exactly the matches
+                p.extra["range_filter"] = None
             if req.get("next") is not None:
                 cur.pos = token_to_key(req["next"])
             p.state = cur
@@ -328,7 +330,8 @@ class Handler:
         left_ms = max(1, int((p.extra["page_end"] - time.monotonic()) * 1000))
         (lo, hi), more = spans[0], spans[1:]
         body = {"op": "scan", "range": route.range["id"], "epoch": route.range["epoch"], "lo": lo, "hi": hi,
-                "filter": req.get("filter") or None, "select": req.get("select"), "limit": cur.remaining,
+                "filter": p.extra.get("range_filter", req.get("filter") or None), "select": req.get("select"),
+                "limit": cur.remaining,
                 "budget_ms": left_ms}
         ready, at = _NOW if self.role == "primary" else self._cut(p, table)
         if not ready:

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from rangetable.edm import INT32, STRING
 from rangetable.filter import And, Compare, Const, Not, Or, compile_filter, describe, parse_filter
 from rangetable.filter_syntax import chain
-from rangetable.planner import MAX_BOXES, MAX_MEETS, Plan, Scan, plan
+from rangetable.planner import MAX_BOXES, MAX_MEETS, Plan, Scan, keys_only, plan
 
 
 def key(pk: str, rk: str | None = None) -> bytes:
@@ -153,6 +153,28 @@ def test_or_of_many_point_keys_stays_point_reads() -> None:
     assert pred("x", "y", 0, {"Age": [INT32, 4]}) and not pred("x", "y", 0, {"Age": [INT32, 3]})
 
 
+@pytest.mark.parametrize(("text", "only"), [
+    ("PartitionKey eq 'a' and RowKey eq 'b'", True),
+    ("RowKey eq 'b' and PartitionKey eq 'a'", True),
+    ("(PartitionKey eq 'a' and RowKey eq 'b') or (PartitionKey eq 'c' and RowKey eq 'd')", True),
+    ("PartitionKey eq 'a'", False),  # a partition: the plan is no point read
+    ("PartitionKey eq 'a' and RowKey ge 'b'", False),
+    ("PartitionKey eq 'a' and RowKey eq 'b' and Age gt 3", False),  # a property to filter on
+    ("(PartitionKey eq 'a' and RowKey eq 'b') or Age gt 3", False),
+    ("PartitionKey eq 'a' and PartitionKey eq 'b'", False),
+    ("not (PartitionKey eq 'a' and RowKey eq 'b')", False),
+    ("PartitionKey eq 'a' and RowKey eq 1", False),  # a number never equals a RowKey
+])
+def test_keys_only(text: str, only: bool) -> None:
+    assert keys_only(parse_filter(text)) is only
+
+
+def test_keys_only_walks_a_long_or_without_recursion() -> None:
+    text = " or ".join(f"(PartitionKey eq 'p{i}' and RowKey eq 'r{i}')" for i in range(1500))
+    assert keys_only(parse_filter(text)) and not keys_only(parse_filter(text + " or Age gt 3"))
+    assert not keys_only(None)
+
+
 # --- property tests --------------------------------------------------------------------------------
 
 # Keys over an alphabet with the lowest allowed char (space), ASCII, and a multi-byte char.
@@ -224,3 +246,19 @@ def test_plan_is_tight_for_key_conjunctions(leaves: list, pinned: str) -> None:
         assert result.contains(key(pk, rk)) == pred(pk, rk, 0, {}), (describe(node), pk, rk, result)
     if result.covers_single_partition is not None:
         assert all(pk == result.covers_single_partition for pk, rk in KEYS if pred(pk, rk, 0, {}))
+
+
+point_term = st.builds(lambda pk, rk: And(Compare("eq", P, STRING, pk), Compare("eq", R, STRING, rk)), strings, strings)
+key_terms = st.recursive(point_term, lambda sub: st.builds(Or, sub, sub), max_leaves=8)
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.one_of(key_terms, any_filter))
+def test_a_keys_only_point_plan_reads_exactly_the_matches(node: object) -> None:
+    # what lets a range read such a plan's point keys without the filter
+    result = plan(node)
+    if not (keys_only(node) and result.kind == "point"):
+        return
+    pred = compile_filter(node)
+    for pk, rk in KEYS:
+        assert result.contains(key(pk, rk)) == pred(pk, rk, 0, {}), (describe(node), pk, rk)
