@@ -31,6 +31,7 @@ class CutSampler:
     table: str
     rpo: list[float] = field(default_factory=list)
     applied: int = 0  # records applied since sampling began, across appliers
+    copied: int = 0  # entities the table's first copy put, as its applier last reported them
     _count: int = 0  # the applier's own count as last reported
     last_rpo: float | None = None
     last_cut: int = 0
@@ -56,6 +57,7 @@ class CutSampler:
                 count = int(row.get("applied") or 0)  # since its applier started: a new one counts from 0
                 self.applied += count - self._count if count >= self._count else count
                 self._count = count
+                self.copied = max(self.copied, int(row.get("copied") or 0))
 
     def take(self) -> tuple[list[float], int]:
         """The RPO samples since the last take, and the applied count now."""

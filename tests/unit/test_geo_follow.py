@@ -195,6 +195,10 @@ def test_the_geo_bench_passes_a_secondary_that_kept_up_and_explains_a_fail() -> 
     assert not ok and "applied 90.0%" in why and "0.500 s in the first and 3.000 s in the last" in why
     lost = {**kept, "check": {"differences": 2}}
     assert not verdict(lost)[0] and "2 entities differ" in format_table(lost)
+    copy = {"entities": 1000, "seconds": 1.0, "per_s": 1000.0, "copied": 1000}
+    assert verdict({**kept, "copy": copy})[0]
+    ok, why = verdict({**kept, "copy": {**copy, "copied": 596}})  # a first copy that ended early
+    assert not ok and "the first copy put 596 of the source's 1,000 entities (needs all)" in why
 
 
 def test_the_lag_alarm_is_raised_and_cleared_once_each_way() -> None:
