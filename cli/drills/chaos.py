@@ -38,7 +38,7 @@ from cli.options import data_dir_option, rate_option
 from cli.workload.feed_readers import FeedWatch
 from cli.workload.generator import SABOTAGE, Workload
 from cli.workload.index_reader import IndexWatch
-from cli.workload.verify.explain import coordinator_events, event_lines, failure_lines, slow_op_lines
+from cli.workload.verify.explain import coordinator_events, failure_lines, slow_op_lines
 from cli.workload.verify.feed import feed_lines, feed_summary
 from cli.workload.verify.history import dump_history
 from cli.workload.verify.index import index_lines, index_summary
@@ -280,8 +280,7 @@ def chaos_failure_lines(r: dict[str, Any]) -> list[str]:
     if not r.get("restored", True):
         lines.append(f"not restored: {', '.join(r['under_replicated'][:8])} short of {r['replicas']} in-sync "
                      f"replicas {r['restored_s']} s after the last fault")
-    return (lines + failure_lines(r, r["faults"])
-            + event_lines(r.get("coordinator_events", []), r.get("linearizability_window"))
+    return (lines + failure_lines(r, r["faults"], events=r.get("coordinator_events", []))
             + feed_lines(r["feed"], r["faults"])
             + index_lines(r["index"], r["faults"]) + slow_op_lines(r["slow_ops"], r["faults"]))
 

@@ -112,8 +112,10 @@ def window_lines(faults: Iterable[dict[str, Any]], window: tuple[float, float], 
             *(indent * 2 + describe_fault(x) for x in near)]
 
 
-def failure_lines(verdict: dict[str, Any], faults: Iterable[dict[str, Any]] = (), indent: str = "  ") -> list[str]:
-    """The explanation of a failed verdict (empty when it passed), one line per list item."""
+def failure_lines(verdict: dict[str, Any], faults: Iterable[dict[str, Any]] = (), indent: str = "  ",
+                  events: Iterable[dict[str, Any]] = ()) -> list[str]:
+    """The explanation of a failed verdict (empty when it passed), one line per list item; ``events``: the
+    coordinator's (:func:`coordinator_events`), listed with the faults around a violation."""
     faults = list(faults)
     lines: list[str] = []
     if verdict.get("lost_writes"):
@@ -133,6 +135,7 @@ def failure_lines(verdict: dict[str, Any], faults: Iterable[dict[str, Any]] = ()
             lines.append(f"faults injected in the window t={lo:.2f}-{hi:.2f} s (and {WINDOW_MARGIN_S:.0f} s before): "
                          f"{len(near)}")
             lines += [indent + describe_fault(f) for f in near]
+            lines += event_lines(events, window, indent)
     elif status == "timeout":
         lines.append("linearizability: checker TIMEOUT (undecided, which counts as a failure, not a pass)")
         for k in verdict.get("linearizability_timeouts", []):

@@ -55,6 +55,10 @@ def test_the_coordinator_s_events_are_put_on_the_history_s_clock_and_listed_arou
     assert "the coordinator's events in that window: 1" in text
     assert "t=2.00-2.50 s  promote range=r000016" in text and "split" not in text
     assert event_lines(events, None) == []
+    text = "\n".join(failure_lines(_verdict(STALE), FAULTS, events=coordinator_events(
+        [{"seq": 1, "time": wall0 + 2.8, "kind": "promote", "range": "r000004"}], wall0)))
+    assert "faults injected in the window" in text and "t=2.80 s  promote range=r000004" in text
+    assert text.index("promote") < text.index("history kept")  # with the faults, before the history's path
 
 
 def test_a_timeout_is_reported_as_undecided_with_the_key_and_its_size() -> None:
