@@ -250,3 +250,37 @@ def test_the_source_is_asked_at_its_next_frontend_when_one_does_not_answer() -> 
 
     asyncio.run(run())
     assert [t.endpoint for t in made] == ["tcp://a", "tcp://b"] and made[0].closed
+
+
+def test_a_rejoin_reads_its_keys_by_one_or_of_point_keys_paged_to_the_end() -> None:
+    import asyncio
+
+    from frontend.geo.runner import NativeSource
+    from rangetable import protocol
+    from rangetable.filter import compile_filter, parse_filter
+    from rangetable.keys import encode_key
+
+    held = {("p'1", "a"): (5, {"n": 1}), ("p2", "b"): (6, {"n": 2})}
+    asked: list[dict] = []
+
+    class Transport:
+        def __init__(self, endpoint: str) -> None:
+            pass
+
+        async def request(self, body: Any) -> Any:  # a source whose first page stops after one entity
+            asked.append(body)
+            pred = compile_filter(parse_filter(body["filter"]))
+            found = [[pk, rk, ts, props] for (pk, rk), (ts, props) in sorted(held.items()) if pred(pk, rk, ts, props)]
+            return {"entities": found[:1], "next": ["x", "y"]} if body["next"] is None else \
+                {"entities": found[1:], "next": None}
+
+        async def close(self) -> None:
+            pass
+
+    src = NativeSource({"native": "tcp://a"}, Transport)
+    keys = [encode_key("p'1", "a"), encode_key("p2", "b"), encode_key("p3", "c")]
+    got = asyncio.run(src.values("t", keys))
+    assert got == [[keys[0], protocol.pack([5, {"n": 1}])], [keys[1], protocol.pack([6, {"n": 2}])], [keys[2], None]]
+    assert len(asked) == 2 and asked[0]["top"] == 3 and asked[1]["next"] == ["x", "y"]
+    assert "PartitionKey eq 'p''1' and RowKey eq 'a'" in asked[0]["filter"]  # a quote in a key, doubled
+    assert asyncio.run(src.values("t", [])) == [] and len(asked) == 2
