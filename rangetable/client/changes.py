@@ -17,6 +17,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
+from functools import cached_property
 from typing import Any
 
 import msgpack
@@ -30,21 +31,34 @@ from rangetable.values import TableEntity, typed_to_entity
 IDLE_FACTOR = 4  # a follower at the live edge of an idle table asks at most this many poll intervals apart
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class ChangeRecord:
     """One entity's change: ``kind`` is insert, replace, merge, delete or expire; ``entity`` the entity after
     it (None for a delete or an expiry), ``before`` the entity before it when the table keeps before-images;
     ``timestamp`` and ``etag`` those of the change; ``cursor`` resumes right after it (``position``). The records of one
-    entity group transaction share ``timestamp`` and PartitionKey."""
+    entity group transaction share ``timestamp`` and PartitionKey. The entities are decoded when first asked for:
+    a reader that only passes records on (:meth:`to_json`, a loss ledger) never builds them."""
 
     partition_key: str
     row_key: str
     kind: str
-    entity: TableEntity | None
-    before: TableEntity | None
-    timestamp: datetime
     position: feed_cursor.Position
     wire: list = field(repr=False, compare=False)  # [ts, key, kind, value, before] as the frontend sent it
+
+    @cached_property
+    def entity(self) -> TableEntity | None:
+        """The entity after the change (None for a delete or an expiry)."""
+        return _entity(self.partition_key, self.row_key, self.wire[3])
+
+    @cached_property
+    def before(self) -> TableEntity | None:
+        """The entity before the change, when the table keeps before-images (else None)."""
+        return _entity(self.partition_key, self.row_key, self.wire[4])
+
+    @cached_property
+    def timestamp(self) -> datetime:
+        """The change's Timestamp."""
+        return ticks_to_datetime(self.position[0])
 
     @property
     def etag(self) -> str:
@@ -141,10 +155,9 @@ class ChangeFeed:
 
 
 def _record(r: Any) -> ChangeRecord:
-    ts, key, kind, value, before = r
+    ts, key, kind = r[0], r[1], r[2]
     pk, rk = decode_key(key)
-    return ChangeRecord(pk, rk, kind, _entity(pk, rk, value), _entity(pk, rk, before), ticks_to_datetime(ts),
-                        (ts, key), r)
+    return ChangeRecord(pk, rk, kind, (ts, key), r)
 
 
 def _entity(pk: str, rk: str, value: bytes | None) -> TableEntity | None:
