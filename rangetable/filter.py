@@ -30,6 +30,7 @@ from rangetable.filter_syntax import (
     count_comparisons,
     describe,
     format_literal,
+    key_point,
     parse_filter,
     properties_used,
     tokenize,
@@ -114,21 +115,11 @@ def _compile_compare(node: Compare) -> Predicate:
 KEY_SET_MIN = 4  # an ``or`` of this many point keys or more is compiled into one set lookup
 
 
-def _key_point(node: Node) -> tuple[str, str] | None:
-    """``(pk, rk)`` when ``node`` is ``PartitionKey eq 'pk' and RowKey eq 'rk'`` (either order)."""
-    if not (isinstance(node, And) and isinstance(node.left, Compare) and isinstance(node.right, Compare)):
-        return None
-    a, b = (node.left, node.right) if node.left.prop == "PartitionKey" else (node.right, node.left)
-    if a.prop == "PartitionKey" and b.prop == "RowKey" and a.op == "eq" == b.op and a.code == STRING == b.code:
-        return a.value, b.value
-    return None
-
-
 def _compile_key_set(terms: list[Node]) -> Predicate:
     """The ``or`` of ``terms``, its point-key terms checked by one set lookup (what Orleans sends:
     hundreds of them), each other term as compiled."""
-    keys = frozenset(kp for kp in map(_key_point, terms) if kp is not None)
-    rest = [f for f in (compile_filter(t) for t in terms if _key_point(t) is None) if f is not _false]
+    keys = frozenset(kp for kp in map(key_point, terms) if kp is not None)
+    rest = [f for f in (compile_filter(t) for t in terms if key_point(t) is None) if f is not _false]
     if _true in rest:
         return _true
 
@@ -156,7 +147,7 @@ def compile_filter(node: Node | None) -> Predicate:
         return lambda pk, rk, ts, props: not inner(pk, rk, ts, props)
     if isinstance(node, Or):
         terms = chain_terms(node)
-        if sum(1 for t in terms if _key_point(t) is not None) >= KEY_SET_MIN:
+        if sum(1 for t in terms if key_point(t) is not None) >= KEY_SET_MIN:
             return _compile_key_set(terms)
     left, right = compile_filter(node.left), compile_filter(node.right)
     if isinstance(node, And):

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 from rangetable.edm import STRING
-from rangetable.filter_syntax import And, Compare, Const, Node, Not, Or
+from rangetable.filter_syntax import And, Compare, Const, Node, Not, Or, key_point
 
 MAX_BOXES = 4096  # beyond this many boxes (or scans) fall back to the covering one
 MAX_SCANS = 4096
@@ -292,11 +292,7 @@ def keys_only(node: Node | None) -> bool:
         if isinstance(n, Or):
             todo += (n.left, n.right)
             continue
-        if not (isinstance(n, And) and isinstance(n.left, Compare) and isinstance(n.right, Compare)):
-            return False
-        props = {n.left.prop, n.right.prop}
-        if (props != {"PartitionKey", "RowKey"} or n.left.op != "eq" or n.right.op != "eq"
-                or n.left.code != STRING or n.right.code != STRING):
+        if n is None or key_point(n) is None:
             return False
     return True
 
