@@ -222,15 +222,17 @@ class Coordinator:
             now = time.monotonic()
             if now >= next_poll:
                 next_poll = now + 0.05
-                won = election.poll()
-                if won is not None:
-                    takeover.begin(self, won)
-                    return
+                # Follow before the first campaign: a coordinator restarted after a kill can win at its first
+                # poll, and then takes the follower's copy too (CI found such a winner loading cold).
                 try:
                     leader = election.read_latest()
                 except TableError:
                     continue  # etcd without a majority: stay a standby, naming the last leader known
                 takeover.follow(self, leader)
+                won = election.poll()
+                if won is not None:
+                    takeover.begin(self, won)
+                    return
 
     def _serve_as_leader(self, router: zmq.Socket, pull: zmq.Socket, poller: zmq.Poller) -> None:
         log.info("coordinator leads term %d on %s, map updates on %s; loading the map", self.term, self.endpoint,

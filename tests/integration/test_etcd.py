@@ -16,7 +16,7 @@ from coordinator.etcd.client import EtcdClient, b64
 from coordinator.leadership.etcd_election import EtcdLeadership, term_key
 from coordinator.meta.etcd_store import open_etcd_for_term
 from rangetable.errors import TableError
-from tests.cluster import WORKLOAD_RATE, ClusterFactory
+from tests.cluster import WORKLOAD_RATE, Cluster, ClusterFactory
 
 
 def _win(le: EtcdLeadership, within: float) -> float:
@@ -104,3 +104,23 @@ def test_a_cluster_on_etcd_serves_writes_and_survives_a_leader_kill(etcd: str, t
         base = etcd.replace("etcd://", "http://")
         term = EtcdClient(base).call("kv/range", {"key": b64(term_key("/cluster"))})["kvs"][0]
         assert int(term["mod_revision"]) == after["seq"] <= after["revision"], (term, after)
+
+
+def test_a_restarted_coordinator_that_wins_at_once_takes_the_followers_copy(etcd: str, tmp_path: Path,
+                                                                           cluster_factory: ClusterFactory) -> None:
+    """With one coordinator, the one the supervisor restarts after a kill wins its first campaign: it followed
+    etcd before campaigning, so it takes the follower's copy too (CI found a restarted winner loading cold)."""
+    with cluster_factory(extra=["--coordinators", "1", "--meta", etcd + "/one"], data_dir=tmp_path / "c") as c:
+        before = c.status()
+        c.kill("coordinator")
+        c.wait(lambda: _term(c) > before["term"], timeout=30, what="the restarted coordinator leading")
+        c.wait_map(timeout=15, what="every range served and reported")
+        after = c.status()["takeover"]
+        assert after["meta"] == "etcd" and after["warm"] is True, after
+
+
+def _term(c: Cluster) -> int:
+    try:
+        return int(c.status()["term"])
+    except TableError:  # not answering yet: restarting, or loading the map
+        return 0
