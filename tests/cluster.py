@@ -19,6 +19,7 @@ from typing import Any
 
 from cli.cluster_file import down, pid_alive, read_cluster
 from cli.coordinator_client import call
+from rangetable.errors import TableError
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -114,9 +115,17 @@ class Cluster:
         """The coordinator's status (map + servers)."""
         return call(self.coordinator, {"op": "status"}, timeout=5)
 
-    def admin(self, body: dict, timeout: float = 30) -> Any:
-        """One coordinator request."""
-        return call(self.coordinator, body, timeout=timeout)
+    def admin(self, body: dict, timeout: float = 30, busy_retry_s: float = 0) -> Any:
+        """One coordinator request; asked again while it answers ServerBusy, for up to ``busy_retry_s`` (as a
+        client does: a split while the balancer moves the range's primary, say)."""
+        deadline = time.monotonic() + busy_retry_s
+        while True:
+            try:
+                return call(self.coordinator, body, timeout=timeout)
+            except TableError as exc:
+                if exc.error_code != "ServerBusy" or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.2)
 
     def balancer(self, on: bool) -> None:
         """Turn the coordinator's balancer on or off (what `rangetable balance on|off` sends)."""

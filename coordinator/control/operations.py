@@ -502,10 +502,14 @@ def split(cl: Cluster, ctl: Controller, rid: str, key: str | None, reason: str =
                                 "left": _public(left), "right": _public(right), "version": cl.map.pmap.version})
         clock.step("split")
         t0 = time.monotonic()
-    except TableError:
+    except TableError as exc:
         with cl.map.lock:
             cl.map.commit(cl.map.pmap.update(cl.map.pmap.ranges[rid], state="serving"))
         ctl.submit(reconcile, cl, ctl, primary, key=f"reconcile:{primary}")
+        if exc.error_code == "NotPrimary":  # the map's primary does not serve this epoch yet (a load failed or
+            # is late after a leadership transfer; the reconcile above opens it): the split may be asked again
+            raise TableError("ServerBusy", f"range {rid} is not open on its primary {primary} at epoch {epoch} "
+                             f"yet ({exc.message}): retry the split") from None
         raise
     crash_point("split.after_split", cl.cfg.data_dir)
     if is_replicated(rec):  # the followers split their copies at the parent's last batch, then all commit

@@ -186,7 +186,7 @@ def test_an_index_survives_a_split_a_failover_and_its_applier_s_death_under_writ
         t.create_index("ByVal", "val")
         time.sleep(0.5)
         (rec,) = [x for x in c.status()["ranges"] if x["table"] == "Faulty"]
-        halves = c.admin({"op": "split", "range": rec["id"], "key": "p4"}, timeout=60)
+        halves = c.admin({"op": "split", "range": rec["id"], "key": "p4"}, timeout=60, busy_retry_s=30)
         right = next(x for x in c.status()["ranges"] if x["id"] == halves["right"])
         c.kill(right["primary"])  # a base range fails over
         c.wait(lambda: next(x for x in c.status()["ranges"] if x["id"] == halves["right"])["epoch"] > right["epoch"],
