@@ -50,8 +50,8 @@ def stitch(cluster: Cluster) -> TableClient:
         t.submit_transaction([("upsert", {"PartitionKey": f"p{p:02d}", "RowKey": f"r{r:03d}", "n": p * 100 + r})
                               for r in range(50)])
     rid = ranges_of(cluster, "Stitch")[0]["id"]
-    first = cluster.admin({"op": "split", "range": rid, "key": "p07"})
-    cluster.admin({"op": "split", "range": first["right"], "key": "p13"})
+    first = cluster.admin({"op": "split", "range": rid, "key": "p07"}, busy_retry_s=30)
+    cluster.admin({"op": "split", "range": first["right"], "key": "p13"}, busy_retry_s=30)
     return t
 
 
@@ -190,7 +190,7 @@ def test_up_again_brings_back_every_table_and_entity(tmp_path, cluster_factory: 
         t = svc.create_table("Durable")
         t.submit_transaction([("create", {"PartitionKey": "p", "RowKey": str(i), "i": i}) for i in range(100)])
         rid = ranges_of(c, "Durable")[0]["id"]
-        c.admin({"op": "split", "range": rid, "key": "p"})
+        c.admin({"op": "split", "range": rid, "key": "p"}, busy_retry_s=30)
     with cluster_factory(data_dir=tmp_path) as c:
         t = TableServiceClient(c.native).get_table_client("Durable")
         assert sorted(int(e["RowKey"]) for e in t.list_entities()) == list(range(100))

@@ -55,13 +55,13 @@ def test_a_standby_whose_warm_copy_missed_a_change_takes_over_with_the_durable_m
             t.upsert_entity({"PartitionKey": pk, "RowKey": rk, "v": 1})
         rid = table_ranges(c.coordinator, "Stale")[0]["id"]
         if change == "merge":
-            split = c.admin({"op": "split", "range": rid, "key": "p08"})
+            split = c.admin({"op": "split", "range": rid, "key": "p08"}, busy_retry_s=30)
             _freeze_the_standbys_copy(tmp_path)
             done = c.admin({"op": "merge", "range": split["left"]})
             after = [done["range"]]
         else:
             _freeze_the_standbys_copy(tmp_path)
-            done = c.admin({"op": "split", "range": rid, "key": "p08"})
+            done = c.admin({"op": "split", "range": rid, "key": "p08"}, busy_retry_s=30)
             after = [done["left"], done["right"]]
         assert [r["id"] for r in table_ranges(c.coordinator, "Stale")] == after
         for pk, rk in keys:  # acknowledged into the ranges the change made

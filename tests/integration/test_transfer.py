@@ -37,7 +37,7 @@ def cluster(cluster_factory: ClusterFactory):
                 {"op": "insert_or_replace", "pk": pk, "rk": rk, "props": props, "if_match": None}
                 for pk, rk, _ts, props in ents[i:i + 25]]})
         rid = next(r["id"] for r in c.status()["ranges"] if r["table"] == "Source")
-        right = c.admin({"op": "split", "range": rid, "key": "p05"})["right"]
+        right = c.admin({"op": "split", "range": rid, "key": "p05"}, busy_retry_s=30)["right"]
         c.admin({"op": "move", "range": right, "server": "ps-2"})
         yield c
 
