@@ -8,9 +8,11 @@ the lock on the data root (:mod:`coordinator.leadership.lock_election`), with th
 * **Liveness** is the lease: the leader keeps it alive every ``BEAT_S`` (the beat); a leader that
   dies or pauses stops renewing it, etcd deletes the leader key when its TTL runs out, and a
   standby wins the next term.
-* **Fencing.** A leader is deposed as soon as the leader key no longer names its term (read at most
-  every ``CHECK_EVERY_S``: the loop asks on every turn), or when no keep-alive got through for a
-  whole TTL. Every write
+* **Fencing.** A leader is deposed as soon as the leader key no longer names its term (read by the beat,
+  after each keep-alive), or when no keep-alive got through for a whole TTL. :meth:`EtcdLeadership.deposed`
+  only reads what the beat found: the coordinator's loop asks it on every turn, and a loop that waited on
+  etcd there answered no heartbeat while etcd elected a new leader (the netsplit drill's etcd-minority cut
+  stopped every write for 4-5 s: partition servers' leases lapsed behind a read of the leader key). Every write
   to the meta store in etcd (:mod:`coordinator.meta.etcd_store`) is a transaction that compares the
   term key, so a deposed leader's commit is refused by etcd itself.
 """
@@ -31,7 +33,6 @@ from rangetable.config import CoordinatorConfig
 from rangetable.errors import TableError
 
 META_NAME = "etcd"  # what a term record names as its meta store
-CHECK_EVERY_S = 0.05  # a leader reads the leader key at most this often (the loop asks every turn)
 
 
 def leader_key(prefix: str) -> bytes:
@@ -59,7 +60,6 @@ class EtcdLeadership:
         self.won_revision = 0  # etcd's revision of the transaction that won this term (warm takeover)
         self._lost = False  # the lease expired under this leader (it paused past its TTL)
         self._renewed = 0.0  # when the last successful grant or keep-alive was *sent* (monotonic)
-        self._checked = float("-inf")  # when the leader key last named this term
         self._lock = threading.Lock()
 
     def read_latest(self) -> TermRecord | None:
@@ -95,7 +95,8 @@ class EtcdLeadership:
         return rec
 
     def beat(self) -> None:
-        """Keep the lease alive (the beat); a lease found expired deposes this leader."""
+        """Keep the lease alive, then read the leader key (the beat, from a thread of its own): a lease found
+        expired, or a leader key that no longer names this term, deposes this leader for good."""
         with self._lock:
             if not self.lease or self._lost:
                 return
@@ -106,27 +107,21 @@ class EtcdLeadership:
                 return  # etcd unreachable: deposed() counts from the last renewal that got through
             if ttl <= 0:
                 self._lost = True
-            else:
-                self._renewed = sent
+                return
+            self._renewed = sent
+            try:
+                cur = self.read_latest()
+            except TableError:
+                return  # read again at the next beat
+            if cur is None or cur.term != self.term:
+                self._lost = True
 
     def deposed(self) -> bool:
-        """True once the leader key no longer names this term (lease lapsed, or a later term won),
-        or when no keep-alive got through for a whole TTL (etcd may have expired the lease: a leader
-        cut off from etcd stops by its own clock, counted from when its last renewal was sent)."""
-        now = time.monotonic()
-        if self.term <= 0 or self._lost or now - self._renewed > self.ttl_s:
-            return True
-        if now - self._checked < CHECK_EVERY_S:
-            return False  # etcd's transactions fence every meta-store write in between
-        try:
-            cur = self.read_latest()
-        except TableError:
-            return False  # etcd unreachable: the TTL rule above stops this leader in time
-        if cur is None or cur.term != self.term:
-            self._lost = True  # deposed for good
-            return True
-        self._checked = now
-        return False
+        """True once the beat found the leader key no longer naming this term (lease lapsed, or a later term
+        won), or when no keep-alive got through for a whole TTL (etcd may have expired the lease: a leader cut
+        off from etcd stops by its own clock, counted from when its last renewal was sent). Never waits on
+        etcd: meta-store writes in between are fenced by etcd's transactions."""
+        return self.term <= 0 or self._lost or time.monotonic() - self._renewed > self.ttl_s
 
     def set_meta(self, meta: str) -> None:
         """The meta store is in etcd: nothing to record."""
