@@ -82,6 +82,7 @@ class Coordinator:
         self.term = 0  # the term this coordinator leads (0: standby)
         self.takeover: dict = {}  # how the last takeover went (for status and the logs)
         self.follower: WarmFollower | EtcdFollower | None = None  # a standby's warm copy of the leader's store (takeover.follow)
+        self._publish_due = False  # a delta to publish once the map's lock is free (publish)
         self.controller = Controller(self.cluster, self, self.ctx)
         # backups under way and their chunk relay, a controller thread of its own (coordinator/backup.py)
         self.backups = BackupSessions(cfg.data_dir,
@@ -147,8 +148,18 @@ class Coordinator:
     # --- loop ---------------------------------------------------------------------------------
 
     def publish(self) -> None:
-        """Send what changed since the last delta as the next delta (nothing when nothing did)."""
-        packed = self.cluster.map.next_delta(self.cluster.registry.servers)
+        """Send what changed since the last delta as the next delta (nothing when nothing did). Never waits
+        for the map's lock (the loop thread calls this): while another thread holds it, the next tick tries
+        again."""
+        maps = self.cluster.map
+        if not maps.lock.acquire(blocking=False):
+            self._publish_due = True
+            return
+        try:
+            self._publish_due = False
+            packed = maps.next_delta(self.cluster.registry.servers)
+        finally:
+            maps.lock.release()
         if packed is not None:
             self.pub.send_multipart([b"delta", packed])
 
@@ -277,6 +288,8 @@ class Coordinator:
             now = time.monotonic()
             if now >= next_tick:
                 next_tick = now + 0.1
+                if self._publish_due:
+                    self.publish()
                 self._send_cuts(now)
                 if leases.overdue(self.cluster, now):
                     # Never declare a server dead while its heartbeats may still wait in our own

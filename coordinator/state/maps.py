@@ -110,6 +110,12 @@ class MapService:
         return packed
 
     def delta_since(self, version: int) -> MapDelta | None:
-        """The published changes since ``version`` folded into one delta (None when too old)."""
-        with self.lock:
+        """The published changes since ``version`` folded into one delta (None when too old, or while another
+        thread holds the lock: the loop thread asks, and never waits behind a commit; the caller then sends a
+        snapshot, packed off the loop)."""
+        if not self.lock.acquire(blocking=False):
+            return None
+        try:
             return self.deltas.since(version, self.published)
+        finally:
+            self.lock.release()

@@ -87,9 +87,11 @@ class ServerRegistry:
             self.servers.setdefault(sid, ServerInfo(sid, v["endpoint"], "", until, v.get("pid", 0)))
 
     def overdue(self, now: float, limit: float) -> bool:
-        """True when some live server has been silent for more than ``limit`` seconds."""
-        with self._maps.lock:
-            return any(s.alive and now - s.last_seen > limit for s in self.servers.values())
+        """True when some live server has been silent for more than ``limit`` seconds. Read without the map's
+        lock: only the loop thread, which asks this every tick, adds servers or changes their ``alive`` and
+        ``last_seen``; waiting there for a commit's lock (a meta-store write hung on a cut etcd member) stopped
+        the loop answering heartbeats and every lease lapsed (the netsplit drill's etcd-minority cut)."""
+        return any(s.alive and now - s.last_seen > limit for s in list(self.servers.values()))
 
     def declare_dead(self, now: float, limit: float) -> list[ServerInfo]:
         """Mark every live server silent for more than ``limit`` seconds dead; returns them."""
