@@ -126,7 +126,7 @@ def test_a_heartbeat_is_answered_while_a_commit_holds_the_map() -> None:
     maps = MapService(lambda frames: None)
     registry = ServerRegistry(maps)
     registry.servers["s1"] = info
-    cl = SimpleNamespace(map=maps, registry=registry, cfg=SimpleNamespace(lease_s=2.0))
+    cl = SimpleNamespace(map=maps, registry=registry, cfg=SimpleNamespace(lease_s=2.0, lease_grace_s=1.0))
     balancer = SimpleNamespace(on_heartbeat=lambda *a: None)
     controller = SimpleNamespace(submit=lambda *a, **k: None, jobs=SimpleNamespace(qsize=lambda: 0))
     req = {"op": "heartbeat", "server": "s1", "endpoint": "tcp://a", "incarnation": "i1", "geo": 3,
@@ -148,6 +148,12 @@ def test_a_heartbeat_is_answered_while_a_commit_holds_the_map() -> None:
         assert got == {"lease_s": 2.0, "version": maps.pmap.version, "term": 7, "geo": {"epoch": 0, "writes": "all"}}
         assert info.last_seen > 0 and info.geo_epoch == 3 and info.ranges == []  # renewed; the report waits
         assert leases.renewal(cl, 7, {**req, "incarnation": "i2"}) is None  # restarted: it registers, locked
+        # the loop's other questions do not wait for the lock either (CI's netsplit drill: the loop blocked in
+        # the overdue check while a commit hung on a cut etcd leader, and every lease lapsed)
+        t0 = time.monotonic()
+        assert not leases.overdue(cl, info.last_seen + 1.0) and leases.overdue(cl, info.last_seen + 60.0)
+        assert maps.delta_since(0) is None  # the frontend is sent a snapshot, packed off the loop
+        assert time.monotonic() - t0 < 0.5
     finally:
         release.set()
         t.join()
