@@ -1,9 +1,11 @@
 """The coordinator's request dispatch: heartbeats, map requests, status and admin commands.
 
-Quick questions (status, events, the map, tables) are answered at once in the loop thread; every
-multi-step change (create or delete a table, move, split, merge, backup) goes to the controller
-thread, which answers when it is done (:mod:`coordinator.control.operations`); a backup's chunks go to a relay
-thread of their own (:mod:`coordinator.backup`).
+Heartbeats and a frontend's map deltas are answered at once in the loop thread, which never waits for the
+map's lock; every other question (status, events, tables, index claims, keys, geo roles) goes to the
+answerer thread (:mod:`coordinator.answerer`), which may; every multi-step change (create or delete a table,
+move, split, merge) goes to the controller thread, which answers when it is done
+(:mod:`coordinator.control.operations`); a backup's chunks go to a relay thread of their own
+(:mod:`coordinator.backup`).
 """
 
 from __future__ import annotations
@@ -51,7 +53,9 @@ JOBS: dict[str, tuple[Callable[..., Any], Callable[[dict], tuple]]] = {  # op ->
 
 
 def handle(co: AdminHost, ident: bytes, rid: bytes, req: dict, role: str | None) -> bytes | None:
-    """Answer a request now (returns the body) or hand it to the controller (None).
+    """In the loop thread: answer a heartbeat or a frontend's ``map`` request now (returns the body), hand a
+    multi-step change to the controller, and every other request to the answerer thread (:func:`answer`,
+    :mod:`coordinator.answerer`), which may wait for the map's lock; None when the answer comes later.
 
     ``role`` is the sender's, from its CURVE key: only partition servers heartbeat, only the admin
     key adds or revokes client keys, frontends and the admin key send the rest (``curve.may``).
@@ -63,20 +67,44 @@ def handle(co: AdminHost, ident: bytes, rid: bytes, req: dict, role: str | None)
     if not curve.may("coordinator", kind, role):
         raise TableError("AuthorizationPermissionMismatch", f"{op!r} is not accepted from a {role or 'client'} key")
     cl = co.cluster
-    maps = cl.map
-    if op in client_keys.OPS:
-        return protocol.ok(client_keys.handle(cl, co.keys_changed, op, req))
     if op == "heartbeat":  # from a partition-server key
         return protocol.ok(leases.heartbeat(cl, co.controller, co.balancer_loop, co.term, cast("Heartbeat", req)))
     if op == "map":
         since = req.get("since")
         if isinstance(since, int) and not isinstance(since, bool):
             co.publish()  # changes committed but not yet published go out first
-            delta = maps.delta_since(since)
+            delta = cl.map.delta_since(since)
             if delta is not None:
-                answer: MapDelta = {**delta, "pub": co.pub_endpoint}
-                return protocol.ok(answer)
+                found: MapDelta = {**delta, "pub": co.pub_endpoint}
+                return protocol.ok(found)
         return co.map_snapshots.answer(ident, rid)  # None: the snapshot thread answers when it is packed
+    if op in JOBS:
+        fn, args = JOBS[op]
+        try:
+            argv = args(req)
+        except KeyError as exc:
+            raise TableError("InvalidInput", f"missing field {exc}") from None
+        co.controller.submit(fn, cl, co.controller, *argv, reply=_reply_to(co, ident, rid))
+        return None
+    co.answerer.ask(ident, rid, lambda: answer(co, ident, rid, req))
+    return None
+
+
+def _reply_to(co: AdminHost, ident: bytes, rid: bytes) -> Callable[[Any, TableError | None], None]:
+    def reply(res: Any, err: TableError | None) -> None:
+        """Send a later answer to the requester (through the loop thread)."""
+        co.notify([b"reply", ident, rid, protocol.error(err) if err else protocol.ok(res)])
+    return reply
+
+
+def answer(co: AdminHost, ident: bytes, rid: bytes, req: dict) -> bytes | None:
+    """The answer to a request that reads or changes the map (the answerer thread runs it; the request's role
+    was checked by :func:`handle`): the body, or None when it is sent later; raises TableError."""
+    op = req["op"]
+    cl = co.cluster
+    maps = cl.map
+    if op in client_keys.OPS:
+        return protocol.ok(client_keys.handle(cl, co.keys_changed, op, req))
     if op in ("status", "ranges"):
         return protocol.ok(status(co))
     if op == "sync_time":  # the -secondary endpoint's LastSyncTime (Get Service Stats)
@@ -113,25 +141,14 @@ def handle(co: AdminHost, ident: bytes, rid: bytes, req: dict, role: str | None)
     if op in acl.OPS:
         return protocol.ok(acl.handle(maps, op, req))
 
-    def reply(res: Any, err: TableError | None) -> None:
-        """Send the job's answer to the requester (through the loop thread)."""
-        co.notify([b"reply", ident, rid, protocol.error(err) if err else protocol.ok(res)])
-
+    reply = _reply_to(co, ident, rid)
     if op in geo_roles.OPS:
         got = geo_roles.handle(co, req, reply)
         return None if got is None else protocol.ok(got)
     if op in backup.OPS:  # the admin key only: a backup reads every table (coordinator/backup.py)
         backup.dispatch(cl, co.controller, co.backups, req, reply)
         return None
-    if op not in JOBS:
-        raise TableError("InvalidInput", f"unknown op {op!r}")
-    fn, args = JOBS[op]
-    try:
-        argv = args(req)
-    except KeyError as exc:
-        raise TableError("InvalidInput", f"missing field {exc}") from None
-    co.controller.submit(fn, cl, co.controller, *argv, reply=reply)
-    return None
+    raise TableError("InvalidInput", f"unknown op {op!r}")
 
 
 def index_claim(co: AdminHost, req: dict) -> dict:

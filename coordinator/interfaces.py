@@ -18,6 +18,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
+    from coordinator.answerer import Answerer
     from coordinator.backup import BackupSessions
     from coordinator.control.balancer_loop import BalancerLoop
     from coordinator.control.controller import Controller
@@ -90,6 +91,11 @@ class AdminHost(Process, Protocol):
     @property
     def map_snapshots(self) -> MapSnapshots:
         """Packed whole-map answers."""
+        ...
+
+    @property
+    def answerer(self) -> Answerer:
+        """The thread that answers requests needing the map's lock (never the loop)."""
         ...
 
     @property

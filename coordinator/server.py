@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING
 import zmq
 
 from coordinator import admin_dispatch, geo_follow, geo_roles, leases, takeover
+from coordinator.answerer import Answerer
 from coordinator.backup import BackupSessions
 from coordinator.control import operations as ops
 from coordinator.control import replica_move, replica_ops
@@ -89,6 +90,7 @@ class Coordinator:
                                       make_relay=lambda: Controller(self.cluster, self, self.ctx, name="backup-relay"))
         self.balancer_loop = BalancerLoop(self.cluster, self.controller)
         self.map_snapshots = MapSnapshots(maps, self.cluster.registry, self.notify)  # packed off the loop thread
+        self.answerer = Answerer(self.notify)  # requests that need the map's lock, answered off the loop thread
         self.pub_endpoint = ""
         self.endpoint = ""
         self._tls = threading.local()
@@ -200,6 +202,7 @@ class Coordinator:
         self.stopping = True
         self.balancer_loop.stop()
         self.map_snapshots.stop()
+        self.answerer.stop()
         self.controller.stopping = True
         if self.controller.is_alive():
             self.controller.join(timeout=5)

@@ -160,12 +160,12 @@ def test_list_tables_hides_index_tables_and_get_table_shows_indexes(cluster) -> 
     cl, ctl, _store = cluster
     ops.create_index(cl, ctl, "Orders", "ix", "a", None)
     co = _co(cl)
-    tables = admin_dispatch.handle(co, b"", b"", {"op": "list_tables"}, "frontend")
+    tables = admin_dispatch.answer(co, b"", b"", {"op": "list_tables"})
     assert tables is not None and b"Orders$ix" not in tables and b"Orders" in tables
-    listed = admin_dispatch.handle(co, b"", b"", {"op": "list_indexes", "table": "ORDERS"}, "frontend")
+    listed = admin_dispatch.answer(co, b"", b"", {"op": "list_indexes", "table": "ORDERS"})
     assert listed is not None and b"building" in listed
     with pytest.raises(TableError) as err:
-        admin_dispatch.handle(co, b"", b"", {"op": "get_table", "table": "Orders$ix"}, "frontend")
+        admin_dispatch.answer(co, b"", b"", {"op": "get_table", "table": "Orders$ix"})
     assert err.value.error_code == "TableNotFound"
 
 
@@ -239,10 +239,10 @@ def test_index_claim_op_needs_the_index_and_persists_through_the_meta_store(clus
     co = _co(cl)
     req = {"op": "index_claim", "table": "Orders", "name": "ix", "holder": "fe-1", "ttl_s": 5}
     with pytest.raises(TableError) as err:
-        admin_dispatch.handle(co, b"", b"", req, "frontend")
+        admin_dispatch.answer(co, b"", b"", req)
     assert err.value.error_code == "IndexNotFound"
     ops.create_index(cl, ctl, "Orders", "ix", "a", None)
-    assert admin_dispatch.handle(co, b"", b"", req, "frontend") is not None
+    assert admin_dispatch.answer(co, b"", b"", req) is not None
     assert store.data[claim_key("Orders", "ix")]["holder"] == "fe-1"
     ops.drop_index(cl, ctl, "Orders", "ix")
     assert claim_key("Orders", "ix") in store.data  # kept: a re-declared index counts on
@@ -274,10 +274,10 @@ def test_the_holder_reports_progress_and_its_lag_marks_the_map(cluster) -> None:
     def claim(holder: str, lag: float) -> Any:
         req = {"op": "index_claim", "table": "Orders", "name": "ix", "holder": holder, "ttl_s": 5,
                "progress": {"phase": "feed", "applied": 7, "lag_s": lag}}
-        return admin_dispatch.handle(co, b"", b"", req, "frontend")
+        return admin_dispatch.answer(co, b"", b"", req)
 
     def listed() -> dict:
-        raw = admin_dispatch.handle(co, b"", b"", {"op": "list_indexes", "table": "Orders"}, "frontend")
+        raw = admin_dispatch.answer(co, b"", b"", {"op": "list_indexes", "table": "Orders"})
         from rangetable import protocol
 
         return protocol.result(raw)["indexes"][0]
