@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import shutil
 import signal
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -195,14 +196,26 @@ def _create_table(d: Drill, name: str, timeout: float) -> dict[str, Any]:
 
 
 def etcd_minority(d: Drill) -> dict:
-    """Cut the leading etcd member: nothing a client sees may change, and a table can still be created."""
+    """Cut the leading etcd member: nothing a client sees may change, and a table can still be created. The
+    coordinator's status is asked every 0.2 s meanwhile, as a dashboard does (asked in the coordinator's loop, it
+    waited there behind a commit hung on the cut member, and every partition server's lease lapsed)."""
     _table, ranges, client = d.start_table()
     st = d.status(5.0) or {}
     member = _etcd_leader(d)
     t_cut = d.cut(member)
+    watching = threading.Event()
+
+    def watch() -> None:
+        while not watching.wait(0.2):
+            d.status(1.0)
+
+    watcher = threading.Thread(target=watch, name="status-watch", daemon=True)
+    watcher.start()
     time.sleep(min(1.0, d.fault_seconds / 2))
     create = _create_table(d, f"ns{d.seed % 10**6}x{d.n}etcd1", 15.0)
     time.sleep(max(0.0, d.fault_seconds - (time.monotonic() - t_cut)))
+    watching.set()
+    watcher.join()
     t_heal = d.heal(member)
     row, _res, _t = _settle_and_finish(d, "etcd-minority", member, ranges, client, t_cut, t_heal)
     st2 = d.status(5.0) or {}
