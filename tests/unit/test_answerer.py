@@ -4,7 +4,6 @@ coordinator's loop, in the order they came, errors included; the loop hands them
 from __future__ import annotations
 
 import queue
-import threading
 import time
 from types import SimpleNamespace
 
@@ -13,6 +12,7 @@ from coordinator.answerer import Answerer
 from coordinator.state.maps import MapService
 from rangetable import protocol
 from rangetable.errors import TableError
+from tests.unit.map_lock import held_by_a_commit
 
 
 def _answers(n: int, got: queue.SimpleQueue) -> list[list[bytes]]:
@@ -54,24 +54,11 @@ def test_the_loop_hands_over_a_status_while_a_commit_holds_the_map() -> None:
     co = SimpleNamespace(cluster=SimpleNamespace(map=maps, registry=registry), answerer=Answerer(got.put),
                          cfg=SimpleNamespace(replicas=3, source=None), pub_endpoint="tcp://p", term=4,
                          endpoint="tcp://c", takeover={})
-    held, release = threading.Event(), threading.Event()
-
-    def commit() -> None:
-        with maps.lock:
-            held.set()
-            release.wait(5)
-
-    t = threading.Thread(target=commit)
-    t.start()
-    held.wait(5)
-    try:
+    with held_by_a_commit(maps):
         t0 = time.monotonic()
         assert admin_dispatch.handle(co, b"c1", b"q1", {"op": "status"}, "admin") is None  # type: ignore[arg-type]
         assert admin_dispatch.handle(co, b"c2", b"q2", {"op": "list_tables"}, "frontend") is None  # type: ignore[arg-type]
         assert time.monotonic() - t0 < 0.5 and got.empty()
-    finally:
-        release.set()
-        t.join()
     status, tables = _answers(2, got)
     co.answerer.stop()
     assert status[:3] == [b"reply", b"c1", b"q1"] and protocol.result(status[3])["term"] == 4

@@ -19,6 +19,7 @@ from coordinator.state.maps import MapService
 from coordinator.state.registry import ServerRegistry
 from rangetable import protocol
 from rangetable.kernel.gc_tuning import GcPauses
+from tests.unit.map_lock import held_by_a_commit
 
 
 @pytest.fixture
@@ -120,8 +121,6 @@ def test_a_heartbeat_is_answered_while_a_commit_holds_the_map() -> None:
     """A commit whose meta-store round trip hangs (etcd losing its leader) holds the map's lock: a known
     server's heartbeat is answered with its lease renewed meanwhile, its report left for the next; a server
     the coordinator does not know waits for the lock (its registration is persisted before any answer)."""
-    import threading
-
     info = ServerInfo("s1", "tcp://a", "i1", 0.0)
     maps = MapService(lambda frames: None)
     registry = ServerRegistry(maps)
@@ -131,17 +130,7 @@ def test_a_heartbeat_is_answered_while_a_commit_holds_the_map() -> None:
     controller = SimpleNamespace(submit=lambda *a, **k: None, jobs=SimpleNamespace(qsize=lambda: 0))
     req = {"op": "heartbeat", "server": "s1", "endpoint": "tcp://a", "incarnation": "i1", "geo": 3,
            "ranges": [["r000001", 1, "serving"]], "load": {}}
-    held, release = threading.Event(), threading.Event()
-
-    def commit() -> None:
-        with maps.lock:
-            held.set()
-            release.wait(5)
-
-    t = threading.Thread(target=commit)
-    t.start()
-    held.wait(5)
-    try:
+    with held_by_a_commit(maps):
         t0 = time.monotonic()
         got = leases.heartbeat(cl, controller, balancer, 7, req)
         assert time.monotonic() - t0 < 1.0
@@ -154,8 +143,5 @@ def test_a_heartbeat_is_answered_while_a_commit_holds_the_map() -> None:
         assert not leases.overdue(cl, info.last_seen + 1.0) and leases.overdue(cl, info.last_seen + 60.0)
         assert maps.delta_since(0) is None  # the frontend is sent a snapshot, packed off the loop
         assert time.monotonic() - t0 < 0.5
-    finally:
-        release.set()
-        t.join()
     leases.heartbeat(cl, controller, balancer, 7, req)
     assert info.ranges == [["r000001", 1, "serving"]]
