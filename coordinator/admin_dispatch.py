@@ -71,9 +71,12 @@ def handle(co: AdminHost, ident: bytes, rid: bytes, req: dict, role: str | None)
         return protocol.ok(leases.heartbeat(cl, co.controller, co.balancer_loop, co.term, cast("Heartbeat", req)))
     if op == "map":
         since = req.get("since")
-        if isinstance(since, int) and not isinstance(since, bool):
-            co.publish()  # changes committed but not yet published go out first
-            delta = cl.map.delta_since(since)
+        if isinstance(since, int) and not isinstance(since, bool) and cl.map.lock.acquire(timeout=leases.LOCK_WAIT_S):
+            try:  # the lock held longer (a hung commit): a snapshot, packed off the loop, instead of waiting here
+                co.publish()  # changes committed but not yet published go out first
+                delta = cl.map.delta_since(since)
+            finally:
+                cl.map.lock.release()
             if delta is not None:
                 found: MapDelta = {**delta, "pub": co.pub_endpoint}
                 return protocol.ok(found)

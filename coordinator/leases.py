@@ -30,7 +30,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("rangetable.coordinator")
 
 
-LOCK_WAIT_S = 0.05  # a heartbeat waits this long for the map's lock before it is answered with a renewal alone
+LOCK_WAIT_S = 0.05  # the loop waits this long for the map's lock: a heartbeat (then answered by a renewal alone), a publish
 
 
 def heartbeat(cl: Cluster, ctl: Controller, balancer: BalancerLoop, term: int, req: Heartbeat) -> LeaseAnswer:

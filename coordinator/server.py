@@ -150,11 +150,11 @@ class Coordinator:
     # --- loop ---------------------------------------------------------------------------------
 
     def publish(self) -> None:
-        """Send what changed since the last delta as the next delta (nothing when nothing did). Never waits
-        for the map's lock (the loop thread calls this): while another thread holds it, the next tick tries
-        again."""
+        """Send what changed since the last delta as the next delta (nothing when nothing did). The loop thread
+        calls this: it waits for the map's lock no longer than a heartbeat does (the commit that asked for it
+        usually still holds it for a moment); held longer, the next tick tries again."""
         maps = self.cluster.map
-        if not maps.lock.acquire(blocking=False):
+        if not maps.lock.acquire(timeout=leases.LOCK_WAIT_S):
             self._publish_due = True
             return
         try:

@@ -110,12 +110,6 @@ class MapService:
         return packed
 
     def delta_since(self, version: int) -> MapDelta | None:
-        """The published changes since ``version`` folded into one delta (None when too old, or while another
-        thread holds the lock: the loop thread asks, and never waits behind a commit; the caller then sends a
-        snapshot, packed off the loop)."""
-        if not self.lock.acquire(blocking=False):
-            return None
-        try:
+        """The published changes since ``version`` folded into one delta (None when too old)."""
+        with self.lock:
             return self.deltas.since(version, self.published)
-        finally:
-            self.lock.release()
