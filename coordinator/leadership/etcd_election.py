@@ -10,9 +10,9 @@ the lock on the data root (:mod:`coordinator.leadership.lock_election`), with th
   standby wins the next term.
 * **Fencing.** A leader is deposed as soon as the leader key no longer names its term (read by the beat,
   after each keep-alive), or when no keep-alive got through for a whole TTL. :meth:`EtcdLeadership.deposed`
-  only reads what the beat found: the coordinator's loop asks it on every turn, and a loop that waited on
-  etcd there answered no heartbeat while etcd elected a new leader (the netsplit drill's etcd-minority cut
-  stopped every write for 4-5 s: partition servers' leases lapsed behind a read of the leader key). Every write
+  only reads what the beat found: the coordinator's loop asks it on every turn, and a loop waiting on etcd
+  there (the client's timeout on each member, when the one it talks to is cut off) answers no heartbeat, so
+  the partition servers' leases would lapse. Every write
   to the meta store in etcd (:mod:`coordinator.meta.etcd_store`) is a transaction that compares the
   term key, so a deposed leader's commit is refused by etcd itself.
 """
