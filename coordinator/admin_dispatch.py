@@ -71,8 +71,10 @@ def handle(co: AdminHost, ident: bytes, rid: bytes, req: dict, role: str | None)
         return protocol.ok(leases.heartbeat(cl, co.controller, co.balancer_loop, co.term, cast("Heartbeat", req)))
     if op == "map":
         since = req.get("since")
+        # a delta when the lock is free within a heartbeat's wait; held longer (a hung commit), a snapshot packed
+        # off the loop instead of waiting here
         if isinstance(since, int) and not isinstance(since, bool) and cl.map.lock.acquire(timeout=leases.LOCK_WAIT_S):
-            try:  # the lock held longer (a hung commit): a snapshot, packed off the loop, instead of waiting here
+            try:
                 co.publish()  # changes committed but not yet published go out first
                 delta = cl.map.delta_since(since)
             finally:

@@ -97,15 +97,6 @@ FLIP = {"eq": "eq", "ne": "ne", "gt": "lt", "ge": "le", "lt": "gt", "le": "ge"}
 _ARITHMETIC = frozenset(("add", "sub", "mul", "div", "mod"))
 _KEYWORDS = frozenset(("and", "or", "not", "true", "false", "null", *OPERATORS, *_ARITHMETIC))
 
-def key_point(node: Node) -> tuple[str, str] | None:
-    """``(pk, rk)`` when ``node`` is ``PartitionKey eq 'pk' and RowKey eq 'rk'`` (either order), else None."""
-    if not (isinstance(node, And) and isinstance(node.left, Compare) and isinstance(node.right, Compare)):
-        return None
-    a, b = (node.left, node.right) if node.left.prop == "PartitionKey" else (node.right, node.left)
-    if a.prop == "PartitionKey" and b.prop == "RowKey" and a.op == "eq" == b.op and a.code == STRING == b.code:
-        return a.value, b.value
-    return None
-
 
 # --- tokenizer ---------------------------------------------------------------------------------
 
@@ -407,6 +398,16 @@ def describe(node: Node | None) -> str:
 
 
 # --- walking the AST -------------------------------------------------------------------------
+
+
+def key_point(node: Node) -> tuple[str, str] | None:
+    """``(pk, rk)`` when ``node`` is ``PartitionKey eq 'pk' and RowKey eq 'rk'`` (either order), else None."""
+    if not (isinstance(node, And) and isinstance(node.left, Compare) and isinstance(node.right, Compare)):
+        return None
+    a, b = (node.left, node.right) if node.left.prop == "PartitionKey" else (node.right, node.left)
+    if a.prop == "PartitionKey" and b.prop == "RowKey" and a.op == "eq" == b.op and a.code == STRING == b.code:
+        return a.value, b.value
+    return None
 
 
 def properties_used(node: Node | None) -> frozenset[str]:

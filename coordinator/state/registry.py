@@ -91,7 +91,7 @@ class ServerRegistry:
         lock: only the loop thread, which asks this every tick, adds servers or changes their ``alive`` and
         ``last_seen``; waiting there for a commit's lock (a meta-store write hung on a cut etcd member) stopped
         the loop answering heartbeats and every lease lapsed (the netsplit drill's etcd-minority cut)."""
-        return any(s.alive and now - s.last_seen > limit for s in list(self.servers.values()))
+        return any(s.alive and now - s.last_seen > limit for s in self.servers.values())
 
     def declare_dead(self, now: float, limit: float) -> list[ServerInfo]:
         """Mark every live server silent for more than ``limit`` seconds dead; returns them."""
