@@ -420,7 +420,8 @@ def bench_point_or(sizes: str, queries: int, procs: int, data_dir: str | None, a
 @click.command("replicas")
 @click.option("--seconds", default=120.0, show_default=True, help="Seconds of point writes per setting.")
 @click.option("--interval", default=10.0, show_default=True, help="Seconds per printed row.")
-@click.option("--threads", default=8, show_default=True, help="Client threads upserting (a native client each).")
+@click.option("--threads", type=int, multiple=True,
+              help="Client threads upserting (a native client each); once per load to measure (default: 8 and 32).")
 @click.option("--bulk", default=300_000, show_default=True, help="Entities bulk-loaded per setting (0: skip).")
 @click.option("--loaders", default=2, show_default=True, help="Bulk-load client processes.")
 @click.option("--rebuild-mb", default=200.0, show_default=True,
@@ -431,14 +432,16 @@ def bench_point_or(sizes: str, queries: int, procs: int, data_dir: str | None, a
 @click.option("--rebuild-timeout", default=300.0, show_default=True,
               help="Seconds to wait for 3 in-sync replicas again.")
 @json_option
-def bench_replicas(seconds: float, interval: float, threads: int, bulk: int, loaders: int, rebuild_mb: float,
-                   rebuild_rates: tuple[float, ...], rebuild_timeout: float, as_json: bool) -> None:
+def bench_replicas(seconds: float, interval: float, threads: tuple[int, ...], bulk: int, loaders: int,
+                   rebuild_mb: float, rebuild_rates: tuple[float, ...], rebuild_timeout: float, as_json: bool) -> None:
     """The cost of replication on this machine: the same point-write load and bulk ingest on a cluster of
-    three partition servers at --replicas 1 and at 3 (ops/s, p50/p99 and CPU per write every --interval),
-    then the time to re-replicate a lost follower's copy. Starts its own clusters."""
+    three partition servers at --replicas 1 and at 3 (ops/s, p50/p99 and CPU per write every --interval), at
+    each client load (--threads), then the time to re-replicate a lost follower's copy. Starts its own
+    clusters."""
     from cli.bench.replicas import format_table, run_replicas_bench
 
-    if seconds < interval or interval <= 0 or threads < 1 or bulk < 0 or loaders < 1 or rebuild_mb < 0 \
+    threads = threads or (8, 32)
+    if seconds < interval or interval <= 0 or min(threads) < 1 or bulk < 0 or loaders < 1 or rebuild_mb < 0 \
             or rebuild_timeout <= 0 or any(r < 0 for r in rebuild_rates):
         raise click.UsageError("need --seconds >= --interval > 0, --threads/--loaders >= 1, --bulk/--rebuild-mb "
                                ">= 0, --rebuild-timeout > 0 and --rebuild-mb-s >= 0.")

@@ -1,5 +1,5 @@
-"""What ``/proc`` says of a process: its CPU seconds, by thread kind too, and its resident memory (the
-benchmarks' meters)."""
+"""What ``/proc`` says of a process: its CPU seconds, by thread kind too, how often its threads went to sleep,
+and its resident memory (the benchmarks' meters)."""
 
 from __future__ import annotations
 
@@ -52,6 +52,27 @@ def thread_cpu(pid: int) -> dict[str, float]:
         if name:
             kind = thread_kind(pid, int(t), name)
             out[kind] = out.get(kind, 0.0) + secs
+    return out
+
+
+def thread_sleeps(pid: int) -> dict[str, float]:
+    """How many times a process's threads went to sleep (``voluntary_ctxt_switches``: a wait on a socket, a
+    lock or a timer, each ended by a wake-up), summed by :func:`thread_kind` (empty when it is gone)."""
+    out: dict[str, float] = {}
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return out
+    for t in tids:
+        try:
+            with open(f"/proc/{pid}/task/{t}/comm") as f:
+                name = f.read().strip()
+            with open(f"/proc/{pid}/task/{t}/status") as f:
+                n = next(int(line.split()[1]) for line in f if line.startswith("voluntary_ctxt_switches:"))
+        except (OSError, StopIteration, ValueError, IndexError):
+            continue
+        kind = thread_kind(pid, int(t), name)
+        out[kind] = out.get(kind, 0.0) + n
     return out
 
 

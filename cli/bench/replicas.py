@@ -1,8 +1,9 @@
 """``rangetable bench replicas``: what replication costs, the same client load at ``--replicas 1`` and 3.
 
-Each setting gets a cluster of its own in a temporary directory (three partition servers, balancer off),
-with one table split into :data:`RANGES` ranges whose primaries are spread round robin over the servers
-(:func:`cli.workload.layout.spread_table`), the same layout at both settings. On it:
+At each client load (``--threads``: 8, then 32 client threads by default), each setting gets a cluster of its own
+in a temporary directory (three partition servers, balancer off), with one table split into :data:`RANGES` ranges
+whose primaries are spread round robin over the servers (:func:`cli.workload.layout.spread_table`), the same
+layout at both settings. On it:
 
 1. **point writes**: client threads of the blocking native client (:func:`cli.bench.aio.run_threads`)
    upsert distinct rows for ``seconds``; a row every ``interval`` gives ops/s, p50/p99 and the CPU per
@@ -11,9 +12,15 @@ with one table split into :data:`RANGES` ranges whose primaries are spread round
    intervals after the first;
 2. **one range, by role** (:func:`run_roles`): the same upserts into a table of one range, whose primary is on
    one server and followers on the others; each server's CPU per write by thread (its loop, ZeroMQ's I/O thread,
-   RocksDB's background threads: ``/proc/<pid>/task``), so the primary's and a follower's costs show apart;
-3. **bulk ingest**: ``bulk`` entities through the native bulk path (:func:`cli.bench.scale.parallel_load`):
-   entities/s and partition-server CPU per entity.
+   RocksDB's background threads: ``/proc/<pid>/task``), so the primary's and a follower's costs show apart, and
+   how often its loop and I/O threads went to sleep per write (:func:`cli.bench.proc.thread_sleeps`): each sleep
+   ends in a wake-up, which is what a message costs most on a host that charges for waking up (``rangetable
+   bench host``; the bench prints that host's figure first);
+3. **bulk ingest** (at the first load only): ``bulk`` entities through the native bulk path
+   (:func:`cli.bench.scale.parallel_load`): entities/s and partition-server CPU per entity.
+
+A load's verdict judges issue 36's aim at that load; the *capacity* line compares each setting's most writes/s at
+any of the loads (a setting that is not saturated at a load shows its latency there, not what it can carry).
 
 Then, at ``--replicas 3`` only, **re-replication**: a cluster whose table is one range of about ``rebuild_mb``
 MB of incompressible rows on a cluster of four servers (three replicas and a spare, no restarts); a follower
@@ -42,8 +49,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from cli.bench.aio import Mix, run_threads
+from cli.bench.host import zmq_send
 from cli.bench.http import server_pids, start_temp_cluster, stop_temp_cluster
-from cli.bench.proc import cpu_seconds, thread_cpu
+from cli.bench.proc import cpu_seconds, thread_cpu, thread_sleeps
 from cli.bench.scale import ROWS_PER_PARTITION, parallel_load
 from cli.coordinator_client import call
 from cli.workload.disk_loss_watch import RestoreWatch, dir_bytes, events_since
@@ -146,18 +154,21 @@ THREAD_KINDS = ("loop", "zmq_io", "rocksdb", "other")
 
 
 def role_costs(primary: str, replicas: list[str], before: dict[str, dict[str, float]],
-               after: dict[str, dict[str, float]], writes: int) -> dict[str, dict[str, float]]:
+               after: dict[str, dict[str, float]], writes: int, unit: float = 1e6,
+               digits: int = 1) -> dict[str, dict[str, float]]:
     """Partition-server CPU per write (µs) of one range's writes, by the server's role in the range (``primary``,
     ``follower``: the mean of its followers) and by thread kind (:func:`cli.bench.proc.thread_kind`), from
-    each server's :func:`cli.bench.proc.thread_cpu` before and after; ``total`` sums a role's kinds."""
+    each server's :func:`cli.bench.proc.thread_cpu` before and after; ``total`` sums a role's kinds. With
+    ``unit`` 1 it divides any other count by thread kind the same way (sleeps per write:
+    :func:`cli.bench.proc.thread_sleeps`)."""
     out: dict[str, dict[str, float]] = {}
     for role, ids in (("primary", [primary]), ("follower", [s for s in replicas if s != primary])):
         ids = [s for s in ids if s in after]
         if not ids or writes <= 0:
             continue
-        per = {k: sum(after[s].get(k, 0.0) - before.get(s, {}).get(k, 0.0) for s in ids) / len(ids) / writes * 1e6
+        per = {k: sum(after[s].get(k, 0.0) - before.get(s, {}).get(k, 0.0) for s in ids) / len(ids) / writes * unit
                for k in THREAD_KINDS}
-        out[role] = {**{k: round(v, 1) for k, v in per.items()}, "total": round(sum(per.values()), 1)}
+        out[role] = {**{k: round(v, digits) for k, v in per.items()}, "total": round(sum(per.values()), digits)}
     return out
 
 
@@ -180,19 +191,23 @@ def run_roles(doc: dict, replicas: int, threads: int, seconds: float, interval: 
     fe = server_pids(doc, ("frontend",))
     echo(f"replicas {replicas}, one range: primary {primary}, followers {', '.join(s for s in members if s != primary) or '-'}")
     before = {sid: thread_cpu(pid) for sid, pid in procs.items()}
+    slept = {sid: thread_sleeps(pid) for sid, pid in procs.items()}
     fe0 = cpu_seconds(fe)
     res = run_threads(native, table, FreshUpserts(partitions=RANGES), threads, seconds, interval, list(procs.values()),
                       echo, label=f"replicas {replicas}, one range")
     after = {sid: thread_cpu(pid) for sid, pid in procs.items()}
     writes = sum(r["ops"] for r in res["rows"])
+    sleeps = role_costs(primary, members, slept, {sid: thread_sleeps(pid) for sid, pid in procs.items()}, writes,
+                        unit=1.0, digits=2)
     roles = role_costs(primary, members, before, after, writes)
     fe_us = round((cpu_seconds(fe) - fe0) / max(1, writes) * 1e6, 1)
     echo(f"replicas {replicas}, one range, partition-server CPU per write by role and thread: {format_roles(roles)}; "
-         f"frontend {fe_us:,.0f} µs")
+         f"frontend {fe_us:,.0f} µs; sleeps per write (loop + ZeroMQ I/O): "
+         + ", ".join(f"{role} {c['loop']:.2f} + {c['zmq_io']:.2f}" for role, c in sleeps.items()))
     followers = len(members) - 1
     every = sum(c["total"] * (followers if role == "follower" else 1) for role, c in roles.items())
     return {"primary": primary, "replicas": members, "writes": writes, "ops_s": steady(res["rows"], "ops_per_s"),
-            "roles": roles, "all_copies_us": round(every, 1), "frontend_cpu_us": fe_us}
+            "roles": roles, "sleeps": sleeps, "all_copies_us": round(every, 1), "frontend_cpu_us": fe_us}
 
 
 def load_blobs(native: str, table: str, mb: float) -> int:
@@ -292,17 +307,63 @@ def cost(one: dict[str, Any] | None, three: dict[str, Any] | None) -> dict[str, 
     return out
 
 
+def capacity(loads: list[dict[str, Any]]) -> dict[str, Any]:
+    """Each setting's most steady write ops/s over the loads, at which client threads, and replicas 3's share of
+    replicas 1's (empty without both settings)."""
+    best: dict[int, dict[str, Any]] = {}
+    for load in loads:
+        for st in load["settings"]:
+            n, ops = st["replicas"], st["writes"]["ops_s"]
+            if n not in best or ops > best[n]["ops_s"]:
+                best[n] = {"ops_s": ops, "threads": load["threads"]}
+    if 1 not in best or 3 not in best or not best[1]["ops_s"]:
+        return {}
+    share = best[3]["ops_s"] / best[1]["ops_s"]
+    return {"replicas_1": best[1], "replicas_3": best[3], "throughput_share": round(share, 3),
+            "goal_met": share >= GOAL_THROUGHPUT}
+
+
 def format_table(res: dict[str, Any]) -> str:
-    """The final cost table of a run (``res``: :func:`run_replicas_bench`'s result)."""
-    by = {s["replicas"]: s for s in res["settings"]}
+    """The final tables of a run (``res``: :func:`run_replicas_bench`'s result): the host's wake-up charge, a
+    cost table per load, the capacity line and the re-replication lines."""
+    lines: list[str] = []
+    if "host" in res:
+        send = res["host"]["zmq_send_cpu_us"]
+        gaps = list(send)
+        lines.append(f"this host charges for waking up: a ZeroMQ send costs the sender {send[gaps[0]]:.1f} µs of CPU "
+                     f"back to back, {send[gaps[-1]]:.1f} µs after {gaps[-1]} s idle (rangetable bench host)")
+    if "load_average" in res:
+        la = res["load_average"]
+        lines.append(f"machine load average (1 min) during the run: {la['min']} to {la['max']}, median {la['median']}")
+    for load in res["loads"]:
+        lines += ["", format_load(res, load)]
+    c = res.get("capacity") or {}
+    if c:
+        one, three = c["replicas_1"], c["replicas_3"]
+        lines += ["", f"capacity (each setting's most writes/s at any load): replicas 1 {one['ops_s']:,.0f} at "
+                      f"{one['threads']} threads, replicas 3 {three['ops_s']:,.0f} at {three['threads']} threads = "
+                      f"{c['throughput_share'] * 100:.0f}% (goal >= {GOAL_THROUGHPUT * 100:.0f}%): "
+                      f"{'goal met' if c['goal_met'] else 'goal MISSED'}"]
+    for r in res.get("rebuilds", []):
+        rate = f"{r['rebuild_mb_s']:g} MB/s" if r["rebuild_mb_s"] > 0 else "no limit"
+        if r["restored_s"] is None:
+            lines.append(f"re-replication at --rebuild-mb-s {rate}: not restored in time")
+            continue
+        copy = f"; copy {r['copy']['mb_s']:.1f} MB/s ({r['copy']['mb']:.0f} MB in {r['copy']['seconds']:.1f} s)" \
+            if r.get("copy") else ""
+        lines.append(f"re-replication at --rebuild-mb-s {rate}: {r['range_mb']:.0f} MB range back at 3 in-sync "
+                     f"replicas {r['restored_s']:.1f} s after the kill (lost copy dropped at {r.get('lost_seen_s')} s) "
+                     f"= {r['end_to_end_mb_s']} MB/s end to end{copy}")
+    return "\n".join(lines)
+
+
+def format_load(res: dict[str, Any], load: dict[str, Any]) -> str:
+    """The cost table of one load (``load``: an item of :func:`run_replicas_bench`'s ``loads``)."""
+    by = {s["replicas"]: s for s in load["settings"]}
     cols = sorted(by)
     head = f"{'':34}" + "".join(f"{f'replicas {n}':>14}" for n in cols)
     lines = [f"cost of replication ({res['servers']} partition servers on {res['cpus']} cores, "
-             f"{res['threads']} client threads)", head]
-    if "load_average" in res:
-        la = res["load_average"]
-        lines.insert(1, f"machine load average (1 min) during the run: {la['min']} to {la['max']}, "
-                        f"median {la['median']}")
+             f"{load['threads']} client threads)", head]
 
     def line(label: str, fn: Callable[[dict[str, Any]], str]) -> None:
         lines.append(f"{label:34}" + "".join(f"{fn(by[n]):>14}" for n in cols))
@@ -324,26 +385,26 @@ def format_table(res: dict[str, Any]) -> str:
             for kind, name in (("total", ""), ("loop", " loop"), ("zmq_io", " ZeroMQ I/O"), ("rocksdb", " RocksDB")):
                 line(f"  {role}{name}", role_cell(role, kind))
         line("  every copy", lambda st: f"{st['one_range']['all_copies_us']:,.0f}")
+        if all("sleeps" in by[n]["one_range"] for n in cols):
+            def sleep_cell(role: str) -> Callable[[dict[str, Any]], str]:
+                def cell(st: dict[str, Any]) -> str:
+                    c = st["one_range"]["sleeps"].get(role)
+                    return f"{c['loop']:.2f} + {c['zmq_io']:.2f}" if c else "-"
+                return cell
+
+            lines.append("one range, sleeps per write (loop + ZeroMQ I/O):")
+            for role in ("primary", "follower"):
+                line(f"  {role} sleeps", sleep_cell(role))
     if all("bulk" in by[n] for n in cols):
         line("bulk ingest entities/s", lambda s: f"{s['bulk']['entities_s']:,.0f}")
         line("bulk partition-server CPU µs/ent.", lambda s: f"{s['bulk']['cpu_us']:,.0f}")
-    c = res.get("cost") or {}
+    c = load.get("cost") or {}
     if c:
         lines.append(f"replicas 3 / replicas 1: write throughput {c['throughput_share'] * 100:.0f}% "
                      f"(goal >= {GOAL_THROUGHPUT * 100:.0f}%), p99 {c['p99_ratio']:.2f}x (goal <= {GOAL_P99:g}x), "
                      f"partition-server CPU {c.get('cpu_ratio', 0.0):.2f}x (goal <= {GOAL_CPU:g}x): "
                      f"{'goal met' if c['goal_met'] else 'goal MISSED'}"
                      + (f"; bulk ingest {c['bulk_share'] * 100:.0f}%" if "bulk_share" in c else ""))
-    for r in res.get("rebuilds", []):
-        rate = f"{r['rebuild_mb_s']:g} MB/s" if r["rebuild_mb_s"] > 0 else "no limit"
-        if r["restored_s"] is None:
-            lines.append(f"re-replication at --rebuild-mb-s {rate}: not restored in time")
-            continue
-        copy = f"; copy {r['copy']['mb_s']:.1f} MB/s ({r['copy']['mb']:.0f} MB in {r['copy']['seconds']:.1f} s)" \
-            if r.get("copy") else ""
-        lines.append(f"re-replication at --rebuild-mb-s {rate}: {r['range_mb']:.0f} MB range back at 3 in-sync "
-                     f"replicas {r['restored_s']:.1f} s after the kill (lost copy dropped at {r.get('lost_seen_s')} s) "
-                     f"= {r['end_to_end_mb_s']} MB/s end to end{copy}")
     return "\n".join(lines)
 
 
@@ -366,21 +427,24 @@ class LoadSampler(threading.Thread):
                 "max": round(max(self.samples), 2)}
 
 
-def run_replicas_bench(*, seconds: float = 120.0, interval: float = 10.0, threads: int = 8, bulk: int = 300_000,
-                       loaders: int = 2, settings: tuple[int, ...] = (1, 3), rebuild_mb: float = 200.0,
-                       rebuild_rates: tuple[float, ...] = (100.0, 0.0), rebuild_timeout: float = 300.0,
-                       echo: Echo = print) -> dict[str, Any]:
-    """Run every part (see the module docstring); returns the figures, with the machine's 1-minute
-    ``load_average`` over the run (every process shares this machine: other work skews the figures)."""
-    res: dict[str, Any] = {"servers": SERVERS, "cpus": os.cpu_count(), "threads": threads, "seconds": seconds,
-                           "interval_s": interval}
+def run_replicas_bench(*, seconds: float = 120.0, interval: float = 10.0, threads: tuple[int, ...] = (8, 32),
+                       bulk: int = 300_000, loaders: int = 2, settings: tuple[int, ...] = (1, 3),
+                       rebuild_mb: float = 200.0, rebuild_rates: tuple[float, ...] = (100.0, 0.0),
+                       rebuild_timeout: float = 300.0, echo: Echo = print) -> dict[str, Any]:
+    """Run every part (see the module docstring); returns the figures, with this host's charge for waking up
+    (``host``: :func:`cli.bench.host.zmq_send`) and the machine's 1-minute ``load_average`` over the run (every
+    process shares this machine: other work skews the figures)."""
+    res: dict[str, Any] = {"servers": SERVERS, "cpus": os.cpu_count(), "threads": list(threads), "seconds": seconds,
+                           "interval_s": interval, "host": {"zmq_send_cpu_us": zmq_send(1.0)}, "loads": []}
     sampler = LoadSampler()
     sampler.start()
     try:
-        res["settings"] = [run_setting(n, seconds=seconds, interval=interval, threads=threads, bulk=bulk,
-                                       loaders=loaders, echo=echo) for n in settings]
-        by = {s["replicas"]: s for s in res["settings"]}
-        res["cost"] = cost(by.get(1), by.get(3))
+        for i, t in enumerate(threads):
+            runs = [run_setting(n, seconds=seconds, interval=interval, threads=t, bulk=bulk if i == 0 else 0,
+                                loaders=loaders, echo=echo) for n in settings]
+            by = {s["replicas"]: s for s in runs}
+            res["loads"].append({"threads": t, "settings": runs, "cost": cost(by.get(1), by.get(3))})
+        res["capacity"] = capacity(res["loads"])
         res["rebuilds"] = [run_rebuild(rate, rebuild_mb, rebuild_timeout, echo) for rate in rebuild_rates] \
             if rebuild_mb > 0 else []
     finally:

@@ -26,6 +26,11 @@ def test_bench_replicas_prints_the_cost_table():
         figures = _figures(text, label)
         assert len(figures) == 2 and all(f > 0 for f in figures), (label, figures)
     assert re.search(r"replicas 3 / replicas 1: write throughput \d+%", text)
+    assert re.search(r"this host charges for waking up: a ZeroMQ send costs the sender [\d.]+ µs", text)
+    assert re.search(r"capacity \(each setting's most writes/s at any load\): replicas 1 [\d,]+ at 4 threads, "
+                     r"replicas 3 [\d,]+ at 4 threads = \d+%", text)
+    sleeps = re.search(r"  follower sleeps +- +([\d.]+) \+ ([\d.]+)", text)
+    assert sleeps and float(sleeps.group(1)) > 0, text  # a follower's loop sleeps between batches
     m = re.search(r"re-replication at --rebuild-mb-s no limit: (\d+) MB range back at 3 in-sync replicas "
                   r"([\d.]+) s after the kill \(lost copy dropped at ([\d.]+) s\) = ([\d.]+) MB/s end to end; "
                   r"copy ([\d.]+) MB/s", text)

@@ -7,6 +7,7 @@ import random
 
 from cli.bench.replicas import (
     FreshUpserts,
+    capacity,
     cost,
     format_table,
     rebuilt_from_logs,
@@ -73,20 +74,42 @@ def test_cost_judges_the_issue_goal():
     assert cost(None, _setting(3, 900, 10)) == {}
 
 
-def test_the_table_shows_both_settings_the_verdict_and_each_rebuild():
+def _load(threads: int, one: dict, three: dict) -> dict:
+    return {"threads": threads, "settings": [one, three], "cost": cost(one, three)}
+
+
+def test_capacity_compares_each_settings_best_load():
+    loads = [_load(8, _setting(1, 4000, 10), _setting(3, 2400, 15)), _load(32, _setting(1, 3900, 30), _setting(3, 3000, 33))]
+    assert capacity(loads) == {"replicas_1": {"ops_s": 4000, "threads": 8}, "replicas_3": {"ops_s": 3000, "threads": 32},
+                               "throughput_share": 0.75, "goal_met": True}
+    assert not capacity(loads[:1])["goal_met"]  # 60 %
+    assert capacity([{"threads": 8, "settings": [_setting(3, 2400, 15)], "cost": {}}]) == {}
+
+
+def test_the_table_shows_each_load_the_capacity_and_each_rebuild():
     one, three = _setting(1, 2000, 10, 9000), _setting(3, 1000, 30, 3000)
-    res = {"servers": 3, "cpus": 2, "threads": 8, "settings": [one, three], "cost": cost(one, three),
+    loads = [_load(8, one, three), _load(32, _setting(1, 2100, 12), _setting(3, 1800, 15))]
+    res = {"servers": 3, "cpus": 2, "threads": [8, 32], "loads": loads, "capacity": capacity(loads),
+           "host": {"zmq_send_cpu_us": {0.0: 2.9, 0.0005: 21.6, 0.002: 47.8}},
            "load_average": {"min": 1.5, "median": 2.0, "max": 3.25},
            "rebuilds": [{"rebuild_mb_s": 100.0, "range_mb": 210.0, "restored_s": 6.5, "lost_seen_s": 2.4,
                          "end_to_end_mb_s": 32.3,
                          "copy": {"mb": 210.0, "seconds": 2.2, "mb_s": 95.4}},
                         {"rebuild_mb_s": 0.0, "range_mb": 210.0, "restored_s": None, "copy": None}]}
     text = format_table(res)
+    assert ("this host charges for waking up: a ZeroMQ send costs the sender 2.9 µs of CPU back to back, 47.8 µs "
+            "after 0.002 s idle") in text
     assert "replicas 1" in text and "replicas 3" in text
     assert "load average (1 min) during the run: 1.5 to 3.25, median 2.0" in text
     assert "2,000" in text and "1,000" in text and "9,000" in text
+    assert "(3 partition servers on 2 cores, 8 client threads)" in text
+    assert "(3 partition servers on 2 cores, 32 client threads)" in text
     assert ("write throughput 50% (goal >= 70%), p99 3.00x (goal <= 1.5x), partition-server CPU 3.00x (goal <= 2x): "
             "goal MISSED; bulk ingest 33%") in text
+    assert ("write throughput 86% (goal >= 70%), p99 1.25x (goal <= 1.5x), partition-server CPU 3.00x (goal <= 2x): "
+            "goal MISSED") in text
+    assert ("capacity (each setting's most writes/s at any load): replicas 1 2,100 at 32 threads, replicas 3 1,800 at "
+            "32 threads = 86% (goal >= 70%): goal met") in text
     assert ("--rebuild-mb-s 100 MB/s: 210 MB range back at 3 in-sync replicas 6.5 s after the kill (lost copy "
             "dropped at 2.4 s) = 32.3 MB/s end to end") in text
     assert "copy 95.4 MB/s" in text
@@ -129,9 +152,14 @@ def test_the_table_shows_one_ranges_costs_by_role():
     f = {"loop": 100.0, "zmq_io": 25.0, "rocksdb": 5.0, "other": 0.0, "total": 130.0}
     three["one_range"] = {"replicas": ["ps-1", "ps-2", "ps-3"], "roles": {"primary": {**p, "total": 360.0}, "follower": f},
                           "all_copies_us": 620.0}
-    text = format_table({"servers": 3, "cpus": 2, "threads": 8, "settings": [one, three], "cost": cost(one, three)})
+    one["one_range"]["sleeps"] = {"primary": {"loop": 1.02, "zmq_io": 1.5}}
+    three["one_range"]["sleeps"] = {"primary": {"loop": 2.1, "zmq_io": 3.25}, "follower": {"loop": 0.98, "zmq_io": 2.0}}
+    text = format_table({"servers": 3, "cpus": 2, "threads": [8], "loads": [_load(8, one, three)]})
     lines = {ln[:34].strip(): ln.split() for ln in text.splitlines()}
     assert "one range, partition-server CPU µs/write by role (a follower: each) and thread:" in text
     assert lines["primary"][-2:] == ["245", "360"] and lines["primary loop"][-2:] == ["190", "190"]
     assert lines["follower"][-2:] == ["-", "130"] and lines["follower ZeroMQ I/O"][-2:] == ["-", "25"]
     assert lines["every copy"][-2:] == ["245", "620"]
+    assert "one range, sleeps per write (loop + ZeroMQ I/O):" in text
+    assert " ".join(lines["primary sleeps"][-6:]) == "1.02 + 1.50 2.10 + 3.25"
+    assert " ".join(lines["follower sleeps"][-4:]) == "- 0.98 + 2.00"
