@@ -331,7 +331,7 @@ def format_table(res: dict[str, Any]) -> str:
         send = res["host"]["zmq_send_cpu_us"]
         gaps = list(send)
         lines.append(f"this host charges for waking up: a ZeroMQ send costs the sender {send[gaps[0]]:.1f} µs of CPU "
-                     f"back to back, {send[gaps[-1]]:.1f} µs after {gaps[-1]} s idle (rangetable bench host)")
+                     f"back to back, {send[gaps[-1]]:.1f} µs after {gaps[-1]} idle (rangetable bench host)")
     if "load_average" in res:
         la = res["load_average"]
         lines.append(f"machine load average (1 min) during the run: {la['min']} to {la['max']}, median {la['median']}")

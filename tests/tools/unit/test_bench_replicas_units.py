@@ -90,7 +90,7 @@ def test_the_table_shows_each_load_the_capacity_and_each_rebuild():
     one, three = _setting(1, 2000, 10, 9000), _setting(3, 1000, 30, 3000)
     loads = [_load(8, one, three), _load(32, _setting(1, 2100, 12), _setting(3, 1800, 15))]
     res = {"servers": 3, "cpus": 2, "threads": [8, 32], "loads": loads, "capacity": capacity(loads),
-           "host": {"zmq_send_cpu_us": {0.0: 2.9, 0.0005: 21.6, 0.002: 47.8}},
+           "host": {"zmq_send_cpu_us": {"0.0 ms": 2.9, "0.5 ms": 21.6, "2.0 ms": 47.8}},
            "load_average": {"min": 1.5, "median": 2.0, "max": 3.25},
            "rebuilds": [{"rebuild_mb_s": 100.0, "range_mb": 210.0, "restored_s": 6.5, "lost_seen_s": 2.4,
                          "end_to_end_mb_s": 32.3,
@@ -98,7 +98,7 @@ def test_the_table_shows_each_load_the_capacity_and_each_rebuild():
                         {"rebuild_mb_s": 0.0, "range_mb": 210.0, "restored_s": None, "copy": None}]}
     text = format_table(res)
     assert ("this host charges for waking up: a ZeroMQ send costs the sender 2.9 µs of CPU back to back, 47.8 µs "
-            "after 0.002 s idle") in text
+            "after 2.0 ms idle") in text
     assert "replicas 1" in text and "replicas 3" in text
     assert "load average (1 min) during the run: 1.5 to 3.25, median 2.0" in text
     assert "2,000" in text and "1,000" in text and "9,000" in text
