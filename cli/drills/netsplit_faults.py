@@ -3,8 +3,8 @@
 Each function takes the running :class:`~cli.drills.netsplit.Drill`, injects one fault, heals it and returns the
 fault's row (what :mod:`cli.drills.netsplit_report` judges): a partition server that is primary for some ranges
 cut off (its ranges served elsewhere, a probe in its namespace sees it fence itself, it rejoins and catches
-up), a follower only cut off, the coordinator leader cut off, one etcd member then a majority of them, and a
-partition server's host lost with its disk.
+up), a follower only cut off, the coordinator leader cut off, one etcd member then a majority of them, a primary
+and the etcd leader cut off together (one host that ran both), and a partition server's host lost with its disk.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from typing import Any
 from cli.coordinator_client import call
 from cli.drills.drill_table import Prober, busiest_primary
 from cli.drills.netsplit_drill import Drill, FenceProbe
-from cli.drills.netsplit_hosts import COORDINATORS, ETCD, PORTS
+from cli.drills.netsplit_hosts import COORDINATORS, ETCD, PORTS, SERVERS
 from cli.drills.netsplit_report import (
     ack_times,
     acked_while_primary,
@@ -248,6 +248,46 @@ def etcd_majority(d: Drill) -> dict:
             "writes_resumed_after_heal_s": first_after(times, t_heal), "errors_seen": res["client"]["errors"]}
 
 
+def lease_lapses(d: Drill, since_wall: float) -> dict[str, int]:
+    """How many times each partition server's log says its lease lapsed (``lease lapsed: stopped serving``) at or
+    after the wall-clock time ``since_wall`` (a log line starts with its local time, as ``rangetable up`` logs)."""
+    out: dict[str, int] = {}
+    since = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(since_wall))
+    for sid in SERVERS:
+        try:
+            with open(d.s._log(sid), errors="replace") as f:
+                out[sid] = sum("lease lapsed: stopped serving" in line and line[:19] >= since for line in f)
+        except OSError:
+            out[sid] = 0
+    return out
+
+
+def primary_and_etcd(d: Drill) -> dict:
+    """Cut at once the partition server that is primary of most of the table's ranges and the leading etcd member
+    (one host that ran both): every commit of the failover waits for etcd to elect a new leader, and the cut
+    server's ranges must still be served elsewhere, as in ``primary``; no other server may lose its lease (the
+    coordinator's loop must not wait for those commits: it answers the heartbeats)."""
+    table, ranges, client = d.start_table()
+    victim = busiest_primary(ranges)
+    watched = [r for r in ranges if r["primary"] == victim]
+    member = _etcd_leader(d)
+    wall = time.time()
+    t_cut = d.cut(victim, member)
+    prober = Prober(d.s.natives[0], table, watched, t_cut)
+    prober.start()
+    time.sleep(d.fault_seconds)
+    t_heal = d.heal(victim, member)
+    rejoined, caught_up = _rejoined(d, victim, table, t_heal)
+    prober.stop.set()
+    row, res, t_end = _settle_and_finish(d, "primary-and-etcd", f"{victim}+{member}", ranges, client, t_cut, t_heal)
+    served = max(prober.served.values()) if prober.served and not prober.pending else None
+    lapses = lease_lapses(d, wall)
+    return {**row, "ranges_on_target": len(watched), "served_after_cut_s": served,
+            "served_after_lease_s": None if served is None else round(max(0.0, served - d.lease_s), 3),
+            "others_lease_lapses": {s: n for s, n in lapses.items() if s != victim and n},
+            "rejoined_after_heal_s": rejoined, "caught_up_after_heal_s": caught_up}
+
+
 def host_lost(d: Drill) -> dict:
     """Cut the partition server that is primary of most of the table's ranges, kill it and delete its directory
     (the host is lost with its disk): its replicas must be rebuilt elsewhere; a replacement host (empty
@@ -288,4 +328,4 @@ def host_lost(d: Drill) -> dict:
 
 FAULTS: dict[str, Callable[[Drill], dict]] = {"primary": primary, "follower": follower, "coordinator": coordinator,
                                               "etcd-minority": etcd_minority, "etcd-majority": etcd_majority,
-                                              "host-lost": host_lost}
+                                              "primary-and-etcd": primary_and_etcd, "host-lost": host_lost}

@@ -18,7 +18,8 @@ RECOVER_WITHIN_S = 10.0  # writes resume at most this long after a heal
 PROBE_SLACK_S = 0.3  # the fence probe asks every 100 ms, and each round may wait for two answers
 TAKEOVER_SLACK_S = 1.0  # etcd expires a lease on its own tick, then the standby's watch fires and it loads the map
 MIN_WENT_ON_S = 0.5  # etcd majority lost: writes must not stop at once (the leases still hold)
-PROFILES = {"full": ["primary", "follower", "coordinator", "etcd-minority", "etcd-majority", "host-lost"],
+PROFILES = {"full": ["primary", "follower", "coordinator", "etcd-minority", "etcd-majority", "primary-and-etcd",
+                     "host-lost"],
             "short": ["primary", "coordinator", "etcd-minority", "etcd-majority"]}
 
 
@@ -164,6 +165,14 @@ def _kind_problems(f: dict[str, Any]) -> list[str]:
             p.append(f"writes did not resume within {RECOVER_WITHIN_S} s of the heal (took {r})")
         if f["create_table_after_heal_s"] is None:
             p.append("no table could be created after the heal")
+    elif kind == "primary-and-etcd":
+        served = f["served_after_lease_s"]
+        if served is None or served > SERVED_WITHIN_S:
+            p.append(f"{f['target']}'s ranges were not served elsewhere within {SERVED_WITHIN_S} s of its lease "
+                     f"(took {served})")
+        if f["others_lease_lapses"]:
+            p.append(f"other partition servers lost their lease: {f['others_lease_lapses']}")
+        p += _rejoin_problems(f)
     elif kind == "host-lost":
         if f["rebuilt_after_cut_s"] is None:
             p.append(f"the lost replicas were not all rebuilt elsewhere (on {f['rebuilt_on']})")
@@ -231,6 +240,12 @@ def fault_figures(f: dict[str, Any]) -> list[str]:
                 f"resumed {_s(f['writes_resumed_after_heal_s'])} after the heal; a table could be created "
                 f"{_s(f['create_table_after_heal_s'])} after the heal",
                 f"errors the client saw: {f['errors_seen'] or 'none'}"]
+    if kind == "primary-and-etcd":
+        lapses = ", ".join(f"{s} {n}x" for s, n in sorted(f["others_lease_lapses"].items())) or "none"
+        return [f"its {f['ranges_on_target']} primaries served elsewhere {_s(f['served_after_cut_s'])} after the cut "
+                f"({_s(f['served_after_lease_s'])} after its lease); other servers' leases lapsed: {lapses}",
+                f"rejoined {_s(f['rejoined_after_heal_s'])} after the heal, caught up (in sync again) "
+                f"{_s(f['caught_up_after_heal_s'])} after it"]
     if kind == "host-lost":
         return [f"{f['ranges_with_copy']} ranges had a copy on it; all {f['replicas']} replicas in sync again "
                 f"{_s(f['rebuilt_after_cut_s'])} after the cut (rebuilt after {f['rereplicate_after_s']} s dead) "

@@ -235,7 +235,8 @@ def adjust_insync(cl: Cluster, ctl: Controller, server: str) -> None:
                 continue
             lagging, rebuild = rep.get("lagging", []), rep.get("rebuild", [])
             change: dict = {}
-            new = insync_change(rec, lagging + rebuild, rep.get("joining", []))
+            dead = [s for s in rec["replicas"] if not cl.registry.is_alive(s)]
+            new = insync_change(rec, lagging + rebuild, rep.get("joining", []), dead)
             if new is not None:
                 change["insync"] = new
             for s in rebuild:  # its copy cannot catch up from the primary's log: dropped (and rebuilt elsewhere)

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from typing import Any
 
 from rangetable.errors import TableError
@@ -111,13 +111,15 @@ def without(rec: dict, server: str) -> dict:
             "insync": [s for s in rec.get("insync", []) if s != server]}
 
 
-def insync_change(rec: dict, lagging: list[str], joining: list[str]) -> list[str] | None:
+def insync_change(rec: dict, lagging: list[str], joining: list[str], dead: Collection[str] = ()) -> list[str] | None:
     """The new in-sync set given the primary's report, or None when it does not change: lagging
-    followers leave it, caught-up replicas join it; the primary always stays."""
+    followers leave it, caught-up replicas join it unless ``dead`` (servers declared dead: a report of one as
+    caught up is older than its death, and every write would wait for it until it is reported lagging again, as
+    the netsplit drill found); the primary always stays."""
     cur = rec.get("insync", [])
     new = [s for s in cur if s not in lagging or s == rec["primary"]]
     for s in joining:
-        if s in rec["replicas"] and s not in new and s not in lagging:
+        if s in rec["replicas"] and s not in new and s not in lagging and s not in dead:
             new.append(s)
     return new if new != cur else None
 

@@ -147,6 +147,17 @@ def test_insync_change(rec: dict, lagging: list[str], joining: list[str], want: 
     assert insync_change(rec, lagging, joining) == want
 
 
+@pytest.mark.parametrize(("rec", "joining", "dead", "want"), [
+    ({**REC, "insync": ["a"]}, ["b", "c"], ["b"], ["a", "c"]),  # a dead server never joins
+    ({**REC, "insync": ["a"]}, ["b"], ["b"], None),
+    ({**REC, "insync": ["a"]}, ["b"], ["c"], ["a", "b"]),
+    ({**REC, "insync": ["a", "b"]}, [], ["b"], None),  # leaving is the lag report's (or the failover's) decision
+])
+def test_a_dead_server_never_joins_the_insync_set(rec: dict, joining: list[str], dead: list[str],
+                                                  want: list[str] | None) -> None:
+    assert insync_change(rec, [], joining, dead) == want
+
+
 def test_config_token() -> None:
     """One token per (range, epoch), the same on every call; unguessable without the secret."""
     t = config_token(b"s" * 40, "r1", 3)
