@@ -158,19 +158,21 @@ def overdue(cl: Cluster, now: float) -> bool:
 
 
 def check_servers(cl: Cluster, ctl: Controller, balancer: BalancerLoop) -> None:
-    """Declare every server silent past lease + grace dead, in one map change, and have the
-    controller reassign their ranges."""
-    now = time.monotonic()
-    dead = cl.registry.declare_dead(now, cl.cfg.lease_s + cl.cfg.lease_grace_s)
+    """Declare every server silent past lease + grace dead and have the controller record them and reassign
+    their ranges (:func:`coordinator.control.operations.record_dead`). The loop waits for the map's lock at most
+    :data:`LOCK_WAIT_S` and writes nothing to the meta store here: while a commit holds the lock (its write hung
+    on a cut etcd leader) it asks again on its next tick and goes on answering heartbeats meanwhile (waiting
+    here, every other server's lease lapsed: the netsplit drill's primary-and-etcd fault)."""
+    if not cl.map.lock.acquire(timeout=LOCK_WAIT_S):
+        return
+    try:
+        now = time.monotonic()
+        dead = cl.registry.declare_dead(now, cl.cfg.lease_s + cl.cfg.lease_grace_s)
+    finally:
+        cl.map.lock.release()
     if not dead:
         return
     for s in dead:
         log.warning("partition server %s silent for %.1f s: declared dead", s.id, now - s.last_seen)
         balancer.on_server_dead(s.id)
-    # one durable write for the events and one for the map version, however many died at once
-    cl.events.record_many([{"kind": "server_dead", "server": s.id, "silent_s": round(now - s.last_seen, 2)}
-                      for s in dead])
-    with cl.map.lock:
-        cl.map.changes.servers.update(s.id for s in dead)
-        cl.map.commit_version({})
-    ctl.submit(ops.assign_orphans, cl, ctl, key="orphans")
+    ctl.submit(ops.record_dead, cl, ctl, [{"server": s.id, "silent_s": round(now - s.last_seen, 2)} for s in dead])

@@ -320,6 +320,19 @@ def _load(cl: Cluster, ctl: Controller, server: str, rec: dict) -> bool:
         return False
 
 
+def record_dead(cl: Cluster, ctl: Controller, dead: list[dict[str, Any]]) -> None:
+    """The servers the loop has just declared dead (``{"server", "silent_s"}`` each): one durable write for their
+    events and one map version naming them (a delta to the frontends), however many died at once; then their
+    ranges are reassigned (:func:`assign_orphans`), also when those writes fail (etcd without a majority)."""
+    try:
+        cl.events.record_many([{"kind": "server_dead", **d} for d in dead])
+        with cl.map.lock:
+            cl.map.changes.servers.update(d["server"] for d in dead)
+            cl.map.commit_version({})
+    finally:
+        ctl.submit(assign_orphans, cl, ctl, key="orphans")
+
+
 def assign_orphans(cl: Cluster, ctl: Controller, reason: str = "primary not alive") -> list[str]:
     """Give every serving range without a live primary to a live server, all in one map change.
 

@@ -17,7 +17,14 @@ from typing import Any
 
 import msgpack
 
-from coordinator.etcd.client import COMMIT_TIMEOUT_S, EtcdClient, delete_op, put_op, value_is
+from coordinator.etcd.client import (
+    COMMIT_FIRST_TRY_S,
+    COMMIT_TIMEOUT_S,
+    EtcdClient,
+    delete_op,
+    put_op,
+    value_is,
+)
 from coordinator.leadership.etcd_election import META_NAME, EtcdLeadership, term_key
 from rangetable.errors import TableError
 
@@ -49,7 +56,8 @@ class EtcdMetaStore:
         ops = [delete_op(self._root + k) for k in deletes]
         ops += [put_op(self._root + k, msgpack.packb(v, use_bin_type=True)) for k, v in puts.items()]
         ok, _ = self.client.txn([value_is(term_key(self.prefix), str(self.term).encode())], ops,
-                                timeout_s=COMMIT_TIMEOUT_S)  # a commit gets more than the election's timeout
+                                timeout_s=COMMIT_TIMEOUT_S,  # a commit gets more than the election's timeout
+                                first_try_s=COMMIT_FIRST_TRY_S)
         if not ok:
             raise TableError("NotLeader", f"etcd refused a write of term {self.term}: a later term was won")
         self.guard()

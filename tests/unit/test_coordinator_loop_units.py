@@ -13,11 +13,13 @@ import pytest
 from coordinator import leases
 from coordinator.balancer import load_history
 from coordinator.balancer.load_history import LoadHistory
+from coordinator.control import operations as ops
 from coordinator.map.server_info import ServerInfo
 from coordinator.map_snapshots import MapSnapshots
 from coordinator.state.maps import MapService
 from coordinator.state.registry import ServerRegistry
 from rangetable import protocol
+from rangetable.errors import TableError
 from rangetable.kernel.gc_tuning import GcPauses
 from tests.unit.map_lock import held_by_a_commit
 
@@ -144,3 +146,48 @@ def test_a_heartbeat_is_answered_while_a_commit_holds_the_map() -> None:
         assert time.monotonic() - t0 < 0.5
     leases.heartbeat(cl, controller, balancer, 7, req)
     assert info.ranges == [["r000001", 1, "serving"]]
+
+
+def test_a_dead_server_is_declared_without_waiting_for_a_commit() -> None:
+    """The loop declares a silent server dead only when it gets the map's lock within ``LOCK_WAIT_S``, and leaves
+    the durable part (its event, a map version, reassigning its ranges) to the controller: while a commit held the
+    lock (hung on a cut etcd leader), the loop waited in the declaration and every other server's lease lapsed
+    (the netsplit drill's primary-and-etcd fault)."""
+    maps = MapService(lambda frames: None)
+    registry = ServerRegistry(maps)
+    silent, fresh = ServerInfo("s1", "tcp://a", "i1", time.monotonic() - 60.0), ServerInfo("s2", "tcp://b", "i2",
+                                                                                           time.monotonic())
+    registry.servers.update({"s1": silent, "s2": fresh})
+    cl = SimpleNamespace(map=maps, registry=registry, cfg=SimpleNamespace(lease_s=2.0, lease_grace_s=1.0))
+    jobs: list[tuple] = []
+    controller = SimpleNamespace(submit=lambda fn, *a, **k: jobs.append((fn, a, k)))
+    told: list[str] = []
+    balancer = SimpleNamespace(on_server_dead=told.append)
+    with held_by_a_commit(maps):
+        t0 = time.monotonic()
+        leases.check_servers(cl, controller, balancer)
+        assert time.monotonic() - t0 < 0.5
+        assert silent.alive and not jobs and not told  # asked again on the next tick
+    leases.check_servers(cl, controller, balancer)
+    assert not silent.alive and fresh.alive and told == ["s1"]
+    [(fn, args, _kw)] = jobs
+    assert fn is ops.record_dead and args[2][0]["server"] == "s1" and args[2][0]["silent_s"] >= 60.0
+    leases.check_servers(cl, controller, balancer)
+    assert len(jobs) == 1  # declared once
+
+
+def test_the_dead_are_recorded_and_their_ranges_reassigned_even_when_the_meta_store_fails() -> None:
+    maps = MapService(lambda frames: None)
+    recorded: list[list[dict]] = []
+
+    def record_many(events: list[dict]) -> None:
+        recorded.append(events)
+        raise TableError("ServerBusy", "etcd did not answer")
+
+    jobs: list[tuple] = []
+    cl = SimpleNamespace(map=maps, events=SimpleNamespace(record_many=record_many))
+    controller = SimpleNamespace(submit=lambda fn, *a, **k: jobs.append((fn, k)))
+    with pytest.raises(TableError):
+        ops.record_dead(cl, controller, [{"server": "s1", "silent_s": 3.5}])
+    assert recorded == [[{"kind": "server_dead", "server": "s1", "silent_s": 3.5}]]
+    assert jobs == [(ops.assign_orphans, {"key": "orphans"})]

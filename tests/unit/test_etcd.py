@@ -79,3 +79,48 @@ def test_a_client_fails_over_to_the_member_that_answers_and_stays_there() -> Non
     finally:
         busy.shutdown()
         busy.server_close()
+
+
+def test_a_commit_asks_the_next_member_when_the_first_hangs() -> None:
+    """A member that accepts the request and never answers (an etcd leader cut off with the request in flight)
+    gets ``first_try_s``, not the commit's whole timeout; then the next member answers. A lone member gets the
+    whole timeout: nobody else could answer."""
+    import http.server
+    import json
+    import socket
+    import threading
+    import time
+
+    from coordinator.etcd.client import EtcdClient
+
+    class Member(http.server.BaseHTTPRequestHandler):
+        def do_POST(self) -> None:  # noqa: N802 - http.server's name
+            self.rfile.read(int(self.headers["Content-Length"]))
+            body = json.dumps({"succeeded": True, "header": {"revision": "9"}}).encode()
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    hung = socket.socket()
+    hung.bind(("127.0.0.1", 0))
+    hung.listen(8)  # accepts (the kernel does) and never answers
+    good = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Member)
+    threading.Thread(target=good.serve_forever, daemon=True).start()
+    try:
+        c = EtcdClient(f"http://127.0.0.1:{hung.getsockname()[1]},http://127.0.0.1:{good.server_port}")
+        t0 = time.monotonic()
+        assert c.txn([], [], timeout_s=10.0, first_try_s=0.3)[0]
+        assert 0.3 <= time.monotonic() - t0 < 3.0 and c.base.endswith(str(good.server_port))
+        alone = EtcdClient(f"http://127.0.0.1:{hung.getsockname()[1]}")
+        t0 = time.monotonic()
+        with pytest.raises(TableError):
+            alone.txn([], [], timeout_s=0.6, first_try_s=0.1)
+        assert time.monotonic() - t0 >= 0.6
+    finally:
+        good.shutdown()
+        good.server_close()
+        hung.close()
