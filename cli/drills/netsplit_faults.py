@@ -255,7 +255,7 @@ def lease_lapses(d: Drill, since_wall: float) -> dict[str, int]:
     since = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(since_wall))
     for sid in SERVERS:
         try:
-            with open(d.s._log(sid), errors="replace") as f:
+            with open(d.s.log_path(sid), errors="replace") as f:
                 out[sid] = sum("lease lapsed: stopped serving" in line and line[:19] >= since for line in f)
         except OSError:
             out[sid] = 0

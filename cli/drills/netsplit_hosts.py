@@ -82,7 +82,8 @@ class NetnsSupervisor(Supervisor):
             shutil.copytree(self.keys_dir, self.host_keys(host))
         return d
 
-    def _log(self, host: str) -> str:
+    def log_path(self, host: str) -> str:
+        """The log file of the process on ``host``."""
         return os.path.join(self.host_dir(host), "logs", f"{host}.log")
 
     def _plan_children(self, d: str, ports: Any) -> None:
@@ -91,7 +92,7 @@ class NetnsSupervisor(Supervisor):
             self._host(h)
         for m in ETCD:
             self.children.append(Child("etcd", m, net.argv(m, etcd_argv(net, m, os.path.join(self._host(m), "etcd"),
-                                                                          f"rt-{net.token}")), self._log(m)))
+                                                                          f"rt-{net.token}")), self.log_path(m)))
         meta = meta_url(net, f"/rt-{net.token}")
         endpoints = []
         self.pubs = []
@@ -105,7 +106,7 @@ class NetnsSupervisor(Supervisor):
                 "--keys-dir", self.host_keys(c), "--meta", meta, "--replicas", str(self.spec.replicas),
                 "--min-insync", str(self.spec.min_insync), "--rereplicate-after-s", str(self.rereplicate_after_s),
                 "--leader-timeout-s", str(self.leader_timeout_s))),
-                self._log(c), {"endpoint": ep, "pub": pub}))
+                self.log_path(c), {"endpoint": ep, "pub": pub}))
         self.coordinator, self.pub, self.dashboard = ",".join(endpoints), self.pubs[0], ""
         for sid in SERVERS:
             a = net.hosts[sid].address
@@ -113,14 +114,14 @@ class NetnsSupervisor(Supervisor):
             self.children.append(Child("partition-server", sid, net.argv(sid, self._cmd(
                 "partition-server", "--data-dir", self._host(sid), "--coordinator", self.coordinator, "--bind", ep,
                 "--server-id", sid, "--keys-dir", self.host_keys(sid),
-                "--replication", f"tcp://{a}:{PORTS['replication']}")), self._log(sid), {"endpoint": ep}))
+                "--replication", f"tcp://{a}:{PORTS['replication']}")), self.log_path(sid), {"endpoint": ep}))
         self.natives, self.https = [], []
         for fid in FRONTENDS:
             ep = f"tcp://{net.hosts[fid].address}:{PORTS['frontend']}"
             self.natives.append(ep)
             self.children.append(Child("frontend", fid, net.argv(fid, self._cmd(
                 "frontend", "--coordinator", self.coordinator, "--native", ep, "--frontend-id", fid,
-                "--keys-dir", self.host_keys(fid))), self._log(fid), {"native": ep}))
+                "--keys-dir", self.host_keys(fid))), self.log_path(fid), {"native": ep}))
 
     def write_cluster_file(self) -> None:
         """cluster.json (native frontends only) for the operator, and a copy in the client host's directory."""

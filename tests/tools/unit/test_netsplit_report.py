@@ -1,5 +1,5 @@
 """The netsplit drill's pure policy: gaps, outages, range membership, client errors, the fence probe's summary,
-the coordinator's events, the verdict of each of the six faults and the report."""
+the coordinator's events, the verdict of each of the seven faults and the report."""
 
 from __future__ import annotations
 
@@ -40,9 +40,12 @@ MAJORITY = {**BASE, "fault": "etcd-majority", "target": "etcd-1+etcd-2", "gap_s"
             "create_table_during_cut": {"ok": False, "code": "OperationTimedOut", "after_s": 10.0},
             "create_table_after_heal_s": 4.9, "writes_went_on_s": 2.5, "writes_stopped_s": 12.0,
             "writes_resumed_after_heal_s": 4.4, "errors_seen": {}}
+BOTH = {**BASE, "fault": "primary-and-etcd", "target": "ps-1+etcd-1", "ranges_on_target": 2, "served_after_cut_s": 3.4,
+        "served_after_lease_s": 0.4, "others_lease_lapses": {}, "rejoined_after_heal_s": 0.4,
+        "caught_up_after_heal_s": 1.7}
 HOST = {**BASE, "fault": "host-lost", "target": "ps-3", "replicas": 3, "ranges_with_copy": 4,
         "rebuilt_after_cut_s": 13.1, "rereplicate_after_s": 10.0, "rebuilt_on": ["ps-2"], "rejoined_after_heal_s": 4.9}
-ALL = [PS, FOLLOWER, COORD, MINORITY, MAJORITY, HOST]
+ALL = [PS, FOLLOWER, COORD, MINORITY, MAJORITY, BOTH, HOST]
 REPORT = {"hosts": 12, "subnet": "10.77.1.0/24", "lease_s": 3.0, "fault_seconds": 5.0, "seed": 1, "profile": "full"}
 
 
@@ -92,12 +95,14 @@ def test_good_faults_pass_and_report_ends_with_pass() -> None:
     text = format_report({**REPORT, "faults": ALL, "passed": True})
     lines = text.splitlines()
     assert lines[-1] == "PASS"
-    assert [line.split()[0] for line in lines[2:8]] == [f["fault"] for f in ALL]  # one table row per fault
+    assert [line.split()[0] for line in lines[2:9]] == [f["fault"] for f in ALL]  # one table row per fault
     assert "fenced itself 2.9 s after the cut" in text and "caught up (in sync again) 2.8 s" in text
     assert "standby coord-2 led 2.1 s after the cut" in text
     assert "create table during the cut: failed with OperationTimedOut after 10.0 s" in text
     assert "writes went on 2.5 s after the cut, then stopped for 12.0 s" in text
     assert "all 3 replicas in sync again 13.1 s after the cut" in text and "on ps-2" in text
+    assert ("its 2 primaries served elsewhere 3.4 s after the cut (0.4 s after its lease); other servers' leases "
+            "lapsed: none") in text
     assert set(PROFILES["short"]) <= set(PROFILES["full"]) == {f["fault"] for f in ALL}
 
 
@@ -132,6 +137,10 @@ def test_each_broken_promise_fails_its_fault() -> None:
         ({**MAJORITY, "writes_resumed_after_heal_s": 11.0}, "did not resume"),
         ({**MAJORITY, "writes_resumed_after_heal_s": None}, "did not resume"),
         ({**MAJORITY, "create_table_after_heal_s": None}, "after the heal"),
+        ({**BOTH, "served_after_lease_s": 3.2}, "not served elsewhere within 3.0 s of its lease"),
+        ({**BOTH, "served_after_lease_s": None}, "not served elsewhere"),
+        ({**BOTH, "others_lease_lapses": {"ps-3": 1}}, "other partition servers lost their lease: {'ps-3': 1}"),
+        ({**BOTH, "rejoined_after_heal_s": None}, "did not rejoin"),
         ({**HOST, "rebuilt_after_cut_s": None}, "not all rebuilt"),
         ({**HOST, "rejoined_after_heal_s": None}, "replacement ps-3 did not rejoin"),
         ({"fault": "primary", "target": "?", "error": "boom"}, "boom"),
