@@ -94,11 +94,11 @@ class ServerRegistry:
         return any(s.alive and now - s.last_seen > limit for s in self.servers.values())
 
     def declare_dead(self, now: float, limit: float) -> list[ServerInfo]:
-        """Mark every live server silent for more than ``limit`` seconds dead; returns them."""
+        """Mark every live server silent for more than ``limit`` seconds dead; returns them. Called under the map's
+        lock, by the loop thread (:func:`coordinator.leases.check_servers` says how long it waits for the lock)."""
         dead = []
-        with self._maps.lock:
-            for s in self.servers.values():
-                if s.alive and now - s.last_seen > limit:
-                    s.alive = False
-                    dead.append(s)
+        for s in self.servers.values():
+            if s.alive and now - s.last_seen > limit:
+                s.alive = False
+                dead.append(s)
         return dead
