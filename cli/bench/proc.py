@@ -4,6 +4,7 @@ and its resident memory (the benchmarks' meters)."""
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 
 _TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
@@ -39,41 +40,42 @@ def thread_kind(pid: int, tid: int, name: str) -> str:
     return "other"
 
 
-def thread_cpu(pid: int) -> dict[str, float]:
-    """User+system CPU seconds of a process's threads, summed by :func:`thread_kind` (empty when it is gone;
-    a thread that ended took its seconds with it)."""
+def by_thread_kind(pid: int, read: Callable[[str], tuple[str, float]]) -> dict[str, float]:
+    """``read`` of each thread of a process (its ``/proc/<pid>/task/<tid>`` directory → (command name, figure);
+    an empty name for a thread gone meanwhile), summed by :func:`thread_kind` (empty when the process is gone)."""
     out: dict[str, float] = {}
     try:
         tids = os.listdir(f"/proc/{pid}/task")
     except OSError:
         return out
     for t in tids:
-        name, secs = stat_cpu(f"/proc/{pid}/task/{t}/stat")
+        name, figure = read(f"/proc/{pid}/task/{t}")
         if name:
             kind = thread_kind(pid, int(t), name)
-            out[kind] = out.get(kind, 0.0) + secs
+            out[kind] = out.get(kind, 0.0) + figure
     return out
+
+
+def thread_cpu(pid: int) -> dict[str, float]:
+    """User+system CPU seconds of a process's threads, summed by :func:`thread_kind` (empty when it is gone;
+    a thread that ended took its seconds with it)."""
+    return by_thread_kind(pid, lambda task: stat_cpu(f"{task}/stat"))
+
+
+def _sleeps(task: str) -> tuple[str, float]:
+    try:
+        with open(f"{task}/comm") as f:
+            name = f.read().strip()
+        with open(f"{task}/status") as f:
+            return name, next(int(line.split()[1]) for line in f if line.startswith("voluntary_ctxt_switches:"))
+    except (OSError, StopIteration, ValueError, IndexError):
+        return "", 0.0
 
 
 def thread_sleeps(pid: int) -> dict[str, float]:
     """How many times a process's threads went to sleep (``voluntary_ctxt_switches``: a wait on a socket, a
     lock or a timer, each ended by a wake-up), summed by :func:`thread_kind` (empty when it is gone)."""
-    out: dict[str, float] = {}
-    try:
-        tids = os.listdir(f"/proc/{pid}/task")
-    except OSError:
-        return out
-    for t in tids:
-        try:
-            with open(f"/proc/{pid}/task/{t}/comm") as f:
-                name = f.read().strip()
-            with open(f"/proc/{pid}/task/{t}/status") as f:
-                n = next(int(line.split()[1]) for line in f if line.startswith("voluntary_ctxt_switches:"))
-        except (OSError, StopIteration, ValueError, IndexError):
-            continue
-        kind = thread_kind(pid, int(t), name)
-        out[kind] = out.get(kind, 0.0) + n
-    return out
+    return by_thread_kind(pid, _sleeps)
 
 
 def rss_bytes(pid: int) -> int:

@@ -374,27 +374,24 @@ def format_load(res: dict[str, Any], load: dict[str, Any]) -> str:
     line("partition-server CPU µs/write", lambda s: f"{s['writes']['cpu_us']:,.0f}")
     line("frontend CPU µs/write", lambda s: f"{s['writes']['frontend_cpu_us']:,.0f}")
     if all("one_range" in by[n] for n in cols):
-        def role_cell(role: str, kind: str) -> Callable[[dict[str, Any]], str]:
-            def cell(st: dict[str, Any]) -> str:
-                c = st["one_range"]["roles"].get(role)
-                return f"{c[kind]:,.0f}" if c else "-"
+        def role_cell(part: str, role: str, fmt: Callable[[dict[str, float]], str]) -> Callable[[dict[str, Any]], str]:
+            def cell(st: dict[str, Any]) -> str:  # a role's figures of the one-range run ("-": no such role)
+                c = st["one_range"][part].get(role)
+                return fmt(c) if c else "-"
             return cell
+
+        def micros(kind: str) -> Callable[[dict[str, float]], str]:
+            return lambda c: f"{c[kind]:,.0f}"
 
         lines.append("one range, partition-server CPU µs/write by role (a follower: each) and thread:")
         for role in ("primary", "follower"):
             for kind, name in (("total", ""), ("loop", " loop"), ("zmq_io", " ZeroMQ I/O"), ("rocksdb", " RocksDB")):
-                line(f"  {role}{name}", role_cell(role, kind))
+                line(f"  {role}{name}", role_cell("roles", role, micros(kind)))
         line("  every copy", lambda st: f"{st['one_range']['all_copies_us']:,.0f}")
         if all("sleeps" in by[n]["one_range"] for n in cols):
-            def sleep_cell(role: str) -> Callable[[dict[str, Any]], str]:
-                def cell(st: dict[str, Any]) -> str:
-                    c = st["one_range"]["sleeps"].get(role)
-                    return f"{c['loop']:.2f} + {c['zmq_io']:.2f}" if c else "-"
-                return cell
-
             lines.append("one range, sleeps per write (loop + ZeroMQ I/O):")
             for role in ("primary", "follower"):
-                line(f"  {role} sleeps", sleep_cell(role))
+                line(f"  {role} sleeps", role_cell("sleeps", role, lambda c: f"{c['loop']:.2f} + {c['zmq_io']:.2f}"))
     if all("bulk" in by[n] for n in cols):
         line("bulk ingest entities/s", lambda s: f"{s['bulk']['entities_s']:,.0f}")
         line("bulk partition-server CPU µs/ent.", lambda s: f"{s['bulk']['cpu_us']:,.0f}")

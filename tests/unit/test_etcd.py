@@ -4,12 +4,41 @@ The tests that start no process; those that do are in tests/integration/test_etc
 """
 from __future__ import annotations
 
+import http.server
+import json
+import socket
+import threading
+import time
+
 import pytest
 
 from cli.cluster.port_reservation import PortReservation
-from coordinator.etcd.client import parse_url, prefix_end
+from coordinator.etcd.client import EtcdClient, parse_url, prefix_end
 from coordinator.leadership.etcd_election import EtcdLeadership
 from rangetable.errors import TableError
+
+
+def fake_member(body: dict, status: int = 200, seen: list[str] | None = None) -> http.server.ThreadingHTTPServer:
+    """An etcd member's JSON gateway on 127.0.0.1 that answers every POST with ``status`` and ``body`` (503: a
+    member without a leader) and records each path in ``seen``; serving on a thread of its own."""
+    raw = json.dumps(body).encode()
+
+    class Member(http.server.BaseHTTPRequestHandler):
+        def do_POST(self) -> None:  # noqa: N802 - http.server's name
+            self.rfile.read(int(self.headers["Content-Length"]))
+            if seen is not None:
+                seen.append(self.path)
+            self.send_response(status)
+            self.send_header("Content-Length", str(len(raw)))
+            self.end_headers()
+            self.wfile.write(raw)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Member)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    return srv
 
 
 def test_urls_and_prefixes() -> None:
@@ -33,38 +62,12 @@ def test_without_etcd_a_coordinator_stays_standby() -> None:
 
 
 def test_a_client_fails_over_to_the_member_that_answers_and_stays_there() -> None:
-    import http.server
-    import json
-    import threading
-
-    from coordinator.etcd.client import EtcdClient
-
     seen: list[str] = []
-
-    class Member(http.server.BaseHTTPRequestHandler):
-        def do_POST(self) -> None:  # noqa: N802 - http.server's name
-            self.rfile.read(int(self.headers["Content-Length"]))
-            seen.append(self.path)
-            if self.server.server_port == busy.server_port:  # type: ignore[attr-defined]
-                self.send_response(503)  # a member without a leader
-                self.end_headers()
-                return
-            body = json.dumps({"header": {"revision": "7"}, "kvs": []}).encode()
-            self.send_response(200)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *args: object) -> None:
-            pass
-
     ports = PortReservation()
     dead = ports.take()
     ports.release()  # nothing listens there
-    busy = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Member)
-    good = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Member)
-    for srv in (busy, good):
-        threading.Thread(target=srv.serve_forever, daemon=True).start()
+    busy = fake_member({}, 503, seen)
+    good = fake_member({"header": {"revision": "7"}, "kvs": []}, 200, seen)
     try:
         c = EtcdClient(f"http://127.0.0.1:{dead},http://127.0.0.1:{busy.server_port},"
                        f"http://127.0.0.1:{good.server_port}", timeout_s=0.5)
@@ -85,31 +88,10 @@ def test_a_commit_asks_the_next_member_when_the_first_hangs() -> None:
     """A member that accepts the request and never answers (an etcd leader cut off with the request in flight)
     gets ``first_try_s``, not the commit's whole timeout; then the next member answers. A lone member gets the
     whole timeout: nobody else could answer."""
-    import http.server
-    import json
-    import socket
-    import threading
-    import time
-
-    from coordinator.etcd.client import EtcdClient
-
-    class Member(http.server.BaseHTTPRequestHandler):
-        def do_POST(self) -> None:  # noqa: N802 - http.server's name
-            self.rfile.read(int(self.headers["Content-Length"]))
-            body = json.dumps({"succeeded": True, "header": {"revision": "9"}}).encode()
-            self.send_response(200)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *args: object) -> None:
-            pass
-
     hung = socket.socket()
     hung.bind(("127.0.0.1", 0))
     hung.listen(8)  # accepts (the kernel does) and never answers
-    good = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Member)
-    threading.Thread(target=good.serve_forever, daemon=True).start()
+    good = fake_member({"succeeded": True, "header": {"revision": "9"}})
     try:
         c = EtcdClient(f"http://127.0.0.1:{hung.getsockname()[1]},http://127.0.0.1:{good.server_port}")
         t0 = time.monotonic()
