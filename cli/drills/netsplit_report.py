@@ -20,7 +20,7 @@ TAKEOVER_SLACK_S = 1.0  # etcd expires a lease on its own tick, then the standby
 MIN_WENT_ON_S = 0.5  # etcd majority lost: writes must not stop at once (the leases still hold)
 PROFILES = {"full": ["primary", "follower", "coordinator", "etcd-minority", "etcd-majority", "primary-and-etcd",
                      "host-lost"],
-            "short": ["primary", "coordinator", "etcd-minority", "etcd-majority", "primary-and-etcd"]}
+            "short": ["primary", "coordinator", "etcd-minority", "etcd-majority"]}
 
 
 def longest_gap(times: Iterable[float], start: float, end: float) -> float:
