@@ -280,7 +280,7 @@ class Supervisor:
         for c in self.children:
             if c.proc is None or c.proc.poll() is None or self.stopping:
                 continue
-            if not self.spec.restart:
+            if not self.spec.restart or not self.restartable(c):
                 continue
             if c.due == 0.0:
                 if now - c.started > STABLE_AFTER_S:  # it ran fine, then died: not a crash loop
@@ -298,6 +298,10 @@ class Supervisor:
                 self.echo(f"{c.id} restarted as pid {c.proc.pid}")
         if changed and os.path.exists(os.path.join(self.data_dir, CLUSTER_FILE)):
             self.write_cluster_file()
+
+    def restartable(self, c: Child) -> bool:
+        """Whether ``poll`` may restart ``c`` once it died (always, here)."""
+        return True
 
     def fence(self) -> list[str]:
         """Kill partition servers the coordinator declared dead whose process still runs.

@@ -58,3 +58,21 @@ def test_a_crash_loop_backs_off_but_a_killed_process_that_ran_fine_comes_back_at
     for _ in range(4):
         _die_and_restart(sup, child, sv.STABLE_AFTER_S + 1, delays)  # killed every few seconds (the chaos drill)
     assert delays == [0.5, 0.5, 0.5, 0.5]
+
+
+def test_a_netsplit_host_that_is_cut_is_not_restarted_and_stays_listed(tmp_path, monkeypatch) -> None:
+    """The netsplit drill's supervisor leaves a cut host's dead process alone, and never hides it from the list of
+    children meanwhile (a fault reading a cut host's child from another thread found none: StopIteration in CI)."""
+    from cli.drills.netsplit_hosts import NetnsSupervisor
+
+    sup, child, _ = _supervisor(tmp_path, monkeypatch)
+    sup.__class__ = NetnsSupervisor
+    sup.held = {"fe-1"}  # type: ignore[attr-defined]
+    child.proc.returncode = -9  # type: ignore[union-attr]
+    listed = sup.children
+    sup.poll()
+    assert child.due == 0.0 and child.proc.returncode == -9  # type: ignore[union-attr]  # left alone
+    assert sup.children is listed and sup.child("fe-1") is child  # type: ignore[attr-defined]
+    sup.held = set()  # type: ignore[attr-defined]
+    sup.poll()
+    assert child.due > 0.0  # healed: restarted after its back-off
