@@ -73,12 +73,11 @@ def handle(co: AdminHost, ident: bytes, rid: bytes, req: dict, role: str | None)
         since = req.get("since")
         # a delta when the lock is free within a heartbeat's wait; held longer (a hung commit), a snapshot packed
         # off the loop instead of waiting here
-        if isinstance(since, int) and not isinstance(since, bool) and cl.map.lock.acquire(timeout=leases.LOCK_WAIT_S):
-            try:
-                co.publish()  # changes committed but not yet published go out first
-                delta = cl.map.delta_since(since)
-            finally:
-                cl.map.lock.release()
+        if isinstance(since, int) and not isinstance(since, bool):
+            with cl.map.briefly() as held:
+                if held:
+                    co.publish()  # changes committed but not yet published go out first
+                delta = cl.map.delta_since(since) if held else None
             if delta is not None:
                 found: MapDelta = {**delta, "pub": co.pub_endpoint}
                 return protocol.ok(found)

@@ -30,25 +30,17 @@ if TYPE_CHECKING:
 log = logging.getLogger("rangetable.coordinator")
 
 
-LOCK_WAIT_S = 0.05  # the loop waits this long for the map's lock: a heartbeat (then answered by a renewal alone), a publish
-
-
 def heartbeat(cl: Cluster, ctl: Controller, balancer: BalancerLoop, term: int, req: Heartbeat) -> LeaseAnswer:
     """Take one heartbeat (register the server when it is new or restarted, keep its ranges and
     load reports, ask the controller to reconcile it when its ranges differ from the map) and
     return the lease of ``term``. While another thread holds the map's lock (a commit whose meta-store round
     trip hangs: etcd losing its leader), a known server's heartbeat is answered by :func:`renewal` alone, so
     leases do not lapse behind a slow commit."""
-    maps = cl.map
-    if not maps.lock.acquire(timeout=LOCK_WAIT_S):
-        quick = renewal(cl, term, req)
-        if quick is not None:
-            return quick
-        maps.lock.acquire()
-    try:
-        return _heartbeat(cl, ctl, balancer, term, req)
-    finally:
-        maps.lock.release()
+    with cl.map.briefly() as held:
+        if held:
+            return _heartbeat(cl, ctl, balancer, term, req)
+    quick = renewal(cl, term, req)
+    return quick if quick is not None else _heartbeat(cl, ctl, balancer, term, req)
 
 
 def renewal(cl: Cluster, term: int, req: Heartbeat) -> LeaseAnswer | None:
@@ -159,17 +151,15 @@ def overdue(cl: Cluster, now: float) -> bool:
 
 def check_servers(cl: Cluster, ctl: Controller, balancer: BalancerLoop) -> None:
     """Declare every server silent past lease + grace dead and have the controller record them and reassign
-    their ranges (:func:`coordinator.control.operations.record_dead`). The loop waits for the map's lock at most
-    :data:`LOCK_WAIT_S` and writes nothing to the meta store here: while a commit holds the lock (its write hung
-    on a cut etcd leader) it asks again on its next tick and goes on answering heartbeats meanwhile (waiting
-    here, every other server's lease lapsed: the netsplit drill's primary-and-etcd fault)."""
-    if not cl.map.lock.acquire(timeout=LOCK_WAIT_S):
-        return
-    try:
+    their ranges (:func:`coordinator.control.operations.record_dead`). The loop takes the map's lock only briefly
+    (:meth:`MapService.briefly`) and writes nothing to the meta store here: while a commit holds the lock (its
+    write hung on a cut etcd leader) it asks again on its next tick and goes on answering heartbeats meanwhile
+    (waiting here, every other server's lease lapsed: the netsplit drill's primary-and-etcd fault)."""
+    with cl.map.briefly() as held:
+        if not held:
+            return
         now = time.monotonic()
         dead = cl.registry.declare_dead(now, cl.cfg.lease_s + cl.cfg.lease_grace_s)
-    finally:
-        cl.map.lock.release()
     if not dead:
         return
     for s in dead:

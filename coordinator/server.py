@@ -154,14 +154,9 @@ class Coordinator:
         calls this: it waits for the map's lock no longer than a heartbeat does (the commit that asked for it
         usually still holds it for a moment); held longer, the next tick tries again."""
         maps = self.cluster.map
-        if not maps.lock.acquire(timeout=leases.LOCK_WAIT_S):
-            self._publish_due = True
-            return
-        try:
-            self._publish_due = False
-            packed = maps.next_delta(self.cluster.registry.servers)
-        finally:
-            maps.lock.release()
+        with maps.briefly() as held:
+            self._publish_due = not held
+            packed = maps.next_delta(self.cluster.registry.servers) if held else None
         if packed is not None:
             self.pub.send_multipart([b"delta", packed])
 

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, cast
 
 from coordinator.map.claims import CLAIM_PREFIX, SOURCE_CLAIM_PREFIX, Claims
@@ -26,6 +27,9 @@ if TYPE_CHECKING:
     from coordinator.map.server_info import ServerInfo
     from coordinator.meta.store_like import MetaStoreLike
     from rangetable.messages import MapDelta, RangeRecord
+
+
+LOCK_WAIT_S = 0.05  # the loop thread waits this long for the map's lock (MapService.briefly)
 
 
 class MapService:
@@ -49,6 +53,20 @@ class MapService:
         self.published = self.pmap.version
         self.commits = 0  # commits so far (a commit without a new version is a new map state too)
         self._notify = notify
+
+    @contextmanager
+    def briefly(self) -> Iterator[bool]:
+        """The map's lock for the ``with`` block if it comes within :data:`LOCK_WAIT_S` (yields True), else
+        nothing held (yields False). The coordinator's loop thread takes the lock only this way: a commit holds
+        it for as long as the meta store takes — up to its timeout when the etcd member it writes to is cut off —
+        and a loop waiting there answered no heartbeat, so every partition server's lease lapsed (the netsplit
+        drill). The commit that asks for a publish usually still holds it for a moment, hence the short wait."""
+        got = self.lock.acquire(timeout=LOCK_WAIT_S)
+        try:
+            yield got
+        finally:
+            if got:
+                self.lock.release()
 
     def meta_store(self) -> MetaStoreLike:
         """The meta store of the term this coordinator leads (opened at takeover, before any request
