@@ -64,6 +64,14 @@ def _settle_and_finish(d: Drill, kind: str, target: str, ranges: list[dict], cli
     return d.common(kind, target, ranges, res, t_cut, t_heal, t_end, converged), res, t_end
 
 
+def _served(prober: Prober, lease_s: float) -> dict[str, float | None]:
+    """When the last of the cut server's ranges answered elsewhere, after the cut and after its lease (None: one
+    never did while the prober ran)."""
+    served = max(prober.served.values()) if prober.served and not prober.pending else None
+    return {"served_after_cut_s": served,
+            "served_after_lease_s": None if served is None else round(max(0.0, served - lease_s), 3)}
+
+
 def primary(d: Drill) -> dict:
     """Cut the partition server that is primary of most of the table's ranges; it must fence itself by its
     lease, its ranges must be served elsewhere, and it must rejoin and catch up once healed."""
@@ -95,11 +103,10 @@ def primary(d: Drill) -> dict:
     rejoined, caught_up = _rejoined(d, victim, table, t_heal)
     prober.stop.set()
     row, res, t_end = _settle_and_finish(d, "primary", victim, ranges, client, t_cut, t_heal)
-    served = max(prober.served.values()) if prober.served and not prober.pending else None
+    served = _served(prober, d.lease_s)
     late = acked_while_primary(res["acks"], watched, primary_until, t_cut + d.lease_s)
     return {**row, "ranges_on_target": len(watched), "fence": fence_summary(rounds, t_cut, d.lease_s),
-            "acked_by_cut_server": len(late), "served_after_cut_s": served,
-            "served_after_lease_s": None if served is None else round(max(0.0, served - d.lease_s), 3),
+            "acked_by_cut_server": len(late), **served,
             "target_ranges_gap_s": longest_gap(ack_times(res["acks"], ranges=watched), t_cut, t_end),
             "rejoined_after_heal_s": rejoined, "caught_up_after_heal_s": caught_up}
 
@@ -280,10 +287,8 @@ def primary_and_etcd(d: Drill) -> dict:
     rejoined, caught_up = _rejoined(d, victim, table, t_heal)
     prober.stop.set()
     row, res, t_end = _settle_and_finish(d, "primary-and-etcd", f"{victim}+{member}", ranges, client, t_cut, t_heal)
-    served = max(prober.served.values()) if prober.served and not prober.pending else None
     lapses = lease_lapses(d, wall)
-    return {**row, "ranges_on_target": len(watched), "served_after_cut_s": served,
-            "served_after_lease_s": None if served is None else round(max(0.0, served - d.lease_s), 3),
+    return {**row, "ranges_on_target": len(watched), **_served(prober, d.lease_s),
             "others_lease_lapses": {s: n for s, n in lapses.items() if s != victim and n},
             "rejoined_after_heal_s": rejoined, "caught_up_after_heal_s": caught_up}
 

@@ -114,10 +114,14 @@ def _primary_problems(f: dict[str, Any]) -> list[str]:
         p.append(f"{f['target']} answered {fence['answered_after_lease']} data requests after its lease")
     if f["acked_by_cut_server"]:
         p.append(f"{f['acked_by_cut_server']} writes acknowledged by {f['target']} after its lease")
+    return p + _served_problems(f) + _rejoin_problems(f)
+
+
+def _served_problems(f: dict[str, Any]) -> list[str]:
     after = f["served_after_lease_s"]
     if after is None or after > SERVED_WITHIN_S:
-        p.append(f"its ranges were not served elsewhere within {SERVED_WITHIN_S} s of its lease (took {after})")
-    return p + _rejoin_problems(f)
+        return [f"its ranges were not served elsewhere within {SERVED_WITHIN_S} s of its lease (took {after})"]
+    return []
 
 
 def _rejoin_problems(f: dict[str, Any]) -> list[str]:
@@ -166,10 +170,7 @@ def _kind_problems(f: dict[str, Any]) -> list[str]:
         if f["create_table_after_heal_s"] is None:
             p.append("no table could be created after the heal")
     elif kind == "primary-and-etcd":
-        served = f["served_after_lease_s"]
-        if served is None or served > SERVED_WITHIN_S:
-            p.append(f"{f['target']}'s ranges were not served elsewhere within {SERVED_WITHIN_S} s of its lease "
-                     f"(took {served})")
+        p += _served_problems(f)
         if f["others_lease_lapses"]:
             p.append(f"other partition servers lost their lease: {f['others_lease_lapses']}")
         p += _rejoin_problems(f)
