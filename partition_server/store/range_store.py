@@ -91,6 +91,7 @@ from partition_server.store.request_records import (
     add_record,
     lookup,
     packed_answer,
+    refusal,
     replayed_batch,
     stored_answer,
     unpack_meta,
@@ -427,6 +428,15 @@ class RangeStore:
         self._window = w
         self._counts = counts
 
+    def _refused(self, exc: TableError, ts: int, rid: bytes | None, kind: bytes,
+                 stale: tuple[bytes, int] | None) -> None:
+        """Record that request ``rid`` was refused with ``exc`` (a WriteBatch of its record alone), so that every
+        retry gets this answer instead of a new decision (:func:`~partition_server.store.request_records.refusal`:
+        retriable refusals are not recorded)."""
+        answer = None if rid is None else refusal(exc)
+        if answer is not None:
+            self._commit(self._tee.new_batch(), ts, rid, kind, answer, stale, (0, 0))
+
     @overload
     def write(self, op: Mapping[str, Any], request_id: str | None = None, *,
               wire: Literal[False] = False) -> Entity | None: ...
@@ -455,7 +465,11 @@ class RangeStore:
                 return packed_answer(answer) if wire else answer
             ts = self._next_ts()
             seen: dict[bytes, bytes | None] = {}
-            key, props = prepare_op(self._read(seen), op)
+            try:
+                key, props = prepare_op(self._read(seen), op)
+            except TableError as exc:
+                self._refused(exc, ts, rid, WRITE, stale)
+                raise
             wb = self._tee.new_batch()
             old = seen[key] if key in seen else self._db.get(key)  # a blind upsert reads it for the counts only
             change = (-1, -len(key) - len(old)) if old is not None else (0, 0)
@@ -516,15 +530,19 @@ class RangeStore:
             rid, stale, prev = self._replay(request_id, "b")
             if prev is not MISSING:
                 return replayed_batch(stored_answer(prev), answer)
-            check_batch_shape(ops)
             ts = self._next_ts()
             wb = self._tee.new_batch(record=True)  # its operations give the counts
             db = self._db
             want_items = echo and (answer == "wire" or rid is not None)
             seen: dict[bytes, bytes | None] = {}
             held: list[bool] = []  # the probe's answers: [False] when the partition holds no key
-            items, written = fast_path.prepare_batch(self._read(seen), ops, ts, wb, want_items,
-                                                     partial(_probe, db, held))
+            try:
+                check_batch_shape(ops)
+                items, written = fast_path.prepare_batch(self._read(seen), ops, ts, wb, want_items,
+                                                         partial(_probe, db, held))
+            except TableError as exc:
+                self._refused(exc, ts, rid, BATCH, stale)
+                raise
             if written:
                 if self.expiry.indexing:
                     self.expiry.note_write(wb, ts, [encode_key(op["pk"], op["rk"])

@@ -3,7 +3,8 @@
 Layout (meta keys, see :mod:`partition_server.store.range_store`):
 
 * ``REQ_PREFIX + request_id`` → ``msgpack([ts, kind, result])``: the answer of a write (``kind``
-  "w", ``result`` the wire entity or nil) or of a batch (``kind`` "b", a list of them);
+  "w", ``result`` the wire entity or nil) or of a batch (``kind`` "b", a list of them), or the error it
+  was refused with (``result`` ``{"error": {"code", "message", "index"}}``, as a reply carries it: :func:`refusal`);
 * ``REQT_PREFIX + >Q ts + request_id`` → ``>I size``: the same records ordered oldest first, for
   purging, with the size of each record (``b""`` in stores written before sizes were kept: 0).
 
@@ -18,7 +19,14 @@ range store keeps it in its ``META_TS`` value, so the cursor survives restarts a
 a purge walked go in one range tombstone (a run of point tombstones in key order made every flushed SST a
 candidate for the compact-on-deletion collector); each record key, in random order, gets its own.
 
-A record is written in the same WriteBatch as the change it answers. Its value is spliced from the
+A record is written in the same WriteBatch as the change it answers. A request the range *refused* with a
+final error (not found, already exists, a failed condition: any code that is not retriable) gets a record
+too, in a WriteBatch of its own, replicated like any other: the range decided that request against what
+it held then, and a retry must get that answer, not a new decision. Without it, an attempt still on its
+way — a frontend retrying a request whose client had already been answered through another attempt —
+would be decided again later: a delete answered "not found" could then delete a row written after the
+client saw it done (the netsplit drill's lost write, docs/drills.md). Retriable refusals (``ServerBusy``,
+``RangeBusy``…) are not recorded: the request is meant to run again. Its value is spliced from the
 answer's packed bytes (the bytes ``msgpack.packb([ts, kind, result])`` gives), so the answer is packed
 once for the record and the reply alike.
 """
@@ -35,6 +43,7 @@ import rocksdict
 from partition_server.store.fast_path import request_record
 from rangetable import protocol
 from rangetable.edm import Entity
+from rangetable.errors import TableError
 from rangetable.keys import META_PREFIX
 from rangetable.protocol import entity_to_wire
 
@@ -187,9 +196,22 @@ def packed_answer(e: Entity | None) -> bytes:
     return protocol.pack(None if e is None else entity_to_wire(e))
 
 
+def refusal(exc: TableError) -> bytes | None:
+    """The packed ``result`` recording that a request was refused with ``exc``; None when the refusal is
+    retriable (the request is meant to run again, so nothing is recorded)."""
+    if exc.code.retriable:
+        return None
+    wire = exc.to_wire()  # the error as a reply carries it; a message quoting a lone surrogate is escaped
+    wire["message"] = wire["message"].encode("utf-8", "backslashreplace").decode("utf-8")
+    return protocol.pack({"error": wire})
+
+
 def stored_answer(prev: tuple[str, Any]) -> Any:
-    """A request record's ``(kind, result)`` (see :func:`lookup`) as ``RangeStore.write`` / ``RangeStore.batch`` answer."""
+    """A request record's ``(kind, result)`` (see :func:`lookup`) as ``RangeStore.write`` / ``RangeStore.batch``
+    answer; raises the recorded TableError of a request that was refused (:func:`refusal`)."""
     kind, payload = prev
+    if isinstance(payload, dict):
+        raise TableError.from_wire(payload["error"])
     if kind == "b":  # a batch answered with its Timestamp alone stored only that
         return payload if isinstance(payload, int) else [_from_wire(x) for x in payload]
     return _from_wire(payload)

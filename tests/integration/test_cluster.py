@@ -184,6 +184,27 @@ def test_partition_server_kill9_fails_over(cluster: Cluster) -> None:
     assert len(list(t.list_entities())) == 51
 
 
+def test_a_refused_write_stays_refused_on_a_new_primary(cluster: Cluster) -> None:
+    """A delete answered "not found" is recorded on every replica: its retry, after the row was written again and
+    the primary was killed, is answered "not found" again and deletes nothing (docs/drills.md, the netsplit
+    drill's lost write)."""
+    svc = TableServiceClient(cluster.native)
+    t = svc.create_table("Refused")
+    delete = {"op": "write", "table": "Refused", "rid": "refused-1",
+              "write": {"op": "delete", "pk": "p", "rk": "k3", "if_match": "*"}}
+    with pytest.raises(TableError) as first:
+        svc._call(delete)
+    assert first.value.error_code == "ResourceNotFound"
+    t.upsert_entity({"PartitionKey": "p", "RowKey": "k3", "v": 343})
+    before = ranges_of(cluster, "Refused")[0]
+    cluster.kill(before["primary"])
+    cluster.wait(lambda: ranges_of(cluster, "Refused")[0]["epoch"] > before["epoch"], what="a new primary")
+    with pytest.raises(TableError) as again:
+        svc._call(delete)  # the attempt still on its way, answered by the new primary
+    assert again.value.error_code == "ResourceNotFound"
+    assert t.get_entity("p", "k3")["v"] == 343
+
+
 def test_up_again_brings_back_every_table_and_entity(tmp_path, cluster_factory: ClusterFactory) -> None:
     with cluster_factory(data_dir=tmp_path) as c:
         svc = TableServiceClient(c.native)

@@ -255,7 +255,9 @@ def test_request_id_retry_returns_original_result(tmp_path):
     assert s.batch([ins("q", "1")], request_id="b1") == b
     s.write({"op": "delete", "pk": "p", "rk": "r"}, request_id="del")
     assert s.write({"op": "delete", "pk": "p", "rk": "r"}, request_id="del") is None
-    assert s.write(ins("p", "r"), request_id="w2").rk == "r"  # the failed w2 was not recorded
+    # the refused w2 was recorded: its retry is refused again, not decided anew (test_request_refusals.py)
+    assert err(s.write, ins("p", "r"), request_id="w2").error_code == "EntityAlreadyExists"
+    assert s.write(ins("p", "r"), request_id="w3").rk == "r"
     s.close()
 
 
@@ -275,10 +277,10 @@ def test_request_window_is_bounded(tmp_path, monkeypatch):
     assert err(s.write, ins("p", "4"), request_id="id4").error_code == "EntityAlreadyExists"  # expired
     monkeypatch.setattr(range_store, "PURGE_EVERY", 1)
     s.write(ins("p", "5"), request_id="id5")  # the age-based purge drops every expired record
-    assert _request_records(s) == 1
+    assert _request_records(s) == 2  # id5's and the refusal of id4's expired retry (a record of its own)
     s.close()
     s = RangeStore.open(tmp_path / "r")
-    assert s.stats()["entities"] >= 0 and s._window.count == 1
+    assert s.stats()["entities"] >= 0 and s._window.count == 2
     s.close()
 
 
