@@ -20,6 +20,7 @@ import base64
 import http.client
 import json
 import socket
+import time
 import urllib.parse
 from collections.abc import Sequence
 from typing import Any
@@ -38,6 +39,7 @@ COMMIT_TIMEOUT_S = 10.0  # a meta-store transaction (up to --max-txn-ops puts: a
 COMMIT_FIRST_TRY_S = 2.0  # … but the member asked first gets this long before the others are asked: a commit in flight
 # to an etcd leader that was cut off waited the whole COMMIT_TIMEOUT_S, and every controller job (a dead server's
 # failover too) behind it (the netsplit drill's primary-and-etcd fault)
+RETRY_PAUSE_S = 0.1  # … and members that answered "no leader" are asked again this often, not the silent first one
 
 
 def parse_url(url: str) -> tuple[str, str]:
@@ -123,31 +125,60 @@ class EtcdClient:
         """POST ``body`` to ``/v3/<path>`` on the first member that answers (each within ``timeout_s``, by
         default the client's); raises TableError(ServerBusy) when none does, TableError(InternalError) when
         etcd refuses the request. With several members and ``first_try_s``, the member asked first gets only that
-        long, then the others are asked, and last that first one again with the whole ``timeout_s`` (slow rather
-        than gone)."""
+        long, then the others are asked; while some of them answer but cannot serve yet (a 5xx: a member whose
+        cluster is electing a leader), they are asked again every :data:`RETRY_PAUSE_S` — not the silent first one
+        (an etcd leader cut off: it answers nothing until it is back, and its cluster elects another within a
+        second or two) — and last that first one again (slow rather than gone), with what is left of
+        ``first_try_s`` + ``timeout_s``, at least ``first_try_s``."""
         data = json.dumps(body).encode()
         timeout = timeout_s or self.timeout_s
         n = len(self.bases)
-        tries = [((self.current + i) % n, timeout) for i in range(n)]
-        if n > 1 and first_try_s is not None and first_try_s < timeout:
-            tries = [(tries[0][0], first_try_s), *tries[1:], tries[0]]
-        failures = []
-        for k, patience in tries:
-            base = self.bases[k]
-            try:
-                status, raw = self._post(base, f"/v3/{path}", data, patience)
-                out = json.loads(raw or b"{}") if status < 400 else None
-            except (OSError, ValueError, http.client.HTTPException) as exc:
-                failures.append(f"{base}: {exc or type(exc).__name__}")
-                continue
+        order = [(self.current + i) % n for i in range(n)]
+        failures: list[str] = []
+        alive: list[int] = []  # members that answered, but with a 5xx (no leader yet)
+        if n == 1 or first_try_s is None or first_try_s >= timeout:
+            for k in order:
+                out = self._try(k, path, data, timeout, failures, alive)
+                if out is not None:
+                    return out
+            raise TableError("ServerBusy", f"etcd did not answer ({'; '.join(failures)})")
+        deadline = time.monotonic() + first_try_s + timeout
+        for k, patience in [(order[0], first_try_s), *((k, timeout) for k in order[1:])]:
+            out = self._try(k, path, data, patience, failures, alive)
             if out is not None:
-                self.current = k
-                return out if isinstance(out, dict) else {}
-            detail = f"{status} {raw[:200]!r}"
-            if status < 500:
-                raise TableError("InternalError", f"etcd {path}: {detail}")
-            failures.append(f"{base}: {detail}")  # e.g. a member without a leader: try the next
-        raise TableError("ServerBusy", f"etcd did not answer ({'; '.join(failures)})")
+                return out
+        while alive and deadline - time.monotonic() > first_try_s + RETRY_PAUSE_S:
+            time.sleep(RETRY_PAUSE_S)
+            again, alive = alive, []
+            for k in again:
+                out = self._try(k, path, data, min(timeout, deadline - time.monotonic()), failures, alive)
+                if out is not None:
+                    return out
+        out = self._try(order[0], path, data, max(first_try_s, deadline - time.monotonic()), failures, alive)
+        if out is not None:
+            return out
+        raise TableError("ServerBusy", f"etcd did not answer ({'; '.join(failures[-2 * n:])})")
+
+    def _try(self, k: int, path: str, data: bytes, patience: float, failures: list[str],
+             alive: list[int]) -> dict | None:
+        """Ask member ``k`` once: its answer (it becomes :attr:`current`), or None with the failure noted (and ``k``
+        in ``alive`` when it answered with a 5xx); TableError(InternalError) when etcd refuses the request."""
+        base = self.bases[k]
+        try:
+            status, raw = self._post(base, f"/v3/{path}", data, patience)
+            out = json.loads(raw or b"{}") if status < 400 else None
+        except (OSError, ValueError, http.client.HTTPException) as exc:
+            failures.append(f"{base}: {exc or type(exc).__name__}")
+            return None
+        if out is not None:
+            self.current = k
+            return out if isinstance(out, dict) else {}
+        detail = f"{status} {raw[:200]!r}"
+        if status < 500:
+            raise TableError("InternalError", f"etcd {path}: {detail}")
+        failures.append(f"{base}: {detail}")  # e.g. a member without a leader: try the next
+        alive.append(k)
+        return None
 
     def _post(self, base: str, path: str, data: bytes, timeout_s: float) -> tuple[int, bytes]:
         """One POST to one member: (HTTP status, body)."""

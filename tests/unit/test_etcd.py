@@ -18,17 +18,20 @@ from coordinator.leadership.etcd_election import EtcdLeadership
 from rangetable.errors import TableError
 
 
-def fake_member(body: dict, status: int = 200, seen: list[str] | None = None) -> http.server.ThreadingHTTPServer:
+def fake_member(body: dict, status: int = 200, seen: list[str] | None = None,
+                first: list[int] | None = None) -> http.server.ThreadingHTTPServer:
     """An etcd member's JSON gateway on 127.0.0.1 that answers every POST with ``status`` and ``body`` (503: a
-    member without a leader) and records each path in ``seen``; serving on a thread of its own."""
+    member without a leader) — the first ones with the statuses in ``first``, in order — and records each path
+    in ``seen``; serving on a thread of its own."""
     raw = json.dumps(body).encode()
+    early = list(first or [])
 
     class Member(http.server.BaseHTTPRequestHandler):
         def do_POST(self) -> None:  # noqa: N802 - http.server's name
             self.rfile.read(int(self.headers["Content-Length"]))
             if seen is not None:
                 seen.append(self.path)
-            self.send_response(status)
+            self.send_response(early.pop(0) if early else status)
             self.send_header("Content-Length", str(len(raw)))
             self.end_headers()
             self.wfile.write(raw)
@@ -105,4 +108,50 @@ def test_a_commit_asks_the_next_member_when_the_first_hangs() -> None:
     finally:
         good.shutdown()
         good.server_close()
+        hung.close()
+
+
+def test_a_commit_waits_for_the_members_electing_a_leader_not_for_the_silent_one() -> None:
+    """The etcd leader is cut off with the commit in flight; the other members answer "no leader" until they
+    elected one. The commit asks them again until one serves it — not the cut-off leader for the rest of its
+    timeout (which made a dead server's failover wait behind other jobs' commits: the netsplit drill)."""
+    hung = socket.socket()
+    hung.bind(("127.0.0.1", 0))
+    hung.listen(8)  # accepts (the kernel does) and never answers
+    seen: list[str] = []
+    electing = fake_member({"succeeded": True, "header": {"revision": "9"}}, seen=seen, first=[503, 503, 503])
+    try:
+        c = EtcdClient(f"http://127.0.0.1:{hung.getsockname()[1]},http://127.0.0.1:{electing.server_port}")
+        t0 = time.monotonic()
+        assert c.txn([], [], timeout_s=3.0, first_try_s=0.3)[0]
+        took = time.monotonic() - t0
+        assert 0.3 + 3 * 0.1 <= took < 1.5, took
+        assert len(seen) == 4 and c.base.endswith(str(electing.server_port))
+    finally:
+        electing.shutdown()
+        electing.server_close()
+        hung.close()
+
+
+def test_a_commit_gives_up_within_its_budget_when_no_member_serves() -> None:
+    """etcd lost its majority: the leader is silent, the other member answers "no leader" every time. The
+    commit asks that member again until only the last try's share is left, then the silent one once more,
+    and fails with ServerBusy within ``first_try_s`` + ``timeout_s`` (and a last connect)."""
+    hung = socket.socket()
+    hung.bind(("127.0.0.1", 0))
+    hung.listen(8)
+    seen: list[str] = []
+    leaderless = fake_member({}, 503, seen)
+    try:
+        c = EtcdClient(f"http://127.0.0.1:{hung.getsockname()[1]},http://127.0.0.1:{leaderless.server_port}")
+        t0 = time.monotonic()
+        with pytest.raises(TableError) as exc:
+            c.txn([], [], timeout_s=1.0, first_try_s=0.2)
+        took = time.monotonic() - t0
+        assert exc.value.error_code == "ServerBusy"
+        assert 1.2 <= took < 2.0, took
+        assert len(seen) >= 5  # asked again every RETRY_PAUSE_S while it could still answer
+    finally:
+        leaderless.shutdown()
+        leaderless.server_close()
         hung.close()
