@@ -456,7 +456,7 @@ class RangeStore:
         spliced from the stored value, or nil. Raises TableError with Azure's code
         (EntityAlreadyExists, ResourceNotFound, UpdateConditionNotSatisfied, InvalidInput,
         validation codes). With ``request_id``, a repeated call returns the first call's answer
-        without applying it again.
+        without applying it again, or raises the final error the first call was refused with.
         """
         with self._lock:
             rid, stale, prev = self._replay(request_id, "w")
@@ -521,7 +521,7 @@ class RangeStore:
           holds that number, not the entities: ~10 bytes instead of ~40 KiB for 100 entities of 400
           bytes.
 
-        A repeated request id answers the first call's result in the asked shape.
+        A repeated request id answers the first call's result in the asked shape (or its recorded refusal).
         """
         if answer not in BATCH_ANSWERS:
             raise ValueError(f"answer must be one of {BATCH_ANSWERS}, not {answer!r}")

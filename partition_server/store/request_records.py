@@ -19,16 +19,17 @@ range store keeps it in its ``META_TS`` value, so the cursor survives restarts a
 a purge walked go in one range tombstone (a run of point tombstones in key order made every flushed SST a
 candidate for the compact-on-deletion collector); each record key, in random order, gets its own.
 
-A record is written in the same WriteBatch as the change it answers. A request the range *refused* with a
-final error (not found, already exists, a failed condition: any code that is not retriable) gets a record
-too, in a WriteBatch of its own, replicated like any other: the range decided that request against what
-it held then, and a retry must get that answer, not a new decision. Without it, an attempt still on its
-way — a frontend retrying a request whose client had already been answered through another attempt —
-would be decided again later: a delete answered "not found" could then delete a row written after the
-client saw it done (the netsplit drill's lost write, docs/drills.md). Retriable refusals (``ServerBusy``,
-``RangeBusy``…) are not recorded: the request is meant to run again. Its value is spliced from the
+A record is written in the same WriteBatch as the change it answers. Its value is spliced from the
 answer's packed bytes (the bytes ``msgpack.packb([ts, kind, result])`` gives), so the answer is packed
 once for the record and the reply alike.
+
+A request the range *refused* with a final error (not found, already exists, a failed condition: any code
+that is not retriable) gets a record too, in a WriteBatch of its own, replicated like any other: the range
+decided that request against what it held then, and a retry must get that answer, not a new decision.
+Without it, an attempt still on its way — a frontend retrying a request whose client had already been
+answered through another attempt — would be decided again later: a delete answered "not found" could then
+delete a row written after the client saw it done (the netsplit drill's lost write, docs/drills.md).
+Retriable refusals (``ServerBusy``, ``RangeBusy``…) are not recorded: the request is meant to run again.
 """
 
 from __future__ import annotations
