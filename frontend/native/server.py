@@ -10,7 +10,8 @@ Sockets (one thread, one poll loop that only moves messages):
 A sub-request answered ``NotPrimary`` or ``RangeBusy``, or not answered within ``attempt_timeout_s``,
 is retried after a short back-off with a refreshed map until the request's deadline; only then does
 the client see ``ServerBusy``. Writes carry a request id (the client's, or one made here) so a retry
-is never applied twice.
+is never applied twice. A client that sends a request again with its request id on the same connection
+has given up on the earlier attempt: that one stops, unanswered (:meth:`Frontend._supersede`).
 """
 
 from __future__ import annotations
@@ -51,6 +52,8 @@ class Frontend(DriverCore):
         self.clients: dict[str, str] = {}  # registered client keys (User-Id) -> account
         self.keys_version = -1
         self._keys_asked = 0.0
+        self._attempts: dict[tuple[bytes, str], Pending] = {}  # (connection, client's request id) -> its latest attempt
+        self.superseded = 0  # attempts stopped because their client sent the request again
 
     # --- the driver hooks ---------------------------------------------------------------------
 
@@ -76,6 +79,9 @@ class Frontend(DriverCore):
             protocol.send_frames(self.router, [p.ident, p.rid, body])
             self.note_if_slow(p)
             self.answers.note_body(p.req.get("op"), body)
+            rid = p.req.get("rid")
+            if isinstance(rid, str) and self._attempts.get((p.ident, rid)) is p:
+                del self._attempts[(p.ident, rid)]
 
     def reply_ok(self, p: Pending, result: Any) -> None:
         """Answer the client with a success result."""
@@ -119,7 +125,24 @@ class Frontend(DriverCore):
             protocol.send_frames(self.router, [ident, rid[: protocol.MAX_REQUEST_ID], protocol.error(exc)])
             return
         p = Pending(ident, rid, req, self.cfg.deadline_s)
+        self._supersede(p)
         self.start_request(p)
+
+    def _supersede(self, p: Pending) -> None:
+        """Stop the earlier attempt of ``p``'s request, if its client sent it before on this connection (the same
+        request id): the client gave up on it (its timeout passed) and reads only the new one's answer. Left
+        running, it would be retried to the deadline beside the new one — in the netsplit drill a client with a
+        3 s timeout left three attempts of each write retrying every 0.1 s through a 10 s outage
+        (docs/drills.md)."""
+        rid = p.req.get("rid")
+        if not isinstance(rid, str):
+            return
+        key = (p.ident, rid)
+        old = self._attempts.get(key)
+        if old is not None and not old.done:
+            old.done = True  # its retries and answers are dropped (start_request and the answer path check it)
+            self.superseded += 1
+        self._attempts[key] = p
 
     def _run_timers(self) -> None:
         now = time.monotonic()

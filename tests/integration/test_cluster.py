@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import signal
 import threading
 import time
 
@@ -162,6 +164,34 @@ def test_pipelined_requests_on_one_socket(cluster: Cluster) -> None:
             rid, body = sock.recv_multipart()
             assert protocol.result(body)[0] == f"p{int(rid) % 7}"
             seen.add(rid)
+    finally:
+        sock.close(0)
+
+
+def test_a_request_sent_again_on_its_connection_stops_the_earlier_attempt(cluster: Cluster) -> None:
+    """A client that sends a write again (same request id, same connection) has given up on the first attempt:
+    the frontend answers only the new one, instead of retrying both to the deadline."""
+    TableServiceClient(cluster.native).create_table_if_not_exists("Again")
+    primary = cluster.pid(ranges_of(cluster, "Again")[0]["primary"])
+    sock = zmq.Context.instance().socket(zmq.DEALER)
+    sock.setsockopt(zmq.LINGER, 0)
+    curve.connect(sock, cluster.native)
+    body = protocol.pack({"op": "write", "table": "Again", "rid": "again-1",
+                          "write": {"op": "insert_or_replace", "pk": "p", "rk": "r", "props": {"i": [INT32, 1]}}})
+    os.kill(primary, signal.SIGSTOP)  # both attempts wait on the primary
+    try:
+        sock.send_multipart([b"first", body])
+        time.sleep(0.3)
+        sock.send_multipart([b"second", body])
+        time.sleep(0.3)
+    finally:
+        os.kill(primary, signal.SIGCONT)
+    try:
+        answers = []
+        while sock.poll(3000):
+            answers.append(sock.recv_multipart())
+        assert [a[0] for a in answers] == [b"second"]
+        assert protocol.result(answers[0][1])[:2] == ["p", "r"]
     finally:
         sock.close(0)
 
