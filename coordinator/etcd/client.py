@@ -39,7 +39,7 @@ COMMIT_TIMEOUT_S = 10.0  # a meta-store transaction (up to --max-txn-ops puts: a
 COMMIT_FIRST_TRY_S = 2.0  # … but the member asked first gets this long before the others are asked: a commit in flight
 # to an etcd leader that was cut off waited the whole COMMIT_TIMEOUT_S, and every controller job (a dead server's
 # failover too) behind it (the netsplit drill's primary-and-etcd fault)
-RETRY_PAUSE_S = 0.1  # … and members that answered "no leader" are asked again this often, not the silent first one
+RETRY_PAUSE_S = 0.1  # … and a member that refused at once ("no leader") is not asked again before this
 
 
 def parse_url(url: str) -> tuple[str, str]:
@@ -124,45 +124,42 @@ class EtcdClient:
     def call(self, path: str, body: dict, timeout_s: float | None = None, first_try_s: float | None = None) -> dict:
         """POST ``body`` to ``/v3/<path>`` on the first member that answers (each within ``timeout_s``, by
         default the client's); raises TableError(ServerBusy) when none does, TableError(InternalError) when
-        etcd refuses the request. With several members and ``first_try_s``, the member asked first gets only that
-        long, then the others are asked; while some of them answer but cannot serve yet (a 5xx: a member whose
-        cluster is electing a leader), they are asked again every :data:`RETRY_PAUSE_S` — not the silent first one
-        (an etcd leader cut off: it answers nothing until it is back, and its cluster elects another within a
-        second or two) — and last that first one again (slow rather than gone), with what is left of
-        ``first_try_s`` + ``timeout_s``, at least ``first_try_s``."""
+        etcd refuses the request. With several members and ``first_try_s``, the members are asked in turn, each
+        for ``first_try_s`` at most, pausing :data:`RETRY_PAUSE_S` after a quick refusal, until one serves the
+        request; the last try, to the member asked first, gets what is left of ``first_try_s`` + ``timeout_s``
+        (slow rather than gone). An etcd leader cut off answers nothing, and while the others elect a new one they
+        refuse ("no leader") or hold the request until etcd's own timeout (a proposal sent to the lost leader):
+        a new request to them is served as soon as they have one."""
         data = json.dumps(body).encode()
         timeout = timeout_s or self.timeout_s
         n = len(self.bases)
         order = [(self.current + i) % n for i in range(n)]
         failures: list[str] = []
-        alive: list[int] = []  # members that answered, but with a 5xx (no leader yet)
         if n == 1 or first_try_s is None or first_try_s >= timeout:
             for k in order:
-                out = self._try(k, path, data, timeout, failures, alive)
+                out = self._try(k, path, data, timeout, failures)
                 if out is not None:
                     return out
             raise TableError("ServerBusy", f"etcd did not answer ({'; '.join(failures)})")
         deadline = time.monotonic() + first_try_s + timeout
-        for k, patience in [(order[0], first_try_s), *((k, timeout) for k in order[1:])]:
-            out = self._try(k, path, data, patience, failures, alive)
+        turn = 0
+        while deadline - time.monotonic() > 2 * first_try_s:
+            k = order[turn % n]
+            turn += 1
+            t0 = time.monotonic()
+            out = self._try(k, path, data, first_try_s, failures)
             if out is not None:
                 return out
-        while alive and deadline - time.monotonic() > first_try_s + RETRY_PAUSE_S:
-            time.sleep(RETRY_PAUSE_S)
-            again, alive = alive, []
-            for k in again:
-                out = self._try(k, path, data, min(timeout, deadline - time.monotonic()), failures, alive)
-                if out is not None:
-                    return out
-        out = self._try(order[0], path, data, max(first_try_s, deadline - time.monotonic()), failures, alive)
+            if time.monotonic() - t0 < RETRY_PAUSE_S:  # refused at once: not again at once
+                time.sleep(RETRY_PAUSE_S)
+        out = self._try(order[0], path, data, max(first_try_s, deadline - time.monotonic()), failures)
         if out is not None:
             return out
         raise TableError("ServerBusy", f"etcd did not answer ({'; '.join(failures[-2 * n:])})")
 
-    def _try(self, k: int, path: str, data: bytes, patience: float, failures: list[str],
-             alive: list[int]) -> dict | None:
-        """Ask member ``k`` once: its answer (it becomes :attr:`current`), or None with the failure noted (and ``k``
-        in ``alive`` when it answered with a 5xx); TableError(InternalError) when etcd refuses the request."""
+    def _try(self, k: int, path: str, data: bytes, patience: float, failures: list[str]) -> dict | None:
+        """Ask member ``k`` once: its answer (it becomes :attr:`current`), or None with the failure noted;
+        TableError(InternalError) when etcd refuses the request."""
         base = self.bases[k]
         try:
             status, raw = self._post(base, f"/v3/{path}", data, patience)
@@ -177,7 +174,6 @@ class EtcdClient:
         if status < 500:
             raise TableError("InternalError", f"etcd {path}: {detail}")
         failures.append(f"{base}: {detail}")  # e.g. a member without a leader: try the next
-        alive.append(k)
         return None
 
     def _post(self, base: str, path: str, data: bytes, timeout_s: float) -> tuple[int, bytes]:
