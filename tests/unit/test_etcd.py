@@ -139,9 +139,9 @@ def test_a_commit_asks_the_members_in_turn_while_they_elect_a_leader() -> None:
 
 
 def test_a_commit_does_not_wait_out_a_member_holding_its_request() -> None:
-    """A member that got the request while its leader was being lost holds it until etcd's own timeout (7 s),
-    though a new request is served as soon as it has a new leader: that member gets ``first_try_s`` too, and the
-    next turn's new request succeeds."""
+    """A member that got the request while its leader was being lost holds it until etcd's own request timeout (7 s
+    at etcd's defaults), though a new request is served as soon as it has a new leader: that member gets
+    ``first_try_s`` too, and the next turn's new request succeeds."""
     hung = socket.socket()
     hung.bind(("127.0.0.1", 0))
     hung.listen(8)
