@@ -53,7 +53,6 @@ class Frontend(DriverCore):
         self.keys_version = -1
         self._keys_asked = 0.0
         self._attempts: dict[tuple[bytes, str], Pending] = {}  # (connection, client's request id) -> its latest attempt
-        self.superseded = 0  # attempts stopped because their client sent the request again
 
     # --- the driver hooks ---------------------------------------------------------------------
 
@@ -139,9 +138,8 @@ class Frontend(DriverCore):
             return
         key = (p.ident, rid)
         old = self._attempts.get(key)
-        if old is not None and not old.done:
+        if old is not None:
             old.done = True  # its retries and answers are dropped (start_request and the answer path check it)
-            self.superseded += 1
         self._attempts[key] = p
 
     def _run_timers(self) -> None:
