@@ -4,11 +4,13 @@ The tests that start no process; those that do are in tests/integration/test_etc
 """
 from __future__ import annotations
 
+import contextlib
 import http.server
 import json
 import socket
 import threading
 import time
+from collections.abc import Iterator
 
 import pytest
 
@@ -46,6 +48,21 @@ def fake_member(body: dict, status: int = 200, seen: list[str] | None = None,
     srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Member)
     threading.Thread(target=srv.serve_forever, daemon=True).start()
     return srv
+
+
+@contextlib.contextmanager
+def behind_a_silent_member(member: http.server.ThreadingHTTPServer) -> Iterator[EtcdClient]:
+    """A client of two members: first one that accepts requests and never answers (an etcd leader cut off with
+    the request in flight), then ``member``; both are closed after."""
+    hung = socket.socket()
+    hung.bind(("127.0.0.1", 0))
+    hung.listen(8)  # accepts (the kernel does) and never answers
+    try:
+        yield EtcdClient(f"http://127.0.0.1:{hung.getsockname()[1]},http://127.0.0.1:{member.server_port}")
+    finally:
+        member.shutdown()
+        member.server_close()
+        hung.close()
 
 
 def test_urls_and_prefixes() -> None:
@@ -120,55 +137,33 @@ def test_a_commit_asks_the_members_in_turn_while_they_elect_a_leader() -> None:
     one. The commit asks the members in turn, each for ``first_try_s`` at most, until one serves it — not the
     cut-off leader, nor a member refusing, for the rest of its timeout (which made a dead server's failover
     wait behind other jobs' commits: the netsplit drill)."""
-    hung = socket.socket()
-    hung.bind(("127.0.0.1", 0))
-    hung.listen(8)  # accepts (the kernel does) and never answers
     seen: list[str] = []
     electing = fake_member({"succeeded": True, "header": {"revision": "9"}}, seen=seen, first=[503, 503])
-    try:
-        c = EtcdClient(f"http://127.0.0.1:{hung.getsockname()[1]},http://127.0.0.1:{electing.server_port}")
+    with behind_a_silent_member(electing) as c:
         t0 = time.monotonic()
         assert c.txn([], [], timeout_s=3.0, first_try_s=0.2)[0]
         took = time.monotonic() - t0
         assert 3 * 0.2 <= took < 1.5, took
         assert len(seen) == 3 and c.base.endswith(str(electing.server_port))
-    finally:
-        electing.shutdown()
-        electing.server_close()
-        hung.close()
 
 
 def test_a_commit_does_not_wait_out_a_member_holding_its_request() -> None:
     """A member that got the request while its leader was being lost holds it until etcd's own request timeout (7 s
     at etcd's defaults), though a new request is served as soon as it has a new leader: that member gets
     ``first_try_s`` too, and the next turn's new request succeeds."""
-    hung = socket.socket()
-    hung.bind(("127.0.0.1", 0))
-    hung.listen(8)
-    stuck = fake_member({"succeeded": True, "header": {"revision": "9"}}, hold_first_s=5.0)
-    try:
-        c = EtcdClient(f"http://127.0.0.1:{hung.getsockname()[1]},http://127.0.0.1:{stuck.server_port}")
+    with behind_a_silent_member(fake_member({"succeeded": True, "header": {"revision": "9"}}, hold_first_s=5.0)) as c:
         t0 = time.monotonic()
         assert c.txn([], [], timeout_s=3.0, first_try_s=0.2)[0]
         took = time.monotonic() - t0
         assert 3 * 0.2 <= took < 1.5, took
-    finally:
-        stuck.shutdown()
-        stuck.server_close()
-        hung.close()
 
 
 def test_a_commit_gives_up_within_its_budget_when_no_member_serves() -> None:
     """etcd lost its majority: the leader is silent, the other member answers "no leader" every time. The
     commit asks them in turn until only the last try's share is left, then the first one once more, and fails
     with ServerBusy within ``first_try_s`` + ``timeout_s`` (and a last connect)."""
-    hung = socket.socket()
-    hung.bind(("127.0.0.1", 0))
-    hung.listen(8)
     seen: list[str] = []
-    leaderless = fake_member({}, 503, seen)
-    try:
-        c = EtcdClient(f"http://127.0.0.1:{hung.getsockname()[1]},http://127.0.0.1:{leaderless.server_port}")
+    with behind_a_silent_member(fake_member({}, 503, seen)) as c:
         t0 = time.monotonic()
         with pytest.raises(TableError) as exc:
             c.txn([], [], timeout_s=1.0, first_try_s=0.1)
@@ -176,7 +171,3 @@ def test_a_commit_gives_up_within_its_budget_when_no_member_serves() -> None:
         assert exc.value.error_code == "ServerBusy"
         assert 1.1 <= took < 2.0, took
         assert len(seen) >= 3  # asked in turn while it could still answer
-    finally:
-        leaderless.shutdown()
-        leaderless.server_close()
-        hung.close()
