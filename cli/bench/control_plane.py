@@ -32,6 +32,7 @@ from typing import Any
 
 import zmq
 
+from cli.bench.proc import cpu_seconds, rss_bytes
 from rangetable import curve, protocol
 from rangetable.errors import TableError
 from rangetable.kernel.stats import percentile_ms
@@ -74,20 +75,9 @@ def seed_meta(data_dir: str, sids: list[str], recs: list[dict]) -> None:
         meta.close()
 
 
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU time of a process so far."""
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 def rss_mib(pid: int) -> float:
     """Resident memory of a process in MiB."""
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return round(int(line.split()[1]) / 1024, 1)
-    return 0.0
+    return round(rss_bytes(pid) / (1 << 20), 1)
 
 
 class Bench:
@@ -291,11 +281,11 @@ class Bench:
         self.sim_stats()
         pid = self.coord_proc.pid
         gc0 = self.request(self.coordinator, {"op": "servers"}, timeout=10)["gc"]
-        s0 = sum(cpu_seconds(p.pid) for p in self.sim_procs)
-        c0, t0 = cpu_seconds(pid), time.monotonic()
+        s0 = cpu_seconds([p.pid for p in self.sim_procs])
+        c0, t0 = cpu_seconds([pid]), time.monotonic()
         time.sleep(seconds)
-        c1, t1 = cpu_seconds(pid), time.monotonic()
-        s1 = sum(cpu_seconds(p.pid) for p in self.sim_procs)
+        c1, t1 = cpu_seconds([pid]), time.monotonic()
+        s1 = cpu_seconds([p.pid for p in self.sim_procs])
         stats = self.sim_stats()
         gc1 = self.request(self.coordinator, {"op": "servers"}, timeout=10)["gc"]
         rtts = sorted(x for s in stats for x in s["rtts"])

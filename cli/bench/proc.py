@@ -62,14 +62,27 @@ def thread_cpu(pid: int) -> dict[str, float]:
     return by_thread_kind(pid, lambda task: stat_cpu(f"{task}/stat"))
 
 
+def status_value(path: str, key: str) -> int | None:
+    """The number a ``/proc/<pid>/status`` (or ``…/task/<tid>/status``) file gives for ``key`` (``VmRSS`` in kB,
+    ``voluntary_ctxt_switches``, …); None when the file is gone or unreadable or has no such line."""
+    try:
+        with open(path) as f:
+            for line in f:
+                if line.startswith(key) and line[len(key)] == ":":
+                    return int(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
 def _sleeps(task: str) -> tuple[str, float]:
     try:
         with open(f"{task}/comm") as f:
             name = f.read().strip()
-        with open(f"{task}/status") as f:
-            return name, next(int(line.split()[1]) for line in f if line.startswith("voluntary_ctxt_switches:"))
-    except (OSError, StopIteration, ValueError, IndexError):
+    except OSError:
         return "", 0.0
+    n = status_value(f"{task}/status", "voluntary_ctxt_switches")
+    return ("", 0.0) if n is None else (name, float(n))
 
 
 def thread_sleeps(pid: int) -> dict[str, float]:
@@ -80,11 +93,5 @@ def thread_sleeps(pid: int) -> dict[str, float]:
 
 def rss_bytes(pid: int) -> int:
     """Resident set size of a process (0 if it is gone)."""
-    try:
-        with open(f"/proc/{pid}/status") as f:
-            for line in f:
-                if line.startswith("VmRSS:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return 0
+    kb = status_value(f"/proc/{pid}/status", "VmRSS")
+    return 0 if kb is None else kb * 1024
